@@ -1,0 +1,37 @@
+// Command airlock is the egress gateway for AI-agent sandboxes. This file only
+// builds the command tree; every subcommand lives in its own file and the logic
+// lives in the packages.
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	root := &cobra.Command{
+		Use:           "airlock",
+		Short:         "Egress gateway and executor for AI-agent sandboxes",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd())
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		var ec exitCoder
+		if asExitCoder(err, &ec) {
+			if msg := err.Error(); msg != "" {
+				root.PrintErrln("airlock:", msg)
+			}
+			return ec.ExitCode()
+		}
+		root.PrintErrln("airlock:", err)
+		return 2
+	}
+	return 0
+}

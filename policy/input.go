@@ -1,0 +1,137 @@
+package policy
+
+import "context"
+
+// Kind names what is being decided. Every kind shares one input shape.
+type Kind string
+
+// The kinds of decision the gateway, DNS filter and netns drop logger ask for.
+const (
+	KindHTTP    Kind = "http"
+	KindConnect Kind = "connect"
+	KindTLS     Kind = "tls"
+	KindTCP     Kind = "tcp"
+	KindDNS     Kind = "dns"
+)
+
+// Input is the document policy sees as `input` (DESIGN.md section 3). Absent parts
+// are nil and so absent from the JSON, never empty objects.
+type Input struct {
+	Kind        Kind        `json:"kind"`
+	Sandbox     Sandbox     `json:"sandbox"`
+	Destination Destination `json:"destination"`
+	HTTP        *HTTP       `json:"http,omitempty"`
+	TLS         *TLS        `json:"tls,omitempty"`
+	DNS         *DNS        `json:"dns,omitempty"`
+	// Attributes mirrors the Envoy ext_authz shape; the engine fills it from HTTP
+	// and Destination, callers leave it nil.
+	Attributes *Attributes `json:"attributes,omitempty"`
+}
+
+// Sandbox identifies who is asking. It comes from the listener that accepted the
+// connection, never from anything the sandbox sent.
+type Sandbox struct {
+	ID     string            `json:"id"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Destination is the normalized target. Host is the output of hostname.Normalize
+// (or a canonical IP literal); Suffixes is hostname.Suffixes(Host).
+type Destination struct {
+	Host     string   `json:"host"`
+	Port     int      `json:"port"`
+	Suffixes []string `json:"suffixes,omitempty"`
+	IP       string   `json:"ip,omitempty"`
+	Protocol string   `json:"protocol,omitempty"` // "tcp", "udp", "icmp" for kind tcp and drops
+}
+
+// HTTP describes one request. Header names are lowercase; values of credential
+// headers are passed as they are (policy may need them) but never audited.
+type HTTP struct {
+	Method  string              `json:"method"`
+	Scheme  string              `json:"scheme"`
+	Path    string              `json:"path"`
+	Query   map[string][]string `json:"query,omitempty"`
+	Headers map[string]string   `json:"headers,omitempty"`
+}
+
+// TLS describes a TLS connection seen by the transparent listener or a MITM.
+type TLS struct {
+	SNI         string `json:"sni"`
+	Intercepted bool   `json:"intercepted"`
+}
+
+// DNS describes one question.
+type DNS struct {
+	QName string   `json:"qname"`
+	QType string   `json:"qtype"`
+	Flags []string `json:"flags,omitempty"` // exfiltration signals from dnsfilter
+}
+
+// Attributes is the Envoy ext_authz compatible view: attributes.request.http.
+type Attributes struct {
+	Request AttributesRequest `json:"request"`
+}
+
+// AttributesRequest holds the ext_authz http block.
+type AttributesRequest struct {
+	HTTP AttributesHTTP `json:"http"`
+}
+
+// AttributesHTTP is Envoy's CheckRequest.attributes.request.http subset.
+type AttributesHTTP struct {
+	Method  string            `json:"method"`
+	Host    string            `json:"host"`
+	Path    string            `json:"path"`
+	Scheme  string            `json:"scheme"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// Mode says whether a decision is enforced or only reported.
+type Mode string
+
+// Modes.
+const (
+	ModeEnforce Mode = "enforce"
+	ModeReport  Mode = "report"
+)
+
+// Reason explains a decision. ID is stable and machine-readable.
+type Reason struct {
+	ID  string `json:"id"`
+	Msg string `json:"msg"`
+}
+
+// ReasonPolicyError is the reason of every fail-closed deny: an eval error, an
+// undefined or malformed decision, or a deadline.
+const ReasonPolicyError = "policy_error"
+
+// Decision is what data.airlock.decision evaluated to, plus what the engine adds.
+type Decision struct {
+	// Allowed is what the policy said (what enforce mode does).
+	Allowed    bool     `json:"allowed"`
+	Reasons    []Reason `json:"reasons,omitempty"`
+	MITM       bool     `json:"mitm,omitempty"`
+	HTTPStatus int      `json:"http_status,omitempty"`
+	// Mode is the mode this decision was taken in (global, or per sandbox from policy).
+	Mode Mode `json:"mode"`
+	// Rev is the policy revision that decided.
+	Rev string `json:"policy_rev"`
+	// Err is set when the decision is a fail-closed deny; never serialized.
+	Err error `json:"-"`
+}
+
+// Permit reports whether the caller lets the request pass: an allow, or a deny in
+// report mode. A policy error never passes, in any mode.
+func (d *Decision) Permit() bool {
+	if d.Err != nil {
+		return false
+	}
+	return d.Allowed || d.Mode == ModeReport
+}
+
+// Decider is the seam every caller of policy uses. Decide never fails open: on any
+// error it returns a deny with reason policy_error and Err set.
+type Decider interface {
+	Decide(ctx context.Context, in *Input) Decision
+}
