@@ -81,9 +81,7 @@ func Normalize(s string) (string, error) {
 	if a, ok := ParseIP(s); ok {
 		return a.String(), nil
 	}
-	if strings.HasSuffix(s, ".") {
-		s = s[:len(s)-1]
-	}
+	s = strings.TrimSuffix(s, ".")
 	if s == "" {
 		return "", bad(s, "empty")
 	}
@@ -99,10 +97,8 @@ func Normalize(s string) (string, error) {
 		return "", bad(s, "not a valid internationalized name")
 	}
 	out = strings.ToLower(out)
-	if strings.HasSuffix(out, ".") {
-		// A Unicode full stop mapped to a trailing dot: strip it like an ASCII one.
-		out = out[:len(out)-1]
-	}
+	// A Unicode full stop mapped to a trailing dot: strip it like an ASCII one.
+	out = strings.TrimSuffix(out, ".")
 	if a, ok := ParseIP(out); ok {
 		// Fullwidth digits map to an IP literal: treat it as one.
 		return a.String(), nil

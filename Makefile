@@ -1,0 +1,51 @@
+# airlock: egress gateway and executor for AI-agent sandboxes.
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+BIN       := bin/airlock
+STATICCHECK_VERSION ?= v0.8.2
+TEST_TIMEOUT ?= 30m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install the Debian packages tests and the demo need (only what is missing)
+	@./scripts/deps.sh
+
+.PHONY: build
+build: ## Build bin/airlock with the version stamped
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
+
+.PHONY: test
+test: deps ## Run every test with -race (root tests run for real as root, skip otherwise)
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-root
+test-root: deps ## Run only the root tests, failing instead of skipping when not root
+	AIRLOCK_REQUIRE_ROOT_TESTS=1 $(GO) test -race -timeout $(TEST_TIMEOUT) -run 'Root' ./...
+
+.PHONY: e2e
+e2e: deps build ## Run the end-to-end tests in test/ (root)
+	AIRLOCK_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./test/...
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+.PHONY: bench
+bench: deps ## Run the benchmarks (ratios against direct connections in the same run)
+	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 20s)
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+			echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-20s} $$pkg || exit 1; \
+		done; \
+	done
