@@ -1,0 +1,377 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults used when a field is absent.
+const (
+	DefaultPolicyMode    = "enforce"
+	DefaultDNSMinTTL     = 30 * time.Second
+	DefaultDNSMaxTTL     = time.Hour
+	DefaultAuditFile     = "/var/log/airlock/audit.jsonl"
+	DefaultAuditMaxSize  = 100 << 20
+	DefaultCACert        = "/etc/airlock/ca.pem"
+	DefaultCAKey         = "/etc/airlock/ca.key"
+	DefaultMemory        = 512 << 20
+	DefaultCPUs          = 1.0
+	DefaultPids          = 256
+	DefaultTimeout       = 10 * time.Minute
+	DefaultTmpSize       = 256 << 20
+	DefaultAPISocket     = "/run/airlock/airlock.sock"
+	DefaultMetricsListen = "127.0.0.1:9464"
+)
+
+// Config is the whole file.
+type Config struct {
+	Policy   Policy   `yaml:"policy"`
+	DNS      DNS      `yaml:"dns"`
+	Upstream Upstream `yaml:"upstream"`
+	Audit    Audit    `yaml:"audit"`
+	CA       CA       `yaml:"ca"`
+	Secrets  Secrets  `yaml:"secrets"`
+	Limits   Limits   `yaml:"limits"`
+	Sandbox  Sandbox  `yaml:"sandbox"`
+	API      API      `yaml:"api"`
+	Metrics  Metrics  `yaml:"metrics"`
+}
+
+// Policy selects the Rego policy and how it is applied.
+type Policy struct {
+	// Dir is a directory of extra `package airlock.egress` rules, tests and data;
+	// empty means the embedded default policy alone.
+	Dir string `yaml:"dir"`
+	// Mode is enforce (deny what policy denies) or report (log it, let it pass).
+	Mode string `yaml:"mode"`
+	// Presets names the package-registry host lists to allow read-only
+	// (python, node, go, rust, github, debian, ubuntu). Empty means the default set.
+	Presets []string `yaml:"presets"`
+	// Allow adds hosts (or *.x / **.x patterns) to the allowlist.
+	Allow []string `yaml:"allow"`
+}
+
+// DNS configures the filtering resolver.
+type DNS struct {
+	// Upstreams are host:port resolvers the filter forwards allowed names to.
+	Upstreams []string `yaml:"upstreams"`
+	// MinTTL and MaxTTL clamp cached answers.
+	MinTTL Duration `yaml:"min_ttl"`
+	MaxTTL Duration `yaml:"max_ttl"`
+}
+
+// Upstream configures how the gateway reaches the internet.
+type Upstream struct {
+	// AllowCIDRs are ranges the SSRF guard lets through (an internal registry).
+	AllowCIDRs []string `yaml:"allow_cidrs"`
+	// CAFile is an extra PEM bundle trusted for upstream TLS, beside the system roots.
+	CAFile string `yaml:"ca_file"`
+}
+
+// Audit configures the audit log.
+type Audit struct {
+	File    string `yaml:"file"`
+	MaxSize Size   `yaml:"max_size"`
+	// SigningKey is the Ed25519 key that signs checkpoints; empty puts it beside File.
+	SigningKey string `yaml:"signing_key"`
+}
+
+// CA is the interception CA made by `airlock ca init`.
+type CA struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// Secrets points at the secrets file.
+type Secrets struct {
+	File string `yaml:"file"`
+}
+
+// Limits caps each sandbox.
+type Limits struct {
+	Memory  Size     `yaml:"memory"`
+	CPUs    float64  `yaml:"cpus"`
+	Pids    int      `yaml:"pids"`
+	Timeout Duration `yaml:"timeout"`
+	TmpSize Size     `yaml:"tmp_size"`
+}
+
+// Sandbox describes the sandbox `airlock run` creates.
+type Sandbox struct {
+	// Labels are matched by policy (input.sandbox.labels) and secret bindings.
+	Labels map[string]string `yaml:"labels"`
+	// Workspace is a host directory mounted read-write at the same path.
+	Workspace string `yaml:"workspace"`
+	// Env lists extra KEY=VALUE pairs for the command.
+	Env []string `yaml:"env"`
+}
+
+// API is the daemon's control socket (never reachable from a sandbox).
+type API struct {
+	Socket string `yaml:"socket"`
+}
+
+// Metrics is the Prometheus listener, on the host side only.
+type Metrics struct {
+	Listen string `yaml:"listen"`
+}
+
+// Default returns the configuration used when no file is given.
+func Default() Config {
+	var c Config
+	c.applyDefaults()
+	return c
+}
+
+// Load reads and validates a YAML file. An empty path returns Default().
+func Load(path string) (Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	c, err := Decode(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Decode decodes strictly, applies defaults and validates.
+func Decode(r io.Reader) (Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, 1<<20+1))
+	if err != nil {
+		return Config{}, err
+	}
+	if len(data) > 1<<20 {
+		return Config{}, errors.New("file larger than 1 MiB")
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("parse: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("parse: more than one YAML document")
+	}
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func (c *Config) applyDefaults() {
+	if c.Policy.Mode == "" {
+		c.Policy.Mode = DefaultPolicyMode
+	}
+	if c.DNS.MinTTL == 0 {
+		c.DNS.MinTTL = Duration(DefaultDNSMinTTL)
+	}
+	if c.DNS.MaxTTL == 0 {
+		c.DNS.MaxTTL = Duration(DefaultDNSMaxTTL)
+	}
+	if c.Audit.File == "" {
+		c.Audit.File = DefaultAuditFile
+	}
+	if c.Audit.MaxSize == 0 {
+		c.Audit.MaxSize = DefaultAuditMaxSize
+	}
+	if c.CA.Cert == "" {
+		c.CA.Cert = DefaultCACert
+	}
+	if c.CA.Key == "" {
+		c.CA.Key = DefaultCAKey
+	}
+	if c.Limits.Memory == 0 {
+		c.Limits.Memory = DefaultMemory
+	}
+	if c.Limits.CPUs == 0 {
+		c.Limits.CPUs = DefaultCPUs
+	}
+	if c.Limits.Pids == 0 {
+		c.Limits.Pids = DefaultPids
+	}
+	if c.Limits.Timeout == 0 {
+		c.Limits.Timeout = Duration(DefaultTimeout)
+	}
+	if c.Limits.TmpSize == 0 {
+		c.Limits.TmpSize = DefaultTmpSize
+	}
+	if c.API.Socket == "" {
+		c.API.Socket = DefaultAPISocket
+	}
+	if c.Metrics.Listen == "" {
+		c.Metrics.Listen = DefaultMetricsListen
+	}
+}
+
+// Validate names the first bad field and what it allows.
+func (c *Config) Validate() error {
+	switch c.Policy.Mode {
+	case "enforce", "report":
+	default:
+		return fmt.Errorf("policy.mode: %q is not one of enforce, report", c.Policy.Mode)
+	}
+	for i, u := range c.DNS.Upstreams {
+		if _, err := netip.ParseAddrPort(u); err != nil {
+			return fmt.Errorf("dns.upstreams[%d]: %q is not an IP:port (names would need a resolver to find the resolver)", i, u)
+		}
+	}
+	if c.DNS.MinTTL < 0 || c.DNS.MaxTTL < 0 {
+		return errors.New("dns.min_ttl and dns.max_ttl must not be negative")
+	}
+	if c.DNS.MinTTL > c.DNS.MaxTTL {
+		return fmt.Errorf("dns.min_ttl %s is greater than dns.max_ttl %s", c.DNS.MinTTL, c.DNS.MaxTTL)
+	}
+	for i, s := range c.Upstream.AllowCIDRs {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			return fmt.Errorf("upstream.allow_cidrs[%d]: %q is not a CIDR such as 10.0.0.0/8", i, s)
+		}
+	}
+	if c.Limits.CPUs < 0 || c.Limits.CPUs > 1024 {
+		return fmt.Errorf("limits.cpus: %v is not between 0.01 and 1024", c.Limits.CPUs)
+	}
+	if c.Limits.Pids < 0 {
+		return fmt.Errorf("limits.pids: %d must be positive", c.Limits.Pids)
+	}
+	if c.Limits.Memory < 4<<20 {
+		return fmt.Errorf("limits.memory: %s is below the 4M minimum", c.Limits.Memory)
+	}
+	if c.Limits.Timeout < 0 {
+		return errors.New("limits.timeout must not be negative")
+	}
+	for k := range c.Sandbox.Labels {
+		if k == "" {
+			return errors.New("sandbox.labels: empty label name")
+		}
+	}
+	for i, kv := range c.Sandbox.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("sandbox.env[%d]: %q is not KEY=VALUE", i, kv)
+		}
+	}
+	return nil
+}
+
+// Size is a byte count written with an optional unit: 512, 64K, 512M, 100MB, 1G,
+// 1GiB (binary multiples in every spelling, as memory limits are).
+type Size int64
+
+// ParseSize parses a Size, naming the problem on error.
+func ParseSize(s string) (Size, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, fmt.Errorf("size %q: empty", s)
+	}
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], strings.ToUpper(strings.TrimSpace(t[i:]))
+	if num == "" {
+		return 0, fmt.Errorf("size %q: no number (want e.g. 512M, 1G)", s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: bad number", s)
+	}
+	mult := map[string]float64{"": 1, "B": 1,
+		"K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
+		"M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
+		"G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30,
+		"T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("size %q: unknown unit %q (want K, M, G or T)", s, unit)
+	}
+	v := f * mult
+	if v > math.MaxInt64/2 {
+		return 0, fmt.Errorf("size %q: too large", s)
+	}
+	return Size(v), nil
+}
+
+func (s Size) String() string {
+	switch {
+	case s >= 1<<30 && s%(1<<30) == 0:
+		return strconv.FormatInt(int64(s>>30), 10) + "G"
+	case s >= 1<<20 && s%(1<<20) == 0:
+		return strconv.FormatInt(int64(s>>20), 10) + "M"
+	case s >= 1<<10 && s%(1<<10) == 0:
+		return strconv.FormatInt(int64(s>>10), 10) + "K"
+	}
+	return strconv.FormatInt(int64(s), 10)
+}
+
+// Set implements pflag.Value so flags share the parser.
+func (s *Size) Set(v string) error {
+	p, err := ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = p
+	return nil
+}
+
+// Type implements pflag.Value.
+func (s *Size) Type() string { return "size" }
+
+// UnmarshalYAML accepts a number or a string with a unit.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: size must be a scalar like 512M", n.Line)
+	}
+	p, err := ParseSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*s = p
+	return nil
+}
+
+// Duration is a time.Duration written as 30s, 10m, 1h.
+type Duration time.Duration
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Set implements pflag.Value.
+func (d *Duration) Set(v string) error {
+	p, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("duration %q: want e.g. 30s, 10m, 1h", v)
+	}
+	if p < 0 {
+		return fmt.Errorf("duration %q: negative", v)
+	}
+	*d = Duration(p)
+	return nil
+}
+
+// Type implements pflag.Value.
+func (d *Duration) Type() string { return "duration" }
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: duration must be a scalar like 30s", n.Line)
+	}
+	if err := d.Set(n.Value); err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "empty is defaults", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Policy.Mode != "enforce" || c.Limits.Memory != 512<<20 || time.Duration(c.Limits.Timeout) != 10*time.Minute {
+				t.Fatalf("got %+v, want defaults", c)
+			}
+		}},
+		{name: "design example", yaml: `
+policy: {dir: ./policies, mode: enforce}
+dns: {upstreams: ["1.1.1.1:53"], min_ttl: 30s, max_ttl: 1h}
+upstream: {allow_cidrs: [], ca_file: ""}
+audit: {file: /var/log/airlock/audit.jsonl, max_size: 100MB}
+ca: {cert: /etc/airlock/ca.pem, key: /etc/airlock/ca.key}
+secrets: {file: /etc/airlock/secrets.yaml}
+limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
+`, check: func(t *testing.T, c Config) {
+			if c.Audit.MaxSize != 100<<20 || c.Limits.TmpSize != 256<<20 || c.DNS.Upstreams[0] != "1.1.1.1:53" {
+				t.Fatalf("got %+v", c)
+			}
+		}},
+		{name: "unknown field", yaml: "policy: {dri: x}", wantErr: "field dri not found"},
+		{name: "unknown section", yaml: "polcy: {}", wantErr: "field polcy not found"},
+		{name: "bad mode", yaml: "policy: {mode: audit}", wantErr: "policy.mode"},
+		{name: "bad size", yaml: "limits: {memory: 12Q}", wantErr: `unknown unit "Q"`},
+		{name: "bad duration", yaml: "limits: {timeout: soon}", wantErr: "want e.g. 30s"},
+		{name: "bad cidr", yaml: "upstream: {allow_cidrs: [10.0.0.0/33]}", wantErr: "upstream.allow_cidrs[0]"},
+		{name: "upstream name", yaml: "dns: {upstreams: [dns.google:53]}", wantErr: "dns.upstreams[0]"},
+		{name: "ttl order", yaml: "dns: {min_ttl: 2h, max_ttl: 1h}", wantErr: "greater than dns.max_ttl"},
+		{name: "tiny memory", yaml: "limits: {memory: 1K}", wantErr: "limits.memory"},
+		{name: "bad env", yaml: "sandbox: {env: [NOEQUALS]}", wantErr: "sandbox.env[0]"},
+		{name: "two documents", yaml: "policy: {}\n---\npolicy: {}\n", wantErr: "more than one"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Decode(strings.NewReader(tt.yaml))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Size
+		err  bool
+	}{
+		{"512", 512, false}, {"64K", 64 << 10, false}, {"512M", 512 << 20, false},
+		{"100MB", 100 << 20, false}, {"1G", 1 << 30, false}, {"1GiB", 1 << 30, false},
+		{"1.5G", 3 << 29, false}, {"", 0, true}, {"M", 0, true}, {"-1M", 0, true}, {"1X", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseSize(tt.in)
+			if (err != nil) != tt.err || got != tt.want {
+				t.Fatalf("ParseSize(%q) = %v, %v; want %v, err=%v", tt.in, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add("policy: {mode: report}\nlimits: {memory: 1G}\n")
+	f.Add("dns: {upstreams: [\"1.1.1.1:53\"]}")
+	f.Add("a: [")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := Decode(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("decoded config fails validation: %v", err)
+		}
+	})
+}
