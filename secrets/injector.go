@@ -1,0 +1,640 @@
+package secrets
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/hostname"
+)
+
+// PlaceholderPrefix starts every placeholder; a token with this prefix that is
+// not the sandbox's own placeholder in its bound header is denied wherever it is
+// seen (matched case-insensitively).
+const PlaceholderPrefix = "airlock-ph-"
+
+// placeholderRandLen is the length of the random part: 16 bytes of crypto/rand
+// in lower-case unpadded base32.
+const placeholderRandLen = 26
+
+var phEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// Injector adds credentials to intercepted requests, polices placeholders and
+// scrubs responses. It is safe for concurrent use.
+type Injector struct {
+	log      *slog.Logger
+	secrets  map[string]*secret
+	bindings []*binding
+	maxBody  int64
+
+	mu      sync.Mutex
+	ph      map[phKey]string // (sandbox, secret) -> placeholder
+	phOwner map[string]phKey // placeholder -> (sandbox, secret)
+}
+
+type phKey struct{ sandbox, secret string }
+
+// Applied is what Inject did to one request. The gateway keeps it for the
+// response (ScrubResponse) and the audit record (Audit). A nil *Applied means
+// nothing was injected. It holds no value in a printable field.
+type Applied struct {
+	rec      audit.Secret
+	scrub    *scrubber
+	scrubbed atomic.Int64
+}
+
+// Audit returns the audit entries of the injected secret, with the number of
+// scrubs so far. Call it after the response body is done for a final count.
+func (a *Applied) Audit() []audit.Secret {
+	if a == nil {
+		return nil
+	}
+	r := a.rec
+	r.Scrubbed = int(a.scrubbed.Load())
+	return []audit.Secret{r}
+}
+
+// New builds an Injector from a Config (defaults are applied and it is
+// validated again).
+func New(cfg Config, logger *slog.Logger) (*Injector, error) {
+	if logger == nil {
+		return nil, errors.New("secrets: nil logger")
+	}
+	cfg.applyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	var key []byte
+	if cfg.FingerprintKeyFile != "" {
+		k, err := loadFingerprintKey(cfg.FingerprintKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("secrets: %w", err)
+		}
+		key = k
+	} else {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("secrets: fingerprint key: %w", err)
+		}
+	}
+	log := logger.With("component", "secrets")
+	in := &Injector{
+		log:     log,
+		secrets: map[string]*secret{},
+		maxBody: cfg.MaxBodyScan,
+		ph:      map[phKey]string{},
+		phOwner: map[string]phKey{},
+	}
+	for _, sc := range cfg.Secrets {
+		in.secrets[sc.ID] = newSecret(sc, key, log)
+	}
+	for i, bc := range cfg.Bindings {
+		host, port, err := parseBindingHost(bc.Host, bc.Port)
+		if err != nil {
+			return nil, fmt.Errorf("secrets: bindings[%d]: %w", i, err)
+		}
+		b := &binding{
+			index: i, secret: in.secrets[bc.Secret], ids: map[string]bool{},
+			labels: bc.Sandboxes.Labels, host: host, port: port, paths: bc.Paths,
+			header: http.CanonicalHeaderKey(bc.Header), template: bc.Template,
+			basicUser: bc.BasicUser, basic: bc.BasicUser != "", mode: bc.Mode,
+			env: bc.PlaceholderEnv,
+		}
+		for _, id := range bc.Sandboxes.IDs {
+			b.ids[id] = true
+		}
+		if len(bc.Methods) > 0 {
+			b.methods = map[string]bool{}
+			for _, m := range bc.Methods {
+				b.methods[m] = true
+			}
+		}
+		for _, h := range bc.Strip {
+			b.strip = append(b.strip, http.CanonicalHeaderKey(h))
+		}
+		in.bindings = append(in.bindings, b)
+	}
+	return in, nil
+}
+
+// NeedsMITM reports whether a binding applies to this sandbox and destination,
+// so the gateway must intercept the TLS connection (after policy allowed it).
+func (in *Injector) NeedsMITM(sb Sandbox, host string, port int) bool {
+	h, err := hostname.Normalize(host)
+	if err != nil {
+		return false
+	}
+	for _, b := range in.bindings {
+		if b.matchSandbox(sb) && b.matchDest(h, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// Placeholders returns, for the executor, the environment a sandbox gets: the
+// placeholder of each secret bound to it in placeholder or require mode, keyed
+// by the binding's placeholder_env. A placeholder is random per sandbox and
+// secret and stays the same until Forget.
+func (in *Injector) Placeholders(sb Sandbox) (map[string]string, error) {
+	out := map[string]string{}
+	if sb.ID == "" {
+		return out, nil
+	}
+	for _, b := range in.bindings {
+		if b.mode == ModeDefault || !b.matchSandbox(sb) {
+			continue
+		}
+		p, err := in.placeholder(sb.ID, b.secret.cfg.ID)
+		if err != nil {
+			return nil, err
+		}
+		out[b.env] = p
+	}
+	return out, nil
+}
+
+func (in *Injector) placeholder(sandbox, secretID string) (string, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	k := phKey{sandbox, secretID}
+	if p, ok := in.ph[k]; ok {
+		return p, nil
+	}
+	var r [16]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", fmt.Errorf("secrets: placeholder: %w", err)
+	}
+	p := PlaceholderPrefix + phEncoding.EncodeToString(r[:])
+	in.ph[k] = p
+	in.phOwner[p] = k
+	return p, nil
+}
+
+// Forget drops a sandbox's placeholders when it ends; they are then denied as
+// unknown wherever they appear.
+func (in *Injector) Forget(sandboxID string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for k, p := range in.ph {
+		if k.sandbox == sandboxID {
+			delete(in.ph, k)
+			delete(in.phOwner, p)
+		}
+	}
+}
+
+// Check looks at a request that is not intercepted (plain HTTP, a CONNECT
+// line) or any request before policy, and denies a placeholder seen where it
+// must not be. It may replace req.Body with an equivalent reader (see
+// Config.MaxBodyScan). Inject runs the same checks; calling both is harmless.
+func (in *Injector) Check(sb Sandbox, req *http.Request) error {
+	_, _, err := in.analyze(sb, req)
+	return err
+}
+
+// CheckName denies a placeholder inside a name (a DNS question, a TLS SNI).
+func (in *Injector) CheckName(sb Sandbox, name string) error {
+	var hits []hit
+	findTokens(name, "name", &hits)
+	for _, h := range hits {
+		return in.denyToken(sb, h, nil)
+	}
+	return nil
+}
+
+// Inject runs on an intercepted request after policy allowed it, with the
+// request the gateway is about to send upstream (URL scheme https, URL host
+// and Host naming the same host). With exactly one binding matching, it strips
+// the bound header, the binding's strip list, Range and If-Range, sets the
+// credential from the binding's template and forces Accept-Encoding: identity,
+// and returns the Applied the response must be scrubbed with. With no binding
+// it returns (nil, nil). A *Denial refuses the request (403), an
+// *UnavailableError means the source failed (503); in both cases nothing may
+// be forwarded. A binding never widens policy: Inject is only asked after
+// policy allowed the request.
+func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (*Applied, error) {
+	b, present, err := in.analyze(sb, req)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil || (b.mode == ModePlaceholder && !present) {
+		return nil, nil
+	}
+	v, err := b.secret.get(ctx)
+	if err != nil {
+		in.log.Error("secret unavailable", "sandbox", sb.ID, "secret", b.secret.cfg.ID, "error", err)
+		return nil, err
+	}
+	cred, token := b.render(v.value.reveal())
+	req.Header.Del(b.header)
+	for _, h := range b.strip {
+		req.Header.Del(h)
+	}
+	req.Header.Del("Range")
+	req.Header.Del("If-Range")
+	req.Header.Set(b.header, cred)
+	req.Header.Set("Accept-Encoding", "identity")
+	scrub := v.scrub
+	if token != "" {
+		scrub = mergeScrubbers(v.scrub, newScrubber(CanaryForms(token)))
+	}
+	a := &Applied{
+		rec: audit.Secret{
+			ID: b.secret.cfg.ID, Version: v.id, Fingerprint: v.fp, Where: b.where(),
+		},
+		scrub: scrub,
+	}
+	in.log.Info("secret injected", "sandbox", sb.ID, "secret", a.rec.ID,
+		"version", a.rec.Version, "where", a.rec.Where)
+	return a, nil
+}
+
+// render returns the header value and, for basic auth, the base64 token that
+// carries the value (itself scrubbed from responses).
+func (b *binding) render(value string) (cred, token string) {
+	if b.basic {
+		token = base64.StdEncoding.EncodeToString([]byte(b.basicUser + ":" + value))
+		return "Basic " + token, token
+	}
+	return strings.Replace(b.template, ValuePlaceholder, value, 1), ""
+}
+
+// dest returns the request's normalized host and port and whether it may carry
+// a secret at all (https, not a CONNECT line).
+func dest(req *http.Request) (host string, port int, https bool, err error) {
+	scheme := strings.ToLower(req.URL.Scheme)
+	if scheme == "" {
+		scheme = "http"
+		if req.TLS != nil {
+			scheme = "https"
+		}
+	}
+	def := 80
+	if scheme == "https" {
+		def = 443
+	}
+	hostHdr, urlHost := req.Host, req.URL.Host
+	if req.Method == http.MethodConnect {
+		def = 443
+		if urlHost == "" {
+			urlHost = req.URL.Opaque
+		}
+	}
+	if hostHdr == "" && urlHost == "" {
+		return "", 0, false, &Denial{Code: CodeHostMismatch, Msg: "request names no host"}
+	}
+	if hostHdr == "" {
+		hostHdr = urlHost
+	}
+	h1, p1, err := hostname.SplitHostPort(hostHdr, def)
+	if err != nil {
+		return "", 0, false, &Denial{Code: CodeHostMismatch, Where: "host", Msg: "invalid Host"}
+	}
+	if urlHost != "" {
+		h2, p2, err := hostname.SplitHostPort(urlHost, def)
+		if err != nil || h2 != h1 || p2 != p1 {
+			return "", 0, false, &Denial{Code: CodeHostMismatch, Where: "host",
+				Msg: "URL host and Host header name different destinations"}
+		}
+	}
+	return h1, p1, scheme == "https" && req.Method != http.MethodConnect, nil
+}
+
+// analyze finds the one binding that applies to req (nil if none), whether the
+// sandbox's placeholder sits in that binding's header, and any denial.
+func (in *Injector) analyze(sb Sandbox, req *http.Request) (*binding, bool, error) {
+	host, port, https, err := dest(req)
+	if err != nil {
+		return nil, false, in.logDeny(sb, err)
+	}
+	var candidates, full []*binding
+	if https {
+		for _, b := range in.bindings {
+			if b.matchSandbox(sb) && b.matchDest(host, port) {
+				candidates = append(candidates, b)
+			}
+		}
+	}
+	if len(candidates) > 0 {
+		cleaned, perr := cleanPath(req.URL.EscapedPath())
+		if perr != nil {
+			return nil, false, in.logDeny(sb, &Denial{Code: CodePathRefused, Flag: FlagPathTrick,
+				Where: "path", Msg: perr.Error()})
+		}
+		for _, b := range candidates {
+			if b.matchMethodPath(req.Method, cleaned) {
+				full = append(full, b)
+			}
+		}
+	}
+	if len(full) > 1 {
+		ids := make([]string, len(full))
+		for i, b := range full {
+			ids[i] = fmt.Sprintf("bindings[%d]", b.index)
+		}
+		return nil, false, in.logDeny(sb, &Denial{Code: CodeAmbiguous,
+			Msg: "more than one binding matches: " + strings.Join(ids, ", ")})
+	}
+	var b *binding
+	if len(full) == 1 {
+		b = full[0]
+	}
+
+	hits, err := in.scanRequest(sb, req)
+	if err != nil {
+		return nil, false, in.logDeny(sb, err)
+	}
+	present := false
+	for _, h := range hits {
+		if in.ownAllowed(sb, h, b) {
+			present = true
+			continue
+		}
+		return nil, false, in.logDeny(sb, in.denyToken(sb, h, b))
+	}
+	if !(b != nil && b.mode != ModeDefault && present) && (b == nil || b.mode != ModeDefault) {
+		for _, c := range candidates {
+			if c.mode == ModeRequire {
+				d := &Denial{Code: CodePlaceholderRequired, SecretID: c.secret.cfg.ID, Where: c.where(),
+					Msg: "this destination only takes the sandbox's placeholder in " + c.header}
+				if req.Header.Get(c.header) != "" {
+					d.Flag = FlagOwnCredential
+				}
+				return nil, false, in.logDeny(sb, d)
+			}
+		}
+	}
+	return b, present, nil
+}
+
+// ownAllowed: the hit is this sandbox's placeholder for b's secret, in b's
+// header, and b substitutes placeholders.
+func (in *Injector) ownAllowed(sb Sandbox, h hit, b *binding) bool {
+	if b == nil || b.mode == ModeDefault || h.where != b.where() {
+		return false
+	}
+	in.mu.Lock()
+	owner, ok := in.phOwner[h.token]
+	in.mu.Unlock()
+	return ok && owner.sandbox == sb.ID && owner.secret == b.secret.cfg.ID
+}
+
+func (in *Injector) denyToken(sb Sandbox, h hit, b *binding) error {
+	in.mu.Lock()
+	owner, ok := in.phOwner[h.token]
+	in.mu.Unlock()
+	if !ok || owner.sandbox != sb.ID {
+		return &Denial{Code: CodePlaceholderForeign, Flag: FlagForeignToken, Where: h.where,
+			Msg: "a placeholder that is not this sandbox's"}
+	}
+	return &Denial{Code: CodePlaceholderMisuse, Flag: FlagPlaceholderLeak, SecretID: owner.secret,
+		Where: h.where, Msg: "the placeholder may only be sent in its bound header to its bound destination"}
+}
+
+func (in *Injector) logDeny(sb Sandbox, err error) error {
+	var d *Denial
+	if errors.As(err, &d) {
+		in.log.Warn("secrets denied request", "sandbox", sb.ID, "code", d.Code, "flag", d.Flag,
+			"secret", d.SecretID, "where", d.Where)
+	}
+	return err
+}
+
+// hit is one placeholder-shaped token and where it was seen.
+type hit struct {
+	token string // lower-cased; may be shorter than a real placeholder
+	where string
+}
+
+// findTokens appends every placeholder-shaped token in s.
+func findTokens(s, where string, hits *[]hit) {
+	low := strings.ToLower(s)
+	for {
+		i := strings.Index(low, PlaceholderPrefix)
+		if i < 0 {
+			return
+		}
+		j := i + len(PlaceholderPrefix)
+		k := j
+		for k < len(low) && k-j < placeholderRandLen && isPHChar(low[k]) {
+			k++
+		}
+		*hits = append(*hits, hit{token: low[i:k], where: where})
+		low = low[k:]
+	}
+}
+
+func isPHChar(c byte) bool { return (c >= 'a' && c <= 'z') || (c >= '2' && c <= '7') }
+
+// scanRequest finds placeholder tokens anywhere in the request: URL, Host,
+// header names and values (Basic credentials decoded), trailers and body.
+func (in *Injector) scanRequest(sb Sandbox, req *http.Request) ([]hit, error) {
+	var hits []hit
+	u := req.URL
+	findTokens(req.Host, "host", &hits)
+	findTokens(u.Host, "host", &hits)
+	findTokens(u.Opaque, "path", &hits)
+	if u.User != nil {
+		findTokens(u.User.String(), "userinfo", &hits)
+	}
+	findTokens(u.EscapedPath(), "path", &hits)
+	if p, err := url.PathUnescape(u.EscapedPath()); err == nil {
+		findTokens(p, "path", &hits)
+	}
+	findTokens(u.RawQuery, "query", &hits)
+	if q, err := url.QueryUnescape(u.RawQuery); err == nil {
+		findTokens(q, "query", &hits)
+	}
+	findTokens(u.Fragment, "fragment", &hits)
+	scanHeaders := func(hdr http.Header, kind string) {
+		for name, vals := range hdr {
+			where := kind + ":" + http.CanonicalHeaderKey(name)
+			findTokens(name, where, &hits)
+			for _, v := range vals {
+				findTokens(v, where, &hits)
+				if len(v) > 6 && strings.EqualFold(v[:6], "basic ") {
+					if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v[6:])); err == nil {
+						findTokens(string(dec), where, &hits)
+					}
+				}
+			}
+		}
+	}
+	scanHeaders(req.Header, "header")
+	scanHeaders(req.Trailer, "trailer")
+	if err := in.scanBody(sb, req, &hits); err != nil {
+		return nil, err
+	}
+	return hits, nil
+}
+
+// scanBody buffers up to maxBody bytes and scans them; the request gets an
+// equivalent body. A longer body is scanned as it streams: the reader fails
+// with a *Denial before any byte of a placeholder is passed on.
+func (in *Injector) scanBody(sb Sandbox, req *http.Request, hits *[]hit) error {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil
+	}
+	if g, ok := req.Body.(*bodyGuard); ok && g.buffered != nil {
+		findTokens(string(g.buffered), "body", hits)
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(req.Body, in.maxBody+1))
+	if err != nil {
+		req.Body.Close()
+		return &Denial{Code: CodeBodyUnreadable, Where: "body", Msg: "request body could not be read"}
+	}
+	if int64(len(buf)) <= in.maxBody {
+		req.Body.Close()
+		findTokens(string(buf), "body", hits)
+		req.Body = &bodyGuard{buffered: buf, r: bytes.NewReader(buf)}
+		req.GetBody = func() (io.ReadCloser, error) {
+			return &bodyGuard{buffered: buf, r: bytes.NewReader(buf)}, nil
+		}
+		return nil
+	}
+	findTokens(string(buf), "body", hits)
+	orig := req.Body
+	req.Body = &bodyGuard{
+		r:       io.MultiReader(bytes.NewReader(buf), orig),
+		closer:  orig,
+		stream:  true,
+		onDeny:  func(d *Denial) { _ = in.logDeny(sb, d) },
+		pending: nil,
+	}
+	req.GetBody = nil
+	return nil
+}
+
+// bodyGuard replays a scanned body or streams a long one, holding back
+// len(PlaceholderPrefix)-1 bytes so that a prefix split across reads is seen
+// before any of it leaves.
+type bodyGuard struct {
+	buffered []byte // whole body, already scanned (nil when streaming)
+	r        io.Reader
+	closer   io.Closer
+	stream   bool
+	onDeny   func(*Denial)
+	pending  []byte
+	out      []byte
+	err      error
+}
+
+func (g *bodyGuard) Read(p []byte) (int, error) {
+	if !g.stream {
+		return g.r.Read(p)
+	}
+	for len(g.out) == 0 {
+		if g.err != nil {
+			return 0, g.err
+		}
+		var chunk [32 * 1024]byte
+		n, err := g.r.Read(chunk[:])
+		g.pending = append(g.pending, chunk[:n]...)
+		if bytes.Contains(bytes.ToLower(g.pending), []byte(PlaceholderPrefix)) {
+			d := &Denial{Code: CodePlaceholderMisuse, Flag: FlagPlaceholderLeak, Where: "body",
+				Msg: "a placeholder in a request body"}
+			g.err, g.pending = d, nil
+			if g.onDeny != nil {
+				g.onDeny(d)
+			}
+			return 0, d
+		}
+		keep := len(PlaceholderPrefix) - 1
+		if err != nil {
+			g.err, keep = err, 0
+		}
+		if len(g.pending) > keep {
+			cut := len(g.pending) - keep
+			g.out = append(g.out, g.pending[:cut]...)
+			g.pending = append([]byte(nil), g.pending[cut:]...)
+		}
+	}
+	n := copy(p, g.out)
+	g.out = g.out[n:]
+	return n, nil
+}
+
+func (g *bodyGuard) Close() error {
+	if g.closer != nil {
+		return g.closer.Close()
+	}
+	return nil
+}
+
+// ScrubResponse prepares the response to an injected request for the sandbox:
+// it refuses what cannot be scrubbed (a Content-Encoding other than identity, a
+// 101 upgrade, a 206 partial response) with a *ResponseError after closing the
+// body; otherwise it scrubs header names and values (Location included) now,
+// wraps the body in a streaming scrubber that also scrubs trailers at the end,
+// and drops Content-Length. A nil Applied leaves resp alone. The gateway never
+// follows redirects, so a Location is only ever shown, scrubbed.
+func (in *Injector) ScrubResponse(a *Applied, resp *http.Response) error {
+	if a == nil {
+		return nil
+	}
+	refuse := func(reason string) error {
+		if resp.Body != nil {
+			resp.Body.Close()
+		}
+		in.log.Warn("secrets refused response", "secret", a.rec.ID, "reason", reason)
+		return &ResponseError{Reason: reason}
+	}
+	switch resp.StatusCode {
+	case http.StatusSwitchingProtocols:
+		return refuse("protocol upgrade cannot be scrubbed")
+	case http.StatusPartialContent:
+		return refuse("partial content could carry part of a secret")
+	}
+	for _, ce := range resp.Header.Values("Content-Encoding") {
+		for _, e := range strings.Split(ce, ",") {
+			if e = strings.TrimSpace(strings.ToLower(e)); e != "" && e != "identity" {
+				return refuse("content-encoding " + e + " cannot be scrubbed")
+			}
+		}
+	}
+	a.scrubbed.Add(int64(scrubHeader(a.scrub, resp.Header)))
+	if resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = newScrubReader(a.scrub, resp.Body, &a.scrubbed, func() {
+			a.scrubbed.Add(int64(scrubHeader(a.scrub, resp.Trailer)))
+		})
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	}
+	return nil
+}
+
+func scrubHeader(s *scrubber, h http.Header) int {
+	count := 0
+	for name, vals := range h {
+		newName := name
+		if n, c := s.scrubString(name); c > 0 {
+			newName, count = n, count+c
+			delete(h, name)
+		}
+		out := make([]string, len(vals))
+		for i, v := range vals {
+			var c int
+			out[i], c = s.scrubString(v)
+			count += c
+		}
+		h[newName] = append(h[newName], out...)
+		if newName == name {
+			h[name] = out
+		}
+	}
+	return count
+}

@@ -1,0 +1,169 @@
+package secrets
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"sync/atomic"
+)
+
+// scrubber holds the byte patterns of one or more values and replaces each
+// occurrence with [REDACTED]. It is immutable and shared by all requests that
+// used the same version of a secret.
+type scrubber struct {
+	patterns [][]byte // longest first
+	maxLen   int
+}
+
+func newScrubber(forms []string) *scrubber {
+	s := &scrubber{}
+	seen := map[string]bool{}
+	for _, f := range forms {
+		if f == "" || seen[f] {
+			continue
+		}
+		seen[f] = true
+		s.patterns = append(s.patterns, []byte(f))
+		if len(f) > s.maxLen {
+			s.maxLen = len(f)
+		}
+	}
+	return s
+}
+
+// merge returns a scrubber with the patterns of all given scrubbers.
+func mergeScrubbers(ss ...*scrubber) *scrubber {
+	var forms []string
+	for _, s := range ss {
+		for _, p := range s.patterns {
+			forms = append(forms, string(p))
+		}
+	}
+	// keep longest first so that a longer form wins over its own substring
+	sortLongestFirst(forms)
+	return newScrubber(forms)
+}
+
+func sortLongestFirst(forms []string) {
+	for i := 1; i < len(forms); i++ {
+		for j := i; j > 0 && len(forms[j]) > len(forms[j-1]); j-- {
+			forms[j], forms[j-1] = forms[j-1], forms[j]
+		}
+	}
+}
+
+// next finds the leftmost complete match in b (longest on a tie).
+func (s *scrubber) next(b []byte) (idx, n int) {
+	idx = -1
+	for _, p := range s.patterns {
+		i := bytes.Index(b, p)
+		if i < 0 {
+			continue
+		}
+		if idx < 0 || i < idx || (i == idx && len(p) > n) {
+			idx, n = i, len(p)
+		}
+	}
+	return idx, n
+}
+
+// scrubString replaces every complete match in s and returns the count.
+func (s *scrubber) scrubString(in string) (string, int) {
+	b := []byte(in)
+	var out []byte
+	count := 0
+	for {
+		i, n := s.next(b)
+		if i < 0 {
+			break
+		}
+		out = append(out, b[:i]...)
+		out = append(out, Redacted...)
+		b = b[i+n:]
+		count++
+	}
+	if count == 0 {
+		return in, 0
+	}
+	out = append(out, b...)
+	return string(out), count
+}
+
+// scrubReader streams src through the scrubber. It holds back maxLen-1 bytes so a
+// match split across reads is still found: a match that starts in the emitted
+// part must end inside the buffer, so it was already replaced.
+type scrubReader struct {
+	s       *scrubber
+	src     io.ReadCloser
+	pending []byte // scanned-for-complete-matches input not yet safe to emit
+	out     []byte // ready to return
+	err     error  // sticky error from src
+	count   *atomic.Int64
+	onEOF   func() // runs once after src's EOF and the last emit (scrubs trailers)
+	buf     []byte
+}
+
+func newScrubReader(s *scrubber, src io.ReadCloser, count *atomic.Int64, onEOF func()) *scrubReader {
+	return &scrubReader{s: s, src: src, count: count, onEOF: onEOF, buf: make([]byte, 32*1024)}
+}
+
+func (r *scrubReader) Read(p []byte) (int, error) {
+	for len(r.out) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		n, err := r.src.Read(r.buf)
+		r.pending = append(r.pending, r.buf[:n]...)
+		if err != nil {
+			r.err = err
+			r.drain(true)
+			if err == io.EOF && r.onEOF != nil {
+				r.onEOF()
+				r.onEOF = nil
+			}
+			continue
+		}
+		r.drain(false)
+	}
+	n := copy(p, r.out)
+	r.out = r.out[n:]
+	if len(r.out) == 0 {
+		r.out = nil
+	}
+	return n, nil
+}
+
+// drain replaces complete matches in pending and moves what is safe to out.
+func (r *scrubReader) drain(final bool) {
+	for {
+		i, n := r.s.next(r.pending)
+		if i < 0 {
+			break
+		}
+		r.out = append(r.out, r.pending[:i]...)
+		r.out = append(r.out, Redacted...)
+		r.pending = r.pending[i+n:]
+		r.count.Add(1)
+	}
+	keep := r.s.maxLen - 1
+	if final || keep < 0 {
+		keep = 0
+	}
+	if len(r.pending) > keep {
+		cut := len(r.pending) - keep
+		r.out = append(r.out, r.pending[:cut]...)
+		r.pending = append(r.pending[:0:0], r.pending[cut:]...)
+	}
+}
+
+func (r *scrubReader) Close() error { return r.src.Close() }
+
+// containsAny reports whether s holds any pattern, case-sensitively.
+func (s *scrubber) containsAny(in string) bool {
+	for _, p := range s.patterns {
+		if strings.Contains(in, string(p)) {
+			return true
+		}
+	}
+	return false
+}
