@@ -1,0 +1,552 @@
+package audit
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// GenesisPrev is the Prev of the first record of a chain.
+const GenesisPrev = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// KindCheckpoint is the Kind of the signed records the writer appends itself.
+const KindCheckpoint = "checkpoint"
+
+var (
+	// ErrOverflow is returned by Log when the queue is full and Overflow is
+	// "deny": the caller must refuse the request the record describes.
+	ErrOverflow = errors.New("audit: queue full, record refused")
+	// ErrClosed is returned by Log after Close.
+	ErrClosed = errors.New("audit: writer closed")
+	// ErrFailed wraps the write or sync error that stopped the writer; every Log
+	// after such a failure returns it, so callers deny rather than run unaudited.
+	ErrFailed = errors.New("audit: writer failed")
+)
+
+// flushSize is how much encoded output the writer buffers before a write(2).
+const flushSize = 256 << 10
+
+// Writer appends records to the audit file from a single goroutine.
+// Log is safe for concurrent use.
+type Writer struct {
+	cfg   Config
+	log   *slog.Logger
+	key   ed25519.PrivateKey
+	keyID string
+
+	mu     sync.RWMutex // guards closed against the close of queue
+	closed bool
+	queue  chan item
+	done   chan struct{}
+
+	written, checkpoints, rotations, overflow, dropped atomic.Uint64
+	failure                                            atomic.Pointer[error]
+
+	// Owned by the writer goroutine after New returns.
+	f         *os.File
+	size      int64 // bytes in f, including buffered ones
+	buf       []byte
+	seq       uint64
+	prev      [64]byte
+	sinceCkpt int
+	lastCkpt  time.Time
+	unsynced  bool
+	idPrefix  string
+	closeErr  error
+}
+
+type item struct {
+	rec  Record
+	sync chan error // non-nil: a Sync barrier, rec is unused
+}
+
+var _ Logger = (*Writer)(nil)
+
+// Stats are the writer's counters since New.
+type Stats struct {
+	Written     uint64 // records appended, checkpoints included
+	Checkpoints uint64 // signed checkpoints appended
+	Rotations   uint64 // files rotated
+	Overflow    uint64 // Log calls that found the queue full (blocked or refused)
+	Dropped     uint64 // records refused: ErrOverflow, ErrClosed or ErrFailed
+	Queued      int    // records waiting now
+}
+
+// New opens (or creates) cfg.File, recovers a torn tail, continues the chain
+// and starts the writer goroutine. logger may be nil.
+func New(cfg Config, logger *slog.Logger) (*Writer, error) {
+	cfg.applyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Writer{
+		cfg:      cfg,
+		log:      logger.With("component", "audit", "file", cfg.File),
+		queue:    make(chan item, cfg.QueueSize),
+		done:     make(chan struct{}),
+		buf:      make([]byte, 0, flushSize+4096),
+		lastCkpt: time.Now(),
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, fmt.Errorf("audit: random id prefix: %w", err)
+	}
+	w.idPrefix = hex.EncodeToString(rnd[:])
+	if cfg.SigningKeyFile != "" {
+		k, err := LoadOrCreateSigningKey(cfg.SigningKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		w.key = k
+		w.keyID = KeyID(k.Public().(ed25519.PublicKey))
+	} else {
+		w.log.Warn("audit checkpoints disabled: no signing_key_file; a rewrite of the whole chain would go unnoticed")
+	}
+	if err := w.open(); err != nil {
+		return nil, err
+	}
+	go w.run()
+	return w, nil
+}
+
+// open opens the live file and sets seq and prev from the chain's last line.
+func (w *Writer) open() error {
+	path := w.cfg.File
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, DefaultFileMode)
+	if err != nil {
+		return fmt.Errorf("audit: open: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("audit: open: %w", err)
+	}
+	ti, err := readTail(f, st.Size())
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("audit: read tail of %s: %w", path, err)
+	}
+	if ti.lastEnd < ti.size {
+		if err := w.cutTornTail(f, ti); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	w.f, w.size = f, ti.lastEnd
+	last := ti.lastLine
+	from := path
+	if last == nil {
+		// An empty live file continues the newest rotated sibling's chain.
+		rotated, err := RotatedFiles(path)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		if n := len(rotated); n > 0 {
+			from = rotated[n-1]
+			if last, err = lastWholeLine(from); err != nil {
+				f.Close()
+				return err
+			}
+		}
+	}
+	if last == nil {
+		w.seq = 0
+		copy(w.prev[:], GenesisPrev)
+		return syncDir(path)
+	}
+	var head struct {
+		Seq uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal(last, &head); err != nil || head.Seq == 0 {
+		f.Close()
+		return fmt.Errorf("audit: %s: last line is not a valid record (%v); run `airlock audit verify` and move the file aside", from, err)
+	}
+	w.seq = head.Seq
+	sum := sha256.Sum256(last)
+	hex.Encode(w.prev[:], sum[:])
+	return nil
+}
+
+func lastWholeLine(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	ti, err := readTail(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("audit: read tail of %s: %w", path, err)
+	}
+	return ti.lastLine, nil
+}
+
+// cutTornTail copies the bytes after the last newline (a line a crash cut short)
+// to <file>.torn-<UTC time>, then truncates the live file to its last whole line.
+func (w *Writer) cutTornTail(f *os.File, ti tailInfo) error {
+	torn := make([]byte, ti.size-ti.lastEnd)
+	if _, err := f.ReadAt(torn, ti.lastEnd); err != nil {
+		return fmt.Errorf("audit: read torn tail: %w", err)
+	}
+	name := w.cfg.File + ".torn-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if err := writeFileSync(name, torn); err != nil {
+		return fmt.Errorf("audit: save torn tail: %w", err)
+	}
+	if err := f.Truncate(ti.lastEnd); err != nil {
+		return fmt.Errorf("audit: truncate torn tail: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("audit: sync after truncate: %w", err)
+	}
+	w.log.Warn("audit file had a torn last line (crash mid-write); moved it aside",
+		"torn_bytes", len(torn), "saved_to", name, "kept_bytes", ti.lastEnd)
+	return nil
+}
+
+func writeFileSync(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, DefaultFileMode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Log queues r. The writer copies r; the caller must not modify r's slices or
+// maps after the call. Log returns nil once the record is queued, ErrOverflow
+// when the queue is full and Overflow is "deny", ErrClosed after Close, and an
+// ErrFailed error once a write has failed. Any error means: deny the request.
+func (w *Writer) Log(r *Record) error {
+	if r == nil {
+		return errors.New("audit: nil record")
+	}
+	if r.Kind == KindCheckpoint {
+		w.dropped.Add(1)
+		return fmt.Errorf("audit: kind %q is reserved for the writer", KindCheckpoint)
+	}
+	if err := w.failure.Load(); err != nil {
+		w.dropped.Add(1)
+		return *err
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		w.dropped.Add(1)
+		return ErrClosed
+	}
+	select {
+	case w.queue <- item{rec: *r}:
+		return nil
+	default:
+	}
+	w.overflow.Add(1)
+	if w.cfg.Overflow == OverflowDeny {
+		w.dropped.Add(1)
+		return ErrOverflow
+	}
+	w.queue <- item{rec: *r}
+	return nil
+}
+
+// Sync waits until every record queued before the call is written and synced.
+func (w *Writer) Sync() error {
+	ch := make(chan error, 1)
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return ErrClosed
+	}
+	w.queue <- item{sync: ch}
+	w.mu.RUnlock()
+	return <-ch
+}
+
+// Close stops accepting records, drains the queue, writes a final checkpoint,
+// syncs and closes the file. It is safe to call more than once.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.queue)
+	}
+	w.mu.Unlock()
+	<-w.done
+	return w.closeErr
+}
+
+// Stats returns the writer's counters.
+func (w *Writer) Stats() Stats {
+	return Stats{
+		Written:     w.written.Load(),
+		Checkpoints: w.checkpoints.Load(),
+		Rotations:   w.rotations.Load(),
+		Overflow:    w.overflow.Load(),
+		Dropped:     w.dropped.Load(),
+		Queued:      len(w.queue),
+	}
+}
+
+// PublicKey returns the checkpoint verification key, or nil when checkpoints
+// are disabled.
+func (w *Writer) PublicKey() ed25519.PublicKey {
+	if w.key == nil {
+		return nil
+	}
+	return w.key.Public().(ed25519.PublicKey)
+}
+
+func (w *Writer) run() {
+	defer close(w.done)
+	tick := time.NewTicker(w.cfg.SyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case it, ok := <-w.queue:
+			if !ok {
+				w.shutdown()
+				return
+			}
+			w.handle(&it)
+			// Take what is already queued before paying for a write(2).
+		batch:
+			for len(w.buf) < flushSize {
+				select {
+				case it, ok := <-w.queue:
+					if !ok {
+						w.shutdown()
+						return
+					}
+					w.handle(&it)
+				default:
+					break batch
+				}
+			}
+			w.flush()
+		case <-tick.C:
+			w.tick()
+		}
+	}
+}
+
+func (w *Writer) handle(it *item) {
+	if it.sync != nil {
+		w.flush()
+		w.syncFile()
+		if err := w.failure.Load(); err != nil {
+			it.sync <- *err
+		} else {
+			it.sync <- nil
+		}
+		return
+	}
+	w.appendRecord(&it.rec)
+}
+
+func (w *Writer) tick() {
+	if w.key != nil && w.sinceCkpt > 0 && time.Since(w.lastCkpt) >= w.cfg.CheckpointInterval {
+		w.appendCheckpoint()
+	}
+	w.flush()
+	w.syncFile()
+}
+
+func (w *Writer) shutdown() {
+	if w.key != nil && w.sinceCkpt > 0 {
+		w.appendCheckpoint()
+	}
+	w.flush()
+	w.syncFile()
+	if err := w.f.Close(); err != nil && w.failure.Load() == nil {
+		w.fail(fmt.Errorf("close: %w", err))
+	}
+	if err := w.failure.Load(); err != nil {
+		w.closeErr = *err
+	}
+}
+
+// appendRecord redacts, numbers, chains and buffers one caller record.
+func (w *Writer) appendRecord(r *Record) {
+	if w.failure.Load() != nil {
+		w.dropped.Add(1)
+		return
+	}
+	r.Checkpoint = nil
+	r = redact(r)
+	if r.TS.IsZero() || r.TS.Year() < 0 || r.TS.Year() > 9999 {
+		r.TS = time.Now().UTC()
+	} else {
+		r.TS = r.TS.UTC()
+	}
+	start := len(w.buf)
+	w.buf = w.appendLine(w.buf, r)
+	if n := int64(len(w.buf) - start); w.size > 0 && w.size+n > int64(w.cfg.MaxSize) {
+		w.buf = w.buf[:start]
+		w.rotate()
+		if w.failure.Load() != nil {
+			w.dropped.Add(1)
+			return
+		}
+		start = len(w.buf)
+		w.buf = w.appendLine(w.buf, r)
+	}
+	w.commit(start)
+	if w.key != nil {
+		w.sinceCkpt++
+		if w.sinceCkpt >= w.cfg.CheckpointEvery {
+			w.appendCheckpoint()
+		}
+	}
+}
+
+// appendLine encodes r with the next seq and the current prev, plus a newline.
+func (w *Writer) appendLine(dst []byte, r *Record) []byte {
+	seq := w.seq + 1
+	dst = append(dst, `{"seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	dst = append(dst, `,"ts":"`...)
+	dst = r.TS.AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, `","prev":"`...)
+	dst = append(dst, w.prev[:]...)
+	dst = append(dst, `","id":`...)
+	if r.ID != "" {
+		dst = appendString(dst, r.ID)
+	} else {
+		dst = append(dst, '"')
+		dst = append(dst, w.idPrefix...)
+		dst = append(dst, '-')
+		dst = strconv.AppendUint(dst, seq, 10)
+		dst = append(dst, '"')
+	}
+	dst = appendBody(dst, r)
+	return append(dst, '\n')
+}
+
+// commit advances the chain over the line buffered at w.buf[start:].
+func (w *Writer) commit(start int) {
+	line := w.buf[start : len(w.buf)-1]
+	sum := sha256.Sum256(line)
+	hex.Encode(w.prev[:], sum[:])
+	w.seq++
+	w.size += int64(len(line) + 1)
+	w.written.Add(1)
+}
+
+func (w *Writer) appendCheckpoint() {
+	if w.seq == 0 || w.failure.Load() != nil {
+		return
+	}
+	head := string(w.prev[:])
+	sig := ed25519.Sign(w.key, CheckpointMessage(w.seq, head))
+	r := Record{
+		TS:   time.Now().UTC(),
+		Kind: KindCheckpoint,
+		Checkpoint: &Checkpoint{
+			Head:      head,
+			Seq:       w.seq,
+			KeyID:     w.keyID,
+			Signature: base64.StdEncoding.EncodeToString(sig),
+		},
+	}
+	start := len(w.buf)
+	w.buf = w.appendLine(w.buf, &r)
+	w.commit(start)
+	w.checkpoints.Add(1)
+	w.sinceCkpt = 0
+	w.lastCkpt = time.Now()
+}
+
+// rotate checkpoints and closes the live file, renames it to the next
+// <file>.<n> and opens a fresh live file; the chain carries on.
+func (w *Writer) rotate() {
+	if w.key != nil {
+		w.appendCheckpoint()
+	}
+	w.flush()
+	w.syncFile()
+	if w.failure.Load() != nil {
+		return
+	}
+	if err := w.f.Close(); err != nil {
+		w.fail(fmt.Errorf("close before rotation: %w", err))
+		return
+	}
+	n, err := nextRotationIndex(w.cfg.File)
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	rotated := w.cfg.File + "." + strconv.FormatUint(n, 10)
+	if err := os.Rename(w.cfg.File, rotated); err != nil {
+		w.fail(fmt.Errorf("rotate: %w", err))
+		return
+	}
+	f, err := os.OpenFile(w.cfg.File, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, DefaultFileMode)
+	if err != nil {
+		w.fail(fmt.Errorf("rotate: open new file: %w", err))
+		return
+	}
+	w.f, w.size = f, 0
+	if err := syncDir(w.cfg.File); err != nil {
+		w.fail(fmt.Errorf("rotate: sync directory: %w", err))
+		return
+	}
+	w.rotations.Add(1)
+	w.log.Info("audit file rotated", "rotated_to", rotated, "seq", w.seq)
+}
+
+func (w *Writer) flush() {
+	if len(w.buf) == 0 {
+		return
+	}
+	if w.failure.Load() != nil {
+		w.buf = w.buf[:0]
+		return
+	}
+	if _, err := w.f.Write(w.buf); err != nil {
+		w.fail(fmt.Errorf("write: %w", err))
+	}
+	w.buf = w.buf[:0]
+	w.unsynced = true
+}
+
+func (w *Writer) syncFile() {
+	if !w.unsynced || w.failure.Load() != nil {
+		return
+	}
+	if err := w.f.Sync(); err != nil {
+		w.fail(fmt.Errorf("fsync: %w", err))
+	}
+	w.unsynced = false
+}
+
+func (w *Writer) fail(err error) {
+	wrapped := fmt.Errorf("%w: %w", ErrFailed, err)
+	if w.failure.CompareAndSwap(nil, &wrapped) {
+		w.log.Error("audit writer failed; every further record is refused", "err", err)
+	}
+}
