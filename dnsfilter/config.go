@@ -1,0 +1,299 @@
+package dnsfilter
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-dev/airlock/ipguard"
+)
+
+// Defaults applied by New to zero-valued Config fields.
+const (
+	DefaultMinTTL            = 30 * time.Second
+	DefaultMaxTTL            = time.Hour
+	DefaultTimeout           = 2 * time.Second
+	DefaultPolicyTimeout     = time.Second
+	DefaultCacheSize         = 10000
+	DefaultDecisionCacheSize = 4096
+	DefaultRateLimit         = 200.0 // queries per second per sandbox
+	DefaultRateBurst         = 1000
+	DefaultUniqueNames       = 100 // distinct names per registered domain per window
+	DefaultUniqueWindow      = time.Minute
+	DefaultLongLabel         = 40  // labels longer than this are flagged
+	DefaultEntropy           = 3.5 // bits per character
+	DefaultEntropyMinLen     = 16  // shorter labels are not scored for entropy
+	DefaultPTRDomain         = "airlock.internal"
+	DefaultEDNSSize          = 1232 // the DNS flag day 2020 size, for upstream and replies
+)
+
+// Exfiltration flags: what dnsfilter passes to policy in input.dns.flags and writes
+// to the audit record's flags.
+const (
+	FlagRateLimited     = "rate_limited"
+	FlagManyUniqueNames = "many_unique_names"
+	FlagLongLabel       = "long_label"
+	FlagHighEntropy     = "high_entropy"
+)
+
+// FlagRebindingDropped is written to the audit record (never to policy input: it is
+// known only after the upstream answered) when answers were dropped by the guard.
+const FlagRebindingDropped = "rebinding_dropped"
+
+// DefaultBlockFlags are the flags that deny a query without asking policy when
+// Config.BlockFlags is nil. An empty non-nil list blocks on nothing.
+var defaultBlockFlags = []string{FlagRateLimited}
+
+// DefaultBlockFlags returns the flags blocked when Config.BlockFlags is nil.
+func DefaultBlockFlags() []string { return append([]string(nil), defaultBlockFlags...) }
+
+var knownFlags = map[string]bool{
+	FlagRateLimited: true, FlagManyUniqueNames: true, FlagLongLabel: true, FlagHighEntropy: true,
+}
+
+// Config configures a Filter. The zero value of every field means its Default*.
+type Config struct {
+	// Upstreams are the resolvers allowed names are sent to, tried in order. Each is
+	// "IP:PORT" (UDP, retried over TCP when truncated) or "tls://IP:PORT#SERVERNAME"
+	// (DNS over TLS, certificate verified for SERVERNAME). IP literals only: the
+	// filter never resolves its own upstreams. Required.
+	Upstreams []string `yaml:"upstreams"`
+	// MinTTL and MaxTTL clamp every cached TTL, positive and negative.
+	MinTTL time.Duration `yaml:"min_ttl"`
+	MaxTTL time.Duration `yaml:"max_ttl"`
+	// Timeout bounds one exchange with one upstream.
+	Timeout time.Duration `yaml:"timeout"`
+	// PolicyTimeout bounds one policy decision (a timeout is a deny).
+	PolicyTimeout time.Duration `yaml:"policy_timeout"`
+	// TLSCAFile is a PEM bundle that verifies DNS-over-TLS upstreams instead of the
+	// system roots. TLSConfig, when set by code, wins over it.
+	TLSCAFile string      `yaml:"tls_ca_file"`
+	TLSConfig *tls.Config `yaml:"-"`
+	// CacheSize bounds the answer cache (entries).
+	CacheSize int `yaml:"cache_size"`
+	// DecisionCacheSize bounds each sandbox's decision cache (entries); negative
+	// turns the decision cache off.
+	DecisionCacheSize int `yaml:"decision_cache_size"`
+	// IPv6 answers AAAA questions through the upstreams; false (the default, since
+	// sandboxes have IPv6 disabled) answers them NODATA.
+	IPv6 bool `yaml:"ipv6"`
+	// AllowCIDRs are answer ranges the rebinding guard lets through (e.g. an internal
+	// registry at 10.1.2.3/32; a bare address means /32 or /128). Everything else
+	// ipguard refuses is dropped.
+	AllowCIDRs []string `yaml:"allow_cidrs"`
+	// GatewayAddrs are the gateway's own addresses; answers naming them are dropped.
+	GatewayAddrs []netip.Addr `yaml:"-"`
+	// RateLimit (queries/s) and RateBurst size each sandbox's token bucket; a query
+	// over it is flagged rate_limited.
+	RateLimit float64 `yaml:"rate_limit"`
+	RateBurst int     `yaml:"rate_burst"`
+	// UniqueNames is how many distinct names under one registered domain (eTLD+1)
+	// a sandbox may ask within UniqueWindow before queries under it are flagged
+	// many_unique_names.
+	UniqueNames  int           `yaml:"unique_names"`
+	UniqueWindow time.Duration `yaml:"unique_window"`
+	// LongLabel flags (long_label) any label longer than this many characters.
+	LongLabel int `yaml:"long_label"`
+	// Entropy flags (high_entropy) any label of at least EntropyMinLen characters
+	// whose Shannon entropy is at least this many bits per character.
+	Entropy       float64 `yaml:"entropy"`
+	EntropyMinLen int     `yaml:"entropy_min_len"`
+	// BlockFlags lists flags that deny a query (NXDOMAIN, never forwarded) whatever
+	// policy says. nil means DefaultBlockFlags(); [] blocks on nothing, leaving it
+	// to policy (input.dns.flags).
+	BlockFlags []string `yaml:"block_flags"`
+	// PTRDomain is the zone of the names given for a sandbox's own addresses:
+	// PTR of an own address answers "<sandbox-id>.<PTRDomain>.".
+	PTRDomain string `yaml:"ptr_domain"`
+}
+
+// ParseConfig decodes YAML strictly (unknown fields are errors) and validates it
+// with defaults applied.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("dnsfilter: config: %w", err)
+	}
+	if _, err := c.compile(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// upstreamSpec is one parsed Config.Upstreams entry.
+type upstreamSpec struct {
+	addr       string // ip:port
+	tls        bool
+	serverName string
+}
+
+// compiled is a validated Config with defaults applied and strings parsed.
+type compiled struct {
+	Config
+	upstreams []upstreamSpec
+	allow     []netip.Prefix
+	block     map[string]bool
+	tlsConfig *tls.Config
+}
+
+func (c Config) compile() (*compiled, error) {
+	d := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	d(&c.MinTTL, DefaultMinTTL)
+	d(&c.MaxTTL, DefaultMaxTTL)
+	d(&c.Timeout, DefaultTimeout)
+	d(&c.PolicyTimeout, DefaultPolicyTimeout)
+	d(&c.UniqueWindow, DefaultUniqueWindow)
+	if c.CacheSize == 0 {
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.DecisionCacheSize == 0 {
+		c.DecisionCacheSize = DefaultDecisionCacheSize
+	}
+	if c.RateLimit == 0 {
+		c.RateLimit = DefaultRateLimit
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = DefaultRateBurst
+	}
+	if c.UniqueNames == 0 {
+		c.UniqueNames = DefaultUniqueNames
+	}
+	if c.LongLabel == 0 {
+		c.LongLabel = DefaultLongLabel
+	}
+	if c.Entropy == 0 {
+		c.Entropy = DefaultEntropy
+	}
+	if c.EntropyMinLen == 0 {
+		c.EntropyMinLen = DefaultEntropyMinLen
+	}
+	if c.PTRDomain == "" {
+		c.PTRDomain = DefaultPTRDomain
+	}
+	if c.BlockFlags == nil {
+		c.BlockFlags = DefaultBlockFlags()
+	}
+
+	var errs []error
+	bad := func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("dnsfilter: config: %s: invalid value %v, want %s", field, v, want))
+	}
+	if c.MinTTL < 0 {
+		bad("min_ttl", c.MinTTL, "a positive duration")
+	}
+	if c.MaxTTL < c.MinTTL {
+		bad("max_ttl", c.MaxTTL, "a duration >= min_ttl ("+c.MinTTL.String()+")")
+	}
+	if c.Timeout < 0 {
+		bad("timeout", c.Timeout, "a positive duration")
+	}
+	if c.PolicyTimeout < 0 {
+		bad("policy_timeout", c.PolicyTimeout, "a positive duration")
+	}
+	if c.UniqueWindow < 0 {
+		bad("unique_window", c.UniqueWindow, "a positive duration")
+	}
+	if c.CacheSize < 0 {
+		bad("cache_size", c.CacheSize, "a positive number of entries")
+	}
+	if c.RateLimit < 0 {
+		bad("rate_limit", c.RateLimit, "a positive number of queries per second")
+	}
+	if c.RateBurst < 0 {
+		bad("rate_burst", c.RateBurst, "a positive number of queries")
+	}
+	if c.UniqueNames < 0 {
+		bad("unique_names", c.UniqueNames, "a positive number of names")
+	}
+	if c.LongLabel < 0 || c.LongLabel > 63 {
+		bad("long_label", c.LongLabel, "1..63 characters")
+	}
+	if c.Entropy < 0 || c.Entropy > 8 {
+		bad("entropy", c.Entropy, "0..8 bits per character")
+	}
+	if c.EntropyMinLen < 0 || c.EntropyMinLen > 63 {
+		bad("entropy_min_len", c.EntropyMinLen, "1..63 characters")
+	}
+	out := &compiled{block: map[string]bool{}}
+	for _, fl := range c.BlockFlags {
+		if !knownFlags[fl] {
+			bad("block_flags", strconv.Quote(fl), "one of rate_limited, many_unique_names, long_label, high_entropy")
+			continue
+		}
+		out.block[fl] = true
+	}
+	if len(c.Upstreams) == 0 {
+		bad("upstreams", "[]", `at least one "IP:PORT" or "tls://IP:PORT#SERVERNAME"`)
+	}
+	for i, u := range c.Upstreams {
+		spec, err := parseUpstream(u)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("dnsfilter: config: upstreams[%d]: %w", i, err))
+			continue
+		}
+		out.upstreams = append(out.upstreams, spec)
+	}
+	allow, err := ipguard.ParsePrefixes("dnsfilter: config: allow_cidrs", c.AllowCIDRs)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	out.allow = allow
+	out.tlsConfig = c.TLSConfig
+	if out.tlsConfig == nil && c.TLSCAFile != "" {
+		pem, err := os.ReadFile(c.TLSCAFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("dnsfilter: config: tls_ca_file: %w", err))
+		} else {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				errs = append(errs, fmt.Errorf("dnsfilter: config: tls_ca_file: %q holds no PEM certificate", c.TLSCAFile))
+			}
+			out.tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out.Config = c
+	return out, nil
+}
+
+func parseUpstream(s string) (upstreamSpec, error) {
+	var spec upstreamSpec
+	rest := s
+	switch {
+	case strings.HasPrefix(rest, "tls://"):
+		spec.tls = true
+		rest = strings.TrimPrefix(rest, "tls://")
+		var ok bool
+		rest, spec.serverName, ok = strings.Cut(rest, "#")
+		if !ok || spec.serverName == "" {
+			return spec, fmt.Errorf("invalid value %q, want tls://IP:PORT#SERVERNAME (the name the certificate is verified for)", s)
+		}
+	case strings.HasPrefix(rest, "udp://"):
+		rest = strings.TrimPrefix(rest, "udp://")
+	case strings.Contains(rest, "://"):
+		return spec, fmt.Errorf("invalid value %q, want IP:PORT or tls://IP:PORT#SERVERNAME", s)
+	}
+	ap, err := netip.ParseAddrPort(rest)
+	if err != nil || ap.Port() == 0 {
+		return spec, fmt.Errorf("invalid value %q, want an IP literal with a port such as 1.1.1.1:53", s)
+	}
+	spec.addr = ap.String()
+	return spec, nil
+}

@@ -1,0 +1,127 @@
+package dnsfilter
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/publicsuffix"
+	"golang.org/x/time/rate"
+)
+
+// maxTrackedNames bounds the names remembered per registered domain per window:
+// once a domain is over its threshold there is nothing more to learn from it.
+const maxTrackedNames = 4096
+
+// maxTrackedDomains bounds the registered domains tracked per sandbox per window.
+const maxTrackedDomains = 4096
+
+// signals computes one sandbox's exfiltration flags. It is safe for concurrent use.
+type signals struct {
+	cfg     *compiled
+	limiter *rate.Limiter
+
+	mu          sync.Mutex
+	windowStart time.Time
+	domains     map[string]*domainNames
+}
+
+type domainNames struct {
+	names map[string]struct{}
+	count int // distinct names seen, saturating at maxTrackedNames+1
+}
+
+func newSignals(cfg *compiled) *signals {
+	return &signals{
+		cfg:     cfg,
+		limiter: rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.RateBurst),
+		domains: make(map[string]*domainNames),
+	}
+}
+
+// flags returns the flags a query for the normalized name earns, appended to dst.
+func (s *signals) flags(dst []string, name string, now time.Time) []string {
+	if !s.limiter.AllowN(now, 1) {
+		dst = append(dst, FlagRateLimited)
+	}
+	if s.unique(name, now) {
+		dst = append(dst, FlagManyUniqueNames)
+	}
+	long, entropic := labelSignals(name, s.cfg.LongLabel, s.cfg.EntropyMinLen, s.cfg.Entropy)
+	if long {
+		dst = append(dst, FlagLongLabel)
+	}
+	if entropic {
+		dst = append(dst, FlagHighEntropy)
+	}
+	return dst
+}
+
+// unique records name under its registered domain and reports whether that domain
+// is over the distinct-name threshold in the current window.
+func (s *signals) unique(name string, now time.Time) bool {
+	reg, err := publicsuffix.EffectiveTLDPlusOne(name)
+	if err != nil {
+		// A bare public suffix (or an IP-like name): count it under itself.
+		reg = name
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.windowStart) >= s.cfg.UniqueWindow || now.Before(s.windowStart) {
+		s.windowStart = now
+		clear(s.domains)
+	}
+	d := s.domains[reg]
+	if d == nil {
+		if len(s.domains) >= maxTrackedDomains {
+			// Too many registered domains in one window is itself a signal.
+			return true
+		}
+		d = &domainNames{names: make(map[string]struct{}, 4)}
+		s.domains[strings.Clone(reg)] = d
+	}
+	if _, seen := d.names[name]; !seen && d.count <= maxTrackedNames {
+		d.count++
+		if d.count <= maxTrackedNames {
+			d.names[strings.Clone(name)] = struct{}{}
+		}
+	}
+	return d.count > s.cfg.UniqueNames
+}
+
+// labelSignals reports whether any label of name is longer than longLabel, and
+// whether any label of at least minLen characters has a Shannon entropy of at least
+// threshold bits per character.
+func labelSignals(name string, longLabel, minLen int, threshold float64) (long, entropic bool) {
+	for label := range strings.SplitSeq(name, ".") {
+		if len(label) > longLabel {
+			long = true
+		}
+		if !entropic && len(label) >= minLen && shannon(label) >= threshold {
+			entropic = true
+		}
+	}
+	return long, entropic
+}
+
+// shannon is the Shannon entropy of s in bits per byte.
+func shannon(s string) float64 {
+	if s == "" {
+		return 0
+	}
+	var counts [256]uint16
+	for i := 0; i < len(s); i++ {
+		counts[s[i]]++
+	}
+	n := float64(len(s))
+	var h float64
+	for _, c := range counts {
+		if c == 0 {
+			continue
+		}
+		p := float64(c) / n
+		h -= p * math.Log2(p)
+	}
+	return h
+}

@@ -1,0 +1,338 @@
+package dnsfilter
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// Reason ids dnsfilter puts on the audit record for its own (non-policy) verdicts,
+// and the one it reads from policy.
+const (
+	// ReasonQTypeOptIn, on an allowed decision, lets a restricted query type
+	// (TXT, MX, SRV, NULL, ...) through for that name. See the package doc.
+	ReasonQTypeOptIn  = "dns_qtype_optin"
+	ReasonMalformed   = "dns_malformed"
+	ReasonBadName     = "dns_bad_name"
+	ReasonIPLiteral   = "dns_ip_literal"
+	ReasonFlagBlocked = "dns_flag_blocked"
+	ReasonQTypeRefuse = "dns_qtype_refused"
+	ReasonUpstream    = "dns_upstream_failed"
+	ReasonAuditFailed = "dns_audit_failed"
+)
+
+// query is the per-query context: created once in ServeDNS, filled by each stage,
+// read by the audit record.
+type query struct {
+	start    time.Time
+	name     string // normalized, no trailing dot ("" until normalized)
+	qtype    uint16
+	proto    string
+	flags    []string
+	flagBuf  [5]string
+	dec      *decided
+	reasons  []audit.Reason // when set, wins over dec.Reasons
+	answers  []audit.Answer
+	upstream string
+	errMsg   string
+}
+
+// ServeDNS is the request path, in the order the package doc gives. It writes
+// exactly one audit record and then exactly one reply.
+func (s *sandboxServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	q := &query{start: time.Now(), proto: "udp"}
+	if _, ok := w.LocalAddr().(*net.TCPAddr); ok {
+		q.proto = "tcp"
+	}
+	rcode, rrs := s.resolve(q, req)
+	s.reply(w, req, q, rcode, rrs)
+}
+
+// resolve runs every stage and returns the rcode and answer records for the reply.
+func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
+	if req.Opcode != dns.OpcodeQuery || req.Response {
+		q.reasons, q.errMsg = reasonMalformed, "not a query"
+		return dns.RcodeNotImplemented, nil
+	}
+	if len(req.Question) != 1 {
+		q.reasons, q.errMsg = reasonMalformed, "want exactly one question"
+		return dns.RcodeFormatError, nil
+	}
+	qq := req.Question[0]
+	q.qtype = qq.Qtype
+	switch qq.Qclass {
+	case dns.ClassINET:
+	case dns.ClassCHAOS, dns.ClassHESIOD:
+		q.reasons, q.errMsg = reasonBadName, "class "+dns.ClassToString[qq.Qclass]+" is not served"
+		return dns.RcodeRefused, nil
+	default:
+		q.reasons, q.errMsg = reasonMalformed, "bad class "+dns.Class(qq.Qclass).String()
+		return dns.RcodeFormatError, nil
+	}
+	if strings.IndexByte(qq.Name, '\\') >= 0 {
+		// miekg/dns escapes dots inside labels and bytes outside printable ASCII:
+		// no host name has them.
+		q.errMsg = "escaped bytes in name " + qq.Name
+		q.reasons = reasonBadName
+		return dns.RcodeFormatError, nil
+	}
+	name, err := hostname.Normalize(lowerASCII(qq.Name))
+	if err != nil {
+		q.reasons, q.errMsg = reasonBadName, err.Error()
+		return dns.RcodeRefused, nil
+	}
+	q.name = name
+	if _, err := netip.ParseAddr(name); err == nil {
+		// "1.2.3.4" (or "0x7f.1") asked as a name: no such name, never forwarded.
+		q.reasons = reasonIPLiteral
+		return dns.RcodeNameError, nil
+	}
+
+	now := q.start
+	q.flags = s.sig.flags(q.flagBuf[:0], name, now)
+	for _, fl := range q.flags {
+		if s.f.cfg.block[fl] {
+			q.reasons = []audit.Reason{{ID: ReasonFlagBlocked, Msg: "flag " + fl + " blocks by configuration"}}
+			return dns.RcodeNameError, nil
+		}
+	}
+	q.dec = s.decide(q)
+	if !q.dec.d.Permit() {
+		return dns.RcodeNameError, nil
+	}
+
+	switch q.qtype {
+	case dns.TypeA, dns.TypeCNAME:
+		return s.lookup(q)
+	case dns.TypeAAAA:
+		if s.f.cfg.IPv6 {
+			return s.lookup(q)
+		}
+		return dns.RcodeSuccess, nil
+	case dns.TypeHTTPS, dns.TypeSVCB:
+		return dns.RcodeSuccess, nil
+	case dns.TypePTR:
+		if target, ok := s.ptr[name]; ok {
+			rr := &dns.PTR{Hdr: dns.RR_Header{Name: qq.Name, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: uint32(s.f.cfg.MinTTL / time.Second)}, Ptr: target}
+			q.answers = []audit.Answer{{Type: "PTR", Data: target, TTL: rr.Hdr.Ttl}}
+			return dns.RcodeSuccess, []dns.RR{rr}
+		}
+		return dns.RcodeNameError, nil
+	case dns.TypeANY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB,
+		dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeNone, dns.TypeReserved:
+		q.reasons = reasonQTypeRefused
+		return dns.RcodeRefused, nil
+	}
+	if q.dec.d.Allowed && hasReason(q.dec.d.Reasons, ReasonQTypeOptIn) {
+		return s.lookup(q)
+	}
+	q.reasons = reasonQTypeRefused
+	return dns.RcodeRefused, nil
+}
+
+var (
+	reasonMalformed    = []audit.Reason{{ID: ReasonMalformed, Msg: "malformed query"}}
+	reasonBadName      = []audit.Reason{{ID: ReasonBadName, Msg: "not a valid host name"}}
+	reasonIPLiteral    = []audit.Reason{{ID: ReasonIPLiteral, Msg: "an IP literal is not a name"}}
+	reasonQTypeRefused = []audit.Reason{{ID: ReasonQTypeRefuse, Msg: "query type not allowed for this name"}}
+	reasonUpstream     = []audit.Reason{{ID: ReasonUpstream, Msg: "no upstream answered"}}
+	reasonAuditFailed  = []audit.Reason{{ID: ReasonAuditFailed, Msg: "audit record could not be written"}}
+)
+
+func hasReason(rs []policy.Reason, id string) bool {
+	for _, r := range rs {
+		if r.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// decided is a policy decision with its reasons already in audit form, so a
+// cached decision costs no conversion per query.
+type decided struct {
+	d       policy.Decision
+	reasons []audit.Reason
+}
+
+// decide asks policy, or the decision cache when the query carries no flags.
+func (s *sandboxServer) decide(q *query) *decided {
+	var rev string
+	cacheable := s.dcache != nil && len(q.flags) == 0
+	key := cacheKey{q.name, q.qtype}
+	if cacheable {
+		rev = s.f.revOf()
+		if d := s.dcache.get(rev, key); d != nil {
+			return d
+		}
+	}
+	in := &policy.Input{
+		Kind:    policy.KindDNS,
+		Sandbox: s.sb,
+		Destination: policy.Destination{
+			Host: q.name, Port: 53, Suffixes: hostname.Suffixes(q.name), Protocol: q.proto,
+		},
+		DNS: &policy.DNS{QName: q.name, QType: qtypeString(q.qtype), Flags: q.flags},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.f.cfg.PolicyTimeout)
+	d := &decided{d: s.f.dec.Decide(ctx, in)}
+	cancel()
+	d.reasons = auditReasons(d.d.Reasons)
+	if cacheable && d.d.Err == nil && d.d.Rev == rev {
+		s.dcache.put(rev, key, d)
+	}
+	return d
+}
+
+// lookup answers from the shared cache or the upstreams.
+func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.f.cfg.Timeout*time.Duration(len(s.f.res.upstreams)+1))
+	defer cancel()
+	a, hit, err := s.f.res.lookup(ctx, q.name, q.qtype)
+	if err != nil {
+		q.reasons, q.errMsg = reasonUpstream, err.Error()
+		return dns.RcodeServerFailure, nil
+	}
+	q.upstream = a.upstream
+	if hit {
+		q.upstream = "cache"
+	}
+	if a.dropped > 0 {
+		q.flags = append(q.flags, FlagRebindingDropped)
+	}
+	v := a.view(time.Now())
+	q.answers = v.audit
+	return a.rcode, v.rrs
+}
+
+// reply writes the audit record, then the reply. When the audit record cannot be
+// written, a reply that would have let the query through becomes SERVFAIL.
+func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcode int, rrs []dns.RR) {
+	rec := &audit.Record{
+		ID:       s.f.nextID(),
+		Sandbox:  s.sb.ID,
+		Kind:     string(policy.KindDNS),
+		Host:     q.name,
+		Port:     53,
+		Protocol: q.proto,
+		QName:    q.name,
+		RCode:    rcodeString(rcode),
+		Answers:  q.answers,
+		Upstream: q.upstream,
+		Flags:    q.flags,
+		Error:    q.errMsg,
+	}
+	if len(req.Question) > 0 {
+		rec.QType = qtypeString(req.Question[0].Qtype)
+		if q.name == "" {
+			rec.QName = req.Question[0].Name
+		}
+	}
+	decision := "deny"
+	if q.dec != nil {
+		d := &q.dec.d
+		rec.Mode, rec.PolicyRev = string(d.Mode), d.Rev
+		switch {
+		case d.Err != nil:
+			decision = "error"
+			rec.Error = d.Err.Error()
+		case d.Allowed && q.reasons == nil:
+			decision = "allow"
+		}
+		rec.Reasons = q.dec.reasons
+	}
+	if q.reasons != nil {
+		rec.Reasons = q.reasons
+	}
+	rec.Decision = decision
+	rec.DurationMS = float64(time.Since(q.start).Microseconds()) / 1000
+	if err := s.f.alog.Log(rec); err != nil {
+		s.f.log.Error("audit failed, refusing query", "sandbox", s.sb.ID, "qname", q.name, "error", err)
+		if rcode == dns.RcodeSuccess || len(rrs) > 0 {
+			rcode, rrs = dns.RcodeServerFailure, nil
+		}
+	}
+
+	resp := new(dns.Msg)
+	resp.SetRcode(req, rcode)
+	resp.RecursionAvailable = true
+	resp.Answer = rrs
+	size := dns.MinMsgSize
+	if opt := req.IsEdns0(); opt != nil {
+		size = max(dns.MinMsgSize, min(int(opt.UDPSize()), DefaultEDNSSize))
+		resp.SetEdns0(DefaultEDNSSize, false)
+	}
+	if q.proto == "udp" {
+		resp.Truncate(size)
+	} else {
+		resp.Truncate(dns.MaxMsgSize)
+	}
+	if err := w.WriteMsg(resp); err != nil && !errors.Is(err, net.ErrClosed) {
+		s.f.log.Warn("write reply", "sandbox", s.sb.ID, "error", err)
+	}
+}
+
+// auditReasons converts policy reasons; the common no-reason case allocates nothing.
+func auditReasons(rs []policy.Reason) []audit.Reason {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]audit.Reason, len(rs))
+	for i, r := range rs {
+		out[i] = audit.Reason{ID: r.ID, Msg: r.Msg}
+	}
+	return out
+}
+
+// lowerASCII lowercases s only when it has an upper-case ASCII letter, so that
+// the common lower-case name takes hostname.Normalize's fast path.
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}
+
+// decisionCache holds one sandbox's decisions for flagless questions under one
+// policy revision; a new revision empties it.
+type decisionCache struct {
+	mu  sync.RWMutex
+	rev string
+	max int
+	m   map[cacheKey]*decided
+}
+
+func newDecisionCache(max int) *decisionCache {
+	return &decisionCache{max: max, m: make(map[cacheKey]*decided)}
+}
+
+func (c *decisionCache) get(rev string, k cacheKey) *decided {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.rev != rev {
+		return nil
+	}
+	return c.m[k]
+}
+
+func (c *decisionCache) put(rev string, k cacheKey, d *decided) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rev != rev || len(c.m) >= c.max {
+		clear(c.m)
+		c.rev = rev
+	}
+	c.m[k] = d
+}

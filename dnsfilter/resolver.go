@@ -1,0 +1,386 @@
+package dnsfilter
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/miekg/dns"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/ipguard"
+)
+
+// Resolver resolves names through the configured upstreams with the shared cache,
+// singleflight and rebinding filter. The Filter answers sandboxes from it and the
+// gateway's dialer calls LookupNetIP on it, so both see the same addresses.
+type Resolver struct {
+	cfg       *compiled
+	guard     *ipguard.Guard
+	log       *slog.Logger
+	upstreams []*upstream
+	cache     *lru.Cache[cacheKey, *answer]
+	flight    singleflight.Group
+	now       func() time.Time
+}
+
+type cacheKey struct {
+	name  string // normalized, no trailing dot
+	qtype uint16
+}
+
+// answer is one cached upstream result, already filtered. It is immutable once
+// cached, except for its rendered view.
+type answer struct {
+	rcode    int
+	rrs      []dns.RR // answer section: CNAMEs and records of the asked type
+	expires  time.Time
+	upstream string
+	dropped  int // records removed by the rebinding guard
+	rendered atomic.Pointer[rendered]
+}
+
+// rendered is an answer's records with TTLs for one second of remaining life,
+// shared read-only by every reply in that second (dns.Msg.Pack does not modify RRs).
+type rendered struct {
+	sec   int64
+	rrs   []dns.RR
+	audit []audit.Answer
+}
+
+// upstream is one configured resolver.
+type upstream struct {
+	spec upstreamSpec
+	udp  *dns.Client
+	tcp  *dns.Client // TCP fallback, or the TLS client for DNS over TLS
+}
+
+func newResolver(cfg *compiled, guard *ipguard.Guard, log *slog.Logger) (*Resolver, error) {
+	cache, err := lru.New[cacheKey, *answer](cfg.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("dnsfilter: cache_size: %w", err)
+	}
+	r := &Resolver{cfg: cfg, guard: guard, log: log, cache: cache, now: time.Now}
+	for _, spec := range cfg.upstreams {
+		u := &upstream{spec: spec}
+		if spec.tls {
+			tc := &tls.Config{MinVersion: tls.VersionTLS12}
+			if cfg.tlsConfig != nil {
+				tc = cfg.tlsConfig.Clone()
+			}
+			tc.ServerName = spec.serverName
+			tc.InsecureSkipVerify = false
+			u.tcp = &dns.Client{Net: "tcp-tls", TLSConfig: tc, Timeout: cfg.Timeout}
+		} else {
+			u.udp = &dns.Client{Net: "udp", UDPSize: DefaultEDNSSize, Timeout: cfg.Timeout}
+			u.tcp = &dns.Client{Net: "tcp", Timeout: cfg.Timeout}
+		}
+		r.upstreams = append(r.upstreams, u)
+	}
+	return r, nil
+}
+
+// errUpstream is returned when no upstream gave a usable answer.
+var errUpstream = errors.New("dnsfilter: no upstream answered")
+
+// lookup returns the filtered answer for name (normalized, no trailing dot) and
+// qtype, from the cache or from one shared upstream exchange.
+func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) (*answer, bool, error) {
+	key := cacheKey{name, qtype}
+	if a, ok := r.cache.Get(key); ok {
+		if r.now().Before(a.expires) {
+			return a, true, nil
+		}
+		r.cache.Remove(key)
+	}
+	ch := r.flight.DoChan(name+"/"+dns.TypeToString[qtype], func() (any, error) {
+		// Detached from any one caller: a caller that gives up must not fail the
+		// others waiting on the same exchange.
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout*time.Duration(len(r.upstreams)+1))
+		defer cancel()
+		a, err := r.exchange(ctx, name, qtype)
+		if err != nil {
+			return nil, err
+		}
+		if a.rcode == dns.RcodeSuccess || a.rcode == dns.RcodeNameError {
+			r.cache.Add(key, a)
+		}
+		return a, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, false, res.Err
+		}
+		return res.Val.(*answer), false, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+}
+
+// exchange asks the upstreams in order until one gives NOERROR or NXDOMAIN.
+func (r *Resolver) exchange(ctx context.Context, name string, qtype uint16) (*answer, error) {
+	q := new(dns.Msg)
+	q.Id = dns.Id()
+	q.RecursionDesired = true
+	q.Question = []dns.Question{{Name: dns.Fqdn(name), Qtype: qtype, Qclass: dns.ClassINET}}
+	// Our own OPT: a buffer size and nothing else. The sandbox's OPT (and any
+	// client subnet in it) never leaves the filter.
+	q.SetEdns0(DefaultEDNSSize, false)
+	var errs []error
+	for _, u := range r.upstreams {
+		resp, err := u.exchange(ctx, q)
+		if err == nil {
+			err = checkResponse(q, resp)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", u.spec.addr, err))
+			continue
+		}
+		return r.filter(name, qtype, resp, u.spec.addr), nil
+	}
+	err := errors.Join(errs...)
+	r.log.Warn("upstreams failed", "qname", name, "qtype", dns.TypeToString[qtype], "error", err)
+	return nil, fmt.Errorf("%w: %w", errUpstream, err)
+}
+
+func (u *upstream) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+	if u.udp == nil {
+		resp, _, err := u.tcp.ExchangeContext(ctx, q, u.spec.addr)
+		return resp, err
+	}
+	resp, _, err := u.udp.ExchangeContext(ctx, q, u.spec.addr)
+	if err == nil && resp.Truncated {
+		resp, _, err = u.tcp.ExchangeContext(ctx, q, u.spec.addr)
+	}
+	return resp, err
+}
+
+// checkResponse makes sure resp answers q and is worth using.
+func checkResponse(q, resp *dns.Msg) error {
+	if !resp.Response {
+		return errors.New("reply without the QR bit")
+	}
+	if resp.Truncated {
+		return errors.New("reply truncated over TCP")
+	}
+	if len(resp.Question) != 1 || resp.Question[0].Qtype != q.Question[0].Qtype ||
+		!strings.EqualFold(resp.Question[0].Name, q.Question[0].Name) {
+		return errors.New("reply to a different question")
+	}
+	if resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError {
+		return fmt.Errorf("rcode %s", rcodeString(resp.Rcode))
+	}
+	return nil
+}
+
+// filter keeps the answer records that belong to the question (the CNAME chain from
+// name and records of qtype), drops addresses the guard refuses, and computes the
+// clamped expiry.
+func (r *Resolver) filter(name string, qtype uint16, resp *dns.Msg, up string) *answer {
+	now := r.now()
+	a := &answer{rcode: resp.Rcode, upstream: up}
+	minTTL := uint32(math.MaxUint32)
+	owner := dns.Fqdn(name)
+	hadAddr := false
+	keep := func(rr dns.RR) {
+		minTTL = min(minTTL, rr.Header().Ttl)
+		a.rrs = append(a.rrs, lowerOwner(rr))
+	}
+	// Follow the CNAME chain from the question's name, so records for any other
+	// owner (cache poisoning attempts, glue) are ignored.
+	for range 16 {
+		next := ""
+		for _, rr := range resp.Answer {
+			h := rr.Header()
+			if h.Class != dns.ClassINET || !strings.EqualFold(h.Name, owner) {
+				continue
+			}
+			if c, ok := rr.(*dns.CNAME); ok && qtype != dns.TypeCNAME {
+				if next == "" {
+					next = strings.ToLower(c.Target)
+					keep(rr)
+				}
+				continue
+			}
+			if h.Rrtype != qtype {
+				continue
+			}
+			if ip, ok := rrAddr(rr); ok {
+				hadAddr = true
+				if err := r.guard.Check(ip); err != nil {
+					a.dropped++
+					continue
+				}
+			}
+			keep(rr)
+		}
+		if next == "" {
+			break
+		}
+		owner = next
+	}
+	if a.dropped > 0 && hadAddr && !hasType(a.rrs, qtype) {
+		// Every address was refused: answer NODATA, not a dangling chain.
+		a.rrs = nil
+	}
+	if !hasType(a.rrs, qtype) && qtype != dns.TypeCNAME {
+		// Negative (NXDOMAIN or NODATA): the SOA says how long, RFC 2308.
+		minTTL = math.MaxUint32
+		for _, rr := range resp.Ns {
+			if soa, ok := rr.(*dns.SOA); ok {
+				minTTL = min(soa.Hdr.Ttl, soa.Minttl)
+			}
+		}
+		if minTTL == math.MaxUint32 {
+			minTTL = 0 // no SOA: MinTTL
+		}
+	}
+	ttl := time.Duration(minTTL) * time.Second
+	ttl = max(r.cfg.MinTTL, min(r.cfg.MaxTTL, ttl))
+	a.expires = now.Add(ttl)
+	return a
+}
+
+func hasType(rrs []dns.RR, t uint16) bool {
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == t {
+			return true
+		}
+	}
+	return false
+}
+
+func lowerOwner(rr dns.RR) dns.RR {
+	rr = dns.Copy(rr)
+	rr.Header().Name = strings.ToLower(rr.Header().Name)
+	return rr
+}
+
+func rrAddr(rr dns.RR) (netip.Addr, bool) {
+	switch v := rr.(type) {
+	case *dns.A:
+		ip, ok := netip.AddrFromSlice(v.A.To4())
+		return ip, ok
+	case *dns.AAAA:
+		ip, ok := netip.AddrFromSlice(v.AAAA.To16())
+		return ip.Unmap(), ok
+	}
+	return netip.Addr{}, false
+}
+
+// view returns the answer's records with TTLs counting down to expiry.
+func (a *answer) view(now time.Time) *rendered {
+	remaining := a.expires.Sub(now)
+	sec := now.Unix()
+	if v := a.rendered.Load(); v != nil && v.sec == sec {
+		return v
+	}
+	ttl := uint32((remaining + time.Second - 1) / time.Second)
+	ttl = max(ttl, 1)
+	v := &rendered{sec: sec, rrs: make([]dns.RR, len(a.rrs)), audit: make([]audit.Answer, len(a.rrs))}
+	for i, rr := range a.rrs {
+		c := dns.Copy(rr)
+		c.Header().Ttl = ttl
+		v.rrs[i] = c
+		v.audit[i] = audit.Answer{Type: dns.TypeToString[c.Header().Rrtype], Data: rrData(c), TTL: ttl}
+	}
+	a.rendered.Store(v)
+	return v
+}
+
+// rrData is the record's data in presentation form, without its header.
+func rrData(rr dns.RR) string {
+	switch v := rr.(type) {
+	case *dns.A:
+		return v.A.String()
+	case *dns.AAAA:
+		return v.AAAA.String()
+	case *dns.CNAME:
+		return v.Target
+	}
+	s := rr.String()
+	hdr := rr.Header().String()
+	return strings.TrimPrefix(s, hdr)
+}
+
+// LookupNetIP resolves host to the addresses the gateway may dial: the same cached,
+// guard-filtered answers sandboxes are given. network is "ip", "ip4" or "ip6", as
+// for (*net.Resolver).LookupNetIP. An IP literal is returned as it is if the guard
+// lets it through. Policy is not consulted: the caller has already asked it about
+// the name.
+func (r *Resolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	var types []uint16
+	switch network {
+	case "ip":
+		types = []uint16{dns.TypeA}
+		if r.cfg.IPv6 {
+			types = append(types, dns.TypeAAAA)
+		}
+	case "ip4":
+		types = []uint16{dns.TypeA}
+	case "ip6":
+		if !r.cfg.IPv6 {
+			return nil, &net.DNSError{Err: "no IPv6 addresses (dnsfilter ipv6 is off)", Name: host, IsNotFound: true}
+		}
+		types = []uint16{dns.TypeAAAA}
+	default:
+		return nil, &net.DNSError{Err: "unsupported network " + network, Name: host}
+	}
+	name, err := hostname.Normalize(host)
+	if err != nil {
+		return nil, &net.DNSError{Err: err.Error(), Name: host, IsNotFound: true}
+	}
+	if ip, ok := hostname.ParseIP(name); ok {
+		if err := r.guard.Check(ip); err != nil {
+			return nil, &net.DNSError{Err: err.Error(), Name: host}
+		}
+		return []netip.Addr{ip}, nil
+	}
+	var out []netip.Addr
+	var lastErr error
+	for _, t := range types {
+		a, _, err := r.lookup(ctx, name, t)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		for _, rr := range a.rrs {
+			if ip, ok := rrAddr(rr); ok {
+				out = append(out, ip)
+			}
+		}
+	}
+	if len(out) == 0 {
+		if lastErr != nil {
+			return nil, &net.DNSError{Err: lastErr.Error(), Name: host, IsTemporary: true}
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return out, nil
+}
+
+func rcodeString(rc int) string {
+	if s, ok := dns.RcodeToString[rc]; ok {
+		return s
+	}
+	return fmt.Sprintf("RCODE%d", rc)
+}
+
+func qtypeString(t uint16) string {
+	if s, ok := dns.TypeToString[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("TYPE%d", t)
+}
