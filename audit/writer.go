@@ -64,6 +64,7 @@ type Writer struct {
 	unsynced  bool
 	idPrefix  string
 	closeErr  error
+	gate      chan struct{}
 }
 
 type item struct {
@@ -86,6 +87,13 @@ type Stats struct {
 // New opens (or creates) cfg.File, recovers a torn tail, continues the chain
 // and starts the writer goroutine. logger may be nil.
 func New(cfg Config, logger *slog.Logger) (*Writer, error) {
+	return newWriter(cfg, logger, nil)
+}
+
+// newWriter is New with a gate for tests: when gate is non-nil the writer
+// goroutine takes one value from it before each queued item, so a test can
+// hold the queue full.
+func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, error) {
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -100,6 +108,7 @@ func New(cfg Config, logger *slog.Logger) (*Writer, error) {
 		done:     make(chan struct{}),
 		buf:      make([]byte, 0, flushSize+4096),
 		lastCkpt: time.Now(),
+		gate:     gate,
 	}
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -354,6 +363,9 @@ func (w *Writer) run() {
 }
 
 func (w *Writer) handle(it *item) {
+	if w.gate != nil {
+		<-w.gate
+	}
 	if it.sync != nil {
 		w.flush()
 		w.syncFile()
