@@ -1,0 +1,378 @@
+package sandboxd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+)
+
+// Defaults applied by New (Config) and Run (Spec.Limits) to zero fields.
+const (
+	DefaultExe          = "/proc/self/exe"
+	DefaultCgroupRoot   = "/sys/fs/cgroup"
+	DefaultCgroupParent = "airlock"
+	DefaultStateDir     = "/run/airlock/sandboxd"
+	DefaultUIDBase      = 100000
+	DefaultUIDCount     = 1000
+	DefaultPoolSize     = 4
+	DefaultHostname     = "sandbox"
+	DefaultHome         = "/home/sandbox"
+
+	DefaultMemory    = 512 << 20
+	DefaultCPUs      = 1.0
+	DefaultPids      = 256
+	DefaultTimeout   = 10 * time.Minute
+	DefaultTmpSize   = 256 << 20
+	DefaultTmpInodes = 65536
+	DefaultNoFile    = 1024
+	DefaultFSize     = 1 << 30
+	DefaultOutputCap = 4 << 20
+
+	// SandboxPath is the PATH every sandboxed command gets.
+	SandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/go/bin"
+
+	// SystemCABundle is where the merged CA bundle is mounted.
+	SystemCABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+	// initPidsOverhead is added to Limits.Pids for init and the exec stage's Go
+	// runtime threads, so --pids N leaves N tasks to the command.
+	initPidsOverhead = 16
+)
+
+// DefaultInitArgs are the arguments after the executable that make the airlock
+// binary run InitMain (the hidden subcommand).
+var DefaultInitArgs = []string{"__sandbox-init"}
+
+// DefaultEnvAllow are host environment variables passed into every sandbox.
+var DefaultEnvAllow = []string{"TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ"}
+
+// DefaultHiddenPaths are masked in every sandbox when they exist: airlock's config,
+// keys, secrets, state, audit log and daemon socket.
+var DefaultHiddenPaths = []string{"/etc/airlock", "/run/airlock", "/var/lib/airlock", "/var/log/airlock"}
+
+// CAEnvVars are set to the CA bundle path when Spec.CABundle is given.
+var CAEnvVars = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT",
+	"NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO"}
+
+// CgroupMode selects the cgroup hierarchy.
+type CgroupMode string
+
+// Cgroup modes.
+const (
+	CgroupAuto CgroupMode = ""   // detect: cgroup2 mounted at CgroupRoot means v2
+	CgroupV1   CgroupMode = "v1" // per-controller hierarchies (hybrid hosts)
+	CgroupV2   CgroupMode = "v2" // unified hierarchy
+)
+
+// Config configures an Executor. Zero fields take the Default* values.
+type Config struct {
+	// Exe is the binary re-executed as the sandbox init. Default /proc/self/exe.
+	Exe string
+	// InitArgs follow Exe on the command line; nil means DefaultInitArgs. Tests whose
+	// TestMain dispatches on the stage marker pass an empty, non-nil slice.
+	InitArgs []string
+	// CgroupRoot is where cgroups are mounted. Default /sys/fs/cgroup.
+	CgroupRoot string
+	// CgroupMode forces v1 or v2; empty detects.
+	CgroupMode CgroupMode
+	// CgroupParent is the directory, under each hierarchy's root, that holds the
+	// per-sandbox cgroups (named airlock-<slot id>). Default "airlock".
+	CgroupParent string
+	// StateDir holds the lock files that make uid and cgroup slots unique across
+	// processes. Default /run/airlock/sandboxd.
+	StateDir string
+	// UIDBase and UIDCount give the range of per-sandbox uids (gid = uid). Default
+	// 100000 and 1000. No two live sandboxes on the host share a uid.
+	UIDBase  int
+	UIDCount int
+	// PoolSize is how many slots (uid + cgroup) are kept ready. Default 4; -1 disables.
+	PoolSize int
+	// EnvAllow names host environment variables copied into every sandbox.
+	// nil means DefaultEnvAllow.
+	EnvAllow []string
+	// HiddenPaths are masked in every sandbox (plus Spec.Hidden). nil means
+	// DefaultHiddenPaths.
+	HiddenPaths []string
+	// Hostname is the sandbox's UTS hostname. Default "sandbox".
+	Hostname string
+	// Home is $HOME inside the sandbox; its parent directory gets a tmpfs. Default
+	// /home/sandbox.
+	Home string
+	// Limits are the defaults for Spec.Limits fields left zero.
+	Limits Limits
+}
+
+// Limits caps one sandbox. Zero fields take the executor's Config.Limits, then the
+// Default* constants.
+type Limits struct {
+	Memory    int64         // bytes of memory (RAM + swap: swap is never an escape)
+	CPUs      float64       // CPU quota in cores
+	Pids      int64         // tasks (processes and threads) the command may have
+	Timeout   time.Duration // wall clock from start; the whole tree dies when it passes
+	TmpSize   int64         // bytes for each of the /tmp and $HOME tmpfs
+	TmpInodes int64         // inodes for each tmpfs
+	NoFile    uint64        // RLIMIT_NOFILE
+	FSize     int64         // RLIMIT_FSIZE (largest file a process may write)
+	OutputCap int64         // bytes of stdout and of stderr kept in Result
+	IO        []IOLimit     // block I/O throttles (v2 io.max, v1 blkio.throttle)
+}
+
+// IOLimit throttles one block device. Zero rates are unlimited.
+type IOLimit struct {
+	Device    string // "major:minor"
+	ReadBPS   uint64
+	WriteBPS  uint64
+	ReadIOPS  uint64
+	WriteIOPS uint64
+}
+
+// Spec is one command to run.
+type Spec struct {
+	// ID names the sandbox in audit records. Default: the slot id.
+	ID string
+	// Argv is the command; Argv[0] is looked up in SandboxPath.
+	Argv []string
+	// Env is explicit "K=V" entries, added after the allow-listed host variables and
+	// the proxy and CA variables (later entries win).
+	Env []string
+	// Dir is the working directory inside the sandbox. Default: the workspace when
+	// set, else $HOME.
+	Dir string
+	// NetNS is the network namespace to join (a /run/netns path or /proc/PID/ns/net).
+	// Empty gives a fresh namespace with only lo.
+	NetNS string
+	// Workspace is a host directory bound read-write at WorkspaceTarget.
+	Workspace string
+	// WorkspaceTarget is where the workspace appears inside. Default: same path.
+	WorkspaceTarget string
+	// RootFS is a directory used as the root (pivot_root) instead of the host root.
+	RootFS string
+	// CABundle is the merged trust bundle mounted over SystemCABundle; the CA
+	// environment variables point at it.
+	CABundle string
+	// Proxy is the proxy URL for HTTP_PROXY, HTTPS_PROXY and ALL_PROXY (both cases).
+	Proxy string
+	// NoProxy is NO_PROXY (both cases). Default "localhost,127.0.0.1,::1" when Proxy
+	// is set.
+	NoProxy string
+	// Hidden paths are masked in addition to Config.HiddenPaths.
+	Hidden []string
+	// Stdin feeds the command; nil means /dev/null.
+	Stdin io.Reader
+	// Stdout and Stderr receive the output live (tee) in addition to the capture.
+	Stdout io.Writer
+	Stderr io.Writer
+	// Limits for this run.
+	Limits Limits
+	// Labels are copied nowhere but the audit record's sandbox id; reserved.
+}
+
+// Result is how a run ended.
+type Result struct {
+	ID           string
+	ExitCode     int    // valid when Signal is 0
+	Signal       int    // the signal that ended the command, 0 if it exited
+	TimedOut     bool   // the wall-clock limit passed and the tree was killed
+	OOMKilled    bool   // the cgroup's OOM-kill counter moved
+	PidsLimitHit bool   // the cgroup refused a fork at pids.max
+	Wall         time.Duration
+	CPU          time.Duration // user+system of the whole cgroup
+	PeakMemory   int64         // bytes
+	StdoutBytes  int64         // bytes the command wrote, including any discarded
+	StderrBytes  int64
+	Truncated    bool // either stream exceeded OutputCap
+	Stdout       []byte
+	Stderr       []byte
+	UID          int           // the sandbox's uid (and gid)
+	StartLatency time.Duration // create-to-exec: Run called until the command's execve succeeded
+}
+
+// ExitStatus maps a result to a shell-style status for `airlock run`: 124 on
+// timeout, 137 on OOM kill, 128+n on signal n, else the command's exit code.
+func (r *Result) ExitStatus() int {
+	switch {
+	case r.TimedOut:
+		return 124
+	case r.OOMKilled:
+		return 137
+	case r.Signal != 0:
+		return 128 + r.Signal
+	}
+	return r.ExitCode
+}
+
+func (c *Config) applyDefaults() {
+	if c.Exe == "" {
+		c.Exe = DefaultExe
+	}
+	if c.InitArgs == nil {
+		c.InitArgs = DefaultInitArgs
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = DefaultCgroupParent
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = DefaultUIDBase
+	}
+	if c.UIDCount == 0 {
+		c.UIDCount = DefaultUIDCount
+	}
+	if c.PoolSize == 0 {
+		c.PoolSize = DefaultPoolSize
+	}
+	if c.EnvAllow == nil {
+		c.EnvAllow = DefaultEnvAllow
+	}
+	if c.HiddenPaths == nil {
+		c.HiddenPaths = DefaultHiddenPaths
+	}
+	if c.Hostname == "" {
+		c.Hostname = DefaultHostname
+	}
+	if c.Home == "" {
+		c.Home = DefaultHome
+	}
+	c.Limits = c.Limits.withDefaults(Limits{
+		Memory: DefaultMemory, CPUs: DefaultCPUs, Pids: DefaultPids, Timeout: DefaultTimeout,
+		TmpSize: DefaultTmpSize, TmpInodes: DefaultTmpInodes, NoFile: DefaultNoFile,
+		FSize: DefaultFSize, OutputCap: DefaultOutputCap,
+	})
+}
+
+func (c *Config) validate() error {
+	switch c.CgroupMode {
+	case CgroupAuto, CgroupV1, CgroupV2:
+	default:
+		return fmt.Errorf("sandboxd: cgroup_mode %q: want \"\", \"v1\" or \"v2\"", c.CgroupMode)
+	}
+	if c.UIDBase < 1000 || c.UIDBase+c.UIDCount > 1<<31-2 {
+		return fmt.Errorf("sandboxd: uid_base %d: want >= 1000 with uid_base+uid_count < 2^31-1", c.UIDBase)
+	}
+	if c.UIDCount < 1 {
+		return fmt.Errorf("sandboxd: uid_count %d: want >= 1", c.UIDCount)
+	}
+	if c.PoolSize < -1 {
+		return fmt.Errorf("sandboxd: pool_size %d: want -1 (off) or >= 0", c.PoolSize)
+	}
+	if filepath.Base(c.CgroupParent) != c.CgroupParent || c.CgroupParent == "." || c.CgroupParent == ".." {
+		return fmt.Errorf("sandboxd: cgroup_parent %q: want a single directory name", c.CgroupParent)
+	}
+	for _, p := range []struct{ name, v string }{{"exe", c.Exe}, {"cgroup_root", c.CgroupRoot}, {"state_dir", c.StateDir}, {"home", c.Home}} {
+		if !filepath.IsAbs(p.v) {
+			return fmt.Errorf("sandboxd: %s %q: want an absolute path", p.name, p.v)
+		}
+	}
+	if filepath.Dir(c.Home) == "/" {
+		return fmt.Errorf("sandboxd: home %q: want a path below a top-level directory (its parent gets a tmpfs)", c.Home)
+	}
+	for _, h := range c.HiddenPaths {
+		if !filepath.IsAbs(h) {
+			return fmt.Errorf("sandboxd: hidden_paths %q: want an absolute path", h)
+		}
+	}
+	return c.Limits.validate()
+}
+
+func (l Limits) withDefaults(d Limits) Limits {
+	if l.Memory == 0 {
+		l.Memory = d.Memory
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.Timeout == 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.TmpSize == 0 {
+		l.TmpSize = d.TmpSize
+	}
+	if l.TmpInodes == 0 {
+		l.TmpInodes = d.TmpInodes
+	}
+	if l.NoFile == 0 {
+		l.NoFile = d.NoFile
+	}
+	if l.FSize == 0 {
+		l.FSize = d.FSize
+	}
+	if l.OutputCap == 0 {
+		l.OutputCap = d.OutputCap
+	}
+	if l.IO == nil {
+		l.IO = d.IO
+	}
+	return l
+}
+
+func (l Limits) validate() error {
+	switch {
+	case l.Memory < 4<<20:
+		return fmt.Errorf("sandboxd: limits.memory %d: want >= 4MiB", l.Memory)
+	case l.CPUs < 0.01 || l.CPUs > 1024:
+		return fmt.Errorf("sandboxd: limits.cpus %g: want 0.01..1024", l.CPUs)
+	case l.Pids < 1:
+		return fmt.Errorf("sandboxd: limits.pids %d: want >= 1", l.Pids)
+	case l.Timeout < 0:
+		return fmt.Errorf("sandboxd: limits.timeout %s: want > 0", l.Timeout)
+	case l.TmpSize < 4096:
+		return fmt.Errorf("sandboxd: limits.tmp_size %d: want >= 4096", l.TmpSize)
+	case l.TmpInodes < 16:
+		return fmt.Errorf("sandboxd: limits.tmp_inodes %d: want >= 16", l.TmpInodes)
+	case l.NoFile < 16:
+		return fmt.Errorf("sandboxd: limits.nofile %d: want >= 16", l.NoFile)
+	case l.FSize < 1:
+		return fmt.Errorf("sandboxd: limits.fsize %d: want >= 1", l.FSize)
+	case l.OutputCap < 0:
+		return fmt.Errorf("sandboxd: limits.output_cap %d: want >= 0", l.OutputCap)
+	}
+	for _, io := range l.IO {
+		var maj, min uint32
+		if _, err := fmt.Sscanf(io.Device, "%d:%d", &maj, &min); err != nil || fmt.Sprintf("%d:%d", maj, min) != io.Device {
+			return fmt.Errorf("sandboxd: limits.io device %q: want \"major:minor\"", io.Device)
+		}
+	}
+	return nil
+}
+
+func (s *Spec) validate() error {
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		return errors.New("sandboxd: spec.argv: want a command")
+	}
+	for _, p := range []struct{ name, v string }{{"netns", s.NetNS}, {"workspace", s.Workspace},
+		{"workspace_target", s.WorkspaceTarget}, {"rootfs", s.RootFS}, {"ca_bundle", s.CABundle}, {"dir", s.Dir}} {
+		if p.v != "" && !filepath.IsAbs(p.v) {
+			return fmt.Errorf("sandboxd: spec.%s %q: want an absolute path", p.name, p.v)
+		}
+	}
+	for _, h := range s.Hidden {
+		if !filepath.IsAbs(h) {
+			return fmt.Errorf("sandboxd: spec.hidden %q: want an absolute path", h)
+		}
+	}
+	for _, e := range s.Env {
+		if i := indexByte(e, '='); i <= 0 {
+			return fmt.Errorf("sandboxd: spec.env %q: want KEY=VALUE", e)
+		}
+	}
+	return nil
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,28 @@
+// Package sandboxd is the executor: it runs one command in a fresh, resource-limited
+// sandbox and reports how it ended (DESIGN.md section 6).
+//
+// The airlock binary re-executes itself (/proc/self/exe) as the sandbox's init in new
+// mount, PID, UTS, IPC and cgroup namespaces, born inside the sandbox's network
+// namespace. The parent spawns it from a locked OS thread that first setns()es into
+// the network namespace (or the child gets a fresh one with only lo), with
+// Pdeathsig=SIGKILL; the thread stays locked and alive until the child is gone and is
+// then discarded, so neither the namespace nor the death signal leaks to other work.
+//
+// Three processes take part:
+//
+//  1. the executor (this package, in the host's airlock process) creates the cgroup,
+//     reserves a uid, spawns init and drains output;
+//  2. init (InitMain, stage "init", PID 1 of the sandbox) builds the filesystem view
+//     as root, spawns stage "exec", reaps every orphan, and when the command ends
+//     kills whatever is left in the PID namespace before reporting the status on a
+//     pipe;
+//  3. stage "exec" applies rlimits, drops to the sandbox uid and gid, drops every
+//     capability, sets no_new_privs, loads the seccomp filter on its one locked thread
+//     and execve()s the command from that thread.
+//
+// Configuration travels over pipes as JSON (fd 3), never through the environment; the
+// only environment variable init sees is the stage marker.
+//
+// sandboxd must never import gateway, dnsfilter, policy or netns: it only needs a
+// network-namespace path. It imports audit for the record type.
+package sandboxd

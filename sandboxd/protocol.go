@@ -1,0 +1,58 @@
+package sandboxd
+
+// Messages between the executor, init and the exec stage. All travel as JSON over
+// pipes: fd 3 carries configuration in, fd 4 carries events out.
+
+const (
+	// envStage marks a re-executed binary as a sandbox stage. Its value is
+	// stageInit or stageExec. It is the only variable init's environment holds.
+	envStage  = "AIRLOCK_SANDBOXD_STAGE"
+	stageInit = "init"
+	stageExec = "exec"
+
+	fdConfig = 3
+	fdStatus = 4
+)
+
+// initConfig is what init needs to build the sandbox.
+type initConfig struct {
+	Hostname        string     `json:"hostname"`
+	RootFS          string     `json:"rootfs,omitempty"`
+	Workspace       string     `json:"workspace,omitempty"`
+	WorkspaceTarget string     `json:"workspace_target,omitempty"`
+	CABundle        string     `json:"ca_bundle,omitempty"`
+	Hidden          []string   `json:"hidden,omitempty"`
+	Home            string     `json:"home"`
+	TmpSize         int64      `json:"tmp_size"`
+	TmpInodes       int64      `json:"tmp_inodes"`
+	FreshNet        bool       `json:"fresh_net"`
+	StageArgs       []string   `json:"stage_args"` // argv[1:] that re-runs this binary as a stage
+	Exec            execConfig `json:"exec"`
+}
+
+// execConfig is what the exec stage needs to become the command.
+type execConfig struct {
+	Argv   []string `json:"argv"`
+	Env    []string `json:"env"`
+	Dir    string   `json:"dir"`
+	UID    int      `json:"uid"`
+	GID    int      `json:"gid"`
+	NoFile uint64   `json:"nofile"`
+	FSize  int64    `json:"fsize"`
+	NProc  int64    `json:"nproc"`
+}
+
+// event is one line init writes on fd 4.
+type event struct {
+	Event  string `json:"event"` // started, exec_error, setup_error, exit
+	Error  string `json:"error,omitempty"`
+	Code   int    `json:"code,omitempty"`
+	Signal int    `json:"signal,omitempty"`
+}
+
+// execError is what the exec stage reports before exiting when it cannot exec.
+type execError struct {
+	Stage string `json:"stage"` // setup or exec
+	Error string `json:"error"`
+	Code  int    `json:"code"`
+}
