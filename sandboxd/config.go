@@ -172,11 +172,11 @@ type Spec struct {
 // Result is how a run ended.
 type Result struct {
 	ID           string
-	ExitCode     int    // valid when Signal is 0
-	Signal       int    // the signal that ended the command, 0 if it exited
-	TimedOut     bool   // the wall-clock limit passed and the tree was killed
-	OOMKilled    bool   // the cgroup's OOM-kill counter moved
-	PidsLimitHit bool   // the cgroup refused a fork at pids.max
+	ExitCode     int  // valid when Signal is 0
+	Signal       int  // the signal that ended the command, 0 if it exited
+	TimedOut     bool // the wall-clock limit passed and the tree was killed
+	OOMKilled    bool // the cgroup's OOM-kill counter moved
+	PidsLimitHit bool // the cgroup refused a fork at pids.max
 	Wall         time.Duration
 	CPU          time.Duration // user+system of the whole cgroup
 	PeakMemory   int64         // bytes
