@@ -1,0 +1,199 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// Attach gives the existing namespace at nsPath (/var/run/netns/x, /proc/PID/ns/net)
+// the sandbox listeners and rules, plus PREROUTING/INPUT/FORWARD rules for traffic
+// arriving on its other interfaces (tap, veth): TCP and DNS are redirected to the
+// listeners and everything else is logged and dropped. It saves the namespace's
+// iptables rules and the sysctls it changes first, so Detach (or Recover after a
+// crash) puts them back. The namespace is also bind-mounted at RunDir/airlock-<id>
+// so a restarted gateway finds it. On error the namespace is left as it was.
+func (m *Manager) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) (*Sandbox, error) {
+	if err := m.reserve(sb.ID); err != nil {
+		return nil, err
+	}
+	if err := m.prepare(); err != nil {
+		m.release(sb.ID)
+		return nil, err
+	}
+	s, err := m.attach(ctx, sb, nsPath)
+	if err != nil {
+		m.release(sb.ID)
+		m.log.Error("attach", "sandbox", sb.ID, "netns", nsPath, "error", err)
+		return nil, fmt.Errorf("netns: attach %s to %s: %w", sb.ID, nsPath, err)
+	}
+	m.mu.Lock()
+	m.sandboxes[sb.ID] = s
+	m.mu.Unlock()
+	m.log.Info("sandbox namespace attached", "sandbox", sb.ID, "netns", nsPath)
+	return s, nil
+}
+
+func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) (s *Sandbox, err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	target, err := nsInode(nsPath)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", nsPath, err)
+	}
+	host, err := nsInode("/proc/self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	if target == host {
+		return nil, errors.New("refusing to attach to the gateway's own network namespace")
+	}
+	m.mu.Lock()
+	for _, other := range m.sandboxes {
+		if other == nil {
+			continue
+		}
+		if ino, err := nsInode(other.Path); err == nil && ino == target {
+			m.mu.Unlock()
+			return nil, fmt.Errorf("namespace already managed as sandbox %q", other.ID)
+		}
+	}
+	m.mu.Unlock()
+
+	path := m.nsPath(sb.ID)
+	if err := m.step("namespace"); err != nil {
+		return nil, err
+	}
+	if err := bindMount(nsPath, path); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { unmountRemove(path) })
+	h, err := vnetns.GetFromPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer h.Close()
+
+	if err := m.step("save"); err != nil {
+		return nil, err
+	}
+	backend, saved, err := m.chooseAttachBackend(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	links, err := linkNames(h)
+	if err != nil {
+		return nil, err
+	}
+	want := attachSysctls(links)
+	oldSysctls, err := readSysctls(h, want)
+	if err != nil {
+		return nil, err
+	}
+	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: backend, Attached: true, Source: nsPath, SavedRules: saved, SavedSysctls: oldSysctls}
+	if err := m.step("state"); err != nil {
+		return nil, err
+	}
+	if err := m.writeState(st); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { m.removeState(sb.ID) })
+	// From here on the namespace is being changed: undo restores it.
+	undo = append(undo, func() {
+		uh, err := vnetns.GetFromPath(path)
+		if err == nil {
+			err = m.restoreNamespace(ctx, uh, st)
+			uh.Close()
+		}
+		if err != nil {
+			m.log.Error("attach: undo", "sandbox", sb.ID, "error", err)
+		}
+	})
+	if err := m.step("sysctl"); err != nil {
+		return nil, err
+	}
+	if err := writeSysctls(h, want); err != nil {
+		return nil, err
+	}
+	if err := m.step("rules"); err != nil {
+		return nil, err
+	}
+	if err := m.ipt.Restore(ctx, h, backend, m.ruleSpec(true).render(), true); err != nil {
+		return nil, fmt.Errorf("install rules: %w", err)
+	}
+	own, err := nsAddrs(h)
+	if err != nil {
+		return nil, err
+	}
+	s = &Sandbox{ID: sb.ID, Labels: maps.Clone(sb.Labels), Path: path, Attached: true, Source: nsPath, Own: own}
+	if err := m.serve(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// chooseAttachBackend saves the namespace's rules with the configured backend.
+// With auto, a namespace whose rules live only in the other backend is handled
+// with that one, so the two are never mixed.
+func (m *Manager) chooseAttachBackend(ctx context.Context, h vnetns.NsHandle) (string, string, error) {
+	saved, err := m.ipt.Save(ctx, h, m.backend)
+	if err != nil {
+		return "", "", fmt.Errorf("save rules: %w", err)
+	}
+	if m.cfg.IPTables != IPTablesAuto || hasRules(saved) {
+		return m.backend, saved, nil
+	}
+	other := IPTablesNFT
+	if m.backend == IPTablesNFT {
+		other = IPTablesLegacy
+	}
+	if _, err := resolveBackend(other); err != nil {
+		return m.backend, saved, nil
+	}
+	if otherSaved, err := m.ipt.Save(ctx, h, other); err == nil && hasRules(otherSaved) {
+		return other, otherSaved, nil
+	}
+	return m.backend, saved, nil
+}
+
+// restoreNamespace puts back the rules and sysctls saved in st.
+func (m *Manager) restoreNamespace(ctx context.Context, h vnetns.NsHandle, st *state) error {
+	var errs []error
+	if err := m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false); err != nil {
+		errs = append(errs, fmt.Errorf("restore rules: %w", err))
+	}
+	if err := writeSysctls(h, st.SavedSysctls); err != nil {
+		errs = append(errs, fmt.Errorf("restore sysctls: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// restoreAttached restores the attached namespace at path from its state file
+// and removes the bind mount.
+func (m *Manager) restoreAttached(ctx context.Context, id, path string) error {
+	st, err := m.readState(id)
+	if err != nil {
+		return fmt.Errorf("read state: %w (namespace %s left as is)", err, path)
+	}
+	h, err := vnetns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	err = m.restoreNamespace(ctx, h, st)
+	h.Close()
+	if err != nil {
+		return err
+	}
+	return unmountRemove(path)
+}

@@ -1,0 +1,58 @@
+// Package netns builds and tears down the island network namespaces that give each
+// sandbox exactly one way out: the airlock gateway (DESIGN.md section 1).
+//
+// For every sandbox it owns a namespace named airlock-<id>, bind-mounted under
+// /run/netns the way `ip netns add` does: lo up, an island address on lo
+// (10.255.255.254/32 by default), the route `default dev lo src <island>`, IPv6
+// disabled. Inside it, from a locked OS thread that setns()es and is never returned
+// to the scheduler, it opens the gateway's listeners (explicit proxy 127.0.0.1:3128,
+// DNS 127.0.0.1:53 over UDP and TCP, transparent proxy 127.0.0.1:15001) and hands
+// them to a caller-owned Server. One iptables-restore run inside the namespace
+// installs the rules: TCP and UDP to port 53 go to the DNS listener, every other TCP
+// connection not to 127.0.0.0/8 goes to the transparent listener, and every other
+// packet leaving the namespace is sent to NFLOG and dropped. The NFLOG messages are
+// read from a netfilter netlink socket opened inside the namespace and written to the
+// audit log as kind "drop" records, rate limited per sandbox.
+//
+// Attach gives a namespace made by someone else (docker --network none,
+// /proc/PID/ns/net, the namespace holding a Firecracker tap) the same listeners and
+// rules, adds PREROUTING/INPUT/FORWARD rules for traffic arriving on its other
+// interfaces (tap, veth), and Detach restores the iptables rules and sysctls it
+// saved before touching anything.
+//
+// # Capabilities
+//
+// The rules and routes are the whole boundary. A process holding CAP_NET_ADMIN in
+// the namespace can delete them and a process holding CAP_NET_RAW can forge packets
+// past them. Sandboxes must therefore never hold CAP_NET_ADMIN or CAP_NET_RAW in their
+// network namespace (nor in a user namespace that owns it): the executor (package
+// sandboxd) runs sandbox processes with a non-root uid, every capability dropped
+// and no_new_privs, and callers of Attach (airlock attach for containers and VMs)
+// must keep the container or VM without those capabilities in the attached
+// namespace. For a Firecracker VM the guest only sees the tap device, so the guest's
+// root is not root in the namespace that holds the rules.
+//
+// # iptables backend
+//
+// Rules are written as iptables-restore text and applied in one run inside the
+// namespace (a goroutine locks its OS thread, setns()es, and execs iptables-restore;
+// the thread dies with the goroutine). Both iptables-nft and iptables-legacy work on
+// the development machines (Debian, iptables 1.8.9, kernel 6.18). Config.IPTables
+// "auto" uses the nf_tables backend (iptables-nft-restore) when it is installed and
+// falls back to iptables-legacy-restore; when attaching to a namespace that already
+// has legacy rules it uses legacy so the two backends are never mixed in one
+// namespace.
+//
+// # Lifecycle
+//
+// Teardown removes the listeners (Server.Stop), the rules and the namespace. Every
+// sandbox has a small state file (Config.StateDir) holding its labels and, for
+// attached namespaces, the rules and sysctls to restore, so Recover can re-attach or
+// remove the airlock-* namespaces a crashed gateway left behind. Close releases the
+// process's resources but leaves namespaces and rules in place, exactly as a crash
+// would: the sandbox then has no way out at all until Recover runs. A failed Create
+// or Attach undoes every step it took.
+//
+// This package must never import gateway or dnsfilter: callers glue them in through
+// the Server interface.
+package netns

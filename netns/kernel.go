@@ -1,0 +1,290 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// inNS runs fn on a fresh OS thread that has setns()ed into ns. The goroutine
+// locks its thread and exits without unlocking, so the runtime kills the thread
+// instead of handing a thread in the wrong namespace to other goroutines.
+func inNS(ns vnetns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: this thread's namespace is no longer the process's.
+		if err := vnetns.Set(ns); err != nil {
+			errc <- fmt.Errorf("setns: %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// newNamespace makes a new network namespace and bind-mounts it at path, the way
+// `ip netns add` does. It returns an open handle; on error nothing is left.
+func newNamespace(path string) (vnetns.NsHandle, error) {
+	type result struct {
+		h   vnetns.NsHandle
+		err error
+	}
+	rc := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Never unlocked: after unshare this thread is in the new namespace.
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			rc <- result{vnetns.None(), fmt.Errorf("unshare: %w", err)}
+			return
+		}
+		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		if err := bindMount(self, path); err != nil {
+			rc <- result{vnetns.None(), err}
+			return
+		}
+		h, err := vnetns.GetFromPath(path)
+		if err != nil {
+			unmountRemove(path)
+			rc <- result{vnetns.None(), fmt.Errorf("open %s: %w", path, err)}
+			return
+		}
+		rc <- result{h, nil}
+	}()
+	r := <-rc
+	return r.h, r.err
+}
+
+// bindMount creates the file dst and bind-mounts src onto it.
+func bindMount(src, dst string) error {
+	f, err := os.OpenFile(dst, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", dst, err)
+	}
+	f.Close()
+	if err := unix.Mount(src, dst, "none", unix.MS_BIND, ""); err != nil {
+		os.Remove(dst)
+		return fmt.Errorf("bind mount %s on %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// unmountRemove lazily unmounts path and removes the file. A missing file is not
+// an error.
+func unmountRemove(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
+}
+
+// prepareRunDir makes dir exist and be a shared mount point, as iproute2 does, so
+// that namespace mounts and unmounts propagate to mount namespaces cloned later.
+func prepareRunDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("netns: run_dir %s: %w", dir, err)
+	}
+	err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) {
+		if err = unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+			err = unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("netns: run_dir %s: make shared mount: %w", dir, err)
+	}
+	return nil
+}
+
+// nsInode identifies a namespace file.
+func nsInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// configureIsland sets up lo inside ns: up, the island address, the default route
+// through lo. All netlink work uses a handle bound to ns.
+func configureIsland(ns vnetns.NsHandle, island netip.Addr) error {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink handle: %w", err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("set lo up: %w", err)
+	}
+	ipn := &net.IPNet{IP: island.AsSlice(), Mask: net.CIDRMask(32, 32)}
+	if err := h.AddrAdd(lo, &netlink.Addr{IPNet: ipn}); err != nil {
+		return fmt.Errorf("add %s to lo: %w", island, err)
+	}
+	route := &netlink.Route{
+		LinkIndex: lo.Attrs().Index,
+		Scope:     netlink.SCOPE_LINK,
+		Dst:       &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)},
+		Src:       island.AsSlice(),
+	}
+	if err := h.RouteAdd(route); err != nil {
+		return fmt.Errorf("add default route dev lo src %s: %w", island, err)
+	}
+	return nil
+}
+
+// linkNames lists the interfaces in ns.
+func linkNames(ns vnetns.NsHandle) ([]string, error) {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle: %w", err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	names := make([]string, 0, len(links))
+	for _, l := range links {
+		names = append(names, l.Attrs().Name)
+	}
+	return names, nil
+}
+
+// sysctl is one /proc/sys/net setting inside a namespace.
+type sysctl struct {
+	Key   string `json:"key"` // relative to /proc/sys, e.g. net/ipv6/conf/all/disable_ipv6
+	Value string `json:"value"`
+}
+
+// islandSysctls are written in every island namespace.
+var islandSysctls = []sysctl{
+	{"net/ipv6/conf/all/disable_ipv6", "1"},
+	{"net/ipv6/conf/default/disable_ipv6", "1"},
+	{"net/ipv6/conf/lo/disable_ipv6", "1"},
+	{"net/ipv4/ip_forward", "0"},
+}
+
+// attachSysctls are the settings Attach writes for the interfaces in a namespace.
+func attachSysctls(links []string) []sysctl {
+	s := []sysctl{
+		{"net/ipv6/conf/all/disable_ipv6", "1"},
+		{"net/ipv6/conf/default/disable_ipv6", "1"},
+		// The listeners sit on 127.0.0.1; DNAT of traffic arriving on a tap or veth
+		// to them, and the replies leaving again, need route_localnet.
+		{"net/ipv4/conf/all/route_localnet", "1"},
+		{"net/ipv4/conf/default/route_localnet", "1"},
+	}
+	for _, l := range links {
+		s = append(s, sysctl{"net/ipv6/conf/" + l + "/disable_ipv6", "1"})
+		if l != "lo" {
+			s = append(s, sysctl{"net/ipv4/conf/" + l + "/route_localnet", "1"})
+		}
+	}
+	return s
+}
+
+// writeSysctls writes each setting inside ns. A missing net/ipv6 tree means the
+// kernel has no IPv6, which is what disable_ipv6 wants, so those are skipped.
+func writeSysctls(ns vnetns.NsHandle, set []sysctl) error {
+	return inNS(ns, func() error {
+		for _, s := range set {
+			p, err := sysctlPath(s.Key)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(p, []byte(s.Value), 0o644); err != nil {
+				if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(s.Key, "net/ipv6/") {
+					continue
+				}
+				return fmt.Errorf("write sysctl %s=%s: %w", s.Key, s.Value, err)
+			}
+		}
+		return nil
+	})
+}
+
+// readSysctls returns the current values of the keys of set inside ns, skipping
+// IPv6 keys the kernel does not have.
+func readSysctls(ns vnetns.NsHandle, set []sysctl) ([]sysctl, error) {
+	var old []sysctl
+	err := inNS(ns, func() error {
+		for _, s := range set {
+			p, err := sysctlPath(s.Key)
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(s.Key, "net/ipv6/") {
+					continue
+				}
+				return fmt.Errorf("read sysctl %s: %w", s.Key, err)
+			}
+			old = append(old, sysctl{s.Key, strings.TrimSpace(string(b))})
+		}
+		return nil
+	})
+	return old, err
+}
+
+func sysctlPath(key string) (string, error) {
+	if strings.Contains(key, "..") || !strings.HasPrefix(key, "net/") {
+		return "", fmt.Errorf("sysctl %q: not a net/ key", key)
+	}
+	return filepath.Join("/proc/sys", key), nil
+}
+
+// openListeners opens the gateway's sockets inside ns, plus the NFLOG socket.
+func openListeners(ns vnetns.NsHandle, cfg Config) (Listeners, *nflogConn, error) {
+	var ls Listeners
+	var nl *nflogConn
+	err := inNS(ns, func() error {
+		addr := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+		var lc net.ListenConfig
+		var err error
+		ctx := context.Background()
+		if ls.Explicit, err = lc.Listen(ctx, "tcp4", addr(cfg.ExplicitPort)); err != nil {
+			return fmt.Errorf("explicit listener: %w", err)
+		}
+		if ls.Transparent, err = lc.Listen(ctx, "tcp4", addr(cfg.TransparentPort)); err != nil {
+			return fmt.Errorf("transparent listener: %w", err)
+		}
+		if ls.DNSTCP, err = lc.Listen(ctx, "tcp4", addr(cfg.DNSPort)); err != nil {
+			return fmt.Errorf("dns tcp listener: %w", err)
+		}
+		if ls.DNSUDP, err = lc.ListenPacket(ctx, "udp4", addr(cfg.DNSPort)); err != nil {
+			return fmt.Errorf("dns udp listener: %w", err)
+		}
+		if nl, err = openNFLog(uint16(cfg.NFLogGroup)); err != nil {
+			return fmt.Errorf("nflog: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		ls.Close()
+		if nl != nil {
+			nl.Close()
+		}
+		return Listeners{}, nil, err
+	}
+	return ls, nl, nil
+}

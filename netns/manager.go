@@ -1,0 +1,673 @@
+package netns
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// Listeners are the sockets a sandbox's namespace gets, all on 127.0.0.1 inside it.
+type Listeners struct {
+	Explicit    net.Listener   // explicit HTTP proxy (HTTP_PROXY), default port 3128
+	Transparent net.Listener   // transparent capture target, default port 15001
+	DNSTCP      net.Listener   // DNS over TCP, default port 53
+	DNSUDP      net.PacketConn // DNS over UDP, default port 53
+}
+
+// Close closes every non-nil socket.
+func (l Listeners) Close() {
+	for _, c := range []interface{ Close() error }{l.Explicit, l.Transparent, l.DNSTCP, l.DNSUDP} {
+		if c != nil && !isNilInterface(c) {
+			c.Close()
+		}
+	}
+}
+
+func isNilInterface(c interface{ Close() error }) bool {
+	switch v := c.(type) {
+	case net.Listener:
+		return v == nil
+	case net.PacketConn:
+		return v == nil
+	}
+	return false
+}
+
+// Server is what serves a sandbox's listeners: the gateway and the DNS filter,
+// glued together by the caller (cmd/airlock). Serve must not block: it starts
+// serving and returns; from then on the server owns the listeners and closes them
+// in Stop. If Serve returns an error the Manager closes the listeners itself.
+type Server interface {
+	Serve(sb policy.Sandbox, own []netip.Addr, ls Listeners) error
+	Stop(id string)
+}
+
+// Sandbox is one managed namespace.
+type Sandbox struct {
+	// ID is the sandbox id; the namespace is NamePrefix+ID under Config.RunDir.
+	ID     string
+	Labels map[string]string
+	// Path is the namespace's bind mount. The executor joins it with setns.
+	Path string
+	// Attached is true for a namespace made by someone else (Attach).
+	Attached bool
+	// Source is the path given to Attach.
+	Source string
+	// Own are the gateway's addresses as the sandbox sees them.
+	Own []netip.Addr
+
+	ls    Listeners
+	drops *dropReader
+}
+
+// RecoverPolicy says what Recover does with namespaces a previous gateway left.
+type RecoverPolicy string
+
+// Recover policies.
+const (
+	RecoverReattach RecoverPolicy = "reattach"
+	RecoverRemove   RecoverPolicy = "remove"
+)
+
+// RecoverResult lists what Recover did, by sandbox id.
+type RecoverResult struct {
+	Reattached []string
+	Removed    []string
+}
+
+// Manager creates, attaches and tears down sandbox namespaces.
+type Manager struct {
+	cfg     Config
+	backend string
+	srv     Server
+	audit   audit.Logger
+	log     *slog.Logger
+	ipt     iptablesRunner
+	// hook, when set (tests), is called before each step of Create and Attach; an
+	// error makes the step fail.
+	hook func(step string) error
+
+	prepOnce sync.Once
+	prepErr  error
+
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox // nil value: reserved by a Create in progress
+	closed    bool
+
+	pool      chan string // paths of ready pool namespaces
+	poolKick  chan struct{}
+	poolStop  chan struct{}
+	poolDone  chan struct{}
+	poolSeq   atomic.Uint64
+	poolNames sync.Map // path -> struct{} for pool namespaces this Manager made
+}
+
+// New returns a Manager. It does no kernel work until the first Create, Attach or
+// Recover; with Config.PoolSize > 0 it starts filling the pool in the background.
+func New(cfg Config, srv Server, al audit.Logger, logger *slog.Logger) (*Manager, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if srv == nil {
+		return nil, errors.New("netns: server is nil")
+	}
+	backend, err := resolveBackend(cfg.IPTables)
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{
+		cfg:       cfg,
+		backend:   backend,
+		srv:       srv,
+		audit:     al,
+		log:       logger.With("component", "netns"),
+		ipt:       execRunner{timeout: cfg.ExecTimeout},
+		sandboxes: map[string]*Sandbox{},
+		poolStop:  make(chan struct{}),
+		poolDone:  make(chan struct{}),
+	}
+	if cfg.PoolSize > 0 {
+		m.pool = make(chan string, cfg.PoolSize)
+		m.poolKick = make(chan struct{}, 1)
+		m.poolKick <- struct{}{}
+		go m.fillPool()
+	} else {
+		close(m.poolDone)
+	}
+	return m, nil
+}
+
+// Backend returns the iptables backend in use (nft or legacy).
+func (m *Manager) Backend() string { return m.backend }
+
+func (m *Manager) prepare() error {
+	m.prepOnce.Do(func() {
+		if err := prepareRunDir(m.cfg.RunDir); err != nil {
+			m.prepErr = err
+			return
+		}
+		if err := os.MkdirAll(m.cfg.StateDir, 0o700); err != nil {
+			m.prepErr = fmt.Errorf("netns: state_dir %s: %w", m.cfg.StateDir, err)
+		}
+	})
+	return m.prepErr
+}
+
+func (m *Manager) step(name string) error {
+	if m.hook != nil {
+		if err := m.hook(name); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) nsPath(id string) string { return filepath.Join(m.cfg.RunDir, NamePrefix+id) }
+
+// reserve claims id so that two Creates cannot race for it.
+func (m *Manager) reserve(id string) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("netns: manager is closed")
+	}
+	if _, ok := m.sandboxes[id]; ok {
+		return fmt.Errorf("netns: sandbox %q already exists", id)
+	}
+	if _, err := os.Lstat(m.nsPath(id)); err == nil {
+		return fmt.Errorf("netns: sandbox %q: %s already exists (left by a crash? run Recover)", id, m.nsPath(id))
+	}
+	m.sandboxes[id] = nil
+	return nil
+}
+
+func (m *Manager) release(id string) {
+	m.mu.Lock()
+	delete(m.sandboxes, id)
+	m.mu.Unlock()
+}
+
+// Create makes the island namespace for sb, opens its listeners, installs its
+// rules and hands the listeners to the Server. On error nothing is left behind.
+func (m *Manager) Create(ctx context.Context, sb policy.Sandbox) (*Sandbox, error) {
+	if err := m.reserve(sb.ID); err != nil {
+		return nil, err
+	}
+	if err := m.prepare(); err != nil {
+		m.release(sb.ID)
+		return nil, err
+	}
+	path := m.nsPath(sb.ID)
+	s, err := m.create(ctx, sb, path)
+	if err != nil {
+		m.release(sb.ID)
+		m.log.Error("create sandbox namespace", "sandbox", sb.ID, "error", err)
+		return nil, fmt.Errorf("netns: create %s: %w", sb.ID, err)
+	}
+	m.mu.Lock()
+	m.sandboxes[sb.ID] = s
+	m.mu.Unlock()
+	m.log.Info("sandbox namespace created", "sandbox", sb.ID, "path", path)
+	return s, nil
+}
+
+func (m *Manager) create(ctx context.Context, sb policy.Sandbox, path string) (s *Sandbox, err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if !m.claimPooled(path) {
+		if err := m.step("namespace"); err != nil {
+			return nil, err
+		}
+		h, err := newNamespace(path)
+		if err != nil {
+			return nil, err
+		}
+		err = m.setupIsland(ctx, h)
+		h.Close()
+		if err != nil {
+			unmountRemove(path)
+			return nil, err
+		}
+	}
+	undo = append(undo, func() { unmountRemove(path) })
+	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: m.backend}
+	if err := m.step("state"); err != nil {
+		return nil, err
+	}
+	if err := m.writeState(st); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { m.removeState(sb.ID) })
+	s = &Sandbox{
+		ID:     sb.ID,
+		Labels: maps.Clone(sb.Labels),
+		Path:   path,
+		Own:    []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()},
+	}
+	if err := m.serve(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// setupIsland configures a new namespace: lo, sysctls, rules.
+func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
+	if err := m.step("island"); err != nil {
+		return err
+	}
+	if err := configureIsland(h, m.cfg.islandAddr()); err != nil {
+		return err
+	}
+	if err := m.step("sysctl"); err != nil {
+		return err
+	}
+	if err := writeSysctls(h, islandSysctls); err != nil {
+		return err
+	}
+	if err := m.step("rules"); err != nil {
+		return err
+	}
+	if err := m.ipt.Restore(ctx, h, m.backend, m.ruleSpec(false).render(), false); err != nil {
+		return fmt.Errorf("install rules: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) ruleSpec(attach bool) ruleSpec {
+	return ruleSpec{DNSPort: m.cfg.DNSPort, TransparentPort: m.cfg.TransparentPort, NFLogGroup: m.cfg.NFLogGroup, Attach: attach}
+}
+
+// serve opens s's listeners and NFLOG socket inside its namespace and starts the
+// server and the drop reader. On error everything it opened is closed.
+func (m *Manager) serve(s *Sandbox) error {
+	if err := m.step("listen"); err != nil {
+		return err
+	}
+	h, err := vnetns.GetFromPath(s.Path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", s.Path, err)
+	}
+	ls, nl, err := openListeners(h, m.cfg)
+	h.Close()
+	if err != nil {
+		return err
+	}
+	sb := policy.Sandbox{ID: s.ID, Labels: maps.Clone(s.Labels)}
+	if err := m.step("serve"); err != nil {
+		ls.Close()
+		nl.Close()
+		return err
+	}
+	if err := m.srv.Serve(sb, s.Own, ls); err != nil {
+		m.srv.Stop(s.ID)
+		ls.Close()
+		nl.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	s.ls = ls
+	s.drops = newDropReader(nl, sb, m.audit, m.log, m.cfg.DropBurst, m.cfg.DropInterval)
+	return nil
+}
+
+// stopServing stops the server for s and closes everything the process holds.
+func (m *Manager) stopServing(s *Sandbox) {
+	m.srv.Stop(s.ID)
+	s.ls.Close()
+	if s.drops != nil {
+		s.drops.Close()
+	}
+}
+
+// Get returns the managed sandbox with id, if any.
+func (m *Manager) Get(id string) (*Sandbox, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sandboxes[id]
+	return s, s != nil
+}
+
+// IDs lists the managed sandboxes.
+func (m *Manager) IDs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, s := range m.sandboxes {
+		if s != nil {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Teardown stops serving sandbox id and removes its rules and namespace; for an
+// attached namespace it restores the rules and sysctls saved by Attach and leaves
+// the namespace to its owner.
+func (m *Manager) Teardown(ctx context.Context, id string) error {
+	m.mu.Lock()
+	s := m.sandboxes[id]
+	if s == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("netns: teardown %q: no such sandbox", id)
+	}
+	delete(m.sandboxes, id)
+	m.mu.Unlock()
+	m.stopServing(s)
+	var err error
+	if s.Attached {
+		err = m.restoreAttached(ctx, id, s.Path)
+	} else {
+		err = unmountRemove(s.Path)
+	}
+	if err == nil {
+		m.removeState(id)
+		m.log.Info("sandbox namespace removed", "sandbox", id, "attached", s.Attached)
+		return nil
+	}
+	m.log.Error("teardown", "sandbox", id, "error", err)
+	return fmt.Errorf("netns: teardown %s: %w", id, err)
+}
+
+// Detach is Teardown for an attached namespace: it restores the namespace as it
+// was before Attach and leaves it to its owner.
+func (m *Manager) Detach(ctx context.Context, id string) error {
+	if s, ok := m.Get(id); ok && !s.Attached {
+		return fmt.Errorf("netns: detach %q: not attached (use Teardown)", id)
+	}
+	return m.Teardown(ctx, id)
+}
+
+// TeardownAll tears down every managed sandbox and removes the pool.
+func (m *Manager) TeardownAll(ctx context.Context) error {
+	var errs []error
+	for _, id := range m.IDs() {
+		if err := m.Teardown(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, m.Close())...)
+}
+
+// Close stops the pool (removing its namespaces) and stops serving every sandbox,
+// but leaves sandbox namespaces and rules in place, as a crash would: their
+// sandboxes have no way out until a Manager's Recover re-attaches them.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	var live []*Sandbox
+	for _, s := range m.sandboxes {
+		if s != nil {
+			live = append(live, s)
+		}
+	}
+	m.sandboxes = map[string]*Sandbox{}
+	m.mu.Unlock()
+	for _, s := range live {
+		m.stopServing(s)
+	}
+	close(m.poolStop)
+	<-m.poolDone
+	var errs []error
+	if m.pool != nil {
+		for {
+			select {
+			case p := <-m.pool:
+				m.poolNames.Delete(p)
+				errs = append(errs, unmountRemove(p))
+				continue
+			default:
+			}
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Recover finds airlock-* namespaces under RunDir that this Manager does not
+// manage (left by a crashed gateway) and re-attaches or removes them. Stale pool
+// namespaces and namespaces without a readable state file are always removed.
+func (m *Manager) Recover(ctx context.Context, p RecoverPolicy) (RecoverResult, error) {
+	var res RecoverResult
+	if p != RecoverReattach && p != RecoverRemove {
+		return res, fmt.Errorf("netns: recover policy %q: must be reattach or remove", p)
+	}
+	if err := m.prepare(); err != nil {
+		return res, err
+	}
+	entries, err := os.ReadDir(m.cfg.RunDir)
+	if err != nil {
+		return res, fmt.Errorf("netns: recover: %w", err)
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, NamePrefix) {
+			continue
+		}
+		path := filepath.Join(m.cfg.RunDir, name)
+		if strings.HasPrefix(name, poolPrefix) {
+			if _, ours := m.poolNames.Load(path); !ours {
+				if err := unmountRemove(path); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			continue
+		}
+		id := strings.TrimPrefix(name, NamePrefix)
+		seen[id] = true
+		if ValidateID(id) != nil {
+			continue
+		}
+		m.mu.Lock()
+		_, managed := m.sandboxes[id]
+		if !managed {
+			m.sandboxes[id] = nil
+		}
+		m.mu.Unlock()
+		if managed {
+			continue
+		}
+		s, removed, err := m.recoverOne(ctx, id, path, p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("netns: recover %s: %w", id, err))
+		}
+		if s == nil {
+			m.release(id)
+		} else {
+			m.mu.Lock()
+			m.sandboxes[id] = s
+			m.mu.Unlock()
+			res.Reattached = append(res.Reattached, id)
+		}
+		if removed {
+			res.Removed = append(res.Removed, id)
+		}
+	}
+	// State files whose namespace is gone.
+	if files, err := os.ReadDir(m.cfg.StateDir); err == nil {
+		for _, f := range files {
+			id, ok := strings.CutSuffix(f.Name(), ".json")
+			if ok && !seen[id] {
+				if _, managed := m.Get(id); !managed {
+					m.removeState(id)
+				}
+			}
+		}
+	}
+	m.log.Info("recover", "policy", string(p), "reattached", res.Reattached, "removed", res.Removed)
+	return res, errors.Join(errs...)
+}
+
+// recoverOne re-attaches or removes one leftover namespace. It returns the
+// sandbox when re-attached, and whether the namespace was removed (or, for an
+// attached one, restored and released).
+func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPolicy) (*Sandbox, bool, error) {
+	st, stErr := m.readState(id)
+	remove := func() (*Sandbox, bool, error) {
+		var err error
+		if st != nil && st.Attached {
+			err = m.restoreAttached(ctx, id, path)
+		} else {
+			err = unmountRemove(path)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		m.removeState(id)
+		return nil, true, nil
+	}
+	if stErr != nil {
+		m.log.Warn("recover: no usable state, removing", "sandbox", id, "error", stErr)
+		return remove()
+	}
+	if p == RecoverRemove {
+		return remove()
+	}
+	h, err := vnetns.GetFromPath(path)
+	if err != nil {
+		s, removed, rerr := remove()
+		return s, removed, errors.Join(err, rerr)
+	}
+	defer h.Close()
+	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: st.Attached, Source: st.Source}
+	if st.Attached {
+		// Put the namespace back as it was, then attach again from scratch.
+		if err = m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false); err == nil {
+			err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(true).render(), true)
+		}
+		if err == nil {
+			var links []string
+			if links, err = linkNames(h); err == nil {
+				err = writeSysctls(h, attachSysctls(links))
+			}
+		}
+		if err == nil {
+			s.Own, err = nsAddrs(h)
+		}
+	} else {
+		if err = writeSysctls(h, islandSysctls); err == nil {
+			err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(false).render(), false)
+		}
+		s.Own = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()}
+	}
+	if err == nil {
+		err = m.serve(s)
+	}
+	if err != nil {
+		_, removed, rerr := remove()
+		return nil, removed, errors.Join(err, rerr)
+	}
+	m.log.Info("recover: re-attached", "sandbox", id, "attached", st.Attached)
+	return s, false, nil
+}
+
+// nsAddrs lists 127.0.0.1 and the IPv4 addresses of the namespace's interfaces.
+func nsAddrs(h vnetns.NsHandle) ([]netip.Addr, error) {
+	nh, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle: %w", err)
+	}
+	defer nh.Close()
+	addrs, err := nh.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	own := []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && !ip.IsLoopback() {
+			own = append(own, ip)
+		}
+	}
+	return own, nil
+}
+
+// state is what survives a crash, one JSON file per sandbox in StateDir.
+type state struct {
+	ID           string            `json:"id"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Backend      string            `json:"backend"`
+	Attached     bool              `json:"attached,omitempty"`
+	Source       string            `json:"source,omitempty"`
+	SavedRules   string            `json:"saved_rules,omitempty"`
+	SavedSysctls []sysctl          `json:"saved_sysctls,omitempty"`
+}
+
+func (m *Manager) statePath(id string) string {
+	return filepath.Join(m.cfg.StateDir, id+".json")
+}
+
+func (m *Manager) writeState(st *state) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := m.statePath(st.ID) + ".tmp" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := os.Rename(tmp, m.statePath(st.ID)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write state: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) readState(id string) (*state, error) {
+	b, err := os.ReadFile(m.statePath(id))
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("state %s: %w", m.statePath(id), err)
+	}
+	if st.ID != id {
+		return nil, fmt.Errorf("state %s: id %q does not match", m.statePath(id), st.ID)
+	}
+	if st.Backend != IPTablesNFT && st.Backend != IPTablesLegacy {
+		return nil, fmt.Errorf("state %s: backend %q", m.statePath(id), st.Backend)
+	}
+	return &st, nil
+}
+
+func (m *Manager) removeState(id string) {
+	if err := os.Remove(m.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.log.Warn("remove state", "sandbox", id, "error", err)
+	}
+}
