@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -99,3 +100,5 @@ func mustRun(t *testing.T, e *Executor, spec Spec) *Result {
 }
 
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }
