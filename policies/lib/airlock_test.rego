@@ -1,0 +1,154 @@
+package airlock_test
+
+import data.airlock
+
+req(kind, host) := {"kind": kind, "sandbox": {"id": "sb-1"}, "destination": {"host": host, "port": 443}}
+
+get(host, path) := {
+	"kind": "http",
+	"sandbox": {"id": "sb-1"},
+	"destination": {"host": host, "port": 443},
+	"http": {"method": "GET", "scheme": "https", "path": path},
+}
+
+hosts := {
+	"exact.example": true,
+	"*.one.example": true,
+	"**.many.example": true,
+}
+
+test_suffixes_computed_when_absent if {
+	airlock.suffixes == ["a.b.example", "b.example", "example"] with input as req("tls", "a.b.example")
+}
+
+test_suffixes_taken_from_input if {
+	req_in := object.union(req("tls", "a.example"), {"destination": {"host": "a.example", "port": 443, "suffixes": ["x"]}})
+	airlock.suffixes == ["x"] with input as req_in
+}
+
+test_host_keys if {
+	airlock.host_keys == {"a.b.example", "*.b.example", "**.b.example", "**.example"} with input as req("tls", "a.b.example")
+}
+
+test_host_in_exact if airlock.host_in(hosts) with input as req("tls", "exact.example")
+
+test_host_in_exact_no_subdomain if {
+	not airlock.host_in(hosts) with input as req("tls", "x.exact.example")
+}
+
+test_host_in_single_wildcard_one_label if airlock.host_in(hosts) with input as req("tls", "a.one.example")
+
+test_host_in_single_wildcard_not_two_labels if {
+	not airlock.host_in(hosts) with input as req("tls", "a.b.one.example")
+}
+
+test_host_in_single_wildcard_not_apex if {
+	not airlock.host_in(hosts) with input as req("tls", "one.example")
+}
+
+test_host_in_double_wildcard_one_label if airlock.host_in(hosts) with input as req("tls", "a.many.example")
+
+test_host_in_double_wildcard_deep if airlock.host_in(hosts) with input as req("tls", "a.b.c.many.example")
+
+test_host_in_double_wildcard_not_apex if {
+	not airlock.host_in(hosts) with input as req("tls", "many.example")
+}
+
+test_registry_and_allowed_host if {
+	airlock.registry_host with input as req("tls", "a.one.example") with data.airlock.hosts.registry as hosts
+	airlock.allowed_host with input as req("tls", "exact.example") with data.airlock.hosts.allow as hosts
+	not airlock.allowed_host with input as req("tls", "other.example") with data.airlock.hosts.allow as hosts
+}
+
+test_default_deny if {
+	d := airlock.decision with input as get("nothing.example", "/") with data.airlock.hosts as {"registry": {}, "allow": {}}
+	d == {
+		"allowed": false,
+		"reasons": [{"id": "default_deny", "msg": "no rule allows GET to nothing.example"}],
+		"mitm": false,
+		"http_status": 403,
+	}
+}
+
+test_default_deny_names_kind if {
+	d := airlock.decision with input as req("tcp", "192.0.2.1") with data.airlock.hosts as {"registry": {}, "allow": {}}
+	d.reasons == [{"id": "default_deny", "msg": "no rule allows tcp to 192.0.2.1"}]
+}
+
+test_allow if {
+	d := airlock.decision with input as get("x.example", "/") with data.airlock.egress.allow as true
+	d == {"allowed": true, "reasons": [], "mitm": false, "http_status": 0}
+}
+
+test_allow_must_be_true if {
+	d := airlock.decision with input as get("x.example", "/") with data.airlock.egress.allow as "yes" with data.airlock.hosts as {"registry": {}, "allow": {}}
+	not d.allowed
+}
+
+test_deny_wins if {
+	d := airlock.decision with input as get("x.example", "/")
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.deny as {{"id": "b", "msg": "two"}, {"id": "a", "msg": "one"}}
+	d.allowed == false
+	d.reasons == [{"id": "a", "msg": "one"}, {"id": "b", "msg": "two"}]
+	d.http_status == 403
+}
+
+test_deny_wins_over_default_policy if {
+	d := airlock.decision with input as get("x.example", "/")
+		with data.airlock.defaults.allow as true
+		with data.airlock.egress.deny as {{"id": "no", "msg": "m"}}
+	not d.allowed
+}
+
+test_deny_malformed_entries_still_deny if {
+	d := airlock.decision with input as get("x.example", "/")
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.deny as {"plain string", {"msg": "no id"}, {"id": "x", "msg": 7}}
+	not d.allowed
+	count(d.reasons) == 3
+	every r in d.reasons {
+		r.id == "deny"
+	}
+}
+
+test_deny_without_msg if {
+	d := airlock.decision with input as get("x.example", "/") with data.airlock.egress.deny as {{"id": "only_id"}}
+	d.reasons == [{"id": "only_id", "msg": ""}]
+}
+
+test_custom_status if {
+	d := airlock.decision with input as get("x.example", "/")
+		with data.airlock.egress.deny as {{"id": "x", "msg": "y"}}
+		with data.airlock.egress.http_status as 451
+	d.http_status == 451
+}
+
+test_mitm_only_when_allowed if {
+	airlock.decision.mitm with input as get("x.example", "/")
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.mitm as true
+	not airlock.decision.mitm with input as get("x.example", "/")
+		with data.airlock.egress.mitm as true
+		with data.airlock.hosts as {"registry": {}, "allow": {}}
+	airlock.decision.mitm with input as req("connect", "x.example")
+		with data.airlock.defaults.allow as true
+		with data.airlock.defaults.mitm as true
+}
+
+test_mode_report if {
+	d := airlock.decision with input as get("x.example", "/") with data.airlock.egress.report as true
+	d.mode == "report"
+}
+
+test_mode_enforce_wins if {
+	d := airlock.decision with input as get("x.example", "/")
+		with data.airlock.egress.report as true
+		with data.airlock.egress.enforce as true
+	d.mode == "enforce"
+}
+
+test_mode_absent_by_default if {
+	d := airlock.decision with input as get("x.example", "/")
+	not "mode" in object.keys(d)
+}

@@ -1,0 +1,102 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/airlock-dev/airlock/hostname"
+)
+
+// Defaults applied by New.
+const (
+	// DefaultMode is the global mode when Config.Mode is empty.
+	DefaultMode = ModeEnforce
+	// DefaultEvalTimeout bounds one evaluation; a slower one is a policy_error deny.
+	DefaultEvalTimeout = 100 * time.Millisecond
+	// DefaultCacheSize is the number of decisions kept per policy revision.
+	DefaultCacheSize = 10000
+	// DefaultReloadDebounce is how long Watch waits for file events to settle.
+	DefaultReloadDebounce = 200 * time.Millisecond
+	// PresetNone as the only entry of Config.Presets activates no preset.
+	PresetNone = "none"
+)
+
+// Config configures an Engine. The zero value is the embedded default policy in
+// enforce mode with every preset active.
+type Config struct {
+	// Dir is the user's policy directory (package airlock.egress rules, tests,
+	// data). Empty means the embedded default policy only.
+	Dir string `yaml:"dir"`
+	// Mode is the global mode, "enforce" (default) or "report". A policy can set
+	// the mode per request with `report` or `enforce` rules in airlock.egress.
+	Mode Mode `yaml:"mode"`
+	// EvalTimeout bounds one evaluation (default DefaultEvalTimeout).
+	EvalTimeout time.Duration `yaml:"eval_timeout"`
+	// Watch reloads the policy when a file under Dir changes (needs Dir).
+	Watch bool `yaml:"watch"`
+	// Presets names the active presets (data.airlock.presets.NAME). Nil or empty
+	// means every preset known (embedded and from Dir); ["none"] means none.
+	Presets []string `yaml:"presets"`
+	// AllowHosts are host patterns (host, *.domain, **.domain, IP) reachable with
+	// every kind and method (`airlock run --allow`).
+	AllowHosts []string `yaml:"allow_hosts"`
+	// CacheSize bounds the decision cache per revision: 0 means DefaultCacheSize,
+	// a negative value turns the cache off.
+	CacheSize int `yaml:"cache_size"`
+	// ReloadDebounce is how long Watch lets file events settle (default
+	// DefaultReloadDebounce).
+	ReloadDebounce time.Duration `yaml:"reload_debounce"`
+}
+
+// withDefaults applies defaults and validates; errors name the field.
+func (c Config) withDefaults() (Config, error) {
+	if c.Mode == "" {
+		c.Mode = DefaultMode
+	}
+	if c.Mode != ModeEnforce && c.Mode != ModeReport {
+		return c, fmt.Errorf("policy: mode: %q is not one of enforce, report", c.Mode)
+	}
+	if c.EvalTimeout == 0 {
+		c.EvalTimeout = DefaultEvalTimeout
+	}
+	if c.EvalTimeout < 0 {
+		return c, fmt.Errorf("policy: eval_timeout: %v must be positive", c.EvalTimeout)
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.ReloadDebounce <= 0 {
+		c.ReloadDebounce = DefaultReloadDebounce
+	}
+	if c.Watch && c.Dir == "" {
+		return c, fmt.Errorf("policy: watch: needs dir")
+	}
+	seen := map[string]bool{}
+	presets := make([]string, 0, len(c.Presets))
+	for _, p := range c.Presets {
+		if p == "" {
+			return c, fmt.Errorf("policy: presets: empty name")
+		}
+		if p == PresetNone && len(c.Presets) > 1 {
+			return c, fmt.Errorf("policy: presets: %q cannot be combined with other presets", PresetNone)
+		}
+		if !seen[p] {
+			seen[p] = true
+			presets = append(presets, p)
+		}
+	}
+	sort.Strings(presets)
+	c.Presets = presets
+	hosts := make([]string, 0, len(c.AllowHosts))
+	for _, h := range c.AllowHosts {
+		n, err := hostname.NormalizePattern(h)
+		if err != nil {
+			return c, fmt.Errorf("policy: allow_hosts: %q: %w", h, err)
+		}
+		hosts = append(hosts, n)
+	}
+	sort.Strings(hosts)
+	c.AllowHosts = hosts
+	return c, nil
+}

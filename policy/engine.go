@@ -1,0 +1,316 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+
+	"github.com/airlock-dev/airlock/hostname"
+)
+
+var _ Decider = (*Engine)(nil)
+
+// ErrPolicy wraps every fail-closed evaluation failure (Decision.Err).
+var ErrPolicy = errors.New("policy error")
+
+// decisionQuery is the one query the engine prepares.
+var decisionQuery = ast.MustParseBody("data.airlock.decision")
+
+// Log field names.
+const (
+	logRev    = "policy_rev"
+	logErr    = "error"
+	logDir    = "dir"
+	logCached = "cache"
+)
+
+// snapshot is one immutable policy revision.
+type snapshot struct {
+	rev   string
+	pq    rego.PreparedEvalQuery
+	cache *lru.Cache[string, Decision] // nil when off or the policy is nondeterministic
+}
+
+// Engine is the Rego policy engine behind the Decider seam. It is safe for
+// concurrent use; Reload swaps the snapshot atomically.
+type Engine struct {
+	cfg    Config
+	log    *slog.Logger
+	cur    atomic.Pointer[snapshot]
+	mu     sync.Mutex // serializes Reload
+	stopMu sync.Mutex
+	stop   func()
+}
+
+// New builds the engine from cfg: the embedded library, default policy and
+// presets, overlaid by cfg.Dir. It fails when the policy does not compile, fails
+// strict mode or schema checking, or fails its own tests.
+func New(cfg Config, logger *slog.Logger) (*Engine, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{cfg: cfg, log: logger.With("component", "policy")}
+	s, err := e.load(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	e.cur.Store(s)
+	e.log.Info("policy loaded", logRev, s.rev, logDir, cfg.Dir, logCached, s.cache != nil)
+	if cfg.Watch {
+		if err := e.watch(); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Rev returns the current policy revision (a content hash of every policy file
+// and of the presets/allow-hosts/mode configuration).
+func (e *Engine) Rev() string { return e.cur.Load().rev }
+
+// Mode returns the global mode.
+func (e *Engine) Mode() Mode { return e.cfg.Mode }
+
+// Reload rebuilds the policy from its files. On any failure (parse, compile,
+// strict mode, schema, data, failing *_test.rego) the current snapshot stays in
+// force and the error says why. Wire SIGHUP to it.
+func (e *Engine) Reload(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, err := e.load(ctx)
+	old := e.cur.Load()
+	if err != nil {
+		e.log.Error("policy reload failed, keeping current policy", logRev, old.rev, logErr, err)
+		return fmt.Errorf("policy: reload failed, keeping revision %s: %w", old.rev, err)
+	}
+	if s.rev == old.rev {
+		return nil
+	}
+	e.cur.Store(s)
+	e.log.Info("policy reloaded", logRev, s.rev, "previous_rev", old.rev, logCached, s.cache != nil)
+	return nil
+}
+
+// load builds, compiles, tests and prepares a new snapshot.
+func (e *Engine) load(ctx context.Context) (*snapshot, error) {
+	us, err := units(e.cfg.Dir, false)
+	if err != nil {
+		return nil, err
+	}
+	b, err := build(us[0], e.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cur := e.cur.Load(); cur != nil && cur.rev == b.Rev {
+		return cur, nil
+	}
+	policyMods := map[string]*ast.Module{}
+	for name, m := range b.Modules {
+		if !b.Tests[name] {
+			policyMods[name] = m
+		}
+	}
+	comp, err := compileModules(policyMods, b.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.Tests) > 0 {
+		tb, err := build(us[0], testConfig())
+		if err != nil {
+			return nil, err
+		}
+		results, err := runUnitTests(ctx, tb, nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := testsFailed(results); err != nil {
+			return nil, err
+		}
+	}
+	store := inmem.NewFromObjectWithOpts(b.Data, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
+	pq, err := rego.New(
+		rego.ParsedQuery(decisionQuery),
+		rego.Compiler(comp),
+		rego.Store(store),
+		rego.StoreReadAST(true),
+	).PrepareForEval(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &snapshot{rev: b.Rev, pq: pq}
+	if e.cfg.CacheSize > 0 && !nondeterministic(comp) {
+		s.cache, err = lru.New[string, Decision](e.cfg.CacheSize)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Decide evaluates data.airlock.decision for in. It never fails open: any
+// failure is a deny with reason policy_error and Err set. in is not modified;
+// Suffixes and Attributes are filled on a copy.
+func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
+	s := e.cur.Load()
+	if in == nil {
+		return e.fail(s, errors.New("nil input"))
+	}
+	x := prepare(in)
+	var key string
+	if s.cache != nil {
+		key = cacheKey(&x)
+		if d, ok := s.cache.Get(key); ok {
+			return d.clone()
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.EvalTimeout)
+	defer cancel()
+	rs, err := s.pq.Eval(ctx, rego.EvalParsedInput(inputValue(&x)))
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("evaluation deadline (%v): %w", e.cfg.EvalTimeout, err)
+		}
+		return e.fail(s, err)
+	}
+	d, err := parseResult(rs)
+	if err != nil {
+		return e.fail(s, err)
+	}
+	if d.Mode == "" {
+		d.Mode = e.cfg.Mode
+	}
+	d.Rev = s.rev
+	if s.cache != nil {
+		s.cache.Add(key, d.clone())
+	}
+	return d
+}
+
+// fail is the fail-closed deny.
+func (e *Engine) fail(s *snapshot, err error) Decision {
+	err = fmt.Errorf("%w: %w", ErrPolicy, err)
+	e.log.Error("policy evaluation failed, denying", logRev, s.rev, logErr, err)
+	return Decision{
+		Allowed:    false,
+		Reasons:    []Reason{{ID: ReasonPolicyError, Msg: "policy evaluation failed"}},
+		HTTPStatus: 403,
+		Mode:       ModeEnforce,
+		Rev:        s.rev,
+		Err:        err,
+	}
+}
+
+func (d Decision) clone() Decision {
+	if d.Reasons != nil {
+		d.Reasons = append([]Reason(nil), d.Reasons...)
+	}
+	return d
+}
+
+// prepare returns a copy of in with Destination.Suffixes and Attributes filled.
+func prepare(in *Input) Input {
+	x := *in
+	if len(x.Destination.Suffixes) == 0 && x.Destination.Host != "" {
+		x.Destination.Suffixes = hostname.Suffixes(x.Destination.Host)
+	}
+	x.Attributes = nil
+	if x.HTTP != nil {
+		x.Attributes = &Attributes{Request: AttributesRequest{HTTP: AttributesHTTP{
+			Method:  x.HTTP.Method,
+			Host:    authority(x.HTTP.Scheme, x.Destination.Host, x.Destination.Port),
+			Path:    pathWithQuery(x.HTTP.Path, x.HTTP.Query),
+			Scheme:  x.HTTP.Scheme,
+			Headers: x.HTTP.Headers,
+		}}}
+	}
+	return x
+}
+
+// parseResult checks the decision document's shape; anything else is an error.
+func parseResult(rs rego.ResultSet) (Decision, error) {
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return Decision{}, errors.New("data.airlock.decision is undefined")
+	}
+	if len(rs) > 1 {
+		return Decision{}, errors.New("data.airlock.decision has more than one result")
+	}
+	obj, ok := rs[0].Expressions[0].Value.(map[string]any)
+	if !ok {
+		return Decision{}, fmt.Errorf("data.airlock.decision is %T, want an object", rs[0].Expressions[0].Value)
+	}
+	var d Decision
+	for k, v := range obj {
+		switch k {
+		case "allowed":
+			b, ok := v.(bool)
+			if !ok {
+				return Decision{}, fmt.Errorf("decision.allowed is %T, want boolean", v)
+			}
+			d.Allowed = b
+		case "mitm":
+			b, ok := v.(bool)
+			if !ok {
+				return Decision{}, fmt.Errorf("decision.mitm is %T, want boolean", v)
+			}
+			d.MITM = b
+		case "http_status":
+			n, ok := v.(json.Number)
+			if !ok {
+				return Decision{}, fmt.Errorf("decision.http_status is %T, want integer", v)
+			}
+			i, err := n.Int64()
+			if err != nil || i < 0 || i > 599 {
+				return Decision{}, fmt.Errorf("decision.http_status %s is not an HTTP status", n)
+			}
+			d.HTTPStatus = int(i)
+		case "mode":
+			s, ok := v.(string)
+			if !ok || (Mode(s) != ModeEnforce && Mode(s) != ModeReport) {
+				return Decision{}, fmt.Errorf("decision.mode %v is not enforce or report", v)
+			}
+			d.Mode = Mode(s)
+		case "reasons":
+			arr, ok := v.([]any)
+			if !ok {
+				return Decision{}, fmt.Errorf("decision.reasons is %T, want array", v)
+			}
+			d.Reasons = make([]Reason, 0, len(arr))
+			for i, r := range arr {
+				ro, ok := r.(map[string]any)
+				if !ok {
+					return Decision{}, fmt.Errorf("decision.reasons[%d] is %T, want object", i, r)
+				}
+				id, ok1 := ro["id"].(string)
+				msg, ok2 := ro["msg"].(string)
+				if !ok1 || !ok2 || id == "" {
+					return Decision{}, fmt.Errorf("decision.reasons[%d] needs string id and msg", i)
+				}
+				d.Reasons = append(d.Reasons, Reason{ID: id, Msg: msg})
+			}
+		default:
+			return Decision{}, fmt.Errorf("decision has unknown key %q", k)
+		}
+	}
+	for _, k := range []string{"allowed", "reasons", "mitm", "http_status"} {
+		if _, ok := obj[k]; !ok {
+			return Decision{}, fmt.Errorf("decision lacks %q", k)
+		}
+	}
+	if !d.Allowed && len(d.Reasons) == 0 {
+		return Decision{}, errors.New("decision denies without a reason")
+	}
+	return d, nil
+}

@@ -1,0 +1,291 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// inputValue converts an input to an OPA value directly (no JSON round trip).
+// Absent parts stay absent.
+func inputValue(in *Input) ast.Value {
+	items := make([][2]*ast.Term, 0, 7)
+	items = append(items,
+		item("kind", ast.StringTerm(string(in.Kind))),
+		item("sandbox", ast.NewTerm(sandboxValue(&in.Sandbox))),
+		item("destination", ast.NewTerm(destinationValue(&in.Destination))),
+	)
+	if h := in.HTTP; h != nil {
+		kv := [][2]*ast.Term{
+			item("method", ast.StringTerm(h.Method)),
+			item("scheme", ast.StringTerm(h.Scheme)),
+			item("path", ast.StringTerm(h.Path)),
+		}
+		if h.Query != nil {
+			q := make([][2]*ast.Term, 0, len(h.Query))
+			for k, vs := range h.Query {
+				q = append(q, item(k, ast.NewTerm(stringArray(vs))))
+			}
+			kv = append(kv, item("query", ast.NewTerm(ast.NewObject(q...))))
+		}
+		if h.Headers != nil {
+			kv = append(kv, item("headers", ast.NewTerm(stringMap(h.Headers))))
+		}
+		items = append(items, item("http", ast.NewTerm(ast.NewObject(kv...))))
+	}
+	if t := in.TLS; t != nil {
+		items = append(items, item("tls", ast.NewTerm(ast.NewObject(
+			item("sni", ast.StringTerm(t.SNI)),
+			item("intercepted", ast.BooleanTerm(t.Intercepted)),
+		))))
+	}
+	if d := in.DNS; d != nil {
+		kv := [][2]*ast.Term{
+			item("qname", ast.StringTerm(d.QName)),
+			item("qtype", ast.StringTerm(d.QType)),
+		}
+		if d.Flags != nil {
+			kv = append(kv, item("flags", ast.NewTerm(stringArray(d.Flags))))
+		}
+		items = append(items, item("dns", ast.NewTerm(ast.NewObject(kv...))))
+	}
+	if a := in.Attributes; a != nil {
+		h := a.Request.HTTP
+		kv := [][2]*ast.Term{
+			item("method", ast.StringTerm(h.Method)),
+			item("host", ast.StringTerm(h.Host)),
+			item("path", ast.StringTerm(h.Path)),
+			item("scheme", ast.StringTerm(h.Scheme)),
+		}
+		if h.Headers != nil {
+			kv = append(kv, item("headers", ast.NewTerm(stringMap(h.Headers))))
+		}
+		items = append(items, item("attributes", ast.NewTerm(ast.NewObject(
+			item("request", ast.NewTerm(ast.NewObject(
+				item("http", ast.NewTerm(ast.NewObject(kv...))),
+			))),
+		))))
+	}
+	return ast.NewObject(items...)
+}
+
+func item(k string, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{ast.StringTerm(k), v} }
+
+func sandboxValue(s *Sandbox) ast.Value {
+	kv := [][2]*ast.Term{item("id", ast.StringTerm(s.ID))}
+	if s.Labels != nil {
+		kv = append(kv, item("labels", ast.NewTerm(stringMap(s.Labels))))
+	}
+	return ast.NewObject(kv...)
+}
+
+func destinationValue(d *Destination) ast.Value {
+	kv := [][2]*ast.Term{
+		item("host", ast.StringTerm(d.Host)),
+		item("port", ast.IntNumberTerm(d.Port)),
+	}
+	if d.Suffixes != nil {
+		kv = append(kv, item("suffixes", ast.NewTerm(stringArray(d.Suffixes))))
+	}
+	if d.IP != "" {
+		kv = append(kv, item("ip", ast.StringTerm(d.IP)))
+	}
+	if d.Protocol != "" {
+		kv = append(kv, item("protocol", ast.StringTerm(d.Protocol)))
+	}
+	return ast.NewObject(kv...)
+}
+
+func stringArray(ss []string) ast.Value {
+	ts := make([]*ast.Term, len(ss))
+	for i, s := range ss {
+		ts[i] = ast.StringTerm(s)
+	}
+	return ast.NewArray(ts...)
+}
+
+func stringMap(m map[string]string) ast.Value {
+	kv := make([][2]*ast.Term, 0, len(m))
+	for k, v := range m {
+		kv = append(kv, item(k, ast.StringTerm(v)))
+	}
+	return ast.NewObject(kv...)
+}
+
+// cacheKey is a canonical serialization of every field of a prepared input
+// (Attributes excepted: prepare derives them from the rest). Strings are length
+// prefixed and maps sorted, so two inputs share a key only when they are equal.
+func cacheKey(in *Input) string {
+	var b keyBuilder
+	b.str(string(in.Kind))
+	b.str(in.Sandbox.ID)
+	b.strMap(in.Sandbox.Labels)
+	d := &in.Destination
+	b.str(d.Host)
+	b.int(d.Port)
+	b.strs(d.Suffixes)
+	b.str(d.IP)
+	b.str(d.Protocol)
+	if h := in.HTTP; h != nil {
+		b.tag('h')
+		b.str(h.Method)
+		b.str(h.Scheme)
+		b.str(h.Path)
+		if h.Query == nil {
+			b.tag('-')
+		} else {
+			b.tag('q')
+			keys := sortedKeys(h.Query)
+			b.int(len(keys))
+			for _, k := range keys {
+				b.str(k)
+				b.strs(h.Query[k])
+			}
+		}
+		b.strMap(h.Headers)
+	} else {
+		b.tag('-')
+	}
+	if t := in.TLS; t != nil {
+		b.tag('t')
+		b.str(t.SNI)
+		if t.Intercepted {
+			b.tag('1')
+		} else {
+			b.tag('0')
+		}
+	} else {
+		b.tag('-')
+	}
+	if q := in.DNS; q != nil {
+		b.tag('d')
+		b.str(q.QName)
+		b.str(q.QType)
+		b.strs(q.Flags)
+	} else {
+		b.tag('-')
+	}
+	return b.buf.String()
+}
+
+type keyBuilder struct{ buf strings.Builder }
+
+func (b *keyBuilder) tag(c byte) { b.buf.WriteByte(c) }
+
+func (b *keyBuilder) int(n int) {
+	var a [20]byte
+	b.buf.Write(strconv.AppendInt(a[:0], int64(n), 10))
+	b.buf.WriteByte(';')
+}
+
+func (b *keyBuilder) str(s string) {
+	b.int(len(s))
+	b.buf.WriteString(s)
+}
+
+func (b *keyBuilder) strs(ss []string) {
+	if ss == nil {
+		b.tag('-')
+		return
+	}
+	b.tag('a')
+	b.int(len(ss))
+	for _, s := range ss {
+		b.str(s)
+	}
+}
+
+func (b *keyBuilder) strMap(m map[string]string) {
+	if m == nil {
+		b.tag('-')
+		return
+	}
+	b.tag('m')
+	keys := sortedKeys(m)
+	b.int(len(keys))
+	for _, k := range keys {
+		b.str(k)
+		b.str(m[k])
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// authority is host, or host:port when port is not the scheme's default
+// (Envoy's attributes.request.http.host).
+func authority(scheme, host string, port int) string {
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if port == 0 || (scheme == "https" && port == 443) || (scheme == "http" && port == 80) {
+		return host
+	}
+	return host + ":" + strconv.Itoa(port)
+}
+
+// pathWithQuery is Envoy's :path: the path and, when present, the query string
+// (keys sorted).
+func pathWithQuery(p string, q map[string][]string) string {
+	if len(q) == 0 {
+		return p
+	}
+	return p + "?" + url.Values(q).Encode()
+}
+
+// ParseInput decodes a policy input document strictly (unknown fields are
+// errors, one document only) and checks the fields every kind needs. It is what
+// `airlock policy eval` reads.
+func ParseInput(src []byte) (*Input, error) {
+	dec := json.NewDecoder(bytes.NewReader(src))
+	dec.DisallowUnknownFields()
+	var in Input
+	if err := dec.Decode(&in); err != nil {
+		return nil, fmt.Errorf("policy: input: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("policy: input: more than one JSON document")
+	}
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+// Validate checks what every caller must fill: a known kind, a sandbox id, a
+// host and a port in 0..65535, and the part the kind names.
+func (in *Input) Validate() error {
+	switch in.Kind {
+	case KindHTTP, KindConnect, KindTLS, KindTCP, KindDNS:
+	default:
+		return fmt.Errorf("policy: input: kind %q is not one of http, connect, tls, tcp, dns", in.Kind)
+	}
+	if in.Sandbox.ID == "" {
+		return fmt.Errorf("policy: input: sandbox.id is empty")
+	}
+	if in.Destination.Host == "" {
+		return fmt.Errorf("policy: input: destination.host is empty")
+	}
+	if in.Destination.Port < 0 || in.Destination.Port > 65535 {
+		return fmt.Errorf("policy: input: destination.port %d is not in 0..65535", in.Destination.Port)
+	}
+	if in.Kind == KindHTTP && in.HTTP == nil {
+		return fmt.Errorf("policy: input: kind http needs http")
+	}
+	if in.Kind == KindDNS && in.DNS == nil {
+		return fmt.Errorf("policy: input: kind dns needs dns")
+	}
+	return nil
+}
