@@ -1,0 +1,182 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Defaults applied by New to zero fields of Config.
+const (
+	DefaultMaxHeaderBytes        = 64 << 10
+	DefaultMaxConnsPerSandbox    = 1024
+	DefaultMaxTunnelsPerSandbox  = 512
+	DefaultIdleTimeout           = 90 * time.Second
+	DefaultReadHeaderTimeout     = 10 * time.Second
+	DefaultHandshakeTimeout      = 10 * time.Second
+	DefaultPeekTimeout           = 2 * time.Second
+	DefaultDialTimeout           = 10 * time.Second
+	DefaultResponseHeaderTimeout = 60 * time.Second
+	DefaultPolicyTimeout         = 2 * time.Second
+	DefaultMaxIdleConnsPerHost   = 256
+	DefaultMaxIdleConns          = 4096
+	DefaultIdleConnTimeout       = 90 * time.Second
+	DefaultLeafTTL               = 24 * time.Hour
+	DefaultLeafCacheSize         = 1024
+	DefaultDecisionCacheSize     = 8192
+
+	// MaxLeafTTL bounds LeafTTL: an intercepted leaf certificate never lives longer.
+	MaxLeafTTL = 72 * time.Hour
+	// maxPeekBytes bounds what the transparent listener buffers before deciding.
+	maxPeekBytes = 16 << 10
+)
+
+// Config configures a Gateway. Zero fields take the Default* values.
+type Config struct {
+	// AllowCIDRs are destination prefixes the SSRF guard lets through even though
+	// they are loopback, private, link-local etc. (config upstream.allow_cidrs).
+	AllowCIDRs []netip.Prefix
+	// OwnAddrs are the gateway's own addresses; they are always refused.
+	OwnAddrs []netip.Addr
+	// UpstreamCAFile is an optional PEM bundle trusted for upstream TLS in
+	// addition to the system roots (config upstream.ca_file).
+	UpstreamCAFile string
+	// InsecureSkipVerify exists only so that a configuration asking for
+	// unverified upstream TLS is refused by New; it must be false.
+	InsecureSkipVerify bool
+
+	// CACertFile and CAKeyFile hold the interception CA made by `airlock ca init`.
+	// Both empty means no interception: a decision that asks for it is denied
+	// with reason mitm_unavailable. One set without the other is an error.
+	CACertFile string
+	CAKeyFile  string
+	// LeafTTL is the validity of minted leaf certificates (at most MaxLeafTTL).
+	LeafTTL time.Duration
+	// LeafCacheSize bounds the leaf certificate LRU.
+	LeafCacheSize int
+
+	// MaxHeaderBytes bounds a request's or response's header block.
+	MaxHeaderBytes int
+	// MaxConnsPerSandbox bounds concurrent client connections per sandbox.
+	MaxConnsPerSandbox int
+	// MaxTunnelsPerSandbox bounds concurrent tunnels (CONNECT, TLS passthrough,
+	// raw TCP) per sandbox.
+	MaxTunnelsPerSandbox int
+	// IdleTimeout bounds the wait for the next request on a kept-alive client
+	// connection and for progress while a request or response body is relayed.
+	IdleTimeout time.Duration
+	// ReadHeaderTimeout bounds reading one request's header block.
+	ReadHeaderTimeout time.Duration
+	// HandshakeTimeout bounds TLS handshakes on both sides.
+	HandshakeTimeout time.Duration
+	// PeekTimeout bounds the transparent listener's wait for the client's first
+	// bytes; a client that sends nothing in time is handled as kind tcp.
+	PeekTimeout time.Duration
+	// DialTimeout bounds resolving and connecting to an upstream.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for an upstream's response header.
+	ResponseHeaderTimeout time.Duration
+	// PolicyTimeout bounds one policy decision (the decider fails closed).
+	PolicyTimeout time.Duration
+	// MaxIdleConnsPerHost and MaxIdleConns size the upstream keep-alive pool.
+	MaxIdleConnsPerHost int
+	MaxIdleConns        int
+	// IdleConnTimeout drops pooled upstream connections idle for longer.
+	IdleConnTimeout time.Duration
+	// DecisionCacheSize bounds the decision cache used when the Decider reports
+	// its policy revision (see Revisioner); 0 takes the default, -1 disables it.
+	DecisionCacheSize int
+
+	// Injector adds credentials to allowed intercepted requests; nil means none.
+	Injector Injector
+
+	// DialFunc replaces the network dial (tests use a recording fake that refuses
+	// every address outside their allowed set). It is only ever called with an
+	// IP:port that the guard has checked. nil means a net.Dialer.
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+	// OriginalDst replaces SO_ORIGINAL_DST lookup on transparent connections
+	// (tests on loopback, where no redirect happened). nil means the socket option.
+	OriginalDst func(c net.Conn) (netip.AddrPort, error)
+}
+
+func (c *Config) applyDefaults() {
+	setDur := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setInt := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setInt(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	setInt(&c.MaxConnsPerSandbox, DefaultMaxConnsPerSandbox)
+	setInt(&c.MaxTunnelsPerSandbox, DefaultMaxTunnelsPerSandbox)
+	setInt(&c.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
+	setInt(&c.MaxIdleConns, DefaultMaxIdleConns)
+	setInt(&c.LeafCacheSize, DefaultLeafCacheSize)
+	setInt(&c.DecisionCacheSize, DefaultDecisionCacheSize)
+	setDur(&c.IdleTimeout, DefaultIdleTimeout)
+	setDur(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	setDur(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	setDur(&c.PeekTimeout, DefaultPeekTimeout)
+	setDur(&c.DialTimeout, DefaultDialTimeout)
+	setDur(&c.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
+	setDur(&c.PolicyTimeout, DefaultPolicyTimeout)
+	setDur(&c.IdleConnTimeout, DefaultIdleConnTimeout)
+	setDur(&c.LeafTTL, DefaultLeafTTL)
+}
+
+func (c *Config) validate() error {
+	if c.InsecureSkipVerify {
+		return fmt.Errorf("gateway: insecure_skip_verify: upstream TLS is always verified; set it to false")
+	}
+	if (c.CACertFile == "") != (c.CAKeyFile == "") {
+		return fmt.Errorf("gateway: ca: cert %q and key %q must both be set or both be empty", c.CACertFile, c.CAKeyFile)
+	}
+	if c.LeafTTL < time.Hour || c.LeafTTL > MaxLeafTTL {
+		return fmt.Errorf("gateway: leaf_ttl %v: must be between 1h and %v", c.LeafTTL, MaxLeafTTL)
+	}
+	pos := []struct {
+		name string
+		v    int
+	}{
+		{"max_header_bytes", c.MaxHeaderBytes}, {"max_conns_per_sandbox", c.MaxConnsPerSandbox},
+		{"max_tunnels_per_sandbox", c.MaxTunnelsPerSandbox}, {"max_idle_conns_per_host", c.MaxIdleConnsPerHost},
+		{"max_idle_conns", c.MaxIdleConns}, {"leaf_cache_size", c.LeafCacheSize},
+	}
+	for _, p := range pos {
+		if p.v < 0 {
+			return fmt.Errorf("gateway: %s %d: must be positive", p.name, p.v)
+		}
+	}
+	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
+		return fmt.Errorf("gateway: max_header_bytes %d: must be between 1024 and 1048576", c.MaxHeaderBytes)
+	}
+	if c.DecisionCacheSize < -1 {
+		return fmt.Errorf("gateway: decision_cache_size %d: must be -1 (off), 0 (default) or positive", c.DecisionCacheSize)
+	}
+	durs := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"idle_timeout", c.IdleTimeout}, {"read_header_timeout", c.ReadHeaderTimeout},
+		{"handshake_timeout", c.HandshakeTimeout}, {"peek_timeout", c.PeekTimeout},
+		{"dial_timeout", c.DialTimeout}, {"response_header_timeout", c.ResponseHeaderTimeout},
+		{"policy_timeout", c.PolicyTimeout}, {"idle_conn_timeout", c.IdleConnTimeout},
+	}
+	for _, d := range durs {
+		if d.v < 0 {
+			return fmt.Errorf("gateway: %s %v: must be positive", d.name, d.v)
+		}
+	}
+	for _, p := range c.AllowCIDRs {
+		if !p.IsValid() {
+			return fmt.Errorf("gateway: allow_cidrs: invalid prefix %v", p)
+		}
+	}
+	return nil
+}

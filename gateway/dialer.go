@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/airlock-dev/airlock/ipguard"
+)
+
+// dialer is the guarded dialer: it resolves through the gateway's Resolver,
+// checks every candidate address with ipguard and dials exactly an address it
+// checked. The dial function only ever sees checked IP:port strings.
+type dialer struct {
+	res     Resolver
+	guard   *ipguard.Guard
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	timeout time.Duration
+}
+
+// dialHost connects to host (a normalized name or canonical IP literal) on port.
+// It returns the address dialed, or on refusal the first address refused.
+func (d *dialer) dialHost(ctx context.Context, host string, port int) (net.Conn, netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		addrs, err = d.res.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, netip.Addr{}, fail(ReasonResolve, http.StatusBadGateway, fmt.Errorf("resolve %s: %w", host, err))
+		}
+		if len(addrs) == 0 {
+			return nil, netip.Addr{}, fail(ReasonResolve, http.StatusBadGateway, fmt.Errorf("resolve %s: no addresses", host))
+		}
+	}
+	var (
+		refused    netip.Addr
+		refusedErr error
+		lastErr    error
+		lastIP     netip.Addr
+	)
+	for _, a := range addrs {
+		if err := d.guard.Check(a); err != nil {
+			if !refused.IsValid() {
+				refused, refusedErr = a, err
+			}
+			continue
+		}
+		// Dial the checked address itself, never the name: a second lookup could
+		// answer differently (DNS rebinding).
+		target := netip.AddrPortFrom(a.Unmap(), uint16(port))
+		c, err := d.dial(ctx, "tcp", target.String())
+		if err == nil {
+			return c, a, nil
+		}
+		lastErr, lastIP = err, a
+	}
+	if lastErr == nil {
+		return nil, refused, deny(ReasonForbiddenAddress, "%s resolves only to refused addresses: %v", host, refusedErr)
+	}
+	if errors.Is(lastErr, context.DeadlineExceeded) || isTimeout(lastErr) {
+		return nil, lastIP, fail(ReasonTimeout, http.StatusGatewayTimeout, fmt.Errorf("dial %s (%s): %w", host, lastIP, lastErr))
+	}
+	return nil, lastIP, fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("dial %s (%s): %w", host, lastIP, lastErr))
+}

@@ -1,0 +1,38 @@
+// Package gateway is airlock's filtering HTTP/HTTPS proxy: the explicit proxy
+// (plain HTTP in absolute form and CONNECT), the transparent listener that
+// receives connections redirected inside a sandbox's namespace, TLS interception
+// where policy or a secret binding asks for it, and the guarded dialer.
+//
+// Every request, tunnel and connection goes through one pipeline, in this order,
+// coded once in (*Gateway).serve:
+//
+//	listener (explicit | transparent)
+//	  -> identify sandbox: the sandbox whose listener accepted the connection;
+//	     nothing the sandbox sends can change it
+//	  -> normalize destination: hostname.Normalize on the CONNECT target, the URL
+//	     host, the Host header and the TLS SNI; all of them must name the same host
+//	     (and port) on every request of a connection, else deny (domain fronting)
+//	  -> policy.Decide: fail closed (an error, undefined result or timeout is a deny)
+//	  -> secrets: the optional Injector, only after allow, only on intercepted
+//	     requests whose upstream is verified TLS
+//	  -> dial: resolve through the gateway's Resolver (never the sandbox's answer),
+//	     check every candidate with ipguard, dial exactly the address checked
+//	  -> relay: HTTP request/response, CONNECT or TLS passthrough tunnel, or the
+//	     intercepted (MITM) request loop, where each inner request runs this
+//	     pipeline again as kind http
+//	  -> audit: one record per request, tunnel or connection, written by one
+//	     deferred call; tunnels also get a close record with bytes and duration
+//
+// Exactly one function writes a refusal to the client (403 with a short body
+// naming the reason id and the decision id, header X-Airlock-Decision).
+//
+// The explicit proxy is written on net/http's wire types (http.ReadRequest,
+// Request.Write, http.ReadResponse) rather than on goproxy: the invariants above
+// are per connection (pinned destination, pinned upstream connection, byte
+// counts, splice between two *net.TCPConn), and goproxy's per-request handler
+// API hides the connection, and its MITM path negotiates HTTP/2 and dials
+// outside a custom dialer.
+//
+// gateway must never import netns, sandboxd or cmd; it talks to policy through
+// policy.Decider, to audit through audit.Logger and to DNS through Resolver.
+package gateway

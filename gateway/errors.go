@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Reason ids the gateway itself gives (policy gives its own).
+const (
+	ReasonHostMismatch     = "host_mismatch"          // CONNECT/URL/Host/SNI disagree, or change on a connection
+	ReasonBadRequest       = "bad_request"            // unparsable or unsupported request
+	ReasonBadDestination   = "bad_destination"        // host or port failed normalization
+	ReasonForbiddenAddress = "destination_forbidden"  // every resolved address refused by the guard
+	ReasonMITMUnavailable  = "mitm_unavailable"       // policy asked for interception but no CA is configured
+	ReasonConnLimit        = "connection_limit"       // per-sandbox connection cap
+	ReasonTunnelLimit      = "tunnel_limit"           // per-sandbox tunnel cap
+	ReasonAuditUnavailable = "audit_unavailable"      // the audit logger refused a record
+	ReasonInjectFailed     = "secret_injection_error" // the Injector refused
+	ReasonOriginalDst      = "no_original_destination"
+	ReasonUpstream         = "upstream_error"
+	ReasonResolve          = "resolve_error"
+	ReasonUpstreamTLS      = "upstream_tls_error"
+	ReasonTimeout          = "upstream_timeout"
+	ReasonShuttingDown     = "shutting_down"
+)
+
+// denial is a refusal decided by the gateway or by policy. It is distinct from a
+// failure: the destination was never contacted.
+type denial struct {
+	reason string
+	msg    string
+	status int
+}
+
+func (d *denial) Error() string { return "denied: " + d.reason + ": " + d.msg }
+
+func deny(reason, format string, args ...any) error {
+	return &denial{reason: reason, msg: fmt.Sprintf(format, args...), status: http.StatusForbidden}
+}
+
+// failure is an error after allow: resolving, dialing or talking to the upstream.
+type failure struct {
+	reason string
+	status int
+	err    error
+}
+
+func (f *failure) Error() string { return f.reason + ": " + f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+func fail(reason string, status int, err error) error {
+	return &failure{reason: reason, status: status, err: err}
+}
+
+// refusalOf maps an error to the status and reason id the client sees.
+func refusalOf(err error) (status int, reason string) {
+	var d *denial
+	if errors.As(err, &d) {
+		return d.status, d.reason
+	}
+	var f *failure
+	if errors.As(err, &f) {
+		return f.status, f.reason
+	}
+	return http.StatusBadGateway, ReasonUpstream
+}

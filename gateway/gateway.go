@@ -1,0 +1,318 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// Resolver is the gateway's own name resolution. *net.Resolver and dnsfilter's
+// resolver satisfy it. The sandbox's answers are never used for dialing.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+var _ Resolver = (*net.Resolver)(nil)
+
+// Gateway serves the explicit and transparent listeners of every sandbox.
+type Gateway struct {
+	cfg     Config
+	dec     policy.Decider
+	log     audit.Logger
+	logger  *slog.Logger
+	metrics *metrics
+	dialer  *dialer
+	pool    *upstreamPool
+	leaves  *leafCache // nil without a CA
+	dcache  *decisionCache
+	rootsUp *x509.CertPool
+
+	idPrefix string
+	idSeq    atomic.Uint64
+
+	auditBlockedUntil atomic.Int64 // unix nanos; requests refused while in the future
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	draining  bool
+	wg        sync.WaitGroup // accept loops and connection handlers
+}
+
+// sandbox is one sandbox's listeners and live connections.
+type sandbox struct {
+	info      policy.Sandbox
+	listeners []net.Listener
+	conns     atomic.Int64
+	tunnels   atomic.Int64
+	mu        sync.Mutex
+	live      map[*clientConn]struct{}
+	stopped   bool
+}
+
+// New builds a Gateway. It refuses a configuration that asks for unverified
+// upstream TLS, and loads the interception CA when one is configured.
+func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger *slog.Logger) (*Gateway, error) {
+	if dec == nil || log == nil || res == nil {
+		return nil, errors.New("gateway: decider, audit logger and resolver are required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if cfg.UpstreamCAFile != "" {
+		b, err := os.ReadFile(cfg.UpstreamCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: upstream ca_file: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("gateway: upstream ca_file %s: no PEM certificates", cfg.UpstreamCAFile)
+		}
+	}
+	var prefix [6]byte
+	if _, err := rand.Read(prefix[:]); err != nil {
+		return nil, fmt.Errorf("gateway: id prefix: %w", err)
+	}
+	g := &Gateway{
+		cfg:       cfg,
+		dec:       dec,
+		log:       log,
+		logger:    logger.With("component", "gateway"),
+		metrics:   newMetrics(),
+		rootsUp:   roots,
+		idPrefix:  hex.EncodeToString(prefix[:]) + "-",
+		sandboxes: make(map[string]*sandbox),
+	}
+	guard := ipguard.New(cfg.AllowCIDRs, cfg.OwnAddrs)
+	g.dialer = &dialer{res: res, guard: guard, dial: cfg.DialFunc, timeout: cfg.DialTimeout}
+	if g.dialer.dial == nil {
+		nd := &net.Dialer{KeepAlive: 30 * time.Second}
+		g.dialer.dial = nd.DialContext
+	}
+	g.pool = newUpstreamPool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)
+	if cfg.CACertFile != "" {
+		ca, err := LoadCA(cfg.CACertFile, cfg.CAKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		if g.leaves, err = newLeafCache(ca, cfg.LeafTTL, cfg.LeafCacheSize); err != nil {
+			return nil, err
+		}
+	}
+	if rv, ok := dec.(Revisioner); ok && cfg.DecisionCacheSize > 0 {
+		g.dcache = newDecisionCache(rv, cfg.DecisionCacheSize)
+	}
+	return g, nil
+}
+
+// newID returns a decision id unique within this process and unlikely to repeat
+// across restarts.
+func (g *Gateway) newID() string {
+	return g.idPrefix + strconv.FormatUint(g.idSeq.Add(1), 36)
+}
+
+// ServeSandbox starts serving a sandbox's explicit and transparent listeners
+// (either may be nil) and returns at once. Connections accepted on them belong to
+// sb, whatever they send.
+func (g *Gateway) ServeSandbox(sb policy.Sandbox, explicit, transparent net.Listener) error {
+	if sb.ID == "" {
+		return errors.New("gateway: serve sandbox: empty sandbox id")
+	}
+	if explicit == nil && transparent == nil {
+		return fmt.Errorf("gateway: serve sandbox %s: no listener given", sb.ID)
+	}
+	s := &sandbox{info: sb, live: make(map[*clientConn]struct{})}
+	g.mu.Lock()
+	if g.draining {
+		g.mu.Unlock()
+		return fmt.Errorf("gateway: serve sandbox %s: gateway is shutting down", sb.ID)
+	}
+	if _, ok := g.sandboxes[sb.ID]; ok {
+		g.mu.Unlock()
+		return fmt.Errorf("gateway: serve sandbox %s: already served", sb.ID)
+	}
+	g.sandboxes[sb.ID] = s
+	for _, l := range []struct {
+		l    net.Listener
+		mode listenerMode
+	}{{explicit, modeExplicit}, {transparent, modeTransparent}} {
+		if l.l == nil {
+			continue
+		}
+		s.listeners = append(s.listeners, l.l)
+		g.wg.Add(1)
+		go g.acceptLoop(s, l.l, l.mode)
+	}
+	g.mu.Unlock()
+	g.logger.Info("serving sandbox", "sandbox", sb.ID)
+	return nil
+}
+
+type listenerMode uint8
+
+const (
+	modeExplicit listenerMode = iota
+	modeTransparent
+)
+
+func (m listenerMode) String() string {
+	if m == modeExplicit {
+		return "explicit"
+	}
+	return "transparent"
+}
+
+func (g *Gateway) acceptLoop(s *sandbox, l net.Listener, mode listenerMode) {
+	defer g.wg.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
+				time.Sleep(backoff)
+				backoff = min(backoff*2, time.Second)
+				continue
+			}
+			g.logger.Error("accept failed; listener stopped", "sandbox", s.info.ID, "listener", mode.String(), "err", err)
+			return
+		}
+		backoff = 5 * time.Millisecond
+		cc := g.newClientConn(s, c, mode)
+		if cc == nil {
+			continue
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			defer cc.close()
+			if mode == modeExplicit {
+				g.serveExplicit(cc)
+			} else {
+				g.serveTransparent(cc)
+			}
+		}()
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// StopSandbox closes a sandbox's listeners and its live connections.
+func (g *Gateway) StopSandbox(id string) {
+	g.mu.Lock()
+	s := g.sandboxes[id]
+	delete(g.sandboxes, id)
+	g.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.stop()
+	g.logger.Info("stopped sandbox", "sandbox", id)
+}
+
+func (s *sandbox) stop() {
+	for _, l := range s.listeners {
+		l.Close()
+	}
+	s.mu.Lock()
+	s.stopped = true
+	live := make([]*clientConn, 0, len(s.live))
+	for c := range s.live {
+		live = append(live, c)
+	}
+	s.mu.Unlock()
+	for _, c := range live {
+		c.forceClose()
+	}
+}
+
+// Shutdown stops accepting, lets requests in flight finish (closing kept-alive
+// connections as they go idle), and when ctx ends closes whatever is left.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.mu.Lock()
+	g.draining = true
+	sbs := make([]*sandbox, 0, len(g.sandboxes))
+	for _, s := range g.sandboxes {
+		sbs = append(sbs, s)
+	}
+	g.mu.Unlock()
+	for _, s := range sbs {
+		for _, l := range s.listeners {
+			l.Close()
+		}
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		open := 0
+		for _, s := range sbs {
+			s.mu.Lock()
+			for c := range s.live {
+				if c.idle.Load() {
+					c.forceClose()
+				}
+				open++
+			}
+			s.mu.Unlock()
+		}
+		if open == 0 {
+			g.pool.closeAll()
+			g.wg.Wait()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			for _, s := range sbs {
+				s.stop()
+			}
+			g.pool.closeAll()
+			g.wg.Wait()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (g *Gateway) isDraining() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.draining
+}
+
+// upstreamTLS returns the client config for a verified upstream TLS connection.
+func (g *Gateway) upstreamTLS(host string) *tls.Config {
+	return &tls.Config{
+		ServerName: host,
+		RootCAs:    g.rootsUp,
+		NextProtos: []string{"http/1.1"},
+		MinVersion: tls.VersionTLS12,
+	}
+}

@@ -1,0 +1,554 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// httpSession is an HTTP/1.1 request loop on one client connection: the explicit
+// proxy, a transparent plain-HTTP connection or an intercepted TLS connection.
+type httpSession struct {
+	g    *Gateway
+	cc   *clientConn
+	conn net.Conn // the raw connection, or the tls.Conn when intercepted
+	rd   connReader
+	br   *bufio.Reader
+	bw   *bufio.Writer
+
+	// Pinned destination: when pinned, every request must name pinHost:pinPort.
+	pinned      bool
+	pinHost     string
+	pinPort     int
+	defaultPort int
+	scheme      string
+	intercepted bool
+	sni         string
+
+	// rawHost is the Host header as sent (http.ReadRequest drops it for
+	// absolute-form requests); rawHostErr is set when it could not be read.
+	rawHost    string
+	rawHostErr error
+
+	up      *upstreamConn // upstream kept for the next request
+	untrack func()
+
+	sufHost string
+	suf     []string
+}
+
+func (g *Gateway) newSession(cc *clientConn, conn net.Conn, br *bufio.Reader) *httpSession {
+	s := &httpSession{g: g, cc: cc, conn: conn, scheme: "http", defaultPort: 80}
+	s.rd = connReader{c: conn}
+	if br == nil {
+		br = bufio.NewReaderSize(&s.rd, maxPeekBytes)
+	}
+	s.br = br
+	s.bw = bufio.NewWriterSize(deadlineWriter{c: conn, timeout: g.cfg.IdleTimeout}, 4096)
+	return s
+}
+
+func (s *httpSession) suffixes(host string) []string {
+	if host != s.sufHost {
+		s.sufHost, s.suf = host, hostname.Suffixes(host)
+	}
+	return s.suf
+}
+
+// release hands the kept upstream back to the pool (or closes it).
+func (s *httpSession) release() {
+	if s.up != nil {
+		s.untrack()
+		s.g.pool.put(s.up)
+		s.up = nil
+	}
+}
+
+func (s *httpSession) dropUpstream() {
+	if s.up != nil {
+		s.untrack()
+		s.up.nc.Close()
+		s.up = nil
+	}
+}
+
+// readRequest waits for the next request: IdleTimeout for its first byte,
+// ReadHeaderTimeout and MaxHeaderBytes for its header block.
+func (s *httpSession) readRequest() (*http.Request, error) {
+	g := s.g
+	s.cc.idle.Store(true)
+	s.rd.limited, s.rd.progress = false, 0
+	s.conn.SetReadDeadline(time.Now().Add(g.cfg.IdleTimeout))
+	if _, err := s.br.Peek(1); err != nil {
+		s.cc.idle.Store(false)
+		return nil, err
+	}
+	s.cc.idle.Store(false)
+	if g.isDraining() {
+		return nil, net.ErrClosed
+	}
+	s.conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+	s.rd.limited, s.rd.limit = true, g.cfg.MaxHeaderBytes-s.br.Buffered()
+	if !s.pinned {
+		// The explicit proxy compares the URL host with the Host header, which
+		// http.ReadRequest discards for absolute-form requests: read it first.
+		pr, perr := peekHTTPRequest(s.br, s.br.Size())
+		s.rawHost, s.rawHostErr = pr.Host, perr
+	}
+	req, err := http.ReadRequest(s.br)
+	s.rd.limited, s.rd.progress = false, g.cfg.IdleTimeout
+	s.conn.SetReadDeadline(time.Time{})
+	return req, err
+}
+
+// loop serves requests until the connection ends or one of them may not be
+// followed by another.
+func (s *httpSession) loop(kind policy.Kind) {
+	defer s.release()
+	for {
+		req, err := s.readRequest()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isTimeout(err) && s.br.Buffered() == 0 {
+				return
+			}
+			rc := s.g.newReqCtx(s.cc, s)
+			rc.kind = kind
+			s.g.serveRefused(rc, deny(ReasonBadRequest, "unreadable request: %v", err))
+			return
+		}
+		rc := s.g.newReqCtx(s.cc, s)
+		rc.req = req
+		rc.kind = policy.KindHTTP
+		if req.Method == http.MethodConnect && !s.pinned && !s.intercepted {
+			rc.kind = policy.KindConnect
+			s.g.serve(rc)
+			return // the connection now belongs to the tunnel
+		}
+		if !s.g.serve(rc) {
+			return
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// normalizeRequest finds the one host a request names and checks it against the
+// Host header and the connection's pinned destination.
+func (s *httpSession) normalizeRequest(rc *reqCtx) error {
+	req := rc.req
+	rc.scheme = s.scheme
+	if req.ProtoMajor != 1 {
+		return deny(ReasonBadRequest, "protocol %s not supported (HTTP/1.x only)", req.Proto)
+	}
+	if req.Method == http.MethodConnect {
+		return deny(ReasonHostMismatch, "CONNECT inside a tunnel or transparent connection")
+	}
+	if req.Host == "" && req.ProtoMinor >= 1 {
+		return deny(ReasonBadRequest, "missing Host header")
+	}
+	// URL host: absolute-form only.
+	var urlHost string
+	var urlPort int
+	if req.URL.IsAbs() || req.URL.Host != "" {
+		sch := strings.ToLower(req.URL.Scheme)
+		if sch != s.scheme {
+			return deny(ReasonHostMismatch, "request URL scheme %q on a %s connection", req.URL.Scheme, s.scheme)
+		}
+		h, p, err := hostname.SplitHostPort(req.URL.Host, s.defaultPort)
+		if err != nil {
+			return deny(ReasonBadDestination, "request URL host: %v", err)
+		}
+		urlHost, urlPort = h, p
+	} else if !s.pinned {
+		return deny(ReasonBadRequest, "origin-form request to the explicit proxy (want an absolute URL or CONNECT)")
+	}
+	var hostHdr string
+	var hostPort int
+	rawHost := req.Host
+	if !s.pinned {
+		if s.rawHostErr != nil {
+			return deny(ReasonBadRequest, "request header: %v", s.rawHostErr)
+		}
+		if s.rawHost == "" {
+			return deny(ReasonBadRequest, "missing Host header")
+		}
+		rawHost = s.rawHost
+	}
+	if rawHost != "" {
+		h, p, err := hostname.SplitHostPort(rawHost, s.defaultPort)
+		if err != nil {
+			return deny(ReasonBadDestination, "Host header: %v", err)
+		}
+		hostHdr, hostPort = h, p
+	}
+	switch {
+	case s.pinned:
+		rc.host, rc.port = s.pinHost, s.pinPort
+	case urlHost != "":
+		rc.host, rc.port = urlHost, urlPort
+	}
+	if urlHost != "" && (urlHost != rc.host || urlPort != rc.port) {
+		return deny(ReasonHostMismatch, "request URL names %s:%d on a connection to %s:%d", urlHost, urlPort, rc.host, rc.port)
+	}
+	if hostHdr != "" && (hostHdr != rc.host || hostPort != rc.port) {
+		return deny(ReasonHostMismatch, "Host header names %s:%d, request is for %s:%d", hostHdr, hostPort, rc.host, rc.port)
+	}
+	if ip, ok := hostname.ParseIP(rc.host); ok {
+		rc.ip = ip
+	}
+	return nil
+}
+
+// normalizeConnect parses a CONNECT target (authority form, port required) and
+// checks the Host header, if any, names the same.
+func (s *httpSession) normalizeConnect(rc *reqCtx) error {
+	req := rc.req
+	target := req.RequestURI
+	if strings.Contains(target, "/") || !strings.Contains(target, ":") {
+		return deny(ReasonBadRequest, "CONNECT target %q: want host:port", target)
+	}
+	h, p, err := hostname.SplitHostPort(target, 0)
+	if err != nil {
+		return deny(ReasonBadDestination, "CONNECT target: %v", err)
+	}
+	rc.host, rc.port = h, p
+	if req.Host != "" && req.Host != target {
+		hh, hp, err := hostname.SplitHostPort(req.Host, p)
+		if err != nil || hh != h || hp != p {
+			return deny(ReasonHostMismatch, "CONNECT %s with Host %q", target, req.Host)
+		}
+	}
+	if ip, ok := hostname.ParseIP(h); ok {
+		rc.ip = ip
+	}
+	return rc.g.claimTunnel(rc)
+}
+
+// upstream makes rc.up the upstream connection for rc's destination: the one
+// kept from the previous request, one from the pool, or a new guarded dial.
+func (s *httpSession) upstream(rc *reqCtx, fresh bool) error {
+	key := upstreamKey{host: rc.host, port: rc.port, tls: s.scheme == "https"}
+	if s.up != nil && (fresh || s.up.key != key) {
+		if fresh {
+			s.dropUpstream()
+		} else {
+			s.release()
+		}
+	}
+	if s.up == nil && !fresh {
+		if u := s.g.pool.get(key); u != nil {
+			s.up = u
+			s.untrack = s.cc.track(u.nc)
+		}
+	}
+	if s.up == nil {
+		u, err := s.g.dialUpstream(rc, key)
+		if err != nil {
+			return err
+		}
+		s.up = u
+		s.untrack = s.cc.track(u.nc)
+	}
+	rc.up = s.up
+	rc.ip = s.up.ip
+	return nil
+}
+
+// dialUpstream makes a new upstream connection: guarded dial, then verified
+// TLS for https.
+func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, error) {
+	c, ip, err := g.dialer.dialHost(context.Background(), key.host, key.port)
+	if ip.IsValid() {
+		rc.ip = ip
+	}
+	if err != nil {
+		return nil, err
+	}
+	if key.tls {
+		tc := tls.Client(c, g.upstreamTLS(key.host))
+		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.HandshakeTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			c.Close()
+			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s: %w", key.host, err))
+		}
+		if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
+			tc.Close()
+			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s negotiated %q", key.host, p))
+		}
+		c = tc
+	}
+	return newUpstreamConn(key, c, ip), nil
+}
+
+// hopHeaders are removed in both directions (RFC 9110 section 7.6.1).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
+
+func removeHop(h http.Header) (upgrade string) {
+	for _, f := range h["Connection"] {
+		for _, name := range strings.Split(f, ",") {
+			name = strings.TrimSpace(name)
+			if name != "" && !strings.EqualFold(name, "upgrade") {
+				h.Del(name)
+			}
+		}
+	}
+	if hasToken(h["Connection"], "upgrade") {
+		upgrade = h.Get("Upgrade")
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+	return upgrade
+}
+
+func hasToken(vals []string, tok string) bool {
+	for _, v := range vals {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), tok) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forward sends rc's request upstream and relays the response.
+func (s *httpSession) forward(rc *reqCtx) error {
+	g := s.g
+	req := rc.req
+	clientClose := req.Close
+	upgrade := removeHop(req.Header)
+	websocket := strings.EqualFold(upgrade, "websocket")
+	if upgrade != "" && !websocket {
+		upgrade = "" // h2c and other upgrades are never passed through
+	}
+	if websocket {
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", upgrade)
+	}
+	if hasToken(req.Header["Expect"], "100-continue") {
+		req.Header.Del("Expect")
+		s.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+		if err := s.bw.Flush(); err != nil {
+			return fail(ReasonUpstream, http.StatusBadGateway, err)
+		}
+	}
+	req.Host = hostname.JoinHostPort(rc.host, rc.port)
+	if rc.port == s.defaultPort {
+		req.Host = rc.host
+		if strings.Contains(rc.host, ":") {
+			req.Host = "[" + rc.host + "]"
+		}
+	}
+	req.URL.Scheme, req.URL.Host = "", ""
+	req.Close = false
+	req.RequestURI = ""
+	replayable := req.Body == nil || req.Body == http.NoBody
+	if !replayable {
+		req.Body = countReadCloser{countReader{req.Body, &rc.bytesUp}, req.Body}
+	}
+
+	var resp *http.Response
+	for attempt := 0; ; attempt++ {
+		up := rc.up
+		reused := up.used
+		up.used = true
+		var err error
+		resp, err = up.roundTrip(req, g.cfg.ResponseHeaderTimeout, g.cfg.MaxHeaderBytes)
+		if err == nil {
+			break
+		}
+		s.dropUpstream()
+		if reused && replayable && attempt == 0 {
+			if err := s.upstream(rc, true); err != nil {
+				return err
+			}
+			continue
+		}
+		if isTimeout(err) {
+			return fail(ReasonTimeout, http.StatusGatewayTimeout, err)
+		}
+		return fail(ReasonUpstream, http.StatusBadGateway, err)
+	}
+	rc.status = resp.StatusCode
+	rc.responded = true
+	upClose := resp.Close
+	removeHop(resp.Header)
+	resp.ProtoMajor, resp.ProtoMinor, resp.Proto = 1, 1, "HTTP/1.1"
+
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if !websocket {
+			s.dropUpstream()
+			return fail(ReasonUpstream, http.StatusBadGateway, errors.New("upstream switched protocols without a websocket upgrade"))
+		}
+		resp.Header.Set("Connection", "Upgrade")
+		resp.Header.Set("Upgrade", upgrade)
+		if err := resp.Write(s.bw); err != nil {
+			return err
+		}
+		if err := s.bw.Flush(); err != nil {
+			return err
+		}
+		up := s.up
+		s.untrack()
+		s.up = nil
+		defer up.nc.Close()
+		untrack := s.cc.track(up.nc)
+		defer untrack()
+		cHead, _ := s.br.Peek(s.br.Buffered())
+		uHead, _ := up.br.Peek(up.br.Buffered())
+		s.conn.SetDeadline(time.Time{})
+		rc.tunnel = false
+		return pipe(rc, s.conn, cHead, up.nc, uHead)
+	}
+
+	keep := !clientClose && !g.isDraining()
+	resp.Close = !keep
+	if resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = countReadCloser{countReader{resp.Body, &rc.bytesDown}, resp.Body}
+	}
+	if resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody {
+		keep = false // delimited by close; Response.Write says Connection: close
+	}
+	var err error
+	if resp.ContentLength < 0 && resp.Request.Method != http.MethodHead {
+		err = resp.Write(flushWriter{s.bw})
+	} else {
+		err = resp.Write(s.bw)
+	}
+	if err == nil {
+		err = s.bw.Flush()
+	}
+	upOK := err == nil && !upClose
+	if !upOK {
+		s.dropUpstream()
+	}
+	if err != nil {
+		return fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("relaying response: %w", err))
+	}
+	rc.keepAlive = keep
+	return nil
+}
+
+func isChunked(te []string) bool { return len(te) > 0 && te[0] == "chunked" }
+
+// flushWriter flushes after every write so a streamed response of unknown
+// length reaches the client as it arrives.
+type flushWriter struct{ w *bufio.Writer }
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		err = f.w.Flush()
+	}
+	return n, err
+}
+
+// relayConnect answers an allowed CONNECT and runs the tunnel or interception.
+func (g *Gateway) relayConnect(rc *reqCtx) error {
+	s := rc.sess
+	s.bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
+	if err := s.bw.Flush(); err != nil {
+		return fail(ReasonUpstream, http.StatusBadGateway, err)
+	}
+	rc.responded = true
+	rc.status = http.StatusOK
+	s.conn.SetDeadline(time.Time{})
+	if rc.mitm {
+		return g.intercept(rc, &prefixConn{Conn: s.conn, r: s.br})
+	}
+	// Start relaying the upstream's bytes at once (server-first protocols), and
+	// look at the client's first bytes: a TLS ClientHello must name the CONNECT
+	// host (domain fronting).
+	down := make(chan int64, 1)
+	up := rc.upRaw
+	client := s.conn
+	go func() {
+		n, _ := io.Copy(client, up)
+		closeWrite(client)
+		down <- n
+	}()
+	s.rd.limited, s.rd.progress = false, 0
+	client.SetReadDeadline(time.Now().Add(g.cfg.PeekTimeout))
+	sni, perr := peekClientHello(s.br, maxPeekBytes)
+	client.SetReadDeadline(time.Time{})
+	var err error
+	switch {
+	case perr == nil && sni != "":
+		n, nerr := hostname.Normalize(sni)
+		if nerr != nil || n != rc.host {
+			err = deny(ReasonHostMismatch, "CONNECT %s carries TLS server name %q", rc.host, sni)
+		}
+	case perr == nil, errors.Is(perr, errNotTLS), isTimeout(perr):
+	case errors.Is(perr, io.EOF):
+	default:
+		err = deny(ReasonBadRequest, "CONNECT %s: %v", rc.host, perr)
+	}
+	if err == nil {
+		err = g.openTunnel(rc)
+	}
+	if err != nil {
+		up.Close()
+		client.Close()
+		rc.bytesDown = <-down
+		return err
+	}
+	head, _ := s.br.Peek(s.br.Buffered())
+	upN, _ := copyUp(up, head, client)
+	rc.bytesUp = upN
+	rc.bytesDown = <-down
+	return nil
+}
+
+// copyUp writes head, then copies client to up (splice when both are
+// *net.TCPConn), then half-closes up.
+func copyUp(up net.Conn, head []byte, client net.Conn) (int64, error) {
+	var total int64
+	if len(head) > 0 {
+		n, err := up.Write(head)
+		total += int64(n)
+		if err != nil {
+			closeWrite(up)
+			return total, err
+		}
+	}
+	n, err := io.Copy(up, client)
+	total += n
+	closeWrite(up)
+	return total, err
+}
+
+// pipe relays between two connections with already-read heads (websocket
+// after 101, intercepted TLS passthrough).
+func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte) error {
+	down := make(chan int64, 1)
+	go func() {
+		var total int64
+		if len(bHead) > 0 {
+			n, _ := a.Write(bHead)
+			total += int64(n)
+		}
+		n, _ := io.Copy(a, b)
+		closeWrite(a)
+		down <- total + n
+	}()
+	n, _ := copyUp(b, aHead, a)
+	rc.bytesUp += n
+	rc.bytesDown += <-down
+	return nil
+}

@@ -1,0 +1,513 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// reqCtx is the one per-request (or per-tunnel, per-connection) context: created
+// once by the listener side, filled by the stages, read by the one deferred
+// audit call.
+type reqCtx struct {
+	g    *Gateway
+	cc   *clientConn
+	sess *httpSession // HTTP kinds and CONNECT: the session the request came on
+	id   string
+	kind policy.Kind
+
+	start     time.Time
+	policyDur time.Duration
+	dialDur   time.Duration
+
+	// Destination, normalized.
+	host    string
+	port    int
+	ip      netip.Addr // the address dialed (or refused)
+	sni     string
+	origDst netip.AddrPort
+
+	// HTTP.
+	req       *http.Request
+	scheme    string
+	status    int
+	keepAlive bool // the client connection may carry another request
+
+	// Raw inputs of the transparent listener (tls, tcp).
+	br   *bufio.Reader // holds the peeked bytes
+	head []byte        // for CONNECT: bytes the client sent after its request
+
+	in      policy.Input
+	dec     policy.Decision
+	decided bool
+	mitm    bool
+	secrets []audit.Secret
+
+	up    *upstreamConn // HTTP: the upstream connection used
+	upRaw net.Conn      // tunnels: the upstream connection
+
+	bytesUp, bytesDown int64
+	tunnel             bool // a close record follows the decision record
+	opened             bool // the decision record was written
+	responded          bool // bytes of a response already went to the client
+	err                error
+}
+
+func (g *Gateway) newReqCtx(cc *clientConn, sess *httpSession) *reqCtx {
+	return &reqCtx{g: g, cc: cc, sess: sess, id: g.newID(), start: time.Now()}
+}
+
+func kindOfMode(m listenerMode) policy.Kind {
+	if m == modeExplicit {
+		return policy.KindHTTP
+	}
+	return policy.KindTCP
+}
+
+// serve runs the pipeline of doc.go for one request, tunnel or connection and
+// reports whether the client connection may carry another request.
+func (g *Gateway) serve(rc *reqCtx) bool {
+	defer g.finish(rc)
+	if err := g.stages(rc); err != nil {
+		rc.err = err
+		g.refuse(rc)
+		return false
+	}
+	return rc.keepAlive
+}
+
+// serveRefused audits and answers a refusal decided before the pipeline could
+// start (a connection cap, a missing original destination).
+func (g *Gateway) serveRefused(rc *reqCtx, err error) {
+	defer g.finish(rc)
+	rc.err = err
+	g.refuse(rc)
+}
+
+// stages are the pipeline's stages in their fixed order. Each returns an error;
+// the first error ends the request.
+func (g *Gateway) stages(rc *reqCtx) error {
+	if err := g.normalize(rc); err != nil {
+		return err
+	}
+	if err := g.decide(rc); err != nil {
+		return err
+	}
+	if err := g.inject(rc); err != nil {
+		return err
+	}
+	if err := g.dial(rc); err != nil {
+		return err
+	}
+	return g.relay(rc)
+}
+
+// normalize fills host and port and enforces one destination per connection.
+func (g *Gateway) normalize(rc *reqCtx) error {
+	switch rc.kind {
+	case policy.KindHTTP:
+		return rc.sess.normalizeRequest(rc)
+	case policy.KindConnect:
+		return rc.sess.normalizeConnect(rc)
+	case policy.KindTLS:
+		if rc.sni != "" {
+			h, err := hostname.Normalize(rc.sni)
+			if err != nil {
+				return deny(ReasonBadDestination, "tls server name: %v", err)
+			}
+			rc.host = h
+		} else {
+			rc.host = rc.origDst.Addr().Unmap().String()
+			rc.ip = rc.origDst.Addr().Unmap()
+		}
+		rc.port = int(rc.origDst.Port())
+		return g.claimTunnel(rc)
+	case policy.KindTCP:
+		rc.ip = rc.origDst.Addr().Unmap()
+		rc.host = rc.ip.String()
+		rc.port = int(rc.origDst.Port())
+		return g.claimTunnel(rc)
+	}
+	return deny(ReasonBadRequest, "unknown kind %q", rc.kind)
+}
+
+// claimTunnel enforces max_tunnels_per_sandbox; finish releases the slot.
+func (g *Gateway) claimTunnel(rc *reqCtx) error {
+	rc.tunnel = true
+	if rc.cc.sb.tunnels.Add(1) > int64(g.cfg.MaxTunnelsPerSandbox) {
+		rc.cc.sb.tunnels.Add(-1)
+		rc.tunnel = false
+		return deny(ReasonTunnelLimit, "sandbox %s has %d tunnels open (max_tunnels_per_sandbox)", rc.cc.sb.info.ID, g.cfg.MaxTunnelsPerSandbox)
+	}
+	g.metrics.activeTunnels.Inc()
+	return nil
+}
+
+// decide asks policy. It fails closed: a policy error is never permitted.
+func (g *Gateway) decide(rc *reqCtx) error {
+	if until := g.auditBlockedUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		return deny(ReasonAuditUnavailable, "audit log is not accepting records")
+	}
+	g.buildInput(rc)
+	var (
+		d   policy.Decision
+		hit bool
+		key decisionKey
+	)
+	if g.dcache != nil {
+		key, hit = g.dcache.key(&rc.in)
+		if hit {
+			d, hit = g.dcache.get(key)
+		}
+	}
+	if !hit {
+		t0 := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
+		d = g.dec.Decide(ctx, &rc.in)
+		cancel()
+		rc.policyDur = time.Since(t0)
+		g.metrics.policyEval.Observe(rc.policyDur.Seconds())
+		if g.dcache != nil && d.Err == nil && key.rev != "" && key.rev == d.Rev {
+			g.dcache.put(key, d)
+		}
+	}
+	rc.dec, rc.decided = d, true
+	if !d.Permit() {
+		reason, msg := policy.ReasonPolicyError, "policy error"
+		if d.Err == nil {
+			reason, msg = "denied", "denied by policy"
+			if len(d.Reasons) > 0 {
+				reason, msg = d.Reasons[0].ID, d.Reasons[0].Msg
+			}
+		}
+		status := http.StatusForbidden
+		if d.HTTPStatus >= 400 && d.HTTPStatus <= 599 {
+			status = d.HTTPStatus
+		}
+		return &denial{reason: reason, msg: msg, status: status}
+	}
+	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
+		rc.mitm = d.MITM
+		if !rc.mitm && g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(rc.cc.sb.info, rc.host, rc.port) {
+			rc.mitm = true
+		}
+		if rc.mitm && g.leaves == nil {
+			return deny(ReasonMITMUnavailable, "interception of %s requested but no CA is configured", rc.host)
+		}
+	}
+	return nil
+}
+
+// buildInput fills rc.in from the normalized request.
+func (g *Gateway) buildInput(rc *reqCtx) {
+	in := &rc.in
+	in.Kind = rc.kind
+	in.Sandbox = rc.cc.sb.info
+	in.Destination = policy.Destination{Host: rc.host, Port: rc.port}
+	if rc.sess != nil {
+		in.Destination.Suffixes = rc.sess.suffixes(rc.host)
+	} else {
+		in.Destination.Suffixes = hostname.Suffixes(rc.host)
+	}
+	if rc.ip.IsValid() {
+		in.Destination.IP = rc.ip.String()
+	}
+	if rc.kind == policy.KindTCP {
+		in.Destination.Protocol = "tcp"
+	}
+	if rc.kind == policy.KindTLS {
+		in.TLS = &policy.TLS{SNI: rc.host}
+		if rc.sni == "" {
+			in.TLS.SNI = ""
+		}
+	}
+	if rc.kind == policy.KindHTTP {
+		r := rc.req
+		h := &policy.HTTP{Method: r.Method, Scheme: rc.scheme, Path: r.URL.Path}
+		if h.Path == "" {
+			h.Path = "/"
+		}
+		if r.URL.RawQuery != "" {
+			h.Query = r.URL.Query()
+		}
+		if len(r.Header) > 0 {
+			h.Headers = make(map[string]string, len(r.Header))
+			for k, v := range r.Header {
+				h.Headers[lowerHeader(k)] = strings.Join(v, ", ")
+			}
+		}
+		in.HTTP = h
+		if rc.sess.intercepted {
+			in.TLS = &policy.TLS{SNI: rc.sess.sni, Intercepted: true}
+		}
+	}
+}
+
+// lowerHeader lowercases a canonical header name without allocating for the
+// common names.
+func lowerHeader(k string) string {
+	switch k {
+	case "Accept":
+		return "accept"
+	case "User-Agent":
+		return "user-agent"
+	case "Accept-Encoding":
+		return "accept-encoding"
+	case "Content-Type":
+		return "content-type"
+	case "Content-Length":
+		return "content-length"
+	case "Authorization":
+		return "authorization"
+	case "Connection":
+		return "connection"
+	}
+	return strings.ToLower(k)
+}
+
+// inject runs the secrets seam: only after allow, only on intercepted requests
+// (whose upstream is always verified TLS).
+func (g *Gateway) inject(rc *reqCtx) error {
+	inj := g.cfg.Injector
+	if inj == nil || rc.kind != policy.KindHTTP || !rc.sess.intercepted {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
+	defer cancel()
+	s, err := inj.Inject(ctx, rc.cc.sb.info, rc.req)
+	rc.secrets = s
+	if err != nil {
+		return deny(ReasonInjectFailed, "%v", err)
+	}
+	return nil
+}
+
+// dial connects to the upstream through the guarded dialer.
+func (g *Gateway) dial(rc *reqCtx) error {
+	t0 := time.Now()
+	defer func() { rc.dialDur = time.Since(t0) }()
+	switch rc.kind {
+	case policy.KindHTTP:
+		return rc.sess.upstream(rc, false)
+	case policy.KindConnect, policy.KindTLS:
+		if rc.mitm {
+			return nil // each inner request dials
+		}
+	}
+	c, ip, err := g.dialer.dialHost(context.Background(), rc.host, rc.port)
+	if ip.IsValid() {
+		rc.ip = ip
+	}
+	if err != nil {
+		return err
+	}
+	rc.upRaw = c
+	return nil
+}
+
+// relay moves the bytes.
+func (g *Gateway) relay(rc *reqCtx) error {
+	switch rc.kind {
+	case policy.KindHTTP:
+		return rc.sess.forward(rc)
+	case policy.KindConnect:
+		return g.relayConnect(rc)
+	case policy.KindTLS, policy.KindTCP:
+		if rc.mitm {
+			return g.intercept(rc, &prefixConn{Conn: rc.cc.nc, r: rc.br})
+		}
+		head, _ := rc.br.Peek(rc.br.Buffered())
+		return g.tunnel(rc, rc.cc.nc, head, rc.upRaw)
+	}
+	return nil
+}
+
+// openTunnel writes a tunnel's decision record before its bytes flow, so a
+// long-lived tunnel is visible at once; finish writes the close record.
+func (g *Gateway) openTunnel(rc *reqCtx) error {
+	rc.opened = true
+	if err := g.log.Log(g.record(rc, "")); err != nil {
+		g.auditFailed(err)
+		return deny(ReasonAuditUnavailable, "audit log refused the record")
+	}
+	return nil
+}
+
+// refuse is the one place that answers a refusal to the client: 403 (or the
+// policy's status, or 502/504 for a failure) with a short body naming the reason
+// id and the decision id, and header X-Airlock-Decision. Where no HTTP answer is
+// possible (TLS passthrough, raw TCP, a response already begun) it closes.
+func (g *Gateway) refuse(rc *reqCtx) {
+	status, reason := refusalOf(rc.err)
+	rc.status = status
+	if rc.responded || rc.sess == nil {
+		rc.cc.nc.Close()
+		return
+	}
+	bw := rc.sess.bw
+	body := "airlock: " + http.StatusText(status) + ": " + reason + " (decision " + rc.id + ")\n"
+	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
+	bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Airlock-Decision: " + rc.id + "\r\n")
+	bw.WriteString("X-Airlock-Reason: " + reason + "\r\n")
+	bw.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n")
+	if rc.req == nil || rc.req.Method != http.MethodHead {
+		bw.WriteString(body)
+	}
+	bw.Flush()
+	rc.responded = true
+}
+
+// finish is the one deferred audit call: the decision record (unless a tunnel
+// already wrote it) and, for tunnels, the close record.
+func (g *Gateway) finish(rc *reqCtx) {
+	result := resultOf(rc)
+	g.metrics.decided(rc.kind, result)
+	if rc.upRaw != nil {
+		rc.upRaw.Close()
+	}
+	var err error
+	if rc.opened {
+		err = g.log.Log(g.record(rc, "close"))
+	} else {
+		err = g.log.Log(g.record(rc, ""))
+	}
+	if err != nil {
+		g.auditFailed(err)
+	}
+	if rc.tunnel {
+		rc.cc.sb.tunnels.Add(-1)
+		g.metrics.activeTunnels.Dec()
+		g.metrics.bytesUp.Add(float64(rc.bytesUp))
+		g.metrics.bytesDown.Add(float64(rc.bytesDown))
+	}
+	var f *failure
+	if errors.As(rc.err, &f) {
+		g.metrics.upstreamErrors.WithLabelValues(f.reason).Inc()
+	}
+	g.logDecision(rc, result)
+}
+
+func resultOf(rc *reqCtx) string {
+	var d *denial
+	switch {
+	case rc.decided && rc.dec.Err != nil:
+		return "error"
+	case errors.As(rc.err, &d):
+		return "deny"
+	case rc.decided && !rc.dec.Allowed:
+		return "deny" // report mode: what enforce would have done
+	}
+	return "allow"
+}
+
+func (g *Gateway) auditFailed(err error) {
+	g.auditBlockedUntil.Store(time.Now().Add(time.Second).UnixNano())
+	g.logger.Error("audit record refused; refusing new requests for 1s", "err", err)
+}
+
+// record builds the audit record of rc. phase "close" builds a tunnel's close
+// record.
+func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
+	r := &audit.Record{
+		ID:      rc.id,
+		Sandbox: rc.cc.sb.info.ID,
+		Kind:    string(rc.kind),
+		Host:    rc.host,
+		Port:    rc.port,
+	}
+	if rc.ip.IsValid() {
+		r.IP = rc.ip.String()
+	}
+	if phase == "close" {
+		r.Kind = "close"
+		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
+		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
+		if rc.err != nil {
+			r.Error = rc.err.Error()
+		}
+		return r
+	}
+	r.Decision = resultOf(rc)
+	if rc.decided {
+		r.Mode = string(rc.dec.Mode)
+		r.PolicyRev = rc.dec.Rev
+		for _, x := range rc.dec.Reasons {
+			r.Reasons = append(r.Reasons, audit.Reason{ID: x.ID, Msg: x.Msg})
+		}
+	}
+	var d *denial
+	if errors.As(rc.err, &d) && (!rc.decided || rc.dec.Permit()) {
+		// The gateway's own denial (fronting, guard, caps): its reason is the record's.
+		r.Reasons = append(r.Reasons, audit.Reason{ID: d.reason, Msg: d.msg})
+	}
+	if rc.err != nil {
+		if _, isDenial := rc.err.(*denial); !isDenial {
+			r.Error = rc.err.Error()
+		}
+	}
+	if rc.dec.Err != nil {
+		r.Error = rc.dec.Err.Error()
+	}
+	if rc.req != nil {
+		r.Method = rc.req.Method
+		r.Path = rc.req.URL.Path
+		if q := rc.req.URL.RawQuery; q != "" {
+			r.Query = queryKeys(q)
+		}
+	}
+	r.Status = rc.status
+	r.Secrets = rc.secrets
+	if !rc.tunnel {
+		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
+		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
+	}
+	return r
+}
+
+// queryKeys returns the keys of a raw query, never its values.
+func queryKeys(q string) []string {
+	var keys []string
+	for q != "" {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "" {
+			continue
+		}
+		dup := false
+		for _, x := range keys {
+			if x == k {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func (g *Gateway) logDecision(rc *reqCtx, result string) {
+	switch {
+	case result == "allow" && rc.err == nil:
+		if g.logger.Enabled(context.Background(), slog.LevelInfo) { // skip building attrs when off
+			g.logger.Info("allow", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port)
+		}
+	case result == "allow":
+		g.logger.Error("upstream failure", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port, "err", rc.err)
+	default:
+		g.logger.Warn("deny", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port, "err", rc.err)
+	}
+}
