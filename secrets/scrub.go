@@ -10,24 +10,29 @@ import (
 // scrubber holds the byte patterns of one or more values and replaces each
 // occurrence with [REDACTED]. It is immutable and shared by all requests that
 // used the same version of a secret.
+//
+// The patterns live in a closure, like Value's bytes, so that no printing of a
+// struct that holds a scrubber can reach them.
 type scrubber struct {
-	patterns [][]byte // longest first
+	patterns func() [][]byte // longest first
 	maxLen   int
 }
 
 func newScrubber(forms []string) *scrubber {
 	s := &scrubber{}
 	seen := map[string]bool{}
+	var pats [][]byte
 	for _, f := range forms {
 		if f == "" || seen[f] {
 			continue
 		}
 		seen[f] = true
-		s.patterns = append(s.patterns, []byte(f))
+		pats = append(pats, []byte(f))
 		if len(f) > s.maxLen {
 			s.maxLen = len(f)
 		}
 	}
+	s.patterns = func() [][]byte { return pats }
 	return s
 }
 
@@ -35,7 +40,7 @@ func newScrubber(forms []string) *scrubber {
 func mergeScrubbers(ss ...*scrubber) *scrubber {
 	var forms []string
 	for _, s := range ss {
-		for _, p := range s.patterns {
+		for _, p := range s.patterns() {
 			forms = append(forms, string(p))
 		}
 	}
@@ -55,7 +60,7 @@ func sortLongestFirst(forms []string) {
 // next finds the leftmost complete match in b (longest on a tie).
 func (s *scrubber) next(b []byte) (idx, n int) {
 	idx = -1
-	for _, p := range s.patterns {
+	for _, p := range s.patterns() {
 		i := bytes.Index(b, p)
 		if i < 0 {
 			continue
@@ -160,7 +165,7 @@ func (r *scrubReader) Close() error { return r.src.Close() }
 
 // containsAny reports whether s holds any pattern, case-sensitively.
 func (s *scrubber) containsAny(in string) bool {
-	for _, p := range s.patterns {
+	for _, p := range s.patterns() {
 		if strings.Contains(in, string(p)) {
 			return true
 		}

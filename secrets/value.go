@@ -11,31 +11,27 @@ const Redacted = "[REDACTED]"
 
 // Value holds a secret's bytes. Every way Go can print or encode it (String,
 // GoString, every fmt verb, JSON, text, YAML, slog) yields [REDACTED]. The bytes
-// sit behind a pointer so that a Value nested in an unexported struct field,
-// which fmt prints by reflection without calling methods, shows an address and
-// never the contents.
+// live in a closure: a Value nested in an unexported struct field, which fmt
+// prints by reflection without calling methods (and dereferences pointers when
+// it reports a bad verb), shows a function address and never the contents.
 type Value struct {
-	p *valueBox
-}
-
-type valueBox struct {
-	b string
+	get func() string
 }
 
 // NewValue wraps s. Exported for tests and for callers that build a Value from
 // their own source; the injector builds its own.
-func NewValue(s string) Value { return Value{p: &valueBox{b: s}} }
+func NewValue(s string) Value { return Value{get: func() string { return s }} }
 
 // IsZero reports whether v holds nothing.
-func (v Value) IsZero() bool { return v.p == nil || v.p.b == "" }
+func (v Value) IsZero() bool { return v.get == nil || v.get() == "" }
 
 // reveal returns the bytes. It is unexported on purpose: only this package
 // renders a Value into a header.
 func (v Value) reveal() string {
-	if v.p == nil {
+	if v.get == nil {
 		return ""
 	}
-	return v.p.b
+	return v.get()
 }
 
 // String implements fmt.Stringer.
