@@ -40,7 +40,7 @@ var uidBaseSeq = struct {
 
 // newTestExecutor builds an executor with a cgroup parent and uid range of its own,
 // so concurrent test processes never meet.
-func newTestExecutor(t *testing.T, mod func(*Config)) (*Executor, *memAudit) {
+func newTestExecutor(t testing.TB, mod func(*Config)) (*Executor, *memAudit) {
 	t.Helper()
 	roottest.Require(t)
 	uidBaseSeq.Lock()
@@ -83,7 +83,7 @@ func newTestExecutor(t *testing.T, mod func(*Config)) (*Executor, *memAudit) {
 	return e, au
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
