@@ -45,7 +45,7 @@ type Filter struct {
 // (without flags) per revision instead of evaluating policy for each; without it,
 // every query is evaluated.
 type Revisioner interface {
-	Revision() string
+	Rev() string
 }
 
 // New builds a Filter. dec and log are required; logger may be nil (discard).
@@ -79,7 +79,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 		sandboxes: make(map[string]*sandboxServer),
 	}
 	if r, ok := dec.(Revisioner); ok && c.DecisionCacheSize > 0 {
-		f.revOf = r.Revision
+		f.revOf = r.Rev
 	}
 	return f, nil
 }

@@ -33,6 +33,9 @@ type Resolver struct {
 	cache     *lru.Cache[cacheKey, *answer]
 	flight    singleflight.Group
 	now       func() time.Time
+	// waiting counts callers waiting on an upstream exchange (cache misses in
+	// flight), shared or not.
+	waiting atomic.Int32
 }
 
 type cacheKey struct {
@@ -118,6 +121,8 @@ func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) (*answ
 		}
 		return a, nil
 	})
+	r.waiting.Add(1)
+	defer r.waiting.Add(-1)
 	select {
 	case res := <-ch:
 		if res.Err != nil {

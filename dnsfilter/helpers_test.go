@@ -1,0 +1,356 @@
+package dnsfilter
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// seenQuery is one query the fake upstream received.
+type seenQuery struct {
+	name  string
+	qtype uint16
+	net   string
+	ecs   bool // an EDNS client subnet option was present
+}
+
+// fakeUpstream is a miekg/dns server on 127.0.0.1 (UDP and TCP on one port) that
+// records every query it receives and answers from answer.
+type fakeUpstream struct {
+	addr string
+	mu   sync.Mutex
+	seen []seenQuery
+	// answer builds the reply; nil means NXDOMAIN. It must not block forever.
+	answer func(network string, req *dns.Msg) *dns.Msg
+}
+
+func startUpstream(t *testing.T, answer func(network string, req *dns.Msg) *dns.Msg) *fakeUpstream {
+	t.Helper()
+	u := &fakeUpstream{answer: answer}
+	var pc net.PacketConn
+	var ln net.Listener
+	for range 20 {
+		var err error
+		pc, err = net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err = net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			break
+		}
+		pc.Close()
+		pc = nil
+	}
+	if pc == nil {
+		t.Fatal("no free port for udp and tcp")
+	}
+	u.addr = pc.LocalAddr().String()
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: u}, {Listener: ln, Handler: u}} {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		go srv.ActivateAndServe()
+		<-started
+		t.Cleanup(func() { srv.Shutdown() })
+	}
+	return u
+}
+
+func (u *fakeUpstream) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	network := "udp"
+	if _, ok := w.LocalAddr().(*net.TCPAddr); ok {
+		network = "tcp"
+	}
+	sq := seenQuery{net: network}
+	if len(req.Question) > 0 {
+		sq.name, sq.qtype = req.Question[0].Name, req.Question[0].Qtype
+	}
+	if opt := req.IsEdns0(); opt != nil {
+		for _, o := range opt.Option {
+			if o.Option() == dns.EDNS0SUBNET {
+				sq.ecs = true
+			}
+		}
+	}
+	u.mu.Lock()
+	u.seen = append(u.seen, sq)
+	u.mu.Unlock()
+	var resp *dns.Msg
+	if u.answer != nil {
+		resp = u.answer(network, req)
+	}
+	if resp == nil {
+		resp = new(dns.Msg)
+		resp.SetRcode(req, dns.RcodeNameError)
+	}
+	w.WriteMsg(resp)
+}
+
+func (u *fakeUpstream) queries() []seenQuery {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]seenQuery(nil), u.seen...)
+}
+
+// count returns how many queries for name (any case, with or without the dot)
+// the upstream has seen.
+func (u *fakeUpstream) count(name string) int {
+	n := 0
+	for _, q := range u.queries() {
+		if strings.EqualFold(strings.TrimSuffix(q.name, "."), strings.TrimSuffix(name, ".")) {
+			n++
+		}
+	}
+	return n
+}
+
+// records answers from a table: name -> records in zone-file form.
+func records(table map[string][]string) func(string, *dns.Msg) *dns.Msg {
+	return func(_ string, req *dns.Msg) *dns.Msg {
+		q := req.Question[0]
+		lines, ok := table[strings.ToLower(q.Name)]
+		if !ok {
+			return nil
+		}
+		resp := new(dns.Msg)
+		resp.SetReply(req)
+		for _, l := range lines {
+			rr, err := dns.NewRR(l)
+			if err != nil {
+				panic(err)
+			}
+			if rr.Header().Rrtype == q.Qtype || rr.Header().Rrtype == dns.TypeCNAME {
+				resp.Answer = append(resp.Answer, rr)
+			}
+		}
+		return resp
+	}
+}
+
+// fakeDecider allows hosts under the given suffixes (the name itself or any
+// parent) and denies the rest; deny, when set, is checked first.
+type fakeDecider struct {
+	mu     sync.Mutex
+	allow  map[string]bool
+	optIn  map[string]bool // "qtype name" pairs given ReasonQTypeOptIn
+	deny   func(in *policy.Input) bool
+	rev    string
+	mode   policy.Mode
+	inputs []policy.Input
+}
+
+func newDecider(allow ...string) *fakeDecider {
+	d := &fakeDecider{allow: map[string]bool{}, optIn: map[string]bool{}, rev: "rev-1", mode: policy.ModeEnforce}
+	for _, a := range allow {
+		d.allow[a] = true
+	}
+	return d
+}
+
+func (d *fakeDecider) Rev() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rev
+}
+
+func (d *fakeDecider) setAllow(host string) {
+	d.mu.Lock()
+	d.allow[host] = true
+	d.mu.Unlock()
+}
+
+func (d *fakeDecider) setOptIn(typeAndHost string) {
+	d.mu.Lock()
+	d.optIn[typeAndHost] = true
+	d.mu.Unlock()
+}
+
+func (d *fakeDecider) setRev(r string) {
+	d.mu.Lock()
+	d.rev = r
+	d.mu.Unlock()
+}
+
+func (d *fakeDecider) Decide(_ context.Context, in *policy.Input) policy.Decision {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cp := *in
+	if in.DNS != nil {
+		dn := *in.DNS
+		dn.Flags = append([]string(nil), in.DNS.Flags...)
+		cp.DNS = &dn
+	}
+	d.inputs = append(d.inputs, cp)
+	dec := policy.Decision{Mode: d.mode, Rev: d.rev}
+	if d.deny != nil && d.deny(in) {
+		dec.Reasons = []policy.Reason{{ID: "test_deny", Msg: "denied by test"}}
+		return dec
+	}
+	for _, s := range in.Destination.Suffixes {
+		if d.allow[s] {
+			dec.Allowed = true
+		}
+	}
+	if !dec.Allowed {
+		dec.Reasons = []policy.Reason{{ID: "not_allowed", Msg: "host not in allowlist"}}
+	}
+	if dec.Allowed && in.DNS != nil && d.optIn[in.DNS.QType+" "+in.Destination.Host] {
+		dec.Reasons = []policy.Reason{{ID: ReasonQTypeOptIn, Msg: "txt allowed"}}
+	}
+	return dec
+}
+
+func (d *fakeDecider) calls() []policy.Input {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]policy.Input(nil), d.inputs...)
+}
+
+// fakeAudit records every record; fail makes Log return an error.
+type fakeAudit struct {
+	mu   sync.Mutex
+	recs []audit.Record
+	fail bool
+}
+
+func (a *fakeAudit) Log(r *audit.Record) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fail {
+		return errors.New("audit queue full")
+	}
+	a.recs = append(a.recs, *r)
+	return nil
+}
+
+func (a *fakeAudit) records() []audit.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]audit.Record(nil), a.recs...)
+}
+
+// last returns the last record for qname (normalized), failing if there is none.
+func (a *fakeAudit) last(t *testing.T, qname string) audit.Record {
+	t.Helper()
+	recs := a.records()
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].QName == qname {
+			return recs[i]
+		}
+	}
+	t.Fatalf("no audit record for %q in %d records", qname, len(recs))
+	return audit.Record{}
+}
+
+// env is a Filter serving one sandbox on loopback, with its fakes.
+type env struct {
+	f   *Filter
+	up  *fakeUpstream
+	dec *fakeDecider
+	aud *fakeAudit
+	udp string // the sandbox's DNS address
+	tcp string
+}
+
+func newEnv(t *testing.T, cfg Config, up *fakeUpstream, dec policy.Decider, own ...netip.Addr) *env {
+	t.Helper()
+	if cfg.Upstreams == nil {
+		cfg.Upstreams = []string{up.addr}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	e := &env{up: up, aud: &fakeAudit{}}
+	e.dec, _ = dec.(*fakeDecider)
+	f, err := New(cfg, dec, e.aud, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	e.f = f
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.udp, e.tcp = pc.LocalAddr().String(), ln.Addr().String()
+	if err := f.ServeSandbox(policy.Sandbox{ID: "sb-1", Labels: map[string]string{"agent": "test"}}, own, pc, ln); err != nil {
+		t.Fatalf("ServeSandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return e
+}
+
+// ask sends one question over network ("udp" or "tcp") and returns the reply.
+func (e *env) ask(t *testing.T, network, name string, qtype uint16) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	return e.exchange(t, network, m)
+}
+
+func (e *env) exchange(t *testing.T, network string, m *dns.Msg) *dns.Msg {
+	t.Helper()
+	c := &dns.Client{Net: network, Timeout: 5 * time.Second}
+	addr := e.udp
+	if network == "tcp" {
+		addr = e.tcp
+	}
+	r, _, err := c.Exchange(m, addr)
+	if err != nil {
+		t.Fatalf("exchange %v: %v", m.Question, err)
+	}
+	return r
+}
+
+// rawUDP sends raw bytes to the sandbox's UDP listener and returns the reply, or
+// nil when none came within wait.
+func (e *env) rawUDP(t *testing.T, b []byte, wait time.Duration) []byte {
+	t.Helper()
+	c, err := net.Dial("udp", e.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(wait))
+	buf := make([]byte, 65535)
+	n, err := c.Read(buf)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
+}
+
+func addrs(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		switch v := rr.(type) {
+		case *dns.A:
+			out = append(out, v.A.String())
+		case *dns.AAAA:
+			out = append(out, v.AAAA.String())
+		}
+	}
+	return out
+}
