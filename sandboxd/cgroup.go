@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -89,7 +88,6 @@ func newCgroupManager(root string, mode CgroupMode, parent string) (*cgroupManag
 		m.dirs[""] = dir
 		return m, nil
 	}
-	seen := map[string]bool{}
 	for _, c := range v1Controllers {
 		mnt := filepath.Join(root, c)
 		real, err := filepath.EvalSymlinks(mnt)
@@ -104,7 +102,6 @@ func newCgroupManager(root string, mode CgroupMode, parent string) (*cgroupManag
 			return nil, fmt.Errorf("sandboxd: create cgroup parent %s: %w", dir, err)
 		}
 		m.dirs[c] = dir
-		seen[dir] = true
 	}
 	return m, nil
 }
@@ -449,5 +446,3 @@ func waitFor(cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
-
-var _ = syscall.SIGKILL

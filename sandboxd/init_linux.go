@@ -1,7 +1,6 @@
 package sandboxd
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -290,5 +289,3 @@ func lookPath(argv0 string, env []string) (string, int, error) {
 	}
 	return "", 127, fmt.Errorf("exec %s: command not found in PATH", argv0)
 }
-
-var _ = bufio.NewReader

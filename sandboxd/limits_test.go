@@ -146,3 +146,33 @@ func TestOutputFloodTruncated(t *testing.T) {
 		t.Errorf("heap grew %d bytes during a %d byte flood", grew, n)
 	}
 }
+
+// TestStaleCgroupsReaped: a sandbox cgroup whose owner is gone (no lock held) is
+// removed when an executor starts; one whose lock is held is left alone.
+func TestStaleCgroupsReaped(t *testing.T) {
+	e, _ := newTestExecutor(t, func(c *Config) { c.PoolSize = -1 })
+	stale, err := e.cgm.create("airlock-stale0001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := e.pool.make()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.destroy()
+	e2, err := New(e.cfg, &memAudit{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	for _, d := range stale.uniq {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("stale cgroup %s: got %v, want removed", d, err)
+		}
+	}
+	for _, d := range live.cg.uniq {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("live cgroup %s removed: %v", d, err)
+		}
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -277,5 +276,4 @@ func TestCommandNotFound(t *testing.T) {
 	if !errorsAs(err, &ee) || res == nil || res.ExitCode != 127 {
 		t.Fatalf("got res=%+v err=%v, want exit 127 and *ExecError", res, err)
 	}
-	_ = time.Second
 }
