@@ -495,7 +495,8 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 			err = deny(ReasonHostMismatch, "CONNECT %s carries TLS server name %q", rc.host, sni)
 		}
 	case perr == nil, errors.Is(perr, errNotTLS), isTimeout(perr):
-	case errors.Is(perr, io.EOF):
+	case errors.Is(perr, io.EOF), errors.Is(perr, net.ErrClosed):
+		err = fail("client_closed", http.StatusBadGateway, perr)
 	default:
 		err = deny(ReasonBadRequest, "CONNECT %s: %v", rc.host, perr)
 	}

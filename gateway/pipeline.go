@@ -350,11 +350,11 @@ func (g *Gateway) openTunnel(rc *reqCtx) error {
 // possible (TLS passthrough, raw TCP, a response already begun) it closes.
 func (g *Gateway) refuse(rc *reqCtx) {
 	status, reason := refusalOf(rc.err)
-	rc.status = status
 	if rc.responded || rc.sess == nil {
 		rc.cc.nc.Close()
 		return
 	}
+	rc.status = status
 	bw := rc.sess.bw
 	body := "airlock: " + http.StatusText(status) + ": " + reason + " (decision " + rc.id + ")\n"
 	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")

@@ -1,0 +1,16 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+)
+
+// newSelfSignedServer serves with httptest's own certificate, which the gateway
+// does not trust.
+func newSelfSignedServer(t *testing.T, reqs *atomic.Int64) *httptest.Server {
+	s := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reqs.Add(1) }))
+	t.Cleanup(s.Close)
+	return s
+}
