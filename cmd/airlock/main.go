@@ -21,6 +21,7 @@ func run(args []string) int {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd())
+	root.AddCommand(newCACmd())
 	root.AddCommand(newSandboxInitCmd())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
