@@ -16,7 +16,7 @@ const minCoreLen = 8
 // CanaryForms returns the spellings of value that must never reach a sandbox:
 // the raw value, its standard, raw, URL and raw-URL base64, lower and upper hex,
 // percent-encodings (query, path, and every byte escaped in upper and lower case),
-// its JSON string escaping, and the base64 cores it leaves when encoded at byte
+// its JSON string escapings (HTML-safe, plain, and with \/ for /), and the base64 cores it leaves when encoded at byte
 // offsets 1 and 2 of a larger blob. Longest first, no duplicates, no empty
 // strings. Tests grep logs and audit files for each of them; the response
 // scrubber replaces each of them.
@@ -43,8 +43,16 @@ func CanaryForms(value string) []string {
 	add(url.PathEscape(value))
 	add(percentAll(b, "0123456789ABCDEF"))
 	add(percentAll(b, "0123456789abcdef"))
-	if j, err := json.Marshal(value); err == nil {
+	if j, err := json.Marshal(value); err == nil { // HTML-safe: & < > as \u0026 ...
 		add(string(j[1 : len(j)-1]))
+	}
+	var jb strings.Builder
+	je := json.NewEncoder(&jb)
+	je.SetEscapeHTML(false)
+	if err := je.Encode(value); err == nil {
+		j := strings.TrimSpace(jb.String())
+		add(j[1 : len(j)-1])
+		add(strings.ReplaceAll(j[1:len(j)-1], "/", `\/`)) // PHP-style escaped slashes
 	}
 	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
 		for off := 0; off < 3; off++ {

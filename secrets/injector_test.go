@@ -541,7 +541,7 @@ func TestLongBodyPlaceholderCutOff(t *testing.T) {
 	}
 	var d *Denial
 	if !errors.As(err, &d) {
-		t.Logf("RoundTrip error does not unwrap to *Denial: %v", err)
+		t.Errorf("RoundTrip error does not unwrap to *Denial: %v", err)
 	}
 	for _, r := range u.requests() {
 		if strings.Contains(strings.ToLower(r.Body), "airlock-ph") {
