@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -14,3 +15,7 @@ func newSelfSignedServer(t *testing.T, reqs *atomic.Int64) *httptest.Server {
 	t.Cleanup(s.Close)
 	return s
 }
+
+type x509Cert = x509.Certificate
+
+func parseCert(der []byte) (*x509.Certificate, error) { return x509.ParseCertificate(der) }
