@@ -286,3 +286,5 @@ func waitFor(t *testing.T, ch <-chan struct{}) {
 type netConn = net.Conn
 
 var dialer net.Dialer
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -419,21 +420,37 @@ type hit struct {
 	where string
 }
 
-// findTokens appends every placeholder-shaped token in s.
+// findTokens appends every placeholder-shaped token in s, matching the prefix
+// without regard to case. It looks for the case variants of "-ph-" (a few
+// vectorized searches) and only then compares the rest, so clean input costs
+// no copy.
 func findTokens(s, where string, hits *[]hit) {
-	low := strings.ToLower(s)
-	for {
-		i := strings.Index(low, PlaceholderPrefix)
-		if i < 0 {
-			return
+	const head = len("airlock")
+	var found []int
+	for _, mid := range [...]string{"-ph-", "-pH-", "-Ph-", "-PH-"} {
+		for off := 0; ; {
+			i := strings.Index(s[off:], mid)
+			if i < 0 {
+				break
+			}
+			found = append(found, off+i)
+			off += i + 1
 		}
-		j := i + len(PlaceholderPrefix)
+	}
+	if len(found) == 0 {
+		return
+	}
+	sort.Ints(found)
+	for _, i := range found {
+		if i < head || !strings.EqualFold(s[i-head:i], "airlock") {
+			continue
+		}
+		j := i + len("-ph-")
 		k := j
-		for k < len(low) && k-j < placeholderRandLen && isPHChar(low[k]) {
+		for k < len(s) && k-j < placeholderRandLen && isPHChar(s[k]|0x20) {
 			k++
 		}
-		*hits = append(*hits, hit{token: low[i:k], where: where})
-		low = low[k:]
+		*hits = append(*hits, hit{token: strings.ToLower(s[i-head : k]), where: where})
 	}
 }
 
@@ -474,10 +491,10 @@ func (in *Injector) scanRequest(sb Sandbox, req *http.Request) ([]hit, error) {
 		}
 	}
 	scanHeaders(req.Header, "header")
-	scanHeaders(req.Trailer, "trailer")
 	if err := in.scanBody(sb, req, &hits); err != nil {
 		return nil, err
 	}
+	scanHeaders(req.Trailer, "trailer") // filled once a buffered body was read
 	return hits, nil
 }
 
@@ -492,7 +509,12 @@ func (in *Injector) scanBody(sb Sandbox, req *http.Request, hits *[]hit) error {
 		findTokens(string(g.buffered), "body", hits)
 		return nil
 	}
-	buf, err := io.ReadAll(io.LimitReader(req.Body, in.maxBody+1))
+	var bb bytes.Buffer
+	if req.ContentLength > 0 && req.ContentLength <= in.maxBody {
+		bb.Grow(int(req.ContentLength) + 1)
+	}
+	_, err := bb.ReadFrom(io.LimitReader(req.Body, in.maxBody+1))
+	buf := bb.Bytes()
 	if err != nil {
 		req.Body.Close()
 		return &Denial{Code: CodeBodyUnreadable, Where: "body", Msg: "request body could not be read"}
