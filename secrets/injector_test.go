@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -86,6 +87,11 @@ func TestInjectedValueNeverReachesSandbox(t *testing.T) {
 				t.Errorf("the sandbox's own token was forwarded")
 			}
 			recs := a.Audit()
+			auditJSON, err := json.Marshal(recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertNoForms(t, "audit entry", string(auditJSON), canary)
 			if len(recs) != 1 || recs[0].ID != "canary" || recs[0].Version != "v1" ||
 				recs[0].Where != "header:Authorization" || !strings.HasPrefix(recs[0].Fingerprint, "hmac-sha256:") {
 				t.Errorf("audit: got %+v", recs)
@@ -818,3 +824,64 @@ func TestSourceFailures(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+func TestBindingHostForms(t *testing.T) {
+	tests := []struct {
+		in       string
+		port     int
+		wantHost string
+		wantPort int
+		ok       bool
+	}{
+		{"API.Example.COM.", 443, "api.example.com", 443, true},
+		{"https://api.example.com", 443, "api.example.com", 443, true},
+		{"https://api.example.com:8443/", 443, "api.example.com", 8443, true},
+		{"https://api.example.com:8443", 9000, "", 0, false},
+		{"*.Example.com", 443, "*.example.com", 443, true},
+		{"**.example.com", 443, "**.example.com", 443, true},
+		{"HTTP://api.example.com", 443, "", 0, false},
+		{"ftp://api.example.com", 443, "", 0, false},
+		{"https://user@api.example.com", 443, "", 0, false},
+		{"*.10.0.0.1", 443, "", 0, false},
+	}
+	for _, tt := range tests {
+		h, p, err := parseBindingHost(tt.in, tt.port)
+		if (err == nil) != tt.ok || h != tt.wantHost || p != tt.wantPort {
+			t.Errorf("parseBindingHost(%q, %d) = %q, %d, %v; want %q, %d, ok=%v", tt.in, tt.port, h, p, err, tt.wantHost, tt.wantPort, tt.ok)
+		}
+	}
+}
+
+func TestWildcardBindings(t *testing.T) {
+	t.Setenv(canaryEnv, canary)
+	mk := func(host string) *Injector {
+		in, err := New(Config{
+			Secrets: []SecretConfig{{ID: "canary", Env: canaryEnv}},
+			Bindings: []BindingConfig{{Secret: "canary", Sandboxes: SandboxSelector{IDs: []string{"sb-1"}},
+				Host: host, Template: "Bearer {{value}}"}},
+		}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	one, deep := mk("*.example.com"), mk("**.example.com")
+	tests := []struct {
+		host      string
+		one, deep bool
+	}{
+		{"example.com", false, false},
+		{"a.example.com", true, true},
+		{"a.b.example.com", false, true},
+		{"aexample.com", false, false},
+		{"a.example.com.evil.org", false, false},
+	}
+	for _, tt := range tests {
+		if got := one.NeedsMITM(sb1, tt.host, 443); got != tt.one {
+			t.Errorf("*.example.com vs %s: got %v, want %v", tt.host, got, tt.one)
+		}
+		if got := deep.NeedsMITM(sb1, tt.host, 443); got != tt.deep {
+			t.Errorf("**.example.com vs %s: got %v, want %v", tt.host, got, tt.deep)
+		}
+	}
+}
