@@ -12,6 +12,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
 	"github.com/airlock-dev/airlock/hostname"
@@ -37,6 +38,8 @@ const (
 type snapshot struct {
 	rev   string
 	pq    rego.PreparedEvalQuery
+	txn   storage.Transaction // one read transaction for the snapshot's life (nothing writes)
+	used  inputFields
 	cache *lru.Cache[string, Decision] // nil when off or the policy is nondeterministic
 }
 
@@ -150,7 +153,11 @@ func (e *Engine) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{rev: b.Rev, pq: pq}
+	txn, err := store.NewTransaction(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &snapshot{rev: b.Rev, pq: pq, txn: txn, used: usedInputFields(comp.Modules)}
 	if e.cfg.CacheSize > 0 && !nondeterministic(comp) {
 		s.cache, err = lru.New[string, Decision](e.cfg.CacheSize)
 		if err != nil {
@@ -178,7 +185,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.EvalTimeout)
 	defer cancel()
-	rs, err := s.pq.Eval(ctx, rego.EvalParsedInput(inputValue(&x)))
+	rs, err := s.pq.Eval(ctx, rego.EvalParsedInput(inputValue(&x, &s.used)), rego.EvalTransaction(s.txn))
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("evaluation deadline (%v): %w", e.cfg.EvalTimeout, err)

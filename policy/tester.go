@@ -281,4 +281,3 @@ func firstLine(s string) string {
 	}
 	return s
 }
-

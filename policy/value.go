@@ -12,16 +12,90 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
+// inputFields says which top-level input keys the compiled policy reads; the
+// others are left out of the OPA value (nothing could observe them). all means
+// the policy reads input as a whole.
+type inputFields struct {
+	all                                            bool
+	kind, sandbox, destination, http, tls, dns, at bool
+}
+
+// usedInputFields walks every reference in the compiled modules.
+func usedInputFields(mods map[string]*ast.Module) inputFields {
+	var f inputFields
+	for _, m := range mods {
+		ast.WalkTerms(m, func(t *ast.Term) bool {
+			switch v := t.Value.(type) {
+			case ast.Var:
+				if v.Equal(ast.InputRootDocument.Value) {
+					f.all = true // bare input
+				}
+			case ast.Ref:
+				if !v[0].Equal(ast.InputRootDocument) {
+					return false
+				}
+				if len(v) < 2 {
+					f.all = true
+					return true
+				}
+				k, ok := v[1].Value.(ast.String)
+				if !ok {
+					f.all = true
+					return true
+				}
+				switch string(k) {
+				case "kind":
+					f.kind = true
+				case "sandbox":
+					f.sandbox = true
+				case "destination":
+					f.destination = true
+				case "http":
+					f.http = true
+				case "tls":
+					f.tls = true
+				case "dns":
+					f.dns = true
+				case "attributes":
+					f.at = true
+				}
+				// The rest of the ref may hold refs of its own (input.a[input.b]).
+				for _, x := range v[2:] {
+					ast.WalkTerms(x, func(t *ast.Term) bool {
+						if r, ok := t.Value.(ast.Ref); ok && r[0].Equal(ast.InputRootDocument) {
+							f.all = true
+						}
+						return f.all
+					})
+				}
+				return true
+			}
+			return false
+		})
+	}
+	if f.all {
+		return allInputFields
+	}
+	return f
+}
+
+// allInputFields builds the whole input.
+var allInputFields = inputFields{all: true, kind: true, sandbox: true, destination: true, http: true, tls: true, dns: true, at: true}
+
 // inputValue converts an input to an OPA value directly (no JSON round trip).
-// Absent parts stay absent.
-func inputValue(in *Input) ast.Value {
+// Absent parts stay absent; parts the policy never reads (f) are left out.
+func inputValue(in *Input, f *inputFields) ast.Value {
 	items := make([][2]*ast.Term, 0, 7)
-	items = append(items,
-		item("kind", ast.StringTerm(string(in.Kind))),
-		item("sandbox", ast.NewTerm(sandboxValue(&in.Sandbox))),
-		item("destination", ast.NewTerm(destinationValue(&in.Destination))),
-	)
-	if h := in.HTTP; h != nil {
+	if f.kind {
+		items = append(items, item("kind", ast.StringTerm(string(in.Kind))))
+	}
+	if f.sandbox {
+		items = append(items, item("sandbox", ast.NewTerm(sandboxValue(&in.Sandbox))))
+	}
+	if f.destination {
+		items = append(items, item("destination", ast.NewTerm(destinationValue(&in.Destination))))
+	}
+	if h := in.HTTP; h != nil && f.http {
 		kv := [][2]*ast.Term{
 			item("method", ast.StringTerm(h.Method)),
 			item("scheme", ast.StringTerm(h.Scheme)),
@@ -39,13 +113,13 @@ func inputValue(in *Input) ast.Value {
 		}
 		items = append(items, item("http", ast.NewTerm(ast.NewObject(kv...))))
 	}
-	if t := in.TLS; t != nil {
+	if t := in.TLS; t != nil && f.tls {
 		items = append(items, item("tls", ast.NewTerm(ast.NewObject(
 			item("sni", ast.StringTerm(t.SNI)),
 			item("intercepted", ast.BooleanTerm(t.Intercepted)),
 		))))
 	}
-	if d := in.DNS; d != nil {
+	if d := in.DNS; d != nil && f.dns {
 		kv := [][2]*ast.Term{
 			item("qname", ast.StringTerm(d.QName)),
 			item("qtype", ast.StringTerm(d.QType)),
@@ -55,7 +129,7 @@ func inputValue(in *Input) ast.Value {
 		}
 		items = append(items, item("dns", ast.NewTerm(ast.NewObject(kv...))))
 	}
-	if a := in.Attributes; a != nil {
+	if a := in.Attributes; a != nil && f.at {
 		h := a.Request.HTTP
 		kv := [][2]*ast.Term{
 			item("method", ast.StringTerm(h.Method)),
