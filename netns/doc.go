@@ -38,10 +38,13 @@
 // namespace (a goroutine locks its OS thread, setns()es, and execs iptables-restore;
 // the thread dies with the goroutine). Both iptables-nft and iptables-legacy work on
 // the development machines (Debian, iptables 1.8.9, kernel 6.18). Config.IPTables
-// "auto" uses the nf_tables backend (iptables-nft-restore) when it is installed and
-// falls back to iptables-legacy-restore; when attaching to a namespace that already
-// has legacy rules it uses legacy so the two backends are never mixed in one
-// namespace.
+// "auto" uses iptables-legacy-restore when it is installed and falls back to
+// iptables-nft-restore: measured here, one legacy run of the island ruleset takes
+// about 5 ms and one nft run about 35 ms, which alone would miss the 15 ms create
+// target. The island's tables belong to airlock alone, so the choice does not
+// interact with the host's firewall. When attaching to a namespace whose existing
+// rules live only in the other backend, Attach uses that one, so the two are never
+// mixed in one namespace.
 //
 // # Lifecycle
 //

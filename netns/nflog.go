@@ -19,6 +19,7 @@ const (
 	nfulnlMsgConfig    = 1
 	nfulaCfgCmd        = 1
 	nfulaCfgMode       = 2
+	nfulaCfgTimeout    = 4
 	nfulnlCfgCmdBind   = 1
 	nfulnlCopyPacket   = 2
 	nfulaPayload       = 9
@@ -52,10 +53,13 @@ func openNFLog(group uint16) (*nflogConn, error) {
 	mode := make([]byte, 8)
 	binary.BigEndian.PutUint32(mode[0:4], nflogSize)
 	mode[4] = nfulnlCopyPacket
+	// Flush batches every 50 ms instead of the kernel's default second.
+	timeout := make([]byte, 4)
+	binary.BigEndian.PutUint32(timeout, 5)
 	for i, attr := range []struct {
 		typ  uint16
 		data []byte
-	}{{nfulaCfgCmd, bind[:1]}, {nfulaCfgMode, mode[:6]}} {
+	}{{nfulaCfgCmd, bind[:1]}, {nfulaCfgMode, mode[:6]}, {nfulaCfgTimeout, timeout}} {
 		msg := nflogConfigMsg(uint32(i+1), group, attr.typ, attr.data)
 		if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			unix.Close(fd)

@@ -2,10 +2,8 @@ package netns
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -255,9 +253,3 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// suppressedIn sums the suppressed counts of summary drop records.
-func suppressedIn(t *testing.T, recs []byte) int { return 0 }
-
-var _ = json.Marshal
-var _ = os.Getpid
