@@ -84,6 +84,9 @@ func RunTests(ctx context.Context, dir string) (*TestReport, error) {
 		}
 		cr := cov.Report(nonTest)
 		for file, fr := range cr.Files {
+			if _, ok := nonTest[file]; !ok {
+				continue
+			}
 			addRows(covered, file, fr.Covered)
 			addRows(notCovered, file, fr.NotCovered)
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/airlock-dev/airlock/hostname"
 )
 
 // inputFields says which top-level input keys the compiled policy reads; the
@@ -320,7 +322,7 @@ func pathWithQuery(p string, q map[string][]string) string {
 }
 
 // ParseInput decodes a policy input document strictly (unknown fields are
-// errors, one document only) and checks the fields every kind needs. It is what
+// errors, one document only), normalizes destination.host and checks the fields every kind needs. It is what
 // `airlock policy eval` reads.
 func ParseInput(src []byte) (*Input, error) {
 	dec := json.NewDecoder(bytes.NewReader(src))
@@ -331,6 +333,13 @@ func ParseInput(src []byte) (*Input, error) {
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("policy: input: more than one JSON document")
+	}
+	if in.Destination.Host != "" {
+		h, err := hostname.Normalize(in.Destination.Host)
+		if err != nil {
+			return nil, fmt.Errorf("policy: input: destination.host: %w", err)
+		}
+		in.Destination.Host = h
 	}
 	if err := in.Validate(); err != nil {
 		return nil, err
