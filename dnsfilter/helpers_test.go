@@ -34,7 +34,7 @@ type fakeUpstream struct {
 	answer func(network string, req *dns.Msg) *dns.Msg
 }
 
-func startUpstream(t *testing.T, answer func(network string, req *dns.Msg) *dns.Msg) *fakeUpstream {
+func startUpstream(t testing.TB, answer func(network string, req *dns.Msg) *dns.Msg) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{answer: answer}
 	var pc net.PacketConn
