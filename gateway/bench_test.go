@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// benchHarness is a gateway with the real policy engine and the real audit
+// writer, serving on loopback.
+func benchHarness(b *testing.B, pki *testPKI, mitmHosts ...string) *harness {
+	b.Helper()
+	eng, err := policy.New(policy.Config{AllowHosts: []string{"pypi.org", "files.pythonhosted.org", "**.bench.example"}}, nil)
+	if err != nil {
+		b.Fatalf("policy engine: %v", err)
+	}
+	var dec policy.Decider = eng
+	if len(mitmHosts) > 0 {
+		dec = mitmDecider{eng, mitmHosts}
+	}
+	w, err := audit.New(audit.Config{File: filepath.Join(b.TempDir(), "audit.jsonl")}, nil)
+	if err != nil {
+		b.Fatalf("audit writer: %v", err)
+	}
+	b.Cleanup(func() { w.Close() })
+	h := newHarness(b, dec, nil, pki)
+	res := &fakeResolver{names: map[string][]netip.Addr{"pypi.org": lo, "files.pythonhosted.org": lo}}
+	for i := 0; i < 64; i++ {
+		res.names[fmt.Sprintf("h%d.bench.example", i)] = lo
+	}
+	g, err := New(h.g.cfg, dec, w, res, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	el, _ := net.Listen("tcp", "127.0.0.1:0")
+	g.ServeSandbox(policy.Sandbox{ID: "sb-bench"}, el, nil)
+	b.Cleanup(func() { g.StopSandbox("sb-bench") })
+	h.g, h.explicit = g, el.Addr().String()
+	return h
+}
+
+// mitmDecider asks the real engine and adds interception for some hosts.
+type mitmDecider struct {
+	policy.Decider
+	hosts []string
+}
+
+func (m mitmDecider) Decide(ctx context.Context, in *policy.Input) policy.Decision {
+	d := m.Decider.Decide(ctx, in)
+	for _, h := range m.hosts {
+		if in.Destination.Host == h {
+			d.MITM = true
+		}
+	}
+	return d
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[int(float64(len(d)-1)*p)]
+}
+
+// BenchmarkHTTPKeepAlive: small responses on one kept-alive connection, direct
+// vs through the explicit proxy (every request decided by the real engine and
+// appended by the real audit writer).
+func BenchmarkHTTPKeepAlive(b *testing.B) {
+	up := newUpstream(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }), nil)
+	h := benchHarness(b, nil)
+	h.allowUpstreams(up)
+	run := func(c *http.Client, url string, n int) (float64, []time.Duration) {
+		lat := make([]time.Duration, n)
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			t0 := time.Now()
+			resp, err := c.Get(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			lat[i] = time.Since(t0)
+		}
+		return float64(n) / time.Since(start).Seconds(), lat
+	}
+	direct := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	proxied := h.proxyClient(nil)
+	url := fmt.Sprintf("http://pypi.org:%d/simple/x/", up.port)
+	directURL := fmt.Sprintf("http://%s/simple/x/", up.addr)
+	run(direct, directURL, 200)
+	run(proxied, url, 200)
+	b.ResetTimer()
+	dRate, dLat := run(direct, directURL, b.N)
+	pRate, pLat := run(proxied, url, b.N)
+	b.ReportMetric(dRate, "direct-req/s")
+	b.ReportMetric(pRate, "proxy-req/s")
+	b.ReportMetric(pRate/dRate, "ratio")
+	b.ReportMetric(float64((percentile(pLat, 0.5)-percentile(dLat, 0.5)).Microseconds()), "p50-added-µs")
+	b.ReportMetric(float64((percentile(pLat, 0.99)-percentile(dLat, 0.99)).Microseconds()), "p99-added-µs")
+}
+
+// bulkServer sends size bytes to every connection (optionally over TLS).
+func bulkServer(b *testing.B, size int64, cert *tls.Certificate) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	buf := make([]byte, 256<<10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var w net.Conn = c
+				if cert != nil {
+					tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
+					if tc.Handshake() != nil {
+						return
+					}
+					w = tc
+				}
+				for sent := int64(0); sent < size; {
+					n, err := w.Write(buf[:min(int64(len(buf)), size-sent)])
+					if err != nil {
+						return
+					}
+					sent += int64(n)
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func readAll(c net.Conn, size int64) error {
+	n, err := io.Copy(io.Discard, c)
+	if err == nil && n != size {
+		err = fmt.Errorf("read %d bytes, want %d", n, size)
+	}
+	return err
+}
+
+// BenchmarkConnectBulk: 1 GiB per iteration through CONNECT, plain and TLS
+// upstream, against a direct connection in the same run.
+func BenchmarkConnectBulk(b *testing.B) {
+	const size = 1 << 30
+	pki := newTestPKI(b)
+	cert := pki.leaf(b, "pypi.org")
+	h := benchHarness(b, pki)
+	for _, mode := range []string{"plain", "tls"} {
+		b.Run(mode, func(b *testing.B) {
+			var c *tls.Certificate
+			if mode == "tls" {
+				c = &cert
+			}
+			addr := bulkServer(b, size, c)
+			h.dialer.allow(addr)
+			port := netip.MustParseAddrPort(addr).Port()
+			dial := func(proxied bool) net.Conn {
+				var conn net.Conn
+				var err error
+				if proxied {
+					conn, err = net.Dial("tcp", h.explicit)
+					if err != nil {
+						b.Fatal(err)
+					}
+					fmt.Fprintf(conn, "CONNECT pypi.org:%d HTTP/1.1\r\n\r\n", port)
+					br := bufio.NewReader(conn)
+					if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != 200 {
+						b.Fatalf("connect: %v %v", r, err)
+					}
+					conn = &bufConn{Conn: conn, r: br}
+				} else if conn, err = net.Dial("tcp", addr); err != nil {
+					b.Fatal(err)
+				}
+				if mode == "tls" {
+					tc := tls.Client(conn, &tls.Config{ServerName: "pypi.org", RootCAs: pki.upPool})
+					if err := tc.Handshake(); err != nil {
+						b.Fatal(err)
+					}
+					conn = tc
+				}
+				return conn
+			}
+			var dT, pT time.Duration
+			b.SetBytes(size)
+			for i := 0; i < b.N; i++ {
+				for _, proxied := range []bool{false, true} {
+					t0 := time.Now()
+					c := dial(proxied)
+					if err := readAll(c, size); err != nil {
+						b.Fatal(err)
+					}
+					c.Close()
+					if proxied {
+						pT += time.Since(t0)
+					} else {
+						dT += time.Since(t0)
+					}
+				}
+			}
+			mb := float64(size) * float64(b.N) / 1e6
+			b.ReportMetric(mb/dT.Seconds(), "direct-MB/s")
+			b.ReportMetric(mb/pT.Seconds(), "proxy-MB/s")
+			b.ReportMetric(dT.Seconds()/pT.Seconds(), "ratio")
+		})
+	}
+}
+
+// BenchmarkMITM: the first request to a new host (leaf minted, two handshakes),
+// then new connections to a cached host (one request each), and bulk
+// throughput of an intercepted download, all against direct TLS.
+func BenchmarkMITM(b *testing.B) {
+	pki := newTestPKI(b)
+	names := []string{"pypi.org"}
+	for i := 0; i < 64; i++ {
+		names = append(names, fmt.Sprintf("h%d.bench.example", i))
+	}
+	cert := pki.leaf(b, names...)
+	mitmHosts := append([]string(nil), names...)
+	h := benchHarness(b, pki, mitmHosts...)
+	up := newUpstream(b, http.HandlerFunc(bigHandler), &cert)
+	h.allowUpstreams(up)
+	roots := pki.upPool.Clone()
+	ca, _ := LoadCACert(pki.mitmCert)
+	roots.AddCert(ca)
+	newClient := func(proxied bool) *http.Client {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, DisableKeepAlives: true}
+		if proxied {
+			c := h.proxyClient(roots)
+			c.Transport.(*http.Transport).DisableKeepAlives = true
+			return c
+		}
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", up.addr)
+		}
+		return &http.Client{Transport: tr}
+	}
+	get := func(c *http.Client, url string) int64 {
+		resp, err := c.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return n
+	}
+	direct, proxied := newClient(false), newClient(true)
+	// First request to a new host: mint + client handshake + upstream handshake.
+	var first []time.Duration
+	for i := 1; i < 33; i++ {
+		t0 := time.Now()
+		get(proxied, fmt.Sprintf("https://h%d.bench.example:%d/x", i, up.port))
+		first = append(first, time.Since(t0))
+	}
+	b.ResetTimer()
+	var dT, pT time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		get(direct, fmt.Sprintf("https://pypi.org:%d/x", up.port))
+		dT += time.Since(t0)
+		t0 = time.Now()
+		get(proxied, fmt.Sprintf("https://pypi.org:%d/x", up.port))
+		pT += time.Since(t0)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(percentile(first, 0.5).Microseconds()), "first-request-p50-µs")
+	b.ReportMetric(float64(b.N)/dT.Seconds(), "direct-conn/s")
+	b.ReportMetric(float64(b.N)/pT.Seconds(), "mitm-conn/s")
+	b.ReportMetric(dT.Seconds()/pT.Seconds(), "handshake-ratio")
+	// Bulk: 64 MiB intercepted download vs direct.
+	t0 := time.Now()
+	get(direct, fmt.Sprintf("https://pypi.org:%d/big", up.port))
+	d := time.Since(t0)
+	t0 = time.Now()
+	if n := get(proxied, fmt.Sprintf("https://pypi.org:%d/big", up.port)); n != bigSize {
+		b.Fatalf("mitm bulk: %d bytes", n)
+	}
+	p := time.Since(t0)
+	b.ReportMetric(d.Seconds()/p.Seconds(), "bulk-ratio")
+}
