@@ -1,0 +1,272 @@
+package dnsfilter
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+const dnsmasqPath = "/usr/sbin/dnsmasq"
+
+// benchZone is what both servers answer: pypi.org (and below) -> 198.18.0.10,
+// example.com (and below) -> NXDOMAIN.
+var benchZone = map[string][]string{"pypi.org.": {"pypi.org. 300 IN A 198.18.0.10"}}
+
+// startDnsmasq runs dnsmasq on 127.0.0.1:<free port> serving benchZone, killed at
+// cleanup. It skips when dnsmasq is not installed.
+func startDnsmasq(b *testing.B) string {
+	b.Helper()
+	if _, err := os.Stat(dnsmasqPath); err != nil {
+		b.Skipf("dnsmasq not installed (%s): the comparison needs it (CI installs dnsmasq-base)", dnsmasqPath)
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := pc.LocalAddr().(*net.UDPAddr).Port
+	pc.Close()
+	cmd := exec.Command(dnsmasqPath, "--keep-in-foreground", "--conf-file=/dev/null",
+		"--no-resolv", "--no-hosts", "--no-poll", "--pid-file=", "--bind-interfaces",
+		"--listen-address=127.0.0.1", "--port="+strconv.Itoa(port), "--cache-size=10000",
+		"--address=/pypi.org/198.18.0.10", "--address=/example.com/", "--local-ttl=300")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start dnsmasq: %v", err)
+	}
+	b.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	c := &dns.Client{Net: "udp", Timeout: 200 * time.Millisecond}
+	m := new(dns.Msg)
+	m.SetQuestion("pypi.org.", dns.TypeA)
+	for range 50 {
+		if r, _, err := c.Exchange(m, addr); err == nil && len(r.Answer) == 1 {
+			return addr
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Fatalf("dnsmasq on %s did not answer", addr)
+	return ""
+}
+
+// startAirlock runs a Filter with the real policy engine (pypi.org allowed, every
+// preset off) and the real audit writer (to a temp file), serving one sandbox on
+// loopback, over a fake upstream serving benchZone.
+func startAirlock(b *testing.B) (addr string, auditFile string) {
+	b.Helper()
+	up := startUpstream(b, records(benchZone))
+	eng, err := policy.New(policy.Config{Presets: []string{policy.PresetNone}, AllowHosts: []string{"pypi.org"}}, nil)
+	if err != nil {
+		b.Fatalf("policy.New: %v", err)
+	}
+	auditFile = filepath.Join(b.TempDir(), "audit.jsonl")
+	w, err := audit.New(audit.Config{File: auditFile}, nil)
+	if err != nil {
+		b.Fatalf("audit.New: %v", err)
+	}
+	b.Cleanup(func() { w.Close() })
+	f, err := New(Config{
+		Upstreams:  []string{up.addr},
+		AllowCIDRs: []string{"198.18.0.0/15"},
+		RateLimit:  1e9, RateBurst: 1 << 30, // the load is one sandbox at full speed
+	}, eng, w, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := f.ServeSandbox(policy.Sandbox{ID: "sb-bench"}, nil, pc, ln); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f.Shutdown(ctx)
+	})
+	return pc.LocalAddr().String(), auditFile
+}
+
+// loadResult is one load run.
+type loadResult struct {
+	n, lost, wrong int
+	elapsed        time.Duration
+	p50, p99       time.Duration
+}
+
+func (r loadResult) qps() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+// load sends total queries for name over conc UDP sockets, each waiting for its
+// reply before sending the next, bounded by total and by maxTime. wantRcode is
+// checked on every reply.
+func load(tb testing.TB, addr, name string, wantRcode int, total, conc int, maxTime time.Duration) loadResult {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	pkt, err := m.Pack()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	deadline := time.Now().Add(maxTime)
+	lat := make([][]time.Duration, conc)
+	lost := make([]int, conc)
+	wrong := make([]int, conc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := range conc {
+		n := total / conc
+		if g < total%conc {
+			n++
+		}
+		wg.Go(func() {
+			c, err := net.Dial("udp", addr)
+			if err != nil {
+				tb.Error(err)
+				return
+			}
+			defer c.Close()
+			q := slices.Clone(pkt)
+			buf := make([]byte, 1500)
+			lat[g] = make([]time.Duration, 0, n)
+			for i := 0; i < n && time.Now().Before(deadline); i++ {
+				id := uint16(g<<12 | i&0xfff)
+				binary.BigEndian.PutUint16(q, id)
+				t0 := time.Now()
+				if _, err := c.Write(q); err != nil {
+					lost[g]++
+					continue
+				}
+				c.SetReadDeadline(t0.Add(time.Second))
+				for {
+					k, err := c.Read(buf)
+					if err != nil {
+						lost[g]++
+						break
+					}
+					if k < 12 || binary.BigEndian.Uint16(buf) != id {
+						continue // a late reply to a lost query
+					}
+					lat[g] = append(lat[g], time.Since(t0))
+					if int(buf[3]&0xf) != wantRcode {
+						wrong[g]++
+					}
+					break
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r := loadResult{elapsed: time.Since(start)}
+	var all []time.Duration
+	for g := range conc {
+		all = append(all, lat[g]...)
+		r.lost += lost[g]
+		r.wrong += wrong[g]
+	}
+	r.n = len(all)
+	if r.n > 0 {
+		slices.Sort(all)
+		r.p50 = all[r.n/2]
+		r.p99 = all[min(r.n-1, r.n*99/100)]
+	}
+	return r
+}
+
+// BenchmarkLoad compares the filter (policy and an audit record per query on)
+// with dnsmasq serving the same names, in the same run, over loopback UDP:
+//
+//	go test -run '^$' -bench Load -benchtime 40000x ./dnsfilter/
+//
+// b.N is the number of queries per scenario, spread over several sockets and
+// capped at 30 s each. It reports queries/s, p50 and p99 and logs the ratio.
+func BenchmarkLoad(b *testing.B) {
+	masq := startDnsmasq(b)
+	air, auditFile := startAirlock(b)
+	const conc = 8
+	res := map[string]loadResult{}
+	for _, sc := range []struct {
+		name, addr, qname string
+		rcode             int
+	}{
+		{"dnsmasq/allowed", masq, "pypi.org.", dns.RcodeSuccess},
+		{"airlock/allowed", air, "pypi.org.", dns.RcodeSuccess},
+		{"dnsmasq/denied", masq, "evil.example.com.", dns.RcodeNameError},
+		{"airlock/denied", air, "evil.example.com.", dns.RcodeNameError},
+	} {
+		b.Run(sc.name, func(b *testing.B) {
+			// Warm the caches (answer, decision) before measuring.
+			load(b, sc.addr, sc.qname, sc.rcode, 100, 1, 5*time.Second)
+			b.ResetTimer()
+			r := load(b, sc.addr, sc.qname, sc.rcode, b.N, conc, 30*time.Second)
+			b.StopTimer()
+			if r.wrong > 0 {
+				b.Errorf("%d replies with the wrong rcode (want %s)", r.wrong, dns.RcodeToString[sc.rcode])
+			}
+			b.ReportMetric(r.qps(), "queries/s")
+			b.ReportMetric(float64(r.p50.Microseconds()), "p50-µs")
+			b.ReportMetric(float64(r.p99.Microseconds()), "p99-µs")
+			b.ReportMetric(float64(r.lost), "lost")
+			res[sc.name] = r
+		})
+	}
+	for _, kind := range []string{"allowed", "denied"} {
+		a, d := res["airlock/"+kind], res["dnsmasq/"+kind]
+		if a.n == 0 || d.n == 0 {
+			continue
+		}
+		b.Logf("%s: airlock %.0f q/s (p50 %v, p99 %v, lost %d) vs dnsmasq %.0f q/s (p50 %v, p99 %v, lost %d): ratio %.2fx",
+			kind, a.qps(), a.p50, a.p99, a.lost, d.qps(), d.p50, d.p99, d.lost, a.qps()/d.qps())
+	}
+	if st, err := os.Stat(auditFile); err == nil {
+		b.Logf("audit file: %d bytes", st.Size())
+	}
+}
+
+// BenchmarkServeDNS measures the handler alone (no sockets) with a fake decider
+// and a discarding audit logger: the per-query cost of the filter's own code.
+func BenchmarkServeDNS(b *testing.B) {
+	up := startUpstream(b, records(benchZone))
+	f, err := New(Config{Upstreams: []string{up.addr}, AllowCIDRs: []string{"198.18.0.0/15"}, RateLimit: 1e9, RateBurst: 1 << 30},
+		newDecider("pypi.org"), discardAudit{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := newSandboxServer(f, policy.Sandbox{ID: "sb-bench"}, nil)
+	for _, name := range []string{"pypi.org.", "evil.example.com."} {
+		b.Run(name, func(b *testing.B) {
+			m := new(dns.Msg)
+			m.SetQuestion(name, dns.TypeA)
+			w := &recorder{}
+			s.ServeDNS(w, m)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				s.ServeDNS(w, m)
+			}
+		})
+	}
+}
+
+type discardAudit struct{}
+
+func (discardAudit) Log(*audit.Record) error { return nil }
+
