@@ -130,7 +130,9 @@ func (e *Engine) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(b.Tests) > 0 {
+	// The directory's own tests must pass (the embedded ones are checked when
+	// airlock is built).
+	if e.cfg.Dir != "" && len(b.Tests) > 0 {
 		tb, err := build(us[0], testConfig())
 		if err != nil {
 			return nil, err
@@ -182,6 +184,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 		if d, ok := s.cache.Get(key); ok {
 			return d.clone()
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return e.fail(s, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.EvalTimeout)
 	defer cancel()

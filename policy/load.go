@@ -161,7 +161,9 @@ func units(dir string, withExamples bool) ([]unit, error) {
 		if err != nil {
 			return nil, err
 		}
-		main = overlay(base, top)
+		// A directory's tests are its own: the embedded tests describe the
+		// embedded policy alone and would judge a user's rules unfairly.
+		main = overlay(withoutTests(base), top)
 		exFS = os.DirFS(dir)
 		exName = func(rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)) }
 	} else {

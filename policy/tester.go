@@ -48,8 +48,9 @@ type TestReport struct {
 // OK reports whether every test passed and there was at least one.
 func (r *TestReport) OK() bool { return r.Failed == 0 && r.Passed > 0 }
 
-// RunTests runs every *_test.rego test of the policy in dir (the embedded
-// default when dir is empty) and of each of its examples/NAME units, against
+// RunTests runs the *_test.rego tests of the policy in dir and of each of its
+// examples/NAME units, with the embedded library, default policy and presets
+// loaded (with dir empty: the embedded tests and examples). Tests run against
 // the default configuration (every preset, no allow hosts, enforce), so tests
 // answer the same whatever flags the gateway runs with. It measures line
 // coverage of the non-test files. An error means a unit could not be built or
