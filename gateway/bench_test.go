@@ -106,8 +106,8 @@ func BenchmarkHTTPKeepAlive(b *testing.B) {
 	b.ReportMetric(dRate, "direct-req/s")
 	b.ReportMetric(pRate, "proxy-req/s")
 	b.ReportMetric(pRate/dRate, "ratio")
-	b.ReportMetric(float64((percentile(pLat, 0.5)-percentile(dLat, 0.5)).Microseconds()), "p50-added-µs")
-	b.ReportMetric(float64((percentile(pLat, 0.99)-percentile(dLat, 0.99)).Microseconds()), "p99-added-µs")
+	b.ReportMetric(float64((percentile(pLat, 0.5) - percentile(dLat, 0.5)).Microseconds()), "p50-added-µs")
+	b.ReportMetric(float64((percentile(pLat, 0.99) - percentile(dLat, 0.99)).Microseconds()), "p99-added-µs")
 }
 
 // bulkServer sends size bytes to every connection (optionally over TLS).

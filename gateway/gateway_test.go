@@ -100,6 +100,11 @@ func TestExplicitKeepAliveAndPool(t *testing.T) {
 	if got := up.conns.Load(); got != 1 {
 		t.Fatalf("upstream connections for 20 kept-alive requests: got %d, want 1", got)
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(h.log.all()) < 20 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
 	if got := len(h.log.all()); got != 20 {
 		t.Fatalf("audit records: got %d, want 20 (one per request)", got)
 	}

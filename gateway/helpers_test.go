@@ -51,7 +51,9 @@ func (f *fakeDecider) seen() []policy.Input {
 	return append([]policy.Input(nil), f.inputs...)
 }
 
-func allowDec() policy.Decision { return policy.Decision{Allowed: true, Mode: policy.ModeEnforce, Rev: "test"} }
+func allowDec() policy.Decision {
+	return policy.Decision{Allowed: true, Mode: policy.ModeEnforce, Rev: "test"}
+}
 func denyDec(id string) policy.Decision {
 	return policy.Decision{Mode: policy.ModeEnforce, Rev: "test", Reasons: []policy.Reason{{ID: id, Msg: "test deny"}}}
 }
@@ -346,7 +348,7 @@ func (h *harness) proxyClient(roots *x509.CertPool) *http.Client {
 	pu, _ := url.Parse("http://" + h.explicit)
 	tr := &http.Transport{
 		Proxy:             http.ProxyURL(pu),
-		TLSClientConfig: &tls.Config{RootCAs: roots},
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
 		ForceAttemptHTTP2: false,
 	}
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}

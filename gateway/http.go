@@ -87,7 +87,8 @@ func (s *httpSession) dropUpstream() {
 func (s *httpSession) readRequest() (*http.Request, error) {
 	g := s.g
 	s.cc.idle.Store(true)
-	s.rd.limited, s.rd.progress = false, 0
+	// The header limit counts from the first byte read for this request.
+	s.rd.limited, s.rd.limit, s.rd.progress = true, g.cfg.MaxHeaderBytes-s.br.Buffered(), 0
 	s.conn.SetReadDeadline(time.Now().Add(g.cfg.IdleTimeout))
 	if _, err := s.br.Peek(1); err != nil {
 		s.cc.idle.Store(false)
@@ -98,7 +99,6 @@ func (s *httpSession) readRequest() (*http.Request, error) {
 		return nil, net.ErrClosed
 	}
 	s.conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
-	s.rd.limited, s.rd.limit = true, g.cfg.MaxHeaderBytes-s.br.Buffered()
 	if !s.pinned {
 		// The explicit proxy compares the URL host with the Host header, which
 		// http.ReadRequest discards for absolute-form requests: read it first.

@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // newSelfSignedServer serves with httptest's own certificate, which the gateway
@@ -19,3 +21,7 @@ func newSelfSignedServer(t *testing.T, reqs *atomic.Int64) *httptest.Server {
 type x509Cert = x509.Certificate
 
 func parseCert(der []byte) (*x509.Certificate, error) { return x509.ParseCertificate(der) }
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
