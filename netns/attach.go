@@ -57,7 +57,7 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 		return nil, err
 	}
 	if target == host {
-		return nil, errors.New("refusing to attach to the gateway's own network namespace")
+		return nil, fmt.Errorf("refusing to attach to the gateway's own network namespace (%v)", target)
 	}
 	m.mu.Lock()
 	for _, other := range m.sandboxes {
@@ -101,7 +101,14 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	if err != nil {
 		return nil, err
 	}
-	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: backend, Attached: true, Source: nsPath, SavedRules: saved, SavedSysctls: oldSysctls}
+	// A namespace with no IPv4 default route (docker --network none) fails every
+	// connect before the rules see it; give it the island route, as Create does.
+	hasDefault, err := hasDefaultRoute(h)
+	if err != nil {
+		return nil, err
+	}
+	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: backend, Attached: true, Source: nsPath,
+		SavedRules: saved, SavedSysctls: oldSysctls, AddedIsland: !hasDefault}
 	if err := m.step("state"); err != nil {
 		return nil, err
 	}
@@ -125,6 +132,11 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	}
 	if err := writeSysctls(h, want); err != nil {
 		return nil, err
+	}
+	if st.AddedIsland {
+		if err := configureIsland(h, m.cfg.islandAddr(), false); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.step("rules"); err != nil {
 		return nil, err
@@ -175,6 +187,11 @@ func (m *Manager) restoreNamespace(ctx context.Context, h vnetns.NsHandle, st *s
 	}
 	if err := writeSysctls(h, st.SavedSysctls); err != nil {
 		errs = append(errs, fmt.Errorf("restore sysctls: %w", err))
+	}
+	if st.AddedIsland {
+		if err := removeIsland(h, m.cfg.islandAddr()); err != nil {
+			errs = append(errs, fmt.Errorf("remove island route: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

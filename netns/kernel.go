@@ -111,18 +111,28 @@ func prepareRunDir(dir string) error {
 	return nil
 }
 
-// nsInode identifies a namespace file.
-func nsInode(path string) (uint64, error) {
+// nsID identifies the network namespace a file refers to (device and inode of
+// the nsfs file). It fails for a file that is not a namespace.
+type nsID struct{ dev, ino uint64 }
+
+func nsInode(path string) (nsID, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return nsID{}, err
+	}
+	if fs.Type != unix.NSFS_MAGIC {
+		return nsID{}, fmt.Errorf("%s is not a namespace file (filesystem magic %#x)", path, fs.Type)
+	}
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		return 0, err
+		return nsID{}, err
 	}
-	return st.Ino, nil
+	return nsID{uint64(st.Dev), st.Ino}, nil
 }
 
 // configureIsland sets up lo inside ns: up, the island address, the default route
 // through lo. All netlink work uses a handle bound to ns.
-func configureIsland(ns vnetns.NsHandle, island netip.Addr) error {
+func configureIsland(ns vnetns.NsHandle, island netip.Addr, loUp bool) error {
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		return fmt.Errorf("netlink handle: %w", err)
@@ -132,23 +142,70 @@ func configureIsland(ns vnetns.NsHandle, island netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("find lo: %w", err)
 	}
-	if err := h.LinkSetUp(lo); err != nil {
-		return fmt.Errorf("set lo up: %w", err)
+	if loUp || lo.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.LinkSetUp(lo); err != nil {
+			return fmt.Errorf("set lo up: %w", err)
+		}
 	}
 	ipn := &net.IPNet{IP: island.AsSlice(), Mask: net.CIDRMask(32, 32)}
 	if err := h.AddrAdd(lo, &netlink.Addr{IPNet: ipn}); err != nil {
 		return fmt.Errorf("add %s to lo: %w", island, err)
 	}
-	route := &netlink.Route{
-		LinkIndex: lo.Attrs().Index,
+	if err := h.RouteAdd(islandRoute(lo.Attrs().Index, island)); err != nil {
+		return fmt.Errorf("add default route dev lo src %s: %w", island, err)
+	}
+	return nil
+}
+
+// islandRoute is the default route through lo with the island source address.
+func islandRoute(loIndex int, island netip.Addr) *netlink.Route {
+	return &netlink.Route{
+		LinkIndex: loIndex,
 		Scope:     netlink.SCOPE_LINK,
 		Dst:       &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)},
 		Src:       island.AsSlice(),
 	}
-	if err := h.RouteAdd(route); err != nil {
-		return fmt.Errorf("add default route dev lo src %s: %w", island, err)
+}
+
+// removeIsland undoes configureIsland (except lo up) in an attached namespace.
+func removeIsland(ns vnetns.NsHandle, island netip.Addr) error {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink handle: %w", err)
 	}
-	return nil
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	var errs []error
+	if err := h.RouteDel(islandRoute(lo.Attrs().Index, island)); err != nil && !errors.Is(err, unix.ESRCH) {
+		errs = append(errs, fmt.Errorf("delete default route: %w", err))
+	}
+	ipn := &net.IPNet{IP: island.AsSlice(), Mask: net.CIDRMask(32, 32)}
+	if err := h.AddrDel(lo, &netlink.Addr{IPNet: ipn}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		errs = append(errs, fmt.Errorf("delete %s from lo: %w", island, err))
+	}
+	return errors.Join(errs...)
+}
+
+// hasDefaultRoute reports whether ns has an IPv4 default route.
+func hasDefaultRoute(ns vnetns.NsHandle) (bool, error) {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return false, fmt.Errorf("netlink handle: %w", err)
+	}
+	defer h.Close()
+	routes, err := h.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return false, fmt.Errorf("list routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil || (r.Dst.IP.IsUnspecified() && r.Dst.Mask != nil && func() bool { o, _ := r.Dst.Mask.Size(); return o == 0 }()) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // linkNames lists the interfaces in ns.

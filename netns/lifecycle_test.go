@@ -179,7 +179,26 @@ func TestUnprivilegedCannotChangeRulesOrRoutes(t *testing.T) {
 	}
 }
 
+// stripComments normalizes iptables-save output: no comments, no counters, and no
+// table that holds nothing (only built-in chains with policy ACCEPT), which is what
+// an absent table and an emptied one both mean.
 func stripComments(s string) string {
+	var out strings.Builder
+	for _, table := range strings.SplitAfter(stripSave(s), "COMMIT\n") {
+		empty := true
+		for _, l := range strings.Split(table, "\n") {
+			if strings.HasPrefix(l, "-A") || (strings.HasPrefix(l, ":") && !strings.HasSuffix(l, " ACCEPT")) {
+				empty = false
+			}
+		}
+		if !empty {
+			out.WriteString(table)
+		}
+	}
+	return out.String()
+}
+
+func stripSave(s string) string {
 	var b strings.Builder
 	for _, l := range strings.Split(s, "\n") {
 		if strings.HasPrefix(l, "#") {

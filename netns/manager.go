@@ -286,7 +286,7 @@ func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
 	if err := m.step("island"); err != nil {
 		return err
 	}
-	if err := configureIsland(h, m.cfg.islandAddr()); err != nil {
+	if err := configureIsland(h, m.cfg.islandAddr(), true); err != nil {
 		return err
 	}
 	if err := m.step("sysctl"); err != nil {
@@ -568,7 +568,15 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: st.Attached, Source: st.Source}
 	if st.Attached {
 		// Put the namespace back as it was, then attach again from scratch.
-		if err = m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false); err == nil {
+		if st.AddedIsland {
+			if has, herr := hasDefaultRoute(h); herr == nil && !has {
+				err = configureIsland(h, m.cfg.islandAddr(), false)
+			}
+		}
+		if err == nil {
+			err = m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false)
+		}
+		if err == nil {
 			err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(true).render(), true)
 		}
 		if err == nil {
@@ -626,6 +634,9 @@ type state struct {
 	Source       string            `json:"source,omitempty"`
 	SavedRules   string            `json:"saved_rules,omitempty"`
 	SavedSysctls []sysctl          `json:"saved_sysctls,omitempty"`
+	// AddedIsland says Attach added the island address and default route (the
+	// namespace had no default route), so detaching removes them.
+	AddedIsland bool `json:"added_island,omitempty"`
 }
 
 func (m *Manager) statePath(id string) string {

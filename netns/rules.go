@@ -26,7 +26,6 @@ const (
 const (
 	prefixOut = "airlock-out"
 	prefixIn  = "airlock-in"
-	prefixFwd = "airlock-fwd"
 )
 
 // nflogSize is how many bytes of each dropped packet reach the log: enough for an
@@ -82,6 +81,10 @@ func (s ruleSpec) render() string {
 		fmt.Fprintf(&b, "-A %s -p udp --dport 53 -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, dns)
 		fmt.Fprintf(&b, "-A %s -p tcp --dport 53 -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, dns)
 		fmt.Fprintf(&b, "-A %s -p tcp -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, tp)
+		// Everything else arriving is dropped in filter INPUT or FORWARD (or by
+		// routing when forwarding is off); nat sees each flow's first packet once,
+		// whichever way it dies, so this is where it is logged.
+		fmt.Fprintf(&b, "-A %s -j NFLOG --nflog-group %d --nflog-prefix %s --nflog-size %d\n", chainNatPre, s.NFLogGroup, prefixIn, nflogSize)
 	}
 	b.WriteString("COMMIT\n")
 
@@ -105,9 +108,9 @@ func (s ruleSpec) render() string {
 		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, tp)
 		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, dns)
 		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p udp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, dns)
-		nflog(chainIn, prefixIn)
+		fmt.Fprintf(&b, "-A %s -j DROP\n", chainIn)
 		jump("FORWARD", chainFwd)
-		nflog(chainFwd, prefixFwd)
+		fmt.Fprintf(&b, "-A %s -j DROP\n", chainFwd)
 	}
 	b.WriteString("COMMIT\n")
 	return b.String()

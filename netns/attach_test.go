@@ -1,0 +1,289 @@
+package netns
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/airlock-dev/airlock/netns/netnstest"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// container is a namespace made by "someone else" for Attach, with a veth to a
+// second namespace, vm, which plays a VM behind a tap: its default route goes
+// through the container namespace. vm also runs servers that count what reaches
+// them at 198.18.200.2 (TCP 8080, UDP 8081).
+type container struct {
+	path, vmPath string
+	vmTCP, vmUDP atomic.Int64
+}
+
+func run(t *testing.T, argv ...string) {
+	t.Helper()
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v: %s", argv, err, out)
+	}
+}
+
+func newContainer(t *testing.T) *container {
+	t.Helper()
+	ctr, vm := netnstest.NSName("c"), netnstest.NSName("v")
+	hostSide, vmSide := netnstest.LinkName("c"), netnstest.LinkName("v")
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "delete", ctr).Run()
+		exec.Command("ip", "netns", "delete", vm).Run()
+	})
+	run(t, "ip", "netns", "add", ctr)
+	run(t, "ip", "netns", "add", vm)
+	run(t, "ip", "link", "add", hostSide, "netns", ctr, "type", "veth", "peer", "name", vmSide, "netns", vm)
+	for _, argv := range [][]string{
+		{"ip", "-n", ctr, "link", "set", "lo", "up"},
+		{"ip", "-n", ctr, "addr", "add", "198.18.200.1/30", "dev", hostSide},
+		{"ip", "-n", ctr, "link", "set", hostSide, "up"},
+		{"ip", "-n", vm, "link", "set", "lo", "up"},
+		{"ip", "-n", vm, "addr", "add", "198.18.200.2/30", "dev", vmSide},
+		{"ip", "-n", vm, "link", "set", vmSide, "up"},
+		{"ip", "-n", vm, "route", "add", "default", "via", "198.18.200.1"},
+	} {
+		run(t, argv...)
+	}
+	c := &container{path: "/run/netns/" + ctr, vmPath: "/run/netns/" + vm}
+	h, err := vnetns.GetFromPath(c.vmPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var l net.Listener
+	var u net.PacketConn
+	err = inNS(h, func() error {
+		var err error
+		if l, err = net.Listen("tcp4", "198.18.200.2:8080"); err != nil {
+			return err
+		}
+		u, err = net.ListenPacket("udp4", "198.18.200.2:8081")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(); u.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.vmTCP.Add(1)
+			conn.Write([]byte("vm\n"))
+			conn.Close()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			if _, _, err := u.ReadFrom(buf); err != nil {
+				return
+			}
+			c.vmUDP.Add(1)
+		}
+	}()
+	return c
+}
+
+// in runs fn on a thread in the namespace at path.
+func in(t *testing.T, path string, fn func() error) error {
+	t.Helper()
+	h, err := vnetns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	return inNS(h, fn)
+}
+
+func dialRead(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
+}
+
+func httpGet(addr, host string) (string, error) {
+	c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /vm HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host)
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String(), nil
+}
+
+func sendUDP(addr string, n int) error {
+	c, err := net.Dial("udp4", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for range n {
+		c.Write([]byte("x"))
+	}
+	return nil
+}
+
+func TestAttachAndDetach(t *testing.T) {
+	w := newWorld(t, Config{})
+	c := newContainer(t)
+	ctx := context.Background()
+
+	// Before: the container reaches the "VM" directly.
+	if err := in(t, c.path, func() error { _, err := dialRead("198.18.200.2:8080"); return err }); err != nil || c.vmTCP.Load() != 1 {
+		t.Fatalf("baseline connection: %v, vm count %d", err, c.vmTCP.Load())
+	}
+	_, save := backendBinaries(w.m.Backend())
+	rulesBefore, _ := nsExec(t, c.path, 10*time.Second, save)
+	sysBefore, _ := nsExec(t, c.path, 10*time.Second, "sysctl", "net.ipv6.conf.all.disable_ipv6", "net.ipv4.conf.all.route_localnet")
+
+	id := netnstest.SandboxID("attach")
+	s, err := w.m.Attach(ctx, policy.Sandbox{ID: id, Labels: map[string]string{"kind": "vm"}}, c.path)
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: netnstest.SandboxID("again")}, c.path); err == nil {
+		t.Errorf("attaching the same namespace twice succeeded")
+	}
+	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: netnstest.SandboxID("host")}, "/proc/self/ns/net"); err == nil {
+		t.Errorf("attaching the host namespace succeeded")
+	}
+
+	t.Run("container egress goes through the gateway", func(t *testing.T) {
+		tcp := c.vmTCP.Load()
+		err := in(t, c.path, func() error {
+			if out, err := dialRead("198.18.200.2:8080"); err == nil && strings.Contains(out, "vm") {
+				t.Errorf("direct connection to the vm passed: %q", out)
+			}
+			out, err := httpGet(w.web.IP.String()+":80", "web.test")
+			if err != nil || !strings.Contains(out, "hello from web.test /vm") {
+				t.Errorf("allowed host through the gateway: %v: %q", err, out)
+			}
+			return sendUDP("198.18.200.2:8081", 3)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.vmTCP.Load() - tcp; got != 0 {
+			t.Errorf("vm TCP connections while attached: got %d, want 0", got)
+		}
+		if got := c.vmUDP.Load(); got != 0 {
+			t.Errorf("vm UDP datagrams while attached: got %d, want 0", got)
+		}
+		waitFor(t, "udp drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", "198.18.200.2", 8081) })
+	})
+	t.Run("traffic arriving on the veth (a VM's tap) is captured", func(t *testing.T) {
+		conns := w.web.Conns()
+		err := in(t, c.vmPath, func() error {
+			out, err := httpGet(w.web.IP.String()+":80", "web.test")
+			if err != nil || !strings.Contains(out, "hello from web.test /vm") {
+				t.Errorf("vm to allowed host: %v: %q", err, out)
+			}
+			if out, _ := httpGet(w.denied.IP.String()+":80", "denied.test"); strings.Contains(out, "hello") {
+				t.Errorf("vm reached the denied host: %q", out)
+			}
+			return sendUDP(w.denied.IP.String()+":7", 3)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := w.web.Conns() - conns; got != 1 {
+			t.Errorf("web.test connections from the vm: got %d, want 1", got)
+		}
+		if got := w.denied.Conns() + w.denied.UDP(); got != 0 {
+			t.Errorf("denied host saw %d connections/datagrams, want 0", got)
+		}
+		out, err := nsExec(t, c.vmPath, 10*time.Second, "dig", "+short", "+tries=1", "+time=3", "@"+w.net.Unused.String(), "web.test")
+		if err != nil || strings.TrimSpace(out) != w.web.IP.String() {
+			t.Errorf("dig from the vm: %v: %q, want %s", err, out, w.web.IP)
+		}
+		waitFor(t, "forward drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", w.denied.IP.String(), 7) })
+	})
+	t.Run("IPv6 is off while attached", func(t *testing.T) {
+		out, _ := nsExec(t, c.path, 10*time.Second, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6")
+		if strings.TrimSpace(out) != "1" {
+			t.Errorf("disable_ipv6 = %q, want 1", out)
+		}
+	})
+
+	if err := w.m.Detach(ctx, id); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	rulesAfter, _ := nsExec(t, c.path, 10*time.Second, save)
+	if stripComments(rulesAfter) != stripComments(rulesBefore) {
+		t.Errorf("rules after detach:\n%s\nwant\n%s", rulesAfter, rulesBefore)
+	}
+	sysAfter, _ := nsExec(t, c.path, 10*time.Second, "sysctl", "net.ipv6.conf.all.disable_ipv6", "net.ipv4.conf.all.route_localnet")
+	if sysAfter != sysBefore {
+		t.Errorf("sysctls after detach: %q, want %q", sysAfter, sysBefore)
+	}
+	tcp := c.vmTCP.Load()
+	if err := in(t, c.path, func() error { _, err := dialRead("198.18.200.2:8080"); return err }); err != nil || c.vmTCP.Load() != tcp+1 {
+		t.Errorf("direct connection after detach: %v, count %d, want %d", err, c.vmTCP.Load(), tcp+1)
+	}
+	if _, err := exec.Command("test", "-e", w.m.nsPath(id)).Output(); err == nil {
+		t.Errorf("bind mount %s left after detach", w.m.nsPath(id))
+	}
+}
+
+func TestAttachFailureRestores(t *testing.T) {
+	w := newWorld(t, Config{})
+	c := newContainer(t)
+	// Some pre-existing rule the namespace's owner had.
+	run(t, "nsenter", "--net="+c.path, "--", "iptables-legacy", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+	_, save := backendBinaries(IPTablesLegacy)
+	before, _ := nsExec(t, c.path, 10*time.Second, save)
+	for _, step := range []string{"namespace", "save", "state", "sysctl", "rules", "listen", "serve"} {
+		t.Run(step, func(t *testing.T) {
+			w.m.hook = func(s string) error {
+				if s == step {
+					return errInjected
+				}
+				return nil
+			}
+			defer func() { w.m.hook = nil }()
+			id := netnstest.SandboxID("afail")
+			if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, c.path); err == nil {
+				t.Fatalf("Attach with a failure at %s succeeded", step)
+			}
+			after, _ := nsExec(t, c.path, 10*time.Second, save)
+			if stripComments(after) != stripComments(before) {
+				t.Errorf("rules after failed attach:\n%s\nwant\n%s", after, before)
+			}
+			if err := exec.Command("test", "-e", w.m.nsPath(id)).Run(); err == nil {
+				t.Errorf("bind mount left")
+			}
+			if w.srv.served() != 0 {
+				t.Errorf("server still serves a sandbox")
+			}
+		})
+	}
+}
