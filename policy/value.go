@@ -85,7 +85,7 @@ func usedInputFields(mods map[string]*ast.Module) inputFields {
 var allInputFields = inputFields{all: true, kind: true, sandbox: true, destination: true, http: true, tls: true, dns: true, at: true}
 
 // inputValue converts an input to an OPA value directly (no JSON round trip).
-// Absent parts stay absent; parts the policy never reads (f) are left out.
+// It matches the JSON encoding of Input: absent and empty parts are absent; parts the policy never reads (f) are left out.
 func inputValue(in *Input, f *inputFields) ast.Value {
 	items := make([][2]*ast.Term, 0, 7)
 	if f.kind {
@@ -103,14 +103,14 @@ func inputValue(in *Input, f *inputFields) ast.Value {
 			item("scheme", ast.StringTerm(h.Scheme)),
 			item("path", ast.StringTerm(h.Path)),
 		}
-		if h.Query != nil {
+		if len(h.Query) > 0 {
 			q := make([][2]*ast.Term, 0, len(h.Query))
 			for k, vs := range h.Query {
 				q = append(q, item(k, ast.NewTerm(stringArray(vs))))
 			}
 			kv = append(kv, item("query", ast.NewTerm(ast.NewObject(q...))))
 		}
-		if h.Headers != nil {
+		if len(h.Headers) > 0 {
 			kv = append(kv, item("headers", ast.NewTerm(stringMap(h.Headers))))
 		}
 		items = append(items, item("http", ast.NewTerm(ast.NewObject(kv...))))
@@ -126,7 +126,7 @@ func inputValue(in *Input, f *inputFields) ast.Value {
 			item("qname", ast.StringTerm(d.QName)),
 			item("qtype", ast.StringTerm(d.QType)),
 		}
-		if d.Flags != nil {
+		if len(d.Flags) > 0 {
 			kv = append(kv, item("flags", ast.NewTerm(stringArray(d.Flags))))
 		}
 		items = append(items, item("dns", ast.NewTerm(ast.NewObject(kv...))))
@@ -139,7 +139,7 @@ func inputValue(in *Input, f *inputFields) ast.Value {
 			item("path", ast.StringTerm(h.Path)),
 			item("scheme", ast.StringTerm(h.Scheme)),
 		}
-		if h.Headers != nil {
+		if len(h.Headers) > 0 {
 			kv = append(kv, item("headers", ast.NewTerm(stringMap(h.Headers))))
 		}
 		items = append(items, item("attributes", ast.NewTerm(ast.NewObject(
@@ -155,7 +155,7 @@ func item(k string, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{ast.StringTe
 
 func sandboxValue(s *Sandbox) ast.Value {
 	kv := [][2]*ast.Term{item("id", ast.StringTerm(s.ID))}
-	if s.Labels != nil {
+	if len(s.Labels) > 0 {
 		kv = append(kv, item("labels", ast.NewTerm(stringMap(s.Labels))))
 	}
 	return ast.NewObject(kv...)
@@ -166,7 +166,7 @@ func destinationValue(d *Destination) ast.Value {
 		item("host", ast.StringTerm(d.Host)),
 		item("port", ast.IntNumberTerm(d.Port)),
 	}
-	if d.Suffixes != nil {
+	if len(d.Suffixes) > 0 {
 		kv = append(kv, item("suffixes", ast.NewTerm(stringArray(d.Suffixes))))
 	}
 	if d.IP != "" {
@@ -213,7 +213,7 @@ func cacheKey(in *Input) string {
 		b.str(h.Method)
 		b.str(h.Scheme)
 		b.str(h.Path)
-		if h.Query == nil {
+		if len(h.Query) == 0 {
 			b.tag('-')
 		} else {
 			b.tag('q')
@@ -266,7 +266,7 @@ func (b *keyBuilder) str(s string) {
 }
 
 func (b *keyBuilder) strs(ss []string) {
-	if ss == nil {
+	if len(ss) == 0 {
 		b.tag('-')
 		return
 	}
@@ -278,7 +278,7 @@ func (b *keyBuilder) strs(ss []string) {
 }
 
 func (b *keyBuilder) strMap(m map[string]string) {
-	if m == nil {
+	if len(m) == 0 {
 		b.tag('-')
 		return
 	}
@@ -333,6 +333,13 @@ func ParseInput(src []byte) (*Input, error) {
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("policy: input: more than one JSON document")
+	}
+	if in.HTTP != nil {
+		for k, v := range in.HTTP.Query {
+			if v == nil {
+				in.HTTP.Query[k] = []string{} // "k": null reads as no values
+			}
+		}
 	}
 	if in.Destination.Host != "" {
 		h, err := hostname.Normalize(in.Destination.Host)

@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/util"
+)
+
+func TestParseInput(t *testing.T) {
+	tests := []struct {
+		name, src, want string // want: "" for success, else part of the error
+	}{
+		{"http", `{"kind":"http","sandbox":{"id":"s"},"destination":{"host":"PyPI.org.","port":443},"http":{"method":"GET","scheme":"https","path":"/"}}`, ""},
+		{"dns", `{"kind":"dns","sandbox":{"id":"s"},"destination":{"host":"a.example","port":53},"dns":{"qname":"a.example","qtype":"A"}}`, ""},
+		{"unknown field", `{"kind":"tls","sandbox":{"id":"s"},"destination":{"host":"a.example","port":443,"hostname":"x"}}`, "unknown field"},
+		{"two documents", `{"kind":"tls","sandbox":{"id":"s"},"destination":{"host":"a.example","port":443}} {}`, "more than one"},
+		{"bad kind", `{"kind":"udp","sandbox":{"id":"s"},"destination":{"host":"a.example","port":1}}`, "kind"},
+		{"no sandbox id", `{"kind":"tls","sandbox":{},"destination":{"host":"a.example","port":443}}`, "sandbox.id"},
+		{"no host", `{"kind":"tls","sandbox":{"id":"s"},"destination":{"port":443}}`, "destination.host"},
+		{"bad host", `{"kind":"tls","sandbox":{"id":"s"},"destination":{"host":"a\u0000b","port":443}}`, "destination.host"},
+		{"bad port", `{"kind":"tls","sandbox":{"id":"s"},"destination":{"host":"a.example","port":70000}}`, "port"},
+		{"http without http", `{"kind":"http","sandbox":{"id":"s"},"destination":{"host":"a.example","port":80}}`, "needs http"},
+		{"dns without dns", `{"kind":"dns","sandbox":{"id":"s"},"destination":{"host":"a.example","port":53}}`, "needs dns"},
+		{"not json", `kind: http`, "input"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in, err := ParseInput([]byte(tc.src))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("got %v, want nil", err)
+				}
+				if in.Destination.Host != strings.ToLower(strings.TrimSuffix(in.Destination.Host, ".")) {
+					t.Fatalf("got host %q, want normalized", in.Destination.Host)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCacheKeyDistinguishesEveryField(t *testing.T) {
+	base := func() *Input {
+		return &Input{
+			Kind:        KindHTTP,
+			Sandbox:     Sandbox{ID: "s", Labels: map[string]string{"a": "b"}},
+			Destination: Destination{Host: "h.example", Port: 443, Suffixes: []string{"h.example", "example"}, IP: "198.18.0.1", Protocol: "tcp"},
+			HTTP:        &HTTP{Method: "GET", Scheme: "https", Path: "/p", Query: map[string][]string{"q": {"1"}}, Headers: map[string]string{"h": "v"}},
+			TLS:         &TLS{SNI: "h.example"},
+			DNS:         &DNS{QName: "h.example", QType: "A", Flags: []string{"f"}},
+		}
+	}
+	mutations := map[string]func(*Input){
+		"kind":        func(in *Input) { in.Kind = KindTLS },
+		"sandbox id":  func(in *Input) { in.Sandbox.ID = "t" },
+		"label value": func(in *Input) { in.Sandbox.Labels["a"] = "c" },
+		"label key":   func(in *Input) { in.Sandbox.Labels = map[string]string{"b": "b"} },
+		"host":        func(in *Input) { in.Destination.Host = "i.example" },
+		"port":        func(in *Input) { in.Destination.Port = 444 },
+		"suffixes":    func(in *Input) { in.Destination.Suffixes = []string{"h.example"} },
+		"ip":          func(in *Input) { in.Destination.IP = "198.18.0.2" },
+		"protocol":    func(in *Input) { in.Destination.Protocol = "udp" },
+		"method":      func(in *Input) { in.HTTP.Method = "POST" },
+		"scheme":      func(in *Input) { in.HTTP.Scheme = "http" },
+		"path":        func(in *Input) { in.HTTP.Path = "/q" },
+		"query":       func(in *Input) { in.HTTP.Query["q"] = []string{"1", "2"} },
+		"header":      func(in *Input) { in.HTTP.Headers["h"] = "w" },
+		"no http":     func(in *Input) { in.HTTP = nil },
+		"sni":         func(in *Input) { in.TLS.SNI = "x" },
+		"intercepted": func(in *Input) { in.TLS.Intercepted = true },
+		"no tls":      func(in *Input) { in.TLS = nil },
+		"qname":       func(in *Input) { in.DNS.QName = "x" },
+		"qtype":       func(in *Input) { in.DNS.QType = "AAAA" },
+		"flags":       func(in *Input) { in.DNS.Flags = nil },
+		"no dns":      func(in *Input) { in.DNS = nil },
+		// Length prefixes keep field boundaries: "a"+"bc" is not "ab"+"c".
+		"boundary": func(in *Input) { in.Sandbox.ID, in.Destination.Host = "sh", ".example" },
+	}
+	ref := cacheKey(base())
+	for name, mut := range mutations {
+		t.Run(name, func(t *testing.T) {
+			in := base()
+			mut(in)
+			if cacheKey(in) == ref {
+				t.Fatalf("got the same key after changing %s", name)
+			}
+		})
+	}
+	a, b := base(), base()
+	b.Sandbox.Labels = map[string]string{"a": "b"}
+	if cacheKey(a) != cacheKey(b) {
+		t.Fatal("got different keys for equal inputs")
+	}
+}
+
+func TestAuthority(t *testing.T) {
+	tests := []struct {
+		scheme, host string
+		port         int
+		want         string
+	}{
+		{"https", "a.example", 443, "a.example"},
+		{"http", "a.example", 80, "a.example"},
+		{"https", "a.example", 8443, "a.example:8443"},
+		{"http", "a.example", 443, "a.example:443"},
+		{"https", "2001:db8::1", 443, "[2001:db8::1]"},
+		{"https", "2001:db8::1", 8443, "[2001:db8::1]:8443"},
+	}
+	for _, tc := range tests {
+		if got := authority(tc.scheme, tc.host, tc.port); got != tc.want {
+			t.Errorf("authority(%q, %q, %d): got %q, want %q", tc.scheme, tc.host, tc.port, got, tc.want)
+		}
+	}
+}
+
+// FuzzParseInput feeds policy input documents through the parser, the OPA value
+// builder and the cache key. Whatever parses must convert to exactly the value
+// its JSON encoding gives, and must key the same after a JSON round trip.
+func FuzzParseInput(f *testing.F) {
+	for _, s := range []string{
+		`{"kind":"http","sandbox":{"id":"s","labels":{"team":"ml"}},"destination":{"host":"pypi.org","port":443},"http":{"method":"GET","scheme":"https","path":"/simple/","query":{"a":["1","2"],"b":null},"headers":{"user-agent":"pip"}}}`,
+		`{"kind":"dns","sandbox":{"id":"s"},"destination":{"host":"a.example","port":53},"dns":{"qname":"a.example","qtype":"TXT","flags":["long_label"]}}`,
+		`{"kind":"tls","sandbox":{"id":"s"},"destination":{"host":"xn--bcher-kva.example","port":443,"ip":"198.18.0.1"},"tls":{"sni":"xn--bcher-kva.example","intercepted":true}}`,
+		`{"kind":"tcp","sandbox":{"id":"s"},"destination":{"host":"0x7f.1","port":22,"protocol":"tcp"}}`,
+		`{"kind":"connect","sandbox":{"id":"s"},"destination":{"host":"[::1]","port":443,"suffixes":[]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		in, err := ParseInput(src)
+		if err != nil {
+			return
+		}
+		x := prepare(in)
+		v := inputValue(&x, &allInputFields)
+		got, err := ast.JSON(v)
+		if err != nil {
+			t.Fatalf("ast.JSON: %v", err)
+		}
+		enc, err := json.Marshal(&x)
+		if err != nil {
+			t.Fatalf("marshal: %v", err)
+		}
+		var want any
+		if err := util.UnmarshalJSON(enc, &want); err != nil {
+			t.Fatalf("unmarshal: %v", err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("OPA value differs from JSON:\n got %v\nwant %v", got, want)
+		}
+		again, err := ParseInput(mustJSON(t, in))
+		if err != nil {
+			t.Fatalf("re-parse of %s: %v", mustJSON(t, in), err)
+		}
+		if ya := prepare(again); cacheKey(&ya) != cacheKey(&x) {
+			t.Fatalf("got different cache keys after a JSON round trip")
+		}
+	})
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
