@@ -26,7 +26,8 @@ type TailOptions struct {
 // Tail emits whole lines of the live audit file at path to fn (without the
 // newline; fn must not keep the slice). With Follow it polls for appended
 // lines; when the writer rotates the file (path now names a different file), it
-// finishes the old file and continues at the start of the new one. A partial
+// finishes the old file and continues at the start of the next file of the
+// chain (a rotated sibling if the writer rotated again meanwhile, else path). A partial
 // line is held back until its newline arrives.
 func Tail(ctx context.Context, path string, opts TailOptions, fn func(line []byte) error) error {
 	if opts.Poll <= 0 {
@@ -104,7 +105,7 @@ func Tail(ctx context.Context, path string, opts TailOptions, fn func(line []byt
 			return fmt.Errorf("audit: %w", err)
 		}
 		if st, err := os.Stat(path); err == nil && !os.SameFile(cur, st) {
-			nf, err := os.Open(path)
+			nf, err := os.Open(nextInChain(path, cur))
 			if err == nil {
 				// One last read of the old file before switching.
 				for {
@@ -137,6 +138,22 @@ func Tail(ctx context.Context, path string, opts TailOptions, fn func(line []byt
 		case <-t.C:
 		}
 	}
+}
+
+// nextInChain names the file that follows cur in path's chain: the next
+// rotated sibling when the writer rotated more than once between polls, else
+// the live file.
+func nextInChain(path string, cur os.FileInfo) string {
+	files, err := ChainFiles(path)
+	if err != nil {
+		return path
+	}
+	for i, f := range files {
+		if st, err := os.Stat(f); err == nil && os.SameFile(st, cur) && i+1 < len(files) {
+			return files[i+1]
+		}
+	}
+	return path
 }
 
 // emitLines passes every whole line in b to fn and returns the partial rest.
