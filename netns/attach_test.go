@@ -201,7 +201,7 @@ func TestAttachAndDetach(t *testing.T) {
 		waitFor(t, "udp drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", "198.18.200.2", 8081) })
 	})
 	t.Run("traffic arriving on the veth (a VM's tap) is captured", func(t *testing.T) {
-		conns := w.web.Conns()
+		reqs := w.web.Requests()
 		err := in(t, c.vmPath, func() error {
 			out, err := httpGet(w.web.IP.String()+":80", "web.test")
 			if err != nil || !strings.Contains(out, "hello from web.test /vm") {
@@ -215,8 +215,8 @@ func TestAttachAndDetach(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := w.web.Conns() - conns; got != 1 {
-			t.Errorf("web.test connections from the vm: got %d, want 1", got)
+		if got := w.web.Requests() - reqs; got != 1 {
+			t.Errorf("web.test requests from the vm: got %d, want 1", got)
 		}
 		if got := w.denied.Conns() + w.denied.UDP(); got != 0 {
 			t.Errorf("denied host saw %d connections/datagrams, want 0", got)

@@ -3,7 +3,6 @@ package netns
 import (
 	"context"
 	"net"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +45,7 @@ func newWorld(t *testing.T, cfg Config) *world {
 		t.Fatal(err)
 	}
 	w := &world{net: n, web: web, denied: denied, audit: &memAudit{}}
-	w.srv = newTestServer(t, n.DNSAddr.String(), map[string]netip.Addr{"web.test": web.IP})
+	w.srv = newTestServer(t, n.DNSAddr.String(), n.Subnet, []string{"web.test"}, w.audit)
 	if cfg.StateDir == "" {
 		cfg.StateDir = t.TempDir()
 	}
@@ -106,13 +105,13 @@ func TestIslandEgress(t *testing.T) {
 		}
 	})
 	t.Run("transparent capture reaches allowed host", func(t *testing.T) {
-		before := w.web.Conns()
+		before := w.web.Requests()
 		out, err := curl(t, s.Path, "--noproxy", "*", "http://web.test/y")
 		if err != nil || !strings.Contains(out, "hello from web.test /y") {
 			t.Fatalf("curl without proxy: %v: %q", err, out)
 		}
-		if got := w.web.Conns() - before; got != 1 {
-			t.Errorf("web.test connections: got %d, want 1", got)
+		if got := w.web.Requests() - before; got != 1 {
+			t.Errorf("web.test requests: got %d, want 1", got)
 		}
 	})
 	t.Run("dig to an address where nothing listens is answered by the filter", func(t *testing.T) {
@@ -229,7 +228,8 @@ func TestIslandEgress(t *testing.T) {
 		}
 	})
 	if t.Failed() {
-		out, _ := nsExec(t, s.Path, 5*time.Second, "iptables-save")
+		_, save := backendBinaries(w.m.Backend())
+		out, _ := nsExec(t, s.Path, 5*time.Second, save)
 		t.Logf("rules:\n%s", out)
 	}
 }
