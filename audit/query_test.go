@@ -191,4 +191,3 @@ func TestTail(t *testing.T) {
 		}
 	})
 }
-
