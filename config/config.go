@@ -63,7 +63,8 @@ type Policy struct {
 
 // DNS configures the filtering resolver.
 type DNS struct {
-	// Upstreams are host:port resolvers the filter forwards allowed names to.
+	// Upstreams are the resolvers the filter forwards allowed names to: IP:PORT
+	// (UDP, TCP on truncation) or tls://IP:PORT#SERVERNAME (DNS over TLS).
 	Upstreams []string `yaml:"upstreams"`
 	// MinTTL and MaxTTL clamp cached answers.
 	MinTTL Duration `yaml:"min_ttl"`
@@ -229,8 +230,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("policy.mode: %q is not one of enforce, report", c.Policy.Mode)
 	}
 	for i, u := range c.DNS.Upstreams {
-		if _, err := netip.ParseAddrPort(u); err != nil {
-			return fmt.Errorf("dns.upstreams[%d]: %q is not an IP:port (names would need a resolver to find the resolver)", i, u)
+		addr := u
+		if rest, ok := strings.CutPrefix(u, "tls://"); ok {
+			var name string
+			addr, name, _ = strings.Cut(rest, "#")
+			if name == "" {
+				return fmt.Errorf("dns.upstreams[%d]: %q: DNS over TLS needs tls://IP:PORT#SERVERNAME", i, u)
+			}
+		}
+		if _, err := netip.ParseAddrPort(addr); err != nil {
+			return fmt.Errorf("dns.upstreams[%d]: %q is not IP:PORT or tls://IP:PORT#SERVERNAME (a name would need a resolver to find the resolver)", i, u)
 		}
 	}
 	if c.DNS.MinTTL < 0 || c.DNS.MaxTTL < 0 {

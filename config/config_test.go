@@ -38,6 +38,8 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "bad duration", yaml: "limits: {timeout: soon}", wantErr: "want e.g. 30s"},
 		{name: "bad cidr", yaml: "upstream: {allow_cidrs: [10.0.0.0/33]}", wantErr: "upstream.allow_cidrs[0]"},
 		{name: "upstream name", yaml: "dns: {upstreams: [dns.google:53]}", wantErr: "dns.upstreams[0]"},
+		{name: "dot upstream", yaml: "dns: {upstreams: [\"tls://9.9.9.9:853#dns.quad9.net\"]}", check: func(t *testing.T, c Config) {}},
+		{name: "dot without name", yaml: "dns: {upstreams: [\"tls://9.9.9.9:853\"]}", wantErr: "SERVERNAME"},
 		{name: "ttl order", yaml: "dns: {min_ttl: 2h, max_ttl: 1h}", wantErr: "greater than dns.max_ttl"},
 		{name: "tiny memory", yaml: "limits: {memory: 1K}", wantErr: "limits.memory"},
 		{name: "bad env", yaml: "sandbox: {env: [NOEQUALS]}", wantErr: "sandbox.env[0]"},
