@@ -231,7 +231,10 @@ func (s *sandboxServer) start(udp net.PacketConn, tcp net.Listener) error {
 	}
 	n := 0
 	if udp != nil {
-		launch(&dns.Server{PacketConn: udp})
+		// Hidden behind a plain net.PacketConn so miekg/dns uses ReadFrom/WriteTo
+		// instead of parsing control messages for every packet: the listener is
+		// bound to one address, so the reply's source needs no correcting.
+		launch(&dns.Server{PacketConn: plainPacketConn{udp}})
 		n++
 	}
 	if tcp != nil {
@@ -323,3 +326,7 @@ func opcodeString(op int) string {
 	}
 	return strconv.Itoa(op)
 }
+
+// plainPacketConn hides the concrete type (and the ReadMsgUDP path) of a UDP
+// socket from miekg/dns.
+type plainPacketConn struct{ net.PacketConn }

@@ -32,11 +32,14 @@ func (r *recorder) WriteMsg(m *dns.Msg) error {
 	r.reply = b
 	return nil
 }
-func (r *recorder) Write(b []byte) (int, error) { r.reply = append([]byte(nil), b...); return len(b), nil }
-func (r *recorder) Close() error                { return nil }
-func (r *recorder) TsigStatus() error           { return nil }
-func (r *recorder) TsigTimersOnly(bool)         {}
-func (r *recorder) Hijack()                     {}
+func (r *recorder) Write(b []byte) (int, error) {
+	r.reply = append([]byte(nil), b...)
+	return len(b), nil
+}
+func (r *recorder) Close() error        { return nil }
+func (r *recorder) TsigStatus() error   { return nil }
+func (r *recorder) TsigTimersOnly(bool) {}
+func (r *recorder) Hijack()             {}
 
 // serveRaw feeds one raw packet through the same stages miekg/dns's server runs
 // before the handler (header read, our accept func, unpack, FORMERR on failure)

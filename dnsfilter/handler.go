@@ -2,6 +2,7 @@ package dnsfilter
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -45,6 +46,7 @@ type query struct {
 	answers  []audit.Answer
 	upstream string
 	errMsg   string
+	ansWire  []byte // the answer records already packed (cached answers), or nil
 }
 
 // ServeDNS is the request path, in the order the package doc gives. It writes
@@ -196,9 +198,13 @@ func (s *sandboxServer) decide(q *query) *decided {
 
 // lookup answers from the shared cache or the upstreams.
 func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.f.cfg.Timeout*time.Duration(len(s.f.res.upstreams)+1))
-	defer cancel()
-	a, hit, err := s.f.res.lookup(ctx, q.name, q.qtype)
+	a, hit := s.f.res.cached(q.name, q.qtype, q.start)
+	var err error
+	if !hit {
+		ctx, cancel := context.WithTimeout(context.Background(), s.f.cfg.Timeout*time.Duration(len(s.f.res.upstreams)+1))
+		a, hit, err = s.f.res.lookup(ctx, q.name, q.qtype)
+		cancel()
+	}
 	if err != nil {
 		q.reasons, q.errMsg = reasonUpstream, err.Error()
 		return dns.RcodeServerFailure, nil
@@ -210,8 +216,9 @@ func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
 	if a.dropped > 0 {
 		q.flags = append(q.flags, FlagRebindingDropped)
 	}
-	v := a.view(time.Now())
+	v := a.view(q.start)
 	q.answers = v.audit
+	q.ansWire = v.wire
 	return a.rcode, v.rrs
 }
 
@@ -263,23 +270,90 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 		}
 	}
 
+	size := dns.MaxMsgSize
+	opt := req.IsEdns0()
+	if q.proto == "udp" {
+		size = dns.MinMsgSize
+		if opt != nil {
+			size = max(dns.MinMsgSize, min(int(opt.UDPSize()), DefaultEDNSSize))
+		}
+	}
+	bp := replyBufs.Get().(*[]byte)
+	defer replyBufs.Put(bp)
+	if b, ok := appendReply((*bp)[:0], req, rcode, rrs, q.ansWire, opt != nil, size); ok {
+		*bp = b
+		if _, err := w.Write(b); err != nil && !errors.Is(err, net.ErrClosed) {
+			s.f.log.Warn("write reply", "sandbox", s.sb.ID, "error", err)
+		}
+		return
+	}
+	// Too big for the client's buffer (or unpackable): miekg/dns truncates.
 	resp := new(dns.Msg)
 	resp.SetRcode(req, rcode)
 	resp.RecursionAvailable = true
 	resp.Answer = rrs
-	size := dns.MinMsgSize
-	if opt := req.IsEdns0(); opt != nil {
-		size = max(dns.MinMsgSize, min(int(opt.UDPSize()), DefaultEDNSSize))
+	if opt != nil {
 		resp.SetEdns0(DefaultEDNSSize, false)
 	}
-	if q.proto == "udp" {
-		resp.Truncate(size)
-	} else {
-		resp.Truncate(dns.MaxMsgSize)
-	}
+	resp.Truncate(size)
 	if err := w.WriteMsg(resp); err != nil && !errors.Is(err, net.ErrClosed) {
 		s.f.log.Warn("write reply", "sandbox", s.sb.ID, "error", err)
 	}
+}
+
+var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// appendReply appends the reply's wire form to dst: header, the question as
+// asked, the answer records (packed, or packed here when ansWire is nil) and an
+// OPT when the query had one. It reports false when the reply would exceed size
+// or a record cannot be packed; the caller then builds it with miekg/dns.
+func appendReply(dst []byte, req *dns.Msg, rcode int, rrs []dns.RR, ansWire []byte, edns bool, size int) ([]byte, bool) {
+	if rcode > 0xf || len(req.Question) != 1 {
+		return dst, false
+	}
+	if ansWire == nil && len(rrs) > 0 {
+		var err error
+		if ansWire, err = packRRs(rrs); err != nil {
+			return dst, false
+		}
+	}
+	var flags uint16 = 1<<15 | 1<<7 | uint16(rcode) // QR, RA, rcode; opcode QUERY
+	if req.RecursionDesired {
+		flags |= 1 << 8
+	}
+	if req.CheckingDisabled {
+		flags |= 1 << 4
+	}
+	var ar uint16
+	if edns {
+		ar = 1
+	}
+	dst = binary.BigEndian.AppendUint16(dst, req.Id)
+	dst = binary.BigEndian.AppendUint16(dst, flags)
+	dst = binary.BigEndian.AppendUint16(dst, 1)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(rrs)))
+	dst = binary.BigEndian.AppendUint16(dst, 0)
+	dst = binary.BigEndian.AppendUint16(dst, ar)
+	q := req.Question[0]
+	start := len(dst)
+	dst = append(dst, make([]byte, 256)...)
+	off, err := dns.PackDomainName(q.Name, dst, start, nil, false)
+	if err != nil {
+		return dst[:start], false
+	}
+	dst = dst[:off]
+	dst = binary.BigEndian.AppendUint16(dst, q.Qtype)
+	dst = binary.BigEndian.AppendUint16(dst, q.Qclass)
+	dst = append(dst, ansWire...)
+	if edns {
+		// OPT: root name, type 41, class = our buffer size, extended rcode 0,
+		// version 0, no flags, no options.
+		dst = append(dst, 0, 0, 41, byte(DefaultEDNSSize>>8), byte(DefaultEDNSSize&0xff), 0, 0, 0, 0, 0, 0)
+	}
+	if len(dst) > size {
+		return dst, false
+	}
+	return dst, true
 }
 
 // auditReasons converts policy reasons; the common no-reason case allocates nothing.

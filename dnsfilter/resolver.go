@@ -48,6 +48,7 @@ type cacheKey struct {
 type answer struct {
 	rcode    int
 	rrs      []dns.RR // answer section: CNAMEs and records of the asked type
+	ttl      uint32   // the clamped TTL, in seconds
 	expires  time.Time
 	upstream string
 	dropped  int // records removed by the rebinding guard
@@ -59,6 +60,7 @@ type answer struct {
 type rendered struct {
 	sec   int64
 	rrs   []dns.RR
+	wire  []byte // rrs packed without compression, ready to append to a reply
 	audit []audit.Answer
 }
 
@@ -101,11 +103,8 @@ var errUpstream = errors.New("dnsfilter: no upstream answered")
 // qtype, from the cache or from one shared upstream exchange.
 func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) (*answer, bool, error) {
 	key := cacheKey{name, qtype}
-	if a, ok := r.cache.Get(key); ok {
-		if r.now().Before(a.expires) {
-			return a, true, nil
-		}
-		r.cache.Remove(key)
+	if a, ok := r.cached(name, qtype, r.now()); ok {
+		return a, true, nil
 	}
 	ch := r.flight.DoChan(name+"/"+dns.TypeToString[qtype], func() (any, error) {
 		// Detached from any one caller: a caller that gives up must not fail the
@@ -132,6 +131,20 @@ func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) (*answ
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
+}
+
+// cached returns the unexpired cached answer for name and qtype, if any.
+func (r *Resolver) cached(name string, qtype uint16, now time.Time) (*answer, bool) {
+	key := cacheKey{name, qtype}
+	a, ok := r.cache.Get(key)
+	if !ok {
+		return nil, false
+	}
+	if now.Before(a.expires) {
+		return a, true
+	}
+	r.cache.Remove(key)
+	return nil, false
 }
 
 // exchange asks the upstreams in order until one gives NOERROR or NXDOMAIN.
@@ -255,6 +268,7 @@ func (r *Resolver) filter(name string, qtype uint16, resp *dns.Msg, up string) *
 	ttl := time.Duration(minTTL) * time.Second
 	ttl = max(r.cfg.MinTTL, min(r.cfg.MaxTTL, ttl))
 	a.expires = now.Add(ttl)
+	a.ttl = uint32(ttl / time.Second)
 	return a
 }
 
@@ -293,7 +307,7 @@ func (a *answer) view(now time.Time) *rendered {
 		return v
 	}
 	ttl := uint32((remaining + time.Second - 1) / time.Second)
-	ttl = max(ttl, 1)
+	ttl = max(min(ttl, a.ttl), 1)
 	v := &rendered{sec: sec, rrs: make([]dns.RR, len(a.rrs)), audit: make([]audit.Answer, len(a.rrs))}
 	for i, rr := range a.rrs {
 		c := dns.Copy(rr)
@@ -301,8 +315,28 @@ func (a *answer) view(now time.Time) *rendered {
 		v.rrs[i] = c
 		v.audit[i] = audit.Answer{Type: dns.TypeToString[c.Header().Rrtype], Data: rrData(c), TTL: ttl}
 	}
+	if w, err := packRRs(v.rrs); err == nil {
+		v.wire = w
+	}
 	a.rendered.Store(v)
 	return v
+}
+
+// packRRs packs rrs back to back, uncompressed.
+func packRRs(rrs []dns.RR) ([]byte, error) {
+	n := 0
+	for _, rr := range rrs {
+		n += dns.Len(rr)
+	}
+	buf := make([]byte, n)
+	off := 0
+	for _, rr := range rrs {
+		var err error
+		if off, err = dns.PackRR(rr, buf, off, nil, false); err != nil {
+			return nil, err
+		}
+	}
+	return buf[:off], nil
 }
 
 // rrData is the record's data in presentation form, without its header.
