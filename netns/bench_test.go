@@ -1,0 +1,90 @@
+package netns
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/netns/netnstest"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/roottest"
+)
+
+// BenchmarkCreate measures Create (namespace, lo, sysctls, rules, listeners,
+// NFLOG socket, Serve on a stub server) cold and from a pool, and reports p50 and
+// p90 in milliseconds. Teardown is outside the timed part. Run with a small
+// -benchtime such as 100x.
+func BenchmarkCreate(b *testing.B) {
+	roottest.Require(b)
+	for _, bc := range []struct {
+		name     string
+		pool     int
+		iptables string
+	}{{"cold", 0, IPTablesAuto}, {"pool", 4, IPTablesAuto}, {"cold-nft", 0, IPTablesNFT}} {
+		b.Run(bc.name, func(b *testing.B) {
+			m, err := New(Config{PoolSize: bc.pool, StateDir: b.TempDir(), IPTables: bc.iptables}, testServerStub{}, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.TeardownAll(context.Background())
+			durs := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				if bc.pool > 0 {
+					deadline := time.Now().Add(10 * time.Second)
+					for m.PoolReady() == 0 && time.Now().Before(deadline) {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				id := netnstest.SandboxID("bench")
+				b.StartTimer()
+				start := time.Now()
+				s, err := m.Create(context.Background(), policy.Sandbox{ID: id})
+				d := time.Since(start)
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				durs = append(durs, d)
+				if err := m.Teardown(context.Background(), s.ID); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.StopTimer()
+			slices.Sort(durs)
+			b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(durs[len(durs)*9/10].Microseconds())/1000, "p90-ms")
+		})
+	}
+}
+
+// BenchmarkTeardown measures Teardown of a served island namespace.
+func BenchmarkTeardown(b *testing.B) {
+	roottest.Require(b)
+	m, err := New(Config{StateDir: b.TempDir()}, testServerStub{}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.TeardownAll(context.Background())
+	durs := make([]time.Duration, 0, b.N)
+	for range b.N {
+		b.StopTimer()
+		s, err := m.Create(context.Background(), policy.Sandbox{ID: netnstest.SandboxID("bench")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		err = m.Teardown(context.Background(), s.ID)
+		durs = append(durs, time.Since(start))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(durs)
+	b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "p50-ms")
+}
