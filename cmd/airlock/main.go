@@ -21,6 +21,7 @@ func run(args []string) int {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd())
+	root.AddCommand(newAuditCmd())
 	root.AddCommand(newPolicyCmd())
 	root.AddCommand(newCACmd())
 	root.AddCommand(newSandboxInitCmd())

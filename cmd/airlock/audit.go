@@ -1,0 +1,325 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-dev/airlock/audit"
+)
+
+func newAuditCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Verify, query and follow the tamper-evident egress audit log",
+	}
+	cmd.AddCommand(newAuditVerifyCmd(), newAuditQueryCmd(), newAuditTailCmd(), newAuditPubkeyCmd())
+	return cmd
+}
+
+func newAuditVerifyCmd() *cobra.Command {
+	var (
+		pubkeyFile  string
+		partial     bool
+		rotated     bool
+		maxUnsigned int
+	)
+	cmd := &cobra.Command{
+		Use:   "verify FILE...",
+		Short: "Check the hash chain (and, with --pubkey, the signed checkpoints) of FILE..., in the order given",
+		Long: `Verify checks that FILE... (oldest first) form one unbroken chain: every line whole
+and valid JSON, seq rising by one, prev the SHA-256 of the previous line, every
+checkpoint consistent. With --pubkey every checkpoint signature is checked and at
+most --max-unsigned records may follow the last checkpoint, so a rewrite of the
+whole chain by someone without the signing key is caught. Exit 0 when the chain
+is intact, 1 naming FILE:LINE and the reason otherwise.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := audit.VerifyOptions{Partial: partial, MaxUnsigned: maxUnsigned}
+			if pubkeyFile != "" {
+				pub, err := readPublicKey(pubkeyFile)
+				if err != nil {
+					return &exitError{Code: 2, Msg: err.Error()}
+				}
+				opts.PublicKey = pub
+			}
+			files := args
+			if rotated {
+				files = nil
+				for _, a := range args {
+					chain, err := audit.ChainFiles(a)
+					if err != nil {
+						return &exitError{Code: 2, Msg: err.Error()}
+					}
+					if len(chain) == 0 {
+						return &exitError{Code: 2, Msg: fmt.Sprintf("%s: no such audit file or rotated siblings", a)}
+					}
+					files = append(files, chain...)
+				}
+			}
+			rep, err := audit.VerifyFiles(opts, files...)
+			var ve *audit.VerifyError
+			if errors.As(err, &ve) {
+				return &exitError{Code: 1, Msg: fmt.Sprintf("%v (%d lines before it verified)", ve, rep.Lines)}
+			}
+			if err != nil {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), verifySummary(rep))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&pubkeyFile, "pubkey", "", "Ed25519 public key (PEM, raw, hex or base64; a private key file also works) to check checkpoint signatures")
+	f.BoolVar(&partial, "partial", false, "the first file may start mid-chain (older rotated files were removed)")
+	f.BoolVar(&rotated, "rotated", false, "expand each FILE to its rotated siblings (FILE.1, FILE.2, ...) followed by FILE")
+	f.IntVar(&maxUnsigned, "max-unsigned", audit.DefaultCheckpointEvery, "with --pubkey, most records allowed after the last signed checkpoint (-1: no limit)")
+	return cmd
+}
+
+func verifySummary(rep audit.Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d records, %d checkpoints, chain ok", rep.Records, rep.Checkpoints)
+	if rep.Lines > 0 {
+		fmt.Fprintf(&b, " (seq %d..%d in %d file(s)", rep.FirstSeq, rep.LastSeq, rep.Files)
+		if rep.SignaturesChecked {
+			fmt.Fprintf(&b, "; signatures ok, signed through seq %d, %d unsigned after", rep.SignedThrough, rep.Unsigned)
+		} else {
+			b.WriteString("; signatures not checked: no --pubkey")
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+func readPublicKey(path string) (ed25519.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--pubkey: %w", err)
+	}
+	pub, err := audit.ParsePublicKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("--pubkey %s: %w", path, err)
+	}
+	return pub, nil
+}
+
+func newAuditQueryCmd() *cobra.Command {
+	var (
+		files        []string
+		f            audit.Filter
+		since, until string
+		format       string
+		limit        int
+		noRotated    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "query --file FILE [--sandbox ID] [--kind K] [--decision D] [--host H] [--since T] [--until T]",
+		Short: "Print the audit records that match every given filter (rotated siblings included)",
+		Long: `Query streams the audit file and its rotated siblings (FILE.1, FILE.2, ...; oldest
+first) and prints the records matching every filter. --host pypi.org is exact;
+--host .pypi.org or '*.pypi.org' also matches every name under it. --since and
+--until take an RFC 3339 time or a duration back from now (30m, 24h).
+Checkpoints are shown only with --kind checkpoint.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return &exitError{Code: 2, Msg: "--file is required"}
+			}
+			if format != "json" && format != "table" {
+				return &exitError{Code: 2, Msg: fmt.Sprintf("--format %q: want json or table", format)}
+			}
+			now := time.Now()
+			var err error
+			if f.Since, err = parseWhen("--since", since, now); err != nil {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			if f.Until, err = parseWhen("--until", until, now); err != nil {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			var paths []string
+			for _, p := range files {
+				if noRotated {
+					paths = append(paths, p)
+					continue
+				}
+				chain, err := audit.ChainFiles(p)
+				if err != nil {
+					return &exitError{Code: 2, Msg: err.Error()}
+				}
+				if len(chain) == 0 {
+					return &exitError{Code: 2, Msg: fmt.Sprintf("%s: no such audit file or rotated siblings", p)}
+				}
+				paths = append(paths, chain...)
+			}
+			out := cmd.OutOrStdout()
+			var emit func(*audit.Record) error
+			var tw *tabwriter.Writer
+			if format == "json" {
+				buf := make([]byte, 0, 1024)
+				emit = func(r *audit.Record) error {
+					buf = append(audit.AppendJSON(buf[:0], r), '\n')
+					_, err := out.Write(buf)
+					return err
+				}
+			} else {
+				tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "TIME\tSEQ\tSANDBOX\tKIND\tDECISION\tDESTINATION\tREQUEST\tSTATUS\tREASON")
+				emit = func(r *audit.Record) error {
+					_, err := fmt.Fprintln(tw, tableRow(r))
+					return err
+				}
+			}
+			n := 0
+			errLimit := errors.New("limit reached")
+			err = audit.Query(cmd.Context(), paths, f, func(r *audit.Record) error {
+				if limit > 0 && n >= limit {
+					return errLimit
+				}
+				n++
+				return emit(r)
+			})
+			if tw != nil {
+				if ferr := tw.Flush(); ferr != nil && err == nil {
+					err = ferr
+				}
+			}
+			if err != nil && !errors.Is(err, errLimit) {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&files, "file", nil, "audit file (repeatable); its rotated siblings are read first")
+	fl.BoolVar(&noRotated, "no-rotated", false, "read only the given files, not their rotated siblings")
+	fl.StringVar(&f.Sandbox, "sandbox", "", "sandbox id")
+	fl.StringVar(&f.Kind, "kind", "", "record kind: http, connect, tls, tcp, dns, drop, exec, close, checkpoint")
+	fl.StringVar(&f.Decision, "decision", "", "allow, deny or error")
+	fl.StringVar(&f.Host, "host", "", "destination host (or DNS qname); a leading '.' or '*.' matches names under it too")
+	fl.StringVar(&since, "since", "", "records at or after this RFC 3339 time, or this long ago (1h)")
+	fl.StringVar(&until, "until", "", "records before this RFC 3339 time, or this long ago")
+	fl.StringVar(&format, "format", "table", "json (one record per line) or table")
+	fl.IntVar(&limit, "limit", 0, "stop after this many records (0: no limit)")
+	return cmd
+}
+
+// parseWhen reads an RFC 3339 time or a duration back from now.
+func parseWhen(flag, s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%s %q: want an RFC 3339 time (2025-06-01T12:00:00Z) or a duration ago (30m, 24h)", flag, s)
+}
+
+func tableRow(r *audit.Record) string {
+	dest := r.Host
+	if dest == "" {
+		dest = r.QName
+	}
+	if r.Port != 0 {
+		dest += ":" + strconv.Itoa(r.Port)
+	}
+	req := strings.TrimSpace(r.Method + " " + r.Path)
+	if r.QType != "" {
+		req = strings.TrimSpace(r.QType + " " + r.RCode)
+	}
+	if r.Exec != nil {
+		req = "exec " + r.Exec.Phase + " " + strings.Join(r.Exec.Argv, " ")
+	}
+	status := ""
+	if r.Status != 0 {
+		status = strconv.Itoa(r.Status)
+	}
+	reason := r.Error
+	if len(r.Reasons) > 0 {
+		reason = r.Reasons[0].ID
+	}
+	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, r.Decision, dest, req, status, reason}
+	for i, c := range cells {
+		// One record per row: no tabs or newlines from logged values.
+		cells[i] = strings.Map(func(c rune) rune {
+			if c == '\t' || c == '\n' || c == '\r' {
+				return ' '
+			}
+			return c
+		}, c)
+		if cells[i] == "" {
+			cells[i] = "-"
+		}
+	}
+	return strings.Join(cells, "\t")
+}
+
+func newAuditTailCmd() *cobra.Command {
+	var (
+		follow bool
+		lines  int
+	)
+	cmd := &cobra.Command{
+		Use:   "tail [-f] [-n N] FILE",
+		Short: "Print the last lines of an audit file; with -f follow appends and rotation until interrupted",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			out := cmd.OutOrStdout()
+			err := audit.Tail(ctx, args[0], audit.TailOptions{Lines: lines, Follow: follow}, func(line []byte) error {
+				if _, err := out.Write(line); err != nil {
+					return err
+				}
+				_, err := io.WriteString(out, "\n")
+				return err
+			})
+			if err != nil {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing appended lines, across rotation, until interrupted")
+	cmd.Flags().IntVarP(&lines, "lines", "n", 10, "print this many existing lines first (-1: all)")
+	return cmd
+}
+
+func newAuditPubkeyCmd() *cobra.Command {
+	var keyFile string
+	cmd := &cobra.Command{
+		Use:   "pubkey --key FILE",
+		Short: "Print the PEM public key of an audit signing key, for verify --pubkey",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if keyFile == "" {
+				return &exitError{Code: 2, Msg: "--key is required"}
+			}
+			b, err := os.ReadFile(keyFile)
+			if err != nil {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			k, err := audit.ParseSigningKey(b)
+			if err != nil {
+				return &exitError{Code: 2, Msg: fmt.Sprintf("%s: %v", keyFile, err)}
+			}
+			_, err = cmd.OutOrStdout().Write(audit.MarshalPublicKey(k.Public().(ed25519.PublicKey)))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&keyFile, "key", "", "the signing key file (audit signing_key_file)")
+	return cmd
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// auditFixture writes n records (alternating allow/deny, three hosts) and
+// returns the log path and the signing key path.
+func auditFixture(t *testing.T, n int) (logPath, keyPath string) {
+	t.Helper()
+	dir := t.TempDir()
+	logPath, keyPath = filepath.Join(dir, "audit.jsonl"), filepath.Join(dir, "audit.key")
+	w, err := audit.New(audit.Config{File: logPath, SigningKeyFile: keyPath, CheckpointEvery: 5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{"pypi.org", "files.pythonhosted.org", "evil.example"}
+	for i := range n {
+		err := w.Log(&audit.Record{
+			Sandbox: fmt.Sprintf("sb-%d", i%2), Kind: "http", Decision: []string{"allow", "deny"}[i%2],
+			Host: hosts[i%3], Port: 443, Method: "GET", Path: "/x",
+			Reasons: []audit.Reason{{ID: "r" + fmt.Sprint(i), Msg: "m"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return logPath, keyPath
+}
+
+func runAudit(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newAuditCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func exitCode(err error) int {
+	var ec exitCoder
+	if err == nil {
+		return 0
+	}
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return -1
+}
+
+func TestAuditVerifyCmd(t *testing.T) {
+	logPath, keyPath := auditFixture(t, 12)
+	pubPath := keyPath + ".pub"
+	out, err := runAudit(t, "verify", logPath, "--pubkey", pubPath)
+	if err != nil || !strings.HasPrefix(out, "12 records, 3 checkpoints, chain ok") || !strings.Contains(out, "signatures ok") {
+		t.Fatalf("got %q, %v; want the ok summary", out, err)
+	}
+	out, err = runAudit(t, "verify", logPath)
+	if err != nil || !strings.Contains(out, "signatures not checked") {
+		t.Fatalf("without key: got %q, %v", out, err)
+	}
+
+	// Tamper with line 3: verify exits 1 naming file:line 4 (whose prev no longer matches).
+	b, _ := os.ReadFile(logPath)
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[2] = strings.Replace(lines[2], `"decision":"allow"`, `"decision":"deny"`, 1)
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	os.WriteFile(bad, []byte(strings.Join(lines, "")), 0o600)
+	_, err = runAudit(t, "verify", bad, "--pubkey", pubPath)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), bad+":4: prev mismatch") {
+		t.Fatalf("tampered: got exit %d, %v; want exit 1 naming %s:4", exitCode(err), err, bad)
+	}
+
+	// The private key file is accepted as --pubkey too; a wrong key is caught.
+	if _, err := runAudit(t, "verify", logPath, "--pubkey", keyPath); err != nil {
+		t.Fatalf("private key as --pubkey: %v", err)
+	}
+	_, otherKey := auditFixture(t, 1)
+	_, err = runAudit(t, "verify", logPath, "--pubkey", otherKey+".pub")
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "bad signature") {
+		t.Fatalf("wrong key: got %v, want exit 1 bad signature", err)
+	}
+	if _, err := runAudit(t, "verify", "/nonexistent/audit.jsonl"); exitCode(err) != 2 {
+		t.Fatalf("missing file: got %v, want exit 2", err)
+	}
+	if _, err := runAudit(t, "verify", logPath, "--pubkey", logPath); exitCode(err) != 2 {
+		t.Fatalf("garbage pubkey: got %v, want exit 2", err)
+	}
+}
+
+func TestAuditQueryCmd(t *testing.T) {
+	logPath, _ := auditFixture(t, 12)
+	tests := []struct {
+		name  string
+		args  []string
+		lines int
+	}{
+		{"all json", []string{"--format", "json"}, 12},
+		{"deny", []string{"--format", "json", "--decision", "deny"}, 6},
+		{"sandbox and host", []string{"--format", "json", "--sandbox", "sb-0", "--host", "pypi.org"}, 2},
+		{"host suffix", []string{"--format", "json", "--host", ".pythonhosted.org"}, 4},
+		{"checkpoints", []string{"--format", "json", "--kind", "checkpoint"}, 3},
+		{"since future", []string{"--format", "json", "--since", "2999-01-01T00:00:00Z"}, 0},
+		{"since 1h ago", []string{"--format", "json", "--since", "1h"}, 12},
+		{"limit", []string{"--format", "json", "--limit", "3"}, 3},
+		{"table", []string{"--decision", "allow"}, 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runAudit(t, append([]string{"query", "--file", logPath}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Count(out, "\n"); got != tt.lines {
+				t.Fatalf("got %d lines, want %d:\n%s", got, tt.lines, out)
+			}
+		})
+	}
+	for _, bad := range [][]string{
+		{"query"},
+		{"query", "--file", logPath, "--format", "xml"},
+		{"query", "--file", logPath, "--since", "yesterday"},
+		{"query", "--file", "/nonexistent/a.jsonl"},
+	} {
+		if _, err := runAudit(t, bad...); exitCode(err) != 2 {
+			t.Errorf("%v: got %v, want exit 2", bad, err)
+		}
+	}
+}
+
+func TestAuditTailAndPubkeyCmd(t *testing.T) {
+	logPath, keyPath := auditFixture(t, 4)
+	out, err := runAudit(t, "tail", "-n", "2", logPath)
+	if err != nil || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"kind":"checkpoint"`) {
+		t.Fatalf("tail: got %q, %v; want the last 2 lines ending with the close checkpoint", out, err)
+	}
+	out, err = runAudit(t, "pubkey", "--key", keyPath)
+	pub, _ := os.ReadFile(keyPath + ".pub")
+	if err != nil || out != string(pub) {
+		t.Fatalf("pubkey: got %q, %v; want %q", out, err, pub)
+	}
+}
