@@ -25,6 +25,7 @@ func run(args []string) int {
 	root.AddCommand(newPolicyCmd())
 	root.AddCommand(newCACmd())
 	root.AddCommand(newSandboxInitCmd())
+	root.AddCommand(newAttachCmd())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		var ec exitCoder
