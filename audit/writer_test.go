@@ -610,3 +610,26 @@ func TestSigningKeyFiles(t *testing.T) {
 		}
 	})
 }
+
+func TestWriterFailsClosedOnWriteError(t *testing.T) {
+	// /dev/full fails every write with ENOSPC: a full disk.
+	w, err := New(Config{File: "/dev/full"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Log(sampleRecord(1)); err != nil {
+		t.Fatalf("first Log: %v (queued before the failure is known)", err)
+	}
+	if err := w.Sync(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Sync: got %v, want ErrFailed", err)
+	}
+	if err := w.Log(sampleRecord(2)); !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "no space") {
+		t.Fatalf("Log after failure: got %v, want ErrFailed naming the cause", err)
+	}
+	if err := w.Close(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Close: got %v, want ErrFailed", err)
+	}
+	if got := w.Stats().Dropped; got != 1 {
+		t.Fatalf("dropped: got %d, want 1", got)
+	}
+}
