@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/publicsuffix"
@@ -22,14 +23,14 @@ type signals struct {
 	cfg     *compiled
 	limiter *rate.Limiter
 
-	mu          sync.Mutex
+	mu          sync.RWMutex
 	windowStart time.Time
-	domains     map[string]*domainNames
+	domains     map[string]*domainNames // registered domain -> names under it
+	seen        map[string]*domainNames // name -> its registered domain's entry
 }
 
 type domainNames struct {
-	names map[string]struct{}
-	count int // distinct names seen, saturating at maxTrackedNames+1
+	count atomic.Int32 // distinct names seen this window, saturating at maxTrackedNames+1
 }
 
 func newSignals(cfg *compiled) *signals {
@@ -37,6 +38,7 @@ func newSignals(cfg *compiled) *signals {
 		cfg:     cfg,
 		limiter: rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.RateBurst),
 		domains: make(map[string]*domainNames),
+		seen:    make(map[string]*domainNames),
 	}
 }
 
@@ -59,8 +61,20 @@ func (s *signals) flags(dst []string, name string, now time.Time) []string {
 }
 
 // unique records name under its registered domain and reports whether that domain
-// is over the distinct-name threshold in the current window.
+// is over the distinct-name threshold in the current window. A name already seen
+// in this window costs one read lock.
 func (s *signals) unique(name string, now time.Time) bool {
+	limit := int32(s.cfg.UniqueNames)
+	s.mu.RLock()
+	if now.Sub(s.windowStart) < s.cfg.UniqueWindow && !now.Before(s.windowStart) {
+		if d := s.seen[name]; d != nil {
+			over := d.count.Load() > limit
+			s.mu.RUnlock()
+			return over
+		}
+	}
+	s.mu.RUnlock()
+
 	reg, err := publicsuffix.EffectiveTLDPlusOne(name)
 	if err != nil {
 		// A bare public suffix (or an IP-like name): count it under itself.
@@ -71,6 +85,10 @@ func (s *signals) unique(name string, now time.Time) bool {
 	if now.Sub(s.windowStart) >= s.cfg.UniqueWindow || now.Before(s.windowStart) {
 		s.windowStart = now
 		clear(s.domains)
+		clear(s.seen)
+	}
+	if d := s.seen[name]; d != nil {
+		return d.count.Load() > limit
 	}
 	d := s.domains[reg]
 	if d == nil {
@@ -78,16 +96,14 @@ func (s *signals) unique(name string, now time.Time) bool {
 			// Too many registered domains in one window is itself a signal.
 			return true
 		}
-		d = &domainNames{names: make(map[string]struct{}, 4)}
+		d = new(domainNames)
 		s.domains[strings.Clone(reg)] = d
 	}
-	if _, seen := d.names[name]; !seen && d.count <= maxTrackedNames {
-		d.count++
-		if d.count <= maxTrackedNames {
-			d.names[strings.Clone(name)] = struct{}{}
-		}
+	if n := d.count.Load(); n <= maxTrackedNames {
+		d.count.Add(1)
+		s.seen[strings.Clone(name)] = d
 	}
-	return d.count > s.cfg.UniqueNames
+	return d.count.Load() > limit
 }
 
 // labelSignals reports whether any label of name is longer than longLabel, and

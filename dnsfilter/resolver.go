@@ -10,10 +10,10 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/miekg/dns"
 	"golang.org/x/sync/singleflight"
 
@@ -30,7 +30,7 @@ type Resolver struct {
 	guard     *ipguard.Guard
 	log       *slog.Logger
 	upstreams []*upstream
-	cache     *lru.Cache[cacheKey, *answer]
+	cache     *answerCache
 	flight    singleflight.Group
 	now       func() time.Time
 	// waiting counts callers waiting on an upstream exchange (cache misses in
@@ -72,11 +72,7 @@ type upstream struct {
 }
 
 func newResolver(cfg *compiled, guard *ipguard.Guard, log *slog.Logger) (*Resolver, error) {
-	cache, err := lru.New[cacheKey, *answer](cfg.CacheSize)
-	if err != nil {
-		return nil, fmt.Errorf("dnsfilter: cache_size: %w", err)
-	}
-	r := &Resolver{cfg: cfg, guard: guard, log: log, cache: cache, now: time.Now}
+	r := &Resolver{cfg: cfg, guard: guard, log: log, cache: newAnswerCache(cfg.CacheSize), now: time.Now}
 	for _, spec := range cfg.upstreams {
 		u := &upstream{spec: spec}
 		if spec.tls {
@@ -116,7 +112,7 @@ func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) (*answ
 			return nil, err
 		}
 		if a.rcode == dns.RcodeSuccess || a.rcode == dns.RcodeNameError {
-			r.cache.Add(key, a)
+			r.cache.add(key, a, r.now())
 		}
 		return a, nil
 	})
@@ -136,15 +132,64 @@ func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) (*answ
 // cached returns the unexpired cached answer for name and qtype, if any.
 func (r *Resolver) cached(name string, qtype uint16, now time.Time) (*answer, bool) {
 	key := cacheKey{name, qtype}
-	a, ok := r.cache.Get(key)
-	if !ok {
+	a := r.cache.get(key)
+	if a == nil {
 		return nil, false
 	}
 	if now.Before(a.expires) {
 		return a, true
 	}
-	r.cache.Remove(key)
+	r.cache.remove(key, a)
 	return nil, false
+}
+
+// answerCache is a bounded map with a read-locked hit path. When full, it drops
+// expired entries and then arbitrary ones (Go's map order) down to 7/8 of its
+// size: cheaper than LRU bookkeeping on every hit, and a dropped entry costs
+// one upstream exchange.
+type answerCache struct {
+	mu  sync.RWMutex
+	max int
+	m   map[cacheKey]*answer
+}
+
+func newAnswerCache(max int) *answerCache {
+	return &answerCache{max: max, m: make(map[cacheKey]*answer)}
+}
+
+func (c *answerCache) get(k cacheKey) *answer {
+	c.mu.RLock()
+	a := c.m[k]
+	c.mu.RUnlock()
+	return a
+}
+
+func (c *answerCache) add(k cacheKey, a *answer, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
+		for key, v := range c.m {
+			if !now.Before(v.expires) {
+				delete(c.m, key)
+			}
+		}
+		for key := range c.m {
+			if len(c.m) < c.max*7/8 || len(c.m) == 0 {
+				break
+			}
+			delete(c.m, key)
+		}
+	}
+	c.m[k] = a
+}
+
+// remove deletes k if it still maps to a (a newer answer may have replaced it).
+func (c *answerCache) remove(k cacheKey, a *answer) {
+	c.mu.Lock()
+	if c.m[k] == a {
+		delete(c.m, k)
+	}
+	c.mu.Unlock()
 }
 
 // exchange asks the upstreams in order until one gives NOERROR or NXDOMAIN.
