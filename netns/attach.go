@@ -72,6 +72,13 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	m.mu.Unlock()
 
 	path := m.nsPath(sb.ID)
+	// A first state file before anything is touched, so Recover finds the bind
+	// mount if the process dies before the full state is written.
+	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: m.backend, Attached: true, Source: nsPath}
+	if err := m.writeState(st); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { m.removeState(sb.ID) })
 	if err := m.step("namespace"); err != nil {
 		return nil, err
 	}
@@ -107,15 +114,14 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	if err != nil {
 		return nil, err
 	}
-	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: backend, Attached: true, Source: nsPath,
-		SavedRules: saved, SavedSysctls: oldSysctls, AddedIsland: !hasDefault}
+	st.Backend, st.SavedRules, st.SavedSysctls, st.AddedIsland = backend, saved, oldSysctls, !hasDefault
+	st.Saved = true
 	if err := m.step("state"); err != nil {
 		return nil, err
 	}
 	if err := m.writeState(st); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { m.removeState(sb.ID) })
 	// From here on the namespace is being changed: undo restores it.
 	undo = append(undo, func() {
 		uh, err := vnetns.GetFromPath(path)
@@ -203,14 +209,16 @@ func (m *Manager) restoreAttached(ctx context.Context, id, path string) error {
 	if err != nil {
 		return fmt.Errorf("read state: %w (namespace %s left as is)", err, path)
 	}
-	h, err := vnetns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
-	}
-	err = m.restoreNamespace(ctx, h, st)
-	h.Close()
-	if err != nil {
-		return err
+	if st.Saved {
+		h, err := vnetns.GetFromPath(path)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		err = m.restoreNamespace(ctx, h, st)
+		h.Close()
+		if err != nil {
+			return err
+		}
 	}
 	return unmountRemove(path)
 }

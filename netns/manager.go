@@ -19,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
@@ -245,6 +246,16 @@ func (m *Manager) create(ctx context.Context, sb policy.Sandbox, path string) (s
 			}
 		}
 	}()
+	// The state file comes first, so that whatever a crash leaves from here on
+	// is found by Recover.
+	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: m.backend}
+	if err := m.step("state"); err != nil {
+		return nil, err
+	}
+	if err := m.writeState(st); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { m.removeState(sb.ID) })
 	if !m.claimPooled(path) {
 		if err := m.step("namespace"); err != nil {
 			return nil, err
@@ -261,14 +272,6 @@ func (m *Manager) create(ctx context.Context, sb policy.Sandbox, path string) (s
 		}
 	}
 	undo = append(undo, func() { unmountRemove(path) })
-	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: m.backend}
-	if err := m.step("state"); err != nil {
-		return nil, err
-	}
-	if err := m.writeState(st); err != nil {
-		return nil, err
-	}
-	undo = append(undo, func() { m.removeState(sb.ID) })
 	s = &Sandbox{
 		ID:     sb.ID,
 		Labels: maps.Clone(sb.Labels),
@@ -458,9 +461,13 @@ func (m *Manager) Close() error {
 	return errors.Join(errs...)
 }
 
-// Recover finds airlock-* namespaces under RunDir that this Manager does not
-// manage (left by a crashed gateway) and re-attaches or removes them. Stale pool
-// namespaces and namespaces without a readable state file are always removed.
+// Recover finds the namespaces a crashed gateway left: every sandbox with a
+// state file in StateDir that this Manager does not manage. It re-attaches them
+// (same id, labels and rules, new listeners) or removes them, per p. A namespace
+// whose state file cannot be read is removed (for an attached one only the bind
+// mount goes; its drop rules stay, so it stays closed). Pool namespaces of this
+// process that the pool no longer tracks, and of processes that no longer run,
+// are removed. Namespaces of other Managers (other StateDirs) are never touched.
 func (m *Manager) Recover(ctx context.Context, p RecoverPolicy) (RecoverResult, error) {
 	var res RecoverResult
 	if p != RecoverReattach && p != RecoverRemove {
@@ -469,29 +476,25 @@ func (m *Manager) Recover(ctx context.Context, p RecoverPolicy) (RecoverResult, 
 	if err := m.prepare(); err != nil {
 		return res, err
 	}
-	entries, err := os.ReadDir(m.cfg.RunDir)
+	var errs []error
+	if entries, err := os.ReadDir(m.cfg.RunDir); err == nil {
+		for _, e := range entries {
+			path := filepath.Join(m.cfg.RunDir, e.Name())
+			if !m.stalePool(e.Name(), path) {
+				continue
+			}
+			if err := unmountRemove(path); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	files, err := os.ReadDir(m.cfg.StateDir)
 	if err != nil {
 		return res, fmt.Errorf("netns: recover: %w", err)
 	}
-	var errs []error
-	seen := map[string]bool{}
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, NamePrefix) {
-			continue
-		}
-		path := filepath.Join(m.cfg.RunDir, name)
-		if strings.HasPrefix(name, poolPrefix) {
-			if _, ours := m.poolNames.Load(path); !ours {
-				if err := unmountRemove(path); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			continue
-		}
-		id := strings.TrimPrefix(name, NamePrefix)
-		seen[id] = true
-		if ValidateID(id) != nil {
+	for _, f := range files {
+		id, ok := strings.CutSuffix(f.Name(), ".json")
+		if !ok || ValidateID(id) != nil {
 			continue
 		}
 		m.mu.Lock()
@@ -501,6 +504,14 @@ func (m *Manager) Recover(ctx context.Context, p RecoverPolicy) (RecoverResult, 
 		}
 		m.mu.Unlock()
 		if managed {
+			continue
+		}
+		path := m.nsPath(id)
+		if _, err := os.Lstat(path); err != nil {
+			// The namespace is gone (a crash before it was made, or after it
+			// was removed): only the state file is left.
+			m.removeState(id)
+			m.release(id)
 			continue
 		}
 		s, removed, err := m.recoverOne(ctx, id, path, p)
@@ -519,19 +530,28 @@ func (m *Manager) Recover(ctx context.Context, p RecoverPolicy) (RecoverResult, 
 			res.Removed = append(res.Removed, id)
 		}
 	}
-	// State files whose namespace is gone.
-	if files, err := os.ReadDir(m.cfg.StateDir); err == nil {
-		for _, f := range files {
-			id, ok := strings.CutSuffix(f.Name(), ".json")
-			if ok && !seen[id] {
-				if _, managed := m.Get(id); !managed {
-					m.removeState(id)
-				}
-			}
-		}
-	}
 	m.log.Info("recover", "policy", string(p), "reattached", res.Reattached, "removed", res.Removed)
 	return res, errors.Join(errs...)
+}
+
+// stalePool reports whether name is a pool namespace nobody uses: made by a
+// process that no longer runs, or by this one but no longer in its pool.
+func (m *Manager) stalePool(name, path string) bool {
+	rest, ok := strings.CutPrefix(name, poolPrefix)
+	if !ok {
+		return false
+	}
+	pidStr, _, ok := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidStr)
+	if !ok || err != nil || pid <= 0 {
+		return false
+	}
+	if pid == os.Getpid() {
+		_, ours := m.poolNames.Load(path)
+		return !ours
+	}
+	err = unix.Kill(pid, 0)
+	return errors.Is(err, unix.ESRCH)
 }
 
 // recoverOne re-attaches or removes one leftover namespace. It returns the
@@ -556,7 +576,8 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		m.log.Warn("recover: no usable state, removing", "sandbox", id, "error", stErr)
 		return remove()
 	}
-	if p == RecoverRemove {
+	if p == RecoverRemove || (st.Attached && !st.Saved) {
+		// An attach that died before changing anything is simply let go.
 		return remove()
 	}
 	h, err := vnetns.GetFromPath(path)
@@ -589,7 +610,15 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 			s.Own, err = nsAddrs(h)
 		}
 	} else {
-		if err = writeSysctls(h, islandSysctls); err == nil {
+		// A crash while the namespace was being made can leave it without lo up,
+		// its address or route.
+		if has, herr := hasDefaultRoute(h); herr != nil {
+			err = herr
+		} else if !has {
+			err = configureIsland(h, m.cfg.islandAddr(), true)
+		}
+		if err != nil {
+		} else if err = writeSysctls(h, islandSysctls); err == nil {
 			err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(false).render(), false)
 		}
 		s.Own = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()}
@@ -637,6 +666,9 @@ type state struct {
 	// AddedIsland says Attach added the island address and default route (the
 	// namespace had no default route), so detaching removes them.
 	AddedIsland bool `json:"added_island,omitempty"`
+	// Saved is set once SavedRules and SavedSysctls hold what an attached
+	// namespace had; before that nothing in it was changed.
+	Saved bool `json:"saved,omitempty"`
 }
 
 func (m *Manager) statePath(id string) string {

@@ -32,9 +32,10 @@ type attachOptions struct {
 	audit     string
 	upstreams []string
 	stateDir  string
-	// ready, when set (tests), is called once the namespace is attached.
-	ready func(*netns.Sandbox)
 }
+
+// attachReadyHook, when set (tests only), is called once the namespace is attached.
+var attachReadyHook func(*netns.Sandbox)
 
 func newAttachCmd() *cobra.Command {
 	var o attachOptions
@@ -191,8 +192,8 @@ func runAttach(ctx context.Context, cmd *cobra.Command, o attachOptions) error {
 		return &exitError{Code: 1, Msg: err.Error()}
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "attached %s as sandbox %s (iptables %s); interrupt to detach\n", o.netns, sb.ID, m.Backend())
-	if o.ready != nil {
-		o.ready(sb)
+	if attachReadyHook != nil {
+		attachReadyHook(sb)
 	}
 	<-ctx.Done()
 	// Detach with a fresh context: ctx is already cancelled by the signal.
