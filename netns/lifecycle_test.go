@@ -337,3 +337,131 @@ func fdTargets(t *testing.T) []string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestPool(t *testing.T) {
+	w := newWorld(t, Config{PoolSize: 2})
+	waitFor(t, "pool filled", func() bool { return w.m.PoolReady() == 2 })
+	pooled := func() []string {
+		ents, _ := os.ReadDir(w.m.cfg.RunDir)
+		var out []string
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), poolPrefix+strconv.Itoa(os.Getpid())+"-") {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+	if got := len(pooled()); got != 2 {
+		t.Fatalf("pool namespaces: got %d, want 2", got)
+	}
+	s := w.create(t, "pooled")
+	if out, err := curl(t, s.Path, "--noproxy", "*", "http://web.test/p"); err != nil || !strings.Contains(out, "hello from web.test /p") {
+		t.Fatalf("curl from a pooled namespace: %v: %q", err, out)
+	}
+	if out, err := nsExec(t, s.Path, 10*time.Second, "dig", "+short", "+tries=1", "+time=3", "@"+w.net.Unused.String(), "web.test"); err != nil || strings.TrimSpace(out) != w.web.IP.String() {
+		t.Fatalf("dig from a pooled namespace: %v: %q", err, out)
+	}
+	waitFor(t, "pool refilled", func() bool { return w.m.PoolReady() == 2 })
+	// Recover leaves this process's live pool alone.
+	if _, err := w.m.Recover(context.Background(), RecoverReattach); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.m.PoolReady(); got != 2 || len(pooled()) != 2 {
+		t.Fatalf("after Recover: pool ready %d, files %v, want 2", got, pooled())
+	}
+	if err := w.m.Teardown(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := pooled(); len(got) != 0 {
+		t.Errorf("pool namespaces left after Close: %v", got)
+	}
+}
+
+// TestRecoverAfterCrashMidCreate leaves a namespace the way a crash right after
+// it was made would (state file written, nothing configured) and checks that
+// Recover finishes it.
+func TestRecoverAfterCrashMidCreate(t *testing.T) {
+	w := newWorld(t, Config{})
+	id := netnstest.SandboxID("mid")
+	if err := w.m.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.m.writeState(&state{ID: id, Labels: map[string]string{"a": "b"}, Backend: w.m.Backend()}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := newNamespace(w.m.nsPath(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	t.Cleanup(func() { unmountRemove(w.m.nsPath(id)) })
+	res, err := w.m.Recover(context.Background(), RecoverReattach)
+	if err != nil || len(res.Reattached) != 1 || res.Reattached[0] != id {
+		t.Fatalf("Recover: %+v, %v; want %s reattached", res, err, id)
+	}
+	if out, err := curl(t, w.m.nsPath(id), "--noproxy", "*", "http://web.test/m"); err != nil || !strings.Contains(out, "hello from web.test /m") {
+		t.Fatalf("curl after recovering a half-made namespace: %v: %q", err, out)
+	}
+}
+
+// TestRecoverLeavesOtherManagersAlone: a Manager with another StateDir (another
+// gateway, or another engineer's test) must not take over or remove our sandbox.
+func TestRecoverLeavesOtherManagersAlone(t *testing.T) {
+	w := newWorld(t, Config{})
+	s := w.create(t, "mine")
+	other, err := New(Config{StateDir: t.TempDir()}, w.srv, w.audit, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.TeardownAll(context.Background())
+	for _, p := range []RecoverPolicy{RecoverReattach, RecoverRemove} {
+		res, err := other.Recover(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range append(res.Reattached, res.Removed...) {
+			if id == s.ID {
+				t.Fatalf("Recover(%s) of another manager touched %s", p, id)
+			}
+		}
+	}
+	if out, err := curl(t, s.Path, "--noproxy", "*", "http://web.test/"); err != nil || !strings.Contains(out, "hello") {
+		t.Fatalf("our sandbox after another manager's Recover: %v: %q", err, out)
+	}
+}
+
+// TestFailedRulesRunLeavesNothing swaps in the in-memory runner failing its
+// restore: Create must fail closed and leave nothing.
+func TestFailedRulesRunLeavesNothing(t *testing.T) {
+	w := newWorld(t, Config{})
+	f := &fakeRunner{rules: map[string]string{}, failOn: "restore"}
+	w.m.ipt = f
+	id := netnstest.SandboxID("ipt")
+	if _, err := w.m.Create(context.Background(), policy.Sandbox{ID: id}); err == nil {
+		t.Fatal("Create with a failing iptables-restore succeeded")
+	}
+	if len(f.calls) != 1 || f.calls[0] != "restore "+w.m.Backend() {
+		t.Errorf("runner calls: %v", f.calls)
+	}
+	if _, err := os.Lstat(w.m.nsPath(id)); !os.IsNotExist(err) {
+		t.Errorf("namespace left: %v", err)
+	}
+	// With the fake succeeding, Create runs, and what it applied is the island
+	// ruleset.
+	f.failOn = ""
+	s, err := w.m.Create(context.Background(), policy.Sandbox{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied string
+	for _, r := range f.rules {
+		applied = r
+	}
+	if applied != w.m.ruleSpec(false).render() {
+		t.Errorf("applied rules:\n%s\nwant the island ruleset", applied)
+	}
+	w.m.Teardown(context.Background(), s.ID)
+}
