@@ -10,13 +10,11 @@ package airlock.defaults
 
 import data.airlock
 
-read_methods := {"GET", "HEAD", "OPTIONS"}
-
 # Registries over HTTP (and inside intercepted TLS): read-only methods.
 allow if {
 	input.kind == "http"
 	airlock.registry_host
-	input.http.method in read_methods
+	input.http.method in {"GET", "HEAD", "OPTIONS"}
 }
 
 # git's fetch is a POST to .../git-upload-pack; it reads, so a read-only

@@ -20,43 +20,60 @@ package airlock
 
 # suffixes: the host and its parents, longest first. The engine always fills
 # input.destination.suffixes; the computed form serves hand-written test inputs.
-suffixes := input.destination.suffixes
-
-suffixes := [concat(".", array.slice(labels, i, count(labels))) |
+suffixes := input.destination.suffixes if {
+	count(input.destination.suffixes) > 0
+} else := [concat(".", array.slice(labels, i, count(labels))) |
 	labels := split(input.destination.host, ".")
 	some i, _ in labels
-] if not input.destination.suffixes
+]
 
 # host_keys: every key a host-keyed data object can hold that matches the
-# destination: the host, "*.<parent>" (exactly one more label) and
-# "**.<ancestor>" (one or more labels). Lookups by these keys cost the same with
-# 10 or 100,000 hosts in the object.
-host_keys contains input.destination.host
+# destination, most specific first: the host, "*.<parent>" (exactly one more
+# label) and "**.<ancestor>" (one or more labels) for every proper ancestor.
+# Lookups by these keys cost the same with 10 or 100,000 hosts in the object.
+host_keys := array.concat(
+	[input.destination.host, concat("", ["*.", suffixes[1]])],
+	[concat("", ["**.", s]) | some i, s in suffixes; i > 0],
+) if {
+	count(suffixes) > 1
+} else := [input.destination.host]
 
-host_keys contains concat("", ["*.", suffixes[1]])
+# host_in(hosts) is true when a key of hosts matches the destination host:
+# the host itself, "*.<parent>" or "**.<ancestor>". Each branch is one lookup
+# (the exact host first), so the cost does not grow with the size of hosts.
+# Pass a data reference, e.g. host_in(data.team_hosts[input.sandbox.labels.team]).
+host_in(hosts) if hosts[input.destination.host]
 
-host_keys contains concat("", ["**.", s]) if {
+host_in(hosts) if hosts[concat("", ["*.", suffixes[1]])]
+
+host_in(hosts) if {
 	some i, s in suffixes
 	i > 0
-}
-
-# host_in(hosts) is true when a key of hosts matches the destination host.
-# Pass a data reference, e.g. host_in(data.team_hosts[input.sandbox.labels.team]).
-host_in(hosts) if {
-	some k in host_keys
-	hosts[k]
+	hosts[concat("", ["**.", s])]
 }
 
 # registry_host: the destination is in an active preset (read-only access).
+# Written out rather than through host_in so every lookup is a direct data
+# reference.
+registry_host if data.airlock.hosts.registry[input.destination.host]
+
+registry_host if data.airlock.hosts.registry[concat("", ["*.", suffixes[1]])]
+
 registry_host if {
-	some k in host_keys
-	data.airlock.hosts.registry[k]
+	some i, s in suffixes
+	i > 0
+	data.airlock.hosts.registry[concat("", ["**.", s])]
 }
 
 # allowed_host: the destination was given with --allow (full access).
+allowed_host if data.airlock.hosts.allow[input.destination.host]
+
+allowed_host if data.airlock.hosts.allow[concat("", ["*.", suffixes[1]])]
+
 allowed_host if {
-	some k in host_keys
-	data.airlock.hosts.allow[k]
+	some i, s in suffixes
+	i > 0
+	data.airlock.hosts.allow[concat("", ["**.", s])]
 }
 
 default _allow := false
@@ -66,64 +83,49 @@ _allow if data.airlock.egress.allow == true
 _allow if data.airlock.defaults.allow == true
 
 # Deny entries are normalized to {"id", "msg"}; anything else still denies.
-_denies contains _reason(r) if some r in data.airlock.egress.deny
+_denies := [_reason(r) | some r in data.airlock.egress.deny]
 
 _reason(r) := {"id": r.id, "msg": object.get(r, "msg", "")} if {
 	is_string(r.id)
 	is_string(object.get(r, "msg", ""))
 } else := {"id": "deny", "msg": sprintf("%v", [r])}
 
-default _allowed := false
-
-_allowed if {
-	_allow
-	count(_denies) == 0
-}
-
-_what := input.http.method if input.kind == "http"
-
-_what := input.kind if input.kind != "http"
-
-_reasons := sort(_denies) if {
-	count(_denies) > 0
-} else := [] if {
-	_allow
-} else := [{
-	"id": "default_deny",
-	"msg": sprintf("no rule allows %s to %s", [_what, input.destination.host]),
-}]
-
 default _mitm := false
 
-_mitm if {
-	_allowed
-	data.airlock.egress.mitm == true
-}
+_mitm if data.airlock.egress.mitm == true
 
-_mitm if {
-	_allowed
-	data.airlock.defaults.mitm == true
-}
+_mitm if data.airlock.defaults.mitm == true
 
-_status := 0 if {
-	_allowed
-} else := data.airlock.egress.http_status if {
+_deny_status := data.airlock.egress.http_status if {
 	is_number(data.airlock.egress.http_status)
 } else := 403
 
-_mode := "enforce" if {
+_what := input.http.method if {
+	input.kind == "http"
+} else := input.kind
+
+# The mode field: enforce wins over report; absent means the global mode.
+_mode_field := {"mode": "enforce"} if {
 	data.airlock.egress.enforce == true
-} else := "report" if {
+} else := {"mode": "report"} if {
 	data.airlock.egress.report == true
+} else := {}
+
+decision := object.union(_verdict, _mode_field)
+
+# One else chain: the first branch that holds is the verdict, and no later
+# branch is evaluated.
+_verdict := {"allowed": true, "reasons": [], "mitm": _mitm, "http_status": 0} if {
+	count(_denies) == 0
+	_allow
+} else := {"allowed": false, "reasons": sort(_denies), "mitm": false, "http_status": _deny_status} if {
+	count(_denies) > 0
+} else := {
+	"allowed": false,
+	"reasons": [{
+		"id": "default_deny",
+		"msg": sprintf("no rule allows %s to %s", [_what, input.destination.host]),
+	}],
+	"mitm": false,
+	"http_status": _deny_status,
 }
-
-_base := {
-	"allowed": _allowed,
-	"reasons": _reasons,
-	"mitm": _mitm,
-	"http_status": _status,
-}
-
-decision := object.union(_base, {"mode": _mode})
-
-decision := _base if not _mode

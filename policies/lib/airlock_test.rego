@@ -27,7 +27,7 @@ test_suffixes_taken_from_input if {
 }
 
 test_host_keys if {
-	airlock.host_keys == {"a.b.example", "*.b.example", "**.b.example", "**.example"} with input as req("tls", "a.b.example")
+	airlock.host_keys == ["a.b.example", "*.b.example", "**.b.example", "**.example"] with input as req("tls", "a.b.example")
 }
 
 test_host_in_exact if airlock.host_in(hosts) with input as req("tls", "exact.example")
