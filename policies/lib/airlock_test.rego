@@ -152,3 +152,20 @@ test_mode_absent_by_default if {
 	d := airlock.decision with input as get("x.example", "/")
 	not "mode" in object.keys(d)
 }
+
+test_host_keys_single_label_and_ip if {
+	airlock.host_keys == ["localhost"] with input as req("tls", "localhost")
+	airlock.host_keys == ["198.51.100.7"] with input as object.union(req("tcp", "198.51.100.7"), {"destination": {"host": "198.51.100.7", "port": 22, "suffixes": ["198.51.100.7"]}})
+}
+
+test_allowed_host_wildcards if {
+	h := {"*.one.example": true, "**.many.example": true}
+	airlock.allowed_host with input as req("tls", "a.one.example") with data.airlock.hosts.allow as h
+	airlock.allowed_host with input as req("tls", "a.b.many.example") with data.airlock.hosts.allow as h
+	not airlock.allowed_host with input as req("tls", "a.b.one.example") with data.airlock.hosts.allow as h
+}
+
+test_registry_double_wildcard if {
+	airlock.registry_host with input as req("tls", "x.y.many.example") with data.airlock.hosts.registry as hosts
+	not airlock.registry_host with input as req("tls", "many.example") with data.airlock.hosts.registry as hosts
+}
