@@ -167,12 +167,13 @@ type sandboxServer struct {
 	sb      policy.Sandbox
 	ptr     map[string]string // reverse name (normalized) -> PTR target
 	sig     *signals
+	names   *nameCache
 	dcache  *decisionCache
 	servers []*dns.Server
 }
 
 func newSandboxServer(f *Filter, sb policy.Sandbox, own []netip.Addr) *sandboxServer {
-	s := &sandboxServer{f: f, sb: sb, ptr: make(map[string]string), sig: newSignals(f.cfg)}
+	s := &sandboxServer{f: f, sb: sb, ptr: make(map[string]string), sig: newSignals(f.cfg), names: newNameCache(maxNames)}
 	if f.revOf != nil {
 		s.dcache = newDecisionCache(f.cfg.DecisionCacheSize)
 	}
@@ -184,6 +185,9 @@ func newSandboxServer(f *Filter, sb policy.Sandbox, own []netip.Addr) *sandboxSe
 	}
 	return s
 }
+
+// maxNames bounds each sandbox's memo of normalized names.
+const maxNames = 4096
 
 // ptrLabel turns a sandbox id into one LDH label.
 func ptrLabel(id string) string {

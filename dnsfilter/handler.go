@@ -88,13 +88,13 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 		q.reasons = reasonBadName
 		return dns.RcodeFormatError, nil
 	}
-	name, err := hostname.Normalize(lowerASCII(qq.Name))
+	name, err := s.names.normalize(qq.Name)
 	if err != nil {
 		q.reasons, q.errMsg = reasonBadName, err.Error()
 		return dns.RcodeRefused, nil
 	}
 	q.name = name
-	if _, err := netip.ParseAddr(name); err == nil {
+	if isIPLiteral(name) {
 		// "1.2.3.4" (or "0x7f.1") asked as a name: no such name, never forwarded.
 		q.reasons = reasonIPLiteral
 		return dns.RcodeNameError, nil
@@ -377,6 +377,55 @@ func lowerASCII(s string) string {
 		}
 	}
 	return s
+}
+
+// isIPLiteral reports whether a hostname.Normalize output is an IP literal: IPv6
+// has a colon, and IPv4 is the only output whose last label is all digits.
+func isIPLiteral(name string) bool {
+	if strings.IndexByte(name, ':') >= 0 {
+		return true
+	}
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	for i := 0; i < len(last); i++ {
+		if last[i] < '0' || last[i] > '9' {
+			return false
+		}
+	}
+	_, err := netip.ParseAddr(name)
+	return err == nil
+}
+
+// nameCache memoizes hostname.Normalize (a pure function) for names as they
+// arrive on the wire, so a repeated question costs a map lookup. Failures are
+// not cached. It is emptied when full.
+type nameCache struct {
+	mu  sync.RWMutex
+	max int
+	m   map[string]string
+}
+
+func newNameCache(max int) *nameCache {
+	return &nameCache{max: max, m: make(map[string]string)}
+}
+
+func (c *nameCache) normalize(raw string) (string, error) {
+	c.mu.RLock()
+	name, ok := c.m[raw]
+	c.mu.RUnlock()
+	if ok {
+		return name, nil
+	}
+	name, err := hostname.Normalize(lowerASCII(raw))
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[strings.Clone(raw)] = name
+	c.mu.Unlock()
+	return name, nil
 }
 
 // decisionCache holds one sandbox's decisions for flagless questions under one
