@@ -16,9 +16,13 @@
 //
 // Attach gives a namespace made by someone else (docker --network none,
 // /proc/PID/ns/net, the namespace holding a Firecracker tap) the same listeners and
-// rules, adds PREROUTING/INPUT/FORWARD rules for traffic arriving on its other
-// interfaces (tap, veth), and Detach restores the iptables rules and sysctls it
-// saved before touching anything.
+// rules, and adds rules for traffic arriving on its other interfaces (tap, veth):
+// nat PREROUTING DNATs TCP and DNS to the listeners on 127.0.0.1 (which needs
+// route_localnet=1, set by Attach) and logs everything else, which filter INPUT
+// and FORWARD then drop. A namespace without an IPv4 default route gets the
+// island address and route, since without a route every connect fails before the
+// rules see it. IPv6 is disabled in it as in an island. Detach restores the
+// iptables rules, sysctls and routes it saved before touching anything.
 //
 // # Capabilities
 //
@@ -56,6 +60,11 @@
 // would: the sandbox then has no way out at all until Recover runs. A failed Create
 // or Attach undoes every step it took.
 //
-// This package must never import gateway or dnsfilter: callers glue them in through
-// the Server interface.
+// The listeners go to a caller-owned Server (Serve must not block; Stop closes
+// them). This package must never import gateway or dnsfilter: cmd/airlock glues
+// them in through the Server interface.
+//
+// Measured on the 2-core development VM (BenchmarkCreate, 100 runs): Create p50
+// 3.3-4.0 ms cold with iptables-legacy (23.8 ms with iptables-nft) and 0.9-1.2 ms
+// from the pool; Teardown p50 0.1 ms.
 package netns

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -35,21 +36,11 @@ type Listeners struct {
 
 // Close closes every non-nil socket.
 func (l Listeners) Close() {
-	for _, c := range []interface{ Close() error }{l.Explicit, l.Transparent, l.DNSTCP, l.DNSUDP} {
-		if c != nil && !isNilInterface(c) {
+	for _, c := range []io.Closer{l.Explicit, l.Transparent, l.DNSTCP, l.DNSUDP} {
+		if c != nil {
 			c.Close()
 		}
 	}
-}
-
-func isNilInterface(c interface{ Close() error }) bool {
-	switch v := c.(type) {
-	case net.Listener:
-		return v == nil
-	case net.PacketConn:
-		return v == nil
-	}
-	return false
 }
 
 // Server is what serves a sandbox's listeners: the gateway and the DNS filter,

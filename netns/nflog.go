@@ -25,7 +25,6 @@ const (
 	nfulaPayload       = 9
 	nfulaPrefix        = 10
 	nfgenmsgLen        = 4
-	nflogRecvBufferLen = 1 << 16
 	nlaTypeMask        = 0x3fff
 )
 
