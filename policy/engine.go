@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/airlock-dev/airlock/hostname"
 )
@@ -188,12 +190,27 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	if err := ctx.Err(); err != nil {
 		return e.fail(s, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.EvalTimeout)
-	defer cancel()
-	rs, err := s.pq.Eval(ctx, rego.EvalParsedInput(inputValue(&x, &s.used)), rego.EvalTransaction(s.txn))
+	// Cancellation without a goroutine per evaluation: a timer for the deadline
+	// and an AfterFunc on the caller's context both cancel the query.
+	cancel := topdown.NewCancel()
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(e.cfg.EvalTimeout, func() {
+		timedOut.Store(true)
+		cancel.Cancel()
+	})
+	stop := context.AfterFunc(ctx, cancel.Cancel)
+	rs, err := s.pq.Eval(ctx,
+		rego.EvalParsedInput(inputValue(&x, &s.used)),
+		rego.EvalTransaction(s.txn),
+		rego.EvalExternalCancel(cancel))
+	timer.Stop()
+	stop()
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case timedOut.Load():
 			err = fmt.Errorf("evaluation deadline (%v): %w", e.cfg.EvalTimeout, err)
+		case ctx.Err() != nil:
+			err = fmt.Errorf("%w: %w", ctx.Err(), err)
 		}
 		return e.fail(s, err)
 	}
