@@ -15,17 +15,17 @@ import (
 
 // nfnetlink_log constants (linux/netfilter/nfnetlink_log.h).
 const (
-	nfulnlMsgPacket    = 0
-	nfulnlMsgConfig    = 1
-	nfulaCfgCmd        = 1
-	nfulaCfgMode       = 2
-	nfulaCfgTimeout    = 4
-	nfulnlCfgCmdBind   = 1
-	nfulnlCopyPacket   = 2
-	nfulaPayload       = 9
-	nfulaPrefix        = 10
-	nfgenmsgLen        = 4
-	nlaTypeMask        = 0x3fff
+	nfulnlMsgPacket  = 0
+	nfulnlMsgConfig  = 1
+	nfulaCfgCmd      = 1
+	nfulaCfgMode     = 2
+	nfulaCfgTimeout  = 4
+	nfulnlCfgCmdBind = 1
+	nfulnlCopyPacket = 2
+	nfulaPayload     = 9
+	nfulaPrefix      = 10
+	nfgenmsgLen      = 4
+	nlaTypeMask      = 0x3fff
 )
 
 // nflogConn is a NETLINK_NETFILTER socket bound to one nfnetlink_log group in the
