@@ -25,7 +25,6 @@ const (
 	DefaultIdleConnTimeout       = 90 * time.Second
 	DefaultLeafTTL               = 24 * time.Hour
 	DefaultLeafCacheSize         = 1024
-	DefaultDecisionCacheSize     = 8192
 
 	// MaxLeafTTL bounds LeafTTL: an intercepted leaf certificate never lives longer.
 	MaxLeafTTL = 72 * time.Hour
@@ -85,10 +84,6 @@ type Config struct {
 	MaxIdleConns        int
 	// IdleConnTimeout drops pooled upstream connections idle for longer.
 	IdleConnTimeout time.Duration
-	// DecisionCacheSize bounds the decision cache used when the Decider reports
-	// its policy revision (see Revisioner); 0 takes the default, -1 disables it.
-	DecisionCacheSize int
-
 	// Injector adds credentials to allowed intercepted requests; nil means none.
 	Injector Injector
 
@@ -118,7 +113,6 @@ func (c *Config) applyDefaults() {
 	setInt(&c.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
 	setInt(&c.MaxIdleConns, DefaultMaxIdleConns)
 	setInt(&c.LeafCacheSize, DefaultLeafCacheSize)
-	setInt(&c.DecisionCacheSize, DefaultDecisionCacheSize)
 	setDur(&c.IdleTimeout, DefaultIdleTimeout)
 	setDur(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	setDur(&c.HandshakeTimeout, DefaultHandshakeTimeout)
@@ -155,9 +149,6 @@ func (c *Config) validate() error {
 	}
 	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
 		return fmt.Errorf("gateway: max_header_bytes %d: must be between 1024 and 1048576", c.MaxHeaderBytes)
-	}
-	if c.DecisionCacheSize < -1 {
-		return fmt.Errorf("gateway: decision_cache_size %d: must be -1 (off), 0 (default) or positive", c.DecisionCacheSize)
 	}
 	durs := []struct {
 		name string

@@ -12,9 +12,16 @@
 //	  -> normalize destination: hostname.Normalize on the CONNECT target, the URL
 //	     host, the Host header and the TLS SNI; all of them must name the same host
 //	     (and port) on every request of a connection, else deny (domain fronting)
-//	  -> policy.Decide: fail closed (an error, undefined result or timeout is a deny)
-//	  -> secrets: the optional Injector, only after allow, only on intercepted
-//	     requests whose upstream is verified TLS
+//	  -> secrets screen: a placeholder in a name (CONNECT host, SNI), the CONNECT
+//	     line or any request that is not its binding's is denied and flagged
+//	     (Injector.CheckName, Injector.Check), whatever policy would say
+//	  -> policy.Decide: fail closed (an error, undefined result or timeout is a
+//	     deny); a secret binding forces interception of an allowed tunnel
+//	     (Injector.NeedsMITM; no CA configured is a deny, mitm_unavailable)
+//	  -> secrets inject: Injector.Inject, only after allow, only on intercepted
+//	     requests, whose upstream connection is always verified TLS; the
+//	     response goes through Injector.ScrubResponse before a byte of it
+//	     reaches the sandbox, and redirects are never followed
 //	  -> dial: resolve through the gateway's Resolver (never the sandbox's answer),
 //	     check every candidate with ipguard, dial exactly the address checked
 //	  -> relay: HTTP request/response, CONNECT or TLS passthrough tunnel, or the
@@ -24,7 +31,12 @@
 //	     deferred call; tunnels also get a close record with bytes and duration
 //
 // Exactly one function writes a refusal to the client (403 with a short body
-// naming the reason id and the decision id, header X-Airlock-Decision).
+// naming the reason id and the decision id, header X-Airlock-Decision). A
+// secrets error maps through secrets.HTTPStatus (403 denial, 503 source
+// unavailable, 502 unscrubbable response); a *secrets.Denial's Code is the
+// record's reason id and its Flag goes in the record's flags.
+//
+// Decisions are not cached here: policy.Engine caches per policy revision.
 //
 // The explicit proxy is written on net/http's wire types (http.ReadRequest,
 // Request.Write, http.ReadResponse) rather than on goproxy: the invariants above

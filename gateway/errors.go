@@ -31,6 +31,7 @@ type denial struct {
 	reason string
 	msg    string
 	status int
+	flag   string // goes in audit.Record.Flags (a secrets denial's Flag)
 }
 
 func (d *denial) Error() string { return "denied: " + d.reason + ": " + d.msg }

@@ -40,7 +40,6 @@ type Gateway struct {
 	dialer  *dialer
 	pool    *upstreamPool
 	leaves  *leafCache // nil without a CA
-	dcache  *decisionCache
 	rootsUp *x509.CertPool
 
 	idPrefix string
@@ -120,9 +119,6 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		if g.leaves, err = newLeafCache(ca, cfg.LeafTTL, cfg.LeafCacheSize); err != nil {
 			return nil, err
 		}
-	}
-	if rv, ok := dec.(Revisioner); ok && cfg.DecisionCacheSize > 0 {
-		g.dcache = newDecisionCache(rv, cfg.DecisionCacheSize)
 	}
 	return g, nil
 }

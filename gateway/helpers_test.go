@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -291,6 +292,12 @@ type harnessOpt func(*Config)
 
 func newHarness(t testing.TB, dec policy.Decider, names map[string][]netip.Addr, pki *testPKI, opts ...harnessOpt) *harness {
 	t.Helper()
+	return newHarnessLogger(t, dec, names, pki, nil, opts...)
+}
+
+// newHarnessLogger is newHarness with the gateway's operational logger.
+func newHarnessLogger(t testing.TB, dec policy.Decider, names map[string][]netip.Addr, pki *testPKI, logger *slog.Logger, opts ...harnessOpt) *harness {
+	t.Helper()
 	h := &harness{dec: dec, log: &memLog{}, dialer: &recordingDialer{allowed: map[string]bool{}}, pki: pki}
 	cfg := Config{
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
@@ -311,7 +318,7 @@ func newHarness(t testing.TB, dec policy.Decider, names map[string][]netip.Addr,
 	for _, o := range opts {
 		o(&cfg)
 	}
-	g, err := New(cfg, dec, h.log, &fakeResolver{names: names}, nil)
+	g, err := New(cfg, dec, h.log, &fakeResolver{names: names}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

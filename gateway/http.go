@@ -359,8 +359,9 @@ func (s *httpSession) forward(rc *reqCtx) error {
 	req.Close = false
 	req.RequestURI = ""
 	replayable := req.Body == nil || req.Body == http.NoBody
+	var bodyErr error
 	if !replayable {
-		req.Body = countReadCloser{countReader{req.Body, &rc.bytesUp}, req.Body}
+		req.Body = countReadCloser{countReader{bodyErrReader{req.Body, &bodyErr}, &rc.bytesUp}, req.Body}
 	}
 
 	var resp *http.Response
@@ -374,6 +375,15 @@ func (s *httpSession) forward(rc *reqCtx) error {
 			break
 		}
 		s.dropUpstream()
+		if bodyErr != nil {
+			// A streamed body scan cut the request off before a placeholder left.
+			if serr := secretsErr(bodyErr); serr != nil {
+				var d *denial
+				if errors.As(serr, &d) {
+					return serr
+				}
+			}
+		}
 		if reused && replayable && attempt == 0 {
 			if err := s.upstream(rc, true); err != nil {
 				return err
@@ -384,6 +394,10 @@ func (s *httpSession) forward(rc *reqCtx) error {
 			return fail(ReasonTimeout, http.StatusGatewayTimeout, err)
 		}
 		return fail(ReasonUpstream, http.StatusBadGateway, err)
+	}
+	if err := s.g.scrub(rc, resp); err != nil {
+		s.dropUpstream()
+		return err
 	}
 	rc.status = resp.StatusCode
 	rc.responded = true

@@ -43,7 +43,7 @@ func newMetrics() *metrics {
 	}, []string{"reason"})
 	m.policyEval = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "airlock", Subsystem: "gateway", Name: "policy_eval_seconds",
-		Help:    "Time spent in policy.Decide per decision (cache hits excluded).",
+		Help:    "Time spent in policy.Decide per decision.",
 		Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 0.25, 1},
 	})
 	m.activeConns = prometheus.NewGauge(prometheus.GaugeOpts{

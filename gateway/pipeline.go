@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
 )
 
 // reqCtx is the one per-request (or per-tunnel, per-connection) context: created
@@ -52,7 +53,7 @@ type reqCtx struct {
 	dec     policy.Decision
 	decided bool
 	mitm    bool
-	secrets []audit.Secret
+	applied *secrets.Applied // what Inject did; scrubs the response, audited
 
 	up    *upstreamConn // HTTP: the upstream connection used
 	upRaw net.Conn      // tunnels: the upstream connection
@@ -99,6 +100,9 @@ func (g *Gateway) serveRefused(rc *reqCtx, err error) {
 // the first error ends the request.
 func (g *Gateway) stages(rc *reqCtx) error {
 	if err := g.normalize(rc); err != nil {
+		return err
+	}
+	if err := g.screen(rc); err != nil {
 		return err
 	}
 	if err := g.decide(rc); err != nil {
@@ -160,28 +164,12 @@ func (g *Gateway) decide(rc *reqCtx) error {
 		return deny(ReasonAuditUnavailable, "audit log is not accepting records")
 	}
 	g.buildInput(rc)
-	var (
-		d   policy.Decision
-		hit bool
-		key decisionKey
-	)
-	if g.dcache != nil {
-		key, hit = g.dcache.key(&rc.in)
-		if hit {
-			d, hit = g.dcache.get(key)
-		}
-	}
-	if !hit {
-		t0 := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
-		d = g.dec.Decide(ctx, &rc.in)
-		cancel()
-		rc.policyDur = time.Since(t0)
-		g.metrics.policyEval.Observe(rc.policyDur.Seconds())
-		if g.dcache != nil && d.Err == nil && key.rev != "" && key.rev == d.Rev {
-			g.dcache.put(key, d)
-		}
-	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
+	d := g.dec.Decide(ctx, &rc.in)
+	cancel()
+	rc.policyDur = time.Since(t0)
+	g.metrics.policyEval.Observe(rc.policyDur.Seconds())
 	rc.dec, rc.decided = d, true
 	if !d.Permit() {
 		reason, msg := policy.ReasonPolicyError, "policy error"
@@ -199,7 +187,7 @@ func (g *Gateway) decide(rc *reqCtx) error {
 	}
 	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
 		rc.mitm = d.MITM
-		if !rc.mitm && g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(rc.cc.sb.info, rc.host, rc.port) {
+		if !rc.mitm && g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(sandboxOf(rc), rc.host, rc.port) {
 			rc.mitm = true
 		}
 		if rc.mitm && g.leaves == nil {
@@ -274,23 +262,6 @@ func lowerHeader(k string) string {
 		return "connection"
 	}
 	return strings.ToLower(k)
-}
-
-// inject runs the secrets seam: only after allow, only on intercepted requests
-// (whose upstream is always verified TLS).
-func (g *Gateway) inject(rc *reqCtx) error {
-	inj := g.cfg.Injector
-	if inj == nil || rc.kind != policy.KindHTTP || !rc.sess.intercepted {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
-	defer cancel()
-	s, err := inj.Inject(ctx, rc.cc.sb.info, rc.req)
-	rc.secrets = s
-	if err != nil {
-		return deny(ReasonInjectFailed, "%v", err)
-	}
-	return nil
 }
 
 // dial connects to the upstream through the guarded dialer.
@@ -451,6 +422,9 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 		// The gateway's own denial (fronting, guard, caps): its reason is the record's.
 		r.Reasons = append(r.Reasons, audit.Reason{ID: d.reason, Msg: d.msg})
 	}
+	if d != nil && d.flag != "" {
+		r.Flags = append(r.Flags, d.flag)
+	}
 	if rc.err != nil {
 		if _, isDenial := rc.err.(*denial); !isDenial {
 			r.Error = rc.err.Error()
@@ -467,7 +441,10 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 		}
 	}
 	r.Status = rc.status
-	r.Secrets = rc.secrets
+	if rc.up != nil {
+		// Only a request that had a verified upstream connection carried the secret.
+		r.Secrets = rc.applied.Audit()
+	}
 	if !rc.tunnel {
 		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
+)
+
+// Injector is the seam package secrets plugs into; *secrets.Injector satisfies
+// it. The gateway calls it at fixed points of the one pipeline:
+//
+//   - CheckName on the CONNECT host and the TLS server name, and Check on every
+//     request (plain HTTP, the CONNECT line, intercepted requests), before
+//     policy: a placeholder is denied and flagged wherever it is seen;
+//   - NeedsMITM after policy allowed a tunnel: a binding forces interception;
+//   - Inject only on an intercepted request after policy allowed it (a binding
+//     never widens policy), and only over verified upstream TLS;
+//   - ScrubResponse on the upstream's response to an injected request before a
+//     byte of it reaches the sandbox. Redirects are never followed.
+type Injector interface {
+	NeedsMITM(sb secrets.Sandbox, host string, port int) bool
+	CheckName(sb secrets.Sandbox, name string) error
+	Check(sb secrets.Sandbox, req *http.Request) error
+	Inject(ctx context.Context, sb secrets.Sandbox, req *http.Request) (*secrets.Applied, error)
+	ScrubResponse(a *secrets.Applied, resp *http.Response) error
+}
+
+var _ Injector = (*secrets.Injector)(nil)
+
+// Reason ids of secrets failures that are not a *secrets.Denial (a Denial's
+// own Code is its reason id).
+const (
+	ReasonSecretUnavailable = "secret_unavailable"      // a secret's source failed (503)
+	ReasonSecretResponse    = "secret_response_refused" // a response that cannot be scrubbed (502)
+)
+
+func sandboxOf(rc *reqCtx) secrets.Sandbox { return secrets.Sandbox(rc.cc.sb.info) }
+
+// secretsErr maps an error of package secrets onto the gateway's denial or
+// failure, with the status secrets.HTTPStatus gives: a *secrets.Denial becomes a
+// denial whose reason is the Denial's Code and whose flag goes in the audit
+// record; anything else is a failure after allow.
+func secretsErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	status := secrets.HTTPStatus(err)
+	var d *secrets.Denial
+	if errors.As(err, &d) {
+		return &denial{reason: d.Code, msg: d.Error(), status: status, flag: d.Flag}
+	}
+	var u *secrets.UnavailableError
+	if errors.As(err, &u) {
+		return fail(ReasonSecretUnavailable, status, err)
+	}
+	var r *secrets.ResponseError
+	if errors.As(err, &r) {
+		return fail(ReasonSecretResponse, status, err)
+	}
+	return fail(ReasonInjectFailed, status, err)
+}
+
+// screen is the secrets check that runs on every request, tunnel and
+// connection before policy: a placeholder in a name, a CONNECT line or a
+// request that is not its binding's is denied and flagged.
+func (g *Gateway) screen(rc *reqCtx) error {
+	inj := g.cfg.Injector
+	if inj == nil {
+		return nil
+	}
+	sb := sandboxOf(rc)
+	switch rc.kind {
+	case policy.KindConnect:
+		if err := inj.CheckName(sb, rc.host); err != nil {
+			return secretsErr(err)
+		}
+		return secretsErr(inj.Check(sb, rc.req))
+	case policy.KindTLS:
+		if rc.sni != "" {
+			return secretsErr(inj.CheckName(sb, rc.sni))
+		}
+	case policy.KindHTTP:
+		if rc.sess.intercepted {
+			outgoingURL(rc)
+		}
+		return secretsErr(inj.Check(sb, rc.req))
+	}
+	return nil
+}
+
+// outgoingURL makes an intercepted request name its destination the way it
+// leaves: scheme https, URL host and Host both the pinned host:port (normalize
+// already checked that whatever the client sent names the same).
+func outgoingURL(rc *reqCtx) {
+	hp := hostname.JoinHostPort(rc.host, rc.port)
+	rc.req.URL.Scheme, rc.req.URL.Host, rc.req.Host = "https", hp, hp
+}
+
+// inject runs Inject on an intercepted request after policy allowed it. The
+// request then leaves only over the verified TLS connection dialed next.
+func (g *Gateway) inject(rc *reqCtx) error {
+	inj := g.cfg.Injector
+	if inj == nil || rc.kind != policy.KindHTTP || !rc.sess.intercepted {
+		return nil
+	}
+	outgoingURL(rc)
+	a, err := inj.Inject(context.Background(), sandboxOf(rc), rc.req)
+	if err != nil {
+		return secretsErr(err)
+	}
+	rc.applied = a
+	return nil
+}
+
+// scrub prepares the upstream's response to an injected request before any of
+// it reaches the sandbox. A scrubbed body has no length any more: it is sent
+// chunked so the client connection stays kept alive.
+func (g *Gateway) scrub(rc *reqCtx, resp *http.Response) error {
+	if rc.applied == nil {
+		return nil
+	}
+	if err := g.cfg.Injector.ScrubResponse(rc.applied, resp); err != nil {
+		return secretsErr(err)
+	}
+	if resp.ContentLength < 0 && resp.Body != nil && resp.Body != http.NoBody && !isChunked(resp.TransferEncoding) {
+		resp.TransferEncoding = []string{"chunked"}
+	}
+	return nil
+}
+
+// bodyErrReader remembers the first error other than EOF its body returned:
+// http.Request.Write hides it behind an unexported wrapper, and a
+// *secrets.Denial from a streamed body scan must come back out as a denial.
+type bodyErrReader struct {
+	r   io.Reader
+	err *error
+}
+
+func (b bodyErrReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && *b.err == nil && err != io.EOF {
+		*b.err = err
+	}
+	return n, err
+}
