@@ -103,8 +103,9 @@ type Config struct {
 	UniqueWindow time.Duration `yaml:"unique_window"`
 	// LongLabel flags (long_label) any label longer than this many characters.
 	LongLabel int `yaml:"long_label"`
-	// Entropy flags (high_entropy) any label of at least EntropyMinLen characters
-	// whose Shannon entropy is at least this many bits per character.
+	// Entropy flags (high_entropy) any hyphen-free run of a label, at least
+	// EntropyMinLen characters long, whose Shannon entropy is at least this many
+	// bits per character (half a bit less for runs mixing letters and digits).
 	Entropy       float64 `yaml:"entropy"`
 	EntropyMinLen int     `yaml:"entropy_min_len"`
 	// BlockFlags lists flags that deny a query (NXDOMAIN, never forwarded) whatever

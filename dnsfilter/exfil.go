@@ -107,18 +107,48 @@ func (s *signals) unique(name string, now time.Time) bool {
 }
 
 // labelSignals reports whether any label of name is longer than longLabel, and
-// whether any label of at least minLen characters has a Shannon entropy of at least
-// threshold bits per character.
+// whether any run of a label between hyphens, of at least minLen characters, has
+// a Shannon entropy of at least threshold bits per character. Runs that mix
+// letters and digits (hex, base32, base64 without padding) are held to a
+// threshold half a bit lower: their alphabet is the encoder's, not a language's,
+// and hex cannot exceed 4 bits per character. Splitting at hyphens keeps
+// word-built labels ("production-api-gateway") from adding up to a high score.
 func labelSignals(name string, longLabel, minLen int, threshold float64) (long, entropic bool) {
 	for label := range strings.SplitSeq(name, ".") {
 		if len(label) > longLabel {
 			long = true
 		}
-		if !entropic && len(label) >= minLen && shannon(label) >= threshold {
-			entropic = true
+		if entropic || len(label) < minLen {
+			continue
+		}
+		for run := range strings.SplitSeq(label, "-") {
+			if len(run) < minLen {
+				continue
+			}
+			t := threshold
+			if mixesLettersAndDigits(run) {
+				t -= 0.5
+			}
+			if shannon(run) >= t {
+				entropic = true
+				break
+			}
 		}
 	}
 	return long, entropic
+}
+
+func mixesLettersAndDigits(s string) bool {
+	var letter, digit bool
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digit = true
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+			letter = true
+		}
+	}
+	return letter && digit
 }
 
 // shannon is the Shannon entropy of s in bits per byte.

@@ -171,7 +171,7 @@ type decided struct {
 func (s *sandboxServer) decide(q *query) *decided {
 	var rev string
 	cacheable := s.dcache != nil && len(q.flags) == 0
-	key := cacheKey{q.name, q.qtype}
+	key := decisionKey{q.name, q.qtype, q.proto}
 	if cacheable {
 		rev = s.f.revOf()
 		if d := s.dcache.get(rev, key); d != nil {
@@ -434,14 +434,22 @@ type decisionCache struct {
 	mu  sync.RWMutex
 	rev string
 	max int
-	m   map[cacheKey]*decided
+	m   map[decisionKey]*decided
+}
+
+// decisionKey is everything in a flagless dns input that varies per query for
+// one sandbox.
+type decisionKey struct {
+	name  string
+	qtype uint16
+	proto string
 }
 
 func newDecisionCache(max int) *decisionCache {
-	return &decisionCache{max: max, m: make(map[cacheKey]*decided)}
+	return &decisionCache{max: max, m: make(map[decisionKey]*decided)}
 }
 
-func (c *decisionCache) get(rev string, k cacheKey) *decided {
+func (c *decisionCache) get(rev string, k decisionKey) *decided {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.rev != rev {
@@ -450,7 +458,7 @@ func (c *decisionCache) get(rev string, k cacheKey) *decided {
 	return c.m[k]
 }
 
-func (c *decisionCache) put(rev string, k cacheKey, d *decided) {
+func (c *decisionCache) put(rev string, k decisionKey, d *decided) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rev != rev || len(c.m) >= c.max {
