@@ -18,18 +18,33 @@
 //	one audit record, then the reply
 //
 // Query types: A and CNAME are answered; AAAA is NODATA unless Config.IPv6;
-// HTTPS and SVCB are NODATA; PTR is answered locally for the sandbox's own addresses
-// and NXDOMAIN for every other address (never forwarded); ANY, AXFR, IXFR and the
-// meta types are always REFUSED; every other type (TXT, MX, SRV, NULL, CAA, ...) is
-// REFUSED unless policy opts the name in for that type by allowing it with a reason
-// whose id is ReasonQTypeOptIn ("dns_qtype_optin"). In Rego (package airlock.egress),
-// the decision library passes reasons of allowed decisions through, so for example:
+// HTTPS and SVCB are NODATA; PTR is answered locally for the sandbox's own
+// addresses ("<sandbox-id>.<Config.PTRDomain>.") and NXDOMAIN for every other
+// address, never forwarded; ANY, AXFR, IXFR and the meta types are always
+// REFUSED. Every other type (TXT, MX, SRV, NULL, CAA, ...) is REFUSED unless
+// policy opts the name in for that type: the decision for that question (policy
+// sees input.dns.qtype) must be an allow that carries a reason with id
+// ReasonQTypeOptIn ("dns_qtype_optin"). An allow alone is not enough, because the
+// presets allow registry names for kind dns whatever the type. (The policy
+// library today emits reasons only for denials; a rule such as
+// `allow_reasons contains {"id": "dns_qtype_optin"} if ...` in airlock.egress
+// needs one line in policies/lib to reach the decision. Until then only a Decider
+// that sets the reason itself can opt a type in.) Every query asks policy except
+// those refused before it (malformed, not a host name, an IP literal asked as a
+// name) and those a Config.BlockFlags flag denies; all of them are audited.
 //
-//	allow if { input.kind == "dns"; input.dns.qtype == "TXT"; input.destination.host == "_acme.example.com" }
+// Denied names always get NXDOMAIN, never REFUSED (musl stops its search list on
+// REFUSED), and are never sent upstream: forwarding is the leak. Report mode
+// (policy.Decision.Permit) lets a policy deny pass and audits it as a deny; a
+// policy error never passes.
 //
-// is not enough on its own for TXT: the policy must also emit the opt-in reason
-// for that question. Denied names always get NXDOMAIN, never REFUSED (musl stops its
-// search list on REFUSED), and are never sent upstream: forwarding is the leak.
+// Exfiltration flags are computed for every query before policy: rate_limited
+// (per-sandbox token bucket), many_unique_names (distinct names under one
+// registered domain, eTLD+1, per window), long_label and high_entropy. They go to
+// policy as input.dns.flags and to the audit record's flags; Config.BlockFlags
+// (default: rate_limited) blocks without asking policy, and policy can deny on
+// any of them. Decisions for flagless questions are cached per sandbox and policy
+// revision when the Decider has a Rev() method (Revisioner).
 //
 // Resolver is the same cache, upstreams and rebinding filter for the gateway's own
 // dialer, so what a sandbox is told and what the gateway dials come from one place.
