@@ -1,0 +1,116 @@
+package audit
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+)
+
+// Tally is a Logger that counts decisions by destination before passing each
+// record on, so `airlock run` can print a one-screen egress summary without
+// reading the audit file back. It keeps one counter per (kind, decision, host),
+// bounded by MaxTallyKeys; past that, destinations are folded into "(other)".
+type Tally struct {
+	next Logger
+
+	mu     sync.Mutex
+	counts map[tallyKey]int
+}
+
+// MaxTallyKeys bounds the distinct destinations a Tally keeps.
+const MaxTallyKeys = 4096
+
+type tallyKey struct {
+	kind, decision, host string
+	port                 int
+}
+
+var _ Logger = (*Tally)(nil)
+
+// NewTally wraps next.
+func NewTally(next Logger) *Tally {
+	return &Tally{next: next, counts: make(map[tallyKey]int)}
+}
+
+// Log counts r (decisions only: close, checkpoint and exec records are not
+// egress decisions) and passes it on.
+func (t *Tally) Log(r *Record) error {
+	if r.Decision != "" && r.Kind != "close" && r.Kind != "exec" && r.Kind != KindCheckpoint {
+		host := r.Host
+		if r.Kind == "dns" && r.QName != "" {
+			host = r.QName
+		}
+		if host == "" {
+			host = r.IP
+		}
+		k := tallyKey{kind: r.Kind, decision: r.Decision, host: host, port: r.Port}
+		t.mu.Lock()
+		if _, ok := t.counts[k]; !ok && len(t.counts) >= MaxTallyKeys {
+			k.host, k.port = "(other)", 0
+		}
+		t.counts[k]++
+		t.mu.Unlock()
+	}
+	return t.next.Log(r)
+}
+
+// TallyRow is one line of a summary.
+type TallyRow struct {
+	Decision string
+	Kind     string
+	Host     string
+	Port     int
+	Count    int
+}
+
+// Rows returns the counts, denials first, then by count.
+func (t *Tally) Rows() []TallyRow {
+	t.mu.Lock()
+	rows := make([]TallyRow, 0, len(t.counts))
+	for k, n := range t.counts {
+		rows = append(rows, TallyRow{Decision: k.decision, Kind: k.kind, Host: k.host, Port: k.port, Count: n})
+	}
+	t.mu.Unlock()
+	rank := map[string]int{"error": 0, "deny": 1, "allow": 2}
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if rank[a.Decision] != rank[b.Decision] {
+			return rank[a.Decision] < rank[b.Decision]
+		}
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		if a.Host != b.Host {
+			return a.Host < b.Host
+		}
+		return a.Kind < b.Kind
+	})
+	return rows
+}
+
+// WriteSummary prints at most maxRows rows (and how many were left out) as a
+// short table an operator reads at a glance.
+func (t *Tally) WriteSummary(w io.Writer, maxRows int) {
+	rows := t.Rows()
+	allowed, denied := 0, 0
+	for _, r := range rows {
+		if r.Decision == "allow" {
+			allowed += r.Count
+		} else {
+			denied += r.Count
+		}
+	}
+	fmt.Fprintf(w, "airlock: egress summary: %d allowed, %d denied\n", allowed, denied)
+	for i, r := range rows {
+		if i == maxRows {
+			fmt.Fprintf(w, "  ... %d more destinations (airlock audit query)\n", len(rows)-maxRows)
+			break
+		}
+		dest := r.Host
+		if r.Port != 0 && r.Kind != "dns" {
+			dest = fmt.Sprintf("%s:%d", r.Host, r.Port)
+		}
+		fmt.Fprintf(w, "  %-5s %-7s %-40s x%d\n", r.Decision, r.Kind, dest, r.Count)
+	}
+}

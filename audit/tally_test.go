@@ -1,0 +1,53 @@
+package audit
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+type sliceLogger struct{ recs []*Record }
+
+func (s *sliceLogger) Log(r *Record) error { s.recs = append(s.recs, r); return nil }
+
+func TestTally(t *testing.T) {
+	next := &sliceLogger{}
+	ta := NewTally(next)
+	for _, r := range []*Record{
+		{Kind: "http", Decision: "allow", Host: "pypi.org", Port: 443},
+		{Kind: "http", Decision: "allow", Host: "pypi.org", Port: 443},
+		{Kind: "connect", Decision: "deny", Host: "evil.example", Port: 443},
+		{Kind: "dns", Decision: "deny", QName: "x.exfil.example", Port: 53},
+		{Kind: "close", Host: "pypi.org"},
+		{Kind: "exec", Exec: &Exec{Phase: "start"}},
+	} {
+		if err := ta.Log(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(next.recs) != 6 {
+		t.Fatalf("got %d records passed on, want 6", len(next.recs))
+	}
+	rows := ta.Rows()
+	if len(rows) != 3 || rows[0].Decision != "deny" || rows[2].Host != "pypi.org" || rows[2].Count != 2 {
+		t.Fatalf("got rows %+v", rows)
+	}
+	var b bytes.Buffer
+	ta.WriteSummary(&b, 10)
+	out := b.String()
+	for _, want := range []string{"2 allowed, 2 denied", "evil.example:443", "x.exfil.example ", "x2"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("summary %q lacks %q", out, want)
+		}
+	}
+}
+
+func TestTallyBounded(t *testing.T) {
+	ta := NewTally(&sliceLogger{})
+	for i := 0; i < MaxTallyKeys+50; i++ {
+		_ = ta.Log(&Record{Kind: "dns", Decision: "deny", QName: strings.Repeat("a", i%60+1) + ".x" + string(rune('a'+i%26)) + ".example", Port: i})
+	}
+	if n := len(ta.Rows()); n > MaxTallyKeys+1 {
+		t.Fatalf("got %d rows, want at most %d", n, MaxTallyKeys+1)
+	}
+}
