@@ -96,6 +96,11 @@ func TestAllowedAnsweredAndCached(t *testing.T) {
 	if rec := e.aud.last(t, "pypi.org"); rec.Upstream != "cache" || rec.Protocol != "tcp" {
 		t.Errorf("cached audit: got upstream %q protocol %q, want cache tcp", rec.Upstream, rec.Protocol)
 	}
+	// A CNAME question gets the CNAME record.
+	r = e.ask(t, "udp", "www.pypi.org.", dns.TypeCNAME)
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.CNAME).Target != "pypi.org." {
+		t.Errorf("cname question: got %v", r.Answer)
+	}
 	// A CNAME chain is answered whole.
 	r = e.ask(t, "udp", "www.pypi.org.", dns.TypeA)
 	if len(r.Answer) != 2 || r.Answer[0].Header().Rrtype != dns.TypeCNAME {
@@ -469,7 +474,9 @@ func TestUniqueNamesAndRateLimit(t *testing.T) {
 func TestAuditFailureRefuses(t *testing.T) {
 	up := startUpstream(t, records(testZone))
 	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e.aud.mu.Lock()
 	e.aud.fail = true
+	e.aud.mu.Unlock()
 	r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 0 {
 		t.Errorf("got %s %v, want SERVFAIL without answers", dns.RcodeToString[r.Rcode], r.Answer)

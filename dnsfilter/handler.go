@@ -53,7 +53,7 @@ type query struct {
 // exactly one audit record and then exactly one reply.
 func (s *sandboxServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	q := &query{start: time.Now(), proto: "udp"}
-	if _, ok := w.LocalAddr().(*net.TCPAddr); ok {
+	if w.LocalAddr().Network() == "tcp" {
 		q.proto = "tcp"
 	}
 	rcode, rrs := s.resolve(q, req)

@@ -102,7 +102,7 @@ func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) (*answ
 	if a, ok := r.cached(name, qtype, r.now()); ok {
 		return a, true, nil
 	}
-	ch := r.flight.DoChan(name+"/"+dns.TypeToString[qtype], func() (any, error) {
+	ch := r.flight.DoChan(name+"/"+qtypeString(qtype), func() (any, error) {
 		// Detached from any one caller: a caller that gives up must not fail the
 		// others waiting on the same exchange.
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout*time.Duration(len(r.upstreams)+1))
@@ -298,7 +298,7 @@ func (r *Resolver) filter(name string, qtype uint16, resp *dns.Msg, up string) *
 		// Every address was refused: answer NODATA, not a dangling chain.
 		a.rrs = nil
 	}
-	if !hasType(a.rrs, qtype) && qtype != dns.TypeCNAME {
+	if !hasType(a.rrs, qtype) {
 		// Negative (NXDOMAIN or NODATA): the SOA says how long, RFC 2308.
 		minTTL = math.MaxUint32
 		for _, rr := range resp.Ns {
