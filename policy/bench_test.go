@@ -112,3 +112,41 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecideConstantPolicy is the floor: Decide with a library whose
+// decision is a constant, uncached. The difference to BenchmarkDecide is what
+// the library and default policy cost; this is what OPA and Decide cost.
+func BenchmarkDecideConstantPolicy(b *testing.B) {
+	dir := b.TempDir()
+	src := "package airlock\n\ndecision := {\"allowed\": true, \"reasons\": [], \"mitm\": false, \"http_status\": 0}\n"
+	if err := os.MkdirAll(filepath.Join(dir, "lib"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lib", "airlock.rego"), []byte(src), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	e, err := New(Config{Dir: dir, CacheSize: -1, EvalTimeout: 5 * time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := &Input{Kind: KindHTTP, Sandbox: Sandbox{ID: "sb-1"}, Destination: Destination{Host: "pypi.org", Port: 443}, HTTP: &HTTP{Method: "GET", Scheme: "https", Path: "/"}}
+	ctx := context.Background()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu := make([]time.Duration, 0, min(b.N, 1<<20))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c0 := threadCPU()
+		d := e.Decide(ctx, in)
+		if len(cpu) < cap(cpu) {
+			cpu = append(cpu, threadCPU()-c0)
+		}
+		if !d.Allowed {
+			b.Fatalf("got %+v, want allowed", d)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(cpu)
+	b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "p50-cpu-ns")
+}
