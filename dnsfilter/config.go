@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/ipguard"
 )
 
@@ -34,6 +35,7 @@ const (
 	DefaultEntropyMinLen     = 16  // shorter labels are not scored for entropy
 	DefaultPTRDomain         = "airlock.internal"
 	DefaultEDNSSize          = 1232 // the DNS flag day 2020 size, for upstream and replies
+	DefaultMaxTCPConns       = 64   // per sandbox
 )
 
 // Exfiltration flags: what dnsfilter passes to policy in input.dns.flags and writes
@@ -112,6 +114,9 @@ type Config struct {
 	// policy says. nil means DefaultBlockFlags(); [] blocks on nothing, leaving it
 	// to policy (input.dns.flags).
 	BlockFlags []string `yaml:"block_flags"`
+	// MaxTCPConns bounds each sandbox's open TCP connections to the filter;
+	// further connections wait in the listener's backlog.
+	MaxTCPConns int `yaml:"max_tcp_conns"`
 	// PTRDomain is the zone of the names given for a sandbox's own addresses:
 	// PTR of an own address answers "<sandbox-id>.<PTRDomain>.".
 	PTRDomain string `yaml:"ptr_domain"`
@@ -183,6 +188,9 @@ func (c Config) compile() (*compiled, error) {
 	if c.EntropyMinLen == 0 {
 		c.EntropyMinLen = DefaultEntropyMinLen
 	}
+	if c.MaxTCPConns == 0 {
+		c.MaxTCPConns = DefaultMaxTCPConns
+	}
 	if c.PTRDomain == "" {
 		c.PTRDomain = DefaultPTRDomain
 	}
@@ -217,6 +225,14 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if c.RateBurst < 0 {
 		bad("rate_burst", c.RateBurst, "a positive number of queries")
+	}
+	if d, err := hostname.Normalize(c.PTRDomain); err != nil {
+		bad("ptr_domain", strconv.Quote(c.PTRDomain), "a host name such as airlock.internal")
+	} else {
+		c.PTRDomain = d
+	}
+	if c.MaxTCPConns < 0 {
+		bad("max_tcp_conns", c.MaxTCPConns, "a positive number of connections")
 	}
 	if c.UniqueNames < 0 {
 		bad("unique_names", c.UniqueNames, "a positive number of names")

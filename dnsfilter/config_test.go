@@ -40,6 +40,8 @@ func TestConfigValidation(t *testing.T) {
 		{"unknown flag", Config{Upstreams: []string{"1.1.1.1:53"}, BlockFlags: []string{"sus"}}, "block_flags"},
 		{"long label too big", Config{Upstreams: []string{"1.1.1.1:53"}, LongLabel: 64}, "long_label"},
 		{"entropy too big", Config{Upstreams: []string{"1.1.1.1:53"}, Entropy: 9}, "entropy"},
+		{"bad ptr domain", Config{Upstreams: []string{"1.1.1.1:53"}, PTRDomain: "bad domain"}, "ptr_domain"},
+		{"negative tcp conns", Config{Upstreams: []string{"1.1.1.1:53"}, MaxTCPConns: -1}, "max_tcp_conns"},
 		{"missing ca file", Config{Upstreams: []string{"1.1.1.1:53"}, TLSCAFile: "/nonexistent/ca.pem"}, "tls_ca_file"},
 	}
 	for _, tt := range tests {

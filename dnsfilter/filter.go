@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/netutil"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ipguard"
@@ -242,7 +243,7 @@ func (s *sandboxServer) start(udp net.PacketConn, tcp net.Listener) error {
 		n++
 	}
 	if tcp != nil {
-		launch(&dns.Server{Listener: tcp, ReadTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 10 * time.Second }})
+		launch(&dns.Server{Listener: netutil.LimitListener(tcp, s.f.cfg.MaxTCPConns), ReadTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 10 * time.Second }})
 		n++
 	}
 	var errs []error

@@ -39,8 +39,7 @@ type query struct {
 	name     string // normalized, no trailing dot ("" until normalized)
 	qtype    uint16
 	proto    string
-	flags    []string
-	flagBuf  [5]string
+	flags    []string // nil in the common no-flag case: no allocation
 	dec      *decided
 	reasons  []audit.Reason // when set, wins over dec.Reasons
 	answers  []audit.Answer
@@ -101,7 +100,7 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 	}
 
 	now := q.start
-	q.flags = s.sig.flags(q.flagBuf[:0], name, now)
+	q.flags = s.sig.flags(nil, name, now)
 	for _, fl := range q.flags {
 		if s.f.cfg.block[fl] {
 			q.reasons = []audit.Reason{{ID: ReasonFlagBlocked, Msg: "flag " + fl + " blocks by configuration"}}
