@@ -83,7 +83,8 @@ type Upstream struct {
 type Audit struct {
 	File    string `yaml:"file"`
 	MaxSize Size   `yaml:"max_size"`
-	// SigningKey is the Ed25519 key that signs checkpoints; empty puts it beside File.
+	// SigningKey is the Ed25519 key that signs checkpoints; empty means File + ".key"
+	// (created 0600 on first use).
 	SigningKey string `yaml:"signing_key"`
 }
 

@@ -4,19 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
-	"github.com/airlock-dev/airlock/dnsfilter"
-	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/daemon"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -87,22 +85,6 @@ func parseLabels(kvs []string) (map[string]string, error) {
 	return out, nil
 }
 
-func parsePrefixes(field string, ss []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range ss {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p)
-			continue
-		}
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("%s %q: not a CIDR or address", field, s)
-		}
-		out = append(out, netip.PrefixFrom(a, a.BitLen()))
-	}
-	return out, nil
-}
-
 func runAttach(ctx context.Context, cmd *cobra.Command, o attachOptions) error {
 	usage := func(msg string) error { return &exitError{Code: 2, Msg: msg} }
 	if o.netns == "" || o.id == "" {
@@ -135,63 +117,24 @@ func runAttach(ctx context.Context, cmd *cobra.Command, o attachOptions) error {
 	if len(cfg.DNS.Upstreams) == 0 {
 		return usage("dns.upstreams (or --dns-upstream) is required")
 	}
-	allowCIDRs, err := parsePrefixes("upstream.allow_cidrs", cfg.Upstream.AllowCIDRs)
-	if err != nil {
-		return usage(err.Error())
-	}
-
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	eng, err := policy.New(policy.Config{
-		Dir:        cfg.Policy.Dir,
-		Mode:       policy.Mode(cfg.Policy.Mode),
-		Presets:    cfg.Policy.Presets,
-		AllowHosts: cfg.Policy.Allow,
-	}, logger)
+	d, err := daemon.New(ctx, daemon.Options{
+		Config:     cfg,
+		ConfigPath: o.config,
+		RunDir:     filepath.Join(o.stateDir, o.id),
+		Recover:    netns.RecoverReattach,
+		NoExecutor: true,
+		Logger:     logger,
+	})
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
-	defer eng.Close()
-	aw, err := audit.New(audit.Config{File: cfg.Audit.File, MaxSize: audit.Size(cfg.Audit.MaxSize), SigningKeyFile: cfg.Audit.SigningKey}, logger)
-	if err != nil {
-		return &exitError{Code: 2, Msg: err.Error()}
-	}
-	defer aw.Close()
-	dns, err := dnsfilter.New(dnsfilter.Config{
-		Upstreams:  cfg.DNS.Upstreams,
-		MinTTL:     time.Duration(cfg.DNS.MinTTL),
-		MaxTTL:     time.Duration(cfg.DNS.MaxTTL),
-		AllowCIDRs: cfg.Upstream.AllowCIDRs,
-	}, eng, aw, logger)
-	if err != nil {
-		return &exitError{Code: 2, Msg: err.Error()}
-	}
-	gwCfg := gateway.Config{AllowCIDRs: allowCIDRs, UpstreamCAFile: cfg.Upstream.CAFile}
-	if _, err := os.Stat(cfg.CA.Cert); err == nil {
-		gwCfg.CACertFile, gwCfg.CAKeyFile = cfg.CA.Cert, cfg.CA.Key
-	} else {
-		logger.Warn("no interception CA: requests policy wants intercepted are denied", "ca_cert", cfg.CA.Cert)
-	}
-	gw, err := gateway.New(gwCfg, eng, aw, dns.Resolver(), logger)
-	if err != nil {
-		return &exitError{Code: 2, Msg: err.Error()}
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		gw.Shutdown(sctx)
-		dns.Shutdown(sctx)
-	}()
-
-	m, err := netns.New(netns.Config{StateDir: o.stateDir}, gatewayServer{gw: gw, dns: dns}, aw, logger)
-	if err != nil {
-		return &exitError{Code: 2, Msg: err.Error()}
-	}
-	defer m.Close()
-	sb, err := m.Attach(ctx, policy.Sandbox{ID: o.id, Labels: labels}, o.netns)
+	defer d.Close()
+	sb, err := d.Attach(ctx, policy.Sandbox{ID: o.id, Labels: labels}, o.netns)
 	if err != nil {
 		return &exitError{Code: 1, Msg: err.Error()}
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "attached %s as sandbox %s (iptables %s); interrupt to detach\n", o.netns, sb.ID, m.Backend())
+	fmt.Fprintf(cmd.OutOrStdout(), "attached %s as sandbox %s (iptables %s); interrupt to detach\n", o.netns, sb.ID, d.Backend())
 	if attachReadyHook != nil {
 		attachReadyHook(sb)
 	}
@@ -199,34 +142,9 @@ func runAttach(ctx context.Context, cmd *cobra.Command, o attachOptions) error {
 	// Detach with a fresh context: ctx is already cancelled by the signal.
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := m.Detach(dctx, sb.ID); err != nil {
+	if err := d.Detach(dctx, sb.ID); err != nil {
 		return &exitError{Code: 1, Msg: err.Error()}
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "detached %s\n", o.netns)
 	return nil
-}
-
-// gatewayServer serves a sandbox's listeners with the gateway (explicit and
-// transparent) and the DNS filter (UDP and TCP): the netns.Server glue.
-type gatewayServer struct {
-	gw  *gateway.Gateway
-	dns *dnsfilter.Filter
-}
-
-var _ netns.Server = gatewayServer{}
-
-func (s gatewayServer) Serve(sb policy.Sandbox, own []netip.Addr, ls netns.Listeners) error {
-	if err := s.dns.ServeSandbox(sb, own, ls.DNSUDP, ls.DNSTCP); err != nil {
-		return err
-	}
-	if err := s.gw.ServeSandbox(sb, ls.Explicit, ls.Transparent); err != nil {
-		s.dns.StopSandbox(sb.ID)
-		return err
-	}
-	return nil
-}
-
-func (s gatewayServer) Stop(id string) {
-	s.gw.StopSandbox(id)
-	s.dns.StopSandbox(id)
 }

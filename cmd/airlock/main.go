@@ -26,6 +26,7 @@ func run(args []string) int {
 	root.AddCommand(newCACmd())
 	root.AddCommand(newSandboxInitCmd())
 	root.AddCommand(newAttachCmd())
+	root.AddCommand(newRunCmd())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		var ec exitCoder

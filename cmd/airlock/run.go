@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/daemon"
+	"github.com/airlock-dev/airlock/sandboxd"
+)
+
+// runOptions are the flags of `airlock run` (DESIGN.md section 7). Each one,
+// when given, overrides the config file.
+type runOptions struct {
+	config    string
+	policyDir string
+	allow     []string
+	presets   []string
+	secrets   string
+	audit     string
+	memory    config.Size
+	cpus      float64
+	pids      int
+	timeout   config.Duration
+	tmpSize   config.Size
+	workspace string
+	env       []string
+	mode      string
+	id        string
+	labels    []string
+	verbose   bool
+	quiet     bool
+}
+
+func newRunCmd() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...]",
+		Short: "Run a command in a sandbox whose only way out is the airlock gateway",
+		Long: `run starts the gateway and DNS filter in this process, makes an island network
+namespace, and runs COMMAND in it as an unprivileged user with CPU, memory,
+process, disk and time limits. HTTP(S) goes through policy (the embedded default:
+package registries read-only, everything else denied), DNS is filtered, every
+other packet is dropped, and every decision is written to the audit log.
+
+It exits with the command's exit code (124 on timeout, 137 on OOM kill, 128+n on
+signal n) and prints an egress summary to stderr.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return &exitError{Code: 2, Msg: "run: missing command (airlock run [flags] -- COMMAND [ARG...])"}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd, o, args)
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false)
+	f.StringVar(&o.config, "config", "", "airlock.yaml (default: built-in defaults)")
+	f.StringVar(&o.policyDir, "policy", "", "policy directory with package airlock.egress rules (overrides policy.dir)")
+	f.StringArrayVar(&o.allow, "allow", nil, "allow HOST, *.domain or **.domain for every method (repeatable)")
+	f.StringArrayVar(&o.presets, "preset", nil, "registry preset to allow read-only: python, node, go, rust, github, debian, ubuntu, none (repeatable)")
+	f.StringVar(&o.secrets, "secrets", "", "secrets file (overrides secrets.file)")
+	f.StringVar(&o.audit, "audit", "", "audit log file (overrides audit.file)")
+	f.Var(&o.memory, "memory", "memory limit, e.g. 512M (overrides limits.memory)")
+	f.Float64Var(&o.cpus, "cpus", 0, "CPU quota in cores, e.g. 1.5 (overrides limits.cpus)")
+	f.IntVar(&o.pids, "pids", 0, "process and thread limit (overrides limits.pids)")
+	f.Var(&o.timeout, "timeout", "wall-clock limit, e.g. 60s (overrides limits.timeout)")
+	f.Var(&o.tmpSize, "tmp-size", "size of each of /tmp and $HOME, e.g. 256M (overrides limits.tmp_size)")
+	f.StringVar(&o.workspace, "workspace", "", "host directory mounted read-write at the same path")
+	f.StringArrayVar(&o.env, "env", nil, "KEY=VALUE for the command (repeatable)")
+	f.StringVar(&o.mode, "mode", "", "enforce or report (overrides policy.mode)")
+	f.StringVar(&o.id, "id", "", "sandbox id policy and audit see (default run-<random>)")
+	f.StringArrayVar(&o.labels, "label", nil, "sandbox label KEY=VALUE for policy and secret bindings (repeatable)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every decision to stderr")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no egress summary")
+	return cmd
+}
+
+// loadRunConfig applies the flags over the config file and validates the result.
+func loadRunConfig(cmd *cobra.Command, o runOptions) (config.Config, error) {
+	cfg, err := config.Load(o.config)
+	if err != nil {
+		return cfg, err
+	}
+	f := cmd.Flags()
+	if o.policyDir != "" {
+		cfg.Policy.Dir = o.policyDir
+	}
+	cfg.Policy.Allow = append(cfg.Policy.Allow, o.allow...)
+	if len(o.presets) > 0 {
+		cfg.Policy.Presets = o.presets
+	}
+	if o.mode != "" {
+		cfg.Policy.Mode = o.mode
+	}
+	if o.secrets != "" {
+		cfg.Secrets.File = o.secrets
+	}
+	if o.audit != "" {
+		cfg.Audit.File = o.audit
+	}
+	if f.Changed("memory") {
+		cfg.Limits.Memory = o.memory
+	}
+	if f.Changed("cpus") {
+		cfg.Limits.CPUs = o.cpus
+	}
+	if f.Changed("pids") {
+		cfg.Limits.Pids = o.pids
+	}
+	if f.Changed("timeout") {
+		cfg.Limits.Timeout = o.timeout
+	}
+	if f.Changed("tmp-size") {
+		cfg.Limits.TmpSize = o.tmpSize
+	}
+	if o.workspace != "" {
+		cfg.Sandbox.Workspace = o.workspace
+	}
+	cfg.Sandbox.Env = append(cfg.Sandbox.Env, o.env...)
+	labels, err := parseLabels(o.labels)
+	if err != nil {
+		return cfg, err
+	}
+	for k, v := range labels {
+		if cfg.Sandbox.Labels == nil {
+			cfg.Sandbox.Labels = map[string]string{}
+		}
+		cfg.Sandbox.Labels[k] = v
+	}
+	if cfg.Sandbox.Workspace != "" {
+		abs, err := filepath.Abs(cfg.Sandbox.Workspace)
+		if err != nil {
+			return cfg, err
+		}
+		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+			return cfg, fmt.Errorf("--workspace %s: not a directory", cfg.Sandbox.Workspace)
+		}
+		cfg.Sandbox.Workspace = abs
+	}
+	return cfg, cfg.Validate()
+}
+
+func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
+	cfg, err := loadRunConfig(cmd, o)
+	if err != nil {
+		return &exitError{Code: 2, Msg: err.Error()}
+	}
+	if os.Geteuid() != 0 {
+		return &exitError{Code: 2, Msg: "run: needs root (network namespaces, cgroups and the sandbox's own uid)"}
+	}
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger})
+	if err != nil {
+		return &exitError{Code: 2, Msg: err.Error()}
+	}
+	defer d.Close()
+
+	res, err := d.Run(ctx, daemon.Task{
+		ID:        o.id,
+		Labels:    cfg.Sandbox.Labels,
+		Argv:      argv,
+		Env:       cfg.Sandbox.Env,
+		Workspace: cfg.Sandbox.Workspace,
+		Stdin:     os.Stdin,
+		Stdout:    cmd.OutOrStdout(),
+		Stderr:    cmd.ErrOrStderr(),
+	})
+	if err != nil {
+		var ee *sandboxd.ExecError
+		if errors.As(err, &ee) {
+			return &exitError{Code: 127, Msg: err.Error()}
+		}
+		return &exitError{Code: 1, Msg: err.Error()}
+	}
+	if !o.quiet {
+		w := cmd.ErrOrStderr()
+		switch {
+		case res.TimedOut:
+			fmt.Fprintf(w, "airlock: timed out after %s; every process of the sandbox was killed\n", cfg.Limits.Timeout)
+		case res.OOMKilled:
+			fmt.Fprintf(w, "airlock: out of memory (limit %s); the sandbox was killed\n", cfg.Limits.Memory)
+		case res.PidsLimitHit:
+			fmt.Fprintf(w, "airlock: the process limit (%d) was hit\n", cfg.Limits.Pids)
+		}
+		if res.Truncated {
+			fmt.Fprintln(w, "airlock: output was larger than the capture cap (the live output above is whole)")
+		}
+		d.Tally().WriteSummary(w, 12)
+		fmt.Fprintf(w, "airlock: exit %d, wall %s, cpu %s, peak memory %s, audit %s\n",
+			res.ExitStatus(), res.Wall.Round(1e6), res.CPU.Round(1e6), config.Size(res.PeakMemory), cfg.Audit.File)
+	}
+	if code := res.ExitStatus(); code != 0 {
+		return &exitError{Code: code}
+	}
+	return nil
+}
+
+// closeWithin runs f with a bounded context; used when the caller's context is done.
+func closeWithin(f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
+	defer cancel()
+	return f(ctx)
+}

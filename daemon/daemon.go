@@ -1,0 +1,485 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/netns"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/sandboxd"
+	"github.com/airlock-dev/airlock/secrets"
+)
+
+// Defaults.
+const (
+	DefaultRunDir     = "/run/airlock"
+	DefaultResolvConf = "/etc/resolv.conf"
+	systemBundle      = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// Options configure New.
+type Options struct {
+	// Config is the loaded configuration (config.Load applies defaults).
+	Config config.Config
+	// ConfigPath is the file Config came from; sandboxes never see it.
+	ConfigPath string
+	// RunDir holds this instance's state (namespace state files, an ephemeral
+	// CA, the merged bundle). Default DefaultRunDir/<kind>-<pid>.
+	RunDir string
+	// EphemeralCA mints an interception CA for this process when the configured
+	// one does not exist (airlock run). Without it, a missing CA means requests
+	// policy wants intercepted are denied (mitm_unavailable).
+	EphemeralCA bool
+	// Recover says what to do with namespaces a crashed instance with the same
+	// RunDir left behind. Empty means remove them.
+	Recover netns.RecoverPolicy
+	// Executor overrides the executor's config (tests set Exe and InitArgs).
+	Executor *sandboxd.Config
+	// NoExecutor builds no executor (airlock attach serves a namespace whose
+	// processes someone else runs); Run then fails.
+	NoExecutor bool
+	// ResolvConf is read for DNS upstreams when the config names none.
+	ResolvConf string
+	// Gateway is the base gateway config the daemon fills in (tests set DialFunc).
+	Gateway gateway.Config
+	// Logger receives operational logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Daemon is one running airlock.
+type Daemon struct {
+	log      *slog.Logger
+	cfg      config.Config
+	runDir   string
+	engine   *policy.Engine
+	writer   *audit.Writer
+	tally    *audit.Tally
+	dns      *dnsfilter.Filter
+	gw       *gateway.Gateway
+	secrets  *secrets.Injector
+	netns    *netns.Manager
+	exec     *sandboxd.Executor
+	caBundle string
+	hidden   []string
+	proxyURL string
+	closers  []func() error
+}
+
+// New builds every part, in dependency order, and undoes what it built if a
+// later part fails. Nothing serves until a task or an attach asks for it.
+func New(ctx context.Context, o Options) (_ *Daemon, err error) {
+	if o.RunDir == "" {
+		o.RunDir = filepath.Join(DefaultRunDir, "run-"+strconv.Itoa(os.Getpid()))
+	}
+	if o.ResolvConf == "" {
+		o.ResolvConf = DefaultResolvConf
+	}
+	if o.Recover == "" {
+		o.Recover = netns.RecoverRemove
+	}
+	cfg := o.Config
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if filepath.Dir(o.RunDir) == DefaultRunDir {
+		removeStale(ctx, logger)
+	}
+	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir}
+	if o.Executor == nil {
+		o.Executor = &sandboxd.Config{}
+	}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
+		return nil, fmt.Errorf("run dir: %w", err)
+	}
+	d.closers = append(d.closers, func() error { return os.RemoveAll(o.RunDir) })
+
+	upstreams := cfg.DNS.Upstreams
+	if len(upstreams) == 0 {
+		if upstreams, err = resolvConfUpstreams(o.ResolvConf); err != nil {
+			return nil, fmt.Errorf("dns.upstreams is empty and %w", err)
+		}
+	}
+	allow, err := ipguard.ParsePrefixes("upstream.allow_cidrs", cfg.Upstream.AllowCIDRs)
+	if err != nil {
+		return nil, err
+	}
+
+	d.engine, err = policy.New(policy.Config{
+		Dir:        cfg.Policy.Dir,
+		Mode:       policy.Mode(cfg.Policy.Mode),
+		Presets:    cfg.Policy.Presets,
+		AllowHosts: cfg.Policy.Allow,
+		Watch:      cfg.Policy.Dir != "",
+	}, logger)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, d.engine.Close)
+
+	if err := os.MkdirAll(filepath.Dir(cfg.Audit.File), 0o750); err != nil {
+		return nil, fmt.Errorf("audit.file: %w", err)
+	}
+	signingKey := cfg.Audit.SigningKey
+	if signingKey == "" {
+		// Checkpoints are what make a rewrite of the whole chain detectable: sign
+		// by default, with a key kept beside the log (created 0600 on first use).
+		signingKey = cfg.Audit.File + ".key"
+	}
+	d.writer, err = audit.New(audit.Config{
+		File:           cfg.Audit.File,
+		MaxSize:        audit.Size(cfg.Audit.MaxSize),
+		SigningKeyFile: signingKey,
+	}, logger)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, d.writer.Close)
+	d.tally = audit.NewTally(d.writer)
+
+	d.dns, err = dnsfilter.New(dnsfilter.Config{
+		Upstreams:  upstreams,
+		MinTTL:     time.Duration(cfg.DNS.MinTTL),
+		MaxTTL:     time.Duration(cfg.DNS.MaxTTL),
+		AllowCIDRs: cfg.Upstream.AllowCIDRs,
+	}, d.engine, d.tally, logger)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() error { return shutdown(d.dns.Shutdown) })
+
+	if cfg.Secrets.File != "" {
+		sc, err := secrets.LoadFile(cfg.Secrets.File)
+		if err != nil {
+			return nil, err
+		}
+		if d.secrets, err = secrets.New(sc, logger); err != nil {
+			return nil, err
+		}
+	}
+
+	caCert, caKey, err := d.interceptionCA(cfg, o.EphemeralCA)
+	if err != nil {
+		return nil, err
+	}
+	gwCfg := o.Gateway
+	gwCfg.AllowCIDRs = allow
+	gwCfg.UpstreamCAFile = cfg.Upstream.CAFile
+	gwCfg.CACertFile, gwCfg.CAKeyFile = caCert, caKey
+	if d.secrets != nil {
+		gwCfg.Injector = d.secrets
+	}
+	d.gw, err = gateway.New(gwCfg, d.engine, d.tally, d.dns.Resolver(), logger)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() error { return shutdown(d.gw.Shutdown) })
+
+	if d.caBundle, err = d.writeBundle(caCert, cfg.Upstream.CAFile); err != nil {
+		return nil, err
+	}
+
+	d.netns, err = netns.New(netns.Config{StateDir: filepath.Join(o.RunDir, "netns")},
+		server{gw: d.gw, dns: d.dns}, d.tally, logger)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() error { return d.netns.TeardownAll(context.Background()) })
+	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
+		return nil, fmt.Errorf("recover namespaces: %w", err)
+	}
+
+	d.hidden = hiddenPaths(o, cfg, caKey)
+	d.proxyURL = "http://127.0.0.1:" + strconv.Itoa(netns.DefaultExplicitPort)
+	if o.NoExecutor {
+		return d, nil
+	}
+	ec := *o.Executor
+	ec.Limits = sandboxd.Limits{
+		Memory:  int64(cfg.Limits.Memory),
+		CPUs:    cfg.Limits.CPUs,
+		Pids:    int64(cfg.Limits.Pids),
+		Timeout: time.Duration(cfg.Limits.Timeout),
+		TmpSize: int64(cfg.Limits.TmpSize),
+	}
+	d.exec, err = sandboxd.New(ec, d.tally, logger)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, d.exec.Close)
+	return d, nil
+}
+
+// interceptionCA returns the CA files the gateway uses: the configured ones when
+// they exist, else (EphemeralCA) a CA minted for this process in RunDir, else
+// none.
+func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key string, err error) {
+	_, cerr := os.Stat(cfg.CA.Cert)
+	_, kerr := os.Stat(cfg.CA.Key)
+	switch {
+	case cerr == nil && kerr == nil:
+		return cfg.CA.Cert, cfg.CA.Key, nil
+	case ephemeral:
+		cert, key, err = gateway.InitCA(filepath.Join(d.runDir, "ca"), true, time.Now())
+		if err != nil {
+			return "", "", fmt.Errorf("ephemeral CA: %w", err)
+		}
+		return cert, key, nil
+	}
+	d.log.Warn("no interception CA: requests policy wants intercepted are denied (airlock ca init)", "ca_cert", cfg.CA.Cert)
+	return "", "", nil
+}
+
+// writeBundle writes the trust bundle sandboxes get: the system roots, the
+// interception CA and the operator's upstream CA (so tunnels that are not
+// intercepted to an internal registry verify too).
+func (d *Daemon) writeBundle(caCert, upstreamCA string) (string, error) {
+	var b []byte
+	for _, p := range []string{systemBundle, caCert, upstreamCA} {
+		if p == "" {
+			continue
+		}
+		pem, err := os.ReadFile(p)
+		if err != nil {
+			if p == systemBundle && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return "", fmt.Errorf("ca bundle: %w", err)
+		}
+		b = append(b, pem...)
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			b = append(b, '\n')
+		}
+	}
+	path := filepath.Join(d.runDir, "ca-bundle.pem")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", fmt.Errorf("ca bundle: %w", err)
+	}
+	return path, nil
+}
+
+func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
+	h := append([]string(nil), sandboxd.DefaultHiddenPaths...)
+	for _, p := range []string{o.ConfigPath, cfg.CA.Key, caKey, cfg.Secrets.File, cfg.Audit.File,
+		filepath.Dir(cfg.Audit.File), cfg.Audit.SigningKey, cfg.Audit.File + ".key", cfg.API.Socket, o.RunDir, cfg.Policy.Dir} {
+		if p == "" || p == "/" || p == "." {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			h = append(h, abs)
+		}
+	}
+	return h
+}
+
+// removeStale tears down what `airlock run` processes that died left in
+// DefaultRunDir/run-<pid>: their namespaces (through a Manager that owns their
+// state files) and the directory itself.
+func removeStale(ctx context.Context, logger *slog.Logger) {
+	entries, _ := os.ReadDir(DefaultRunDir)
+	for _, e := range entries {
+		pidStr, ok := strings.CutPrefix(e.Name(), "run-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		dir := filepath.Join(DefaultRunDir, e.Name())
+		m, err := netns.New(netns.Config{StateDir: filepath.Join(dir, "netns")}, server{}, nil, logger)
+		if err == nil {
+			if res, err := m.Recover(ctx, netns.RecoverRemove); err == nil && len(res.Removed) > 0 {
+				logger.Info("removed namespaces of a dead airlock run", "pid", pid, "sandboxes", res.Removed)
+			}
+			m.Close()
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+func processAlive(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err == nil
+}
+
+// resolvConfUpstreams reads nameserver lines as IP:53 upstreams.
+func resolvConfUpstreams(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(io.LimitReader(f, 1<<16))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil && a.Zone() == "" {
+				out = append(out, netip.AddrPortFrom(a, 53).String())
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s names no nameserver", path)
+	}
+	return out, nil
+}
+
+func shutdown(f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return f(ctx)
+}
+
+// Tally counts this instance's decisions for a summary.
+func (d *Daemon) Tally() *audit.Tally { return d.tally }
+
+// Audit is the audit logger every part writes through.
+func (d *Daemon) Audit() audit.Logger { return d.tally }
+
+// CABundle is the merged trust bundle mounted into sandboxes.
+func (d *Daemon) CABundle() string { return d.caBundle }
+
+// Engine is the policy engine (for reload on SIGHUP).
+func (d *Daemon) Engine() *policy.Engine { return d.engine }
+
+// Close stops everything New built, last built first: namespaces are torn down
+// before the gateway stops, so no sandbox is ever left with a way out.
+func (d *Daemon) Close() error {
+	var errs []error
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		if err := d.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.closers = nil
+	return errors.Join(errs...)
+}
+
+// Task is one command to run in a new sandbox.
+type Task struct {
+	// ID names the sandbox (policy input.sandbox.id, audit sandbox); empty
+	// generates run-<random>.
+	ID     string
+	Labels map[string]string
+	Argv   []string
+	// Env is extra KEY=VALUE entries (after the proxy and CA variables).
+	Env       []string
+	Workspace string
+	Limits    sandboxd.Limits
+	Stdin     io.Reader
+	Stdout    io.Writer
+	Stderr    io.Writer
+}
+
+// Run makes the island namespace, gives the sandbox its placeholders, runs the
+// command and tears everything down. The namespace exists before the command
+// starts and is gone after it ends, so the command never has any other way out.
+func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
+	if len(t.Argv) == 0 {
+		return nil, errors.New("no command")
+	}
+	if d.exec == nil {
+		return nil, errors.New("this airlock has no executor")
+	}
+	if t.ID == "" {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		t.ID = "run-" + hex.EncodeToString(b[:])
+	}
+	sb := policy.Sandbox{ID: t.ID, Labels: t.Labels}
+	ns, err := d.netns.Create(ctx, sb)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox network: %w", err)
+	}
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.netns.Teardown(tctx, sb.ID); err != nil {
+			d.log.Error("teardown", "sandbox", sb.ID, "error", err)
+		}
+	}()
+	env := append([]string(nil), t.Env...)
+	if d.secrets != nil {
+		ph, err := d.secrets.Placeholders(secrets.Sandbox(sb))
+		if err != nil {
+			return nil, err
+		}
+		defer d.secrets.Forget(sb.ID)
+		for k, v := range ph {
+			env = append(env, k+"="+v)
+		}
+	}
+	return d.exec.Run(ctx, sandboxd.Spec{
+		ID:        sb.ID,
+		Argv:      t.Argv,
+		Env:       env,
+		NetNS:     ns.Path,
+		Workspace: t.Workspace,
+		CABundle:  d.caBundle,
+		Proxy:     d.proxyURL,
+		Hidden:    d.hidden,
+		Stdin:     t.Stdin,
+		Stdout:    t.Stdout,
+		Stderr:    t.Stderr,
+		Limits:    t.Limits,
+	})
+}
+
+// Attach serves an existing namespace (a container's or a VM's) until Detach.
+func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) (*netns.Sandbox, error) {
+	return d.netns.Attach(ctx, sb, nsPath)
+}
+
+// Detach restores an attached namespace as it was.
+func (d *Daemon) Detach(ctx context.Context, id string) error { return d.netns.Detach(ctx, id) }
+
+// Backend names the iptables backend in use.
+func (d *Daemon) Backend() string { return d.netns.Backend() }
+
+// server serves a sandbox's listeners with the gateway (explicit and
+// transparent) and the DNS filter (UDP and TCP): the netns.Server glue.
+type server struct {
+	gw  *gateway.Gateway
+	dns *dnsfilter.Filter
+}
+
+var _ netns.Server = server{}
+
+func (s server) Serve(sb policy.Sandbox, own []netip.Addr, ls netns.Listeners) error {
+	if err := s.dns.ServeSandbox(sb, own, ls.DNSUDP, ls.DNSTCP); err != nil {
+		return err
+	}
+	if err := s.gw.ServeSandbox(sb, ls.Explicit, ls.Transparent); err != nil {
+		s.dns.StopSandbox(sb.ID)
+		return err
+	}
+	return nil
+}
+
+func (s server) Stop(id string) {
+	s.gw.StopSandbox(id)
+	s.dns.StopSandbox(id)
+}
