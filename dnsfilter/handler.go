@@ -29,7 +29,6 @@ const (
 	ReasonFlagBlocked = "dns_flag_blocked"
 	ReasonQTypeRefuse = "dns_qtype_refused"
 	ReasonUpstream    = "dns_upstream_failed"
-	ReasonAuditFailed = "dns_audit_failed"
 )
 
 // query is the per-query context: created once in ServeDNS, filled by each stage,
@@ -147,7 +146,6 @@ var (
 	reasonIPLiteral    = []audit.Reason{{ID: ReasonIPLiteral, Msg: "an IP literal is not a name"}}
 	reasonQTypeRefused = []audit.Reason{{ID: ReasonQTypeRefuse, Msg: "query type not allowed for this name"}}
 	reasonUpstream     = []audit.Reason{{ID: ReasonUpstream, Msg: "no upstream answered"}}
-	reasonAuditFailed  = []audit.Reason{{ID: ReasonAuditFailed, Msg: "audit record could not be written"}}
 )
 
 func hasReason(rs []policy.Reason, id string) bool {
@@ -259,6 +257,9 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	}
 	if q.reasons != nil {
 		rec.Reasons = q.reasons
+		if q.reasons[0].ID == ReasonUpstream {
+			decision = "error" // policy allowed it; resolving failed
+		}
 	}
 	rec.Decision = decision
 	rec.DurationMS = float64(time.Since(q.start).Microseconds()) / 1000
