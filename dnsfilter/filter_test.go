@@ -551,3 +551,24 @@ func TestStopSandbox(t *testing.T) {
 		t.Errorf("ServeSandbox with an empty id: got no error")
 	}
 }
+
+func TestAllUpstreamsFail(t *testing.T) {
+	bad := startUpstream(t, func(_ string, req *dns.Msg) *dns.Msg {
+		resp := new(dns.Msg)
+		resp.SetRcode(req, dns.RcodeRefused)
+		return resp
+	})
+	e := newEnv(t, Config{}, bad, newDecider("pypi.org"))
+	for range 2 {
+		r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
+		if r.Rcode != dns.RcodeServerFailure {
+			t.Errorf("got %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+		}
+	}
+	if n := bad.count("pypi.org"); n != 2 {
+		t.Errorf("upstream queries: got %d, want 2 (failures are not cached)", n)
+	}
+	if rec := e.aud.last(t, "pypi.org"); rec.Decision != "error" || rec.RCode != "SERVFAIL" || rec.Error == "" {
+		t.Errorf("audit: got %+v, want error SERVFAIL with the upstream error", rec)
+	}
+}
