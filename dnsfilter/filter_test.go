@@ -446,7 +446,7 @@ func TestExfiltrationFlags(t *testing.T) {
 func TestUniqueNamesAndRateLimit(t *testing.T) {
 	up := startUpstream(t, nil)
 	dec := newDecider("pypi.org")
-	e := newEnv(t, Config{UniqueNames: 3, RateLimit: 1, RateBurst: 6, BlockFlags: []string{FlagRateLimited}}, up, dec)
+	e := newEnv(t, Config{UniqueNames: 3, RateLimit: 0.001, RateBurst: 6, BlockFlags: []string{FlagRateLimited}}, up, dec)
 	var got [][]string
 	for i := range 7 {
 		name := fmt.Sprintf("n%d.pypi.org", i)
