@@ -159,6 +159,10 @@ func (g *Gateway) ServeSandbox(sb policy.Sandbox, explicit, transparent net.List
 		}
 		s.listeners = append(s.listeners, l.l)
 		g.wg.Add(1)
+		if l.mode == modeExplicit {
+			go g.serveExplicitListener(s, l.l)
+			continue
+		}
 		go g.acceptLoop(s, l.l, l.mode)
 	}
 	g.mu.Unlock()
@@ -207,11 +211,7 @@ func (g *Gateway) acceptLoop(s *sandbox, l net.Listener, mode listenerMode) {
 		go func() {
 			defer g.wg.Done()
 			defer cc.close()
-			if mode == modeExplicit {
-				g.serveExplicit(cc)
-			} else {
-				g.serveTransparent(cc)
-			}
+			g.serveTransparent(cc)
 		}()
 	}
 }

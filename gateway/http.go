@@ -40,8 +40,9 @@ type httpSession struct {
 	rawHost    string
 	rawHostErr error
 
-	up      *upstreamConn // upstream kept for the next request
-	untrack func()
+	up         *upstreamConn // upstream kept for the next request
+	untrack    func()
+	closeAfter bool // explicit proxy: the connection ends after this response
 
 	sufHost string
 	suf     []string
@@ -129,11 +130,6 @@ func (s *httpSession) loop(kind policy.Kind) {
 		rc := s.g.newReqCtx(s.cc, s)
 		rc.req = req
 		rc.kind = policy.KindHTTP
-		if req.Method == http.MethodConnect && !s.pinned && !s.intercepted {
-			rc.kind = policy.KindConnect
-			s.g.serve(rc)
-			return // the connection now belongs to the tunnel
-		}
 		if !s.g.serve(rc) {
 			return
 		}
@@ -327,25 +323,39 @@ func hasToken(vals []string, tok string) bool {
 	return false
 }
 
-// forward sends rc's request upstream and relays the response.
-func (s *httpSession) forward(rc *reqCtx) error {
+// exchange is one request/response with the upstream: what forward (our own
+// loop) and proxyExchange (the goproxy front) share.
+type exchange struct {
+	resp        *http.Response
+	upgrade     string // "websocket" when the client asked for one
+	clientClose bool
+}
+
+// sendUpstream sends rc's request on the session's upstream connection
+// (retrying once, without a body, when a reused connection turned out dead),
+// reads the response header and scrubs an injected request's response. Nothing
+// has been written to the client when it returns.
+func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 	g := s.g
 	req := rc.req
-	clientClose := req.Close
+	x := exchange{clientClose: req.Close}
 	upgrade := removeHop(req.Header)
 	websocket := strings.EqualFold(upgrade, "websocket")
 	if upgrade != "" && !websocket {
 		upgrade = "" // h2c and other upgrades are never passed through
 	}
+	x.upgrade = upgrade
 	if websocket {
 		req.Header.Set("Connection", "Upgrade")
 		req.Header.Set("Upgrade", upgrade)
 	}
 	if hasToken(req.Header["Expect"], "100-continue") {
 		req.Header.Del("Expect")
-		s.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-		if err := s.bw.Flush(); err != nil {
-			return fail(ReasonUpstream, http.StatusBadGateway, err)
+		if !rc.viaProxy { // http.Server answers 100 Continue itself when the body is read
+			s.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+			if err := s.bw.Flush(); err != nil {
+				return x, fail(ReasonUpstream, http.StatusBadGateway, err)
+			}
 		}
 	}
 	req.Host = hostname.JoinHostPort(rc.host, rc.port)
@@ -361,7 +371,11 @@ func (s *httpSession) forward(rc *reqCtx) error {
 	replayable := req.Body == nil || req.Body == http.NoBody
 	var bodyErr error
 	if !replayable {
-		req.Body = countReadCloser{countReader{bodyErrReader{req.Body, &bodyErr}, &rc.bytesUp}, req.Body}
+		var body io.Reader = bodyErrReader{req.Body, &bodyErr}
+		if rc.viaProxy {
+			body = progressReader{r: body, c: s.conn, timeout: g.cfg.IdleTimeout}
+		}
+		req.Body = countReadCloser{countReader{body, &rc.bytesUp}, req.Body}
 	}
 
 	var resp *http.Response
@@ -377,28 +391,40 @@ func (s *httpSession) forward(rc *reqCtx) error {
 		s.dropUpstream()
 		if bodyErr != nil {
 			// A streamed body scan cut the request off before a placeholder left.
-			if serr := secretsErr(bodyErr); serr != nil {
-				var d *denial
-				if errors.As(serr, &d) {
-					return serr
-				}
+			var d *denial
+			if serr := secretsErr(bodyErr); errors.As(serr, &d) {
+				return x, serr
 			}
 		}
 		if reused && replayable && attempt == 0 {
 			if err := s.upstream(rc, true); err != nil {
-				return err
+				return x, err
 			}
 			continue
 		}
 		if isTimeout(err) {
-			return fail(ReasonTimeout, http.StatusGatewayTimeout, err)
+			return x, fail(ReasonTimeout, http.StatusGatewayTimeout, err)
 		}
-		return fail(ReasonUpstream, http.StatusBadGateway, err)
+		return x, fail(ReasonUpstream, http.StatusBadGateway, err)
 	}
 	if err := s.g.scrub(rc, resp); err != nil {
 		s.dropUpstream()
+		return x, err
+	}
+	x.resp = resp
+	return x, nil
+}
+
+// forward sends rc's request upstream and relays the response on the
+// session's own connection (transparent HTTP and intercepted requests).
+func (s *httpSession) forward(rc *reqCtx) error {
+	g := s.g
+	x, err := s.sendUpstream(rc)
+	if err != nil {
 		return err
 	}
+	resp, upgrade, clientClose := x.resp, x.upgrade, x.clientClose
+	websocket := upgrade != ""
 	rc.status = resp.StatusCode
 	rc.responded = true
 	upClose := resp.Close
@@ -439,7 +465,6 @@ func (s *httpSession) forward(rc *reqCtx) error {
 	if resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody {
 		keep = false // delimited by close; Response.Write says Connection: close
 	}
-	var err error
 	if resp.ContentLength < 0 && resp.Request.Method != http.MethodHead {
 		err = resp.Write(flushWriter{s.bw})
 	} else {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,6 +49,13 @@ type reqCtx struct {
 	// Raw inputs of the transparent listener (tls, tcp).
 	br   *bufio.Reader // holds the peeked bytes
 	head []byte        // for CONNECT: bytes the client sent after its request
+
+	// The explicit proxy's goproxy front: responses go back to goproxy as an
+	// *http.Response (refusal or upstream) instead of onto the connection.
+	viaProxy bool
+	refusal  *http.Response
+	upOK     bool    // the upstream response was read to its end: the connection may be reused
+	ws       *wsBody // a websocket goproxy relays
 
 	in      policy.Input
 	dec     policy.Decision
@@ -99,6 +107,15 @@ func (g *Gateway) serveRefused(rc *reqCtx, err error) {
 // stages are the pipeline's stages in their fixed order. Each returns an error;
 // the first error ends the request.
 func (g *Gateway) stages(rc *reqCtx) error {
+	if err := g.admit(rc); err != nil {
+		return err
+	}
+	return g.relay(rc)
+}
+
+// admit runs every stage before relay. The goproxy front calls it from its
+// request handler and relays from its RoundTripper (proxyExchange).
+func (g *Gateway) admit(rc *reqCtx) error {
 	if err := g.normalize(rc); err != nil {
 		return err
 	}
@@ -111,10 +128,7 @@ func (g *Gateway) stages(rc *reqCtx) error {
 	if err := g.inject(rc); err != nil {
 		return err
 	}
-	if err := g.dial(rc); err != nil {
-		return err
-	}
-	return g.relay(rc)
+	return g.dial(rc)
 }
 
 // normalize fills host and port and enforces one destination per connection.
@@ -326,8 +340,24 @@ func (g *Gateway) refuse(rc *reqCtx) {
 		return
 	}
 	rc.status = status
-	bw := rc.sess.bw
 	body := "airlock: " + http.StatusText(status) + ": " + reason + " (decision " + rc.id + ")\n"
+	if rc.viaProxy {
+		// goproxy writes it through the connection's http.Server.
+		h := http.Header{}
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("X-Airlock-Decision", rc.id)
+		h.Set("X-Airlock-Reason", reason)
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		h.Set("Connection", "close")
+		rc.refusal = &http.Response{
+			StatusCode: status, Status: strconv.Itoa(status) + " " + http.StatusText(status),
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Close: true,
+			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body)), Request: rc.req,
+		}
+		rc.responded = true
+		return
+	}
+	bw := rc.sess.bw
 	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
 	bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Airlock-Decision: " + rc.id + "\r\n")
 	bw.WriteString("X-Airlock-Reason: " + reason + "\r\n")

@@ -18,13 +18,6 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// serveExplicit serves one explicit-proxy connection: absolute-form HTTP
-// requests, or one CONNECT.
-func (g *Gateway) serveExplicit(cc *clientConn) {
-	s := g.newSession(cc, cc.nc, nil)
-	s.loop(policy.KindHTTP)
-}
-
 // serveTransparent serves one connection redirected by the sandbox's namespace
 // rules: it recovers the original destination, peeks the first bytes without
 // consuming them, and handles the connection as kind tls, http or tcp.
