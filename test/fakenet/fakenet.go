@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -107,6 +108,7 @@ func New() (*Net, error) {
 			n.Close()
 			return nil, err
 		}
+		n.writeOwner()
 		return n, nil
 	}
 	return nil, fmt.Errorf("fakenet: no free subnet: %w", lastErr)
@@ -156,6 +158,19 @@ func (n *Net) create(idx int) error {
 func (n *Net) destroy() {
 	_ = run("ip", "netns", "delete", n.Name)
 	_ = run("ip", "link", "delete", n.hostLink)
+	_ = os.Remove(filepath.Join(OwnerDir, n.Name))
+}
+
+// OwnerDir holds one file per live fake internet, named after its namespace and
+// holding the pid of the process that made it, so CleanStale can tell a crashed
+// run's leftovers from a fake internet another test process is using.
+const OwnerDir = "/run/alk-fakenet"
+
+func (n *Net) writeOwner() {
+	if err := os.MkdirAll(OwnerDir, 0o700); err != nil {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(OwnerDir, n.Name), []byte(strconv.Itoa(os.Getpid())), 0o600)
 }
 
 // inNS runs fn on a thread that has entered the namespace. The thread is never
@@ -457,7 +472,37 @@ func (n *Net) Close() error {
 	return nil
 }
 
-// Clean removes fake internets a crashed run left behind.
+// CleanStale removes the fake internets whose owning process (see OwnerDir) is
+// dead. Unlike Clean it never touches a fake internet another live test process
+// is using, nor one made by a process that recorded no owner.
+func CleanStale() {
+	entries, _ := os.ReadDir(OwnerDir)
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "alk-inet-") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(OwnerDir, name))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			continue
+		}
+		_ = run("ip", "netns", "delete", name)
+		if idx, ok := strings.CutPrefix(name, "alk-inet-"); ok {
+			_ = run("ip", "link", "delete", "alk-i"+idx+"-h")
+		}
+		_ = os.Remove(filepath.Join(OwnerDir, name))
+	}
+}
+
+// Clean removes fake internets a crashed run left behind: every alk-inet-*
+// namespace, including ones other live processes use (see CleanStale).
 func Clean() {
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
