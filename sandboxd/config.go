@@ -143,7 +143,12 @@ type Spec struct {
 	// NetNS is the network namespace to join (a /run/netns path or /proc/PID/ns/net).
 	// Empty gives a fresh namespace with only lo.
 	NetNS string
-	// Workspace is a host directory bound read-write at WorkspaceTarget.
+	// Workspace is a host directory mounted read-write at WorkspaceTarget as an
+	// idmapped mount: the sandbox uid and gid stand in for the directory's owner, so
+	// the sandbox can write it without any chown on the host, and files it creates
+	// belong to the directory's owner on the host. Files of other owners appear as
+	// nobody. A filesystem that cannot be idmapped (NFS, proc, older tmpfs) fails the
+	// run with an error saying so; it is never mounted read-only instead.
 	Workspace string
 	// WorkspaceTarget is where the workspace appears inside. Default: same path.
 	WorkspaceTarget string

@@ -20,6 +20,11 @@
 //     capability, sets no_new_privs, loads the seccomp filter on its one locked thread
 //     and execve()s the command from that thread.
 //
+// The workspace is an idmapped mount (mount_setattr MOUNT_ATTR_IDMAP with a user
+// namespace mapping the directory's owner to the sandbox uid), and the seccomp filter
+// refuses setuid and setgid mode bits, so files the sandbox leaves there belong to
+// the directory's owner and can never be a setuid binary of that owner.
+//
 // Configuration travels over pipes as JSON (fd 3), never through the environment; the
 // only environment variable init sees is the stage marker.
 //

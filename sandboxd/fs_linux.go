@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,6 +24,12 @@ import (
 //  4. fresh /proc (masked), minimal /dev, empty read-only /sys, tmpfs /tmp and $HOME,
 //     the workspace, resolv.conf, the CA bundle and the hidden-path masks are
 //     mounted inside, targets resolved inside the new root.
+//
+// The workspace is an idmapped mount (see idmapWorkspace): the sandbox uid and gid
+// act as the workspace directory's owner, so the sandbox can write a root- or
+// user-owned directory without a chown on the host, and what it creates belongs to
+// that owner on the host. The seccomp filter refuses setuid and setgid mode bits, so
+// nothing the sandbox creates there becomes a setuid binary of the owner.
 //
 // Needs Linux >= 5.12 (open_tree, move_mount, mount_setattr); older kernels fail
 // closed with a clear error.
@@ -53,11 +62,15 @@ func setupSandbox(cfg *initConfig) error {
 	}
 	defer unix.Close(rootFD)
 	wsFD := -1
+	var wsOwner unix.Stat_t
 	if cfg.Workspace != "" {
 		if wsFD, err = cloneTree(cfg.Workspace, true, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
 			return fmt.Errorf("clone workspace %s: %w", cfg.Workspace, err)
 		}
 		defer unix.Close(wsFD)
+		if err := unix.Fstat(wsFD, &wsOwner); err != nil {
+			return fmt.Errorf("stat workspace %s: %w", cfg.Workspace, err)
+		}
 	}
 	caFD := -1
 	if cfg.CABundle != "" {
@@ -141,6 +154,9 @@ func setupSandbox(cfg *initConfig) error {
 		}
 		if st, err := os.Stat(t); err != nil || !st.IsDir() {
 			return fmt.Errorf("workspace_target %s is not a directory in the sandbox root", t)
+		}
+		if err := idmapWorkspace(wsFD, cfg.Workspace, int(wsOwner.Uid), int(wsOwner.Gid), cfg.Exec.UID, cfg.Exec.GID); err != nil {
+			return err
 		}
 		if err := unix.MoveMount(wsFD, "", unix.AT_FDCWD, t, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
 			return fmt.Errorf("attach workspace at %s: %w", t, err)
@@ -314,4 +330,69 @@ func loopbackUp() error {
 		return fmt.Errorf("lo up: %w", err)
 	}
 	return nil
+}
+
+// idmapWorkspace makes the detached workspace tree fd an idmapped mount in which
+// files owned by ownerUID/ownerGID on disk appear as uid/gid, and files uid/gid
+// creates land on disk as ownerUID/ownerGID. Other on-disk owners appear as the
+// overflow id (nobody) and cannot be written through ownership. It must run after
+// the sandbox's /proc is mounted (the helper's maps are written through it) and
+// before the tree is attached (an attached mount cannot be idmapped).
+func idmapWorkspace(treeFD int, path string, ownerUID, ownerGID, uid, gid int) error {
+	nsFD, err := idmapUserns(ownerUID, ownerGID, uid, gid)
+	if err != nil {
+		return fmt.Errorf("workspace %s: user namespace for the idmapped mount: %w", path, err)
+	}
+	defer unix.Close(nsFD)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsFD)}
+	if err := unix.MountSetattr(treeFD, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		var fs unix.Statfs_t
+		_ = unix.Fstatfs(treeFD, &fs)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSYS) {
+			return fmt.Errorf("workspace %s: the filesystem (statfs type %#x) or one of its submounts does not support idmapped mounts, "+
+				"so the sandbox (uid %d) cannot be made its owner (uid %d); use a workspace on ext4, xfs, btrfs or tmpfs (Linux >= 6.3): %w",
+				path, fs.Type, uid, ownerUID, err)
+		}
+		return fmt.Errorf("workspace %s: idmap mount: %w", path, err)
+	}
+	return nil
+}
+
+// idmapUserns returns an fd for a new user namespace whose uid_map is
+// "ownerUID uid 1" and gid_map "ownerGID gid 1". The namespace needs a process to
+// be born: a child of this process is cloned into it and traced, so it stops at
+// its execve before running a single instruction of the program, and is killed and
+// reaped once its namespace is open.
+func idmapUserns(ownerUID, ownerGID, uid, gid int) (int, error) {
+	// The tracer is this thread; it stays locked until the child is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"airlock-idmap"}, &syscall.ProcAttr{
+		Env: []string{},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: ownerUID, HostID: uid, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: ownerGID, HostID: gid, Size: 1}},
+			Ptrace:      true,
+			Pdeathsig:   unix.SIGKILL,
+		},
+	})
+	if err != nil {
+		return -1, fmt.Errorf("clone helper: %w", err)
+	}
+	defer func() {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		for {
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err == unix.EINTR || (err == nil && !ws.Exited() && !ws.Signaled()) {
+				continue
+			}
+			return
+		}
+	}()
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open helper user namespace: %w", err)
+	}
+	return fd, nil
 }

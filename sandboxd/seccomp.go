@@ -13,7 +13,9 @@ import (
 //
 // Layout: check the architecture (anything but native x86_64, including x32 and the
 // i386 int 0x80 entry, kills the process), then one two-instruction test per denied
-// syscall, then the argument checks for socket, socketpair and clone, then allow.
+// syscall, ENOSYS for clone3 and openat2, then the argument checks: setuid/setgid
+// mode bits (chmod, open and mknod families), socket, socketpair and clone; then
+// allow.
 //
 // AF_NETLINK is denied along with every family other than AF_UNIX, AF_INET and
 // AF_INET6. glibc's getaddrinfo uses a NETLINK_ROUTE socket only for AI_ADDRCONFIG
@@ -83,6 +85,31 @@ var deniedSyscalls = []struct {
 	{unix.SYS_DELETE_MODULE, "delete_module"},
 }
 
+// modeSyscalls set a file's mode: the argument index of the mode and, for the open
+// family, of the flags (-1: always a mode). The workspace is an idmapped mount whose
+// files belong to its host owner (often root), so a setuid bit set there would make
+// a setuid-root binary on the host. Denying the bits outright (as systemd's
+// RestrictSUIDSGID does) is simpler than proving each mount nosuid for every reader.
+var modeSyscalls = []struct {
+	nr                uint32
+	name              string
+	flagsArg, modeArg int
+}{
+	{unix.SYS_CHMOD, "chmod", -1, 1},
+	{unix.SYS_FCHMOD, "fchmod", -1, 1},
+	{unix.SYS_FCHMODAT, "fchmodat", -1, 2},
+	{unix.SYS_FCHMODAT2, "fchmodat2", -1, 2},
+	{unix.SYS_CREAT, "creat", -1, 1},
+	{unix.SYS_MKNOD, "mknod", -1, 1},
+	{unix.SYS_MKNODAT, "mknodat", -1, 2},
+	{unix.SYS_OPEN, "open", 1, 2},
+	{unix.SYS_OPENAT, "openat", 2, 3},
+}
+
+// createFlags are the open flags that create a file: O_CREAT and __O_TMPFILE (the
+// bit O_TMPFILE adds to O_DIRECTORY).
+const createFlags = unix.O_CREAT | (unix.O_TMPFILE &^ unix.O_DIRECTORY)
+
 // allowedSocketFamilies are the only address families socket(2) may create.
 var allowedSocketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6}
 
@@ -102,10 +129,31 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 			bpf.RetConstant{Val: retEPERM})
 	}
 	// clone3 passes its flags in memory seccomp cannot read: ENOSYS makes glibc fall
-	// back to clone(2), whose flags are checked below.
+	// back to clone(2), whose flags are checked below. openat2 likewise hides its
+	// mode in a struct; callers fall back to openat, whose mode is checked.
 	prog = append(prog,
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_CLONE3, SkipTrue: 1},
+		bpf.RetConstant{Val: retNOSYS},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_OPENAT2, SkipTrue: 1},
 		bpf.RetConstant{Val: retNOSYS})
+
+	// No setuid or setgid file: each mode-setting call is denied when its mode has
+	// S_ISUID or S_ISGID (for the open family only when it creates).
+	for _, m := range modeSyscalls {
+		blk := []bpf.Instruction{}
+		if m.flagsArg >= 0 {
+			blk = append(blk,
+				bpf.LoadAbsolute{Off: seccompOffArg0 + 8*uint32(m.flagsArg), Size: 4},
+				bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: createFlags, SkipFalse: 2})
+		}
+		blk = append(blk,
+			bpf.LoadAbsolute{Off: seccompOffArg0 + 8*uint32(m.modeArg), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.S_ISUID | unix.S_ISGID, SkipTrue: 1},
+			bpf.RetConstant{Val: retAllow},
+			bpf.RetConstant{Val: retEPERM})
+		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: m.nr, SkipTrue: uint8(len(blk))})
+		prog = append(prog, blk...)
+	}
 
 	// clone: deny any namespace flag. A is the syscall number on entry to each block.
 	prog = append(prog,

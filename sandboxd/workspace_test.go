@@ -1,0 +1,135 @@
+package sandboxd
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func ownerOf(t *testing.T, p string) (uid, gid int, mode os.FileMode) {
+	t.Helper()
+	st, err := os.Lstat(p)
+	if err != nil {
+		t.Fatalf("host stat %s: %v", p, err)
+	}
+	s := st.Sys().(*syscall.Stat_t)
+	return int(s.Uid), int(s.Gid), st.Mode()
+}
+
+// TestWorkspaceIdmappedRootOwned: a root-owned 0755 workspace is writable by the
+// sandbox through an idmapped mount. Inside, the sandbox owns the directory and what
+// it creates; on the host everything it made belongs to root (the directory's
+// owner) and nothing on the host was chowned. Writes outside the workspace still
+// fail, and a setuid file cannot be made there.
+func TestWorkspaceIdmappedRootOwned(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	ws := hostDir(t, 0o755)
+	outside := hostDir(t, 0o1777)
+	pre := filepath.Join(ws, "preexisting")
+	if err := os.WriteFile(pre, []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `cd ` + ws + ` || exit 9
+	echo made > new.txt && echo "new W" || echo "new R"
+	mkdir -p sub/deep && echo x > sub/deep/f && echo "mkdir W" || echo "mkdir R"
+	echo appended >> preexisting && echo "pre W" || echo "pre R"
+	echo "dir-owner $(stat -c %u:%g .)"
+	echo "new-owner $(stat -c %u:%g new.txt)"
+	echo "id $(id -u):$(id -g)"
+	echo x > ` + outside + `/f 2>/dev/null && echo "outside W" || echo "outside R"
+	cp /usr/bin/id ./suid-id
+	chmod u+s ./suid-id 2>/dev/null && echo "chmod-suid W" || echo "chmod-suid R"
+	chmod g+s ./suid-id 2>/dev/null && echo "chmod-sgid W" || echo "chmod-sgid R"
+	python3 -c "import os; os.close(os.open('made-suid', os.O_CREAT|os.O_WRONLY, 0o4755))" 2>/dev/null && echo "create-suid W" || echo "create-suid R"
+	echo "suid-run $(./suid-id -u)"`
+	res := mustRun(t, e, Spec{Argv: sh(script), Workspace: ws})
+	uid := strconv.Itoa(res.UID)
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok {
+			got[k] = v
+		}
+	}
+	want := map[string]string{
+		"new": "W", "mkdir": "W", "pre": "W",
+		"dir-owner": uid + ":" + uid, "new-owner": uid + ":" + uid, "id": uid + ":" + uid,
+		"outside": "R", "chmod-suid": "R", "chmod-sgid": "R", "create-suid": "R", "suid-run": uid,
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: got %q, want %q (stdout %q stderr %q)", k, got[k], w, res.Stdout, res.Stderr)
+		}
+	}
+	// Host view: owned by root, the directory's owner; the workspace itself unchanged.
+	for _, p := range []string{filepath.Join(ws, "new.txt"), filepath.Join(ws, "sub"), filepath.Join(ws, "sub/deep/f"), filepath.Join(ws, "suid-id"), pre} {
+		u, g, _ := ownerOf(t, p)
+		if u != 0 || g != 0 {
+			t.Errorf("host owner of %s: got %d:%d, want 0:0", p, u, g)
+		}
+	}
+	if u, g, m := ownerOf(t, ws); u != 0 || g != 0 || m.Perm() != 0o755 {
+		t.Errorf("host workspace: got %d:%d %v, want 0:0 0755 (unchanged)", u, g, m)
+	}
+	if b, _ := os.ReadFile(pre); string(b) != "host\nappended\n" {
+		t.Errorf("preexisting: got %q", b)
+	}
+	if _, _, m := ownerOf(t, filepath.Join(ws, "suid-id")); m&(os.ModeSetuid|os.ModeSetgid) != 0 {
+		t.Errorf("host suid-id mode: got %v, want no setuid/setgid bit", m)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "made-suid")); err == nil {
+		t.Errorf("made-suid exists on the host")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "f")); err == nil {
+		t.Errorf("write outside the workspace reached the host")
+	}
+}
+
+// TestWorkspaceIdmappedUserOwned: a 0700 directory owned by an ordinary user is
+// writable by the sandbox; its files land owned by that user; files of other owners
+// inside appear as nobody and stay read-only.
+func TestWorkspaceIdmappedUserOwned(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	ws := hostDir(t, 0o700)
+	const owner = 4242
+	if err := os.Chown(ws, owner, owner); err != nil {
+		t.Fatal(err)
+	}
+	rootFile := filepath.Join(ws, "root-owned")
+	if err := os.WriteFile(rootFile, []byte("r\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `cd /home/sandbox/work && echo made > new.txt && echo "new W" || echo "new R"
+	echo x >> root-owned 2>/dev/null && echo "rootfile W" || echo "rootfile R"
+	echo "rootfile-owner $(stat -c %u root-owned)"`
+	res := mustRun(t, e, Spec{Argv: sh(script), Workspace: ws, WorkspaceTarget: "/home/sandbox/work"})
+	out := string(res.Stdout)
+	for _, w := range []string{"new W", "rootfile R", "rootfile-owner 65534"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("got %q, want a line %q (stderr %q)", out, w, res.Stderr)
+		}
+	}
+	if u, g, _ := ownerOf(t, filepath.Join(ws, "new.txt")); u != owner || g != owner {
+		t.Errorf("host owner: got %d:%d, want %d:%d", u, g, owner, owner)
+	}
+	if b, _ := os.ReadFile(rootFile); string(b) != "r\n" {
+		t.Errorf("root-owned file changed: %q", b)
+	}
+}
+
+// TestWorkspaceWithoutIdmapFails: a workspace on a filesystem that cannot be
+// idmapped (proc) fails the run with an error that says so; it never runs the
+// command with a read-only or host-permission workspace.
+func TestWorkspaceWithoutIdmapFails(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	marker := filepath.Join(hostDir(t, 0o755), "ran")
+	_, err := e.Run(t.Context(), Spec{Argv: sh("touch " + marker), Workspace: "/proc/sys"})
+	if err == nil || !strings.Contains(err.Error(), "does not support idmapped mounts") {
+		t.Fatalf("got %v, want an error saying the filesystem does not support idmapped mounts", err)
+	}
+	if _, serr := os.Stat(marker); serr == nil {
+		t.Errorf("the command ran")
+	}
+}
