@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/sandboxd"
+	"github.com/airlock-dev/airlock/test/fakenet"
+	"github.com/airlock-dev/airlock/test/roottest"
+)
+
+func TestMain(m *testing.M) {
+	if sandboxd.IsStage() {
+		sandboxd.InitMain()
+	}
+	os.Exit(m.Run())
+}
+
+func TestResolvConfUpstreams(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       []string
+		wantErr    bool
+	}{
+		{name: "two", text: "# c\nnameserver 1.1.1.1\nsearch x\nnameserver 2606:4700::1111\n", want: []string{"1.1.1.1:53", "[2606:4700::1111]:53"}},
+		{name: "stub", text: "nameserver 127.0.0.53\noptions edns0\n", want: []string{"127.0.0.53:53"}},
+		{name: "zone skipped", text: "nameserver fe80::1%eth0\nnameserver 9.9.9.9\n", want: []string{"9.9.9.9:53"}},
+		{name: "none", text: "search example\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "resolv.conf")
+			if err := os.WriteFile(p, []byte(tt.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := resolvConfUpstreams(p)
+			if (err != nil) != tt.wantErr || !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestHiddenPaths(t *testing.T) {
+	cfg := config.Default()
+	cfg.Secrets.File = "/etc/airlock/secrets.yaml"
+	cfg.Audit.File = "/srv/log/audit.jsonl"
+	h := hiddenPaths(Options{ConfigPath: "/srv/airlock.yaml", RunDir: "/run/airlock/run-1"}, cfg, "/run/airlock/run-1/ca/ca.key")
+	for _, want := range []string{"/srv/airlock.yaml", "/etc/airlock/ca.key", "/run/airlock/run-1/ca/ca.key",
+		"/etc/airlock/secrets.yaml", "/srv/log", "/srv/log/audit.jsonl.key", cfg.API.Socket, "/run/airlock/run-1"} {
+		if !slices.Contains(h, want) {
+			t.Errorf("hidden paths %v lack %s", h, want)
+		}
+	}
+}
+
+// TestRootRun runs a real task against a fake internet: an allowed registry is
+// reached through the gateway (intercepted with the per-run CA the sandbox
+// trusts), a denied host sees no connection, and the namespace is gone after.
+func TestRootRun(t *testing.T) {
+	roottest.Require(t)
+	n, err := fakenet.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	pypi, err := n.AddHost([]string{"pypi.org"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil, err := n.AddHost([]string{"evil.example"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := n.WriteCA(filepath.Join(dir, "upstream-ca.pem")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.DNS.Upstreams = []string{n.DNSAddr.String()}
+	cfg.Upstream.AllowCIDRs = []string{n.Subnet.String()}
+	cfg.Upstream.CAFile = filepath.Join(dir, "upstream-ca.pem")
+	cfg.Audit.File = filepath.Join(dir, "audit.jsonl")
+	cfg.CA.Cert, cfg.CA.Key = filepath.Join(dir, "none.pem"), filepath.Join(dir, "none.key")
+	runDir := filepath.Join(dir, "run")
+	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: runDir,
+		Executor: &sandboxd.Config{InitArgs: []string{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			d.Close()
+		}
+	})
+	var stdout, stderr bytes.Buffer
+	res, err := d.Run(context.Background(), Task{ID: "alk-daemon-run", Argv: []string{"sh", "-c",
+		"curl -sS --max-time 20 https://pypi.org/simple/ && curl -sS --max-time 20 -o /dev/null -w '%{http_code}' https://evil.example/ ; exit 0"},
+		Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus() != 0 || !strings.Contains(stdout.String(), "hello from pypi.org /simple/") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", res.ExitStatus(), stdout.String(), stderr.String())
+	}
+	if pypi.Requests() != 1 {
+		t.Fatalf("pypi.org saw %d requests, want 1", pypi.Requests())
+	}
+	if evil.Conns() != 0 {
+		t.Fatalf("evil.example saw %d connections, want 0", evil.Conns())
+	}
+	if _, err := os.Stat("/run/netns/airlock-alk-daemon-run"); !os.IsNotExist(err) {
+		t.Fatalf("namespace left behind: %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
+		t.Fatalf("run dir left behind: %v", err)
+	}
+	var kinds []string
+	f, err := os.Open(cfg.Audit.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r audit.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, r.Kind+":"+r.Decision+":"+r.Host)
+	}
+	for _, want := range []string{"connect:allow:pypi.org", "http:allow:pypi.org", "connect:deny:evil.example", "exec:allow:"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("audit %v lacks %s", kinds, want)
+		}
+	}
+}
