@@ -3,7 +3,6 @@ package secrets
 import (
 	"bytes"
 	"io"
-	"strings"
 	"sync/atomic"
 )
 
@@ -162,13 +161,3 @@ func (r *scrubReader) drain(final bool) {
 }
 
 func (r *scrubReader) Close() error { return r.src.Close() }
-
-// containsAny reports whether s holds any pattern, case-sensitively.
-func (s *scrubber) containsAny(in string) bool {
-	for _, p := range s.patterns() {
-		if strings.Contains(in, string(p)) {
-			return true
-		}
-	}
-	return false
-}

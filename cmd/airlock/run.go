@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -213,11 +212,4 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		return &exitError{Code: code}
 	}
 	return nil
-}
-
-// closeWithin runs f with a bounded context; used when the caller's context is done.
-func closeWithin(f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
-	defer cancel()
-	return f(ctx)
 }
