@@ -13,6 +13,10 @@ have dnsmasq || need+=(dnsmasq-base)
 have curl || need+=(curl)
 have git || need+=(git)
 [ -x /usr/bin/python3 ] || need+=(python3)
+# The e2e tests run pip, node and npm inside sandboxes, whose uid cannot read
+# root's home: they must be the system ones.
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+[ -x /usr/bin/node ] || need+=(nodejs)
 have ping || need+=(iputils-ping)
 have openssl || need+=(openssl)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
@@ -25,4 +29,15 @@ if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}" >&2
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# Debian's npm depends on Debian's nodejs; a node from elsewhere (NodeSource
+# bundles npm) can make it uninstallable, so it is tried on its own and a
+# failure says what to do instead of aborting (only the e2e npm test needs it,
+# and it fails naming /usr/bin/npm).
+if [ ! -x /usr/bin/npm ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: warning: /usr/bin/npm is missing; install it as root" >&2
+	elif ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null; }; then
+		echo "deps: warning: could not install Debian's npm next to node $(node --version 2>/dev/null || echo '(none)'); install an npm for /usr/bin/node by hand" >&2
+	fi
 fi
