@@ -25,11 +25,9 @@
 // policy opts the name in for that type: the decision for that question (policy
 // sees input.dns.qtype) must be an allow that carries a reason with id
 // ReasonQTypeOptIn ("dns_qtype_optin"). An allow alone is not enough, because the
-// presets allow registry names for kind dns whatever the type. (The policy
-// library today emits reasons only for denials; a rule such as
-// `allow_reasons contains {"id": "dns_qtype_optin"} if ...` in airlock.egress
-// needs one line in policies/lib to reach the decision. Until then only a Decider
-// that sets the reason itself can opt a type in.) Every query asks policy except
+// presets allow registry names for kind dns whatever the type. A policy opts in
+// with `allow_reasons contains {"id": "dns_qtype_optin", "msg": ...} if ...` in
+// airlock.egress, which the library carries into an allow's reasons. Every query asks policy except
 // those refused before it (malformed, not a host name, an IP literal asked as a
 // name) and those a Config.BlockFlags flag denies; all of them are audited.
 //

@@ -24,6 +24,13 @@ allow if input.destination.host == "pypi.org"
 # An allowed wildcard: any name under tunnel.example.
 allow if "tunnel.example" in input.destination.suffixes
 
+# MX (only) for pypi.org is opted in; other restricted types stay refused.
+allow_reasons contains {"id": "dns_qtype_optin", "msg": "MX for pypi.org"} if {
+	input.kind == "dns"
+	input.dns.qtype == "MX"
+	input.destination.host == "pypi.org"
+}
+
 deny contains {"id": "dns_exfil", "msg": "exfiltration signal"} if {
 	input.kind == "dns"
 	count(input.dns.flags) > 0
@@ -91,6 +98,20 @@ func TestWithRealPolicyAndAudit(t *testing.T) {
 			t.Errorf("%s: upstream saw it %d times, want %d", tt.qname, n, tt.sent)
 		}
 	}
+	// The Rego opt-in reaches the filter: MX is forwarded, TXT is refused and
+	// never sent.
+	if r := e.ask(t, "udp", "pypi.org.", dns.TypeMX); r.Rcode != dns.RcodeSuccess {
+		t.Errorf("MX pypi.org: got %s, want NOERROR (opted in by policy)", dns.RcodeToString[r.Rcode])
+	}
+	if n := up.count("pypi.org"); n != 2 {
+		t.Errorf("after MX: upstream saw pypi.org %d times, want 2", n)
+	}
+	if r := e.ask(t, "udp", "pypi.org.", dns.TypeTXT); r.Rcode != dns.RcodeRefused {
+		t.Errorf("TXT pypi.org: got %s, want REFUSED", dns.RcodeToString[r.Rcode])
+	}
+	if n := up.count("pypi.org"); n != 2 {
+		t.Errorf("after TXT: upstream saw pypi.org %d times, want still 2", n)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := f.Shutdown(ctx); err != nil {
@@ -112,12 +133,21 @@ func TestWithRealPolicyAndAudit(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("audit line %q: %v", sc.Text(), err)
 		}
-		if r.Kind == "dns" {
+		if r.Kind == "dns" && r.QType == "A" {
 			recs[r.QName] = r
 		}
+		if r.Kind == "dns" && r.QType != "A" {
+			recs[r.QName+"/"+r.QType] = r
+		}
 	}
-	if len(recs) != len(tests) {
-		t.Fatalf("audit: got %d dns records, want %d", len(recs), len(tests))
+	if len(recs) != len(tests)+2 {
+		t.Fatalf("audit: got %d dns records, want %d", len(recs), len(tests)+2)
+	}
+	if r := recs["pypi.org/MX"]; r.Decision != "allow" || len(r.Reasons) != 1 || r.Reasons[0].ID != ReasonQTypeOptIn {
+		t.Errorf("opted-in MX record: got %+v", r)
+	}
+	if r := recs["pypi.org/TXT"]; r.Decision != "deny" || r.RCode != "REFUSED" {
+		t.Errorf("refused TXT record: got %+v", r)
 	}
 	if r := recs["pypi.org"]; r.Decision != "allow" || r.PolicyRev == "" || len(r.Answers) != 1 || r.Upstream != up.addr || r.Prev == "" {
 		t.Errorf("allowed record: got %+v", r)

@@ -90,6 +90,10 @@ _reason(r) := {"id": r.id, "msg": object.get(r, "msg", "")} if {
 	is_string(object.get(r, "msg", ""))
 } else := {"id": "deny", "msg": sprintf("%v", [r])}
 
+# allow_reasons explain an allow to the gateway or DNS filter; dns_qtype_optin
+# is how a policy lets TXT, MX, SRV ... through for a name.
+_allow_reasons := sort([_reason(r) | some r in data.airlock.egress.allow_reasons])
+
 default _mitm := false
 
 _mitm if data.airlock.egress.mitm == true
@@ -115,7 +119,7 @@ decision := object.union(_verdict, _mode_field)
 
 # One else chain: the first branch that holds is the verdict, and no later
 # branch is evaluated.
-_verdict := {"allowed": true, "reasons": [], "mitm": _mitm, "http_status": 0} if {
+_verdict := {"allowed": true, "reasons": _allow_reasons, "mitm": _mitm, "http_status": 0} if {
 	count(_denies) == 0
 	_allow
 } else := {"allowed": false, "reasons": sort(_denies), "mitm": false, "http_status": _deny_status} if {

@@ -169,3 +169,18 @@ test_registry_double_wildcard if {
 	airlock.registry_host with input as req("tls", "x.y.many.example") with data.airlock.hosts.registry as hosts
 	not airlock.registry_host with input as req("tls", "many.example") with data.airlock.hosts.registry as hosts
 }
+
+test_allow_reasons_reach_the_decision if {
+	d := airlock.decision with input as {"kind": "dns", "sandbox": {"id": "sb-1"}, "destination": {"host": "mail.example", "port": 53}, "dns": {"qname": "mail.example", "qtype": "MX"}}
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.allow_reasons as {{"id": "dns_qtype_optin", "msg": "MX for mail.example"}}
+	d.allowed
+	d.reasons == [{"id": "dns_qtype_optin", "msg": "MX for mail.example"}]
+}
+
+test_allow_reasons_do_not_allow if {
+	d := airlock.decision with input as {"kind": "dns", "sandbox": {"id": "sb-1"}, "destination": {"host": "mail.example", "port": 53}, "dns": {"qname": "mail.example", "qtype": "MX"}}
+		with data.airlock.egress.allow_reasons as {{"id": "dns_qtype_optin", "msg": "MX"}}
+	not d.allowed
+	d.reasons[0].id == "default_deny"
+}
