@@ -225,28 +225,36 @@ func (c *explicitConn) Read(p []byte) (int, error) {
 		}
 		return 0, os.ErrDeadlineExceeded
 	}
+	// http.Server never reads from two goroutines at once, so the counters
+	// may be updated after the read; c.mu is never held across it
+	// (SetReadDeadline takes it to wake a parked read).
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	headLeft, bodyLeft := c.headLeft, c.bodyLeft
+	c.mu.Unlock()
 	switch {
-	case c.headLeft > 0:
-		if len(p) > c.headLeft {
-			p = p[:c.headLeft]
+	case headLeft > 0:
+		if len(p) > headLeft {
+			p = p[:headLeft]
 		}
 		n, err := s.br.Read(p)
+		c.mu.Lock()
 		c.headLeft -= n
 		if c.headLeft == 0 && c.bodyLeft == 0 {
 			c.hold()
 		}
+		c.mu.Unlock()
 		return n, err
-	case c.bodyLeft > 0:
-		if int64(len(p)) > c.bodyLeft {
-			p = p[:c.bodyLeft]
+	case bodyLeft > 0:
+		if int64(len(p)) > bodyLeft {
+			p = p[:bodyLeft]
 		}
 		n, err := s.br.Read(p)
+		c.mu.Lock()
 		c.bodyLeft -= int64(n)
 		if c.bodyLeft == 0 {
 			c.hold()
 		}
+		c.mu.Unlock()
 		return n, err
 	}
 	return s.br.Read(p)
@@ -559,8 +567,11 @@ type progressReader struct {
 func (p progressReader) Read(b []byte) (int, error) {
 	p.c.SetReadDeadline(time.Now().Add(p.timeout))
 	n, err := p.r.Read(b)
-	if err != nil {
+	if err == io.EOF {
 		p.c.SetReadDeadline(time.Time{})
 	}
+	// On any other error the expired deadline stays: http.Server's drain of
+	// the rest of the body then fails at once instead of waiting for a client
+	// that stopped sending.
 	return n, err
 }

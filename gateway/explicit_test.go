@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// TestGoproxyFrontNeverDialsItself pins the goproxy configuration: its own
+// transport refuses to dial and honours no proxy variables, so nothing can
+// leave except through the guarded upstream path.
+func TestGoproxyFrontNeverDialsItself(t *testing.T) {
+	h := newHarness(t, allowHosts(nil, nil), nil, nil)
+	p := h.g.newExplicitProxy()
+	if p.Tr == nil || p.Tr.Proxy != nil {
+		t.Fatalf("goproxy transport: got %+v, want one with Proxy nil", p.Tr)
+	}
+	if p.Tr.TLSClientConfig != nil && p.Tr.TLSClientConfig.InsecureSkipVerify {
+		t.Fatal("goproxy transport skips upstream certificate checks")
+	}
+	if _, err := p.Tr.DialContext(context.Background(), "tcp", "127.0.0.1:1"); !errors.Is(err, errNoGoproxyTransport) {
+		t.Fatalf("goproxy transport dial: got %v, want %v", err, errNoGoproxyTransport)
+	}
+	if _, err := p.ConnectDial("tcp", "127.0.0.1:1"); !errors.Is(err, errNoGoproxyTransport) {
+		t.Fatalf("goproxy connect dial: got %v, want %v", err, errNoGoproxyTransport)
+	}
+	if p.AllowHTTP2 || p.CertStore != nil {
+		t.Fatal("goproxy HTTP/2 or certificate store enabled")
+	}
+}
+
+// TestExplicitFrontConnection covers what the goproxy front must keep per
+// connection: pipelined requests each get their own Host check and audit
+// record, bytes sent right behind a CONNECT reach the tunnel, a chunked
+// request body ends the connection after its response, and a client that
+// stops sending its body is dropped.
+func TestExplicitFrontConnection(t *testing.T) {
+	pki := newTestPKI(t)
+	cert := pki.leaf(t, "pypi.org")
+	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "hello %s %s %d", r.Host, r.URL.Path, len(b))
+	}), nil)
+	tlsUp := newUpstream(t, nil, &cert)
+	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org", "evil.example"), pki,
+		func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	h.allowUpstreams(up, tlsUp)
+	p := up.port
+
+	t.Run("pipelined requests", func(t *testing.T) {
+		before, recsBefore := up.reqs.Load(), len(h.log.all())
+		c, err := net.Dial("tcp", h.explicit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET http://pypi.org:%d/one HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n"+
+			"POST http://pypi.org:%d/two HTTP/1.1\r\nHost: pypi.org:%d\r\nContent-Length: 5\r\n\r\nabcde"+
+			"GET http://pypi.org:%d/three HTTP/1.1\r\nHost: evil.example:%d\r\n\r\n", p, p, p, p, p, p)
+		br := bufio.NewReader(c)
+		for i, want := range []int{200, 200, 403} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("response %d: %v", i, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != want {
+				t.Fatalf("response %d: got %d %q, want %d", i, resp.StatusCode, b, want)
+			}
+			if i == 1 && !strings.Contains(string(b), "/two 5") {
+				t.Fatalf("pipelined POST: got %q, want its 5-byte body upstream", b)
+			}
+		}
+		if got := up.reqs.Load() - before; got != 2 {
+			t.Fatalf("upstream requests: got %d, want 2", got)
+		}
+		h.log.wait(t, "fronting deny", func(r audit.Record) bool { return r.Path == "/three" && hasReason(r, ReasonHostMismatch) })
+		if got := len(h.log.all()) - recsBefore; got != 3 {
+			t.Fatalf("audit records: got %d, want 3 (one per request)", got)
+		}
+	})
+
+	t.Run("bytes right behind CONNECT", func(t *testing.T) {
+		c, err := net.Dial("tcp", h.explicit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		// The CONNECT and the whole ClientHello leave in one write, before the 200.
+		rec := &recordConn{Conn: c}
+		tc := tls.Client(&bufConn{Conn: rec, r: bufio.NewReader(rec)}, &tls.Config{ServerName: "pypi.org", RootCAs: pki.upPool})
+		rec.prefix = fmt.Sprintf("CONNECT pypi.org:%d HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", tlsUp.port, tlsUp.port)
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("handshake through CONNECT with early ClientHello: %v", err)
+		}
+		io.WriteString(tc, "GET /early HTTP/1.1\r\nHost: pypi.org\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("inner request: %v %v", resp, err)
+		}
+	})
+
+	t.Run("chunked request body closes the connection", func(t *testing.T) {
+		c, err := net.Dial("tcp", h.explicit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "POST http://pypi.org:%d/chunked HTTP/1.1\r\nHost: pypi.org:%d\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", p, p)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "/chunked 3") || !resp.Close {
+			t.Fatalf("got %d %q close=%v, want 200 with the 3-byte body and Connection: close", resp.StatusCode, b, resp.Close)
+		}
+		if _, err := br.ReadByte(); err == nil {
+			t.Fatal("connection still open after a chunked request")
+		}
+	})
+
+	t.Run("stalled request body is dropped", func(t *testing.T) {
+		before := up.reqs.Load()
+		c, err := net.Dial("tcp", h.explicit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "POST http://pypi.org:%d/stall HTTP/1.1\r\nHost: pypi.org:%d\r\nContent-Length: 100\r\n\r\nonly-some", p, p)
+		b, _ := io.ReadAll(c) // returns when the gateway gives up on the body
+		if strings.Contains(string(b), "200 OK") {
+			t.Fatalf("a request with a stalled body was answered 200: %q", b)
+		}
+		h.log.wait(t, "stalled body", func(r audit.Record) bool { return r.Path == "/stall" && r.Error != "" })
+		if got := up.reqs.Load() - before; got > 1 {
+			t.Fatalf("upstream requests: got %d", got)
+		}
+	})
+}
+
+// recordConn sends prefix together with the first write (a client that does
+// not wait for the CONNECT answer) and then skips the proxy's 200 response.
+type recordConn struct {
+	net.Conn
+	prefix  string
+	skipped bool
+	br      *bufio.Reader
+}
+
+func (c *recordConn) Write(p []byte) (int, error) {
+	if c.prefix != "" {
+		buf := append([]byte(c.prefix), p...)
+		c.prefix = ""
+		if _, err := c.Conn.Write(buf); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *recordConn) Read(p []byte) (int, error) {
+	if c.br == nil {
+		c.br = bufio.NewReader(c.Conn)
+	}
+	if !c.skipped {
+		resp, err := http.ReadResponse(c.br, nil)
+		if err != nil {
+			return 0, err
+		}
+		if resp.StatusCode != 200 {
+			return 0, fmt.Errorf("connect answered %d", resp.StatusCode)
+		}
+		c.skipped = true
+	}
+	return c.br.Read(p)
+}
