@@ -38,12 +38,31 @@
 //
 // Decisions are not cached here: policy.Engine caches per policy revision.
 //
-// The explicit proxy is written on net/http's wire types (http.ReadRequest,
-// Request.Write, http.ReadResponse) rather than on goproxy: the invariants above
-// are per connection (pinned destination, pinned upstream connection, byte
-// counts, splice between two *net.TCPConn), and goproxy's per-request handler
-// API hides the connection, and its MITM path negotiates HTTP/2 and dials
-// outside a custom dialer.
+// The explicit proxy's front is github.com/elazarl/goproxy (explicit.go): one
+// http.Server per sandbox listener serves a goproxy.ProxyHttpServer. Each
+// accepted connection is wrapped (explicitConn) so that the per-connection state
+// stays per connection: its session (pinned upstream connection, byte counts,
+// the raw Host header that net/http drops for absolute-form requests), the
+// header limit counted from the first byte, and refusal plus audit of a request
+// that cannot be read. The wrapper hands http.Server exactly one request's
+// bytes at a time (head, then Content-Length body), so pipelined requests each
+// get their own checks and the bytes a client sends right behind a CONNECT stay
+// for the tunnel; a chunked request body ends the connection after its response.
+// CONNECT goes through HandleConnectFunc -> ConnectHijack to the tunnel and
+// interception code below, on the raw *net.TCPConn so the tunnel still splices.
+// Absolute-form HTTP goes through OnRequest().DoFunc, which runs the stages up
+// to the dial, and the round trip runs on a per-request ctx.RoundTripper over
+// the session's pooled, guarded upstream connection. goproxy's own transport
+// refuses to dial (proxy.Tr.Proxy is nil), and its CA, MITM, certificate store
+// and HTTP/2 are never used.
+//
+// The transparent listener and the intercepted (MITM) request loop stay on
+// net/http's wire types (http.ReadRequest, Request.Write, http.ReadResponse) in
+// httpSession.loop: the transparent listener must peek TLS-or-HTTP-or-raw and
+// SO_ORIGINAL_DST before any HTTP parsing, and goproxy's MITM would mint leaves
+// with its own CA logic, negotiate HTTP/2 and dial outside the guarded dialer;
+// serving the inner requests through http.Server would add a second parser and
+// writer on a connection whose destination is pinned, for nothing goproxy does.
 //
 // gateway must never import netns, sandboxd or cmd; it talks to policy through
 // policy.Decider, to audit through audit.Logger and to DNS through Resolver.
