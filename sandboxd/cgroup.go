@@ -2,7 +2,6 @@ package sandboxd
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -18,7 +17,8 @@ import (
 //
 // v2: memory.max with memory.swap.max=0, cpu.max, pids.max, io.max; the child is
 // born in the cgroup (clone3 CLONE_INTO_CGROUP via SysProcAttr.CgroupFD); the tree
-// dies through cgroup.kill.
+// dies through cgroup.kill (freeze, kill, thaw on kernels before 5.14); emptiness is
+// cgroup.events "populated 0".
 //
 // v1: memory.limit_in_bytes plus memory.memsw.limit_in_bytes at the same value, so
 // swap is no escape; where the kernel lacks memsw (swap accounting off) swappiness is
@@ -26,28 +26,65 @@ import (
 // and the log says so. cpu.cfs_quota_us, pids.max, blkio.throttle.*. There is no v1
 // io weight file on kernels built without CFQ/BFQ weights, so only throttles are
 // offered. The init process is moved in before it receives its configuration, so it
-// has done nothing yet. The tree dies by freezer FROZEN, SIGKILL to every task, THAWED.
+// has done nothing yet. The tree dies by freezer FROZEN, SIGKILL to every task, THAWED;
+// emptiness is an empty cgroup.procs in every hierarchy.
+//
+// Missing controllers. The limit controllers are memory, cpu, pids and io (v1
+// blkio). One that a limit needs and the hierarchy lacks is an error naming it (at
+// New for memory, cpu and pids; at Run for io when Limits.IO is set), unless
+// Config.AllowMissingControllers lists it: then the limit is not enforced, New logs
+// that once and every run logs it again as a weakened limit. Memory is never
+// silently unlimited. On a v1-hybrid host the cgroup2 mount (/sys/fs/cgroup/unified)
+// has the core files (cgroup.procs, cgroup.kill, cgroup.events, cgroup.freeze) but
+// the limit controllers are bound to v1, so v2 mode there only runs with all of them
+// allowed missing; the tests use exactly that to exercise the v2 process paths.
 
 var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids", "freezer", "blkio"}
 
 // v2Controllers are enabled in the parent's subtree_control when available.
 var v2Controllers = []string{"memory", "cpu", "pids", "io"}
 
+// LimitControllers are the names Config.AllowMissingControllers accepts.
+var LimitControllers = []string{"memory", "cpu", "pids", "io"}
+
+// v1Name maps a limit controller to its v1 hierarchy.
+func v1Name(c string) string {
+	if c == "io" {
+		return "blkio"
+	}
+	return c
+}
+
 type cgroupManager struct {
 	v2     bool
+	root   string
 	dirs   map[string]string // controller (v1) or "" (v2) -> parent dir
 	parent string
+	// have holds the limit controllers (memory, cpu, pids, io) present for the
+	// per-sandbox cgroups; allowMissing those that may be absent.
+	have         map[string]bool
+	allowMissing map[string]bool
+	// swapActive: some swap device is on (/proc/swaps), so memory without a swap
+	// limit could escape into it.
+	swapActive bool
+	// write writes one control file; writeFile outside tests.
+	write func(path, v string) error
 }
 
 type cgroup struct {
+	m    *cgroupManager
 	v2   bool
 	name string
 	dirs map[string]string // controller or "" -> cgroup dir
 	uniq []string          // distinct dirs, for mkdir/rmdir
 }
 
-func newCgroupManager(root string, mode CgroupMode, parent string) (*cgroupManager, error) {
-	m := &cgroupManager{dirs: map[string]string{}, parent: parent}
+func newCgroupManager(root string, mode CgroupMode, parent string, allowMissing []string) (*cgroupManager, error) {
+	m := &cgroupManager{root: root, dirs: map[string]string{}, parent: parent, have: map[string]bool{},
+		allowMissing: map[string]bool{}, swapActive: swapOn(), write: writeFile}
+	for _, c := range allowMissing {
+		m.allowMissing[c] = true
+	}
 	switch mode {
 	case CgroupV2:
 		m.v2 = true
@@ -74,26 +111,28 @@ func newCgroupManager(root string, mode CgroupMode, parent string) (*cgroupManag
 			for _, h := range have {
 				if h == c {
 					enable = append(enable, "+"+c)
+					m.have[c] = true
 				}
 			}
 		}
 		if len(enable) > 0 {
 			line := strings.Join(enable, " ")
 			for _, d := range []string{root, dir} {
-				if err := writeFile(filepath.Join(d, "cgroup.subtree_control"), line); err != nil {
+				if err := m.write(filepath.Join(d, "cgroup.subtree_control"), line); err != nil {
 					return nil, fmt.Errorf("sandboxd: enable cgroup controllers %q in %s: %w", line, d, err)
 				}
 			}
 		}
 		m.dirs[""] = dir
-		return m, nil
+		return m, m.checkMissing(fmt.Sprintf("cgroup v2 at %s (cgroup.controllers: %q)", root, strings.TrimSpace(string(avail))))
 	}
 	for _, c := range v1Controllers {
 		mnt := filepath.Join(root, c)
 		real, err := filepath.EvalSymlinks(mnt)
 		if err != nil {
-			if c == "blkio" {
-				continue // io is best effort
+			switch c {
+			case "blkio", "memory", "cpu", "pids":
+				continue // checkMissing decides
 			}
 			return nil, fmt.Errorf("sandboxd: cgroup v1 controller %s not mounted at %s: %w", c, mnt, err)
 		}
@@ -103,11 +142,50 @@ func newCgroupManager(root string, mode CgroupMode, parent string) (*cgroupManag
 		}
 		m.dirs[c] = dir
 	}
-	return m, nil
+	for _, c := range LimitControllers {
+		_, m.have[c] = m.dirs[v1Name(c)]
+	}
+	return m, m.checkMissing("cgroup v1 at " + root)
+}
+
+// checkMissing fails for a missing memory, cpu or pids controller that is not
+// allowed missing. io is checked per run, only when a limit needs it.
+func (m *cgroupManager) checkMissing(where string) error {
+	for _, c := range []string{"memory", "cpu", "pids"} {
+		if !m.have[c] && !m.allowMissing[c] {
+			hint := ""
+			if m.v2 {
+				hint = " (on a v1-hybrid host it is bound to a v1 hierarchy: use cgroup_mode v1)"
+			}
+			return fmt.Errorf("sandboxd: %s has no %s controller%s; list %q in allow_missing_controllers only to run without the %s limit",
+				where, c, hint, c, c)
+		}
+	}
+	return nil
+}
+
+// missing returns the limit controllers that are absent (and so allowed missing).
+func (m *cgroupManager) missing() []string {
+	var out []string
+	for _, c := range LimitControllers {
+		if !m.have[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// swapOn reports whether /proc/swaps lists a swap device. Unreadable counts as on.
+func swapOn() bool {
+	b, err := os.ReadFile("/proc/swaps")
+	if err != nil {
+		return true
+	}
+	return len(strings.Split(strings.TrimSpace(string(b)), "\n")) > 1
 }
 
 func (m *cgroupManager) create(name string) (*cgroup, error) {
-	cg := &cgroup{v2: m.v2, name: name, dirs: map[string]string{}}
+	cg := &cgroup{m: m, v2: m.v2, name: name, dirs: map[string]string{}}
 	seen := map[string]bool{}
 	for c, p := range m.dirs {
 		d := filepath.Join(p, name)
@@ -143,7 +221,7 @@ func (m *cgroupManager) list() []string {
 }
 
 func (m *cgroupManager) open(name string) *cgroup {
-	cg := &cgroup{v2: m.v2, name: name, dirs: map[string]string{}}
+	cg := &cgroup{m: m, v2: m.v2, name: name, dirs: map[string]string{}}
 	seen := map[string]bool{}
 	for c, p := range m.dirs {
 		d := filepath.Join(p, name)
@@ -163,8 +241,17 @@ func (cg *cgroup) dir(ctrl string) string {
 	return cg.dirs[ctrl]
 }
 
-// apply writes the limits.
+// apply writes the limits. warnings name each limit that is not enforced because
+// its controller is missing and allowed missing, or weakened (v1 without memsw).
 func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
+	m := cg.m
+	unenforced := func(c, what string) error {
+		if !m.allowMissing[c] {
+			return fmt.Errorf("sandboxd: cgroup %s controller missing: cannot enforce %s", c, what)
+		}
+		warnings = append(warnings, fmt.Sprintf("%s controller missing: %s NOT enforced (allow_missing_controllers)", c, what))
+		return nil
+	}
 	pids := strconv.FormatInt(l.Pids+initPidsOverhead, 10)
 	const period = 100000
 	quota := int64(l.CPUs * period)
@@ -172,23 +259,48 @@ func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
 		quota = 1000
 	}
 	mem := strconv.FormatInt(l.Memory, 10)
+	set := func(dir, file, v string) error {
+		p := filepath.Join(dir, file)
+		if err := m.write(p, v); err != nil {
+			return fmt.Errorf("sandboxd: cgroup %s=%s: %w", p, v, err)
+		}
+		return nil
+	}
 	if cg.v2 {
 		d := cg.dirs[""]
-		w := []struct{ f, v string }{
-			{"memory.max", mem},
-			{"memory.swap.max", "0"},
-			{"cpu.max", fmt.Sprintf("%d %d", quota, period)},
-			{"pids.max", pids},
-		}
-		for _, x := range w {
-			p := filepath.Join(d, x.f)
-			if err := writeFile(p, x.v); err != nil {
-				if errors.Is(err, os.ErrNotExist) && x.f == "memory.swap.max" {
-					warnings = append(warnings, "memory.swap.max missing (no swap accounting): swap cannot be limited separately")
-					continue
-				}
-				return warnings, fmt.Errorf("sandboxd: cgroup %s=%s: %w", p, x.v, err)
+		if m.have["memory"] {
+			if err := set(d, "memory.max", mem); err != nil {
+				return warnings, err
 			}
+			if err := set(d, "memory.swap.max", "0"); err != nil {
+				if !errors.Is(err, os.ErrNotExist) {
+					return warnings, err
+				}
+				if m.swapActive {
+					return warnings, fmt.Errorf("sandboxd: cgroup memory.swap.max missing (swap accounting off) while swap is on: "+
+						"memory would escape into swap; enable swap accounting or turn swap off: %w", err)
+				}
+				warnings = append(warnings, "memory.swap.max missing (no swap accounting), harmless while no swap device is on")
+			}
+		} else if err := unenforced("memory", "memory limit "+mem); err != nil {
+			return warnings, err
+		}
+		if m.have["cpu"] {
+			if err := set(d, "cpu.max", fmt.Sprintf("%d %d", quota, period)); err != nil {
+				return warnings, err
+			}
+		} else if err := unenforced("cpu", fmt.Sprintf("cpu quota %g", l.CPUs)); err != nil {
+			return warnings, err
+		}
+		if m.have["pids"] {
+			if err := set(d, "pids.max", pids); err != nil {
+				return warnings, err
+			}
+		} else if err := unenforced("pids", "pids limit "+pids+" (RLIMIT_NPROC stays as a backstop)"); err != nil {
+			return warnings, err
+		}
+		if len(l.IO) > 0 && !m.have["io"] {
+			return warnings, unenforced("io", "limits.io")
 		}
 		for _, io := range l.IO {
 			line := io.Device
@@ -200,40 +312,52 @@ func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
 					line += fmt.Sprintf(" %s=%d", kv.k, kv.v)
 				}
 			}
-			if err := writeFile(filepath.Join(d, "io.max"), line); err != nil {
-				return warnings, fmt.Errorf("sandboxd: cgroup io.max %q: %w", line, err)
+			if err := set(d, "io.max", line); err != nil {
+				return warnings, err
 			}
 		}
 		return warnings, nil
 	}
-	md := cg.dirs["memory"]
-	if err := writeFile(filepath.Join(md, "memory.limit_in_bytes"), mem); err != nil {
-		return nil, fmt.Errorf("sandboxd: cgroup memory.limit_in_bytes=%s: %w", mem, err)
-	}
-	if err := writeFile(filepath.Join(md, "memory.memsw.limit_in_bytes"), mem); err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("sandboxd: cgroup memory.memsw.limit_in_bytes=%s: %w", mem, err)
+	if m.have["memory"] {
+		md := cg.dirs["memory"]
+		if err := set(md, "memory.limit_in_bytes", mem); err != nil {
+			return warnings, err
 		}
-		warnings = append(warnings, "memory.memsw.limit_in_bytes missing (swapaccount off): using swappiness=0, swap can still absorb memory under global pressure")
-		if err := writeFile(filepath.Join(md, "memory.swappiness"), "0"); err != nil {
-			return warnings, fmt.Errorf("sandboxd: cgroup memory.swappiness=0: %w", err)
+		if err := set(md, "memory.memsw.limit_in_bytes", mem); err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				return warnings, err
+			}
+			warnings = append(warnings, "memory.memsw.limit_in_bytes missing (swapaccount off): using swappiness=0, swap can still absorb memory under global pressure")
+			if err := set(md, "memory.swappiness", "0"); err != nil {
+				return warnings, err
+			}
 		}
+	} else if err := unenforced("memory", "memory limit "+mem); err != nil {
+		return warnings, err
 	}
-	cd := cg.dirs["cpu"]
-	if err := writeFile(filepath.Join(cd, "cpu.cfs_period_us"), strconv.Itoa(period)); err != nil {
-		return warnings, fmt.Errorf("sandboxd: cgroup cpu.cfs_period_us: %w", err)
+	if m.have["cpu"] {
+		cd := cg.dirs["cpu"]
+		if err := set(cd, "cpu.cfs_period_us", strconv.Itoa(period)); err != nil {
+			return warnings, err
+		}
+		if err := set(cd, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)); err != nil {
+			return warnings, err
+		}
+	} else if err := unenforced("cpu", fmt.Sprintf("cpu quota %g", l.CPUs)); err != nil {
+		return warnings, err
 	}
-	if err := writeFile(filepath.Join(cd, "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10)); err != nil {
-		return warnings, fmt.Errorf("sandboxd: cgroup cpu.cfs_quota_us=%d: %w", quota, err)
-	}
-	if err := writeFile(filepath.Join(cg.dirs["pids"], "pids.max"), pids); err != nil {
-		return warnings, fmt.Errorf("sandboxd: cgroup pids.max=%s: %w", pids, err)
+	if m.have["pids"] {
+		if err := set(cg.dirs["pids"], "pids.max", pids); err != nil {
+			return warnings, err
+		}
+	} else if err := unenforced("pids", "pids limit "+pids+" (RLIMIT_NPROC stays as a backstop)"); err != nil {
+		return warnings, err
 	}
 	if len(l.IO) > 0 {
-		bd, ok := cg.dirs["blkio"]
-		if !ok {
-			return warnings, errors.New("sandboxd: limits.io set but the blkio controller is not mounted")
+		if !m.have["io"] {
+			return warnings, unenforced("io", "limits.io (v1 blkio)")
 		}
+		bd := cg.dirs["blkio"]
 		for _, io := range l.IO {
 			for _, kv := range []struct {
 				f string
@@ -243,8 +367,8 @@ func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
 				if kv.v == 0 {
 					continue
 				}
-				if err := writeFile(filepath.Join(bd, kv.f), fmt.Sprintf("%s %d", io.Device, kv.v)); err != nil {
-					return warnings, fmt.Errorf("sandboxd: cgroup %s %s: %w", kv.f, io.Device, err)
+				if err := set(bd, kv.f, fmt.Sprintf("%s %d", io.Device, kv.v)); err != nil {
+					return warnings, err
 				}
 			}
 		}
@@ -255,7 +379,7 @@ func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
 // addProc moves a whole process into the cgroup (v1; v2 children are born in it).
 func (cg *cgroup) addProc(pid int) error {
 	for _, d := range cg.uniq {
-		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		if err := cg.m.write(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("sandboxd: move pid %d into %s: %w", pid, d, err)
 		}
 	}
@@ -271,18 +395,11 @@ func (cg *cgroup) openFD() (*os.File, error) {
 	return f, nil
 }
 
-// pids lists every task group in the cgroup.
-func (cg *cgroup) pids() []int {
-	d := cg.dir("freezer")
-	if cg.v2 {
-		d = cg.dirs[""]
-	}
-	if d == "" {
-		d = cg.dir("pids")
-	}
-	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+// procs lists every task group in one cgroup directory.
+func procs(dir string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	var out []int
 	for _, f := range strings.Fields(string(b)) {
@@ -290,55 +407,137 @@ func (cg *cgroup) pids() []int {
 			out = append(out, n)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// pids lists every task group in the cgroup: the union over its hierarchies (v1
+// moves a process into each separately).
+func (cg *cgroup) pids() ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	var errs []error
+	for _, d := range cg.uniq {
+		ps, err := procs(d)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, p := range ps {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// populated reports whether any process is left: v2 reads cgroup.events (which
+// counts descendants too), v1 every hierarchy's cgroup.procs. An unreadable cgroup
+// counts as populated.
+func (cg *cgroup) populated() (bool, error) {
+	if cg.v2 {
+		n, err := readKeyed(filepath.Join(cg.dirs[""], "cgroup.events"), "populated")
+		if err != nil {
+			return true, fmt.Errorf("sandboxd: read cgroup.events: %w", err)
+		}
+		return n != 0, nil
+	}
+	ps, err := cg.pids()
+	if err != nil {
+		return true, fmt.Errorf("sandboxd: read cgroup.procs: %w", err)
+	}
+	return len(ps) > 0, nil
+}
+
+// waitEmpty polls until no process is left in the cgroup, for at most d.
+func (cg *cgroup) waitEmpty(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	sleep := time.Millisecond
+	for {
+		pop, err := cg.populated()
+		if err == nil && !pop {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return err
+			}
+			ps, _ := cg.pids()
+			return fmt.Errorf("sandboxd: cgroup %s still holds processes %v after kill", cg.name, ps)
+		}
+		time.Sleep(sleep)
+		if sleep < 20*time.Millisecond {
+			sleep *= 2
+		}
+	}
 }
 
 // kill ends every process in the cgroup, including ones that fork while it runs.
 func (cg *cgroup) kill() error {
 	if cg.v2 {
-		err := writeFile(filepath.Join(cg.dirs[""], "cgroup.kill"), "1")
+		err := cg.m.write(filepath.Join(cg.dirs[""], "cgroup.kill"), "1")
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("sandboxd: cgroup.kill: %w", err)
 		}
-		// Kernels before 5.14: freeze, kill, thaw.
-		freeze := filepath.Join(cg.dirs[""], "cgroup.freeze")
-		if err := writeFile(freeze, "1"); err != nil {
-			return fmt.Errorf("sandboxd: cgroup.freeze: %w", err)
+		return cg.freezeKill() // kernels before 5.14
+	}
+	return cg.freezeKill()
+}
+
+// freezeKill freezes the cgroup so nothing can fork, SIGKILLs every task, thaws.
+func (cg *cgroup) freezeKill() error {
+	var freeze, frozen func() error
+	var thaw func() error
+	if cg.v2 {
+		f := filepath.Join(cg.dirs[""], "cgroup.freeze")
+		freeze = func() error { return cg.m.write(f, "1") }
+		thaw = func() error { return cg.m.write(f, "0") }
+		frozen = func() error {
+			n, err := readKeyed(filepath.Join(cg.dirs[""], "cgroup.events"), "frozen")
+			if err == nil && n != 1 {
+				err = errors.New("not frozen yet")
+			}
+			return err
 		}
-		waitFor(func() bool {
-			b, _ := os.ReadFile(filepath.Join(cg.dirs[""], "cgroup.events"))
-			return bytes.Contains(b, []byte("frozen 1"))
-		})
-		for _, p := range cg.pids() {
-			_ = unix.Kill(p, unix.SIGKILL)
+	} else {
+		fd, ok := cg.dirs["freezer"]
+		if !ok {
+			return errors.New("sandboxd: freezer controller missing")
 		}
-		return writeFile(freeze, "0")
+		state := filepath.Join(fd, "freezer.state")
+		freeze = func() error { return cg.m.write(state, "FROZEN") }
+		thaw = func() error { return cg.m.write(state, "THAWED") }
+		frozen = func() error {
+			b, err := os.ReadFile(state)
+			if err == nil && strings.TrimSpace(string(b)) != "FROZEN" {
+				err = errors.New("not frozen yet")
+			}
+			return err
+		}
 	}
-	fd, ok := cg.dirs["freezer"]
-	if !ok {
-		return errors.New("sandboxd: freezer controller missing")
+	if err := freeze(); err != nil {
+		return fmt.Errorf("sandboxd: freeze cgroup %s: %w", cg.name, err)
 	}
-	state := filepath.Join(fd, "freezer.state")
-	if err := writeFile(state, "FROZEN"); err != nil {
-		return fmt.Errorf("sandboxd: freeze: %w", err)
-	}
-	waitFor(func() bool {
-		b, _ := os.ReadFile(state)
-		return strings.TrimSpace(string(b)) == "FROZEN"
-	})
-	for _, p := range cg.pids() {
+	waitFor(func() bool { return frozen() == nil })
+	ps, err := cg.pids()
+	for _, p := range ps {
 		_ = unix.Kill(p, unix.SIGKILL)
 	}
-	if err := writeFile(state, "THAWED"); err != nil {
-		return fmt.Errorf("sandboxd: thaw: %w", err)
+	// SIGKILL is delivered to frozen tasks once they thaw.
+	if terr := thaw(); terr != nil {
+		return fmt.Errorf("sandboxd: thaw cgroup %s: %w", cg.name, terr)
+	}
+	if err != nil {
+		return fmt.Errorf("sandboxd: list cgroup %s: %w", cg.name, err)
 	}
 	return nil
 }
 
-// cgroupStats are the counters read at the end of a run.
+// cgroupStats are the counters read at the end of a run. A counter whose
+// controller is missing reads 0.
 type cgroupStats struct {
 	OOMKills  int64
 	PidsMax   int64
@@ -357,18 +556,27 @@ func (cg *cgroup) stats() cgroupStats {
 		}
 		return v
 	}
+	m := cg.m
 	if cg.v2 {
 		d := cg.dirs[""]
-		s.OOMKills = get(filepath.Join(d, "memory.events"), "oom_kill")
-		s.PidsMax = get(filepath.Join(d, "pids.events"), "max")
-		s.Peak, _ = readInt(filepath.Join(d, "memory.peak"))
+		if m.have["memory"] {
+			s.OOMKills = get(filepath.Join(d, "memory.events"), "oom_kill")
+			s.Peak, _ = readInt(filepath.Join(d, "memory.peak")) // Linux >= 5.19
+		}
+		if m.have["pids"] {
+			s.PidsMax = get(filepath.Join(d, "pids.events"), "max")
+		}
 		s.CPU = time.Duration(get(filepath.Join(d, "cpu.stat"), "usage_usec")) * time.Microsecond
 	} else {
-		s.OOMKills = get(filepath.Join(cg.dirs["memory"], "memory.oom_control"), "oom_kill")
-		s.PidsMax = get(filepath.Join(cg.dirs["pids"], "pids.events"), "max")
-		var err error
-		if s.Peak, err = readInt(filepath.Join(cg.dirs["memory"], "memory.max_usage_in_bytes")); err != nil {
-			errs = append(errs, err)
+		if m.have["memory"] {
+			s.OOMKills = get(filepath.Join(cg.dirs["memory"], "memory.oom_control"), "oom_kill")
+			var err error
+			if s.Peak, err = readInt(filepath.Join(cg.dirs["memory"], "memory.max_usage_in_bytes")); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if m.have["pids"] {
+			s.PidsMax = get(filepath.Join(cg.dirs["pids"], "pids.events"), "max")
 		}
 		ns, err := readInt(filepath.Join(cg.dirs["cpuacct"], "cpuacct.usage"))
 		if err != nil {
@@ -404,7 +612,7 @@ func (cg *cgroup) remove() error {
 }
 
 func writeFile(path, v string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_CLOEXEC, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}

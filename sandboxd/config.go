@@ -77,6 +77,14 @@ type Config struct {
 	CgroupRoot string
 	// CgroupMode forces v1 or v2; empty detects.
 	CgroupMode CgroupMode
+	// AllowMissingControllers names limit controllers (memory, cpu, pids, io) the
+	// executor may run without. Empty (the default): a controller a limit needs that
+	// the hierarchy lacks is an error naming it. A listed controller that is missing
+	// leaves its limit unenforced; New logs it at Warn and every run logs it again.
+	// List memory only where something else bounds the sandbox's memory (the tests
+	// on v1-hybrid hosts, which run v2 mode on the cgroup2 mount for its process
+	// paths).
+	AllowMissingControllers []string
 	// CgroupParent is the directory, under each hierarchy's root, that holds the
 	// per-sandbox cgroups (named airlock-<slot id>). Default "airlock".
 	CgroupParent string
@@ -257,6 +265,15 @@ func (c *Config) validate() error {
 	case CgroupAuto, CgroupV1, CgroupV2:
 	default:
 		return fmt.Errorf("sandboxd: cgroup_mode %q: want \"\", \"v1\" or \"v2\"", c.CgroupMode)
+	}
+	for _, a := range c.AllowMissingControllers {
+		ok := false
+		for _, l := range LimitControllers {
+			ok = ok || a == l
+		}
+		if !ok {
+			return fmt.Errorf("sandboxd: allow_missing_controllers %q: want memory, cpu, pids or io", a)
+		}
 	}
 	if c.UIDBase < 1000 || c.UIDBase+c.UIDCount > 1<<31-2 {
 		return fmt.Errorf("sandboxd: uid_base %d: want >= 1000 with uid_base+uid_count < 2^31-1", c.UIDBase)

@@ -52,9 +52,13 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	lg := logger.With("component", "sandboxd")
-	cgm, err := newCgroupManager(cfg.CgroupRoot, cfg.CgroupMode, cfg.CgroupParent)
+	cgm, err := newCgroupManager(cfg.CgroupRoot, cfg.CgroupMode, cfg.CgroupParent, cfg.AllowMissingControllers)
 	if err != nil {
 		return nil, err
+	}
+	if miss := cgm.missing(); len(miss) > 0 {
+		lg.Warn("cgroup controllers missing: their limits are not enforced", "controllers", miss,
+			"cgroup_root", cfg.CgroupRoot, "v2", cgm.v2)
 	}
 	p, err := newPool(&cfg, cgm)
 	if err != nil {
@@ -225,6 +229,10 @@ func dedupeEnv(env []string) []string {
 	return out
 }
 
+// emptyWait bounds how long a killed sandbox's processes may take to leave its
+// cgroup before the run is reported as failed.
+const emptyWait = 5 * time.Second
+
 type spawned struct {
 	pid int
 	err error
@@ -335,11 +343,22 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 		return sp.err
 	}
 	pid := sp.pid
+	// killTree kills through the cgroup (every process at once, forks included) and
+	// through PID 1, whose death takes its PID namespace with it: either alone ends
+	// the tree.
 	killTree := func() {
-		_ = unix.Kill(pid, unix.SIGKILL) // PID 1 dying takes its namespace with it
 		if err := s.cg.kill(); err != nil {
 			lg.Error("cgroup kill failed", "err", err)
 		}
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	// emptied makes sure nothing of the sandbox survives init: a process left
+	// in the cgroup is an error, never a successful result.
+	emptied := func() error {
+		if err := s.cg.kill(); err != nil {
+			lg.Error("cgroup kill failed", "err", err)
+		}
+		return s.cg.waitEmpty(emptyWait)
 	}
 
 	// Output drains start before init can write anything.
@@ -374,6 +393,9 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 	if setupErr != nil {
 		killTree()
 		<-exited
+		if err := emptied(); err != nil {
+			setupErr = errors.Join(setupErr, err)
+		}
 		wg.Wait()
 		return setupErr
 	}
@@ -429,7 +451,7 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 		}
 	}
 	// Init is gone, so the namespace is empty; make sure of it, then close output.
-	_ = s.cg.kill()
+	treeErr := emptied()
 	wg.Wait()
 	res.Stdout, res.StdoutBytes = outC.buf, outC.total
 	res.Stderr, res.StderrBytes = errC.buf, errC.total
@@ -443,6 +465,9 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 		if ws, ok := exitStatus(initErr); ok && !ws.Signaled() && failure == nil {
 			res.Signal, res.ExitCode = 0, ws.ExitStatus()
 		}
+	}
+	if treeErr != nil {
+		return treeErr
 	}
 	if ctxErr != nil {
 		return ctxErr

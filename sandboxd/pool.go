@@ -148,22 +148,24 @@ func (p *pool) takeUID(s *slot) error {
 	return fmt.Errorf("sandboxd: all %d uids from uid_base %d are in use", p.cfg.UIDCount, p.cfg.UIDBase)
 }
 
-// destroy removes the cgroup and releases the locks. The cgroup must be empty.
+// destroy removes the cgroup and releases the locks. The cgroup must be empty: when
+// it cannot be removed (a process may still hold the uid), both locks stay held for
+// the life of this process, so the uid is never handed to another sandbox while
+// something of this one may live, and reapStale does not touch it.
 func (s *slot) destroy() error {
-	var err error
 	if s.cg != nil {
-		err = s.cg.remove()
+		if err := s.cg.remove(); err != nil {
+			return fmt.Errorf("%w (uid %d and slot %s stay reserved)", err, s.uid, s.id)
+		}
 	}
 	if s.idLock != nil {
-		if err == nil {
-			_ = os.Remove(s.idLock.Name())
-		}
+		_ = os.Remove(s.idLock.Name())
 		s.idLock.Close()
 	}
 	if s.uidLock != nil {
 		s.uidLock.Close()
 	}
-	return err
+	return nil
 }
 
 func (p *pool) close() error {

@@ -115,6 +115,7 @@ func TestConfigValidation(t *testing.T) {
 		{"tiny memory", func(c *Config) { c.Limits.Memory = 1 }, "limits.memory"},
 		{"bad io device", func(c *Config) { c.Limits.IO = []IOLimit{{Device: "sda"}} }, "limits.io"},
 		{"relative hidden", func(c *Config) { c.HiddenPaths = []string{"etc"} }, "hidden_paths"},
+		{"unknown controller", func(c *Config) { c.AllowMissingControllers = []string{"hugetlb"} }, "allow_missing_controllers"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
