@@ -19,11 +19,11 @@ func requireTool(t *testing.T, path string) {
 // TestRootPipInstall: pip resolves a package on the fake pypi.org simple index
 // and downloads the wheel from files.pythonhosted.org, through the gateway.
 func TestRootPipInstall(t *testing.T) {
+	e := newEnv(t, "")
 	requireTool(t, "/usr/bin/python3")
 	if out, err := exec.Command("/usr/bin/python3", "-m", "pip", "--version").CombinedOutput(); err != nil {
 		t.Fatalf("/usr/bin/python3 has no pip (make deps installs python3-pip): %v: %s", err, out)
 	}
-	e := newEnv(t, "")
 	res := e.sh([]string{"--id", sandboxID("pip"), "--env", "PIP_DISABLE_PIP_VERSION_CHECK=1", "--env", "PIP_NO_INPUT=1",
 		"--env", "PIP_BREAK_SYSTEM_PACKAGES=1", "--env", "PIP_DEFAULT_TIMEOUT=120"}, `
 set -e
@@ -40,9 +40,9 @@ set -e
 // TestRootNpmInstall: npm fetches a packument and its tarball from the fake
 // registry.npmjs.org, verifying the tarball's integrity.
 func TestRootNpmInstall(t *testing.T) {
+	e := newEnv(t, "")
 	requireTool(t, "/usr/bin/node")
 	requireTool(t, "/usr/bin/npm")
-	e := newEnv(t, "")
 	res := e.sh([]string{"--id", sandboxID("npm"), "--env", "npm_config_cache=/tmp/npm-cache",
 		"--env", "npm_config_update_notifier=false", "--env", "npm_config_fund=false", "--env", "npm_config_audit=false",
 		"--env", "npm_config_fetch_timeout=120000"}, `
@@ -62,8 +62,8 @@ node -e 'console.log("value=" + require("/tmp/x/node_modules/`+npmName+`"))'
 // TestRootGoModDownload: the go command downloads a module from the fake
 // proxy.golang.org (GOPROXY protocol: .info, .mod, .zip).
 func TestRootGoModDownload(t *testing.T) {
-	requireTool(t, "/usr/local/go/bin/go")
 	e := newEnv(t, "")
+	requireTool(t, "/usr/local/go/bin/go")
 	res := e.sh([]string{"--id", sandboxID("go"),
 		"--env", "GOPATH=/tmp/gopath", "--env", "GOCACHE=/tmp/gocache", "--env", "GOMODCACHE=/tmp/gopath/pkg/mod",
 		"--env", "GOPROXY=https://proxy.golang.org", "--env", "GOSUMDB=off", "--env", "GOTOOLCHAIN=local",
@@ -93,8 +93,8 @@ echo "marker=$(grep -o '`+goMarker+`' /tmp/gopath/pkg/mod/`+goModule+`@`+goVersi
 // github.com (git http-backend), and a push, which the server would accept, is
 // refused by the default policy before any receive-pack POST reaches it.
 func TestRootGitCloneAndPushDenied(t *testing.T) {
-	requireTool(t, "/usr/bin/git")
 	e := newEnv(t, "")
+	requireTool(t, "/usr/bin/git")
 	headBefore, err := gitHead(w.gitDir)
 	if err != nil {
 		t.Fatal(err)
