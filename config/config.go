@@ -341,6 +341,9 @@ func (s *Size) Set(v string) error {
 // Type implements pflag.Value.
 func (s *Size) Type() string { return "size" }
 
+// UnmarshalText lets JSON (the daemon API) use the same spellings as YAML.
+func (s *Size) UnmarshalText(b []byte) error { return s.Set(string(b)) }
+
 // UnmarshalYAML accepts a number or a string with a unit.
 func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
@@ -374,6 +377,9 @@ func (d *Duration) Set(v string) error {
 
 // Type implements pflag.Value.
 func (d *Duration) Type() string { return "duration" }
+
+// UnmarshalText lets JSON (the daemon API) use the same spellings as YAML.
+func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
 
 // UnmarshalYAML parses a Go duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {

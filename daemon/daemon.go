@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -80,6 +81,8 @@ type Daemon struct {
 	hidden   []string
 	proxyURL string
 	closers  []func() error
+	// keepState is set at Close when namespaces are left for a later Recover.
+	keepState bool
 }
 
 // New builds every part, in dependency order, and undoes what it built if a
@@ -114,7 +117,15 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("run dir: %w", err)
 	}
-	d.closers = append(d.closers, func() error { return os.RemoveAll(o.RunDir) })
+	d.closers = append(d.closers, func() error {
+		// Attached namespaces stay closed (rules in place, no listeners) with their
+		// state files, for the next instance's Recover; only then is the
+		// directory kept.
+		if d.keepState {
+			return nil
+		}
+		return os.RemoveAll(o.RunDir)
+	})
 
 	upstreams := cfg.DNS.Upstreams
 	if len(upstreams) == 0 {
@@ -206,7 +217,13 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d.closers = append(d.closers, func() error { return d.netns.TeardownAll(context.Background()) })
+	// Close leaves every namespace it still manages closed, as a crash would:
+	// Run tears down its own, and an attached container keeps no way out until
+	// it is detached or a new instance re-attaches it.
+	d.closers = append(d.closers, func() error {
+		d.keepState = len(d.netns.IDs()) > 0
+		return d.netns.Close()
+	})
 	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
 		return nil, fmt.Errorf("recover namespaces: %w", err)
 	}
@@ -359,6 +376,10 @@ func (d *Daemon) Audit() audit.Logger { return d.tally }
 
 // CABundle is the merged trust bundle mounted into sandboxes.
 func (d *Daemon) CABundle() string { return d.caBundle }
+
+// MetricsHandler serves the gateway's Prometheus metrics; mount it on a host
+// listener no sandbox can reach.
+func (d *Daemon) MetricsHandler() http.Handler { return d.gw.MetricsHandler() }
 
 // Engine is the policy engine (for reload on SIGHUP).
 func (d *Daemon) Engine() *policy.Engine { return d.engine }

@@ -63,10 +63,15 @@ func TestHiddenPaths(t *testing.T) {
 	}
 }
 
-// TestRootRun runs a real task against a fake internet: an allowed registry is
-// reached through the gateway (intercepted with the per-run CA the sandbox
-// trusts), a denied host sees no connection, and the namespace is gone after.
-func TestRootRun(t *testing.T) {
+type testNet struct {
+	*fakenet.Net
+	pypi, evil *fakenet.Host
+}
+
+// newTestDaemon builds a daemon against a fresh fake internet with pypi.org
+// and evil.example on it; the caller closes the daemon.
+func newTestDaemon(t *testing.T) (*Daemon, *testNet, config.Config, string) {
+	t.Helper()
 	roottest.Require(t)
 	n, err := fakenet.New()
 	if err != nil {
@@ -97,6 +102,15 @@ func TestRootRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d, &testNet{Net: n, pypi: pypi, evil: evil}, cfg, runDir
+}
+
+// TestRootRun runs a real task against a fake internet: an allowed registry is
+// reached through the gateway (intercepted with the per-run CA the sandbox
+// trusts), a denied host sees no connection, and the namespace is gone after.
+func TestRootRun(t *testing.T) {
+	d, n, cfg, runDir := newTestDaemon(t)
+	pypi, evil := n.pypi, n.evil
 	closed := false
 	t.Cleanup(func() {
 		if !closed {

@@ -27,6 +27,7 @@ func run(args []string) int {
 	root.AddCommand(newSandboxInitCmd())
 	root.AddCommand(newAttachCmd())
 	root.AddCommand(newRunCmd())
+	root.AddCommand(newServeCmd())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		var ec exitCoder
