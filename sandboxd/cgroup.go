@@ -410,6 +410,24 @@ func procs(dir string) ([]int, error) {
 	return out, nil
 }
 
+// holds checks that pid is a member of the cgroup in every hierarchy.
+func (cg *cgroup) holds(pid int) error {
+	for _, d := range cg.uniq {
+		ps, err := procs(d)
+		if err != nil {
+			return fmt.Errorf("sandboxd: read %s/cgroup.procs: %w", d, err)
+		}
+		found := false
+		for _, p := range ps {
+			found = found || p == pid
+		}
+		if !found {
+			return fmt.Errorf("sandboxd: init (pid %d) is not in cgroup %s: its limits would not apply", pid, d)
+		}
+	}
+	return nil
+}
+
 // pids lists every task group in the cgroup: the union over its hierarchies (v1
 // moves a process into each separately).
 func (cg *cgroup) pids() ([]int, error) {

@@ -324,3 +324,58 @@ func TestCgroupV1FakeMissingController(t *testing.T) {
 		t.Errorf("no freezer: got %v, want an error naming freezer", err)
 	}
 }
+
+func TestCgroupHolds(t *testing.T) {
+	m, _, err := fakeV2(t, "cpu memory pids", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := fakeCgroup(t, m)
+	writeFiles(t, cg.dirs[""], map[string]string{"cgroup.procs": "10\n20\n"})
+	if err := cg.holds(20); err != nil {
+		t.Errorf("holds(20): %v", err)
+	}
+	if err := cg.holds(30); err == nil || !strings.Contains(err.Error(), "not in cgroup") {
+		t.Errorf("holds(30): got %v, want an error", err)
+	}
+}
+
+// TestSlotKeepsUIDWhenCgroupRemains: a slot whose cgroup cannot be removed (a
+// process may still run as its uid) keeps its uid and id locks, so no later sandbox
+// gets that uid.
+func TestSlotKeepsUIDWhenCgroupRemains(t *testing.T) {
+	m, _, err := fakeV2(t, "cpu memory pids", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{StateDir: t.TempDir(), UIDBase: 300000, UIDCount: 1, PoolSize: -1}
+	p, err := newPool(&cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.make()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A file in the fake cgroup makes rmdir fail like a live task would.
+	writeFiles(t, s.cg.dirs[""], map[string]string{"cgroup.procs": "1\n"})
+	if err := s.destroy(); err == nil || !strings.Contains(err.Error(), "stay reserved") {
+		t.Fatalf("destroy: got %v, want an error saying the uid stays reserved", err)
+	}
+	if _, err := p.make(); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("make after a failed destroy: got %v, want all uids in use", err)
+	}
+	os.Remove(filepath.Join(s.cg.dirs[""], "cgroup.procs"))
+	if err := s.destroy(); err != nil {
+		t.Fatalf("second destroy: %v", err)
+	}
+	s2, err := p.make()
+	if err != nil {
+		t.Fatalf("make after cleanup: %v", err)
+	}
+	if s2.uid != s.uid {
+		t.Errorf("uid: got %d, want %d", s2.uid, s.uid)
+	}
+	_ = s2.destroy()
+	_ = p.close()
+}

@@ -185,17 +185,39 @@ func (e *Executor) initConfig(spec *Spec, lim Limits, s *slot) (*initConfig, err
 	}
 	env = dedupeEnv(append(env, spec.Env...))
 	hidden := append(append([]string{}, e.cfg.HiddenPaths...), spec.Hidden...)
+	// Host paths of the hidden paths, and what they point at.
+	hostHidden := append([]string{}, hidden...)
+	for _, h := range hidden {
+		if r, err := filepath.EvalSymlinks(h); err == nil && r != h {
+			hostHidden = append(hostHidden, r)
+		}
+	}
 	if spec.RootFS == "" {
 		// Hide what a path points at too, so a symlink cannot be a way around.
-		for _, h := range hidden {
-			if r, err := filepath.EvalSymlinks(h); err == nil && r != h {
-				hidden = append(hidden, r)
-			}
-		}
+		hidden = hostHidden
 	}
 	ws := spec.WorkspaceTarget
 	if ws == "" {
 		ws = spec.Workspace
+	}
+	wsHost := spec.Workspace
+	if wsHost != "" {
+		// The workspace is a second view of host files: it must not be or lie inside
+		// a hidden path, and a hidden path inside it is hidden at its place under the
+		// target too. The resolved path is what init mounts.
+		var err error
+		if wsHost, err = filepath.EvalSymlinks(spec.Workspace); err != nil {
+			return nil, fmt.Errorf("sandboxd: spec.workspace %s: %w", spec.Workspace, err)
+		}
+		for _, h := range hostHidden {
+			if within(wsHost, h) {
+				return nil, fmt.Errorf("sandboxd: spec.workspace %s is inside hidden path %s", spec.Workspace, h)
+			}
+			if within(h, wsHost) {
+				rel, _ := filepath.Rel(wsHost, h)
+				hidden = append(hidden, filepath.Join(ws, rel))
+			}
+		}
 	}
 	dir := spec.Dir
 	if dir == "" {
@@ -206,12 +228,18 @@ func (e *Executor) initConfig(spec *Spec, lim Limits, s *slot) (*initConfig, err
 	}
 	nproc := 2*(lim.Pids+initPidsOverhead) + 64 // backstop behind pids.max
 	return &initConfig{
-		Hostname: e.cfg.Hostname, RootFS: spec.RootFS, Workspace: spec.Workspace, WorkspaceTarget: ws,
+		Hostname: e.cfg.Hostname, RootFS: spec.RootFS, Workspace: wsHost, WorkspaceTarget: ws,
 		CABundle: spec.CABundle, Hidden: hidden, Home: e.cfg.Home, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
 		FreshNet: spec.NetNS == "", StageArgs: e.cfg.InitArgs,
 		Exec: execConfig{Argv: spec.Argv, Env: env, Dir: dir, UID: s.uid, GID: s.uid,
 			NoFile: lim.NoFile, FSize: lim.FSize, NProc: nproc},
 	}, nil
+}
+
+// within reports whether path p is base or lies below it.
+func within(p, base string) bool {
+	p, base = filepath.Clean(p), filepath.Clean(base)
+	return p == base || base == "/" || strings.HasPrefix(p, base+"/")
 }
 
 func dedupeEnv(env []string) []string {
@@ -380,6 +408,10 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 			if err := s.cg.addProc(pid); err != nil {
 				return err
 			}
+		}
+		// Born in (v2) or moved into (v1) the cgroup: check before init may act.
+		if err := s.cg.holds(pid); err != nil {
+			return err
 		}
 		// Never let the sandbox inherit an OOM-immune score.
 		if err := writeFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", "0"); err != nil {

@@ -133,3 +133,57 @@ func TestWorkspaceWithoutIdmapFails(t *testing.T) {
 		t.Errorf("the command ran")
 	}
 }
+
+// TestWorkspaceCannotExposeHiddenPaths: the workspace is a second view of host
+// files. A hidden path inside it stays hidden at its place under the target; a
+// workspace that is, or resolves (through a symlink) to, a place inside a hidden
+// path is refused before anything runs.
+func TestWorkspaceCannotExposeHiddenPaths(t *testing.T) {
+	ws := hostDir(t, 0o755)
+	secretDir := filepath.Join(ws, "secrets")
+	if err := os.Mkdir(secretDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secretDir, "token"), []byte("TOPSECRET-TOKEN"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "plain"), []byte("PLAIN"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := newTestExecutor(t, func(c *Config) { c.HiddenPaths = []string{secretDir} })
+	res := mustRun(t, e, Spec{Argv: sh("cat /home/sandbox/work/plain /home/sandbox/work/secrets/token 2>&1; ls -A /home/sandbox/work/secrets | wc -l"),
+		Workspace: ws, WorkspaceTarget: "/home/sandbox/work"})
+	out := string(res.Stdout)
+	if strings.Contains(out, "TOPSECRET") || !strings.Contains(out, "PLAIN") || !strings.HasSuffix(strings.TrimSpace(out), "0") {
+		t.Errorf("got %q, want PLAIN, no secret and an empty masked directory", out)
+	}
+
+	marker := filepath.Join(hostDir(t, 0o755), "ran")
+	link := filepath.Join(hostDir(t, 0o755), "link")
+	if err := os.Symlink(secretDir, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{secretDir, link} {
+		_, err := e.Run(t.Context(), Spec{Argv: sh("touch " + marker), Workspace: w, WorkspaceTarget: "/home/sandbox/work"})
+		if err == nil || !strings.Contains(err.Error(), "inside hidden path") {
+			t.Errorf("workspace %s: got %v, want an error saying it is inside a hidden path", w, err)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the command ran")
+	}
+}
+
+// TestSetupFailureNeverRuns: a failure in the exec stage's setup (the same path a
+// seccomp load error takes) fails the run and the command never executes.
+func TestSetupFailureNeverRuns(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	ws := hostDir(t, 0o755)
+	_, err := e.Run(t.Context(), Spec{Argv: sh("touch " + ws + "/ran"), Workspace: ws, Dir: "/airlock-no-such-dir"})
+	if err == nil || !strings.Contains(err.Error(), "chdir /airlock-no-such-dir") {
+		t.Errorf("got %v, want a setup error naming the chdir", err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+		t.Errorf("the command ran")
+	}
+}
