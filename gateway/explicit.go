@@ -41,10 +41,12 @@ import (
 
 type ctxKey int
 
-const (
-	explicitConnKey ctxKey = iota
-	explicitReqKey
-)
+const explicitConnKey ctxKey = 0
+
+// currentReq returns the explicitReq of the request r on its connection.
+func currentReq(r *http.Request) *explicitReq {
+	return r.Context().Value(explicitConnKey).(*explicitConn).cur
+}
 
 // explicitReq carries a request's reqCtx from the outer handler through goproxy.
 type explicitReq struct {
@@ -151,6 +153,7 @@ type explicitConn struct {
 	bodyLeft int64         // request body bytes not yet handed out; -1: chunked, unknown
 	held     bool          // the request's bytes are all out: hand out nothing more
 	hijacked bool          // http.Server handed the connection over
+	cur      *explicitReq  // the request being served
 	unhold   chan struct{} // closed when http.Server aborts its pending read
 	closed   sync.Once
 }
@@ -361,8 +364,7 @@ func (g *Gateway) explicitHandler() http.Handler {
 		pr, err := ec.claimHead(r)
 		s.rawHost, s.rawHostErr = pr.Host, err
 		x := &explicitReq{rc: rc}
-		r = r.WithContext(context.WithValue(r.Context(), explicitReqKey, x))
-		rc.req = r
+		ec.cur = x // http.Server serves a connection's requests one at a time
 		if r.Method == http.MethodConnect {
 			rc.kind = policy.KindConnect
 			defer func() {
@@ -383,7 +385,7 @@ func (g *Gateway) explicitHandler() http.Handler {
 // explicitConnect is goproxy's ConnectHijack: the pipeline takes the raw
 // connection (the session holds any bytes the client sent after the CONNECT).
 func (g *Gateway) explicitConnect(r *http.Request, _ net.Conn, _ *goproxy.ProxyCtx) {
-	x := r.Context().Value(explicitReqKey).(*explicitReq)
+	x := currentReq(r)
 	x.served = true
 	rc := x.rc
 	rc.sess.release()
@@ -394,8 +396,7 @@ func (g *Gateway) explicitConnect(r *http.Request, _ net.Conn, _ *goproxy.ProxyC
 // explicitRequest is goproxy's request handler for absolute-form HTTP: the
 // pipeline up to the dial, then the round trip on our own RoundTripper.
 func (g *Gateway) explicitRequest(req *http.Request, pctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-	x := req.Context().Value(explicitReqKey).(*explicitReq)
-	rc := x.rc
+	rc := currentReq(req).rc
 	rc.req = req
 	if err := g.admit(rc); err != nil {
 		rc.err = err
@@ -417,7 +418,7 @@ func (g *Gateway) explicitRequest(req *http.Request, pctx *goproxy.ProxyCtx) (*h
 // explicitNonproxy answers what goproxy does not take as a proxy request (an
 // origin-form request): the pipeline refuses it.
 func (g *Gateway) explicitNonproxy(w http.ResponseWriter, r *http.Request) {
-	rc := r.Context().Value(explicitReqKey).(*explicitReq).rc
+	rc := currentReq(r).rc
 	rc.req = r
 	err := g.admit(rc)
 	if err == nil {

@@ -35,8 +35,9 @@ type httpSession struct {
 	intercepted bool
 	sni         string
 
-	// rawHost is the Host header as sent (http.ReadRequest drops it for
-	// absolute-form requests); rawHostErr is set when it could not be read.
+	// rawHost is the Host header as sent (net/http drops it for absolute-form
+	// requests), read by the explicit proxy's explicitConn; rawHostErr is set
+	// when it could not be read.
 	rawHost    string
 	rawHostErr error
 
@@ -100,12 +101,6 @@ func (s *httpSession) readRequest() (*http.Request, error) {
 		return nil, net.ErrClosed
 	}
 	s.conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
-	if !s.pinned {
-		// The explicit proxy compares the URL host with the Host header, which
-		// http.ReadRequest discards for absolute-form requests: read it first.
-		pr, perr := peekHTTPRequest(s.br, s.br.Size())
-		s.rawHost, s.rawHostErr = pr.Host, perr
-	}
 	req, err := http.ReadRequest(s.br)
 	s.rd.limited, s.rd.progress = false, g.cfg.IdleTimeout
 	s.conn.SetReadDeadline(time.Time{})
