@@ -595,6 +595,46 @@ func TestSecretsInjection(t *testing.T) {
 		}
 	})
 
+	t.Run("transparent TLS", func(t *testing.T) {
+		h.origDst.Store(netip.MustParseAddrPort(st.bound.addr))
+		t.Run("bound host is intercepted and injected", func(t *testing.T) {
+			before := st.bound.secretReqs.Load()
+			c, err := tls.Dial("tcp", h.transp, &tls.Config{ServerName: "api.bound.example", RootCAs: st.pki.mitmCAPool})
+			if err != nil {
+				t.Fatalf("transparent TLS to a bound host (interception forced by the binding): %v", err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c, "GET /echo HTTP/1.1\r\nHost: api.bound.example\r\nConnection: close\r\n\r\n")
+			b, _ := io.ReadAll(c)
+			if !strings.Contains(string(b), "200 OK") || carriesCanary(string(b)) {
+				t.Fatalf("response: want 200 without the secret, got %q", b)
+			}
+			if got := st.bound.secretReqs.Load() - before; got != 1 {
+				t.Fatalf("bound upstream secret-bearing requests: got %d, want 1", got)
+			}
+		})
+		t.Run("placeholder as SNI", func(t *testing.T) {
+			before := st.bound.reqs.Load()
+			c, err := net.Dial("tcp", h.transp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tc := tls.Client(c, &tls.Config{ServerName: st.ph + ".example", RootCAs: st.pki.mitmCAPool})
+			tc.SetDeadline(time.Now().Add(5 * time.Second))
+			if err := tc.Handshake(); err == nil {
+				t.Fatal("handshake with a placeholder as server name succeeded")
+			}
+			h.log.wait(t, "flagged sni", func(r audit.Record) bool {
+				return r.Kind == "tls" && hasReason(r, secrets.CodePlaceholderMisuse) && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
+			})
+			if got := st.bound.reqs.Load() - before; got != 0 {
+				t.Fatalf("bound upstream requests: got %d, want 0", got)
+			}
+		})
+	})
+
 	t.Run("source unavailable answers 503 and forwards nothing", func(t *testing.T) {
 		dir := t.TempDir()
 		yml := fmt.Sprintf("secrets:\n  - id: gone\n    file: %s\nbindings:\n  - secret: gone\n    sandboxes: {ids: [sb-test]}\n    host: api.bound.example\n    port: %d\n    template: \"Bearer {{value}}\"\n",
