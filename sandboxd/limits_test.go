@@ -176,3 +176,21 @@ func TestStaleCgroupsReaped(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupLimitFailureNeverRuns: a limit the kernel refuses (an io throttle on a
+// device that does not exist) fails the run before anything starts.
+func TestCgroupLimitFailureNeverRuns(t *testing.T) {
+	e, au := newTestExecutor(t, nil)
+	ws := hostDir(t, 0o755)
+	_, err := e.Run(t.Context(), Spec{Argv: sh("touch " + ws + "/ran"), Workspace: ws,
+		Limits: Limits{IO: []IOLimit{{Device: "1:250", ReadBPS: 1 << 20}}}})
+	if err == nil || !strings.Contains(err.Error(), "1:250") {
+		t.Errorf("got %v, want an error naming the io device", err)
+	}
+	if _, err := os.Stat(ws + "/ran"); err == nil {
+		t.Errorf("the command ran")
+	}
+	if n := len(au.records()); n != 0 {
+		t.Errorf("audit records: got %d, want none (nothing started)", n)
+	}
+}
