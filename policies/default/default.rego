@@ -15,6 +15,14 @@ allow if {
 	input.kind == "http"
 	airlock.registry_host
 	input.http.method in {"GET", "HEAD", "OPTIONS"}
+	not git_push_discovery
+}
+
+# A git push starts with GET .../info/refs?service=git-receive-pack: a read in
+# form, a write in intent. Refuse it too, so the server never learns of the push.
+git_push_discovery if {
+	endswith(input.http.path, "/info/refs")
+	"git-receive-pack" in input.http.query.service
 }
 
 # git's fetch is a POST to .../git-upload-pack; it reads, so a read-only

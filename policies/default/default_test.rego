@@ -27,6 +27,13 @@ test_registry_writes_denied if {
 	d.reasons == [{"id": "default_deny", "msg": "no rule allows PUT to registry.npmjs.org"}]
 }
 
+get_query(host, path, q) := object.union(http("GET", host, path), {"http": {"query": q}})
+
+test_git_push_discovery_denied if {
+	allowed(get_query("github.com", "/o/r.git/info/refs", {"service": ["git-upload-pack"]}))
+	not allowed(get_query("github.com", "/o/r.git/info/refs", {"service": ["git-receive-pack"]}))
+}
+
 test_git_fetch_allowed_push_denied if {
 	allowed(http("GET", "github.com", "/o/r.git/info/refs"))
 	allowed(http("POST", "github.com", "/o/r.git/git-upload-pack"))
