@@ -91,7 +91,8 @@ echo "marker=$(grep -o '`+goMarker+`' /tmp/gopath/pkg/mod/`+goModule+`@`+goVersi
 
 // TestRootGitCloneAndPushDenied: git clones over smart HTTP from the fake
 // github.com (git http-backend), and a push, which the server would accept, is
-// refused by the default policy before any receive-pack POST reaches it.
+// refused by the default policy at its first request (GET info/refs with
+// service=git-receive-pack), so no receive-pack request of any kind reaches it.
 func TestRootGitCloneAndPushDenied(t *testing.T) {
 	e := newEnv(t, "")
 	requireTool(t, "/usr/bin/git")
@@ -118,7 +119,7 @@ git push -q origin HEAD:main; echo "push_exit=$?"
 	}
 	seen := seenSince(w.github, seenBefore)
 	noRequests(t, "git push", seen, func(r *http.Request) bool {
-		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-receive-pack")
+		return strings.HasSuffix(r.URL.Path, "/git-receive-pack") || r.URL.Query().Get("service") == "git-receive-pack"
 	})
 	uploads := 0
 	for _, r := range seen {
@@ -138,5 +139,5 @@ git push -q origin HEAD:main; echo "push_exit=$?"
 	}
 	recs := e.records()
 	mustFind(t, recs, match{kind: "http", decision: "allow", host: "github.com", method: "POST", path: "/" + gitRepoPath + "/git-upload-pack"})
-	mustFind(t, recs, match{kind: "http", decision: "deny", host: "github.com", method: "POST", path: "/" + gitRepoPath + "/git-receive-pack"})
+	mustFind(t, recs, match{kind: "http", decision: "deny", host: "github.com", method: "GET", path: "/" + gitRepoPath + "/info/refs"})
 }
