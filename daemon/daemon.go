@@ -138,17 +138,37 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 
-	d.engine, err = policy.New(policy.Config{
-		Dir:        cfg.Policy.Dir,
-		Mode:       policy.Mode(cfg.Policy.Mode),
-		Presets:    cfg.Policy.Presets,
-		AllowHosts: cfg.Policy.Allow,
-		Watch:      cfg.Policy.Dir != "",
-	}, logger)
-	if err != nil {
-		return nil, err
+	// Compiling the policy is the slowest part of a start; the audit log and
+	// the CA do not need it, so it compiles meanwhile.
+	type engineResult struct {
+		e   *policy.Engine
+		err error
 	}
-	d.closers = append(d.closers, d.engine.Close)
+	engc := make(chan engineResult, 1)
+	go func() {
+		e, err := policy.New(policy.Config{
+			Dir:        cfg.Policy.Dir,
+			Mode:       policy.Mode(cfg.Policy.Mode),
+			Presets:    cfg.Policy.Presets,
+			AllowHosts: cfg.Policy.Allow,
+			Watch:      cfg.Policy.Dir != "",
+		}, logger)
+		engc <- engineResult{e, err}
+	}()
+	waitEngine := func() error {
+		if engc == nil {
+			return nil
+		}
+		r := <-engc
+		engc = nil
+		if r.err != nil {
+			return r.err
+		}
+		d.engine = r.e
+		d.closers = append(d.closers, d.engine.Close)
+		return nil
+	}
+	defer func() { _ = waitEngine() }() // never leave the compile running on an early return
 
 	if err := os.MkdirAll(filepath.Dir(cfg.Audit.File), 0o750); err != nil {
 		return nil, fmt.Errorf("audit.file: %w", err)
@@ -170,6 +190,13 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	d.closers = append(d.closers, d.writer.Close)
 	d.tally = audit.NewTally(d.writer)
 
+	caCert, caKey, err := d.interceptionCA(cfg, o.EphemeralCA)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitEngine(); err != nil {
+		return nil, err
+	}
 	d.dns, err = dnsfilter.New(dnsfilter.Config{
 		Upstreams:  upstreams,
 		MinTTL:     time.Duration(cfg.DNS.MinTTL),
@@ -191,10 +218,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		}
 	}
 
-	caCert, caKey, err := d.interceptionCA(cfg, o.EphemeralCA)
-	if err != nil {
-		return nil, err
-	}
 	gwCfg := o.Gateway
 	gwCfg.AllowCIDRs = allow
 	gwCfg.UpstreamCAFile = cfg.Upstream.CAFile
