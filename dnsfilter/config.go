@@ -51,9 +51,16 @@ const (
 // known only after the upstream answered) when answers were dropped by the guard.
 const FlagRebindingDropped = "rebinding_dropped"
 
-// DefaultBlockFlags are the flags that deny a query without asking policy when
+// defaultBlockFlags are the flags that deny a query without asking policy when
 // Config.BlockFlags is nil. An empty non-nil list blocks on nothing.
-var defaultBlockFlags = []string{FlagRateLimited}
+//
+// many_unique_names is blocked by default because it is the one hard bound on
+// DNS exfiltration under an allowed wildcard: every new name reaches the
+// upstream (and the domain's authoritative servers), and long_label and
+// high_entropy are heuristics that short, hyphenated labels evade. Only names
+// first seen after the threshold are flagged, so the names a sandbox already
+// used keep resolving.
+var defaultBlockFlags = []string{FlagRateLimited, FlagManyUniqueNames}
 
 // DefaultBlockFlags returns the flags blocked when Config.BlockFlags is nil.
 func DefaultBlockFlags() []string { return append([]string(nil), defaultBlockFlags...) }
@@ -99,8 +106,9 @@ type Config struct {
 	RateLimit float64 `yaml:"rate_limit"`
 	RateBurst int     `yaml:"rate_burst"`
 	// UniqueNames is how many distinct names under one registered domain (eTLD+1)
-	// a sandbox may ask within UniqueWindow before queries under it are flagged
-	// many_unique_names.
+	// a sandbox may ask within UniqueWindow; each further new name under it in
+	// that window is flagged many_unique_names (blocked by default). Names asked
+	// before the threshold was reached are not flagged.
 	UniqueNames  int           `yaml:"unique_names"`
 	UniqueWindow time.Duration `yaml:"unique_window"`
 	// LongLabel flags (long_label) any label longer than this many characters.

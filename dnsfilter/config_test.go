@@ -68,8 +68,8 @@ func TestConfigDefaults(t *testing.T) {
 	if c.MinTTL != DefaultMinTTL || c.MaxTTL != DefaultMaxTTL || c.RateLimit != DefaultRateLimit || c.LongLabel != DefaultLongLabel {
 		t.Errorf("defaults: got %+v", c.Config)
 	}
-	if !c.block[FlagRateLimited] || len(c.block) != 1 {
-		t.Errorf("default block flags: got %v, want only rate_limited", c.block)
+	if !c.block[FlagRateLimited] || !c.block[FlagManyUniqueNames] || len(c.block) != 2 {
+		t.Errorf("default block flags: got %v, want rate_limited and many_unique_names", c.block)
 	}
 	c, err = Config{Upstreams: []string{"1.1.1.1:53"}, BlockFlags: []string{}}.compile()
 	if err != nil || len(c.block) != 0 {

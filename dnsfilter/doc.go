@@ -37,11 +37,23 @@
 // policy error never passes.
 //
 // Exfiltration flags are computed for every query before policy: rate_limited
-// (per-sandbox token bucket), many_unique_names (distinct names under one
-// registered domain, eTLD+1, per window), long_label and high_entropy. They go to
-// policy as input.dns.flags and to the audit record's flags; Config.BlockFlags
-// (default: rate_limited) blocks without asking policy, and policy can deny on
-// any of them. Decisions for flagless questions are cached per sandbox and policy
+// (per-sandbox token bucket), many_unique_names (a name first asked after its
+// registered domain, eTLD+1, already had Config.UniqueNames distinct names in the
+// window), long_label and high_entropy. They go to policy as input.dns.flags and
+// to the audit record's flags; Config.BlockFlags (default: rate_limited and
+// many_unique_names) blocks without asking policy, and policy can deny on any of
+// them. many_unique_names is the hard bound on what a sandbox can carry out in
+// the names it asks under an allowed wildcard (each new name reaches the
+// upstream); long_label and high_entropy are heuristics that short or
+// hyphenated labels evade, so they only flag by default.
+//
+// CNAME chains are answered as the upstream resolved them: a chain from an
+// allowed name may pass through names policy denies, because the sandbox asked
+// only for the allowed name and the upstream, not the sandbox, followed the
+// chain. Only the question's own chain is kept (records for other owners, in any
+// section, are ignored and never cached under their names), its addresses go
+// through the rebinding guard, and the gateway connects by the name the sandbox
+// asked for, never by a chain member. Decisions for flagless questions are cached per sandbox and policy
 // revision when the Decider has a Rev() method (Revisioner).
 //
 // Resolver is the same cache, upstreams and rebinding filter for the gateway's own

@@ -18,6 +18,12 @@ const maxTrackedNames = 4096
 // maxTrackedDomains bounds the registered domains tracked per sandbox per window.
 const maxTrackedDomains = 4096
 
+// maxSeenNames bounds the names remembered per sandbox per window, whatever their
+// domains: without it a flood of distinct names over many domains (rate-limited
+// or not, every query is counted) would grow the map by millions of entries a
+// minute. A new name once the map is full is flagged many_unique_names.
+const maxSeenNames = 16384
+
 // signals computes one sandbox's exfiltration flags. It is safe for concurrent use.
 type signals struct {
 	cfg     *compiled
@@ -26,7 +32,7 @@ type signals struct {
 	mu          sync.RWMutex
 	windowStart time.Time
 	domains     map[string]*domainNames // registered domain -> names under it
-	seen        map[string]*domainNames // name -> its registered domain's entry
+	seen        map[string]bool         // name -> it came after its domain's threshold
 }
 
 type domainNames struct {
@@ -38,7 +44,7 @@ func newSignals(cfg *compiled) *signals {
 		cfg:     cfg,
 		limiter: rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.RateBurst),
 		domains: make(map[string]*domainNames),
-		seen:    make(map[string]*domainNames),
+		seen:    make(map[string]bool),
 	}
 }
 
@@ -60,15 +66,18 @@ func (s *signals) flags(dst []string, name string, now time.Time) []string {
 	return dst
 }
 
-// unique records name under its registered domain and reports whether that domain
-// is over the distinct-name threshold in the current window. A name already seen
-// in this window costs one read lock.
+// unique records name under its registered domain and reports whether the name
+// is one too many: the first time it was seen in the current window, its domain
+// had already reached the distinct-name threshold. Names first seen below the
+// threshold stay unflagged for the rest of the window, so a sandbox that is
+// blocked for spraying new names under a domain keeps the names it already used;
+// only new names (the ones that would carry data upstream) are refused. A name
+// already seen in this window costs one read lock.
 func (s *signals) unique(name string, now time.Time) bool {
 	limit := int32(s.cfg.UniqueNames)
 	s.mu.RLock()
 	if now.Sub(s.windowStart) < s.cfg.UniqueWindow && !now.Before(s.windowStart) {
-		if d := s.seen[name]; d != nil {
-			over := d.count.Load() > limit
+		if over, ok := s.seen[name]; ok {
 			s.mu.RUnlock()
 			return over
 		}
@@ -87,8 +96,11 @@ func (s *signals) unique(name string, now time.Time) bool {
 		clear(s.domains)
 		clear(s.seen)
 	}
-	if d := s.seen[name]; d != nil {
-		return d.count.Load() > limit
+	if over, ok := s.seen[name]; ok {
+		return over
+	}
+	if len(s.seen) >= maxSeenNames {
+		return true
 	}
 	d := s.domains[reg]
 	if d == nil {
@@ -99,11 +111,13 @@ func (s *signals) unique(name string, now time.Time) bool {
 		d = new(domainNames)
 		s.domains[strings.Clone(reg)] = d
 	}
-	if n := d.count.Load(); n <= maxTrackedNames {
+	n := d.count.Load()
+	over := n >= limit
+	if n <= maxTrackedNames {
 		d.count.Add(1)
-		s.seen[strings.Clone(name)] = d
+		s.seen[strings.Clone(name)] = over
 	}
-	return d.count.Load() > limit
+	return over
 }
 
 // labelSignals reports whether any label of name is longer than longLabel, and
