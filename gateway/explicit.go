@@ -18,6 +18,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
 )
 
 // The explicit proxy's front is a goproxy.ProxyHttpServer served by one
@@ -461,7 +462,7 @@ func (s *httpSession) proxyExchange(rc *reqCtx) (*http.Response, error) {
 		s.up = nil
 		rc.up = up
 		untrack := s.cc.track(up.nc)
-		rc.ws = &wsBody{r: up.br, c: up.nc, untrack: untrack}
+		rc.ws = &wsBody{r: up.br, c: up.nc, untrack: untrack, guard: s.g.streamGuard(rc, true)}
 		resp.Body = rc.ws
 		return resp, nil
 	}
@@ -512,6 +513,11 @@ type wsBody struct {
 	untrack  func()
 	up, down atomic.Int64
 	once     sync.Once
+	// guard checks the client's frames of a sandbox that holds placeholders
+	// (nil otherwise); goproxy writes from one goroutine.
+	guard    *secrets.StreamGuard
+	mu       sync.Mutex
+	guardErr error
 }
 
 func (w *wsBody) Read(p []byte) (int, error) {
@@ -521,6 +527,15 @@ func (w *wsBody) Read(p []byte) (int, error) {
 }
 
 func (w *wsBody) Write(p []byte) (int, error) {
+	if w.guard != nil {
+		if err := w.guard.Check(p); err != nil {
+			w.mu.Lock()
+			w.guardErr = err
+			w.mu.Unlock()
+			w.c.Close()
+			return 0, err
+		}
+	}
 	n, err := w.c.Write(p)
 	w.up.Add(int64(n))
 	return n, err
@@ -546,6 +561,11 @@ func (g *Gateway) finishExplicit(ec *explicitConn, rc *reqCtx) {
 	if ws := rc.ws; ws != nil {
 		ws.Close()
 		rc.bytesUp, rc.bytesDown = ws.up.Load(), ws.down.Load()
+		ws.mu.Lock()
+		if ws.guardErr != nil {
+			rc.err = secretsErr(ws.guardErr)
+		}
+		ws.mu.Unlock()
 	}
 	g.finish(rc)
 	if ec.isHijacked() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
 )
 
 // httpSession is an HTTP/1.1 request loop on one client connection: the explicit
@@ -343,6 +344,10 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 	if websocket {
 		req.Header.Set("Connection", "Upgrade")
 		req.Header.Set("Upgrade", upgrade)
+		if inj := g.cfg.Injector; inj != nil && inj.HoldsPlaceholders(sandboxOf(rc)) {
+			// Compressed frames could not be checked for a placeholder.
+			req.Header.Del("Sec-Websocket-Extensions")
+		}
 	}
 	if hasToken(req.Header["Expect"], "100-continue") {
 		req.Header.Del("Expect")
@@ -449,7 +454,8 @@ func (s *httpSession) forward(rc *reqCtx) error {
 		uHead, _ := up.br.Peek(up.br.Buffered())
 		s.conn.SetDeadline(time.Time{})
 		rc.tunnel = false
-		return pipe(rc, s.conn, cHead, up.nc, uHead)
+		pipe(rc, s.conn, cHead, up.nc, uHead, g.streamGuard(rc, true))
+		return nil
 	}
 
 	keep := !clientClose && !g.isDraining()
@@ -544,16 +550,26 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 		return err
 	}
 	head, _ := s.br.Peek(s.br.Buffered())
-	upN, _ := copyUp(up, head, client)
+	guard := g.streamGuard(rc, false)
+	upN, _ := copyUp(up, head, client, guard)
+	guardFailed(rc, guard, up, client)
 	rc.bytesUp = upN
 	rc.bytesDown = <-down
 	return nil
 }
 
 // copyUp writes head, then copies client to up (splice when both are
-// *net.TCPConn), then half-closes up.
-func copyUp(up net.Conn, head []byte, client net.Conn) (int64, error) {
+// *net.TCPConn), then half-closes up. With a guard (a sandbox that holds
+// placeholders) every chunk is checked before it is written, and splice is
+// given up; the copy stops at the first chunk the guard refuses.
+func copyUp(up net.Conn, head []byte, client net.Conn, guard *secrets.StreamGuard) (int64, error) {
 	var total int64
+	if guard != nil {
+		if err := guard.Check(head); err != nil {
+			closeWrite(up)
+			return 0, err
+		}
+	}
 	if len(head) > 0 {
 		n, err := up.Write(head)
 		total += int64(n)
@@ -562,7 +578,11 @@ func copyUp(up net.Conn, head []byte, client net.Conn) (int64, error) {
 			return total, err
 		}
 	}
-	n, err := io.Copy(up, client)
+	var src io.Reader = client
+	if guard != nil {
+		src = guardedReader{r: client, guard: guard}
+	}
+	n, err := io.Copy(up, src)
 	total += n
 	closeWrite(up)
 	return total, err
@@ -570,7 +590,7 @@ func copyUp(up net.Conn, head []byte, client net.Conn) (int64, error) {
 
 // pipe relays between two connections with already-read heads (websocket
 // after 101, intercepted TLS passthrough).
-func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte) error {
+func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard *secrets.StreamGuard) error {
 	down := make(chan int64, 1)
 	go func() {
 		var total int64
@@ -582,7 +602,8 @@ func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte) error 
 		closeWrite(a)
 		down <- total + n
 	}()
-	n, _ := copyUp(b, aHead, a)
+	n, _ := copyUp(b, aHead, a, guard)
+	guardFailed(rc, guard, a, b)
 	rc.bytesUp += n
 	rc.bytesDown += <-down
 	return nil

@@ -437,6 +437,15 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 		if rc.err != nil {
 			r.Error = rc.err.Error()
 		}
+		var d *denial
+		if errors.As(rc.err, &d) {
+			// Cut off mid-stream (a placeholder in a tunnel): the reason and
+			// flag go on the close record, the decision record being written.
+			r.Reasons = []audit.Reason{{ID: d.reason, Msg: d.msg}}
+			if d.flag != "" {
+				r.Flags = []string{d.flag}
+			}
+		}
 		return r
 	}
 	r.Decision = resultOf(rc)

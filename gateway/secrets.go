@@ -22,8 +22,14 @@ import (
 //     never widens policy), and only over verified upstream TLS;
 //   - ScrubResponse on the upstream's response to an injected request before a
 //     byte of it reaches the sandbox. Redirects are never followed.
+//   - HoldsPlaceholders and NewStreamGuard: a sandbox that may hold a
+//     placeholder has every TLS tunnel intercepted (NeedsMITM says so), and
+//     what it sends on a stream that is not parsed as HTTP (a raw TCP tunnel,
+//     a websocket after its upgrade) is checked chunk by chunk.
 type Injector interface {
 	NeedsMITM(sb secrets.Sandbox, host string, port int) bool
+	HoldsPlaceholders(sb secrets.Sandbox) bool
+	NewStreamGuard(sb secrets.Sandbox, websocket bool) *secrets.StreamGuard
 	CheckName(sb secrets.Sandbox, name string) error
 	Check(sb secrets.Sandbox, req *http.Request) error
 	Inject(ctx context.Context, sb secrets.Sandbox, req *http.Request) (*secrets.Applied, error)
@@ -147,4 +153,49 @@ func (b bodyErrReader) Read(p []byte) (int, error) {
 		*b.err = err
 	}
 	return n, err
+}
+
+// streamGuard returns the placeholder guard for what rc's sandbox sends on an
+// opaque stream, or nil when the sandbox holds no placeholder.
+func (g *Gateway) streamGuard(rc *reqCtx, websocket bool) *secrets.StreamGuard {
+	inj := g.cfg.Injector
+	if inj == nil || !inj.HoldsPlaceholders(sandboxOf(rc)) {
+		return nil
+	}
+	return inj.NewStreamGuard(sandboxOf(rc), websocket)
+}
+
+// guardedReader checks every chunk read through it with a StreamGuard before
+// handing it on; a chunk that completes a placeholder is never returned.
+type guardedReader struct {
+	r     io.Reader
+	guard *secrets.StreamGuard
+}
+
+func (g guardedReader) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	if n > 0 {
+		if gerr := g.guard.Check(p[:n]); gerr != nil {
+			return 0, gerr
+		}
+	}
+	return n, err
+}
+
+// guardFailed ends a relayed stream whose guard found a placeholder: both
+// connections are closed and rc.err carries the flagged denial for the close
+// record. It reports whether the guard failed.
+func guardFailed(rc *reqCtx, guard *secrets.StreamGuard, conns ...io.Closer) bool {
+	if guard == nil {
+		return false
+	}
+	err := guard.Err()
+	if err == nil {
+		return false
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	rc.err = secretsErr(err)
+	return true
 }

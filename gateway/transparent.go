@@ -238,7 +238,9 @@ func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) 
 		closeWrite(client)
 		down <- n
 	}()
-	n, _ := copyUp(up, head, client)
+	guard := g.streamGuard(rc, false)
+	n, _ := copyUp(up, head, client, guard)
+	guardFailed(rc, guard, up, client)
 	rc.bytesUp = n
 	rc.bytesDown = <-down
 	return nil

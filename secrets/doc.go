@@ -61,9 +61,28 @@
 // placeholder is denied (the agent cannot bring its own credential). A
 // placeholder, or any token starting with airlock-ph-, seen anywhere else (host,
 // path, query, fragment, userinfo, another header, a trailer, a body, a DNS name,
-// plain HTTP, another port, another sandbox) is denied and flagged. Through a
-// CONNECT tunnel that is not intercepted the gateway sees no bytes, so
-// placeholders there cannot be seen.
+// plain HTTP, another port, another sandbox) is denied and flagged.
+//
+// A sandbox that may hold a placeholder (a placeholder or require binding
+// selects it, or one was issued to it: HoldsPlaceholders) could send it to
+// any destination policy allows, so the gateway must see everything it sends:
+// NeedsMITM is true for every TLS destination of such a sandbox (every
+// CONNECT and transparent TLS connection is intercepted), and what it sends on
+// a stream that is not parsed as HTTP (a raw TCP tunnel, a websocket after its
+// upgrade, whose client frames are unmasked first) goes through a StreamGuard
+// that cuts the stream at the chunk that completes the placeholder prefix.
+// The trade-off: such a sandbox's clients must trust the airlock CA for every
+// host, so a client that pins certificates (or that speaks something other
+// than TLS through CONNECT) breaks for every --allow'ed host, not only for
+// the bound one; websocket compression is not offered upstream for it.
+//
+// What the checks recognize is the placeholder as written (any case), after
+// percent-decoding in the URL and Basic-decoding in credentials. A sandbox
+// that transforms it (base64 in a body, split over two headers, reversed)
+// can always hide it; that is accepted, because a placeholder is worth
+// nothing outside the gateway: it becomes the secret only in its bound header,
+// to its bound destination, from its own sandbox. The flag is an alarm for
+// careless or hostile code, not the boundary.
 //
 // Injected requests also lose Range and If-Range (a partial response could hand
 // out a secret a few bytes at a time) and get Accept-Encoding: identity.

@@ -43,6 +43,7 @@ type Injector struct {
 	mu      sync.Mutex
 	ph      map[phKey]string // (sandbox, secret) -> placeholder
 	phOwner map[string]phKey // placeholder -> (sandbox, secret)
+	phCount map[string]int   // sandbox -> placeholders issued to it
 }
 
 type phKey struct{ sandbox, secret string }
@@ -97,6 +98,7 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		maxBody: cfg.MaxBodyScan,
 		ph:      map[phKey]string{},
 		phOwner: map[string]phKey{},
+		phCount: map[string]int{},
 	}
 	for _, sc := range cfg.Secrets {
 		in.secrets[sc.ID] = newSecret(sc, key, log)
@@ -130,9 +132,15 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 	return in, nil
 }
 
-// NeedsMITM reports whether a binding applies to this sandbox and destination,
-// so the gateway must intercept the TLS connection (after policy allowed it).
+// NeedsMITM reports whether the gateway must intercept this sandbox's TLS
+// connection to host:port (after policy allowed it): a binding applies to the
+// destination, or the sandbox holds placeholders (HoldsPlaceholders), in which
+// case every TLS destination is intercepted so that the placeholder check sees
+// every request.
 func (in *Injector) NeedsMITM(sb Sandbox, host string, port int) bool {
+	if in.HoldsPlaceholders(sb) {
+		return true
+	}
 	h, err := hostname.Normalize(host)
 	if err != nil {
 		return false
@@ -143,6 +151,25 @@ func (in *Injector) NeedsMITM(sb Sandbox, host string, port int) bool {
 		}
 	}
 	return false
+}
+
+// HoldsPlaceholders reports whether the sandbox may hold a placeholder: a
+// placeholder or require binding selects it, or a placeholder was issued to
+// it. Such a sandbox could send its placeholder anywhere, so the gateway must
+// see every byte it sends: every TLS tunnel is intercepted (NeedsMITM) and
+// other opaque streams are scanned or refused.
+func (in *Injector) HoldsPlaceholders(sb Sandbox) bool {
+	for _, b := range in.bindings {
+		if b.mode != ModeDefault && b.matchSandbox(sb) {
+			return true
+		}
+	}
+	if sb.ID == "" {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.phCount[sb.ID] > 0
 }
 
 // Placeholders returns, for the executor, the environment a sandbox gets: the
@@ -181,6 +208,7 @@ func (in *Injector) placeholder(sandbox, secretID string) (string, error) {
 	p := PlaceholderPrefix + phEncoding.EncodeToString(r[:])
 	in.ph[k] = p
 	in.phOwner[p] = k
+	in.phCount[sandbox]++
 	return p, nil
 }
 
@@ -195,6 +223,7 @@ func (in *Injector) Forget(sandboxID string) {
 			delete(in.phOwner, p)
 		}
 	}
+	delete(in.phCount, sandboxID)
 }
 
 // Check looks at a request that is not intercepted (plain HTTP, a CONNECT
