@@ -16,7 +16,8 @@
 //	     line or any request that is not its binding's is denied and flagged
 //	     (Injector.CheckName, Injector.Check), whatever policy would say
 //	  -> policy.Decide: fail closed (an error, undefined result or timeout is a
-//	     deny); a secret binding forces interception of an allowed tunnel
+//	     deny); a secret binding forces interception of an allowed tunnel, and
+//	     so does a sandbox that holds placeholders, for every tunnel
 //	     (Injector.NeedsMITM; no CA configured is a deny, mitm_unavailable)
 //	  -> secrets inject: Injector.Inject, only after allow, only on intercepted
 //	     requests, whose upstream connection is always verified TLS; the
@@ -35,6 +36,15 @@
 // secrets error maps through secrets.HTTPStatus (403 denial, 503 source
 // unavailable, 502 unscrubbable response); a *secrets.Denial's Code is the
 // record's reason id and its Flag goes in the record's flags.
+//
+// A sandbox that holds placeholders (Injector.HoldsPlaceholders) has every TLS
+// tunnel intercepted, so the placeholder check sees each request it sends
+// anywhere; its clients must then trust the airlock CA for every host (a
+// client that pins a certificate, or a non-TLS protocol through CONNECT,
+// fails for such a sandbox). What it sends on a raw TCP tunnel or a websocket
+// after the upgrade is checked chunk by chunk (secrets.StreamGuard, splice
+// given up); a placeholder cuts the stream and the close record (or the
+// websocket's request record) carries the denial and its flag.
 //
 // Decisions are not cached here: policy.Engine caches per policy revision.
 //
