@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
 )
@@ -157,6 +159,66 @@ type explicitConn struct {
 	cur      *explicitReq  // the request being served
 	unhold   chan struct{} // closed when http.Server aborts its pending read
 	closed   sync.Once
+	// ownAnswer: http.Server answered a request by itself (a request its
+	// parser rejects, OPTIONS *): that answer is replaced by a refusal.
+	ownAnswer bool
+}
+
+// Write passes on what http.Server writes, except an answer it gives by
+// itself to a request no handler saw: a header block this wrapper read
+// (headOK) but no handler claimed. net/http's parser rejects some blocks the
+// peeker accepts (conflicting Content-Length, unsupported Transfer-Encoding,
+// a URL it cannot parse, an Expect it does not know) and answers OPTIONS *
+// itself; each such request is refused and audited like any other, once, and
+// net/http's own bytes never reach the client.
+func (c *explicitConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	first := c.headOK && !c.hijacked && !c.ownAnswer
+	if first {
+		c.ownAnswer, c.headOK = true, false
+	}
+	own, head := c.ownAnswer, c.head
+	c.mu.Unlock()
+	if !own {
+		return c.Conn.Write(p)
+	}
+	if first {
+		c.refuseOwnAnswer(head, p)
+	}
+	return len(p), nil
+}
+
+// refuseOwnAnswer refuses and audits the request http.Server answered by
+// itself with the response that starts in p.
+func (c *explicitConn) refuseOwnAnswer(head peekedRequest, p []byte) {
+	g, s := c.cc.g, c.sess
+	rc := g.newReqCtx(c.cc, s)
+	rc.kind = policy.KindHTTP
+	if head.Method == http.MethodConnect {
+		rc.kind = policy.KindConnect
+	}
+	if h, port, err := hostname.SplitHostPort(head.Host, 80); err == nil {
+		rc.host, rc.port = h, port
+	}
+	status, msg := http.StatusBadRequest, "request answered by the HTTP server itself"
+	line, rest, _ := bytes.Cut(p, []byte("\r\n"))
+	if f := bytes.Fields(line); len(f) >= 2 {
+		if n, err := strconv.Atoi(string(f[1])); err == nil && n >= 400 && n <= 599 {
+			status = n
+			msg = "rejected by the HTTP parser"
+			if _, body, ok := bytes.Cut(rest, []byte("\r\n\r\n")); ok && len(body) > 0 {
+				msg += ": " + strings.TrimSpace(string(body[:min(len(body), 200)]))
+			}
+		}
+	}
+	var err error = &denial{reason: ReasonBadRequest, msg: msg, status: status}
+	if inj := g.cfg.Injector; inj != nil {
+		if perr := inj.CheckName(sandboxOf(rc), head.Target+" "+head.Host); perr != nil {
+			err = secretsErr(perr)
+		}
+	}
+	g.serveRefused(rc, err)
+	c.Conn.Close() // http.Server would go on serving the connection
 }
 
 func (c *explicitConn) expectHead() {

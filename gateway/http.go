@@ -217,10 +217,15 @@ func (s *httpSession) normalizeConnect(rc *reqCtx) error {
 		return deny(ReasonBadDestination, "CONNECT target: %v", err)
 	}
 	rc.host, rc.port = h, p
-	if req.Host != "" && req.Host != target {
-		hh, hp, err := hostname.SplitHostPort(req.Host, p)
+	// net/http sets req.Host to the CONNECT target and drops the Host header;
+	// the explicit front kept the header as sent (rawHost).
+	if s.rawHostErr != nil {
+		return deny(ReasonBadRequest, "request header: %v", s.rawHostErr)
+	}
+	if host := s.rawHost; host != "" && host != target {
+		hh, hp, err := hostname.SplitHostPort(host, p)
 		if err != nil || hh != h || hp != p {
-			return deny(ReasonHostMismatch, "CONNECT %s with Host %q", target, req.Host)
+			return deny(ReasonHostMismatch, "CONNECT %s with Host %q", target, host)
 		}
 	}
 	if ip, ok := hostname.ParseIP(h); ok {

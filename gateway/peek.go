@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"strings"
 )
 
 // Errors from the peekers. They never consume input: a caller that gets one still
@@ -12,6 +13,7 @@ var (
 	errNotTLS         = errors.New("not a TLS handshake")
 	errBadClientHello = errors.New("malformed TLS ClientHello")
 	errNotHTTP        = errors.New("not an HTTP/1.x request")
+	errBadHTTP        = errors.New("malformed HTTP/1.x request header")
 	errPeekTooLarge   = errors.New("peeked header exceeds limit")
 )
 
@@ -207,9 +209,17 @@ func looksLikeHTTP(b []byte) bool {
 
 // peekHTTPRequest peeks the request line and headers at the head of br (at most
 // max bytes) without consuming them and returns the method, target and Host.
+//
+// It is stricter than net/http, so that no header block it accepts is read
+// differently behind it (request smuggling): a line ending that is not CRLF
+// (a bare LF, which net/http's reader accepts, or a bare CR), a NUL or other
+// control byte, an obs-fold continuation line, a header name that is not a
+// token and a second Host header are all errBadHTTP, as soon as they arrive.
+// errNotHTTP means the bytes do not start like an HTTP/1.x request at all.
 func peekHTTPRequest(br *bufio.Reader, max int) (peekedRequest, error) {
 	var pr peekedRequest
 	n := 1
+	checked := 0 // bytes of the block whose line endings and bytes were checked
 	var buf []byte
 	for {
 		b, err := br.Peek(n)
@@ -222,7 +232,29 @@ func peekHTTPRequest(br *bufio.Reader, max int) (peekedRequest, error) {
 		if !looksLikeHTTP(b) {
 			return pr, errNotHTTP
 		}
-		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
+		end := len(b)
+		i := bytes.Index(b, []byte("\r\n\r\n"))
+		if i >= 0 {
+			end = i + 4 // what follows is a body: any byte goes
+		}
+		for ; checked < end; checked++ {
+			switch c := b[checked]; {
+			case c == '\n':
+				if checked == 0 || b[checked-1] != '\r' {
+					return pr, errBadHTTP
+				}
+			case c == '\r':
+				if checked+1 < len(b) && b[checked+1] != '\n' {
+					return pr, errBadHTTP
+				}
+			case c < 0x20 && c != '\t', c == 0x7f:
+				return pr, errBadHTTP
+			}
+		}
+		if checked > 0 && b[checked-1] == '\r' {
+			checked-- // its LF is not here yet
+		}
+		if i >= 0 {
 			buf = b[:i+2]
 			break
 		}
@@ -254,8 +286,8 @@ func peekHTTPRequest(br *bufio.Reader, max int) (peekedRequest, error) {
 			break
 		}
 		name, val, ok := bytes.Cut(h, []byte(":"))
-		if !ok || len(name) == 0 || bytes.ContainsAny(name, " \t") {
-			return pr, errNotHTTP
+		if !ok || !isToken(name) {
+			return pr, errBadHTTP // obs-fold lines start with a space and fail here
 		}
 		if bytes.EqualFold(name, []byte("host")) {
 			hosts++
@@ -263,7 +295,23 @@ func peekHTTPRequest(br *bufio.Reader, max int) (peekedRequest, error) {
 		}
 	}
 	if hosts > 1 {
-		return pr, errNotHTTP
+		return pr, errBadHTTP
 	}
 	return pr, nil
+}
+
+// isToken reports whether b is a non-empty RFC 9110 token (a header name).
+func isToken(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
