@@ -90,7 +90,7 @@ func TestRedTeamExplicitProxy(t *testing.T) {
 	tests := []struct {
 		name  string
 		raw   string
-		allow bool // the request is legitimate once normalized
+		allow bool  // the request is legitimate once normalized
 		reqs  int64 // upstream requests; -1: not checked
 	}{
 		{"CL and TE together", "POST http://" + ok + "/ HTTP/1.1\r\nHost: " + ok + "\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
