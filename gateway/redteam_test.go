@@ -2,10 +2,14 @@ package gateway
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/ipguard"
 )
 
 // Red-team battery against the gateway: each attack is a request an agent in a
@@ -175,4 +180,210 @@ func TestRedTeamExplicitProxy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seqResolver answers lookups from a list, one answer per call, and counts.
+type seqResolver struct {
+	mu      sync.Mutex
+	answers [][]netip.Addr
+	calls   int
+}
+
+func (r *seqResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.answers[min(r.calls, len(r.answers)-1)]
+	r.calls++
+	return a, nil
+}
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, x := range s {
+		out = append(out, netip.MustParseAddr(x))
+	}
+	return out
+}
+
+// The guarded dialer against hostile DNS answers. The recording dialer is
+// allowed nothing: every dial attempt is recorded and refused, so the test
+// sees which addresses the guard let through without a packet being sent.
+func TestRedTeamGuardedDialer(t *testing.T) {
+	many := make([]string, 0, 1001)
+	for i := 0; i < 1000; i++ {
+		many = append(many, fmt.Sprintf("10.%d.%d.1", i/250, i%250))
+	}
+	many = append(many, "198.18.0.9")
+	tests := []struct {
+		name    string
+		answers [][]netip.Addr
+		want    []string // dial attempts, in order
+	}{
+		{"public and private mixed: never the private one", [][]netip.Addr{addrs("10.0.0.5", "198.18.0.7", "127.0.0.1", "169.254.169.254")}, []string{"198.18.0.7:443"}},
+		{"only private", [][]netip.Addr{addrs("10.0.0.5", "192.168.1.1", "169.254.169.254", "100.100.100.200")}, nil},
+		{"AAAA-only embedding loopback and metadata", [][]netip.Addr{addrs("::ffff:127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::1", "2001:0:4136:e378:8000:63bf:80ff:fffe", "fd00:ec2::254", "::1", "fe80::1")}, nil},
+		{"zero addresses", [][]netip.Addr{{}}, nil},
+		{"a thousand private, one public", [][]netip.Addr{addrs(many...)}, []string{"198.18.0.9:443"}},
+		{"rebinding on a second lookup", [][]netip.Addr{addrs("198.18.0.7"), addrs("127.0.0.1")}, []string{"198.18.0.7:443"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rd := &recordingDialer{allowed: map[string]bool{}}
+			res := &seqResolver{answers: tc.answers}
+			// The fake internet (198.18.0.0/15, a reserved block) is the allowed CIDR.
+			d := &dialer{res: res, guard: ipguard.New([]netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, nil), dial: rd.DialContext, timeout: time.Second}
+			c, _, err := d.dialHost(context.Background(), "rebind.example", 443)
+			if c != nil || err == nil {
+				t.Fatal("dial succeeded against a dialer that allows nothing")
+			}
+			got := rd.refusedAddrs()
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("dial attempts: got %v, want %v", got, tc.want)
+			}
+			if res.calls != 1 {
+				t.Fatalf("lookups: got %d, want 1 (the dialed address is the checked one)", res.calls)
+			}
+			var dn *denial
+			if tc.want == nil && len(tc.answers[0]) > 0 && !errors.As(err, &dn) {
+				t.Fatalf("error: got %v, want a destination_forbidden denial", err)
+			}
+		})
+	}
+}
+
+// Transparent listener: the name in the SNI decides, never the address the
+// sandbox connected to; a stalled or oversized ClientHello is refused and
+// audited; a ClientHello in 1-byte segments still works.
+func TestRedTeamTransparentTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	cert := pki.leaf(t, "pypi.org")
+	up := newUpstream(t, nil, &cert)
+	denied := newUpstream(t, nil, &cert)
+	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org", "evil.example"), pki, func(c *Config) {
+		c.HandshakeTimeout = 500 * time.Millisecond
+	})
+	h.allowUpstreams(up)
+	h.dialer.allow(denied.addr)
+	upAP := netip.MustParseAddrPort(up.addr)
+	// pypi.org resolves to 127.0.0.1 on up's port through the original
+	// destination's port; the denied upstream listens elsewhere.
+	hello := func(t *testing.T, sni string, dst netip.AddrPort, roots bool) error {
+		t.Helper()
+		h.origDst.Store(dst)
+		c, err := net.Dial("tcp", h.transp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cfg := &tls.Config{ServerName: sni, RootCAs: pki.upPool}
+		if sni == "" {
+			cfg.InsecureSkipVerify = true // the client's own choice; the gateway passes through
+		}
+		tc := tls.Client(c, cfg)
+		tc.SetDeadline(time.Now().Add(3 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			return err
+		}
+		io.WriteString(tc, "GET / HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n")
+		_, err = io.ReadAll(tc)
+		return err
+	}
+	t.Run("allowed address, denied SNI", func(t *testing.T) {
+		before := up.conns.Load()
+		if err := hello(t, "evil.example", upAP, true); err == nil {
+			t.Fatal("handshake for a denied SNI succeeded")
+		}
+		h.log.wait(t, "tls deny evil.example", func(r audit.Record) bool {
+			return r.Kind == "tls" && r.Host == "evil.example" && r.Decision == "deny"
+		})
+		if got := up.conns.Load() - before; got != 0 {
+			t.Fatalf("upstream connections: got %d, want 0", got)
+		}
+	})
+	t.Run("denied address, allowed SNI: the gateway dials what it resolved", func(t *testing.T) {
+		// The sandbox connected to the denied server's address; the name
+		// pypi.org resolves (gateway resolver) to 127.0.0.1 and the port is
+		// the original destination's, i.e. the denied server's port.
+		dst := netip.MustParseAddrPort(denied.addr)
+		hello(t, "PyPI.org.", dst, true)
+		rec := h.log.wait(t, "tls allow pypi.org", func(r audit.Record) bool {
+			return r.Kind == "tls" && r.Host == "pypi.org" && r.Port == int(dst.Port())
+		})
+		if rec.IP != "127.0.0.1" {
+			t.Fatalf("dialed IP: got %q, want the resolver's 127.0.0.1", rec.IP)
+		}
+	})
+	t.Run("partial ClientHello then stall", func(t *testing.T) {
+		h.origDst.Store(upAP)
+		before := up.conns.Load()
+		c, err := net.Dial("tcp", h.transp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		n := len(h.log.all())
+		c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01})
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadAll(c); err != nil {
+			t.Fatalf("the gateway did not close a stalled handshake: %v", err)
+		}
+		recs := newRecords(t, h.log, n)
+		if len(recs) != 1 || recs[0].Decision != "deny" || !hasReason(recs[0], ReasonBadRequest) {
+			t.Fatalf("records: got %+v, want one bad_request deny", recs)
+		}
+		if got := up.conns.Load() - before; got != 0 {
+			t.Fatalf("upstream connections: got %d, want 0", got)
+		}
+	})
+	t.Run("oversized ClientHello", func(t *testing.T) {
+		h.origDst.Store(upAP)
+		c, err := net.Dial("tcp", h.transp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		n := len(h.log.all())
+		// A handshake message announcing 64 KiB, sent in full records.
+		msg := []byte{0x01, 0x01, 0x00, 0x00}
+		rec := append([]byte{0x16, 0x03, 0x01, 0x40, 0x00}, msg...)
+		rec = append(rec, make([]byte, 0x4000-len(msg))...)
+		for i := 0; i < 4; i++ {
+			c.Write(rec)
+			rec = append([]byte{0x16, 0x03, 0x01, 0x40, 0x00}, make([]byte, 0x4000)...)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.ReadAll(c)
+		recs := newRecords(t, h.log, n)
+		if len(recs) != 1 || recs[0].Decision != "deny" {
+			t.Fatalf("records: got %+v, want one deny", recs)
+		}
+	})
+	t.Run("ClientHello in 1-byte segments", func(t *testing.T) {
+		h.origDst.Store(upAP)
+		c, err := net.Dial("tcp", h.transp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		tc := tls.Client(&oneByteConn{Conn: c}, &tls.Config{ServerName: "pypi.org", RootCAs: pki.upPool})
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("handshake through 1-byte segments: %v", err)
+		}
+	})
+}
+
+// oneByteConn writes one byte per TCP segment.
+type oneByteConn struct{ net.Conn }
+
+func (c *oneByteConn) Write(p []byte) (int, error) {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	for i := range p {
+		if _, err := c.Conn.Write(p[i : i+1]); err != nil {
+			return i, err
+		}
+	}
+	return len(p), nil
 }
