@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Red-team battery against the gateway: each attack is a request an agent in a
@@ -386,4 +387,118 @@ func (c *oneByteConn) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// perSandbox allows pypi.org (intercepted) for sb-test only.
+func perSandbox() *fakeDecider {
+	return &fakeDecider{fn: func(in *policy.Input) policy.Decision {
+		if in.Sandbox.ID == "sb-test" && in.Destination.Host == "pypi.org" {
+			d := allowDec()
+			d.MITM = true
+			return d
+		}
+		return denyDec("not_allowed")
+	}}
+}
+
+// Interception: ALPN, missing SNI, client certificates, an upgrade to h2c,
+// and a leaf minted for one sandbox that must not open the host to another.
+func TestRedTeamMITM(t *testing.T) {
+	pki := newTestPKI(t)
+	cert := pki.leaf(t, "pypi.org")
+	up := newHeaderUpstream(t)
+	tlsUp := newUpstream(t, nil, &cert)
+	h := newHarness(t, perSandbox(), names("pypi.org"), pki)
+	h.allowUpstreams(up.upstream, tlsUp)
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.g.ServeSandbox(policy.Sandbox{ID: "sb-other"}, other, nil); err != nil {
+		t.Fatal(err)
+	}
+	connect := func(t *testing.T, proxy string) (net.Conn, *bufio.Reader, int) {
+		t.Helper()
+		c, err := net.Dial("tcp", proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "CONNECT pypi.org:%d HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", tlsUp.port, tlsUp.port)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, br, resp.StatusCode
+	}
+
+	t.Run("ALPN h2 only is never negotiated", func(t *testing.T) {
+		c, br, st := connect(t, h.explicit)
+		defer c.Close()
+		if st != 200 {
+			t.Fatalf("connect: %d", st)
+		}
+		tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "pypi.org", RootCAs: pki.mitmCAPool, NextProtos: []string{"h2"}})
+		if err := tc.Handshake(); err == nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
+			t.Fatal("h2 negotiated inside interception")
+		}
+	})
+	t.Run("no SNI, client certificate: pinned to the CONNECT host", func(t *testing.T) {
+		before := tlsUp.reqs.Load()
+		c, br, st := connect(t, h.explicit)
+		defer c.Close()
+		if st != 200 {
+			t.Fatalf("connect: %d", st)
+		}
+		cc := pki.leaf(t, "client.example")
+		tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cc}})
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("handshake without SNI: %v", err)
+		}
+		if got := tc.ConnectionState().PeerCertificates[0].DNSNames; fmt.Sprint(got) != "[pypi.org]" {
+			t.Fatalf("leaf names: got %v, want [pypi.org]", got)
+		}
+		tbr := bufio.NewReader(tc)
+		io.WriteString(tc, "GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+		resp, err := http.ReadResponse(tbr, nil)
+		if err != nil || resp.StatusCode != 403 {
+			t.Fatalf("inner request for another host: %v %v, want 403", resp, err)
+		}
+		if got := tlsUp.reqs.Load() - before; got != 0 {
+			t.Fatalf("upstream requests: got %d, want 0", got)
+		}
+	})
+	t.Run("leaf cached for sb-test does not open pypi.org to sb-other", func(t *testing.T) {
+		c, _, st := connect(t, h.explicit) // mints and caches the leaf
+		c.Close()
+		if st != 200 {
+			t.Fatalf("sb-test connect: %d", st)
+		}
+		beforeConns := tlsUp.conns.Load()
+		c, _, st = connect(t, other.Addr().String())
+		c.Close()
+		if st != 403 {
+			t.Fatalf("sb-other connect: got %d, want 403", st)
+		}
+		h.log.wait(t, "sb-other deny", func(r audit.Record) bool {
+			return r.Sandbox == "sb-other" && r.Kind == "connect" && r.Decision == "deny"
+		})
+		if got := tlsUp.conns.Load() - beforeConns; got != 0 {
+			t.Fatalf("upstream connections from sb-other: got %d, want 0", got)
+		}
+	})
+	t.Run("Upgrade h2c is never passed on", func(t *testing.T) {
+		resp, _ := rawRequest(t, h.explicit, "GET http://pypi.org:"+strconv.Itoa(up.port)+"/ HTTP/1.1\r\nHost: pypi.org:"+strconv.Itoa(up.port)+
+			"\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n")
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		hdr, _ := up.last()
+		for _, k := range []string{"Upgrade", "Http2-Settings", "Connection"} {
+			if v := hdr.Get(k); v != "" {
+				t.Fatalf("upstream got %s: %q", k, v)
+			}
+		}
+	})
 }
