@@ -374,3 +374,65 @@ func TestStreamGuardFindsSplitPrefix(t *testing.T) {
 		t.Fatal("the chunk completing the prefix passed")
 	}
 }
+
+// Response scrubbing on the answers that have no body or keep the secret
+// outside it: HEAD, 304 with headers, trailers, a value split across TLS
+// records and chunks.
+func TestRedTeamScrubHeadersAndTrailers(t *testing.T) {
+	pki := newTestPKI(t)
+	cert := pki.leaf(t, "scrub.example")
+	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		switch r.URL.Path {
+		case "/head":
+			w.Header().Set("X-Echo", v)
+			w.Header().Set("Content-Length", "1000")
+		case "/304":
+			w.Header().Set("ETag", `"`+v+`"`)
+			w.Header().Set("X-"+v, "name")
+			w.WriteHeader(http.StatusNotModified)
+		case "/trailer":
+			w.Header().Set("Trailer", "X-T")
+			w.Write([]byte("body "))
+			w.(http.Flusher).Flush()
+			w.Header().Set("X-T", base64.StdEncoding.EncodeToString([]byte(v)))
+		case "/split":
+			for i := 0; i < len(v); i += 3 { // one TLS record and one chunk per flush
+				w.Write([]byte(v[i:min(i+3, len(v))]))
+				w.(http.Flusher).Flush()
+			}
+		}
+	}), &cert)
+	dir := t.TempDir()
+	vf := filepath.Join(dir, "v")
+	os.WriteFile(vf, []byte(secretCanary), 0o600)
+	cfg, err := secrets.Parse([]byte(fmt.Sprintf("secrets:\n  - id: api\n    file: %s\nbindings:\n  - secret: api\n    sandboxes: {ids: [sb-test]}\n    host: scrub.example\n    port: %d\n    template: \"Bearer {{value}}\"\n", vf, up.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := secrets.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, allowHosts([]string{"scrub.example"}, nil), names("scrub.example"), pki, func(c *Config) { c.Injector = inj })
+	h.allowUpstreams(up)
+	roots := x509.NewCertPool()
+	mitm, _ := LoadCACert(pki.mitmCert)
+	roots.AddCert(mitm)
+	c := clientVia(h.explicit, roots)
+	for _, tc := range []struct{ method, path string }{{"HEAD", "/head"}, {"GET", "/304"}, {"GET", "/trailer"}, {"GET", "/split"}} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			before := up.reqs.Load()
+			resp, _, all := do(t, c, tc.method, fmt.Sprintf("https://scrub.example:%d%s", up.port, tc.path), nil, "")
+			if up.reqs.Load()-before != 1 {
+				t.Fatal("the request did not reach the bound upstream (test proves nothing)")
+			}
+			if carriesCanary(all) {
+				t.Fatalf("status %d: the sandbox saw a form of the secret:\n%s", resp.StatusCode, all)
+			}
+			if !strings.Contains(all, secrets.Redacted) {
+				t.Fatalf("status %d: nothing was scrubbed (the upstream echoed nothing?):\n%s", resp.StatusCode, all)
+			}
+		})
+	}
+}
