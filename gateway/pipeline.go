@@ -117,6 +117,9 @@ func (g *Gateway) stages(rc *reqCtx) error {
 // request handler and relays from its RoundTripper (proxyExchange).
 func (g *Gateway) admit(rc *reqCtx) error {
 	if err := g.normalize(rc); err != nil {
+		if serr := g.screenRaw(rc); serr != nil {
+			return serr // a placeholder in a malformed request is flagged too
+		}
 		return err
 	}
 	if err := g.screen(rc); err != nil {

@@ -270,6 +270,34 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 	})
 }
 
+// The placeholder on the CONNECT line: in the authority's userinfo (which
+// does not normalize), in Proxy-Authorization, in a Host header.
+func TestPlaceholderOnConnectLine(t *testing.T) {
+	st := newPHSetup(t)
+	h := st.h
+	target := "other.example:" + strconv.Itoa(st.other.port)
+	for name, raw := range map[string]string{
+		"userinfo":            "CONNECT " + st.ph + "@" + target + " HTTP/1.1\r\n\r\n",
+		"proxy-authorization": "CONNECT " + target + " HTTP/1.1\r\nProxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+st.ph)) + "\r\n\r\n",
+		"bad host header":     "CONNECT " + target + " HTTP/1.1\r\nHost: " + st.ph + ".example:1\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := st.other.reqs.Load()
+			n := len(h.log.all())
+			if status := exchangeRaw(t, h.explicit, raw); status < 400 {
+				t.Fatalf("status %d, want a refusal", status)
+			}
+			recs := newRecords(t, h.log, n)
+			if len(recs) != 1 || !slices.Contains(recs[0].Flags, secrets.FlagPlaceholderLeak) {
+				t.Fatalf("records: got %+v, want one flagged deny", recs)
+			}
+			if got := st.other.reqs.Load() - before; got != 0 {
+				t.Fatalf("other.example requests: got %d, want 0", got)
+			}
+		})
+	}
+}
+
 // A sandbox holding placeholders gets the streams the gateway does not parse
 // as HTTP checked chunk by chunk: raw TCP and websockets after the upgrade.
 func TestPlaceholderInOpaqueStreams(t *testing.T) {

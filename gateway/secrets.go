@@ -99,6 +99,31 @@ func (g *Gateway) screen(rc *reqCtx) error {
 	return nil
 }
 
+// screenRaw looks for a placeholder in the raw parts of a request whose
+// destination did not normalize (the request is refused either way): the
+// target as sent, the Host header and every header value. Such a request is
+// then refused as the flagged placeholder denial it also is.
+func (g *Gateway) screenRaw(rc *reqCtx) error {
+	inj := g.cfg.Injector
+	if inj == nil || rc.req == nil {
+		return nil
+	}
+	sb := sandboxOf(rc)
+	parts := []string{rc.req.RequestURI, rc.req.Host}
+	if rc.sess != nil {
+		parts = append(parts, rc.sess.rawHost)
+	}
+	for _, vs := range rc.req.Header {
+		parts = append(parts, vs...)
+	}
+	for _, p := range parts {
+		if err := inj.CheckName(sb, p); err != nil {
+			return secretsErr(err)
+		}
+	}
+	return nil
+}
+
 // outgoingURL makes an intercepted request name its destination the way it
 // leaves: scheme https, URL host and Host both the pinned host:port (normalize
 // already checked that whatever the client sent names the same).
