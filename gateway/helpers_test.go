@@ -22,7 +22,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -379,4 +378,3 @@ func rawRequest(t testing.TB, addr, raw string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -47,8 +47,7 @@ type reqCtx struct {
 	keepAlive bool // the client connection may carry another request
 
 	// Raw inputs of the transparent listener (tls, tcp).
-	br   *bufio.Reader // holds the peeked bytes
-	head []byte        // for CONNECT: bytes the client sent after its request
+	br *bufio.Reader // holds the peeked bytes
 
 	// The explicit proxy's goproxy front: responses go back to goproxy as an
 	// *http.Response (refusal or upstream) instead of onto the connection.

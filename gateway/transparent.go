@@ -89,7 +89,7 @@ func (g *Gateway) serveTransparentHTTP(cc *clientConn, br *bufio.Reader, dst net
 			rc := g.newReqCtx(cc, s)
 			rc.kind = policy.KindHTTP
 			if err == nil {
-				err = fmt.Errorf("Host port %d differs from destination port %d", p, dst.Port())
+				err = fmt.Errorf("host header port %d differs from destination port %d", p, dst.Port())
 			}
 			g.serveRefused(rc, deny(ReasonHostMismatch, "%v", err))
 			return

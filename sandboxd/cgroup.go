@@ -234,13 +234,6 @@ func (m *cgroupManager) open(name string) *cgroup {
 	return cg
 }
 
-func (cg *cgroup) dir(ctrl string) string {
-	if cg.v2 {
-		return cg.dirs[""]
-	}
-	return cg.dirs[ctrl]
-}
-
 // apply writes the limits. warnings name each limit that is not enforced because
 // its controller is missing and allowed missing, or weakened (v1 without memsw).
 func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
