@@ -12,7 +12,12 @@
 // connection not to 127.0.0.0/8 goes to the transparent listener, and every other
 // packet leaving the namespace is sent to NFLOG and dropped. The NFLOG messages are
 // read from a netfilter netlink socket opened inside the namespace and written to the
-// audit log as kind "drop" records, rate limited per sandbox.
+// audit log as kind "drop" records, rate limited per sandbox. Before all of
+// that, new flows (conntrack entries) are limited to 500/s with a burst of 2000
+// and dropped silently past it, and the island's conntrack timeouts are short
+// (10-30 s): every flow a sandbox starts, even a datagram redirected to the DNS
+// listener, is kernel memory no cgroup charges, and unlimited a sandbox made
+// 20,000 entries in 0.2 s.
 //
 // Attach gives a namespace made by someone else (docker --network none,
 // /proc/PID/ns/net, the namespace holding a Firecracker tap) the same listeners and

@@ -82,6 +82,9 @@ type testServer struct {
 	dialed  atomic.Int64
 	refused atomic.Int64
 
+	dialMu sync.Mutex
+	dials  []string // every address the gateway tried to dial, allowed or not
+
 	mu  sync.Mutex
 	sbs map[string]bool
 }
@@ -104,6 +107,9 @@ func newTestServer(t testing.TB, upstream string, subnet netip.Prefix, allow []s
 	}
 	s := &testServer{dns: f, sbs: map[string]bool{}}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		s.dialMu.Lock()
+		s.dials = append(s.dials, addr)
+		s.dialMu.Unlock()
 		ap, err := netip.ParseAddrPort(addr)
 		if err != nil || !subnet.Contains(ap.Addr()) {
 			s.refused.Add(1)
@@ -153,6 +159,13 @@ func (s *testServer) Stop(id string) {
 	s.mu.Lock()
 	delete(s.sbs, id)
 	s.mu.Unlock()
+}
+
+// dialLog returns every address the gateway tried to dial so far.
+func (s *testServer) dialLog() []string {
+	s.dialMu.Lock()
+	defer s.dialMu.Unlock()
+	return append([]string(nil), s.dials...)
 }
 
 func (s *testServer) served() int {

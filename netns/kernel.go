@@ -240,6 +240,26 @@ var islandSysctls = []sysctl{
 	{"net/ipv4/ip_forward", "0"},
 }
 
+// islandConntrackSysctls shorten the conntrack timeouts in an island (they are
+// per namespace), so the new-flow limit bounds the entries a sandbox can hold:
+// nothing in an island needs a flow remembered for long after it goes quiet
+// (the gateway's own connections live in the host's namespace). The keys exist
+// only once the rules have loaded conntrack in the namespace, so they are
+// written after the rules.
+var islandConntrackSysctls = []sysctl{
+	{"net/netfilter/nf_conntrack_udp_timeout", "10"},
+	{"net/netfilter/nf_conntrack_udp_timeout_stream", "30"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_syn_sent", "10"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_syn_recv", "10"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_fin_wait", "10"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_close_wait", "10"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_last_ack", "10"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_time_wait", "10"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_close", "10"},
+	{"net/netfilter/nf_conntrack_generic_timeout", "30"},
+	{"net/netfilter/nf_conntrack_icmp_timeout", "10"},
+}
+
 // attachSysctls are the settings Attach writes for the interfaces in a namespace.
 func attachSysctls(links []string) []sysctl {
 	s := []sysctl{

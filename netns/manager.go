@@ -295,6 +295,9 @@ func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
 	if err := m.ipt.Restore(ctx, h, m.backend, m.ruleSpec(false).render(), false); err != nil {
 		return fmt.Errorf("install rules: %w", err)
 	}
+	if err := writeSysctls(h, islandConntrackSysctls); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -610,7 +613,9 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		}
 		if err != nil {
 		} else if err = writeSysctls(h, islandSysctls); err == nil {
-			err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(false).render(), false)
+			if err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(false).render(), false); err == nil {
+				err = writeSysctls(h, islandConntrackSysctls)
+			}
 		}
 		s.Own = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()}
 	}

@@ -28,7 +28,8 @@ type world struct {
 	cfg    Config
 }
 
-func newWorld(t *testing.T, cfg Config) *world {
+// newWorld builds a world whose policy allows web.test and the extra names.
+func newWorld(t *testing.T, cfg Config, extraAllow ...string) *world {
 	t.Helper()
 	roottest.Require(t)
 	n, err := fakenet.New()
@@ -45,7 +46,7 @@ func newWorld(t *testing.T, cfg Config) *world {
 		t.Fatal(err)
 	}
 	w := &world{net: n, web: web, denied: denied, audit: &memAudit{}}
-	w.srv = newTestServer(t, n.DNSAddr.String(), n.Subnet, []string{"web.test"}, w.audit)
+	w.srv = newTestServer(t, n.DNSAddr.String(), n.Subnet, append([]string{"web.test"}, extraAllow...), w.audit)
 	if cfg.StateDir == "" {
 		cfg.StateDir = t.TempDir()
 	}

@@ -34,6 +34,7 @@ COMMIT
 :OUTPUT ACCEPT [0:0]
 :AIRLOCK-OUT - [0:0]
 -A OUTPUT -j AIRLOCK-OUT
+-A AIRLOCK-OUT -m conntrack --ctstate NEW -m hashlimit --hashlimit-above 500/sec --hashlimit-burst 2000 --hashlimit-name airlock-new -j DROP
 -A AIRLOCK-OUT -o lo -d 127.0.0.0/8 -j ACCEPT
 -A AIRLOCK-OUT -m conntrack --ctstate DNAT --ctdir REPLY -j ACCEPT
 -A AIRLOCK-OUT -j NFLOG --nflog-group 100 --nflog-prefix airlock-out --nflog-size 128
