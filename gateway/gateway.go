@@ -40,7 +40,7 @@ type Gateway struct {
 	dialer  *dialer
 	pool    *upstreamPool
 	leaves  *leafCache // nil without a CA
-	rootsUp *x509.CertPool
+	rootsUp *upstreamRoots
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -77,18 +77,16 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool()
-	}
+	var upstreamCA []byte
 	if cfg.UpstreamCAFile != "" {
 		b, err := os.ReadFile(cfg.UpstreamCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: upstream ca_file: %w", err)
 		}
-		if !roots.AppendCertsFromPEM(b) {
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
 			return nil, fmt.Errorf("gateway: upstream ca_file %s: no PEM certificates", cfg.UpstreamCAFile)
 		}
+		upstreamCA = b
 	}
 	var prefix [6]byte
 	if _, err := rand.Read(prefix[:]); err != nil {
@@ -100,7 +98,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		log:       log,
 		logger:    logger.With("component", "gateway"),
 		metrics:   newMetrics(),
-		rootsUp:   roots,
+		rootsUp:   &upstreamRoots{extra: upstreamCA, done: make(chan struct{})},
 		idPrefix:  hex.EncodeToString(prefix[:]) + "-",
 		sandboxes: make(map[string]*sandbox),
 	}
@@ -303,11 +301,47 @@ func (g *Gateway) isDraining() bool {
 	return g.draining
 }
 
+// upstreamRoots is the pool upstream TLS is verified against: the system roots
+// plus upstream.ca_file. Parsing the system roots costs more than the rest of a
+// gateway's start (~15 ms for ~150 certificates on a small machine) and a run
+// that never dials HTTPS upstream does not need them, so they load once, when
+// the first upstream TLS dial starts, in parallel with its resolve and connect.
+type upstreamRoots struct {
+	extra []byte // upstream.ca_file, validated by New
+	once  sync.Once
+	done  chan struct{}
+	pool  *x509.CertPool
+}
+
+// load starts loading the pool unless that has begun already.
+func (r *upstreamRoots) load() {
+	r.once.Do(func() {
+		go func() {
+			defer close(r.done)
+			pool, err := x509.SystemCertPool()
+			if err != nil {
+				pool = x509.NewCertPool() // no system roots: only upstream.ca_file is trusted
+			}
+			if r.extra != nil {
+				pool.AppendCertsFromPEM(r.extra)
+			}
+			r.pool = pool
+		}()
+	})
+}
+
+// get returns the pool, loading it first if needed.
+func (r *upstreamRoots) get() *x509.CertPool {
+	r.load()
+	<-r.done
+	return r.pool
+}
+
 // upstreamTLS returns the client config for a verified upstream TLS connection.
 func (g *Gateway) upstreamTLS(host string) *tls.Config {
 	return &tls.Config{
 		ServerName: host,
-		RootCAs:    g.rootsUp,
+		RootCAs:    g.rootsUp.get(),
 		NextProtos: []string{"http/1.1"},
 		MinVersion: tls.VersionTLS12,
 	}

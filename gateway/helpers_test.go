@@ -377,4 +377,3 @@ func rawRequest(t testing.TB, addr, raw string) (*http.Response, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
 }
-

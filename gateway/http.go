@@ -267,6 +267,9 @@ func (s *httpSession) upstream(rc *reqCtx, fresh bool) error {
 // dialUpstream makes a new upstream connection: guarded dial, then verified
 // TLS for https.
 func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, error) {
+	if key.tls {
+		g.rootsUp.load() // parses while the name resolves and the connection opens
+	}
 	c, ip, err := g.dialer.dialHost(context.Background(), key.host, key.port)
 	if ip.IsValid() {
 		rc.ip = ip

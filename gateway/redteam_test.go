@@ -313,6 +313,11 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 		if rec.IP != "127.0.0.1" {
 			t.Fatalf("dialed IP: got %q, want the resolver's 127.0.0.1", rec.IP)
 		}
+		// The tunnel's close record can come after the client saw EOF; wait for
+		// it so it is not counted in the next case (a flake under -race).
+		h.log.wait(t, "close pypi.org", func(r audit.Record) bool {
+			return r.Kind == "close" && r.Host == "pypi.org" && r.Port == int(dst.Port())
+		})
 	})
 	t.Run("partial ClientHello then stall", func(t *testing.T) {
 		h.origDst.Store(upAP)
