@@ -52,7 +52,7 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	if err != nil {
 		return nil, fmt.Errorf("netns %s: %w", nsPath, err)
 	}
-	host, err := nsInode("/proc/self/ns/net")
+	host, err := hostNetNS()
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +149,9 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	}
 	if err := m.ipt.Restore(ctx, h, backend, m.ruleSpec(true).render(), true); err != nil {
 		return nil, fmt.Errorf("install rules: %w", err)
+	}
+	if err := m.ipt.Verify(ctx, h, backend, m.ruleSpec(true)); err != nil {
+		return nil, err
 	}
 	own, err := nsAddrs(h)
 	if err != nil {

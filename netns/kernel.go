@@ -130,6 +130,26 @@ func nsInode(path string) (nsID, error) {
 	return nsID{uint64(st.Dev), st.Ino}, nil
 }
 
+// The main goroutine keeps the main thread. A goroutine that setns()es into a
+// sandbox's namespace exits holding its locked thread so the runtime retires the
+// thread, but the runtime cannot retire the main thread: had such a goroutine run
+// there, the main thread would stay parked in the sandbox's namespace, and
+// /proc/self/ns/net (which names the main thread) would name the sandbox's. With
+// the main goroutine locked to it from init, no other goroutine ever runs there.
+func init() { runtime.LockOSThread() }
+
+// hostNetNS is the network namespace the gateway's ordinary threads run in. It
+// reads /proc/thread-self from a locked thread, never /proc/self: /proc/self is
+// the main thread, and when a goroutine that entered a sandbox's namespace
+// (inNS) happens to run on the main thread and exits, the runtime cannot retire
+// that thread, so it stays parked in the sandbox's namespace. Regression: attach
+// intermittently refused a fresh namespace as "the gateway's own".
+func hostNetNS() (nsID, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return nsInode("/proc/thread-self/ns/net")
+}
+
 // configureIsland sets up lo inside ns: up, the island address, the default route
 // through lo. All netlink work uses a handle bound to ns.
 func configureIsland(ns vnetns.NsHandle, island netip.Addr, loUp bool) error {

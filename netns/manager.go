@@ -595,6 +595,9 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 			err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(true).render(), true)
 		}
 		if err == nil {
+			err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true))
+		}
+		if err == nil {
 			var links []string
 			if links, err = linkNames(h); err == nil {
 				err = writeSysctls(h, attachSysctls(links))
@@ -614,6 +617,9 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		if err != nil {
 		} else if err = writeSysctls(h, islandSysctls); err == nil {
 			if err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(false).render(), false); err == nil {
+				err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(false))
+			}
+			if err == nil {
 				err = writeSysctls(h, islandConntrackSysctls)
 			}
 		}

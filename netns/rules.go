@@ -173,6 +173,8 @@ type iptablesRunner interface {
 	Restore(ctx context.Context, ns vnetns.NsHandle, backend, rules string, noflush bool) error
 	// Save returns iptables-save's output.
 	Save(ctx context.Context, ns vnetns.NsHandle, backend string) (string, error)
+	// Verify reads the rules back and fails unless the spec's jumps come first.
+	Verify(ctx context.Context, ns vnetns.NsHandle, backend string, s ruleSpec) error
 }
 
 // execRunner is the iptablesRunner that execs the iptables binaries.

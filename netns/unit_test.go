@@ -3,6 +3,7 @@ package netns
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -269,6 +270,43 @@ func (f *fakeRunner) Save(_ context.Context, ns vnetns.NsHandle, backend string)
 		return "", errInjected
 	}
 	return f.rules[f.key(ns)], nil
+}
+
+// Verify checks the last restored text the way the real runner checks the
+// kernel's listing: every jump present (the fake keeps no order for --noflush).
+func (f *fakeRunner) Verify(_ context.Context, ns vnetns.NsHandle, backend string, s ruleSpec) error {
+	f.calls = append(f.calls, "verify "+backend)
+	if f.failOn == "verify" {
+		return errInjected
+	}
+	text := f.rules[f.key(ns)]
+	for _, j := range s.jumps() {
+		if !strings.Contains(text, " "+j.builtin+" ") || !strings.Contains(text, "-j "+j.chain+"\n") {
+			return fmt.Errorf("fake: no jump from %s to %s", j.builtin, j.chain)
+		}
+	}
+	return nil
+}
+
+func TestCheckJumps(t *testing.T) {
+	j := jump{"filter", "OUTPUT", chainOut}
+	tests := []struct {
+		name    string
+		listing []string
+		wantErr bool
+	}{
+		{"first", []string{"-P OUTPUT ACCEPT", "-A OUTPUT -j AIRLOCK-OUT", "-A OUTPUT -j ACCEPT"}, false},
+		{"someone above us", []string{"-P OUTPUT ACCEPT", "-A OUTPUT -d 1.2.3.4/32 -j ACCEPT", "-A OUTPUT -j AIRLOCK-OUT"}, true},
+		{"missing", []string{"-P OUTPUT ACCEPT"}, true},
+		{"flushed", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := checkJumps(j, tt.listing); (err != nil) != tt.wantErr {
+				t.Fatalf("checkJumps(%v) = %v, want error %v", tt.listing, err, tt.wantErr)
+			}
+		})
+	}
 }
 
 func TestNewValidates(t *testing.T) {
