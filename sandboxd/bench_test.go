@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkCreateToExec measures Run called -> command execve'd (cold: a fresh
-// slot, init and exec stage every time; the pool only pre-makes cgroup+uid) and the
+// slot and init every time; the pool only pre-makes cgroup+uid) and the
 // whole Run of /bin/true. Reports p50/p95 of create-to-exec, without and with an
 // idmapped workspace (whose user namespace helper is the extra cost).
 func BenchmarkCreateToExec(b *testing.B) {

@@ -36,8 +36,8 @@ const (
 	// SystemCABundle is where the merged CA bundle is mounted.
 	SystemCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
-	// initPidsOverhead is added to Limits.Pids for init and the exec stage's Go
-	// runtime threads, so --pids N leaves N tasks to the command.
+	// initPidsOverhead is added to Limits.Pids for init's Go runtime threads,
+	// so --pids N leaves N tasks to the command.
 	initPidsOverhead = 16
 )
 

@@ -230,7 +230,7 @@ func (e *Executor) initConfig(spec *Spec, lim Limits, s *slot) (*initConfig, err
 	return &initConfig{
 		Hostname: e.cfg.Hostname, RootFS: spec.RootFS, Workspace: wsHost, WorkspaceTarget: ws,
 		CABundle: spec.CABundle, Hidden: hidden, Home: e.cfg.Home, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
-		FreshNet: spec.NetNS == "", StageArgs: e.cfg.InitArgs,
+		FreshNet: spec.NetNS == "",
 		Exec: execConfig{Argv: spec.Argv, Env: env, Dir: dir, UID: s.uid, GID: s.uid,
 			NoFile: lim.NoFile, FSize: lim.FSize, NProc: nproc},
 	}, nil

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,22 +15,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// IsStage reports whether this process was started as a sandbox stage (init or
-// exec). A TestMain or main that can be re-executed calls InitMain when it is true.
+// IsStage reports whether this process was started as the sandbox's init. A
+// TestMain or main that can be re-executed calls InitMain when it is true.
 func IsStage() bool {
-	s := os.Getenv(envStage)
-	return s == stageInit || s == stageExec
+	return os.Getenv(envStage) == stageInit
 }
 
-// InitMain runs the sandbox stage named by the environment marker and exits. The
+// InitMain runs the sandbox's init when the environment marker says so and exits. The
 // hidden `airlock __sandbox-init` subcommand and the package's TestMain call it. It
 // never returns.
 func InitMain() {
-	switch os.Getenv(envStage) {
-	case stageInit:
+	if IsStage() {
 		os.Exit(runInit())
-	case stageExec:
-		os.Exit(runExec())
 	}
 	fmt.Fprintln(os.Stderr, "airlock: __sandbox-init is started by the executor only")
 	os.Exit(2)
@@ -56,9 +51,13 @@ func runInit() int {
 		report(event{Event: "setup_error", Error: err.Error()})
 		return 1
 	}
-	pid, errR, err := startExecStage(&cfg)
-	if err != nil {
-		report(event{Event: "setup_error", Error: err.Error()})
+	pid, ee := startCommand(&cfg.Exec)
+	if ee != nil {
+		if ee.Stage == "exec" {
+			report(event{Event: "exec_error", Error: ee.Error, Code: ee.Code})
+		} else {
+			report(event{Event: "setup_error", Error: ee.Error})
+		}
 		return 1
 	}
 	go func() {
@@ -66,22 +65,7 @@ func runInit() int {
 			_ = unix.Kill(pid, s.(syscall.Signal))
 		}
 	}()
-	// The exec stage closes errR's peer by exec (close-on-exec) or writes why not.
-	msg, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
-	errR.Close()
-	if len(msg) > 0 {
-		var ee execError
-		if json.Unmarshal(msg, &ee) != nil {
-			ee = execError{Stage: "setup", Error: string(msg)}
-		}
-		if ee.Stage == "exec" {
-			report(event{Event: "exec_error", Error: ee.Error, Code: ee.Code})
-		} else {
-			report(event{Event: "setup_error", Error: ee.Error})
-		}
-	} else {
-		report(event{Event: "started"})
-	}
+	report(event{Event: "started"})
 	// Reap everything; when the command ends, kill the rest of the namespace.
 	var final event
 	mainDone := false
@@ -113,77 +97,69 @@ func runInit() int {
 	return 0
 }
 
-func startExecStage(cfg *initConfig) (int, *os.File, error) {
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return 0, nil, err
+// startCommand starts the command from a thread of init that takes on the
+// command's identity first: cgroup namespace, rlimits, the sandbox uid and gid,
+// no capabilities, no_new_privs and the seccomp filter, all of which the forked
+// child inherits and keeps through execve. Credentials, the capability sets,
+// no_new_privs and seccomp are per thread, so init's other threads stay as they
+// were; the thread is never unlocked, so it exits with its goroutine and no other
+// code ever runs on it. (This replaces a second re-execution of the binary as an
+// "exec stage", which cost a whole Go process start per sandbox.) It returns the
+// command's pid once execve has succeeded.
+func startCommand(cfg *execConfig) (int, *execError) {
+	type started struct {
+		pid int
+		err *execError
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return 0, nil, err
-	}
-	argv := append([]string{"/proc/self/exe"}, cfg.StageArgs...)
-	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
-		Env:   []string{envStage + "=" + stageExec},
-		Files: []uintptr{0, 1, 2, cfgR.Fd(), errW.Fd()},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
-	cfgR.Close()
-	errW.Close()
-	if err != nil {
-		cfgW.Close()
-		errR.Close()
-		return 0, nil, fmt.Errorf("start exec stage: %w", err)
-	}
-	if err := json.NewEncoder(cfgW).Encode(cfg.Exec); err != nil {
-		cfgW.Close()
-		errR.Close()
-		return 0, nil, fmt.Errorf("send exec config: %w", err)
-	}
-	cfgW.Close()
-	return pid, errR, nil
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread()
+		pid, err := becomeCommand(cfg)
+		ch <- started{pid, err}
+	}()
+	r := <-ch
+	return r.pid, r.err
 }
 
-// runExec becomes the command: rlimits, uid/gid, no capabilities, no_new_privs,
-// seccomp, close fds, execve. Every per-thread step happens on this locked thread,
-// which is the one that calls execve.
-func runExec() int {
-	runtime.LockOSThread()
-	errW := os.NewFile(fdStatus, "exec-error")
-	fail := func(stage string, code int, err error) int {
-		b, _ := json.Marshal(execError{Stage: stage, Error: err.Error(), Code: code})
-		_, _ = errW.Write(b)
-		if stage == "exec" {
-			fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
-		}
-		return code
+// becomeCommand runs on startCommand's locked thread.
+func becomeCommand(cfg *execConfig) (int, *execError) {
+	setupErr := func(err error) (int, *execError) {
+		return 0, &execError{Stage: "setup", Error: err.Error(), Code: 1}
 	}
-	var cfg execConfig
-	if err := json.NewDecoder(os.NewFile(fdConfig, "config")).Decode(&cfg); err != nil {
-		return fail("setup", 1, fmt.Errorf("read exec config: %w", err))
+	execErr := func(code int, err error) (int, *execError) {
+		fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
+		return 0, &execError{Stage: "exec", Error: err.Error(), Code: code}
 	}
-	if err := dropPrivileges(&cfg); err != nil {
-		return fail("setup", 1, err)
+	if err := dropPrivileges(cfg); err != nil {
+		return setupErr(err)
 	}
 	path, code, err := lookPath(cfg.Argv[0], cfg.Env)
 	if err != nil {
-		return fail("exec", code, err)
+		return execErr(code, err)
 	}
-	// Every fd but 0-2 closes at exec, including errW (the success signal).
+	// Every fd but 0-2 closes at exec (init's config and status pipes included).
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return fail("setup", 1, fmt.Errorf("close_range: %w", err))
+		return setupErr(fmt.Errorf("close_range: %w", err))
 	}
 	if err := loadSeccomp(); err != nil {
-		return fail("setup", 1, err)
+		return setupErr(err)
 	}
-	err = syscall.Exec(path, cfg.Argv, cfg.Env)
-	code = 126
-	if errors.Is(err, unix.ENOENT) {
-		code = 127
+	pid, err := syscall.ForkExec(path, cfg.Argv, &syscall.ProcAttr{
+		Env:   cfg.Env,
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		code = 126
+		if errors.Is(err, unix.ENOENT) {
+			code = 127
+		}
+		return execErr(code, fmt.Errorf("exec %s: %w", cfg.Argv[0], err))
 	}
-	return fail("exec", code, fmt.Errorf("exec %s: %w", cfg.Argv[0], err))
+	return pid, nil
 }
 
+// dropPrivileges gives the calling (locked) thread the command's identity.
 func dropPrivileges(cfg *execConfig) error {
 	// A cgroup namespace rooted at the sandbox's cgroup, for this thread and so for
 	// the command (init was born before a v1 move).
@@ -201,7 +177,10 @@ func dropPrivileges(cfg *execConfig) error {
 		{"fsize", unix.RLIMIT_FSIZE, uint64(cfg.FSize)},
 		{"nproc", unix.RLIMIT_NPROC, nproc},
 	} {
-		if err := unix.Setrlimit(rl.res, &unix.Rlimit{Cur: rl.v, Max: rl.v}); err != nil {
+		// Process-wide: init gets them too, which it does not mind. syscall's
+		// Setrlimit also stops ForkExec restoring Go's raised RLIMIT_NOFILE in
+		// the child.
+		if err := syscall.Setrlimit(rl.res, &syscall.Rlimit{Cur: rl.v, Max: rl.v}); err != nil {
 			return fmt.Errorf("setrlimit %s=%d: %w", rl.name, rl.v, err)
 		}
 	}
@@ -220,14 +199,16 @@ func dropPrivileges(cfg *execConfig) error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
-	if err := syscall.Setgroups([]int{}); err != nil {
-		return fmt.Errorf("setgroups: %w", err)
+	// Raw syscalls: the identity changes for this thread only (Go's Setgroups,
+	// Setresgid and Setresuid change every thread of init).
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
 	}
-	if err := syscall.Setresgid(cfg.GID, cfg.GID, cfg.GID); err != nil {
-		return fmt.Errorf("setresgid %d: %w", cfg.GID, err)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(cfg.GID), uintptr(cfg.GID), uintptr(cfg.GID)); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", cfg.GID, e)
 	}
-	if err := syscall.Setresuid(cfg.UID, cfg.UID, cfg.UID); err != nil {
-		return fmt.Errorf("setresuid %d: %w", cfg.UID, err)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(cfg.UID), uintptr(cfg.UID), uintptr(cfg.UID)); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", cfg.UID, e)
 	}
 	// setuid cleared permitted and effective; inheritable survives it.
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -239,6 +220,8 @@ func dropPrivileges(cfg *execConfig) error {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	if cfg.Dir != "" {
+		// As the sandbox uid; the working directory is init's too (shared by all
+		// its threads), which init, having pivoted, does not use.
 		if err := unix.Chdir(cfg.Dir); err != nil {
 			return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
 		}

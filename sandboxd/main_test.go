@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestMain lets the test binary serve as the sandbox's init and exec stages, so the
+// TestMain lets the test binary serve as the sandbox's init, so the
 // tests need no airlock binary.
 func TestMain(m *testing.M) {
 	if IsStage() {

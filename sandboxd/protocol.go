@@ -1,14 +1,13 @@
 package sandboxd
 
-// Messages between the executor, init and the exec stage. All travel as JSON over
-// pipes: fd 3 carries configuration in, fd 4 carries events out.
+// Messages between the executor and init. Both travel as JSON over pipes: fd 3
+// carries configuration in, fd 4 carries events out.
 
 const (
-	// envStage marks a re-executed binary as a sandbox stage. Its value is
-	// stageInit or stageExec. It is the only variable init's environment holds.
+	// envStage marks a re-executed binary as the sandbox's init (value
+	// stageInit). It is the only variable init's environment holds.
 	envStage  = "AIRLOCK_SANDBOXD_STAGE"
 	stageInit = "init"
-	stageExec = "exec"
 
 	fdConfig = 3
 	fdStatus = 4
@@ -26,11 +25,10 @@ type initConfig struct {
 	TmpSize         int64      `json:"tmp_size"`
 	TmpInodes       int64      `json:"tmp_inodes"`
 	FreshNet        bool       `json:"fresh_net"`
-	StageArgs       []string   `json:"stage_args"` // argv[1:] that re-runs this binary as a stage
 	Exec            execConfig `json:"exec"`
 }
 
-// execConfig is what the exec stage needs to become the command.
+// execConfig is what init's command thread needs to become the command.
 type execConfig struct {
 	Argv   []string `json:"argv"`
 	Env    []string `json:"env"`
@@ -50,7 +48,7 @@ type event struct {
 	Signal int    `json:"signal,omitempty"`
 }
 
-// execError is what the exec stage reports before exiting when it cannot exec.
+// execError is why init's command thread could not start the command.
 type execError struct {
 	Stage string `json:"stage"` // setup or exec
 	Error string `json:"error"`

@@ -188,8 +188,9 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 }
 
 // loadSeccomp installs the filter on the calling thread, which must be locked and
-// must already have no_new_privs set. Only this thread is filtered: it is the thread
-// that calls execve, and execve ends every other thread.
+// must already have no_new_privs set. Only this thread is filtered: it is init's
+// command thread, which forks the command (the child inherits the filter and
+// keeps it through execve) and then exits.
 func loadSeccomp() error {
 	raw, err := seccompProgram()
 	if err != nil {

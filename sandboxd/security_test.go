@@ -277,3 +277,42 @@ func TestCommandNotFound(t *testing.T) {
 		t.Fatalf("got res=%+v err=%v, want exit 127 and *ExecError", res, err)
 	}
 }
+
+// The command is forked by a thread of init that took the command's identity
+// (the exec stage that used to be a separate re-executed process is gone): the
+// command still gets only stdio, the rlimits, its own session, and an exec
+// failure still maps to 126/127.
+func TestCommandThreadIdentity(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	cases := []struct {
+		name string
+		argv []string
+		want string
+	}{
+		{"only stdio fds", py("print(' '.join(sorted(f for f in os.listdir('/proc/self/fd') if int(f) > 2 and os.path.exists('/proc/self/fd/' + f))))"), ""},
+		{"rlimits", sh("echo $(ulimit -c) $(ulimit -n) $(ulimit -Hn)"), "0 1024 1024"},
+		{"session leader", py("print(os.getsid(0) == os.getpid())"), "True"},
+		{"real, effective and saved ids", sh("grep -E '^(Uid|Gid|Groups):' /proc/self/status | tr -s '\\t ' ' ' | tr '\\n' ';'"), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := mustRun(t, e, Spec{Argv: tc.argv})
+			got := strings.TrimSpace(string(res.Stdout))
+			want := tc.want
+			if tc.name == "real, effective and saved ids" {
+				u := strconv.Itoa(res.UID)
+				want = "Uid: " + u + " " + u + " " + u + " " + u + ";Gid: " + u + " " + u + " " + u + " " + u + ";Groups: ;"
+			}
+			if got != want {
+				t.Errorf("got %q, want %q (stderr %q)", got, want, res.Stderr)
+			}
+		})
+	}
+	t.Run("not executable is 126", func(t *testing.T) {
+		res, err := e.Run(context.Background(), Spec{Argv: []string{"/etc/passwd"}})
+		var ee *ExecError
+		if !errorsAs(err, &ee) || res == nil || res.ExitCode != 126 {
+			t.Fatalf("got res=%+v err=%v, want exit 126 and *ExecError", res, err)
+		}
+	})
+}

@@ -174,7 +174,7 @@ func TestWorkspaceCannotExposeHiddenPaths(t *testing.T) {
 	}
 }
 
-// TestSetupFailureNeverRuns: a failure in the exec stage's setup (the same path a
+// TestSetupFailureNeverRuns: a failure in init's command thread setup (the same path a
 // seccomp load error takes) fails the run and the command never executes.
 func TestSetupFailureNeverRuns(t *testing.T) {
 	e, _ := newTestExecutor(t, nil)
