@@ -25,9 +25,11 @@ import (
 // set to 0, which keeps anonymous memory out of swap except under global pressure,
 // and the log says so. cpu.cfs_quota_us, pids.max, blkio.throttle.*. There is no v1
 // io weight file on kernels built without CFQ/BFQ weights, so only throttles are
-// offered. The init process is moved in before it receives its configuration, so it
-// has done nothing yet. The tree dies by freezer FROZEN, SIGKILL to every task, THAWED;
-// emptiness is an empty cgroup.procs in every hierarchy.
+// offered. The init process is moved in while it builds the filesystem view (the
+// first migration after a quiet spell waits for an RCU grace period, 5-15 ms) and
+// starts the command only after the move is checked, so every process of the
+// command is born inside. The tree dies by freezer FROZEN, SIGKILL to every task,
+// THAWED; emptiness is an empty cgroup.procs in every hierarchy.
 //
 // Missing controllers. The limit controllers are memory, cpu, pids and io (v1
 // blkio). One that a limit needs and the hierarchy lacks is an error naming it (at

@@ -403,13 +403,21 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 		}()
 	}
 
+	// Init builds the filesystem view while a v1 cgroup move runs (the kernel
+	// makes the first cgroup migration after a quiet spell wait for an RCU grace
+	// period, 5-15 ms here); the command starts only after the go message, which
+	// is sent once init is in the cgroup and its OOM score is reset.
 	setupErr := func() error {
+		if err := json.NewEncoder(cfgW).Encode(icfg); err != nil {
+			return fmt.Errorf("sandboxd: send init config: %w", err)
+		}
 		if !s.cg.v2 {
 			if err := s.cg.addProc(pid); err != nil {
 				return err
 			}
 		}
-		// Born in (v2) or moved into (v1) the cgroup: check before init may act.
+		// Born in (v2) or moved into (v1) the cgroup: check before the command
+		// may start.
 		if err := s.cg.holds(pid); err != nil {
 			return err
 		}
@@ -417,14 +425,18 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 		if err := writeFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", "0"); err != nil {
 			return fmt.Errorf("sandboxd: reset oom_score_adj: %w", err)
 		}
-		if err := json.NewEncoder(cfgW).Encode(icfg); err != nil {
-			return fmt.Errorf("sandboxd: send init config: %w", err)
+		if _, err := io.WriteString(cfgW, goMessage); err != nil {
+			return fmt.Errorf("sandboxd: send go: %w", err)
 		}
 		return cfgW.Close()
 	}()
 	if setupErr != nil {
 		killTree()
 		<-exited
+		// Init may have failed first (its setup error is why the pipe broke).
+		if ev := readFailure(statR); ev != nil {
+			setupErr = fmt.Errorf("sandboxd: sandbox setup: %s (then: %w)", ev.Error, setupErr)
+		}
 		if err := emptied(); err != nil {
 			setupErr = errors.Join(setupErr, err)
 		}
@@ -517,6 +529,20 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 		return fmt.Errorf("sandboxd: init ended without a status: %v", initErr)
 	}
 	return nil
+}
+
+// readFailure returns the last failure event init wrote before it ended (its
+// end of the status pipe is closed), or nil.
+func readFailure(statR *os.File) *event {
+	var last *event
+	sc := bufio.NewScanner(io.LimitReader(statR, 1<<20))
+	for sc.Scan() {
+		var ev event
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "started" && ev.Event != "exit" {
+			last = &ev
+		}
+	}
+	return last
 }
 
 func exitStatus(err error) (syscall.WaitStatus, bool) {

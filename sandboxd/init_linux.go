@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -40,7 +41,9 @@ func runInit() int {
 		_, _ = status.Write(append(b, '\n'))
 	}
 	var cfg initConfig
-	if err := json.NewDecoder(os.NewFile(fdConfig, "config")).Decode(&cfg); err != nil {
+	cfgFile := os.NewFile(fdConfig, "config")
+	dec := json.NewDecoder(cfgFile)
+	if err := dec.Decode(&cfg); err != nil {
 		report(event{Event: "setup_error", Error: "read init config: " + err.Error()})
 		return 1
 	}
@@ -48,6 +51,12 @@ func runInit() int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	if err := setupSandbox(&cfg); err != nil {
+		report(event{Event: "setup_error", Error: err.Error()})
+		return 1
+	}
+	// The filesystem is built while the executor moves init into its cgroup
+	// (v1); the command starts only once that is done and checked.
+	if err := awaitGo(io.MultiReader(dec.Buffered(), cfgFile)); err != nil {
 		report(event{Event: "setup_error", Error: err.Error()})
 		return 1
 	}
@@ -95,6 +104,20 @@ func runInit() int {
 	}
 	report(final)
 	return 0
+}
+
+// awaitGo waits for the executor's go message, the last thing on the config
+// pipe. Anything else, or the pipe closing without it, means the command must
+// not start.
+func awaitGo(r io.Reader) error {
+	b, err := io.ReadAll(io.LimitReader(r, 64))
+	if err != nil {
+		return fmt.Errorf("read go message: %w", err)
+	}
+	if strings.TrimSpace(string(b)) != goMessage {
+		return fmt.Errorf("the executor did not let the command start (got %q)", b)
+	}
+	return nil
 }
 
 // startCommand starts the command from a thread of init that takes on the

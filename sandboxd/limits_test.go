@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"errors"
 	"os"
 	"runtime"
 	"strconv"
@@ -192,5 +193,30 @@ func TestCgroupLimitFailureNeverRuns(t *testing.T) {
 	}
 	if n := len(au.records()); n != 0 {
 		t.Errorf("audit records: got %d, want none (nothing started)", n)
+	}
+}
+
+// TestCgroupMoveFailureNeverRuns: init builds the filesystem while it is moved
+// into its v1 cgroup; when the move fails, the go message is never sent and the
+// command never runs.
+func TestCgroupMoveFailureNeverRuns(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	if e.cgm.v2 {
+		t.Skip("v2 children are born in their cgroup; there is no move (v1-only path)")
+	}
+	write := e.cgm.write
+	e.cgm.write = func(path, v string) error {
+		if strings.HasSuffix(path, "/cgroup.procs") {
+			return errors.New("refused by the test")
+		}
+		return write(path, v)
+	}
+	ws := hostDir(t, 0o755)
+	_, err := e.Run(t.Context(), Spec{Argv: sh("touch " + ws + "/ran"), Workspace: ws})
+	if err == nil || !strings.Contains(err.Error(), "refused by the test") {
+		t.Errorf("got %v, want the move's error", err)
+	}
+	if _, err := os.Stat(ws + "/ran"); err == nil {
+		t.Errorf("the command ran")
 	}
 }

@@ -1,13 +1,19 @@
 package sandboxd
 
 // Messages between the executor and init. Both travel as JSON over pipes: fd 3
-// carries configuration in, fd 4 carries events out.
+// carries configuration in (the initConfig, later followed by goMessage once init
+// is in its cgroup), fd 4 carries events out.
 
 const (
 	// envStage marks a re-executed binary as the sandbox's init (value
 	// stageInit). It is the only variable init's environment holds.
 	envStage  = "AIRLOCK_SANDBOXD_STAGE"
 	stageInit = "init"
+
+	// goMessage follows the initConfig on fd 3 when init is inside the sandbox's
+	// cgroup: init builds the filesystem before it, starts the command only
+	// after it.
+	goMessage = "go"
 
 	fdConfig = 3
 	fdStatus = 4
