@@ -138,12 +138,15 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 
-	// Compiling the policy is the slowest part of a start; the audit log and
-	// the CA do not need it, so it compiles meanwhile.
+	// Compiling the policy is the slowest part of a start; nothing else New
+	// builds needs the compiled engine, so it compiles meanwhile. The DNS filter
+	// and the gateway get dec, which New points at the engine before anything
+	// serves (Recover, the first thing that can, runs after).
 	type engineResult struct {
 		e   *policy.Engine
 		err error
 	}
+	dec := newEngineRef()
 	engc := make(chan engineResult, 1)
 	go func() {
 		e, err := policy.New(policy.Config{
@@ -162,10 +165,11 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		r := <-engc
 		engc = nil
 		if r.err != nil {
+			dec.set(nil)
 			return r.err
 		}
 		d.engine = r.e
-		d.closers = append(d.closers, d.engine.Close)
+		dec.set(r.e)
 		return nil
 	}
 	defer func() { _ = waitEngine() }() // never leave the compile running on an early return
@@ -189,12 +193,16 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	}
 	d.closers = append(d.closers, d.writer.Close)
 	d.tally = audit.NewTally(d.writer)
+	// The engine stops after everything that asks it (closers run last first).
+	d.closers = append(d.closers, func() error {
+		if d.engine == nil {
+			return nil
+		}
+		return d.engine.Close()
+	})
 
 	caCert, caKey, err := d.interceptionCA(cfg, o.EphemeralCA)
 	if err != nil {
-		return nil, err
-	}
-	if err := waitEngine(); err != nil {
 		return nil, err
 	}
 	d.dns, err = dnsfilter.New(dnsfilter.Config{
@@ -202,7 +210,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		MinTTL:     time.Duration(cfg.DNS.MinTTL),
 		MaxTTL:     time.Duration(cfg.DNS.MaxTTL),
 		AllowCIDRs: cfg.Upstream.AllowCIDRs,
-	}, d.engine, d.tally, logger)
+	}, dec, d.tally, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +233,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if d.secrets != nil {
 		gwCfg.Injector = d.secrets
 	}
-	d.gw, err = gateway.New(gwCfg, d.engine, d.tally, d.dns.Resolver(), logger)
+	d.gw, err = gateway.New(gwCfg, dec, d.tally, d.dns.Resolver(), logger)
 	if err != nil {
 		return nil, err
 	}
@@ -247,28 +255,31 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		d.keepState = len(d.netns.IDs()) > 0
 		return d.netns.Close()
 	})
+	d.hidden = hiddenPaths(o, cfg, caKey)
+	d.proxyURL = "http://127.0.0.1:" + strconv.Itoa(netns.DefaultExplicitPort)
+	if !o.NoExecutor {
+		ec := *o.Executor
+		ec.Limits = sandboxd.Limits{
+			Memory:  int64(cfg.Limits.Memory),
+			CPUs:    cfg.Limits.CPUs,
+			Pids:    int64(cfg.Limits.Pids),
+			Timeout: time.Duration(cfg.Limits.Timeout),
+			TmpSize: int64(cfg.Limits.TmpSize),
+		}
+		d.exec, err = sandboxd.New(ec, d.tally, logger)
+		if err != nil {
+			return nil, err
+		}
+		d.closers = append(d.closers, d.exec.Close)
+	}
+
+	if err := waitEngine(); err != nil {
+		return nil, err
+	}
+	// Recover may serve re-attached namespaces: only now that dec has the engine.
 	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
 		return nil, fmt.Errorf("recover namespaces: %w", err)
 	}
-
-	d.hidden = hiddenPaths(o, cfg, caKey)
-	d.proxyURL = "http://127.0.0.1:" + strconv.Itoa(netns.DefaultExplicitPort)
-	if o.NoExecutor {
-		return d, nil
-	}
-	ec := *o.Executor
-	ec.Limits = sandboxd.Limits{
-		Memory:  int64(cfg.Limits.Memory),
-		CPUs:    cfg.Limits.CPUs,
-		Pids:    int64(cfg.Limits.Pids),
-		Timeout: time.Duration(cfg.Limits.Timeout),
-		TmpSize: int64(cfg.Limits.TmpSize),
-	}
-	d.exec, err = sandboxd.New(ec, d.tally, logger)
-	if err != nil {
-		return nil, err
-	}
-	d.closers = append(d.closers, d.exec.Close)
 	return d, nil
 }
 

@@ -1,0 +1,46 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// engineRef is the Decider the DNS filter and the gateway are built with while
+// the policy still compiles. New sets it before anything serves; a decision
+// asked before that waits for it, and one asked of a compile that failed (or
+// after ctx ends) is the fail-closed deny.
+type engineRef struct {
+	ready chan struct{}
+	e     *policy.Engine
+}
+
+var _ policy.Decider = (*engineRef)(nil)
+
+func newEngineRef() *engineRef { return &engineRef{ready: make(chan struct{})} }
+
+// set publishes the engine (nil for a failed compile). It is called once.
+func (r *engineRef) set(e *policy.Engine) {
+	r.e = e
+	close(r.ready)
+}
+
+func (r *engineRef) Decide(ctx context.Context, in *policy.Input) policy.Decision {
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+		return policyError(ctx.Err())
+	}
+	if r.e == nil {
+		return policyError(errors.New("policy engine unavailable"))
+	}
+	return r.e.Decide(ctx, in)
+}
+
+func policyError(err error) policy.Decision {
+	return policy.Decision{
+		Reasons: []policy.Reason{{ID: policy.ReasonPolicyError, Msg: "policy unavailable"}},
+		Err:     err,
+	}
+}
