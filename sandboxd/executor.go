@@ -227,8 +227,13 @@ func (e *Executor) initConfig(spec *Spec, lim Limits, s *slot) (*initConfig, err
 		}
 	}
 	nproc := 2*(lim.Pids+initPidsOverhead) + 64 // backstop behind pids.max
+	var mnt unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &mnt); err != nil {
+		return nil, fmt.Errorf("sandboxd: read own mount namespace: %w", err)
+	}
 	return &initConfig{
-		Hostname: e.cfg.Hostname, RootFS: spec.RootFS, Workspace: wsHost, WorkspaceTarget: ws,
+		HostMountNS: [2]uint64{uint64(mnt.Dev), mnt.Ino},
+		Hostname:    e.cfg.Hostname, RootFS: spec.RootFS, Workspace: wsHost, WorkspaceTarget: ws,
 		CABundle: spec.CABundle, Hidden: hidden, Home: e.cfg.Home, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
 		FreshNet: spec.NetNS == "",
 		Exec: execConfig{Argv: spec.Argv, Env: env, Dir: dir, UID: s.uid, GID: s.uid,

@@ -35,6 +35,11 @@ func InitMain() {
 
 // runInit is PID 1 of the sandbox.
 func runInit() int {
+	if os.Getpid() != 1 {
+		// Not started by the executor: touch nothing, not even its pipes.
+		fmt.Fprintf(os.Stderr, "airlock: sandbox init: not PID 1 of a new PID namespace (pid %d): refusing to touch mounts\n", os.Getpid())
+		return 2
+	}
 	status := os.NewFile(fdStatus, "status")
 	report := func(ev event) {
 		b, _ := json.Marshal(ev)
@@ -45,6 +50,10 @@ func runInit() int {
 	dec := json.NewDecoder(cfgFile)
 	if err := dec.Decode(&cfg); err != nil {
 		report(event{Event: "setup_error", Error: "read init config: " + err.Error()})
+		return 1
+	}
+	if err := checkIsolated(cfg.HostMountNS); err != nil {
+		report(event{Event: "setup_error", Error: err.Error()})
 		return 1
 	}
 	// Signals for the command are forwarded once it runs; until then, default.
@@ -294,4 +303,24 @@ func lookPath(argv0 string, env []string) (string, int, error) {
 		return "", 126, fmt.Errorf("exec %s: permission denied", denied)
 	}
 	return "", 127, fmt.Errorf("exec %s: command not found in PATH", argv0)
+}
+
+// checkIsolated refuses to build a sandbox anywhere but in the fresh PID and
+// mount namespaces the executor clones. init makes mounts private, pivots the
+// root and masks /proc, /dev and /sys: run in the host's mount namespace (a
+// stage marker leaked into some other process's environment, a clone flag
+// lost), it would do all of that to the host. Regression: a broken start once
+// pivoted the development machine's own root into a sandbox view.
+func checkIsolated(hostMountNS [2]uint64) error {
+	if os.Getpid() != 1 {
+		return fmt.Errorf("not PID 1 of a new PID namespace (pid %d): refusing to touch mounts", os.Getpid())
+	}
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &self); err != nil {
+		return fmt.Errorf("read own mount namespace: %w", err)
+	}
+	if hostMountNS[1] == 0 || (uint64(self.Dev) == hostMountNS[0] && self.Ino == hostMountNS[1]) {
+		return errors.New("still in the executor's mount namespace: refusing to touch mounts")
+	}
+	return nil
 }

@@ -32,6 +32,9 @@ type initConfig struct {
 	TmpInodes       int64      `json:"tmp_inodes"`
 	FreshNet        bool       `json:"fresh_net"`
 	Exec            execConfig `json:"exec"`
+	// HostMountNS is the executor's mount namespace (device and inode of
+	// /proc/self/ns/mnt); init refuses to touch mounts while it is still in it.
+	HostMountNS [2]uint64 `json:"host_mount_ns"`
 }
 
 // execConfig is what init's command thread needs to become the command.
