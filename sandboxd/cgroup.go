@@ -462,26 +462,48 @@ func (cg *cgroup) populated() (bool, error) {
 	return len(ps) > 0, nil
 }
 
-// waitEmpty polls until no process is left in the cgroup, for at most d.
+// waitEmpty waits until no process is left in the cgroup, for at most d. v2
+// sleeps in poll(2) on cgroup.events, which the kernel wakes when "populated"
+// changes; v1 has no such file and re-reads cgroup.procs with a backoff from
+// 0.1 ms (a killed tree is usually gone within a millisecond, so a fixed 1 ms
+// first sleep was most of the wait).
 func (cg *cgroup) waitEmpty(d time.Duration) error {
 	deadline := time.Now().Add(d)
-	sleep := time.Millisecond
+	var events *os.File
+	if cg.v2 {
+		if f, err := os.Open(filepath.Join(cg.dirs[""], "cgroup.events")); err == nil {
+			events = f
+			defer f.Close()
+		}
+	}
+	sleep := 100 * time.Microsecond
 	for {
 		pop, err := cg.populated()
 		if err == nil && !pop {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			if err != nil {
 				return err
 			}
 			ps, _ := cg.pids()
 			return fmt.Errorf("sandboxd: cgroup %s still holds processes %v after kill", cg.name, ps)
 		}
-		time.Sleep(sleep)
-		if sleep < 20*time.Millisecond {
-			sleep *= 2
+		if events != nil && err == nil {
+			// POLLPRI|POLLERR is signalled on every change of the file; a
+			// change between the read above and this poll is not lost, as the
+			// kernel compares against the open file's last read event count.
+			wait := min(left, 100*time.Millisecond)
+			fds := []unix.PollFd{{Fd: int32(events.Fd()), Events: unix.POLLPRI | unix.POLLERR}}
+			if _, perr := unix.Poll(fds, int(wait.Milliseconds())+1); perr == nil || errors.Is(perr, unix.EINTR) {
+				_, _ = events.Seek(0, 0)
+				_, _ = events.Read(make([]byte, 256)) // re-arm: the next poll waits for the next change
+				continue
+			}
 		}
+		time.Sleep(min(sleep, left))
+		sleep = min(2*sleep, 20*time.Millisecond)
 	}
 }
 
@@ -661,9 +683,12 @@ func readKeyed(path, key string) (int64, error) {
 	return 0, sc.Err()
 }
 
-// waitFor polls cond for up to a second.
+// waitFor polls cond for up to a second, with a backoff from 0.1 ms to 5 ms.
 func waitFor(cond func() bool) {
-	for i := 0; i < 1000 && !cond(); i++ {
-		time.Sleep(time.Millisecond)
+	deadline := time.Now().Add(time.Second)
+	sleep := 100 * time.Microsecond
+	for !cond() && time.Now().Before(deadline) {
+		time.Sleep(sleep)
+		sleep = min(2*sleep, 5*time.Millisecond)
 	}
 }

@@ -305,3 +305,42 @@ func TestCgroupV2Executor(t *testing.T) {
 		t.Errorf("sandbox cgroup %s after the run: %v, want removed", sandboxCg, err)
 	}
 }
+
+// TestCgroupV2WaitEmptyWakesOnExit: waitEmpty on v2 sleeps in poll(2) on
+// cgroup.events; it must return once the last process leaves by itself (no
+// kill), and must not report an empty cgroup while one still lives.
+func TestCgroupV2WaitEmptyWakesOnExit(t *testing.T) {
+	m := v2TestManager(t)
+	cg, err := m.create(randName("airlock-"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cg.kill()
+		_ = cg.waitEmpty(5 * time.Second)
+		_ = cg.remove()
+	})
+	fd, err := cg.openFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	// A child that outlives its parent: the cgroup stays populated until it ends.
+	cmd := exec.Command("/bin/sh", "-c", "sleep 0.3 &")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd()), Pdeathsig: unix.SIGKILL}
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if pop, err := cg.populated(); err != nil || !pop {
+		t.Fatalf("populated after the parent exited: got %v (%v), want true (sleep still runs)", pop, err)
+	}
+	if err := cg.waitEmpty(10 * time.Second); err != nil {
+		t.Fatalf("waitEmpty: %v", err)
+	}
+	if ps, _ := cg.pids(); len(ps) != 0 {
+		t.Fatalf("got processes %v left after waitEmpty returned, want none", ps)
+	}
+	if err := cg.waitEmpty(0); err != nil {
+		t.Fatalf("waitEmpty on an empty cgroup with no time left: %v", err)
+	}
+}

@@ -477,7 +477,7 @@ func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits
 			switch ev.Event {
 			case "started":
 				res.StartLatency = time.Since(t0)
-				lg.Debug("sandbox started", "create_to_exec", res.StartLatency)
+				lg.Info("sandbox started", "create_to_exec", res.StartLatency)
 			case "exit":
 				evc := ev
 				final = &evc
