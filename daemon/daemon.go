@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -205,11 +206,20 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The gateway's own addresses are refused as destinations and as DNS
+	// answers even inside upstream.allow_cidrs: an allowed name resolving to
+	// this host must not reach its services (metrics, an internal registry's
+	// admin port, the host's sshd).
+	own, err := hostAddrs()
+	if err != nil {
+		return nil, err
+	}
 	d.dns, err = dnsfilter.New(dnsfilter.Config{
-		Upstreams:  upstreams,
-		MinTTL:     time.Duration(cfg.DNS.MinTTL),
-		MaxTTL:     time.Duration(cfg.DNS.MaxTTL),
-		AllowCIDRs: cfg.Upstream.AllowCIDRs,
+		GatewayAddrs: own,
+		Upstreams:    upstreams,
+		MinTTL:       time.Duration(cfg.DNS.MinTTL),
+		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
+		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
 	}, dec, d.tally, logger)
 	if err != nil {
 		return nil, err
@@ -228,6 +238,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 
 	gwCfg := o.Gateway
 	gwCfg.AllowCIDRs = allow
+	gwCfg.OwnAddrs = own
 	gwCfg.UpstreamCAFile = cfg.Upstream.CAFile
 	gwCfg.CACertFile, gwCfg.CAKeyFile = caCert, caKey
 	if d.secrets != nil {
@@ -371,6 +382,22 @@ func removeStale(ctx context.Context, logger *slog.Logger) {
 func processAlive(pid int) bool {
 	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
 	return err == nil
+}
+
+// hostAddrs lists the addresses of this host's interfaces (the namespace the
+// daemon's ordinary threads run in).
+func hostAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list the host's addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr().Unmap())
+		}
+	}
+	return out, nil
 }
 
 // resolvConfUpstreams reads nameserver lines as IP:53 upstreams.

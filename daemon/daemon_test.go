@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -70,7 +72,7 @@ type testNet struct {
 
 // newTestDaemon builds a daemon against a fresh fake internet with pypi.org
 // and evil.example on it; the caller closes the daemon.
-func newTestDaemon(t *testing.T) (*Daemon, *testNet, config.Config, string) {
+func newTestDaemon(t *testing.T, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config, string) {
 	t.Helper()
 	roottest.Require(t)
 	n, err := fakenet.New()
@@ -96,6 +98,9 @@ func newTestDaemon(t *testing.T) (*Daemon, *testNet, config.Config, string) {
 	cfg.Upstream.CAFile = filepath.Join(dir, "upstream-ca.pem")
 	cfg.Audit.File = filepath.Join(dir, "audit.jsonl")
 	cfg.CA.Cert, cfg.CA.Key = filepath.Join(dir, "none.pem"), filepath.Join(dir, "none.key")
+	for _, e := range edit {
+		e(&cfg)
+	}
 	runDir := filepath.Join(dir, "run")
 	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: runDir,
 		Executor: &sandboxd.Config{InitArgs: []string{}}})
@@ -161,5 +166,45 @@ func TestRootRun(t *testing.T) {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("audit %v lacks %s", kinds, want)
 		}
+	}
+}
+
+// TestRootOwnAddressRefused: a name the policy allows that resolves to one of
+// the gateway host's own addresses (here the fake internet's host-side veth,
+// inside upstream.allow_cidrs) is refused, and a server on that address sees no
+// connection. Regression: the daemon gave neither the gateway nor the DNS filter
+// the host's addresses.
+func TestRootOwnAddressRefused(t *testing.T) {
+	d, n, _, _ := newTestDaemon(t, func(c *config.Config) { c.Policy.Allow = []string{"host.example"} })
+	t.Cleanup(func() { d.Close() })
+	n.SetRecord("host.example", n.HostAddr)
+	ln, err := net.Listen("tcp4", n.HostAddr.String()+":80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			c.Close()
+		}
+	}()
+	var stdout bytes.Buffer
+	res, err := d.Run(context.Background(), Task{ID: "alk-daemon-own", Argv: []string{"sh", "-c",
+		"curl -sS --max-time 20 -o /dev/null -w '%{http_code}' http://host.example/; echo; curl -sS --noproxy '*' --max-time 20 -o /dev/null -w '%{http_code}' http://host.example/; exit 0"},
+		Stdout: &stdout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus() != 0 || strings.Contains(stdout.String(), "200") {
+		t.Fatalf("exit %d, stdout %q: the host's own address was reachable", res.ExitStatus(), stdout.String())
+	}
+	if got := conns.Load(); got != 0 {
+		t.Fatalf("the host's own address saw %d connections, want 0", got)
 	}
 }
