@@ -57,7 +57,16 @@ code=$?
 set -e
 echo "(exit code $code)"
 
-step "airlock audit verify"
-"$bin" audit verify "$work/audit.jsonl"
+step "airlock audit verify (chain and Ed25519 checkpoints)"
+"$bin" audit pubkey --key "$work/audit.jsonl.key" >"$work/audit.pub"
+"$bin" audit verify --pubkey "$work/audit.pub" "$work/audit.jsonl"
 step "airlock audit query --decision deny"
 "$bin" audit query --file "$work/audit.jsonl" --decision deny --format table
+step "someone turns a deny into an allow in the log; verify names the line"
+cp "$work/audit.jsonl" "$work/tampered.jsonl"
+line=$(grep -n '"decision":"deny"' "$work/tampered.jsonl" | head -1 | cut -d: -f1)
+sed -i "${line}s/\"decision\":\"deny\"/\"decision\":\"allow\"/" "$work/tampered.jsonl"
+if "$bin" audit verify --pubkey "$work/audit.pub" "$work/tampered.jsonl"; then
+	echo "demo: tampering went unnoticed" >&2
+	exit 1
+fi
