@@ -254,17 +254,24 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("upstream.allow_cidrs[%d]: %q is not a CIDR such as 10.0.0.0/8", i, s)
 		}
 	}
-	if c.Limits.CPUs < 0 || c.Limits.CPUs > 1024 {
+	// Defaults replace absent (zero) limits before Validate, so a zero here was
+	// asked for explicitly (--cpus 0, --pids 0, --timeout 0s, --tmp-size 0): it is
+	// an error, never a silent fallback to the default. NaN fails every
+	// comparison, so the cpus check is written to reject it too.
+	if !(c.Limits.CPUs >= 0.01 && c.Limits.CPUs <= 1024) {
 		return fmt.Errorf("limits.cpus: %v is not between 0.01 and 1024", c.Limits.CPUs)
 	}
-	if c.Limits.Pids < 0 {
-		return fmt.Errorf("limits.pids: %d must be positive", c.Limits.Pids)
+	if c.Limits.Pids < 1 {
+		return fmt.Errorf("limits.pids: %d must be at least 1", c.Limits.Pids)
 	}
 	if c.Limits.Memory < 4<<20 {
 		return fmt.Errorf("limits.memory: %s is below the 4M minimum", c.Limits.Memory)
 	}
-	if c.Limits.Timeout < 0 {
-		return errors.New("limits.timeout must not be negative")
+	if c.Limits.Timeout <= 0 {
+		return fmt.Errorf("limits.timeout: %s must be positive", c.Limits.Timeout)
+	}
+	if c.Limits.TmpSize < 4096 {
+		return fmt.Errorf("limits.tmp_size: %s is below the 4096-byte minimum", c.Limits.TmpSize)
 	}
 	for k := range c.Sandbox.Labels {
 		if k == "" {

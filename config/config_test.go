@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,10 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "tiny memory", yaml: "limits: {memory: 1K}", wantErr: "limits.memory"},
 		{name: "bad env", yaml: "sandbox: {env: [NOEQUALS]}", wantErr: "sandbox.env[0]"},
 		{name: "two documents", yaml: "policy: {}\n---\npolicy: {}\n", wantErr: "more than one"},
+		{name: "nan cpus", yaml: "limits: {cpus: .nan}", wantErr: "limits.cpus"},
+		{name: "infinite cpus", yaml: "limits: {cpus: .inf}", wantErr: "limits.cpus"},
+		{name: "tiny cpus", yaml: "limits: {cpus: 0.001}", wantErr: "limits.cpus"},
+		{name: "tiny tmp size", yaml: "limits: {tmp_size: 100}", wantErr: "limits.tmp_size"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,4 +100,35 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded config fails validation: %v", err)
 		}
 	})
+}
+
+// Regression: an explicit zero or NaN limit (from a flag, after defaults) used to
+// pass Validate and fall back to the default limit (or, for NaN cpus, reach the
+// executor): `airlock run --cpus NaN` and `--tmp-size 0` ran the command.
+func TestValidateRejectsExplicitZeroAndNaNLimits(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"cpus zero", func(c *Config) { c.Limits.CPUs = 0 }, "limits.cpus"},
+		{"cpus nan", func(c *Config) { c.Limits.CPUs = math.NaN() }, "limits.cpus"},
+		{"cpus negative", func(c *Config) { c.Limits.CPUs = -1 }, "limits.cpus"},
+		{"pids zero", func(c *Config) { c.Limits.Pids = 0 }, "limits.pids"},
+		{"timeout zero", func(c *Config) { c.Limits.Timeout = 0 }, "limits.timeout"},
+		{"tmp size zero", func(c *Config) { c.Limits.TmpSize = 0 }, "limits.tmp_size"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mod(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults: got %v, want nil", err)
+	}
 }
