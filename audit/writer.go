@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // GenesisPrev is the Prev of the first record of a chain.
@@ -29,6 +31,8 @@ var (
 	ErrOverflow = errors.New("audit: queue full, record refused")
 	// ErrClosed is returned by Log after Close.
 	ErrClosed = errors.New("audit: writer closed")
+	// ErrInUse is returned by New when another writer holds the audit file.
+	ErrInUse = errors.New("audit file in use")
 	// ErrFailed wraps the write or sync error that stopped the writer; every Log
 	// after such a failure returns it, so callers deny rather than run unaudited.
 	ErrFailed = errors.New("audit: writer failed")
@@ -139,6 +143,12 @@ func (w *Writer) open() error {
 	if err != nil {
 		return fmt.Errorf("audit: open: %w", err)
 	}
+	// One writer per chain: taken before the tail is read (or a torn tail cut),
+	// so a second process never truncates or interleaves the first one's lines.
+	if err := lockLive(f, path); err != nil {
+		f.Close()
+		return err
+	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
@@ -188,6 +198,32 @@ func (w *Writer) open() error {
 	w.seq = head.Seq
 	sum := sha256.Sum256(last)
 	hex.Encode(w.prev[:], sum[:])
+	return nil
+}
+
+// lockLive takes an exclusive, non-blocking flock on the open live file f and
+// checks that path still names it. Two writers appending to one chain would
+// interleave two seq/prev sequences and break it for good (two `airlock run`s
+// sharing the default audit file did). The lock is released when f is closed:
+// at Close, or at rotation once the file has its new name. A second writer is
+// refused at New; if one starts in the instant a rotation has no live file, one
+// of the two fails closed (its records are refused), and neither writes into
+// the other's chain.
+func lockLive(f *os.File, path string) error {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("audit: %s is being written by another process (one writer per audit file: give each airlock its own audit.file, or run the sandboxes under one `airlock serve`): %w", path, ErrInUse)
+		}
+		return fmt.Errorf("audit: lock %s: %w", path, err)
+	}
+	fst, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("audit: lock %s: %w", path, err)
+	}
+	pst, err := os.Stat(path)
+	if err != nil || !os.SameFile(fst, pst) {
+		return fmt.Errorf("audit: %s was rotated or replaced by another process while opening it: %w", path, ErrInUse)
+	}
 	return nil
 }
 
@@ -520,6 +556,11 @@ func (w *Writer) rotate() {
 	f, err := os.OpenFile(w.cfg.File, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, DefaultFileMode)
 	if err != nil {
 		w.fail(fmt.Errorf("rotate: open new file: %w", err))
+		return
+	}
+	if err := lockLive(f, w.cfg.File); err != nil {
+		f.Close()
+		w.fail(fmt.Errorf("rotate: %w", err))
 		return
 	}
 	w.f, w.size = f, 0

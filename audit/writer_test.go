@@ -633,3 +633,81 @@ func TestWriterFailsClosedOnWriteError(t *testing.T) {
 		t.Fatalf("dropped: got %d, want 1", got)
 	}
 }
+
+// Regression: two writers on one file (two `airlock run`s sharing the default
+// audit.file) interleaved two seq/prev sequences, and the chain no longer
+// verified. The second writer is now refused and the first one's chain stays
+// whole.
+func TestWriterRefusesSecondWriter(t *testing.T) {
+	cfg := testConfig(t)
+	w1, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Log(sampleRecord(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := New(cfg, nil)
+	if err == nil {
+		for i := range 3 {
+			_ = w2.Log(sampleRecord(i))
+		}
+		w2.Close()
+		t.Fatal("second writer on the same file: got nil error, want ErrInUse")
+	}
+	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), cfg.File) {
+		t.Fatalf("second writer: got %v, want ErrInUse naming %s", err, cfg.File)
+	}
+	for i := range 5 {
+		if err := w1.Log(sampleRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := VerifyFiles(VerifyOptions{PublicKey: w1.PublicKey()}, cfg.File)
+	if err != nil || rep.Records != 6 {
+		t.Fatalf("verify: got %+v, %v; want 6 records", rep, err)
+	}
+	// Once the first writer is closed the file is free again.
+	w3, err := New(cfg, nil)
+	if err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	if err := w3.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The lock follows the live file across rotation: a writer started after a
+// rotation is refused too.
+func TestWriterLockSurvivesRotation(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxSize = 4096
+	w, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := 0; w.Stats().Rotations == 0 && i < 1000; i++ {
+		if err := w.Log(sampleRecord(i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.Stats().Rotations == 0 {
+		t.Fatal("no rotation after 1000 records")
+	}
+	if w2, err := New(cfg, nil); !errors.Is(err, ErrInUse) {
+		if err == nil {
+			w2.Close()
+		}
+		t.Fatalf("writer after rotation: got %v, want ErrInUse", err)
+	}
+}
