@@ -711,3 +711,55 @@ func TestWriterLockSurvivesRotation(t *testing.T) {
 		t.Fatalf("writer after rotation: got %v, want ErrInUse", err)
 	}
 }
+
+// Regression: a record made of hostile strings (a path of control bytes, each
+// written as a 6-byte escape, thousands of query keys, a huge Extra) encoded to
+// a line longer than MaxLineSize, which verify, query and tail refuse: one
+// request from a sandbox could break the chain. The writer now writes it shrunk
+// and the file verifies.
+func TestWriterShrinksOversizedRecord(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxSize = 1 << 30
+	w, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 100000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%06d", i)
+	}
+	huge := &Record{
+		Sandbox: "sb-1", Kind: "http", Decision: "deny", Host: "evil.example",
+		Path:  "/" + strings.Repeat("\x01\n\xff", MaxLineSize/12),
+		Query: keys,
+		Extra: map[string]json.RawMessage{"blob": json.RawMessage(`"` + strings.Repeat("a", MaxLineSize) + `"`)},
+	}
+	if err := w.Log(huge); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Log(sampleRecord(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := VerifyFiles(VerifyOptions{PublicKey: w.PublicKey()}, cfg.File)
+	if err != nil || rep.Records != 2 {
+		t.Fatalf("verify: got %+v, %v; want 2 records", rep, err)
+	}
+	lines := readLines(t, cfg.File)
+	if len(lines[0]) > MaxRecordSize {
+		t.Fatalf("first line: got %d bytes, want at most %d", len(lines[0]), MaxRecordSize)
+	}
+	var got Record
+	if err := json.Unmarshal(lines[0], &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Sandbox != "sb-1" || got.Host != "evil.example" || got.Decision != "deny" || len(got.Query) != shrinkList {
+		t.Fatalf("shrunk record: got sandbox %q host %q decision %q %d query keys; want sb-1 evil.example deny %d",
+			got.Sandbox, got.Host, got.Decision, len(got.Query), shrinkList)
+	}
+	if _, ok := got.Extra[TruncatedKey]; !ok || len(got.Extra) != 1 {
+		t.Fatalf("extra: got %v, want only %s", got.Extra, TruncatedKey)
+	}
+}
