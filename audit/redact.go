@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 // Redacted replaces a credential value the writer refused to log.
@@ -17,13 +18,50 @@ var sensitiveNames = [...]string{"authorization", "cookie", "set-cookie", "proxy
 
 // IsSensitiveName reports whether a header or field name carries a credential whose
 // value must never be logged: Authorization, Cookie, Set-Cookie,
-// Proxy-Authorization, in any case, with "-" or "_" as separator.
+// Proxy-Authorization, in any case, with any run of non-alphanumeric characters
+// ("-", "_", " ", ".", NUL) as separator and any such characters around it
+// ("Authorization:", "cookie\x00").
 func IsSensitiveName(name string) bool {
-	n := strings.ToLower(strings.TrimSpace(name))
-	n = strings.ReplaceAll(n, "_", "-")
+	n := normName(name)
 	for _, s := range sensitiveNames {
 		if n == s {
 			return true
+		}
+	}
+	return false
+}
+
+// normName lowercases name, turns each run of characters other than letters and
+// digits into one "-" and trims "-" from both ends.
+func normName(name string) string {
+	var b strings.Builder
+	b.Grow(len(name))
+	sep := false
+	for _, r := range strings.ToLower(name) {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			if sep && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			sep = false
+			b.WriteRune(r)
+			continue
+		}
+		sep = true
+	}
+	return b.String()
+}
+
+// sensitiveField reports whether m names a sensitive header in one of its
+// name-like members (any case): {"name": "Cookie", "value": ...} as most
+// encoders write it, {"Name": ..., "Value": ...} as a Go struct without tags
+// does, {"key": ..., "value": ...} as Envoy's HeaderValue does.
+func sensitiveField(m map[string]any) bool {
+	for k, v := range m {
+		switch strings.ToLower(k) {
+		case "name", "key", "header", "field":
+			if s, ok := v.(string); ok && IsSensitiveName(s) {
+				return true
+			}
 		}
 	}
 	return false
@@ -123,33 +161,41 @@ func redactValue(v any) any {
 			return Redacted
 		}
 	case map[string]any:
+		named := sensitiveField(t)
 		for k, e := range t {
-			if IsSensitiveName(k) {
+			switch lk := strings.ToLower(k); {
+			case IsSensitiveName(k):
 				t[k] = Redacted
-			} else {
+			case named && (lk == "value" || lk == "values"):
+				t[k] = Redacted
+			default:
 				t[k] = redactValue(e)
 			}
 		}
 	case []any:
-		for i, e := range t {
-			// A header list such as [["Authorization","Bearer x"]] or
-			// [{"name":"Cookie","value":"..."}] hides the name in a value.
-			if pair, ok := e.([]any); ok && len(pair) == 2 {
-				if name, ok := pair[0].(string); ok && IsSensitiveName(name) {
-					pair[1] = Redacted
+		for i := 0; i < len(t); i++ {
+			e := t[i]
+			// A header tuple such as ["Authorization", "Bearer x"] (or longer)
+			// hides the name in a value: everything after the name goes.
+			if tuple, ok := e.([]any); ok && len(tuple) >= 2 {
+				if name, ok := tuple[0].(string); ok && IsSensitiveName(name) {
+					for j := 1; j < len(tuple); j++ {
+						tuple[j] = Redacted
+					}
+					continue
+				}
+			}
+			// A flat list ["Authorization", "Bearer x", "Accept", "*/*"] (Node's
+			// rawHeaders): the string after a sensitive name goes, unless it is a
+			// name itself (a list of header names such as ["authorization", "cookie"]).
+			if name, ok := e.(string); ok && IsSensitiveName(name) && i+1 < len(t) {
+				if next, ok := t[i+1].(string); ok && !IsSensitiveName(next) {
+					t[i+1] = Redacted
+					i++
 					continue
 				}
 			}
 			t[i] = redactValue(e)
-		}
-	}
-	if m, ok := v.(map[string]any); ok {
-		if name, ok := m["name"].(string); ok && IsSensitiveName(name) {
-			for _, f := range []string{"value", "values"} {
-				if _, ok := m[f]; ok {
-					m[f] = Redacted
-				}
-			}
 		}
 	}
 	return v

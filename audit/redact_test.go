@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -115,4 +116,43 @@ func TestWriterRedactsCredentials(t *testing.T) {
 func jsonEscaped(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b[1 : len(b)-1])
+}
+
+// Regression: header shapes and name spellings that used to reach the file
+// unredacted: {"Name","Value"} (a Go struct without tags), Envoy's
+// {"key","value"}, a flat rawHeaders list, a tuple longer than two, and names
+// with a trailing colon or NUL.
+func TestRedactHeaderShapesAndSpellings(t *testing.T) {
+	tests := []struct {
+		name string
+		key  string
+		raw  string
+	}{
+		{"Name Value struct", "x", `{"h":[{"Name":"Cookie","Value":"SECRETX"}]}`},
+		{"envoy key value", "x", `{"h":[{"key":"Authorization","value":"SECRETX"}]}`},
+		{"flat raw headers", "x", `{"h":["Accept","*/*","Authorization","SECRETX"]}`},
+		{"long tuple", "x", `{"h":[["Cookie","a","SECRETX"]]}`},
+		{"values list", "x", `{"h":[{"name":"authorization","values":["SECRETX"]}]}`},
+		{"upper case key", "x", `{"h":{"AUTHORIZATION":["SECRETX"]}}`},
+		{"underscore", "x", `{"h":{"Proxy_Authorization":"SECRETX"}}`},
+		{"escaped key", "x", `{"h":{"authoriz\u0061tion":"SECRETX"}}`},
+		{"header line", "x", `{"h":"GET / HTTP/1.1\r\nAuthorization: Bearer SECRETX"}`},
+		{"top key with colon", "Authorization:", `"SECRETX"`},
+		{"top key with NUL", "Authorization\x00", `"SECRETX"`},
+		{"top key spaced", "proxy authorization", `"SECRETX"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Record{Kind: "http", Extra: map[string]json.RawMessage{tt.key: json.RawMessage(tt.raw)}}
+			out := string(AppendJSON(nil, redact(r)))
+			if strings.Contains(out, "SECRETX") || !strings.Contains(out, Redacted) {
+				t.Fatalf("got %s, want the value redacted", out)
+			}
+		})
+	}
+	// A list of header names keeps its names.
+	r := &Record{Kind: "http", Extra: map[string]json.RawMessage{"stripped": json.RawMessage(`["authorization","cookie"]`)}}
+	if out := string(AppendJSON(nil, redact(r))); !strings.Contains(out, `["authorization","cookie"]`) {
+		t.Fatalf("name list: got %s, want it unchanged", out)
+	}
 }
