@@ -48,6 +48,13 @@ type VerifyOptions struct {
 	// valid checkpoint: a chain rewritten without the key has none. Negative
 	// means no limit.
 	MaxUnsigned int
+	// Complete says the chain belongs to a writer that has stopped (or to
+	// rotated files only): with PublicKey, its last line must be a valid signed
+	// checkpoint, as Close and rotation leave it. It catches a tail cut at a line
+	// boundary after the last checkpoint. A cut exactly after an earlier
+	// checkpoint still verifies: only a head recorded elsewhere (Report.Head and
+	// LastSeq, kept off the machine) can show that records were removed from the end.
+	Complete bool
 }
 
 // Report summarises a verification; on failure it covers the lines before the
@@ -241,6 +248,10 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 	}
 	if opts.PublicKey == nil {
 		rep.Unsigned = rep.Records
+	} else if opts.Complete && rep.Unsigned > 0 {
+		firstUnsig.Reason = ReasonUnsigned
+		firstUnsig.Detail = fmt.Sprintf("%d records from here on are not followed by a signed checkpoint, but a stopped writer ends every file with one: the file was cut short (or its writer crashed, or is still running)", rep.Unsigned)
+		return rep, firstUnsig
 	} else if opts.MaxUnsigned >= 0 && rep.Unsigned > opts.MaxUnsigned {
 		firstUnsig.Reason = ReasonUnsigned
 		firstUnsig.Detail = fmt.Sprintf("%d records from here on are not covered by a checkpoint signed with the given key (limit %d): the chain may have been rewritten without the key", rep.Unsigned, opts.MaxUnsigned)

@@ -33,6 +33,7 @@ func newAuditVerifyCmd() *cobra.Command {
 		partial     bool
 		rotated     bool
 		maxUnsigned int
+		complete    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "verify FILE...",
@@ -42,10 +43,20 @@ and valid JSON, seq rising by one, prev the SHA-256 of the previous line, every
 checkpoint consistent. With --pubkey every checkpoint signature is checked and at
 most --max-unsigned records may follow the last checkpoint, so a rewrite of the
 whole chain by someone without the signing key is caught. Exit 0 when the chain
-is intact, 1 naming FILE:LINE and the reason otherwise.`,
+is intact, 1 naming FILE:LINE and the reason otherwise.
+
+Records removed from the end of the newest file leave a shorter chain that is
+still whole. With --pubkey, --complete (for the log of a stopped airlock, or
+rotated files) requires the chain to end in a signed checkpoint, as a clean stop
+and every rotation leave it, which catches a cut after the last checkpoint. A
+cut exactly after an earlier checkpoint is only visible against a head kept
+elsewhere: compare the printed "head" and last seq with a copy taken earlier.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := audit.VerifyOptions{Partial: partial, MaxUnsigned: maxUnsigned}
+			opts := audit.VerifyOptions{Partial: partial, MaxUnsigned: maxUnsigned, Complete: complete}
+			if complete && pubkeyFile == "" {
+				return &exitError{Code: 2, Msg: "--complete needs --pubkey (it checks for a final signed checkpoint)"}
+			}
 			if pubkeyFile != "" {
 				pub, err := readPublicKey(pubkeyFile)
 				if err != nil {
@@ -83,6 +94,7 @@ is intact, 1 naming FILE:LINE and the reason otherwise.`,
 	f.StringVar(&pubkeyFile, "pubkey", "", "Ed25519 public key (PEM, raw, hex or base64; a private key file also works) to check checkpoint signatures")
 	f.BoolVar(&partial, "partial", false, "the first file may start mid-chain (older rotated files were removed)")
 	f.BoolVar(&rotated, "rotated", false, "expand each FILE to its rotated siblings (FILE.1, FILE.2, ...) followed by FILE")
+	f.BoolVar(&complete, "complete", false, "with --pubkey, the chain must end in a signed checkpoint (its writer has stopped): catches records cut from the end after the last checkpoint")
 	f.IntVar(&maxUnsigned, "max-unsigned", audit.DefaultCheckpointEvery, "with --pubkey, most records allowed after the last signed checkpoint (-1: no limit)")
 	return cmd
 }
@@ -97,7 +109,7 @@ func verifySummary(rep audit.Report) string {
 		} else {
 			b.WriteString("; signatures not checked: no --pubkey")
 		}
-		b.WriteString(")")
+		fmt.Fprintf(&b, "; head %s)", rep.Head)
 	}
 	return b.String()
 }

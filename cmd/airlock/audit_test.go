@@ -154,3 +154,34 @@ func TestAuditTailAndPubkeyCmd(t *testing.T) {
 		t.Fatalf("pubkey: got %q, %v; want %q", out, err, pub)
 	}
 }
+
+// A log cut at a line boundary after its last checkpoint is still a whole
+// chain; --complete (the writer has stopped) catches it and names the first
+// record not followed by a checkpoint. Without --pubkey the flag is refused.
+func TestAuditVerifyCompleteCatchesCutTail(t *testing.T) {
+	logPath, keyPath := auditFixture(t, 12) // checkpoints after 5, 10 and at Close
+	pubPath := keyPath + ".pub"
+	if out, err := runAudit(t, "verify", "--complete", "--pubkey", pubPath, logPath); err != nil || !strings.Contains(out, "head ") {
+		t.Fatalf("whole log: got %q, %v; want ok with the head", out, err)
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	// Lines: r1..r5 c6 r7..r11 c12 r13 r14 c15. Drop c15 and r14.
+	cut := strings.Join(lines[:13], "")
+	if err := os.WriteFile(logPath, []byte(cut), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runAudit(t, "verify", "--pubkey", pubPath, logPath); err != nil {
+		t.Fatalf("without --complete the cut log verifies (documented): got %v", err)
+	}
+	_, err = runAudit(t, "verify", "--complete", "--pubkey", pubPath, logPath)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), logPath+":13: unsigned tail") {
+		t.Fatalf("cut log with --complete: got exit %d, %v; want exit 1 naming line 13", exitCode(err), err)
+	}
+	if _, err := runAudit(t, "verify", "--complete", logPath); exitCode(err) != 2 || !strings.Contains(err.Error(), "--pubkey") {
+		t.Fatalf("--complete without --pubkey: got exit %d, %v; want exit 2", exitCode(err), err)
+	}
+}
