@@ -3,7 +3,9 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"slices"
 	"strconv"
@@ -329,6 +331,12 @@ func ParseInput(src []byte) (*Input, error) {
 	dec.DisallowUnknownFields()
 	var in Input
 	if err := dec.Decode(&in); err != nil {
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("policy: input: empty, want one JSON object such as {\"kind\": \"http\", ...}: %w", err)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, fmt.Errorf("policy: input: JSON ends before the object is closed (truncated?): %w", err)
+		}
 		return nil, fmt.Errorf("policy: input: %w", err)
 	}
 	if dec.More() {

@@ -26,6 +26,10 @@ func TestParseInput(t *testing.T) {
 		{"http without http", `{"kind":"http","sandbox":{"id":"s"},"destination":{"host":"a.example","port":80}}`, "needs http"},
 		{"dns without dns", `{"kind":"dns","sandbox":{"id":"s"},"destination":{"host":"a.example","port":53}}`, "needs dns"},
 		{"not json", `kind: http`, "input"},
+		{"empty", ``, "empty, want one JSON object"},
+		{"blank", " \n", "empty, want one JSON object"},
+		{"truncated", `{"kind":"http",`, "truncated"},
+		{"null", `null`, "kind"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
