@@ -7,7 +7,7 @@ import (
 )
 
 // newSandboxInitCmd is the hidden subcommand the executor re-executes the binary as
-// (sandbox init and exec stages). It is not for people: it refuses to run unless the
+// (the sandbox's init, PID 1 of its namespaces). It is not for people: it refuses to run unless the
 // executor's stage marker is set, and its configuration arrives on fd 3.
 func newSandboxInitCmd() *cobra.Command {
 	return &cobra.Command{

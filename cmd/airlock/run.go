@@ -16,6 +16,10 @@ import (
 	"github.com/airlock-dev/airlock/sandboxd"
 )
 
+// exitSetupFailed is airlock run's status when it could not set the sandbox up
+// (as docker and podman use 125), distinct from any status of the command.
+const exitSetupFailed = 125
+
 // runOptions are the flags of `airlock run` (DESIGN.md section 7). Each one,
 // when given, overrides the config file.
 type runOptions struct {
@@ -51,7 +55,10 @@ package registries read-only, everything else denied), DNS is filtered, every
 other packet is dropped, and every decision is written to the audit log.
 
 It exits with the command's exit code (124 on timeout, 137 on OOM kill, 128+n on
-signal n) and prints an egress summary to stderr.`,
+signal n) and prints an egress summary to stderr. Its own failures have codes of
+their own, so they are never mistaken for the command's: 2 for a usage or
+configuration error (nothing ran), 125 when the sandbox could not be set up, 127
+when the command could not be executed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return &exitError{Code: 2, Msg: "run: missing command (airlock run [flags] -- COMMAND [ARG...])"}
@@ -189,7 +196,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		if errors.As(err, &ee) {
 			return &exitError{Code: 127, Msg: err.Error()}
 		}
-		return &exitError{Code: 1, Msg: err.Error()}
+		return &exitError{Code: exitSetupFailed, Msg: err.Error()}
 	}
 	if !o.quiet {
 		w := cmd.ErrOrStderr()
