@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"strconv"
@@ -36,6 +37,12 @@ const (
 	DefaultPTRDomain         = "airlock.internal"
 	DefaultEDNSSize          = 1232 // the DNS flag day 2020 size, for upstream and replies
 	DefaultMaxTCPConns       = 64   // per sandbox
+
+	DefaultAuditRate            = 200.0 // individual audit records per second per sandbox
+	DefaultAuditBurst           = 1000
+	DefaultAuditSummaryInterval = time.Second
+	DefaultAuditTopNames        = 10
+	MaxAuditTopNames            = 100
 )
 
 // Exfiltration flags: what dnsfilter passes to policy in input.dns.flags and writes
@@ -128,6 +135,20 @@ type Config struct {
 	// PTRDomain is the zone of the names given for a sandbox's own addresses:
 	// PTR of an own address answers "<sandbox-id>.<PTRDomain>.".
 	PTRDomain string `yaml:"ptr_domain"`
+	// AuditRate (records/s) and AuditBurst size each sandbox's audit budget, a
+	// token bucket: while a query finds a token it gets its own audit record;
+	// past the budget its query is counted into a summary record instead (reason
+	// dns_audit_summary), so a sandbox spraying queries cannot grow the audit log
+	// at packet rate. Every query is in exactly one record or one summary.
+	AuditRate  float64 `yaml:"audit_rate"`
+	AuditBurst int     `yaml:"audit_burst"`
+	// AuditSummaryInterval is how often a sandbox over its audit budget gets a
+	// summary record (one per interval while over budget, and a final one when
+	// the sandbox stops).
+	AuditSummaryInterval time.Duration `yaml:"audit_summary_interval"`
+	// AuditTopNames is how many of the most-asked names a summary lists
+	// (1..MaxAuditTopNames).
+	AuditTopNames int `yaml:"audit_top_names"`
 }
 
 // ParseConfig decodes YAML strictly (unknown fields are errors) and validates it
@@ -172,6 +193,16 @@ func (c Config) compile() (*compiled, error) {
 	d(&c.Timeout, DefaultTimeout)
 	d(&c.PolicyTimeout, DefaultPolicyTimeout)
 	d(&c.UniqueWindow, DefaultUniqueWindow)
+	d(&c.AuditSummaryInterval, DefaultAuditSummaryInterval)
+	if c.AuditRate == 0 {
+		c.AuditRate = DefaultAuditRate
+	}
+	if c.AuditBurst == 0 {
+		c.AuditBurst = DefaultAuditBurst
+	}
+	if c.AuditTopNames == 0 {
+		c.AuditTopNames = DefaultAuditTopNames
+	}
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize
 	}
@@ -233,6 +264,18 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if c.RateBurst < 0 {
 		bad("rate_burst", c.RateBurst, "a positive number of queries")
+	}
+	if c.AuditRate < 0 || math.IsNaN(c.AuditRate) || math.IsInf(c.AuditRate, 0) {
+		bad("audit_rate", c.AuditRate, "a positive number of records per second")
+	}
+	if c.AuditBurst < 0 {
+		bad("audit_burst", c.AuditBurst, "a positive number of records")
+	}
+	if c.AuditSummaryInterval < 0 {
+		bad("audit_summary_interval", c.AuditSummaryInterval, "a positive duration")
+	}
+	if c.AuditTopNames < 0 || c.AuditTopNames > MaxAuditTopNames {
+		bad("audit_top_names", c.AuditTopNames, "1.."+strconv.Itoa(MaxAuditTopNames)+" names")
 	}
 	if d, err := hostname.Normalize(c.PTRDomain); err != nil {
 		bad("ptr_domain", strconv.Quote(c.PTRDomain), "a host name such as airlock.internal")

@@ -42,6 +42,10 @@ func TestConfigValidation(t *testing.T) {
 		{"entropy too big", Config{Upstreams: []string{"1.1.1.1:53"}, Entropy: 9}, "entropy"},
 		{"bad ptr domain", Config{Upstreams: []string{"1.1.1.1:53"}, PTRDomain: "bad domain"}, "ptr_domain"},
 		{"negative tcp conns", Config{Upstreams: []string{"1.1.1.1:53"}, MaxTCPConns: -1}, "max_tcp_conns"},
+		{"negative audit rate", Config{Upstreams: []string{"1.1.1.1:53"}, AuditRate: -1}, "audit_rate"},
+		{"negative audit burst", Config{Upstreams: []string{"1.1.1.1:53"}, AuditBurst: -5}, "audit_burst"},
+		{"negative summary interval", Config{Upstreams: []string{"1.1.1.1:53"}, AuditSummaryInterval: -time.Second}, "audit_summary_interval"},
+		{"too many top names", Config{Upstreams: []string{"1.1.1.1:53"}, AuditTopNames: MaxAuditTopNames + 1}, "audit_top_names"},
 		{"missing ca file", Config{Upstreams: []string{"1.1.1.1:53"}, TLSCAFile: "/nonexistent/ca.pem"}, "tls_ca_file"},
 	}
 	for _, tt := range tests {
@@ -67,6 +71,10 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.MinTTL != DefaultMinTTL || c.MaxTTL != DefaultMaxTTL || c.RateLimit != DefaultRateLimit || c.LongLabel != DefaultLongLabel {
 		t.Errorf("defaults: got %+v", c.Config)
+	}
+	if c.AuditRate != DefaultAuditRate || c.AuditBurst != DefaultAuditBurst ||
+		c.AuditSummaryInterval != DefaultAuditSummaryInterval || c.AuditTopNames != DefaultAuditTopNames {
+		t.Errorf("audit budget defaults: got rate %v burst %d interval %v top %d", c.AuditRate, c.AuditBurst, c.AuditSummaryInterval, c.AuditTopNames)
 	}
 	if !c.block[FlagRateLimited] || !c.block[FlagManyUniqueNames] || len(c.block) != 2 {
 		t.Errorf("default block flags: got %v, want rate_limited and many_unique_names", c.block)

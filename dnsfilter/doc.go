@@ -15,7 +15,8 @@
 //	query type rules (below)                           -> NODATA / REFUSED / local PTR
 //	cache, else singleflight upstream exchange (UDP, TCP on truncation, or DNS over
 //	TLS), ECS never sent, TTLs clamped, answers pointing into guarded ranges dropped
-//	one audit record, then the reply
+//	one audit record (or, past the sandbox's audit budget, a count in its
+//	summary), then the reply
 //
 // Query types: A and CNAME are answered; AAAA is NODATA unless Config.IPv6;
 // HTTPS and SVCB are NODATA; PTR is answered locally for the sandbox's own
@@ -55,6 +56,24 @@
 // through the rebinding guard, and the gateway connects by the name the sandbox
 // asked for, never by a chain member. Decisions for flagless questions are cached per sandbox and policy
 // revision when the Decider has a Rev() method (Revisioner).
+//
+// Audit budget: each sandbox has a token bucket of individual audit records
+// (Config.AuditBurst, refilled at Config.AuditRate per second). A query that
+// finds a token gets its own record, as above; a query past the budget is
+// counted into the sandbox's open summary window instead, so a sandbox spraying
+// queries (or malformed packets) cannot grow the audit log, and fill the
+// auditor's disk, at packet rate. The first such query opens a window; after
+// Config.AuditSummaryInterval one summary record is written (kind dns, reason
+// dns_audit_summary, decision the summarized queries' own when they all agree,
+// else deny) whose extra fields give the count (queries), by_decision,
+// by_rcode ("dropped" for packets not answered), by_qtype, by_flag, forwarded
+// (answers that came from an upstream exchange), distinct_names, the
+// Config.AuditTopNames most-asked names (top_names) and the window
+// (window_start, window_end, window_ms). StopSandbox and Shutdown write the
+// final summary (extra final: true). Every query is in exactly one record or
+// one summary's count. A summary the audit logger refuses is carried into the
+// next window, and while the logger refuses records an over-budget query that
+// would be answered gets SERVFAIL, as an in-budget query does.
 //
 // Resolver is the same cache, upstreams and rebinding filter for the gateway's own
 // dialer, so what a sandbox is told and what the gateway dials come from one place.

@@ -36,6 +36,10 @@ type Filter struct {
 	idPrefix string
 	idSeq    atomic.Uint64
 
+	// auditFailing is set while the audit logger refuses records, so a query
+	// counted into a summary (whose record is written later) fails closed too.
+	auditFailing atomic.Bool
+
 	mu        sync.Mutex
 	sandboxes map[string]*sandboxServer
 	closed    bool
@@ -113,6 +117,7 @@ func (f *Filter) ServeSandbox(sb policy.Sandbox, own []netip.Addr, udp net.Packe
 	f.mu.Unlock()
 
 	if err := s.start(udp, tcp); err != nil {
+		s.sum.close()
 		f.mu.Lock()
 		delete(f.sandboxes, sb.ID)
 		f.mu.Unlock()
@@ -135,6 +140,7 @@ func (f *Filter) StopSandbox(id string) {
 		if err := s.stop(ctx); err != nil {
 			f.log.Error("stop sandbox", "sandbox", id, "error", err)
 		}
+		s.sum.close()
 	}
 }
 
@@ -151,6 +157,7 @@ func (f *Filter) Shutdown(ctx context.Context) error {
 		if err := s.stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
+		s.sum.close()
 	}
 	return errors.Join(errs...)
 }
@@ -170,11 +177,17 @@ type sandboxServer struct {
 	sig     *signals
 	names   *nameCache
 	dcache  *decisionCache
+	budget  *auditBudget
+	sum     *summarizer
 	servers []*dns.Server
 }
 
 func newSandboxServer(f *Filter, sb policy.Sandbox, own []netip.Addr) *sandboxServer {
-	s := &sandboxServer{f: f, sb: sb, ptr: make(map[string]string), sig: newSignals(f.cfg), names: newNameCache(maxNames)}
+	s := &sandboxServer{
+		f: f, sb: sb, ptr: make(map[string]string), sig: newSignals(f.cfg), names: newNameCache(maxNames),
+		budget: newAuditBudget(f.cfg.AuditRate, f.cfg.AuditBurst, time.Now()),
+		sum:    newSummarizer(f, sb),
+	}
 	if f.revOf != nil {
 		s.dcache = newDecisionCache(f.cfg.DecisionCacheSize)
 	}
@@ -315,14 +328,26 @@ func (s *sandboxServer) invalid(m []byte, err error) {
 }
 
 func (s *sandboxServer) auditMalformed(rcode, msg string) {
+	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: "deny", rcode: rcode}, now) {
+		return
+	}
 	rec := &audit.Record{
 		ID: s.f.nextID(), Sandbox: s.sb.ID, Kind: string(policy.KindDNS), Decision: "deny",
 		Reasons: []audit.Reason{{ID: ReasonMalformed, Msg: "malformed query"}},
 		Port:    53, RCode: rcode, Error: msg,
 	}
-	if err := s.f.alog.Log(rec); err != nil {
+	if err := s.f.logAudit(rec); err != nil {
 		s.f.log.Error("audit", "sandbox", s.sb.ID, "error", err)
 	}
+}
+
+// logAudit writes rec and tracks whether the audit logger refuses records.
+func (f *Filter) logAudit(rec *audit.Record) error {
+	err := f.alog.Log(rec)
+	if (err != nil) != f.auditFailing.Load() {
+		f.auditFailing.Store(err != nil)
+	}
+	return err
 }
 
 func opcodeString(op int) string {

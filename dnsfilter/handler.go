@@ -219,13 +219,37 @@ func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
 	return a.rcode, v.rrs
 }
 
-// reply writes the audit record, then the reply. When the audit record cannot be
-// written, a reply that would have let the query through becomes SERVFAIL.
+// reply writes the audit record (or counts the query into its sandbox's
+// summary when the sandbox is over its audit budget), then the reply. When the
+// audit logger refuses records, a reply that would have let the query through
+// becomes SERVFAIL.
 func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcode int, rrs []dns.RR) {
+	decision, reasons, errMsg := q.verdict()
+	if !s.budget.take(q.start) {
+		if s.f.auditFailing.Load() && (rcode == dns.RcodeSuccess || len(rrs) > 0) {
+			rcode, rrs = dns.RcodeServerFailure, nil
+		}
+		e := summaryEntry{
+			name: q.name, decision: decision, rcode: rcodeString(rcode), flags: q.flags,
+			forwarded: q.upstream != "" && q.upstream != "cache",
+		}
+		if len(req.Question) > 0 {
+			e.qtype = qtypeString(req.Question[0].Qtype)
+			if e.name == "" {
+				e.name = req.Question[0].Name
+			}
+		}
+		if s.sum.add(&e, q.start) {
+			s.write(w, req, q, rcode, rrs)
+			return
+		}
+	}
 	rec := &audit.Record{
 		ID:       s.f.nextID(),
 		Sandbox:  s.sb.ID,
 		Kind:     string(policy.KindDNS),
+		Decision: decision,
+		Reasons:  reasons,
 		Host:     q.name,
 		Port:     53,
 		Protocol: q.proto,
@@ -234,7 +258,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 		Answers:  q.answers,
 		Upstream: q.upstream,
 		Flags:    q.flags,
-		Error:    q.errMsg,
+		Error:    errMsg,
 	}
 	if len(req.Question) > 0 {
 		rec.QType = qtypeString(req.Question[0].Qtype)
@@ -242,34 +266,44 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 			rec.QName = req.Question[0].Name
 		}
 	}
-	decision := "deny"
 	if q.dec != nil {
-		d := &q.dec.d
-		rec.Mode, rec.PolicyRev = string(d.Mode), d.Rev
-		switch {
-		case d.Err != nil:
-			decision = "error"
-			rec.Error = d.Err.Error()
-		case d.Allowed && q.reasons == nil:
-			decision = "allow"
-		}
-		rec.Reasons = q.dec.reasons
+		rec.Mode, rec.PolicyRev = string(q.dec.d.Mode), q.dec.d.Rev
 	}
-	if q.reasons != nil {
-		rec.Reasons = q.reasons
-		if q.reasons[0].ID == ReasonUpstream {
-			decision = "error" // policy allowed it; resolving failed
-		}
-	}
-	rec.Decision = decision
 	rec.DurationMS = float64(time.Since(q.start).Microseconds()) / 1000
-	if err := s.f.alog.Log(rec); err != nil {
+	if err := s.f.logAudit(rec); err != nil {
 		s.f.log.Error("audit failed, refusing query", "sandbox", s.sb.ID, "qname", q.name, "error", err)
 		if rcode == dns.RcodeSuccess || len(rrs) > 0 {
 			rcode, rrs = dns.RcodeServerFailure, nil
 		}
 	}
+	s.write(w, req, q, rcode, rrs)
+}
 
+// verdict is the query's audit decision, reasons and error text.
+func (q *query) verdict() (decision string, reasons []audit.Reason, errMsg string) {
+	decision, errMsg = "deny", q.errMsg
+	if q.dec != nil {
+		d := &q.dec.d
+		switch {
+		case d.Err != nil:
+			decision = "error"
+			errMsg = d.Err.Error()
+		case d.Allowed && q.reasons == nil:
+			decision = "allow"
+		}
+		reasons = q.dec.reasons
+	}
+	if q.reasons != nil {
+		reasons = q.reasons
+		if q.reasons[0].ID == ReasonUpstream {
+			decision = "error" // policy allowed it; resolving failed
+		}
+	}
+	return decision, reasons, errMsg
+}
+
+// write sends the reply.
+func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcode int, rrs []dns.RR) {
 	size := dns.MaxMsgSize
 	opt := req.IsEdns0()
 	if q.proto == "udp" {
