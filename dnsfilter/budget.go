@@ -247,16 +247,17 @@ func newSummarizer(f *Filter, sb policy.Sandbox) *summarizer {
 	return &summarizer{f: f, sb: sb}
 }
 
-// add counts e into the open window (opening one at now if none is). It reports
-// false once the summarizer is closed: the caller then writes e's record itself.
-func (z *summarizer) add(e *summaryEntry, now time.Time) bool {
+// add counts e into the open window (opening one if none is). It reports false
+// once the summarizer is closed: the caller then writes e's record itself.
+// Windows open and close under z.mu, so they never overlap.
+func (z *summarizer) add(e *summaryEntry) bool {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.closed {
 		return false
 	}
 	if z.cur == nil {
-		z.open(newAuditSummary(now))
+		z.open(newAuditSummary(time.Now()))
 	}
 	z.cur.add(e)
 	return true
@@ -273,8 +274,7 @@ func (z *summarizer) flushDue() {
 	z.writeMu.Lock()
 	defer z.writeMu.Unlock()
 	z.mu.Lock()
-	sum := z.cur
-	z.cur = nil
+	sum := z.take()
 	z.mu.Unlock()
 	if sum == nil {
 		return
@@ -301,8 +301,7 @@ func (z *summarizer) close() {
 	defer z.writeMu.Unlock()
 	z.mu.Lock()
 	z.closed = true
-	sum := z.cur
-	z.cur = nil
+	sum := z.take()
 	if z.timer != nil {
 		z.timer.Stop()
 	}
@@ -315,8 +314,17 @@ func (z *summarizer) close() {
 	}
 }
 
+// take closes the open window, if any, and returns it; z.mu is held.
+func (z *summarizer) take() *auditSummary {
+	sum := z.cur
+	z.cur = nil
+	if sum != nil {
+		sum.end = time.Now()
+	}
+	return sum
+}
+
 func (z *summarizer) write(sum *auditSummary, final bool) error {
-	sum.end = time.Now()
 	rec := sum.record(z.f.nextID(), z.sb, z.f.cfg.AuditTopNames, final)
 	err := z.f.logAudit(rec)
 	if err != nil {

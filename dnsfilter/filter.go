@@ -328,7 +328,7 @@ func (s *sandboxServer) invalid(m []byte, err error) {
 }
 
 func (s *sandboxServer) auditMalformed(rcode, msg string) {
-	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: "deny", rcode: rcode}, now) {
+	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: "deny", rcode: rcode}) {
 		return
 	}
 	rec := &audit.Record{

@@ -239,7 +239,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 				e.name = req.Question[0].Name
 			}
 		}
-		if s.sum.add(&e, q.start) {
+		if s.sum.add(&e) {
 			s.write(w, req, q, rcode, rrs)
 			return
 		}
