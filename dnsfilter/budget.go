@@ -265,6 +265,7 @@ func (z *summarizer) add(e *summaryEntry) bool {
 
 // open makes sum the open window and arms its timer; z.mu is held.
 func (z *summarizer) open(sum *auditSummary) {
+	z.f.metrics.overBudgetSbxs.Inc()
 	z.cur = sum
 	z.timer = time.AfterFunc(z.f.cfg.AuditSummaryInterval, z.flushDue)
 }
@@ -279,6 +280,7 @@ func (z *summarizer) flushDue() {
 	if sum == nil {
 		return
 	}
+	z.f.metrics.overBudgetSbxs.Dec()
 	if err := z.write(sum, false); err != nil {
 		z.mu.Lock()
 		defer z.mu.Unlock()
@@ -309,6 +311,7 @@ func (z *summarizer) close() {
 	if sum == nil {
 		return
 	}
+	z.f.metrics.overBudgetSbxs.Dec()
 	if err := z.write(sum, true); err != nil {
 		z.lost(sum, err)
 	}
@@ -329,8 +332,11 @@ func (z *summarizer) write(sum *auditSummary, final bool) error {
 	err := z.f.logAudit(rec)
 	if err != nil {
 		z.f.log.Error("audit summary refused", "sandbox", z.sb.ID, "queries", sum.n, "final", final, "error", err)
+		return err
 	}
-	return err
+	z.f.metrics.summaries.Inc()
+	z.f.metrics.summarized.Add(float64(sum.n))
+	return nil
 }
 
 // lost reports a summary that could not be written after the sandbox stopped:

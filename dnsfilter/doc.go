@@ -75,6 +75,16 @@
 // next window, and while the logger refuses records an over-budget query that
 // would be answered gets SERVFAIL, as an in-budget query does.
 //
+// Metrics: Filter.Registry is the filter's own Prometheus registry (nothing is
+// registered globally), with airlock_dns_queries_total{decision,qtype},
+// cache_lookups_total{source,result}, decision_cache_lookups_total{result},
+// upstream_exchanges_total{upstream,result}, upstream_tcp_retries_total{upstream},
+// upstream_exchange_seconds{upstream}, flags_total{flag}, audit_summaries_total,
+// audit_summarized_queries_total, audit_summaries_pending and
+// audit_failures_total. Every label takes values from a fixed set (upstream:
+// the configured upstreams); no label ever carries a query name, a sandbox id
+// or an answer.
+//
 // Resolver is the same cache, upstreams and rebinding filter for the gateway's own
 // dialer, so what a sandbox is told and what the gateway dials come from one place.
 //

@@ -26,12 +26,13 @@ import (
 // Filter is the DNS filter: one miekg/dns server pair per sandbox, one shared
 // Resolver. It is safe for concurrent use.
 type Filter struct {
-	cfg   *compiled
-	dec   policy.Decider
-	alog  audit.Logger
-	log   *slog.Logger
-	res   *Resolver
-	revOf func() string // current policy revision, nil if the decider cannot say
+	cfg     *compiled
+	dec     policy.Decider
+	alog    audit.Logger
+	log     *slog.Logger
+	res     *Resolver
+	metrics *metrics      // the filter's own Prometheus registry and series
+	revOf   func() string // current policy revision, nil if the decider cannot say
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -70,7 +71,8 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 		return nil, err
 	}
 	guard := ipguard.New(c.allow, c.GatewayAddrs)
-	res, err := newResolver(c, guard, logger)
+	m := newMetrics()
+	res, err := newResolver(c, guard, logger, m)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +81,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 		return nil, fmt.Errorf("dnsfilter: id prefix: %w", err)
 	}
 	f := &Filter{
-		cfg: c, dec: dec, alog: log, log: logger, res: res,
+		cfg: c, dec: dec, alog: log, log: logger, res: res, metrics: m,
 		idPrefix:  "dns-" + hex.EncodeToString(b[:]) + "-",
 		sandboxes: make(map[string]*sandboxServer),
 	}
@@ -328,6 +330,7 @@ func (s *sandboxServer) invalid(m []byte, err error) {
 }
 
 func (s *sandboxServer) auditMalformed(rcode, msg string) {
+	s.f.metrics.query("deny", qtypeNone)
 	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: "deny", rcode: rcode}) {
 		return
 	}
@@ -344,6 +347,9 @@ func (s *sandboxServer) auditMalformed(rcode, msg string) {
 // logAudit writes rec and tracks whether the audit logger refuses records.
 func (f *Filter) logAudit(rec *audit.Record) error {
 	err := f.alog.Log(rec)
+	if err != nil {
+		f.metrics.auditFailures.Inc()
+	}
 	if (err != nil) != f.auditFailing.Load() {
 		f.auditFailing.Store(err != nil)
 	}

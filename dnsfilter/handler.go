@@ -172,8 +172,12 @@ func (s *sandboxServer) decide(q *query) *decided {
 	if cacheable {
 		rev = s.f.revOf()
 		if d := s.dcache.get(rev, key); d != nil {
+			s.f.metrics.dcacheHit.Inc()
 			return d
 		}
+		s.f.metrics.dcacheMiss.Inc()
+	} else {
+		s.f.metrics.dcacheBypass.Inc()
 	}
 	in := &policy.Input{
 		Kind:    policy.KindDNS,
@@ -202,6 +206,7 @@ func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
 		a, hit, err = s.f.res.lookup(ctx, q.name, q.qtype)
 		cancel()
 	}
+	s.f.metrics.cacheLookup(sourceSandbox, hit)
 	if err != nil {
 		q.reasons, q.errMsg = reasonUpstream, err.Error()
 		return dns.RcodeServerFailure, nil
@@ -225,6 +230,14 @@ func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
 // becomes SERVFAIL.
 func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcode int, rrs []dns.RR) {
 	decision, reasons, errMsg := q.verdict()
+	qt := qtypeNone
+	if len(req.Question) > 0 {
+		qt = qtypeIndex(req.Question[0].Qtype)
+	}
+	s.f.metrics.query(decision, qt)
+	for _, fl := range q.flags {
+		s.f.metrics.flag(fl)
+	}
 	if !s.budget.take(q.start) {
 		if s.f.auditFailing.Load() && (rcode == dns.RcodeSuccess || len(rrs) > 0) {
 			rcode, rrs = dns.RcodeServerFailure, nil

@@ -36,6 +36,7 @@ type Resolver struct {
 	// waiting counts callers waiting on an upstream exchange (cache misses in
 	// flight), shared or not.
 	waiting atomic.Int32
+	metrics *metrics
 }
 
 type cacheKey struct {
@@ -69,12 +70,17 @@ type upstream struct {
 	spec upstreamSpec
 	udp  *dns.Client
 	tcp  *dns.Client // TCP fallback, or the TLS client for DNS over TLS
+	m    *upstreamMetrics
 }
 
-func newResolver(cfg *compiled, guard *ipguard.Guard, log *slog.Logger) (*Resolver, error) {
-	r := &Resolver{cfg: cfg, guard: guard, log: log, cache: newAnswerCache(cfg.CacheSize), now: time.Now}
+func newResolver(cfg *compiled, guard *ipguard.Guard, log *slog.Logger, m *metrics) (*Resolver, error) {
+	r := &Resolver{cfg: cfg, guard: guard, log: log, cache: newAnswerCache(cfg.CacheSize), now: time.Now, metrics: m}
 	for _, spec := range cfg.upstreams {
-		u := &upstream{spec: spec}
+		label := spec.addr
+		if spec.tls {
+			label = "tls://" + spec.addr
+		}
+		u := &upstream{spec: spec, m: m.forUpstream(label)}
 		if spec.tls {
 			tc := &tls.Config{MinVersion: tls.VersionTLS12}
 			if cfg.tlsConfig != nil {
@@ -203,9 +209,16 @@ func (r *Resolver) exchange(ctx context.Context, name string, qtype uint16) (*an
 	q.SetEdns0(DefaultEDNSSize, false)
 	var errs []error
 	for _, u := range r.upstreams {
+		t0 := time.Now()
 		resp, err := u.exchange(ctx, q)
+		u.m.latency.Observe(time.Since(t0).Seconds())
+		var checkErr error
 		if err == nil {
-			err = checkResponse(q, resp)
+			checkErr = checkResponse(q, resp)
+		}
+		u.m.results[upstreamResult(resp, err, checkErr)].Inc()
+		if err == nil {
+			err = checkErr
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", u.spec.addr, err))
@@ -225,6 +238,7 @@ func (u *upstream) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 	}
 	resp, _, err := u.udp.ExchangeContext(ctx, q, u.spec.addr)
 	if err == nil && resp.Truncated {
+		u.m.tcp.Inc()
 		resp, _, err = u.tcp.ExchangeContext(ctx, q, u.spec.addr)
 	}
 	return resp, err
@@ -435,7 +449,8 @@ func (r *Resolver) LookupNetIP(ctx context.Context, network, host string) ([]net
 	var out []netip.Addr
 	var lastErr error
 	for _, t := range types {
-		a, _, err := r.lookup(ctx, name, t)
+		a, hit, err := r.lookup(ctx, name, t)
+		r.metrics.cacheLookup(sourceGateway, hit)
 		if err != nil {
 			lastErr = err
 			continue
