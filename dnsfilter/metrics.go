@@ -55,7 +55,7 @@ type metrics struct {
 	queries        *prometheus.CounterVec
 	queriesFast    [len(metricDecisions)][nQTypes]prometheus.Counter
 	cache          *prometheus.CounterVec
-	cacheFast      map[[2]string]prometheus.Counter
+	cacheFast      [2][2]prometheus.Counter // [sandbox, gateway][miss, hit]
 	decisionCache  *prometheus.CounterVec
 	dcacheHit      prometheus.Counter
 	dcacheMiss     prometheus.Counter
@@ -111,10 +111,9 @@ func newMetrics() *metrics {
 			m.queriesFast[d][i] = m.queries.WithLabelValues(dn, qtypeLabel(i))
 		}
 	}
-	m.cacheFast = make(map[[2]string]prometheus.Counter)
-	for _, src := range []string{sourceSandbox, sourceGateway} {
-		for _, r := range []string{resultHit, resultMiss} {
-			m.cacheFast[[2]string{src, r}] = m.cache.WithLabelValues(src, r)
+	for i, src := range []string{sourceSandbox, sourceGateway} {
+		for j, r := range []string{resultMiss, resultHit} {
+			m.cacheFast[i][j] = m.cache.WithLabelValues(src, r)
 		}
 	}
 	m.dcacheHit = m.decisionCache.WithLabelValues(resultHit)
@@ -163,11 +162,14 @@ func (m *metrics) query(decision string, qt int) {
 }
 
 func (m *metrics) cacheLookup(source string, hit bool) {
-	r := resultMiss
-	if hit {
-		r = resultHit
+	i, j := 0, 0
+	if source == sourceGateway {
+		i = 1
 	}
-	m.cacheFast[[2]string{source, r}].Inc()
+	if hit {
+		j = 1
+	}
+	m.cacheFast[i][j].Inc()
 }
 
 func (m *metrics) flag(fl string) {
