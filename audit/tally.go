@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -44,15 +45,35 @@ func (t *Tally) Log(r *Record) error {
 		if host == "" {
 			host = r.IP
 		}
+		n := summarized(r)
+		if n > 0 && host == "" {
+			host = "(summarized)"
+		}
+		n = max(n, 1)
 		k := tallyKey{kind: r.Kind, decision: r.Decision, host: host, port: r.Port}
 		t.mu.Lock()
 		if _, ok := t.counts[k]; !ok && len(t.counts) >= MaxTallyKeys {
 			k.host, k.port = "(other)", 0
 		}
-		t.counts[k]++
+		t.counts[k] += n
 		t.mu.Unlock()
 	}
 	return t.next.Log(r)
+}
+
+// summarized returns how many events a summary record stands for (the DNS
+// filter's over-budget "queries", netns's rate-limited drops "suppressed"), or
+// 0 for an ordinary record.
+func summarized(r *Record) int {
+	for _, k := range []string{"queries", "suppressed"} {
+		if raw, ok := r.Extra[k]; ok {
+			var n int
+			if json.Unmarshal(raw, &n) == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // TallyRow is one line of a summary.

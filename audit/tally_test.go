@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -39,6 +40,22 @@ func TestTally(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("summary %q lacks %q", out, want)
 		}
+	}
+}
+
+// TestTallyCountsSummaries: a DNS flood summarized by the filter, or drops
+// summarized by netns, counts every event it stands for, not one.
+func TestTallyCountsSummaries(t *testing.T) {
+	ta := NewTally(&sliceLogger{})
+	_ = ta.Log(&Record{Kind: "dns", Decision: "deny", Port: 53, Extra: map[string]json.RawMessage{"queries": json.RawMessage("1757")}})
+	_ = ta.Log(&Record{Kind: "drop", Decision: "deny", Extra: map[string]json.RawMessage{"suppressed": json.RawMessage("40")}})
+	_ = ta.Log(&Record{Kind: "dns", Decision: "deny", QName: "x.example", Port: 53})
+	total := 0
+	for _, r := range ta.Rows() {
+		total += r.Count
+	}
+	if total != 1757+40+1 {
+		t.Fatalf("got %d events, want %d", total, 1757+40+1)
 	}
 }
 

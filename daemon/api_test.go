@@ -84,6 +84,15 @@ func TestRootAPI(t *testing.T) {
 	if code, out := apiCall(t, h, "POST", "/v1/policy/reload", ""); code != 200 || out["policy_rev"] == "" {
 		t.Fatalf("reload: %d %v", code, out)
 	}
+	// The metrics listener serves both parts: the run above moved the gateway's
+	// decisions and the DNS filter's queries.
+	mrec := httptest.NewRecorder()
+	d.MetricsHandler().ServeHTTP(mrec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{"airlock_gateway_decisions_total", "airlock_dns_"} {
+		if !strings.Contains(mrec.Body.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/summary", nil))
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"Host":"evil.example"`) {

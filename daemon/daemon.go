@@ -18,6 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
@@ -438,9 +441,11 @@ func (d *Daemon) Audit() audit.Logger { return d.tally }
 // CABundle is the merged trust bundle mounted into sandboxes.
 func (d *Daemon) CABundle() string { return d.caBundle }
 
-// MetricsHandler serves the gateway's Prometheus metrics; mount it on a host
-// listener no sandbox can reach.
-func (d *Daemon) MetricsHandler() http.Handler { return d.gw.MetricsHandler() }
+// MetricsHandler serves the gateway's and the DNS filter's Prometheus metrics;
+// mount it on a host listener no sandbox can reach.
+func (d *Daemon) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(prometheus.Gatherers{d.gw.Registry(), d.dns.Registry()}, promhttp.HandlerOpts{})
+}
 
 // Engine is the policy engine (for reload on SIGHUP).
 func (d *Daemon) Engine() *policy.Engine { return d.engine }

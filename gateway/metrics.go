@@ -83,3 +83,7 @@ func (m *metrics) decided(kind policy.Kind, result string) {
 func (g *Gateway) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})
 }
+
+// Registry is the gateway's own metrics registry, for a caller that serves it
+// together with other parts' (prometheus.Gatherers).
+func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }
