@@ -69,6 +69,21 @@ type DNS struct {
 	// MinTTL and MaxTTL clamp cached answers.
 	MinTTL Duration `yaml:"min_ttl"`
 	MaxTTL Duration `yaml:"max_ttl"`
+	// RateLimit (queries/s) and RateBurst size each sandbox's token bucket;
+	// zero means the DNS filter's default (200/s, burst 1000).
+	RateLimit float64 `yaml:"rate_limit"`
+	RateBurst int     `yaml:"rate_burst"`
+	// UniqueNames is how many distinct names under one registered domain a
+	// sandbox may ask per minute before new ones are flagged; zero: 100.
+	UniqueNames int `yaml:"unique_names"`
+	// BlockFlags are the exfiltration flags that deny a query whatever policy
+	// says (rate_limited, many_unique_names, long_label, high_entropy); absent
+	// means [rate_limited, many_unique_names], [] leaves every flag to policy.
+	BlockFlags []string `yaml:"block_flags"`
+	// AuditRate and AuditBurst bound each sandbox's individual DNS audit records;
+	// past them queries are counted in summary records. Zero: 200/s, burst 1000.
+	AuditRate  float64 `yaml:"audit_rate"`
+	AuditBurst int     `yaml:"audit_burst"`
 }
 
 // Upstream configures how the gateway reaches the internet.
@@ -245,6 +260,16 @@ func (c *Config) Validate() error {
 	}
 	if c.DNS.MinTTL < 0 || c.DNS.MaxTTL < 0 {
 		return errors.New("dns.min_ttl and dns.max_ttl must not be negative")
+	}
+	if c.DNS.RateLimit < 0 || c.DNS.RateBurst < 0 || c.DNS.UniqueNames < 0 || c.DNS.AuditRate < 0 || c.DNS.AuditBurst < 0 {
+		return errors.New("dns.rate_limit, rate_burst, unique_names, audit_rate and audit_burst must not be negative")
+	}
+	for i, f := range c.DNS.BlockFlags {
+		switch f {
+		case "rate_limited", "many_unique_names", "long_label", "high_entropy":
+		default:
+			return fmt.Errorf("dns.block_flags[%d]: %q is not one of rate_limited, many_unique_names, long_label, high_entropy", i, f)
+		}
 	}
 	if c.DNS.MinTTL > c.DNS.MaxTTL {
 		return fmt.Errorf("dns.min_ttl %s is greater than dns.max_ttl %s", c.DNS.MinTTL, c.DNS.MaxTTL)

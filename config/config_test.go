@@ -41,6 +41,13 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "upstream name", yaml: "dns: {upstreams: [dns.google:53]}", wantErr: "dns.upstreams[0]"},
 		{name: "dot upstream", yaml: "dns: {upstreams: [\"tls://9.9.9.9:853#dns.quad9.net\"]}", check: func(t *testing.T, c Config) {}},
 		{name: "dot without name", yaml: "dns: {upstreams: [\"tls://9.9.9.9:853\"]}", wantErr: "SERVERNAME"},
+		{name: "dns limits", yaml: "dns: {rate_limit: 50, rate_burst: 100, block_flags: [rate_limited, high_entropy], audit_rate: 10}", check: func(t *testing.T, c Config) {
+			if c.DNS.RateLimit != 50 || len(c.DNS.BlockFlags) != 2 || c.DNS.AuditRate != 10 {
+				t.Fatalf("got %+v", c.DNS)
+			}
+		}},
+		{name: "bad block flag", yaml: "dns: {block_flags: [loud]}", wantErr: "dns.block_flags[0]"},
+		{name: "negative rate", yaml: "dns: {rate_limit: -1}", wantErr: "must not be negative"},
 		{name: "ttl order", yaml: "dns: {min_ttl: 2h, max_ttl: 1h}", wantErr: "greater than dns.max_ttl"},
 		{name: "tiny memory", yaml: "limits: {memory: 1K}", wantErr: "limits.memory"},
 		{name: "bad env", yaml: "sandbox: {env: [NOEQUALS]}", wantErr: "sandbox.env[0]"},

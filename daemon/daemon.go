@@ -220,6 +220,12 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	d.dns, err = dnsfilter.New(dnsfilter.Config{
 		GatewayAddrs: own,
 		Upstreams:    upstreams,
+		RateLimit:    cfg.DNS.RateLimit,
+		RateBurst:    cfg.DNS.RateBurst,
+		UniqueNames:  cfg.DNS.UniqueNames,
+		BlockFlags:   cfg.DNS.BlockFlags,
+		AuditRate:    cfg.DNS.AuditRate,
+		AuditBurst:   cfg.DNS.AuditBurst,
 		MinTTL:       time.Duration(cfg.DNS.MinTTL),
 		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
 		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
