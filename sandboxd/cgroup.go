@@ -187,16 +187,7 @@ func swapOn() bool {
 }
 
 func (m *cgroupManager) create(name string) (*cgroup, error) {
-	cg := &cgroup{m: m, v2: m.v2, name: name, dirs: map[string]string{}}
-	seen := map[string]bool{}
-	for c, p := range m.dirs {
-		d := filepath.Join(p, name)
-		cg.dirs[c] = d
-		if !seen[d] {
-			seen[d] = true
-			cg.uniq = append(cg.uniq, d)
-		}
-	}
+	cg := m.open(name)
 	for _, d := range cg.uniq {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			cg.remove()
@@ -222,6 +213,8 @@ func (m *cgroupManager) list() []string {
 	return names
 }
 
+// open returns the handle of the per-sandbox cgroup name (existing or not yet
+// made): its directory in every hierarchy, each distinct one listed once.
 func (m *cgroupManager) open(name string) *cgroup {
 	cg := &cgroup{m: m, v2: m.v2, name: name, dirs: map[string]string{}}
 	seen := map[string]bool{}
