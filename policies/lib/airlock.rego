@@ -82,6 +82,12 @@ _allow if data.airlock.egress.allow == true
 
 _allow if data.airlock.defaults.allow == true
 
+# _denied stops at the first deny entry without building the list of reasons;
+# the list is built only for a decision that denies.
+_denied if {
+	some _ in data.airlock.egress.deny
+}
+
 # Deny entries are normalized to {"id", "msg"}; anything else still denies.
 _denies := [_reason(r) | some r in data.airlock.egress.deny]
 
@@ -120,10 +126,10 @@ decision := object.union(_verdict, _mode_field)
 # One else chain: the first branch that holds is the verdict, and no later
 # branch is evaluated.
 _verdict := {"allowed": true, "reasons": _allow_reasons, "mitm": _mitm, "http_status": 0} if {
-	count(_denies) == 0
+	not _denied
 	_allow
 } else := {"allowed": false, "reasons": sort(_denies), "mitm": false, "http_status": _deny_status} if {
-	count(_denies) > 0
+	_denied
 } else := {
 	"allowed": false,
 	"reasons": [{
