@@ -2,7 +2,8 @@
 // lists and input schema, embedded into the binary so every command works with
 // no files on disk. The examples/ directory is embedded too, for `airlock policy
 // test` of this tree; examples are never loaded by the gateway unless a user
-// copies one into their own policy directory. Package policy is the only reader.
+// copies one into their own policy directory. Package policy is the only reader,
+// and this package must never import any airlock package: it is data.
 package policies
 
 import "embed"
