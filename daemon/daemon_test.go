@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/roottest"
@@ -206,5 +207,31 @@ func TestRootOwnAddressRefused(t *testing.T) {
 	}
 	if got := conns.Load(); got != 0 {
 		t.Fatalf("the host's own address saw %d connections, want 0", got)
+	}
+}
+
+// TestEngineRefRev: the placeholder decider names the engine's revision once it
+// is set (the DNS filter's decision cache keys on it) and nothing before.
+func TestEngineRefRev(t *testing.T) {
+	r := newEngineRef()
+	if got := r.Rev(); got != "" {
+		t.Fatalf("Rev before the engine = %q, want empty", got)
+	}
+	e, err := policy.New(policy.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r.set(e)
+	if got := r.Rev(); got == "" || got != e.Rev() {
+		t.Fatalf("Rev = %q, want the engine's %q", got, e.Rev())
+	}
+	failed := newEngineRef()
+	failed.set(nil)
+	if got := failed.Rev(); got != "" {
+		t.Fatalf("Rev of a failed compile = %q, want empty", got)
+	}
+	if d := failed.Decide(context.Background(), &policy.Input{Kind: policy.KindDNS}); d.Permit() || d.Err == nil {
+		t.Fatalf("decision of a failed compile = %+v, want the fail-closed deny", d)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -16,7 +17,10 @@ type engineRef struct {
 	e     *policy.Engine
 }
 
-var _ policy.Decider = (*engineRef)(nil)
+var (
+	_ policy.Decider       = (*engineRef)(nil)
+	_ dnsfilter.Revisioner = (*engineRef)(nil)
+)
 
 func newEngineRef() *engineRef { return &engineRef{ready: make(chan struct{})} }
 
@@ -36,6 +40,20 @@ func (r *engineRef) Decide(ctx context.Context, in *policy.Input) policy.Decisio
 		return policyError(errors.New("policy engine unavailable"))
 	}
 	return r.e.Decide(ctx, in)
+}
+
+// Rev names the engine's policy revision, so the DNS filter caches decisions
+// per revision (without it the filter evaluated Rego for every query). Before the
+// engine is set it is "", which no decision carries, so nothing is cached then.
+func (r *engineRef) Rev() string {
+	select {
+	case <-r.ready:
+		if r.e != nil {
+			return r.e.Rev()
+		}
+	default:
+	}
+	return ""
 }
 
 func policyError(err error) policy.Decision {
