@@ -2,7 +2,10 @@
 // never forwards a name policy does not allow.
 //
 // The gateway hands it one UDP and one TCP listener per sandbox (ServeSandbox); the
-// listener is the sandbox's identity, nothing in a packet can change it. Every query
+// listener is the sandbox's identity, nothing in a packet can change it. UDP is
+// served by a few long-lived workers per sandbox (2*GOMAXPROCS, 4 to 16, plus
+// spares up to 256 while all are busy, so a slow upstream holds up no cached
+// answer); TCP by miekg/dns. Every query
 // goes through one fixed path (sandboxServer.ServeDNS):
 //
 //	header checks (response bits ignored, opcode QUERY, one question, no answer or

@@ -23,8 +23,8 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// Filter is the DNS filter: one miekg/dns server pair per sandbox, one shared
-// Resolver. It is safe for concurrent use.
+// Filter is the DNS filter: per sandbox, a set of UDP workers (udp.go) and a
+// miekg/dns TCP server; one shared Resolver. It is safe for concurrent use.
 type Filter struct {
 	cfg     *compiled
 	dec     policy.Decider
@@ -181,7 +181,8 @@ type sandboxServer struct {
 	dcache  *decisionCache
 	budget  *auditBudget
 	sum     *summarizer
-	servers []*dns.Server
+	udp     *udpServer    // nil without a UDP listener
+	servers []*dns.Server // the TCP server, once started
 }
 
 func newSandboxServer(f *Filter, sb policy.Sandbox, own []netip.Addr) *sandboxServer {
@@ -251,11 +252,9 @@ func (s *sandboxServer) start(udp net.PacketConn, tcp net.Listener) error {
 	}
 	n := 0
 	if udp != nil {
-		// Hidden behind a plain net.PacketConn so miekg/dns uses ReadFrom/WriteTo
-		// instead of parsing control messages for every packet: the listener is
-		// bound to one address, so the reply's source needs no correcting.
-		launch(&dns.Server{PacketConn: plainPacketConn{udp}})
-		n++
+		// The listener is bound to one address, so the reply's source needs no
+		// correcting: plain reads and writes, no control messages.
+		s.udp = s.startUDP(udp)
 	}
 	if tcp != nil {
 		launch(&dns.Server{Listener: netutil.LimitListener(tcp, s.f.cfg.MaxTCPConns), ReadTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 10 * time.Second }})
@@ -287,6 +286,11 @@ func (s *sandboxServer) start(udp net.PacketConn, tcp net.Listener) error {
 
 func (s *sandboxServer) stop(ctx context.Context) error {
 	var errs []error
+	if s.udp != nil {
+		if err := s.udp.stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, srv := range s.servers {
 		if err := srv.ShutdownContext(ctx); err != nil {
 			errs = append(errs, err)
@@ -298,8 +302,9 @@ func (s *sandboxServer) stop(ctx context.Context) error {
 	return nil
 }
 
-// accept is the server's header check (before the message is unpacked). Rejected
-// packets get FORMERR or NOTIMP from miekg/dns and one audit record from here.
+// accept is the servers' header check (before the message is unpacked). Rejected
+// packets get FORMERR or NOTIMP (from the UDP workers or miekg/dns's TCP server)
+// and one audit record from here.
 func (s *sandboxServer) accept(dh dns.Header) dns.MsgAcceptAction {
 	const qr = 1 << 15
 	if dh.Bits&qr != 0 {
@@ -319,7 +324,7 @@ func (s *sandboxServer) accept(dh dns.Header) dns.MsgAcceptAction {
 	return dns.MsgAccept
 }
 
-// invalid is called by miekg/dns for a packet it could not unpack. It answers
+// invalid is called for a packet that could not be unpacked. It answers
 // FORMERR when the header was readable and drops the packet otherwise.
 func (s *sandboxServer) invalid(m []byte, err error) {
 	rc := rcodeString(dns.RcodeFormatError)
@@ -362,7 +367,3 @@ func opcodeString(op int) string {
 	}
 	return strconv.Itoa(op)
 }
-
-// plainPacketConn hides the concrete type (and the ReadMsgUDP path) of a UDP
-// socket from miekg/dns.
-type plainPacketConn struct{ net.PacketConn }
