@@ -249,12 +249,14 @@ func (d Decision) clone() Decision {
 	return d
 }
 
-// prepare returns a copy of in with Destination.Suffixes and Attributes filled.
+// prepare returns a copy of in with Destination.Suffixes, Destination.Keys and
+// Attributes filled.
 func prepare(in *Input) Input {
 	x := *in
 	if len(x.Destination.Suffixes) == 0 && x.Destination.Host != "" {
 		x.Destination.Suffixes = hostname.Suffixes(x.Destination.Host)
 	}
+	x.Destination.Keys = hostKeys(x.Destination.Host, x.Destination.Suffixes)
 	x.Attributes = nil
 	if x.HTTP != nil {
 		x.Attributes = &Attributes{Request: AttributesRequest{HTTP: AttributesHTTP{
@@ -266,6 +268,21 @@ func prepare(in *Input) Input {
 		}}}
 	}
 	return x
+}
+
+// hostKeys is what data.airlock.host_keys computes from input.destination.host
+// and input.destination.suffixes: the host, then for a host with a parent
+// "*.<parent>" and "**.<ancestor>" for every proper ancestor (suffixes[1:]).
+func hostKeys(host string, suffixes []string) []string {
+	if len(suffixes) < 2 {
+		return []string{host}
+	}
+	keys := make([]string, 0, len(suffixes)+1)
+	keys = append(keys, host, "*."+suffixes[1])
+	for _, s := range suffixes[1:] {
+		keys = append(keys, "**."+s)
+	}
+	return keys
 }
 
 // parseResult checks the decision document's shape; anything else is an error.

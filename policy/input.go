@@ -41,6 +41,11 @@ type Destination struct {
 	Host     string   `json:"host"`
 	Port     int      `json:"port"`
 	Suffixes []string `json:"suffixes,omitempty"`
+	// Keys are the host-list keys that match Host, most specific first: Host,
+	// "*.<parent>", then "**.<ancestor>" for every proper ancestor. The engine
+	// fills them from Host and Suffixes (callers leave them nil; a given value
+	// is replaced), so the policy library does not rebuild them per request.
+	Keys     []string `json:"keys,omitempty"`
 	IP       string   `json:"ip,omitempty"`
 	Protocol string   `json:"protocol,omitempty"` // "tcp", "udp", "icmp" for kind tcp and drops
 }

@@ -171,6 +171,9 @@ func destinationValue(d *Destination) ast.Value {
 	if len(d.Suffixes) > 0 {
 		kv = append(kv, item("suffixes", ast.NewTerm(stringArray(d.Suffixes))))
 	}
+	if len(d.Keys) > 0 {
+		kv = append(kv, item("keys", ast.NewTerm(stringArray(d.Keys))))
+	}
 	if d.IP != "" {
 		kv = append(kv, item("ip", ast.StringTerm(d.IP)))
 	}
@@ -197,7 +200,7 @@ func stringMap(m map[string]string) ast.Value {
 }
 
 // cacheKey is a canonical serialization of every field of a prepared input
-// (Attributes excepted: prepare derives them from the rest). Strings are length
+// (Attributes and Destination.Keys excepted: prepare derives them from the rest). Strings are length
 // prefixed and maps sorted, so two inputs share a key only when they are equal.
 func cacheKey(in *Input) string {
 	var b keyBuilder

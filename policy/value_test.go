@@ -1,13 +1,18 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/util"
+
+	"github.com/airlock-dev/airlock/policies"
 )
 
 func TestParseInput(t *testing.T) {
@@ -176,4 +181,36 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestHostKeysMatchLibrary: the keys prepare fills are exactly what the
+// library's host_keys computes for an input without them, and a caller's own
+// keys are replaced.
+func TestHostKeysMatchLibrary(t *testing.T) {
+	lib, err := policies.FS.ReadFile("lib/airlock.rego")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := rego.New(rego.Query("data.airlock.host_keys"), rego.Module("airlock.rego", string(lib))).PrepareForEval(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"a.b.example", "b.example", "localhost", "198.51.100.7", "2001:db8::1", "x.y.z.w.example", "xn--bcher-kva.example"} {
+		for _, given := range [][]string{nil, {"evil.example"}} {
+			x := prepare(&Input{Kind: KindTLS, Sandbox: Sandbox{ID: "s"}, Destination: Destination{Host: host, Port: 443, Keys: given}})
+			noKeys := x
+			noKeys.Destination.Keys = nil
+			rs, err := pq.Eval(context.Background(), rego.EvalParsedInput(inputValue(&noKeys, &allInputFields)))
+			if err != nil || len(rs) != 1 {
+				t.Fatalf("%s: eval: %v %v", host, rs, err)
+			}
+			var want []string
+			for _, k := range rs[0].Expressions[0].Value.([]any) {
+				want = append(want, k.(string))
+			}
+			if !slices.Equal(x.Destination.Keys, want) {
+				t.Errorf("%s (given %v): prepare filled %q, library computes %q", host, given, x.Destination.Keys, want)
+			}
+		}
+	}
 }

@@ -184,3 +184,10 @@ test_allow_reasons_do_not_allow if {
 	not d.allowed
 	d.reasons[0].id == "default_deny"
 }
+
+test_host_keys_taken_from_input if {
+	keys := ["a.one.example", "*.one.example", "**.one.example", "**.example"]
+	req_in := object.union(req("tls", "a.one.example"), {"destination": {"host": "a.one.example", "port": 443, "keys": keys}})
+	airlock.host_keys == keys with input as req_in
+	airlock.host_in(hosts) with input as req_in
+}
