@@ -22,11 +22,11 @@ build: ## Build bin/airlock with the version stamped
 
 .PHONY: test
 test: deps ## Run every test with -race (root tests run for real as root, skip otherwise)
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-root
 test-root: deps ## Run only the root tests, failing instead of skipping when not root
-	AIRLOCK_REQUIRE_ROOT_TESTS=1 $(GO) test -race -timeout $(TEST_TIMEOUT) -run 'Root' ./...
+	AIRLOCK_REQUIRE_ROOT_TESTS=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run Root ./...
 
 .PHONY: e2e
 e2e: deps build ## Run the end-to-end tests in test/ (root)
