@@ -177,6 +177,14 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil
 	}
 	defer func() { _ = waitEngine() }() // never leave the compile running on an early return
+	// The engine stops after everything that asks it (closers run last first),
+	// and on an early return too: the deferred wait above sets d.engine first.
+	d.closers = append(d.closers, func() error {
+		if d.engine == nil {
+			return nil
+		}
+		return d.engine.Close()
+	})
 
 	if err := os.MkdirAll(filepath.Dir(cfg.Audit.File), 0o750); err != nil {
 		return nil, fmt.Errorf("audit.file: %w", err)
@@ -197,13 +205,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	}
 	d.closers = append(d.closers, d.writer.Close)
 	d.tally = audit.NewTally(d.writer)
-	// The engine stops after everything that asks it (closers run last first).
-	d.closers = append(d.closers, func() error {
-		if d.engine == nil {
-			return nil
-		}
-		return d.engine.Close()
-	})
 
 	caCert, caKey, err := d.interceptionCA(cfg, o.EphemeralCA)
 	if err != nil {
