@@ -76,6 +76,15 @@ func summarized(r *Record) int {
 	return 0
 }
 
+// Err passes on the wrapped logger's health (see Writer.Err); a logger that
+// cannot tell is taken as healthy, its Log errors still deny.
+func (t *Tally) Err() error {
+	if h, ok := t.next.(interface{ Err() error }); ok {
+		return h.Err()
+	}
+	return nil
+}
+
 // TallyRow is one line of a summary.
 type TallyRow struct {
 	Decision string

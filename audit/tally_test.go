@@ -3,6 +3,8 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -66,5 +68,28 @@ func TestTallyBounded(t *testing.T) {
 	}
 	if n := len(ta.Rows()); n > MaxTallyKeys+1 {
 		t.Fatalf("got %d rows, want at most %d", n, MaxTallyKeys+1)
+	}
+}
+
+// TestErrReportsHealth: Writer.Err is nil while the writer accepts records and
+// ErrClosed after Close; a Tally passes it on, so the gateway and the DNS filter
+// can stop traffic before it leaves rather than after its record is refused.
+func TestErrReportsHealth(t *testing.T) {
+	w, err := New(Config{File: filepath.Join(t.TempDir(), "a.jsonl")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta := NewTally(w)
+	if err := ta.Err(); err != nil {
+		t.Fatalf("Err of a working writer = %v, want nil", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.Err(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Err after Close = %v, want ErrClosed", err)
+	}
+	if err := NewTally(&sliceLogger{}).Err(); err != nil {
+		t.Fatalf("Err of a logger that cannot tell = %v, want nil", err)
 	}
 }

@@ -396,6 +396,22 @@ func (w *Writer) Log(r *Record) error {
 	return nil
 }
 
+// Err reports whether the writer still accepts records: nil while it does, the
+// failure once a write has failed, ErrClosed after Close. A caller about to let
+// traffic through checks it first, so a broken log stops traffic before the
+// request goes out, not only once its record is refused afterwards.
+func (w *Writer) Err() error {
+	if err := w.failure.Load(); err != nil {
+		return *err
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // Sync waits until every record queued before the call is written and synced.
 func (w *Writer) Sync() error {
 	ch := make(chan error, 1)

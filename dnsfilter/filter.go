@@ -91,6 +91,16 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 	return f, nil
 }
 
+// auditErr reports a broken audit log (a logger with an Err method, such as
+// audit.Writer, that has failed or closed); a logger without one is taken as
+// healthy and its Log errors still turn allows into SERVFAIL.
+func (f *Filter) auditErr() error {
+	if h, ok := f.alog.(interface{ Err() error }); ok {
+		return h.Err()
+	}
+	return nil
+}
+
 // Resolver returns the resolver the gateway's dialer shares with the sandboxes.
 func (f *Filter) Resolver() *Resolver { return f.res }
 

@@ -2,6 +2,7 @@ package dnsfilter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -480,6 +481,25 @@ func TestAuditFailureRefuses(t *testing.T) {
 	r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 0 {
 		t.Errorf("got %s %v, want SERVFAIL without answers", dns.RcodeToString[r.Rcode], r.Answer)
+	}
+}
+
+// TestBrokenAuditLogForwardsNothing: with a failed audit log an allowed name is
+// answered SERVFAIL and never sent upstream. Regression: the name was forwarded
+// first and only the reply was refused when its record could not be written.
+func TestBrokenAuditLogForwardsNothing(t *testing.T) {
+	up := startUpstream(t, records(testZone))
+	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e.aud.mu.Lock()
+	e.aud.broken = errors.New("audit: writer failed: no space left on device")
+	e.aud.mu.Unlock()
+	for _, network := range []string{"udp", "tcp"} {
+		if r := e.ask(t, network, "pypi.org.", dns.TypeA); r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 0 {
+			t.Errorf("%s: got %s %v, want SERVFAIL without answers", network, dns.RcodeToString[r.Rcode], r.Answer)
+		}
+	}
+	if n := up.count("pypi.org"); n != 0 {
+		t.Fatalf("the upstream saw pypi.org %d times with the audit log broken, want 0", n)
 	}
 }
 

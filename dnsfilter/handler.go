@@ -29,6 +29,8 @@ const (
 	ReasonFlagBlocked = "dns_flag_blocked"
 	ReasonQTypeRefuse = "dns_qtype_refused"
 	ReasonUpstream    = "dns_upstream_failed"
+	// ReasonAuditUnavailable: the audit log has failed, so nothing is forwarded.
+	ReasonAuditUnavailable = "audit_unavailable"
 )
 
 // query is the per-query context: created once in ServeDNS, filled by each stage,
@@ -146,6 +148,7 @@ var (
 	reasonIPLiteral    = []audit.Reason{{ID: ReasonIPLiteral, Msg: "an IP literal is not a name"}}
 	reasonQTypeRefused = []audit.Reason{{ID: ReasonQTypeRefuse, Msg: "query type not allowed for this name"}}
 	reasonUpstream     = []audit.Reason{{ID: ReasonUpstream, Msg: "no upstream answered"}}
+	reasonAuditDown    = []audit.Reason{{ID: ReasonAuditUnavailable, Msg: "audit log is not accepting records"}}
 )
 
 func hasReason(rs []policy.Reason, id string) bool {
@@ -202,6 +205,11 @@ func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
 	a, hit := s.f.res.cached(q.name, q.qtype, q.start)
 	var err error
 	if !hit {
+		// Forwarding is itself traffic: with a broken audit log nothing leaves.
+		if err := s.f.auditErr(); err != nil {
+			q.reasons, q.errMsg = reasonAuditDown, err.Error()
+			return dns.RcodeServerFailure, nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.f.cfg.Timeout*time.Duration(len(s.f.res.upstreams)+1))
 		a, hit, err = s.f.res.lookup(ctx, q.name, q.qtype)
 		cancel()

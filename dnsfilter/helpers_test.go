@@ -216,16 +216,27 @@ func (d *fakeDecider) calls() []policy.Input {
 	return append([]policy.Input(nil), d.inputs...)
 }
 
-// fakeAudit records every record; fail makes Log return an error.
+// fakeAudit records every record; fail makes Log return an error (a full
+// queue); broken makes it a failed writer: Err reports it and Log refuses.
 type fakeAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-	fail bool
+	mu     sync.Mutex
+	recs   []audit.Record
+	fail   bool
+	broken error
+}
+
+func (a *fakeAudit) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.broken
 }
 
 func (a *fakeAudit) Log(r *audit.Record) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.broken != nil {
+		return a.broken
+	}
 	if a.fail {
 		return errors.New("audit queue full")
 	}

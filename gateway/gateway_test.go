@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -604,5 +605,37 @@ func TestNewRefusesInsecure(t *testing.T) {
 				t.Fatalf("got %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestBrokenAuditLogLetsNothingOut: with an audit log that has failed (a full
+// disk), no request reaches the upstream, not even the first one and not one per
+// second. Regression: a plain request's record is written after its exchange,
+// so each first request after a 1 s block went out unaudited.
+func TestBrokenAuditLogLetsNothingOut(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org"), nil)
+	h.allowUpstreams(up)
+	h.log.mu.Lock()
+	h.log.broken = errors.New("audit: writer failed: no space left on device")
+	h.log.mu.Unlock()
+	p := strconv.Itoa(up.port)
+	for i, raw := range []string{
+		"GET http://pypi.org:" + p + "/simple/ HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n",
+		"CONNECT pypi.org:" + p + " HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n",
+	} {
+		resp, body := rawRequest(t, h.explicit, raw)
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, ReasonAuditUnavailable) {
+			t.Fatalf("request %d: got %d %q, want 403 %s", i, resp.StatusCode, body, ReasonAuditUnavailable)
+		}
+	}
+	if got := up.reqs.Load(); got != 0 {
+		t.Fatalf("upstream saw %d requests with the audit log broken, want 0", got)
+	}
+	h.dialer.mu.Lock()
+	dialed := len(h.dialer.dialed)
+	h.dialer.mu.Unlock()
+	if dialed != 0 {
+		t.Fatalf("gateway dialed %d upstreams with the audit log broken, want 0", dialed)
 	}
 }

@@ -84,17 +84,28 @@ func allowHosts(hosts, mitm []string, denyPaths ...string) *fakeDecider {
 	}}
 }
 
-// memLog is an in-memory audit.Logger.
+// memLog is an in-memory audit.Logger. broken makes it behave like a writer
+// whose disk failed: Err reports it and Log refuses every record.
 type memLog struct {
-	mu   sync.Mutex
-	recs []audit.Record
+	mu     sync.Mutex
+	recs   []audit.Record
+	broken error
 }
 
 func (m *memLog) Log(r *audit.Record) error {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.broken != nil {
+		return m.broken
+	}
 	m.recs = append(m.recs, *r)
-	m.mu.Unlock()
 	return nil
+}
+
+func (m *memLog) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.broken
 }
 
 func (m *memLog) all() []audit.Record {

@@ -179,6 +179,14 @@ func (g *Gateway) decide(rc *reqCtx) error {
 	if until := g.auditBlockedUntil.Load(); until != 0 && time.Now().UnixNano() < until {
 		return deny(ReasonAuditUnavailable, "audit log is not accepting records")
 	}
+	// A plain request's record is written after its exchange; ask the log first,
+	// so a broken log lets no request out at all (not one per blocked second).
+	if h, ok := g.log.(interface{ Err() error }); ok {
+		if err := h.Err(); err != nil {
+			g.auditFailed(err)
+			return deny(ReasonAuditUnavailable, "audit log is not accepting records")
+		}
+	}
 	g.buildInput(rc)
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
