@@ -98,3 +98,26 @@ type Checkpoint struct {
 type Logger interface {
 	Log(r *Record) error
 }
+
+// Reserver is a Logger that can hold room for one record before the event the
+// record describes happens. A caller that must not let a request out unless its
+// record will be accepted (audit.overflow: deny) reserves first, lets the
+// request out only when Reserve succeeded, and writes the record through the
+// reservation afterwards.
+type Reserver interface {
+	Logger
+	// Reserve takes room for one record. An error means a record would be
+	// refused now (queue full with overflow deny, writer failed or closed): the
+	// caller must not let the event happen.
+	Reserve() (Reservation, error)
+}
+
+// Reservation is room for one record, taken by Reserver.Reserve. Exactly one
+// of Log or Cancel must be called, once.
+type Reservation interface {
+	// Log writes the record into the reserved room. It is never refused for
+	// overflow; it fails only when the writer has failed or closed since.
+	Log(r *Record) error
+	// Cancel gives the room back without writing a record.
+	Cancel()
+}

@@ -346,3 +346,17 @@ func (g *Gateway) upstreamTLS(host string) *tls.Config {
 		MinVersion: tls.VersionTLS12,
 	}
 }
+
+// SandboxResolver is a Resolver that charges each lookup to the sandbox it is
+// made for, against the same per-sandbox limits (rate, unique names) as that
+// sandbox's own DNS queries, so the gateway never resolves a name for a
+// sandbox the DNS filter has started refusing. The gateway uses
+// LookupForSandbox whenever its Resolver implements this interface.
+//
+// An error that has a method Reason() string is a refusal by those limits
+// (or an unknown sandbox): the gateway denies the request with that reason
+// id. Any other error is a resolution failure.
+type SandboxResolver interface {
+	Resolver
+	LookupForSandbox(ctx context.Context, sandboxID, host string) ([]netip.Addr, error)
+}

@@ -58,6 +58,9 @@ type HTTP struct {
 	Path    string              `json:"path"`
 	Query   map[string][]string `json:"query,omitempty"`
 	Headers map[string]string   `json:"headers,omitempty"`
+	// BodySize says whether the request carries a body: 0 (absent) none, n > 0
+	// a declared Content-Length, -1 a body of unknown length (chunked).
+	BodySize int64 `json:"body_size,omitempty"`
 }
 
 // TLS describes a TLS connection seen by the transparent listener or a MITM.

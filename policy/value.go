@@ -115,6 +115,9 @@ func inputValue(in *Input, f *inputFields) ast.Value {
 		if len(h.Headers) > 0 {
 			kv = append(kv, item("headers", ast.NewTerm(stringMap(h.Headers))))
 		}
+		if h.BodySize != 0 {
+			kv = append(kv, item("body_size", ast.IntNumberTerm(int(h.BodySize))))
+		}
 		items = append(items, item("http", ast.NewTerm(ast.NewObject(kv...))))
 	}
 	if t := in.TLS; t != nil && f.tls {
@@ -230,6 +233,7 @@ func cacheKey(in *Input) string {
 			}
 		}
 		b.strMap(h.Headers)
+		b.int(int(h.BodySize))
 	} else {
 		b.tag('-')
 	}
