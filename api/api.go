@@ -1,0 +1,273 @@
+package api
+
+import (
+	"time"
+
+	"github.com/airlock-dev/airlock/config"
+)
+
+// Version is the path prefix of every route.
+const Version = "/v1"
+
+// Limits are a sandbox's resource limits. In a request, zero fields take the
+// daemon's configured defaults; sizes use the config file's spellings ("512M")
+// or a number of bytes, durations Go's ("30s", "10m").
+type Limits struct {
+	Memory  config.Size `json:"memory,omitempty"`
+	CPUs    float64     `json:"cpus,omitempty"`
+	Pids    int64       `json:"pids,omitempty"`
+	TmpSize config.Size `json:"tmp_size,omitempty"`
+	// ExecTimeout is the default timeout of each exec (an exec may ask for its
+	// own); for POST /v1/run it is the run's timeout.
+	ExecTimeout config.Duration `json:"exec_timeout,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Labels map[string]string `json:"labels,omitempty"`
+	Limits Limits            `json:"limits,omitempty"`
+	// Workspace is a host directory bound read-write at the same path inside
+	// the sandbox. Empty means an empty workspace in the sandbox's own tmpfs at
+	// WorkspaceDir. A caller that is not root must own the directory.
+	Workspace string `json:"workspace,omitempty"`
+	// Env is KEY=VALUE entries every exec gets (an exec's own env wins).
+	Env []string `json:"env,omitempty"`
+	// Mode is "enforce" or "report" for this sandbox; empty means the daemon's.
+	Mode string `json:"mode,omitempty"`
+	// Allow adds hosts for this sandbox only, with --allow's meaning
+	// ("host" = ports 443 and 80, "host:port", "*.x", "**.x").
+	Allow []string `json:"allow,omitempty"`
+	// IdleTimeout ends the sandbox after this long with no exec running and no
+	// API call for it; 0 means the daemon's default (sandbox.idle_timeout).
+	IdleTimeout config.Duration `json:"idle_timeout,omitempty"`
+	// MaxLifetime ends the sandbox this long after creation whatever it does;
+	// 0 means the daemon's default (sandbox.max_lifetime).
+	MaxLifetime config.Duration `json:"max_lifetime,omitempty"`
+}
+
+// WorkspaceDir is where an empty (tmpfs) workspace is mounted in a sandbox.
+const WorkspaceDir = "/workspace"
+
+// Sandbox states.
+const (
+	StateRunning  = "running"
+	StateStopping = "stopping"
+	StateStopped  = "stopped"
+)
+
+// Sandbox is what GET /v1/sandboxes/{id} returns (and POST /v1/sandboxes,
+// DELETE /v1/sandboxes/{id}, each entry of GET /v1/sandboxes).
+type Sandbox struct {
+	ID     string            `json:"id"`
+	State  string            `json:"state"`
+	Owner  int               `json:"owner"` // uid of the caller that created it
+	Labels map[string]string `json:"labels,omitempty"`
+	// Limits in force: bytes, cores, tasks, milliseconds.
+	Limits ResolvedLimits `json:"limits"`
+	// Workspace is the host directory bound in, or "" for a tmpfs workspace;
+	// WorkDir is the workspace's path inside the sandbox (the default cwd).
+	Workspace string   `json:"workspace,omitempty"`
+	WorkDir   string   `json:"workdir"`
+	Mode      string   `json:"mode"`
+	Allow     []string `json:"allow,omitempty"`
+
+	CreatedAt     time.Time `json:"created_at"`
+	AgeMS         int64     `json:"age_ms"`
+	IdleMS        int64     `json:"idle_ms"`
+	IdleTimeoutMS int64     `json:"idle_timeout_ms"`
+	MaxLifetimeMS int64     `json:"max_lifetime_ms"`
+	// EndReason says why a stopped sandbox ended: deleted, idle_timeout,
+	// max_lifetime, daemon_stopped, failed.
+	EndReason string `json:"end_reason,omitempty"`
+
+	ExecsRunning int64  `json:"execs_running"`
+	ExecsTotal   int64  `json:"execs_total"`
+	Usage        Usage  `json:"usage"`
+	Egress       Egress `json:"egress"`
+}
+
+// ResolvedLimits are the limits in force, in plain units.
+type ResolvedLimits struct {
+	MemoryBytes   int64   `json:"memory_bytes"`
+	CPUs          float64 `json:"cpus"`
+	Pids          int64   `json:"pids"`
+	TmpSizeBytes  int64   `json:"tmp_size_bytes"`
+	ExecTimeoutMS int64   `json:"exec_timeout_ms"`
+}
+
+// Usage is a sandbox's resource use now (or at its end).
+type Usage struct {
+	CPUMS           float64 `json:"cpu_ms"`
+	MemoryBytes     int64   `json:"memory_bytes"`
+	MemoryPeakBytes int64   `json:"memory_peak_bytes"`
+	Pids            int64   `json:"pids"`
+	OOMKills        int64   `json:"oom_kills"`
+}
+
+// Egress counts a sandbox's audited decisions.
+type Egress struct {
+	Allowed int64 `json:"allowed"`
+	Denied  int64 `json:"denied"`
+	// DeniedByKind counts denials by record kind (http, connect, tls, tcp,
+	// dns, drop).
+	DeniedByKind map[string]int64 `json:"denied_by_kind"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
+type ExecRequest struct {
+	Argv []string `json:"argv"`
+	// Env is KEY=VALUE entries added after the sandbox's own.
+	Env []string `json:"env,omitempty"`
+	// Cwd is the working directory inside the sandbox; empty means WorkDir.
+	Cwd string `json:"cwd,omitempty"`
+	// Stdin is the whole standard input, base64 (std encoding). With
+	// StdinStream, standard input is streamed instead by PUT
+	// /v1/sandboxes/{id}/execs/{exec_id}/stdin; with neither it is empty.
+	Stdin       string `json:"stdin,omitempty"`
+	StdinStream bool   `json:"stdin_stream,omitempty"`
+	// Timeout ends this exec (its whole process group); 0 means the sandbox's
+	// exec_timeout.
+	Timeout config.Duration `json:"timeout,omitempty"`
+}
+
+// Frame is one line of an exec's response stream (Content-Type
+// application/x-ndjson). The first frame is "started" (or "error"), then
+// "stdout" and "stderr" frames as output is produced, and the last is "exit"
+// (or "error" if the exec was lost). A client reads lines until the last
+// frame.
+type Frame struct {
+	Type string `json:"type"` // started, stdout, stderr, exit, error
+	// started
+	ExecID string `json:"exec_id,omitempty"`
+	PID    int    `json:"pid,omitempty"` // the command's pid inside the sandbox
+	// stdout, stderr: the bytes, base64 (std encoding)
+	Data string `json:"data,omitempty"`
+	// exit
+	Result *ExecResult `json:"result,omitempty"`
+	// error
+	Error *Error `json:"error,omitempty"`
+}
+
+// Frame types.
+const (
+	FrameStarted = "started"
+	FrameStdout  = "stdout"
+	FrameStderr  = "stderr"
+	FrameExit    = "exit"
+	FrameError   = "error"
+)
+
+// ExecResult is how an exec ended.
+type ExecResult struct {
+	ExecID string `json:"exec_id"`
+	// ExitStatus is shell-style: 124 timed out, 137 OOM-killed, 128+n killed by
+	// signal n, 127 not found, 126 not executable, else the exit code.
+	ExitStatus int    `json:"exit_status"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     int    `json:"signal,omitempty"`
+	SignalName string `json:"signal_name,omitempty"`
+	TimedOut   bool   `json:"timed_out"`
+	OOMKilled  bool   `json:"oom_killed"`
+	// Error says why the command could not be started (ExitStatus 126/127).
+	Error       string  `json:"error,omitempty"`
+	WallMS      float64 `json:"wall_ms"`
+	CPUMS       float64 `json:"cpu_ms"`
+	PeakMemory  int64   `json:"peak_memory_bytes"`
+	StdoutBytes int64   `json:"stdout_bytes"`
+	StderrBytes int64   `json:"stderr_bytes"`
+}
+
+// Exec is one entry of GET /v1/sandboxes/{id}/execs.
+type Exec struct {
+	ExecID    string      `json:"exec_id"`
+	Argv      []string    `json:"argv"`
+	PID       int         `json:"pid"`
+	StartedAt time.Time   `json:"started_at"`
+	Running   bool        `json:"running"`
+	Result    *ExecResult `json:"result,omitempty"`
+}
+
+// SignalRequest is the body of POST /v1/sandboxes/{id}/execs/{exec_id}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"` // "TERM", "SIGTERM", "KILL", "INT", "HUP", ...
+}
+
+// FilesResult is what PUT /v1/sandboxes/{id}/files returns.
+type FilesResult struct {
+	Files int64 `json:"files"` // regular files, directories and links written
+	Bytes int64 `json:"bytes"` // bytes of file content written
+}
+
+// Event is the data of one server-sent event on GET
+// /v1/sandboxes/{id}/events. Event types (the SSE "event:" field) are
+// "decision" (an audit record of the sandbox, as written to the log) and
+// "sandbox" (a lifecycle change: state and end reason).
+type Event struct {
+	Record  map[string]any `json:"record,omitempty"`
+	Sandbox *Sandbox       `json:"sandbox,omitempty"`
+	// Dropped counts events this subscriber missed because it read too slowly.
+	Dropped int64 `json:"dropped,omitempty"`
+}
+
+// RunRequest is the body of POST /v1/run: create, exec once, delete.
+type RunRequest struct {
+	Labels    map[string]string `json:"labels,omitempty"`
+	Argv      []string          `json:"argv"`
+	Env       []string          `json:"env,omitempty"`
+	Workspace string            `json:"workspace,omitempty"`
+	Stdin     string            `json:"stdin,omitempty"` // the whole standard input, as text
+	Limits    Limits            `json:"limits,omitempty"`
+	Mode      string            `json:"mode,omitempty"`
+	Allow     []string          `json:"allow,omitempty"`
+}
+
+// RunResponse is the result of POST /v1/run.
+type RunResponse struct {
+	ID string `json:"id"`
+	ExecResult
+	PidsLimitHit bool   `json:"pids_limit_hit"`
+	Stdout       string `json:"stdout"`
+	Stderr       string `json:"stderr"`
+	Truncated    bool   `json:"truncated"`
+	Egress       Egress `json:"egress"`
+}
+
+// AttachRequest is the body of POST /v1/attach (root only).
+type AttachRequest struct {
+	ID     string            `json:"id"`
+	NetNS  string            `json:"netns"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Health is what GET /v1/health returns.
+type Health struct {
+	PolicyRev string   `json:"policy_rev"`
+	Sandboxes []string `json:"sandboxes"` // ids the caller may see
+	PoolDepth int      `json:"pool_depth"`
+	Audit     string   `json:"audit"` // "ok" or why the log refuses records
+}
+
+// Error is every error response's body, and the error frame's payload.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field names the request field at fault, when there is one
+	// ("limits.memory", "argv", "path").
+	Field string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Stable error codes.
+const (
+	CodeBadRequest   = "bad_request"    // 400: malformed JSON, unknown field, trailing data
+	CodeInvalidField = "invalid_field"  // 400: a field's value is refused (Field says which)
+	CodeInvalidPath  = "invalid_path"   // 400: a files path outside the workspace or $HOME, or unsafe
+	CodeNotFound     = "not_found"      // 404: no such sandbox/exec visible to the caller
+	CodeForbidden    = "forbidden"      // 403: the caller may not do this (root only, workspace not owned)
+	CodeConflict     = "conflict"       // 409: the sandbox is stopping or stopped
+	CodeTooLarge     = "too_large"      // 413: a body or upload over its limit
+	CodeLimit        = "limit_exceeded" // 429: too many sandboxes/execs for the daemon or caller
+	CodeUnavailable  = "unavailable"    // 503: the daemon cannot take it now (audit log down, low disk, shutting down)
+	CodeInternal     = "internal"       // 500
+)
