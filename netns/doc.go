@@ -57,13 +57,14 @@
 //
 // # Lifecycle
 //
-// Teardown removes the listeners (Server.Stop), the rules and the namespace. Every
-// sandbox has a small state file (Config.StateDir, state.go) holding its labels and, for
-// attached namespaces, the rules and sysctls to restore, so Recover (recover.go) can re-attach or
-// remove the airlock-* namespaces a crashed gateway left behind. Close releases the
-// process's resources but leaves namespaces and rules in place, exactly as a crash
-// would: the sandbox then has no way out at all until Recover runs. A failed Create
-// or Attach undoes every step it took.
+// Teardown removes the listeners (Server.Stop), the rules and the namespace.
+// Every sandbox has a small state file (Config.StateDir, state.go) holding its
+// labels and, for attached namespaces, the rules and sysctls to restore, so
+// Recover (recover.go) can re-attach or remove the airlock-* namespaces a crashed
+// gateway left behind. Close releases the process's resources but leaves
+// namespaces and rules in place, exactly as a crash would: the sandbox then has
+// no way out at all until Recover runs. A failed Create or Attach undoes every
+// step it took.
 //
 // The listeners go to a caller-owned Server (Serve must not block; Stop closes
 // them). This package must never import gateway or dnsfilter: package daemon
