@@ -152,7 +152,8 @@ type Config struct {
 
 // upstreamSpec is one parsed Config.Upstreams entry.
 type upstreamSpec struct {
-	addr       string // ip:port
+	addr       string         // ip:port, as dialed
+	ap         netip.AddrPort // addr parsed, an IPv4-mapped address unmapped
 	tls        bool
 	serverName string
 }
@@ -346,6 +347,7 @@ func parseUpstream(s string) (upstreamSpec, error) {
 	if err != nil || ap.Port() == 0 {
 		return spec, fmt.Errorf("invalid value %q, want an IP literal with a port such as 1.1.1.1:53", s)
 	}
+	spec.ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	spec.addr = ap.String()
 	return spec, nil
 }
