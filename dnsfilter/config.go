@@ -1,7 +1,6 @@
 package dnsfilter
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -12,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/ipguard"
@@ -77,98 +74,86 @@ var knownFlags = map[string]bool{
 }
 
 // Config configures a Filter. The zero value of every field means its Default*.
+// It has no YAML form of its own: package daemon fills it from config.Config,
+// the one configuration schema.
 type Config struct {
 	// Upstreams are the resolvers allowed names are sent to, tried in order. Each is
 	// "IP:PORT" (UDP, retried over TCP when truncated) or "tls://IP:PORT#SERVERNAME"
 	// (DNS over TLS, certificate verified for SERVERNAME). IP literals only: the
 	// filter never resolves its own upstreams. Required.
-	Upstreams []string `yaml:"upstreams"`
+	Upstreams []string
 	// MinTTL and MaxTTL clamp every cached TTL, positive and negative.
-	MinTTL time.Duration `yaml:"min_ttl"`
-	MaxTTL time.Duration `yaml:"max_ttl"`
+	MinTTL time.Duration
+	MaxTTL time.Duration
 	// Timeout bounds one exchange with one upstream.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration
 	// PolicyTimeout bounds one policy decision (a timeout is a deny).
-	PolicyTimeout time.Duration `yaml:"policy_timeout"`
+	PolicyTimeout time.Duration
 	// TLSCAFile is a PEM bundle that verifies DNS-over-TLS upstreams instead of the
 	// system roots. TLSConfig, when set by code, wins over it.
-	TLSCAFile string      `yaml:"tls_ca_file"`
-	TLSConfig *tls.Config `yaml:"-"`
+	TLSCAFile string
+	TLSConfig *tls.Config
 	// CacheSize bounds the answer cache (entries).
-	CacheSize int `yaml:"cache_size"`
+	CacheSize int
 	// DecisionCacheSize bounds each sandbox's decision cache (entries); negative
 	// turns the decision cache off.
-	DecisionCacheSize int `yaml:"decision_cache_size"`
+	DecisionCacheSize int
 	// IPv6 answers AAAA questions through the upstreams; false (the default, since
 	// sandboxes have IPv6 disabled) answers them NODATA.
-	IPv6 bool `yaml:"ipv6"`
+	IPv6 bool
 	// AllowCIDRs are answer ranges the rebinding guard lets through (e.g. an internal
 	// registry at 10.1.2.3/32; a bare address means /32 or /128). Everything else
 	// ipguard refuses is dropped.
-	AllowCIDRs []string `yaml:"allow_cidrs"`
+	AllowCIDRs []string
 	// GatewayAddrs are the gateway's own addresses; answers naming them are dropped.
-	GatewayAddrs []netip.Addr `yaml:"-"`
+	GatewayAddrs []netip.Addr
 	// RateLimit (queries/s) and RateBurst size each sandbox's token bucket; a query
 	// over it is flagged rate_limited.
-	RateLimit float64 `yaml:"rate_limit"`
-	RateBurst int     `yaml:"rate_burst"`
+	RateLimit float64
+	RateBurst int
 	// UniqueNames is how many distinct names under one registered domain (eTLD+1)
 	// a sandbox may ask within UniqueWindow; each further new name under it in
 	// that window is flagged many_unique_names (blocked by default). Names asked
 	// before the threshold was reached are not flagged.
-	UniqueNames  int           `yaml:"unique_names"`
-	UniqueWindow time.Duration `yaml:"unique_window"`
+	UniqueNames  int
+	UniqueWindow time.Duration
 	// LongLabel flags (long_label) any label longer than this many characters.
-	LongLabel int `yaml:"long_label"`
+	LongLabel int
 	// Entropy flags (high_entropy) any hyphen-free run of a label, at least
 	// EntropyMinLen characters long, whose Shannon entropy is at least this many
 	// bits per character (half a bit less for runs mixing letters and digits).
-	Entropy       float64 `yaml:"entropy"`
-	EntropyMinLen int     `yaml:"entropy_min_len"`
+	Entropy       float64
+	EntropyMinLen int
 	// BlockFlags lists flags that deny a query (NXDOMAIN, never forwarded) whatever
 	// policy says. nil means DefaultBlockFlags(); [] blocks on nothing, leaving it
 	// to policy (input.dns.flags).
-	BlockFlags []string `yaml:"block_flags"`
+	BlockFlags []string
 	// MaxTCPConns bounds each sandbox's open TCP connections to the filter;
 	// further connections wait in the listener's backlog.
-	MaxTCPConns int `yaml:"max_tcp_conns"`
+	MaxTCPConns int
 	// PTRDomain is the zone of the names given for a sandbox's own addresses:
 	// PTR of an own address answers "<sandbox-id>.<PTRDomain>.".
-	PTRDomain string `yaml:"ptr_domain"`
+	PTRDomain string
 	// AuditRate (records/s) and AuditBurst size each sandbox's audit budget, a
 	// token bucket: while a query finds a token it gets its own audit record;
 	// past the budget its query is counted into a summary record instead (reason
 	// dns_audit_summary), so a sandbox spraying queries cannot grow the audit log
 	// at packet rate. Every query is in exactly one record or one summary.
-	AuditRate  float64 `yaml:"audit_rate"`
-	AuditBurst int     `yaml:"audit_burst"`
+	AuditRate  float64
+	AuditBurst int
 	// AuditSummaryInterval is how often a sandbox over its audit budget gets a
 	// summary record (one per interval while over budget, and a final one when
 	// the sandbox stops).
-	AuditSummaryInterval time.Duration `yaml:"audit_summary_interval"`
+	AuditSummaryInterval time.Duration
 	// AuditTopNames is how many of the most-asked names a summary lists
 	// (1..MaxAuditTopNames).
-	AuditTopNames int `yaml:"audit_top_names"`
-}
-
-// ParseConfig decodes YAML strictly (unknown fields are errors) and validates it
-// with defaults applied.
-func ParseConfig(data []byte) (Config, error) {
-	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("dnsfilter: config: %w", err)
-	}
-	if _, err := c.compile(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	AuditTopNames int
 }
 
 // upstreamSpec is one parsed Config.Upstreams entry.
 type upstreamSpec struct {
-	addr       string // ip:port
+	addr       string         // ip:port, as dialed
+	ap         netip.AddrPort // addr parsed, an IPv4-mapped address unmapped
 	tls        bool
 	serverName string
 }
@@ -362,6 +347,7 @@ func parseUpstream(s string) (upstreamSpec, error) {
 	if err != nil || ap.Port() == 0 {
 		return spec, fmt.Errorf("invalid value %q, want an IP literal with a port such as 1.1.1.1:53", s)
 	}
+	spec.ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	spec.addr = ap.String()
 	return spec, nil
 }

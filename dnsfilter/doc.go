@@ -83,13 +83,20 @@
 // cache_lookups_total{source,result}, decision_cache_lookups_total{result},
 // upstream_exchanges_total{upstream,result}, upstream_tcp_retries_total{upstream},
 // upstream_exchange_seconds{upstream}, flags_total{flag}, audit_summaries_total,
-// audit_summarized_queries_total, audit_summaries_pending and
-// audit_failures_total. Every label takes values from a fixed set (upstream:
+// audit_summarized_queries_total, audit_summaries_pending,
+// audit_failures_total and gateway_lookups_total{result}. Every label takes values from a fixed set (upstream:
 // the configured upstreams); no label ever carries a query name, a sandbox id
 // or an answer.
 //
 // Resolver is the same cache, upstreams and rebinding filter for the gateway's own
 // dialer, so what a sandbox is told and what the gateway dials come from one place.
+// Its LookupForSandbox (gateway.SandboxResolver) charges a lookup the gateway
+// makes for a sandbox to that sandbox's rate bucket and unique-name set, and a
+// blocking flag refuses it (RefusedError, reason dns_rate_limited,
+// dns_unique_names, ...) before anything is sent upstream, so the gateway is no
+// way around the limits; a sandbox the Filter does not serve is refused
+// (unknown_sandbox). Filter.UpstreamAddrs are the addresses the gateway must
+// refuse to dial.
 //
 // dnsfilter imports policy (types only), audit (types only), hostname and ipguard.
 // It must never import gateway, netns, sandboxd or cmd.

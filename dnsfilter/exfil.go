@@ -50,7 +50,14 @@ func newSignals(cfg *compiled) *signals {
 
 // flags returns the flags a query for the normalized name earns, appended to dst.
 func (s *signals) flags(dst []string, name string, now time.Time) []string {
-	if !s.limiter.AllowN(now, 1) {
+	return s.charge(dst, name, now, 1)
+}
+
+// charge is flags for cost questions about name asked at once (a gateway lookup
+// asks one per query type): it takes cost tokens from the rate bucket and counts
+// the name once.
+func (s *signals) charge(dst []string, name string, now time.Time, cost int) []string {
+	if !s.limiter.AllowN(now, cost) {
 		dst = append(dst, FlagRateLimited)
 	}
 	if s.unique(name, now) {

@@ -41,7 +41,7 @@ type Filter struct {
 	// counted into a summary (whose record is written later) fails closed too.
 	auditFailing atomic.Bool
 
-	mu        sync.Mutex
+	mu        sync.RWMutex
 	sandboxes map[string]*sandboxServer
 	closed    bool
 }
@@ -85,6 +85,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 		idPrefix:  "dns-" + hex.EncodeToString(b[:]) + "-",
 		sandboxes: make(map[string]*sandboxServer),
 	}
+	res.owner = f
 	if r, ok := dec.(Revisioner); ok && c.DecisionCacheSize > 0 {
 		f.revOf = r.Rev
 	}
@@ -102,7 +103,26 @@ func (f *Filter) auditErr() error {
 }
 
 // Resolver returns the resolver the gateway's dialer shares with the sandboxes.
+// Its LookupForSandbox charges a lookup to a sandbox this Filter serves.
 func (f *Filter) Resolver() *Resolver { return f.res }
+
+// UpstreamAddrs returns the addresses of the configured upstream resolvers, in
+// Config.Upstreams order. The gateway must refuse them as destinations: a
+// connection to a resolver would carry DNS past the filter.
+func (f *Filter) UpstreamAddrs() []netip.AddrPort {
+	out := make([]netip.AddrPort, len(f.cfg.upstreams))
+	for i, u := range f.cfg.upstreams {
+		out[i] = u.ap
+	}
+	return out
+}
+
+// sandbox returns the state of the sandbox the Filter serves as id, or nil.
+func (f *Filter) sandbox(id string) *sandboxServer {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.sandboxes[id]
+}
 
 // ServeSandbox starts answering sb's queries on udp and tcp (either may be nil,
 // not both) and returns once both servers run. own are the sandbox's own addresses,

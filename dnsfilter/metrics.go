@@ -19,7 +19,10 @@ const (
 	resultBypass = "bypass" // a question with flags (or no decision cache): policy asked directly
 
 	sourceSandbox = "sandbox" // a sandbox's query
-	sourceGateway = "gateway" // Resolver.LookupNetIP, for the gateway's dialer
+	sourceGateway = "gateway" // Resolver.LookupNetIP or LookupForSandbox, for the gateway's dialer
+
+	lookupAnswered = "answered" // a gateway lookup that returned addresses
+	lookupFailed   = "failed"   // no addresses: bad name, NXDOMAIN, NODATA or no upstream answered
 
 	upstreamOK       = "ok"        // NOERROR or NXDOMAIN answering the question
 	upstreamRcode    = "rcode"     // any other rcode (SERVFAIL, REFUSED, ...)
@@ -47,6 +50,13 @@ const (
 
 var metricFlags = [...]string{FlagRateLimited, FlagManyUniqueNames, FlagLongLabel, FlagHighEntropy, FlagRebindingDropped}
 
+// metricLookupResults are the values of gateway_lookups_total's result label:
+// answered, failed, or the reason id of a refusal.
+var metricLookupResults = [...]string{
+	lookupAnswered, lookupFailed, ReasonRateLimited, ReasonUniqueNames, ReasonLongLabel,
+	ReasonHighEntropy, ReasonFlagBlocked, ReasonUnknownSandbox, ReasonAuditUnavailable,
+}
+
 // metrics are the filter's Prometheus metrics, on its own registry (never the
 // global one). The hot path only touches pre-resolved counters.
 type metrics struct {
@@ -69,6 +79,8 @@ type metrics struct {
 	summarized     prometheus.Counter
 	auditFailures  prometheus.Counter
 	overBudgetSbxs prometheus.Gauge
+	lookups        *prometheus.CounterVec
+	lookupsFast    map[string]prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -92,7 +104,7 @@ func newMetrics() *metrics {
 		Buckets: []float64{250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5},
 	}, []string{"upstream"})
 	m.flags = prometheus.NewCounterVec(opts("flags_total",
-		"Exfiltration and rebinding flags raised on queries, by flag."), []string{"flag"})
+		"Exfiltration and rebinding flags raised on queries (and on the gateway's lookups for a sandbox), by flag."), []string{"flag"})
 	m.summaries = prometheus.NewCounter(opts("audit_summaries_total",
 		"Summary audit records written for sandboxes over their audit budget."))
 	m.summarized = prometheus.NewCounter(opts("audit_summarized_queries_total",
@@ -103,8 +115,10 @@ func newMetrics() *metrics {
 		Namespace: "airlock", Subsystem: "dns", Name: "audit_summaries_pending",
 		Help: "Sandboxes with a summary window open (over their audit budget).",
 	})
+	m.lookups = prometheus.NewCounterVec(opts("gateway_lookups_total",
+		"Lookups the gateway made for a sandbox (LookupForSandbox), by result: answered, failed, or the reason id of a refusal by the sandbox's limits."), []string{"result"})
 	m.reg.MustRegister(m.queries, m.cache, m.decisionCache, m.upstream, m.upstreamTCP, m.upstreamTime,
-		m.flags, m.summaries, m.summarized, m.auditFailures, m.overBudgetSbxs)
+		m.flags, m.summaries, m.summarized, m.auditFailures, m.overBudgetSbxs, m.lookups)
 
 	for d, dn := range metricDecisions {
 		for i := range nQTypes {
@@ -122,6 +136,10 @@ func newMetrics() *metrics {
 	m.flagsFast = make(map[string]prometheus.Counter, len(metricFlags))
 	for _, fl := range metricFlags {
 		m.flagsFast[fl] = m.flags.WithLabelValues(fl)
+	}
+	m.lookupsFast = make(map[string]prometheus.Counter, len(metricLookupResults))
+	for _, r := range metricLookupResults {
+		m.lookupsFast[r] = m.lookups.WithLabelValues(r)
 	}
 	return m
 }
@@ -178,6 +196,15 @@ func (m *metrics) flag(fl string) {
 		return
 	}
 	m.flags.WithLabelValues("other").Inc()
+}
+
+// lookup counts one gateway lookup by result (a metricLookupResults value).
+func (m *metrics) lookup(result string) {
+	if c, ok := m.lookupsFast[result]; ok {
+		c.Inc()
+		return
+	}
+	m.lookups.WithLabelValues(lookupFailed).Inc()
 }
 
 // upstreamMetrics are one upstream's pre-resolved series.

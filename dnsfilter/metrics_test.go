@@ -184,11 +184,17 @@ func TestMetricsNoQueryNameLabels(t *testing.T) {
 	if _, err := e.f.Resolver().LookupNetIP(context.Background(), "ip4", "gw-only.pypi.org"); err == nil {
 		t.Log("gw-only.pypi.org resolved") // NXDOMAIN expected; only the labels matter here
 	}
+	for _, sb := range []string{"sb-1", "sb-unknown"} {
+		if _, err := e.f.Resolver().LookupForSandbox(context.Background(), sb, "gw-sb.pypi.org"); err == nil {
+			t.Log("gw-sb.pypi.org resolved") // NXDOMAIN or refused; only the labels matter here
+		}
+	}
 
 	allowed := map[string][]string{
 		"decision": metricDecisions[:],
 		"source":   {sourceSandbox, sourceGateway},
-		"result":   {resultHit, resultMiss, resultBypass, upstreamOK, upstreamRcode, upstreamBadReply, upstreamTimeout, upstreamError},
+		"result": append([]string{resultHit, resultMiss, resultBypass, upstreamOK, upstreamRcode, upstreamBadReply, upstreamTimeout, upstreamError},
+			metricLookupResults[:]...),
 		"flag":     append(metricFlags[:], "other"),
 		"upstream": {up.addr},
 	}
@@ -204,7 +210,7 @@ func TestMetricsNoQueryNameLabels(t *testing.T) {
 		for _, m := range fam.GetMetric() {
 			series++
 			for _, lp := range m.GetLabel() {
-				checkLabel(t, fam, lp, allowed, append(names, "sb-1", "gw-only", "raw", "151.101"))
+				checkLabel(t, fam, lp, allowed, append(names, "sb-1", "sb-unknown", "gw-only", "gw-sb", "raw", "151.101"))
 			}
 		}
 	}

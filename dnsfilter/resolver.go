@@ -37,6 +37,8 @@ type Resolver struct {
 	// flight), shared or not.
 	waiting atomic.Int32
 	metrics *metrics
+	// owner holds the sandboxes whose limits LookupForSandbox charges.
+	owner *Filter
 }
 
 type cacheKey struct {
@@ -417,44 +419,80 @@ func rrData(rr dns.RR) string {
 // guard-filtered answers sandboxes are given. network is "ip", "ip4" or "ip6", as
 // for (*net.Resolver).LookupNetIP. An IP literal is returned as it is if the guard
 // lets it through. Policy is not consulted: the caller has already asked it about
-// the name.
+// the name. No sandbox's limits are charged: for a lookup made on a sandbox's
+// behalf the gateway calls LookupForSandbox.
 func (r *Resolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	var types []uint16
+	types, err := r.questionTypes(network, host)
+	if err != nil {
+		return nil, err
+	}
+	name, ip, err := r.target(host)
+	if err != nil {
+		return nil, err
+	}
+	if ip.IsValid() {
+		return []netip.Addr{ip}, nil
+	}
+	return r.addrs(ctx, host, name, types, nil)
+}
+
+// questionTypes are the query types that answer a lookup on network.
+func (r *Resolver) questionTypes(network, host string) ([]uint16, error) {
 	switch network {
 	case "ip":
-		types = []uint16{dns.TypeA}
 		if r.cfg.IPv6 {
-			types = append(types, dns.TypeAAAA)
+			return []uint16{dns.TypeA, dns.TypeAAAA}, nil
 		}
+		return []uint16{dns.TypeA}, nil
 	case "ip4":
-		types = []uint16{dns.TypeA}
+		return []uint16{dns.TypeA}, nil
 	case "ip6":
 		if !r.cfg.IPv6 {
 			return nil, &net.DNSError{Err: "no IPv6 addresses (dnsfilter ipv6 is off)", Name: host, IsNotFound: true}
 		}
-		types = []uint16{dns.TypeAAAA}
-	default:
-		return nil, &net.DNSError{Err: "unsupported network " + network, Name: host}
+		return []uint16{dns.TypeAAAA}, nil
 	}
+	return nil, &net.DNSError{Err: "unsupported network " + network, Name: host}
+}
+
+// target normalizes host. It returns the name to resolve, or the address when
+// host is an IP literal the guard lets through.
+func (r *Resolver) target(host string) (string, netip.Addr, error) {
 	name, err := hostname.Normalize(host)
 	if err != nil {
-		return nil, &net.DNSError{Err: err.Error(), Name: host, IsNotFound: true}
+		return "", netip.Addr{}, &net.DNSError{Err: err.Error(), Name: host, IsNotFound: true}
 	}
 	if ip, ok := hostname.ParseIP(name); ok {
 		if err := r.guard.Check(ip); err != nil {
-			return nil, &net.DNSError{Err: err.Error(), Name: host}
+			return "", netip.Addr{}, &net.DNSError{Err: err.Error(), Name: host}
 		}
-		return []netip.Addr{ip}, nil
+		return "", ip, nil
 	}
+	return name, netip.Addr{}, nil
+}
+
+// addrs resolves the normalized name for each of types, from the cache or the
+// upstreams. beforeMiss, when set, is called before an upstream exchange would
+// be needed; its error ends the lookup and is returned as it is.
+func (r *Resolver) addrs(ctx context.Context, host, name string, types []uint16, beforeMiss func() error) ([]netip.Addr, error) {
 	var out []netip.Addr
 	var lastErr error
 	for _, t := range types {
-		a, hit, err := r.lookup(ctx, name, t)
-		r.metrics.cacheLookup(sourceGateway, hit)
-		if err != nil {
-			lastErr = err
-			continue
+		a, hit := r.cached(name, t, r.now())
+		if !hit {
+			if beforeMiss != nil {
+				if err := beforeMiss(); err != nil {
+					return nil, err
+				}
+			}
+			var err error
+			if a, hit, err = r.lookup(ctx, name, t); err != nil {
+				r.metrics.cacheLookup(sourceGateway, hit)
+				lastErr = err
+				continue
+			}
 		}
+		r.metrics.cacheLookup(sourceGateway, hit)
 		for _, rr := range a.rrs {
 			if ip, ok := rrAddr(rr); ok {
 				out = append(out, ip)

@@ -38,34 +38,35 @@ const NamePrefix = "airlock-"
 const poolPrefix = NamePrefix + "pool-"
 
 // Config configures a Manager. The zero value is usable: New fills defaults.
+// It has no YAML form of its own: package daemon fills it from config.Config.
 type Config struct {
 	// RunDir is where namespaces are bind-mounted (the `ip netns` directory).
-	RunDir string `yaml:"run_dir"`
+	RunDir string
 	// StateDir holds one JSON file per sandbox so Recover can re-attach after a
 	// crash. It must not be reachable from a sandbox.
-	StateDir string `yaml:"state_dir"`
+	StateDir string
 	// IslandAddr is the address put on lo and used as the default route's source,
 	// a single-address prefix outside 127.0.0.0/8 (IPv4 only).
-	IslandAddr string `yaml:"island_addr"`
+	IslandAddr string
 	// ExplicitPort, TransparentPort and DNSPort are the listeners' ports on
 	// 127.0.0.1 inside the namespace; they must differ.
-	ExplicitPort    int `yaml:"explicit_port"`
-	TransparentPort int `yaml:"transparent_port"`
-	DNSPort         int `yaml:"dns_port"`
+	ExplicitPort    int
+	TransparentPort int
+	DNSPort         int
 	// NFLogGroup is the nfnetlink_log group the drop rules log to (1..65535). Each
 	// namespace has its own groups, so one number serves every sandbox.
-	NFLogGroup int `yaml:"nflog_group"`
+	NFLogGroup int
 	// DropBurst drop records per sandbox are written individually in each
 	// DropInterval; the rest are counted and summarized in one record.
-	DropBurst    int           `yaml:"drop_burst"`
-	DropInterval time.Duration `yaml:"drop_interval"`
+	DropBurst    int
+	DropInterval time.Duration
 	// PoolSize namespaces are kept ready (rules installed, no listeners) so that
 	// Create only has to claim one. 0 disables the pool.
-	PoolSize int `yaml:"pool_size"`
+	PoolSize int
 	// IPTables is the backend: auto, nft or legacy (see the package doc).
-	IPTables string `yaml:"iptables"`
+	IPTables string
 	// ExecTimeout bounds each iptables-restore/iptables-save run.
-	ExecTimeout time.Duration `yaml:"exec_timeout"`
+	ExecTimeout time.Duration
 }
 
 // withDefaults returns c with zero fields set to the defaults.

@@ -57,17 +57,18 @@
 //
 // # Lifecycle
 //
-// Teardown removes the listeners (Server.Stop), the rules and the namespace. Every
-// sandbox has a small state file (Config.StateDir) holding its labels and, for
-// attached namespaces, the rules and sysctls to restore, so Recover can re-attach or
-// remove the airlock-* namespaces a crashed gateway left behind. Close releases the
-// process's resources but leaves namespaces and rules in place, exactly as a crash
-// would: the sandbox then has no way out at all until Recover runs. A failed Create
-// or Attach undoes every step it took.
+// Teardown removes the listeners (Server.Stop), the rules and the namespace.
+// Every sandbox has a small state file (Config.StateDir, state.go) holding its
+// labels and, for attached namespaces, the rules and sysctls to restore, so
+// Recover (recover.go) can re-attach or remove the airlock-* namespaces a crashed
+// gateway left behind. Close releases the process's resources but leaves
+// namespaces and rules in place, exactly as a crash would: the sandbox then has
+// no way out at all until Recover runs. A failed Create or Attach undoes every
+// step it took.
 //
 // The listeners go to a caller-owned Server (Serve must not block; Stop closes
-// them). This package must never import gateway or dnsfilter: cmd/airlock glues
-// them in through the Server interface.
+// them). This package must never import gateway or dnsfilter: package daemon
+// glues them in through the Server interface.
 //
 // Measured on the 2-core development VM (BenchmarkCreate, 100 runs): Create p50
 // 3.3-4.0 ms cold with iptables-legacy (23.8 ms with iptables-nft) and 0.9-1.2 ms

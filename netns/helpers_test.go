@@ -139,6 +139,12 @@ func newTestServer(t testing.TB, upstream string, subnet netip.Prefix, allow []s
 
 var _ Server = (*testServer)(nil)
 
+// The gateway charges its own lookups for a sandbox to that sandbox's DNS
+// limits when its Resolver is a gateway.SandboxResolver, as dnsfilter's is.
+// (dnsfilter must never import gateway, so the check lives here, where both
+// are glued together as package daemon does.)
+var _ gateway.SandboxResolver = (*dnsfilter.Resolver)(nil)
+
 func (s *testServer) Serve(sb policy.Sandbox, own []netip.Addr, ls Listeners) error {
 	if err := s.dns.ServeSandbox(sb, own, ls.DNSUDP, ls.DNSTCP); err != nil {
 		return err

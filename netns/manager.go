@@ -2,7 +2,6 @@ package netns
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,14 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
-	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
@@ -44,7 +39,7 @@ func (l Listeners) Close() {
 }
 
 // Server is what serves a sandbox's listeners: the gateway and the DNS filter,
-// glued together by the caller (cmd/airlock). Serve must not block: it starts
+// glued together by the caller (package daemon). Serve must not block: it starts
 // serving and returns; from then on the server owns the listeners and closes them
 // in Stop. If Serve returns an error the Manager closes the listeners itself.
 type Server interface {
@@ -68,21 +63,6 @@ type Sandbox struct {
 
 	ls    Listeners
 	drops *dropReader
-}
-
-// RecoverPolicy says what Recover does with namespaces a previous gateway left.
-type RecoverPolicy string
-
-// Recover policies.
-const (
-	RecoverReattach RecoverPolicy = "reattach"
-	RecoverRemove   RecoverPolicy = "remove"
-)
-
-// RecoverResult lists what Recover did, by sandbox id.
-type RecoverResult struct {
-	Reattached []string
-	Removed    []string
 }
 
 // Manager creates, attaches and tears down sandbox namespaces.
@@ -453,266 +433,4 @@ func (m *Manager) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Recover finds the namespaces a crashed gateway left: every sandbox with a
-// state file in StateDir that this Manager does not manage. It re-attaches them
-// (same id, labels and rules, new listeners) or removes them, per p. A namespace
-// whose state file cannot be read is removed (for an attached one only the bind
-// mount goes; its drop rules stay, so it stays closed). Pool namespaces of this
-// process that the pool no longer tracks, and of processes that no longer run,
-// are removed. Namespaces of other Managers (other StateDirs) are never touched.
-func (m *Manager) Recover(ctx context.Context, p RecoverPolicy) (RecoverResult, error) {
-	var res RecoverResult
-	if p != RecoverReattach && p != RecoverRemove {
-		return res, fmt.Errorf("netns: recover policy %q: must be reattach or remove", p)
-	}
-	if err := m.prepare(); err != nil {
-		return res, err
-	}
-	var errs []error
-	if entries, err := os.ReadDir(m.cfg.RunDir); err == nil {
-		for _, e := range entries {
-			path := filepath.Join(m.cfg.RunDir, e.Name())
-			if !m.stalePool(e.Name(), path) {
-				continue
-			}
-			if err := unmountRemove(path); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	files, err := os.ReadDir(m.cfg.StateDir)
-	if err != nil {
-		return res, fmt.Errorf("netns: recover: %w", err)
-	}
-	for _, f := range files {
-		id, ok := strings.CutSuffix(f.Name(), ".json")
-		if !ok || ValidateID(id) != nil {
-			continue
-		}
-		m.mu.Lock()
-		_, managed := m.sandboxes[id]
-		if !managed {
-			m.sandboxes[id] = nil
-		}
-		m.mu.Unlock()
-		if managed {
-			continue
-		}
-		path := m.nsPath(id)
-		if _, err := os.Lstat(path); err != nil {
-			// The namespace is gone (a crash before it was made, or after it
-			// was removed): only the state file is left.
-			m.removeState(id)
-			m.release(id)
-			continue
-		}
-		s, removed, err := m.recoverOne(ctx, id, path, p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("netns: recover %s: %w", id, err))
-		}
-		if s == nil {
-			m.release(id)
-		} else {
-			m.mu.Lock()
-			m.sandboxes[id] = s
-			m.mu.Unlock()
-			res.Reattached = append(res.Reattached, id)
-		}
-		if removed {
-			res.Removed = append(res.Removed, id)
-		}
-	}
-	m.log.Info("recover", "policy", string(p), "reattached", res.Reattached, "removed", res.Removed)
-	return res, errors.Join(errs...)
-}
-
-// stalePool reports whether name is a pool namespace nobody uses: made by a
-// process that no longer runs, or by this one but no longer in its pool.
-func (m *Manager) stalePool(name, path string) bool {
-	rest, ok := strings.CutPrefix(name, poolPrefix)
-	if !ok {
-		return false
-	}
-	pidStr, _, ok := strings.Cut(rest, "-")
-	pid, err := strconv.Atoi(pidStr)
-	if !ok || err != nil || pid <= 0 {
-		return false
-	}
-	if pid == os.Getpid() {
-		_, ours := m.poolNames.Load(path)
-		return !ours
-	}
-	err = unix.Kill(pid, 0)
-	return errors.Is(err, unix.ESRCH)
-}
-
-// recoverOne re-attaches or removes one leftover namespace. It returns the
-// sandbox when re-attached, and whether the namespace was removed (or, for an
-// attached one, restored and released).
-func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPolicy) (*Sandbox, bool, error) {
-	st, stErr := m.readState(id)
-	remove := func() (*Sandbox, bool, error) {
-		var err error
-		if st != nil && st.Attached {
-			err = m.restoreAttached(ctx, id, path)
-		} else {
-			err = unmountRemove(path)
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		m.removeState(id)
-		return nil, true, nil
-	}
-	if stErr != nil {
-		m.log.Warn("recover: no usable state, removing", "sandbox", id, "error", stErr)
-		return remove()
-	}
-	if p == RecoverRemove || (st.Attached && !st.Saved) {
-		// An attach that died before changing anything is simply let go.
-		return remove()
-	}
-	h, err := vnetns.GetFromPath(path)
-	if err != nil {
-		s, removed, rerr := remove()
-		return s, removed, errors.Join(err, rerr)
-	}
-	defer h.Close()
-	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: st.Attached, Source: st.Source}
-	if st.Attached {
-		// Put the namespace back as it was, then attach again from scratch.
-		if st.AddedIsland {
-			if has, herr := hasDefaultRoute(h); herr == nil && !has {
-				err = configureIsland(h, m.cfg.islandAddr(), false)
-			}
-		}
-		if err == nil {
-			err = m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false)
-		}
-		if err == nil {
-			err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(true).render(), true)
-		}
-		if err == nil {
-			err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true))
-		}
-		if err == nil {
-			var links []string
-			if links, err = linkNames(h); err == nil {
-				err = writeSysctls(h, attachSysctls(links))
-			}
-		}
-		if err == nil {
-			s.Own, err = nsAddrs(h)
-		}
-	} else {
-		// A crash while the namespace was being made can leave it without lo up,
-		// its address or route.
-		if has, herr := hasDefaultRoute(h); herr != nil {
-			err = herr
-		} else if !has {
-			err = configureIsland(h, m.cfg.islandAddr(), true)
-		}
-		if err != nil {
-		} else if err = writeSysctls(h, islandSysctls); err == nil {
-			if err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(false).render(), false); err == nil {
-				err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(false))
-			}
-			if err == nil {
-				err = writeSysctls(h, islandConntrackSysctls)
-			}
-		}
-		s.Own = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()}
-	}
-	if err == nil {
-		err = m.serve(s)
-	}
-	if err != nil {
-		_, removed, rerr := remove()
-		return nil, removed, errors.Join(err, rerr)
-	}
-	m.log.Info("recover: re-attached", "sandbox", id, "attached", st.Attached)
-	return s, false, nil
-}
-
-// nsAddrs lists 127.0.0.1 and the IPv4 addresses of the namespace's interfaces.
-func nsAddrs(h vnetns.NsHandle) ([]netip.Addr, error) {
-	nh, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return nil, fmt.Errorf("netlink handle: %w", err)
-	}
-	defer nh.Close()
-	addrs, err := nh.AddrList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return nil, fmt.Errorf("list addresses: %w", err)
-	}
-	own := []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && !ip.IsLoopback() {
-			own = append(own, ip)
-		}
-	}
-	return own, nil
-}
-
-// state is what survives a crash, one JSON file per sandbox in StateDir.
-type state struct {
-	ID           string            `json:"id"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	Backend      string            `json:"backend"`
-	Attached     bool              `json:"attached,omitempty"`
-	Source       string            `json:"source,omitempty"`
-	SavedRules   string            `json:"saved_rules,omitempty"`
-	SavedSysctls []sysctl          `json:"saved_sysctls,omitempty"`
-	// AddedIsland says Attach added the island address and default route (the
-	// namespace had no default route), so detaching removes them.
-	AddedIsland bool `json:"added_island,omitempty"`
-	// Saved is set once SavedRules and SavedSysctls hold what an attached
-	// namespace had; before that nothing in it was changed.
-	Saved bool `json:"saved,omitempty"`
-}
-
-func (m *Manager) statePath(id string) string {
-	return filepath.Join(m.cfg.StateDir, id+".json")
-}
-
-func (m *Manager) writeState(st *state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := m.statePath(st.ID) + ".tmp" + strconv.Itoa(os.Getpid())
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(tmp, m.statePath(st.ID)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write state: %w", err)
-	}
-	return nil
-}
-
-func (m *Manager) readState(id string) (*state, error) {
-	b, err := os.ReadFile(m.statePath(id))
-	if err != nil {
-		return nil, err
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("state %s: %w", m.statePath(id), err)
-	}
-	if st.ID != id {
-		return nil, fmt.Errorf("state %s: id %q does not match", m.statePath(id), st.ID)
-	}
-	if st.Backend != IPTablesNFT && st.Backend != IPTablesLegacy {
-		return nil, fmt.Errorf("state %s: backend %q", m.statePath(id), st.Backend)
-	}
-	return &st, nil
-}
-
-func (m *Manager) removeState(id string) {
-	if err := os.Remove(m.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		m.log.Warn("remove state", "sandbox", id, "error", err)
-	}
 }
