@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"github.com/airlock-dev/airlock/hostname"
 )
 
 // Defaults applied by New.
@@ -39,7 +37,10 @@ type Config struct {
 	// means every preset known (embedded and from Dir); ["none"] means none.
 	Presets []string `yaml:"presets"`
 	// AllowHosts are host patterns (host, *.domain, **.domain, IP) reachable with
-	// every kind and method (`airlock run --allow`).
+	// every kind and method (`airlock run --allow`): HOST on ports 443 and 80,
+	// HOST:PORT on PORT, HOST:* on every port. Ports 53 and 853 carry DNS and
+	// are reachable only when named (HOST:53), never through HOST:*. An IPv6
+	// literal with a port is bracketed: [2001:db8::1]:8443.
 	AllowHosts []string `yaml:"allow_hosts"`
 	// CacheSize bounds the decision cache per revision: 0 means DefaultCacheSize,
 	// a negative value turns the cache off.
@@ -90,7 +91,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Presets = presets
 	hosts := make([]string, 0, len(c.AllowHosts))
 	for _, h := range c.AllowHosts {
-		n, err := hostname.NormalizePattern(h)
+		n, err := normalizeAllow(h)
 		if err != nil {
 			return c, fmt.Errorf("policy: allow_hosts: %q: %w", h, err)
 		}
