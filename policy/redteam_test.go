@@ -71,13 +71,15 @@ git_host if input.destination.host == "pkgs.corp.example"
 		{"registry 80 connect", def, portIn(KindConnect, "pypi.org", 80), true, ""},
 		{"registry dns", def, portIn(KindDNS, "pypi.org", 53), true, ""},
 		{"preset-declared port", user, portIn(KindConnect, "git.corp.example", 9418), true, ""},
-		{"preset-declared ports only", user, portIn(KindConnect, "git.corp.example", 80), false, "port_not_allowed"},
+		{"preset-declared ports only", user, portIn(KindConnect, "git.corp.example", 22), false, "port_not_allowed"},
+		{"preset-declared ports not 80", user, portIn(KindConnect, "git.corp.example", 80), false, "default_deny"},
 		{"allow host:port", allow, portIn(KindTCP, "api.example.com", 8443), true, ""},
 		{"allow host default ports too", allow, portIn(KindConnect, "api.example.com", 443), true, ""},
 		{"allow host other port", allow, portIn(KindConnect, "api.example.com", 4444), false, "port_not_allowed"},
 		{"allow host:* any port", allow, portIn(KindTCP, "db.example.com", 5432), true, ""},
 		{"allow ipv6:port", allow, portIn(KindTCP, "2001:db8::1", 8443), true, ""},
-		{"allow ipv6 other port", allow, portIn(KindTCP, "2001:db8::1", 443), false, "port_not_allowed"},
+		{"allow ipv6 other port", allow, portIn(KindTCP, "2001:db8::1", 4444), false, "port_not_allowed"},
+		{"allow ipv6 not 443", allow, portIn(KindTCP, "2001:db8::1", 443), false, "default_deny"},
 		{"user rule names a port", user, portIn(KindTCP, "10.0.0.53", 5353), true, ""},
 
 		// Item 4 (policy part): DNS ports.

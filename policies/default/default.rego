@@ -89,7 +89,7 @@ refusal contains {
 	"id": "port_not_allowed",
 	"msg": sprintf("%s is reachable on port(s) %s, not %d", [input.destination.host, concat(", ", [sprintf("%v", [p]) | some p in sort(ports)]), input.destination.port]),
 } if {
-	input.kind != "dns"
+	not airlock.on_default_port
 	not airlock.registry_host
 	not airlock.allowed_host
 	ports := listed_ports
@@ -97,7 +97,9 @@ refusal contains {
 }
 
 # listed_ports: every port a preset or --allow entry names for the destination
-# host, whatever the destination port.
+# host, whatever the destination port. (Looked up only for a port other than
+# 443 and 80, so a deny of an unlisted host on 443 costs no more than before;
+# a host listed on other ports only is refused on 443 with default_deny.)
 listed_ports contains p if {
 	some k in airlock.host_keys
 	some p in entry_ports(data.airlock.hosts.registry[k])

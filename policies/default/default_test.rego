@@ -128,8 +128,11 @@ test_preset_declared_port if {
 	airlock.decision.allowed with input as at("connect", "git.example", 9418) with data.airlock.hosts as h
 	airlock.decision.allowed with input as at("connect", "git.example", 443) with data.airlock.hosts as h
 	not airlock.decision.allowed with input as at("connect", "git.example", 80) with data.airlock.hosts as h
-	d := airlock.decision with input as at("connect", "git.example", 80) with data.airlock.hosts as h
-	d.reasons == [{"id": "port_not_allowed", "msg": "git.example is reachable on port(s) 443, 9418, not 80"}]
+	d := airlock.decision with input as at("connect", "git.example", 22) with data.airlock.hosts as h
+	d.reasons == [{"id": "port_not_allowed", "msg": "git.example is reachable on port(s) 443, 9418, not 22"}]
+
+	# On 443 and 80 the reason is not looked for (it would cost every deny).
+	reason_ids(at("connect", "git.example", 80)) == ["default_deny"] with data.airlock.hosts as h
 
 	# A registry entry can never open a DNS port (the engine refuses one, and
 	# the library denies it anyway).
@@ -140,7 +143,7 @@ test_allow_host_port if {
 	h := {"registry": {}, "allow": {"api.example.com": {"ports": [8443]}, "db.example.com": {"ports": ["*"]}, "web.example.com": true}}
 	airlock.decision.allowed with input as at("tcp", "api.example.com", 8443) with data.airlock.hosts as h
 	not airlock.decision.allowed with input as at("tcp", "api.example.com", 443) with data.airlock.hosts as h
-	reason_ids(at("tcp", "api.example.com", 443)) == ["port_not_allowed"] with data.airlock.hosts as h
+	reason_ids(at("tcp", "api.example.com", 4444)) == ["port_not_allowed"] with data.airlock.hosts as h
 	airlock.decision.allowed with input as at("tcp", "db.example.com", 5432) with data.airlock.hosts as h
 	reason_ids(at("tcp", "db.example.com", 853)) == ["dns_port"] with data.airlock.hosts as h
 	airlock.decision.allowed with input as at("connect", "web.example.com", 443) with data.airlock.hosts as h
