@@ -212,3 +212,27 @@ func TestPresetEntries(t *testing.T) {
 		t.Fatalf("git fetch: got %+v, want allowed (git from preset b)", d)
 	}
 }
+
+// FuzzNormalizeAllow: an allow entry's canonical form is stable (normalizing
+// it again changes nothing) and always parses back to the same pattern and
+// port.
+func FuzzNormalizeAllow(f *testing.F) {
+	for _, s := range []string{"pypi.org", "pypi.org:8443", "*.corp.example:*", "**.x.example:53", "[2001:db8::1]:443", "2001:db8::1", "203.0.113.7:22", "PyPI.org.:080", "[::ffff:1.2.3.4]:80", "a:b:c", "x:"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := normalizeAllow(s)
+		if err != nil {
+			return
+		}
+		again, err := normalizeAllow(n)
+		if err != nil || again != n {
+			t.Fatalf("normalizeAllow(%q) = %q, then %q, %v", s, n, again, err)
+		}
+		p1, port1, _ := splitAllow(s)
+		p2, port2, err := splitAllow(n)
+		if err != nil || p1 != p2 || port1 != port2 {
+			t.Fatalf("split %q = %q %q, split %q = %q %q %v", s, p1, port1, n, p2, port2, err)
+		}
+	})
+}
