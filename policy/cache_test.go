@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDecisionCacheLRU(t *testing.T) {
@@ -104,7 +105,7 @@ func floodInput(i, size int) *Input {
 // still work.
 func TestCacheBoundedByBytesUnderFlood(t *testing.T) {
 	const budget = 1 << 20
-	e := newEngine(t, Config{CacheBytes: budget})
+	e := newEngine(t, Config{CacheBytes: budget, EvalTimeout: 10 * time.Second})
 	c := e.cur.Load().cache
 	ctx := context.Background()
 	keySize := budget / cacheKeyShare / 2 // cacheable
@@ -140,7 +141,7 @@ func TestCacheBoundedByBytesUnderFlood(t *testing.T) {
 // cached, so one request cannot take a large share of the budget.
 func TestCacheSkipsHugeKeys(t *testing.T) {
 	const budget = 1 << 20
-	e := newEngine(t, Config{CacheBytes: budget})
+	e := newEngine(t, Config{CacheBytes: budget, EvalTimeout: 10 * time.Second})
 	c := e.cur.Load().cache
 	big := floodInput(0, budget/cacheKeyShare+1)
 	for range 2 {
@@ -174,7 +175,9 @@ func TestCacheMemoryBoundedDefault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocates about 100 MiB")
 	}
-	e := newEngine(t, Config{})
+	// Default cache bounds; a generous deadline, since -race on a shared
+	// machine can stall one evaluation past the 100 ms default.
+	e := newEngine(t, Config{EvalTimeout: 10 * time.Second})
 	ctx := context.Background()
 	before := heapInUse()
 	const n, size = 3000, 24 << 10

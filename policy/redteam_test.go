@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func portIn(kind Kind, host string, port int) *Input {
@@ -33,8 +34,11 @@ func withBody(in *Input, size int64, headers map[string]string) *Input {
 // read with a body (item 3). Each row also has the request that must still
 // pass, so a rule that denied everything would fail too.
 func TestRedTeamDefaultPolicy(t *testing.T) {
-	def := newEngine(t, Config{})
-	allow := newEngine(t, Config{AllowHosts: []string{"api.example.com:8443", "api.example.com", "db.example.com:*", "resolver.example:53", "[2001:db8::1]:8443"}})
+	// A generous deadline: these rows test rules, not latency, and -race on a
+	// shared machine can stall one evaluation past the 100 ms default.
+	const timeout = 10 * time.Second
+	def := newEngine(t, Config{EvalTimeout: timeout})
+	allow := newEngine(t, Config{EvalTimeout: timeout, AllowHosts: []string{"api.example.com:8443", "api.example.com", "db.example.com:*", "resolver.example:53", "[2001:db8::1]:8443"}})
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"presets/forge.json": `{"git.corp.example": {"ports": [443, 9418], "git": true}, "pkgs.corp.example": true}`,
@@ -51,7 +55,7 @@ dns_port_optin contains 53 if input.destination.host == "10.0.0.53"
 git_host if input.destination.host == "pkgs.corp.example"
 `,
 	})
-	user := newEngine(t, Config{Dir: dir})
+	user := newEngine(t, Config{Dir: dir, EvalTimeout: timeout})
 	tests := []struct {
 		name    string
 		e       *Engine
@@ -202,7 +206,7 @@ func TestPresetEntries(t *testing.T) {
 		"presets/a.json": `{"git.corp.example": true}`,
 		"presets/b.json": `{"git.corp.example": {"ports": [9418], "git": true}}`,
 	})
-	e := newEngine(t, Config{Dir: dir, Presets: []string{"a", "b"}})
+	e := newEngine(t, Config{Dir: dir, Presets: []string{"a", "b"}, EvalTimeout: 10 * time.Second})
 	for _, port := range []int{443, 80, 9418} {
 		if d := e.Decide(context.Background(), portIn(KindConnect, "git.corp.example", port)); !d.Allowed {
 			t.Fatalf("port %d: got %+v, want allowed (merged presets)", port, d)
