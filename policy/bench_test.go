@@ -44,73 +44,108 @@ func threadCPU() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// p50s remembers the uncached p50 per size so the 100k run can report the ratio.
+// benchP50 remembers the 10k p50 per request and cache setting so the 100k
+// run can report the ratio.
 var benchP50 = map[string]float64{}
 
-// BenchmarkDecide is one decision (GET to a preset host, looked up among n
-// hosts) with the cache off and on. It reports p50-ns from a per-op latency
-// sample and, for 100k, the 100k/10k p50 ratio.
+// benchRequests are what BenchmarkDecide decides: a GET to a preset host
+// (allowed), git's fetch to github.com (allowed: the git-host lookup) and a
+// CONNECT to a host no rule names (denied: the deny path builds its reasons).
+var benchRequests = []struct {
+	name    string
+	in      func(n int) *Input
+	allowed bool
+}{
+	{"get-allowed", func(n int) *Input {
+		return &Input{
+			Kind:        KindHTTP,
+			Sandbox:     Sandbox{ID: "sb-1", Labels: map[string]string{"agent": "coder"}},
+			Destination: Destination{Host: fmt.Sprintf("h%d.pkgs.example", n/2), Port: 443},
+			HTTP:        &HTTP{Method: "GET", Scheme: "https", Path: "/simple/x/", Headers: map[string]string{"user-agent": "pip/24"}},
+		}
+	}, true},
+	{"git-fetch-allowed", func(int) *Input {
+		return &Input{
+			Kind:        KindHTTP,
+			Sandbox:     Sandbox{ID: "sb-1", Labels: map[string]string{"agent": "coder"}},
+			Destination: Destination{Host: "github.com", Port: 443},
+			HTTP:        &HTTP{Method: "POST", Scheme: "https", Path: "/o/r.git/git-upload-pack", Headers: map[string]string{"user-agent": "git/2.43"}, BodySize: 300},
+		}
+	}, true},
+	{"connect-denied", func(int) *Input {
+		return &Input{
+			Kind:        KindConnect,
+			Sandbox:     Sandbox{ID: "sb-1", Labels: map[string]string{"agent": "coder"}},
+			Destination: Destination{Host: "x.evil.example", Port: 443},
+		}
+	}, false},
+}
+
+// BenchmarkDecide is one decision (looked up among n preset hosts) with the
+// cache off and on, for each of benchRequests. It reports p50-ns from a per-op
+// latency sample and, for 100k, the 100k/10k p50 ratio.
 func BenchmarkDecide(b *testing.B) {
-	for _, cached := range []bool{false, true} {
-		for _, n := range []int{10_000, 100_000} {
-			name := fmt.Sprintf("hosts=%dk/cached=%v", n/1000, cached)
-			b.Run(name, func(b *testing.B) {
-				size := -1
-				if cached {
-					size = DefaultCacheSize
-				}
-				e, err := New(Config{Dir: benchDir(b, n), CacheSize: size, EvalTimeout: 5 * time.Second, Presets: []string{"bench", "python"}}, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				in := &Input{
-					Kind:        KindHTTP,
-					Sandbox:     Sandbox{ID: "sb-1", Labels: map[string]string{"agent": "coder"}},
-					Destination: Destination{Host: fmt.Sprintf("h%d.pkgs.example", n/2), Port: 443},
-					HTTP:        &HTTP{Method: "GET", Scheme: "https", Path: "/simple/x/", Headers: map[string]string{"user-agent": "pip/24"}},
-				}
-				ctx := context.Background()
-				if d := e.Decide(ctx, in); !d.Allowed || d.Err != nil {
-					b.Fatalf("got %+v, want allowed", d)
-				}
-				// Wall-clock latency, and this thread's CPU time per decision: on a
-				// shared machine the second is what the code costs, the first adds
-				// waiting for a CPU.
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				lat := make([]time.Duration, 0, min(b.N, 1<<20))
-				cpu := make([]time.Duration, 0, min(b.N, 1<<20))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					c0 := threadCPU()
-					t0 := time.Now()
-					d := e.Decide(ctx, in)
-					if len(lat) < cap(lat) {
-						lat = append(lat, time.Since(t0))
-						cpu = append(cpu, threadCPU()-c0)
+	for _, req := range benchRequests {
+		for _, cached := range []bool{false, true} {
+			for _, n := range []int{10_000, 100_000} {
+				name := fmt.Sprintf("req=%s/hosts=%dk/cached=%v", req.name, n/1000, cached)
+				b.Run(name, func(b *testing.B) {
+					size := -1
+					if cached {
+						size = DefaultCacheSize
 					}
-					if !d.Allowed {
-						b.Fatalf("iteration %d: got %+v, want allowed", i, d)
+					e, err := New(Config{Dir: benchDir(b, n), CacheSize: size, EvalTimeout: 5 * time.Second, Presets: []string{"bench", "python", "github"}}, nil)
+					if err != nil {
+						b.Fatal(err)
 					}
-				}
-				b.StopTimer()
-				slices.Sort(lat)
-				slices.Sort(cpu)
-				b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "p50-cpu-ns")
-				p50 := float64(lat[len(lat)/2].Nanoseconds())
-				b.ReportMetric(p50, "p50-ns")
-				b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
-				b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
-				key := fmt.Sprintf("cached=%v", cached)
-				if n == 10_000 {
-					benchP50[key] = p50
-				} else if base := benchP50[key]; base > 0 {
-					b.ReportMetric(p50/base, "ratio-100k/10k")
-				}
-			})
+					p50 := benchLoop(b, e, req.in(n), req.allowed)
+					key := fmt.Sprintf("%s/cached=%v", req.name, cached)
+					if n == 10_000 {
+						benchP50[key] = p50
+					} else if base := benchP50[key]; base > 0 {
+						b.ReportMetric(p50/base, "ratio-100k/10k")
+					}
+				})
+			}
 		}
 	}
+}
+
+// benchLoop decides in b.N times and reports wall-clock latency and this
+// thread's CPU time per decision: on a shared machine the second is what the
+// code costs, the first adds waiting for a CPU. It returns the p50 latency.
+func benchLoop(b *testing.B, e *Engine, in *Input, allowed bool) float64 {
+	ctx := context.Background()
+	if d := e.Decide(ctx, in); d.Allowed != allowed || d.Err != nil {
+		b.Fatalf("got %+v, want allowed=%v", d, allowed)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	lat := make([]time.Duration, 0, min(b.N, 1<<20))
+	cpu := make([]time.Duration, 0, min(b.N, 1<<20))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c0 := threadCPU()
+		t0 := time.Now()
+		d := e.Decide(ctx, in)
+		if len(lat) < cap(lat) {
+			lat = append(lat, time.Since(t0))
+			cpu = append(cpu, threadCPU()-c0)
+		}
+		if d.Allowed != allowed {
+			b.Fatalf("iteration %d: got %+v, want allowed=%v", i, d, allowed)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	slices.Sort(cpu)
+	b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "p50-cpu-ns")
+	p50 := float64(lat[len(lat)/2].Nanoseconds())
+	b.ReportMetric(p50, "p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
+	return p50
 }
 
 // BenchmarkDecideConstantPolicy is the floor: Decide with a library whose

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"github.com/airlock-dev/airlock/hostname"
 )
 
 // Defaults applied by New.
@@ -16,6 +14,9 @@ const (
 	DefaultEvalTimeout = 100 * time.Millisecond
 	// DefaultCacheSize is the number of decisions kept per policy revision.
 	DefaultCacheSize = 10000
+	// DefaultCacheBytes bounds the memory the decision cache of one policy
+	// revision holds (keys include whole queries and headers).
+	DefaultCacheBytes = 32 << 20
 	// DefaultReloadDebounce is how long Watch waits for file events to settle.
 	DefaultReloadDebounce = 200 * time.Millisecond
 	// PresetNone as the only entry of Config.Presets activates no preset.
@@ -39,11 +40,18 @@ type Config struct {
 	// means every preset known (embedded and from Dir); ["none"] means none.
 	Presets []string `yaml:"presets"`
 	// AllowHosts are host patterns (host, *.domain, **.domain, IP) reachable with
-	// every kind and method (`airlock run --allow`).
+	// every kind and method (`airlock run --allow`): HOST on ports 443 and 80,
+	// HOST:PORT on PORT, HOST:* on every port. Ports 53 and 853 carry DNS and
+	// are reachable only when named (HOST:53), never through HOST:*. An IPv6
+	// literal with a port is bracketed: [2001:db8::1]:8443.
 	AllowHosts []string `yaml:"allow_hosts"`
 	// CacheSize bounds the decision cache per revision: 0 means DefaultCacheSize,
 	// a negative value turns the cache off.
 	CacheSize int `yaml:"cache_size"`
+	// CacheBytes bounds the decision cache per revision by an estimate of the
+	// bytes it holds (key plus decision): 0 means DefaultCacheBytes. An input
+	// whose key alone is longer than CacheBytes/1024 is never cached.
+	CacheBytes int64 `yaml:"cache_bytes"`
 	// ReloadDebounce is how long Watch lets file events settle (default
 	// DefaultReloadDebounce).
 	ReloadDebounce time.Duration `yaml:"reload_debounce"`
@@ -65,6 +73,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize
+	}
+	if c.CacheBytes == 0 {
+		c.CacheBytes = DefaultCacheBytes
+	}
+	if c.CacheBytes < 0 {
+		return c, fmt.Errorf("policy: cache_bytes: %d must be positive (turn the cache off with cache_size: -1)", c.CacheBytes)
 	}
 	if c.ReloadDebounce <= 0 {
 		c.ReloadDebounce = DefaultReloadDebounce
@@ -90,7 +104,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Presets = presets
 	hosts := make([]string, 0, len(c.AllowHosts))
 	for _, h := range c.AllowHosts {
-		n, err := hostname.NormalizePattern(h)
+		n, err := normalizeAllow(h)
 		if err != nil {
 			return c, fmt.Errorf("policy: allow_hosts: %q: %w", h, err)
 		}

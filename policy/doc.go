@@ -3,7 +3,9 @@
 //
 // It owns the policy input and decision documents (input.go), the engine behind
 // the Decider seam (a compiled, prepared query plus its data in an immutable
-// snapshot behind an atomic pointer, swapped by Reload), the decision cache, and
+// snapshot behind an atomic pointer, swapped by Reload), the decision cache
+// (cache.go, bounded by count and bytes), the host entries of presets and
+// --allow (hosts.go: ports, git), and
 // the shared logic of `airlock policy test|check|eval` (RunTests, Check,
 // ParseInput). The Rego library, default policy, presets and input schema live in
 // the top-level policies/ directory and are embedded through package policies.
@@ -11,7 +13,8 @@
 // A policy directory (Config.Dir) is one unit: its *.rego files, its data.json /
 // data.yaml files (merged into data at the path of their directory, OPA's
 // convention), presets/NAME.json (preset NAME: an object keyed by host pattern,
-// every value true) and schema/input.json. A file at the same relative path as an
+// each value true or {"ports": [...], "git": bool}; hosts.go) and
+// schema/input.json. A file at the same relative path as an
 // embedded one replaces it, so the policies/ source tree itself can be loaded. A
 // subdirectory named examples/ is never part of the unit; RunTests and Check
 // treat each examples/NAME/ as a unit of its own.

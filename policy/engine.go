@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
@@ -42,7 +41,7 @@ type snapshot struct {
 	pq    rego.PreparedEvalQuery
 	txn   storage.Transaction // one read transaction for the snapshot's life (nothing writes)
 	used  inputFields
-	cache *lru.Cache[string, Decision] // nil when off or the policy is nondeterministic
+	cache *decisionCache // nil when off or the policy is nondeterministic
 }
 
 // Engine is the Rego policy engine behind the Decider seam. It is safe for
@@ -163,10 +162,7 @@ func (e *Engine) load(ctx context.Context) (*snapshot, error) {
 	}
 	s := &snapshot{rev: b.Rev, pq: pq, txn: txn, used: usedInputFields(comp.Modules)}
 	if e.cfg.CacheSize > 0 && !nondeterministic(comp) {
-		s.cache, err = lru.New[string, Decision](e.cfg.CacheSize)
-		if err != nil {
-			return nil, err
-		}
+		s.cache = newDecisionCache(e.cfg.CacheSize, e.cfg.CacheBytes)
 	}
 	return s, nil
 }
@@ -183,7 +179,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	var key string
 	if s.cache != nil {
 		key = cacheKey(&x)
-		if d, ok := s.cache.Get(key); ok {
+		if d, ok := s.cache.get(key); ok {
 			return d.clone()
 		}
 	}
@@ -223,7 +219,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	}
 	d.Rev = s.rev
 	if s.cache != nil {
-		s.cache.Add(key, d.clone())
+		s.cache.add(key, d.clone())
 	}
 	return d
 }

@@ -381,8 +381,8 @@ func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 			if n != k {
 				return nil, fmt.Errorf("policy: preset %s: key %q is not normalized (want %q)", name, k, n)
 			}
-			if b, ok := val.(bool); !ok || !b {
-				return nil, fmt.Errorf("policy: preset %s: key %q: value must be true", name, k)
+			if _, err := parsePresetEntry(val); err != nil {
+				return nil, fmt.Errorf("policy: preset %s: key %q: %w", name, k, err)
 			}
 		}
 	}
@@ -394,19 +394,32 @@ func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 	case len(active) == 1 && active[0] == PresetNone:
 		active = []string{}
 	}
-	registry := map[string]any{}
+	merged := map[string]*hostEntry{}
 	for _, name := range active {
 		obj, ok := all[name].(map[string]any)
 		if !ok {
 			return nil, fmt.Errorf("policy: presets: unknown preset %q (known: %s, %s)", name, strings.Join(names, ", "), PresetNone)
 		}
-		for k := range obj {
-			registry[k] = true
+		for k, val := range obj {
+			e, _ := parsePresetEntry(val) // validated above
+			m := merged[k]
+			if m == nil {
+				merged[k] = e
+				continue
+			}
+			for p := range e.ports {
+				m.addPort(p)
+			}
+			m.git = m.git || e.git
 		}
 	}
-	allow := map[string]any{}
-	for _, h := range cfg.AllowHosts {
-		allow[h] = true
+	registry := make(map[string]any, len(merged))
+	for k, e := range merged {
+		registry[k] = e.value()
+	}
+	allow, err := allowEntries(cfg.AllowHosts)
+	if err != nil {
+		return nil, err
 	}
 	activeAny := make([]any, len(active))
 	for i, a := range active {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,19 @@ func TestReadmeExamples(t *testing.T) {
 		dir := t.TempDir()
 		writeFiles(t, dir, map[string]string{"policy.rego": src})
 		e := newEngine(t, Config{Dir: dir})
+		switch {
+		case strings.Contains(src, "airlock.host_in"):
+			if d := e.Decide(context.Background(), portIn(KindConnect, "api.openai.com", 443)); !d.Allowed {
+				t.Fatalf("host_in policy: got %+v, want api.openai.com:443 allowed", d)
+			}
+			if d := e.Decide(context.Background(), portIn(KindConnect, "api.openai.com", 4444)); d.Allowed {
+				t.Fatalf("host_in policy: got %+v, want api.openai.com:4444 denied", d)
+			}
+		case strings.Contains(src, "dns_port_optin"):
+			if d := e.Decide(context.Background(), portIn(KindTCP, "10.0.0.53", 53)); !d.Allowed {
+				t.Fatalf("dns_port_optin policy: got %+v, want 10.0.0.53:53 allowed", d)
+			}
+		}
 		if i == 0 {
 			if d := e.Decide(context.Background(), kindIn(KindConnect, "api.openai.com")); !d.Allowed {
 				t.Fatalf("five-line policy: got %+v, want api.openai.com allowed", d)
@@ -53,9 +67,34 @@ func TestReadmeExamples(t *testing.T) {
 		if err := util.UnmarshalJSON([]byte(src), &v); err != nil {
 			t.Fatal(err)
 		}
+		if obj, ok := v.(map[string]any); ok && obj["allowed"] == nil {
+			readmePreset(t, src, obj)
+			continue
+		}
 		rs := rego.ResultSet{{Expressions: []*rego.ExpressionValue{{Value: v}}}}
 		if _, err := parseResult(rs); err != nil {
 			t.Fatalf("README decision example: %v", err)
+		}
+	}
+}
+
+// readmePreset loads a README preset example and checks each of its hosts is
+// reachable on 443 or on the first port it names.
+func readmePreset(t *testing.T, src string, obj map[string]any) {
+	t.Helper()
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"presets/readme.json": src})
+	e := newEngine(t, Config{Dir: dir, Presets: []string{"readme"}})
+	for host, v := range obj {
+		port := 443
+		if m, ok := v.(map[string]any); ok {
+			if ps, ok := m["ports"].([]any); ok {
+				n, _ := ps[len(ps)-1].(json.Number).Int64()
+				port = int(n)
+			}
+		}
+		if d := e.Decide(context.Background(), portIn(KindConnect, host, port)); !d.Allowed {
+			t.Fatalf("README preset example: %s:%d got %+v, want allowed", host, port, d)
 		}
 	}
 }

@@ -76,3 +76,127 @@ test_allow_hosts_every_kind if {
 test_no_presets_denies_registries if {
 	not airlock.decision.allowed with input as http("GET", "pypi.org", "/") with data.airlock.hosts as {"registry": {}, "allow": {}}
 }
+
+at(kind, host, port) := {"kind": kind, "sandbox": {"id": "sb-1"}, "destination": {"host": host, "port": port}}
+
+http_at(method, host, port, path) := {
+	"kind": "http",
+	"sandbox": {"id": "sb-1"},
+	"destination": {"host": host, "port": port},
+	"http": {"method": method, "scheme": "http", "path": path},
+}
+
+reason_ids(x) := ids if {
+	d := airlock.decision with input as x
+	ids := [r.id | some r in d.reasons]
+}
+
+test_registry_ports_443_and_80 if {
+	every kind in {"connect", "tls"} {
+		allowed(at(kind, "pypi.org", 443))
+		allowed(at(kind, "pypi.org", 80))
+	}
+	allowed(http_at("GET", "pypi.org", 80, "/simple/"))
+	allowed(http_at("GET", "pypi.org", 443, "/simple/"))
+	allowed(at("dns", "pypi.org", 53))
+}
+
+test_registry_other_ports_denied if {
+	every kind in {"connect", "tls", "tcp"} {
+		every port in {4444, 22, 8443} {
+			not allowed(at(kind, "pypi.org", port))
+		}
+	}
+	not allowed(http_at("GET", "pypi.org", 4444, "/simple/"))
+	d := airlock.decision with input as at("connect", "pypi.org", 4444)
+	d.reasons == [{"id": "port_not_allowed", "msg": "pypi.org is reachable on port(s) 80, 443, not 4444"}]
+	not d.mitm
+}
+
+test_registry_dns_ports_denied if {
+	every kind in {"connect", "tls", "tcp"} {
+		every port in {53, 853} {
+			not allowed(at(kind, "pypi.org", port))
+		}
+	}
+	reason_ids(at("connect", "pypi.org", 53)) == ["dns_port"]
+	reason_ids(http_at("GET", "github.com", 853, "/")) == ["dns_port"]
+}
+
+test_preset_declared_port if {
+	h := {"registry": {"git.example": {"ports": [443, 9418], "git": true}, "dns-ish.example": {"ports": [53]}}, "allow": {}}
+	airlock.decision.allowed with input as at("connect", "git.example", 9418) with data.airlock.hosts as h
+	airlock.decision.allowed with input as at("connect", "git.example", 443) with data.airlock.hosts as h
+	not airlock.decision.allowed with input as at("connect", "git.example", 80) with data.airlock.hosts as h
+	d := airlock.decision with input as at("connect", "git.example", 22) with data.airlock.hosts as h
+	d.reasons == [{"id": "port_not_allowed", "msg": "git.example is reachable on port(s) 443, 9418, not 22"}]
+
+	# On 443 and 80 the reason is not looked for (it would cost every deny).
+	reason_ids(at("connect", "git.example", 80)) == ["default_deny"] with data.airlock.hosts as h
+
+	# A registry entry can never open a DNS port (the engine refuses one, and
+	# the library denies it anyway).
+	reason_ids(at("connect", "dns-ish.example", 53)) == ["dns_port"] with data.airlock.hosts as h
+}
+
+test_allow_host_port if {
+	h := {"registry": {}, "allow": {"api.example.com": {"ports": [8443]}, "db.example.com": {"ports": ["*"]}, "web.example.com": true}}
+	airlock.decision.allowed with input as at("tcp", "api.example.com", 8443) with data.airlock.hosts as h
+	not airlock.decision.allowed with input as at("tcp", "api.example.com", 443) with data.airlock.hosts as h
+	reason_ids(at("tcp", "api.example.com", 4444)) == ["port_not_allowed"] with data.airlock.hosts as h
+	airlock.decision.allowed with input as at("tcp", "db.example.com", 5432) with data.airlock.hosts as h
+	reason_ids(at("tcp", "db.example.com", 853)) == ["dns_port"] with data.airlock.hosts as h
+	airlock.decision.allowed with input as at("connect", "web.example.com", 443) with data.airlock.hosts as h
+	not airlock.decision.allowed with input as at("connect", "web.example.com", 22) with data.airlock.hosts as h
+	airlock.decision.allowed with input as at("dns", "api.example.com", 53) with data.airlock.hosts as h
+}
+
+test_allow_host_dns_port_named if {
+	h := {"registry": {}, "allow": {"resolver.example": {"ports": [53]}}}
+	d := airlock.decision with input as at("tcp", "resolver.example", 53) with data.airlock.hosts as h
+	d.allowed
+	d.reasons == [{"id": "dns_port_optin", "msg": "port 53 opened by a rule that names it"}]
+}
+
+test_git_fetch_only_on_git_hosts if {
+	allowed(http("POST", "github.com", "/o/r.git/git-upload-pack"))
+	not allowed(http("POST", "pypi.org", "/o/r.git/git-upload-pack"))
+	not allowed(http("POST", "registry.npmjs.org", "/x/git-upload-pack"))
+	d := airlock.decision with input as http("POST", "pypi.org", "/o/r.git/git-upload-pack")
+	d.reasons == [{"id": "git_fetch_not_git_host", "msg": "pypi.org is not a git host: git fetch (POST .../git-upload-pack) is allowed only to hosts that serve git"}]
+}
+
+test_git_fetch_on_host_a_rule_names if {
+	allowed(http("POST", "pypi.org", "/o/r.git/git-upload-pack")) with data.airlock.egress.git_host as true
+	not allowed(http("POST", "evil.example", "/o/r.git/git-upload-pack")) with data.airlock.egress.git_host as true
+}
+
+with_http(x, extra) := object.union(x, {"http": extra})
+
+test_read_only_refuses_bodies if {
+	every method in {"GET", "HEAD", "OPTIONS"} {
+		not allowed(with_http(http(method, "pypi.org", "/simple/"), {"body_size": 10}))
+		not allowed(with_http(http(method, "pypi.org", "/simple/"), {"body_size": -1}))
+		not allowed(with_http(http(method, "pypi.org", "/simple/"), {"headers": {"content-length": "10"}}))
+		not allowed(with_http(http(method, "pypi.org", "/simple/"), {"headers": {"transfer-encoding": "chunked"}}))
+	}
+	d := airlock.decision with input as with_http(http("GET", "pypi.org", "/simple/"), {"body_size": 10})
+	d.reasons == [{"id": "read_only_body", "msg": "GET to pypi.org carries a request body: a read-only registry takes none"}]
+}
+
+test_read_only_without_body_passes if {
+	allowed(with_http(http("GET", "pypi.org", "/simple/"), {"headers": {"content-length": "0"}}))
+	allowed(with_http(http("HEAD", "pypi.org", "/simple/"), {"body_size": 0}))
+	allowed(with_http(http("POST", "github.com", "/o/r.git/git-upload-pack"), {"body_size": 512}))
+}
+
+test_allow_host_takes_bodies if {
+	h := {"registry": {}, "allow": {"api.example.com": true}}
+	airlock.decision.allowed with input as with_http(http("GET", "api.example.com", "/"), {"body_size": 10}) with data.airlock.hosts as h
+	airlock.decision.allowed with input as http("POST", "api.example.com", "/o/r.git/git-upload-pack") with data.airlock.hosts as h
+}
+
+test_registry_post_keeps_default_deny if {
+	reason_ids(http("POST", "pypi.org", "/legacy/")) == ["default_deny"]
+	reason_ids(at("connect", "evil.example", 4444)) == ["default_deny"]
+}

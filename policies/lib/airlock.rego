@@ -9,13 +9,20 @@
 # Rules a policy may define in package airlock.egress:
 #   allow                     true when the request may pass
 #   deny contains {"id", "msg"}   a deny always wins over every allow
+#   refusal contains {"id", "msg"}  the reason given when nothing allows the
+#                             request; unlike deny, any allow overrides it
+#   dns_port_optin contains PORT  lets a connection to DNS port 53 or 853
+#                             through for this request (see dns_ports)
+#   git_host                  this request's registry host serves git: the
+#                             default policy allows git's fetch to it
 #   mitm                      intercept TLS so each inner request is checked
 #   http_status := n          status the gateway answers a denied request with
 #   report                    this request's decision is only reported
 #   enforce                   this request's decision is enforced, even when the
 #                             gateway runs in report mode (enforce wins over report)
 #
-# With no allow and no deny the answer is a deny with reason "default_deny".
+# With no allow and no deny the answer is a deny with the refusals of the
+# default policy and of airlock.egress as reasons, or "default_deny".
 package airlock
 
 # suffixes: the host and its parents, longest first. The engine always fills
@@ -42,22 +49,128 @@ host_keys := input.destination.keys if {
 	count(suffixes) > 1
 } else := [input.destination.host]
 
-# host_in(hosts) is true when a key of hosts matches the destination host:
-# the host itself, "*.<parent>" or "**.<ancestor>". Each key is one lookup
-# (the exact host first), so the cost does not grow with the size of hosts.
-# Pass a data reference, e.g. host_in(data.team_hosts[input.sandbox.labels.team]).
-host_in(hosts) if hosts[host_keys[_]]
+# default_ports: the ports a host entry of true means, and what a preset host
+# or a bare --allow HOST is reachable on.
+default_ports := {443, 80}
 
-# registry_host: the destination is in an active preset (read-only access).
-# The exact host is one direct lookup; the wildcard keys follow.
-registry_host if data.airlock.hosts.registry[input.destination.host]
+# dns_ports carry DNS. A connection to one (kinds connect, tls, tcp, http) is
+# denied with reason dns_port, whatever allows it, unless a rule names the
+# port: dns_port_optin contains PORT in airlock.egress, or --allow HOST:PORT.
+# Questions to the DNS filter (kind dns) are not connections and pass as ever.
+dns_ports := {53, 853}
 
-registry_host if data.airlock.hosts.registry[host_keys[_]]
+# port_ok(entry) is true when a host-list entry lets the destination port
+# through: true means default_ports; an object {"ports": [...]} names its
+# ports ("*" is every port), and without "ports" means default_ports. Any other
+# value matches nothing. A DNS question has no port to check.
+port_ok(true) if on_default_port
 
-# allowed_host: the destination was given with --allow (full access).
-allowed_host if data.airlock.hosts.allow[input.destination.host]
+port_ok(entry) if {
+	is_object(entry)
+	_port_in(object.get(entry, "ports", default_ports))
+}
 
-allowed_host if data.airlock.hosts.allow[host_keys[_]]
+# on_default_port: the destination port is 443 or 80, or the request is a DNS
+# question (which has no port to check). Evaluated once per request, however
+# many lookups use it.
+on_default_port if default_ports[input.destination.port]
+
+on_default_port if input.kind == "dns"
+
+_port_in(_) if input.kind == "dns"
+
+_port_in(ports) if input.destination.port in ports
+
+_port_in(ports) if "*" in ports
+
+# host_in(hosts) is true when a key of hosts matches the destination host (the
+# host itself, "*.<parent>" or "**.<ancestor>") and its entry lets the
+# destination port through (port_ok: true is ports 443 and 80, or
+# {"ports": [443, 8443]}). Each key is one lookup, so the cost does not grow
+# with the size of hosts. Pass a data reference, e.g.
+# host_in(data.team_hosts[input.sandbox.labels.team]). For a host on any port,
+# look the keys up yourself: some k in host_keys; hosts[k].
+host_in(hosts) if port_ok(hosts[host_keys[_]])
+
+# registry_host: the destination is in an active preset (read-only access) on
+# a port its preset names (443 and 80 unless it says otherwise). The exact host
+# is one direct lookup; the wildcard keys follow. (Bind a looked-up entry to a
+# variable before comparing it: OPA evaluates `data.x[k] == true` by scanning
+# data.x, which costs 350 us with 10,000 hosts.)
+registry_host if {
+	on_default_port
+	e := data.airlock.hosts.registry[input.destination.host]
+	e == true
+}
+
+registry_host if port_ok(data.airlock.hosts.registry[input.destination.host])
+
+registry_host if port_ok(data.airlock.hosts.registry[host_keys[_]])
+
+# allowed_host: the destination was given with --allow (full access), on the
+# port it names (443 and 80 for a bare HOST, every port for HOST:*).
+allowed_host if {
+	on_default_port
+	e := data.airlock.hosts.allow[input.destination.host]
+	e == true
+}
+
+allowed_host if port_ok(data.airlock.hosts.allow[input.destination.host])
+
+allowed_host if port_ok(data.airlock.hosts.allow[host_keys[_]])
+
+# git_host: the destination serves git, so a read-only rule may allow git's
+# fetch (POST .../git-upload-pack) to it: a preset entry says "git": true, or
+# a git_host rule in airlock.egress names it.
+git_host if {
+	some k in host_keys
+	e := data.airlock.hosts.registry[k]
+	e.git == true
+}
+
+git_host if data.airlock.egress.git_host == true
+
+# has_body: the HTTP request carries a body. The gateway fills
+# input.http.body_size (n > 0 declared, -1 chunked); a hand-written input may
+# instead carry a content-length other than "0" or a transfer-encoding header.
+has_body if input.http.body_size != 0
+
+has_body if trim_space(input.http.headers["content-length"]) != "0"
+
+has_body if input.http.headers["transfer-encoding"]
+
+# _dns_port: a connection to a DNS port that no rule named. (_denied repeats
+# its body, which saves a rule evaluation on every request.)
+_dns_port if {
+	dns_ports[input.destination.port]
+	input.kind != "dns"
+	not _dns_port_named
+}
+
+_dns_port_named if input.destination.port in data.airlock.egress.dns_port_optin
+
+_dns_port_named if {
+	some k in host_keys
+	input.destination.port in data.airlock.hosts.allow[k].ports
+}
+
+_dns_port_reasons := [{
+	"id": "dns_port",
+	"msg": sprintf(
+		"port %d carries DNS: %s to %s:%d needs a rule that names the port (dns_port_optin)",
+		[input.destination.port, input.kind, input.destination.host, input.destination.port],
+	),
+}] if {
+	_dns_port
+} else := []
+
+# An allowed connection to a DNS port says so in its reasons (the audit log).
+_dns_port_notes contains {
+	"id": "dns_port_optin",
+	"msg": sprintf("port %d opened by a rule that names it", [input.destination.port]),
+} if {
+	input.kind != "dns"
+}
 
 default _allow := false
 
@@ -71,8 +184,17 @@ _denied if {
 	some _ in data.airlock.egress.deny
 }
 
+_denied if {
+	dns_ports[input.destination.port]
+	input.kind != "dns"
+	not _dns_port_named
+}
+
 # Deny entries are normalized to {"id", "msg"}; anything else still denies.
-_denies := [_reason(r) | some r in data.airlock.egress.deny]
+_denies := array.concat([_reason(r) | some r in data.airlock.egress.deny], _dns_port_reasons)
+
+# Refusals explain a request nothing allowed; they never override an allow.
+_refusals := {_reason(r) | some r in data.airlock.defaults.refusal} | {_reason(r) | some r in data.airlock.egress.refusal}
 
 _reason(r) := {"id": r.id, "msg": object.get(r, "msg", "")} if {
 	is_string(r.id)
@@ -81,7 +203,9 @@ _reason(r) := {"id": r.id, "msg": object.get(r, "msg", "")} if {
 
 # allow_reasons explain an allow to the gateway or DNS filter; dns_qtype_optin
 # is how a policy lets TXT, MX, SRV ... through for a name.
-_allow_reasons := sort([_reason(r) | some r in data.airlock.egress.allow_reasons])
+_allow_reasons := sort([_reason(r) | some r in data.airlock.egress.allow_reasons]) if {
+	not dns_ports[input.destination.port]
+} else := sort(array.concat([_reason(r) | some r in data.airlock.egress.allow_reasons], [n | some n in _dns_port_notes]))
 
 default _mitm := false
 
@@ -113,6 +237,8 @@ _verdict := {"allowed": true, "reasons": _allow_reasons, "mitm": _mitm, "http_st
 	_allow
 } else := {"allowed": false, "reasons": sort(_denies), "mitm": false, "http_status": _deny_status} if {
 	_denied
+} else := {"allowed": false, "reasons": sort(_refusals), "mitm": false, "http_status": _deny_status} if {
+	count(_refusals) > 0
 } else := {
 	"allowed": false,
 	"reasons": [{

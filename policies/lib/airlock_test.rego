@@ -191,3 +191,176 @@ test_host_keys_taken_from_input if {
 	airlock.host_keys == keys with input as req_in
 	airlock.host_in(hosts) with input as req_in
 }
+
+at(kind, host, port) := {"kind": kind, "sandbox": {"id": "sb-1"}, "destination": {"host": host, "port": port}}
+
+get_at(host, port) := {
+	"kind": "http",
+	"sandbox": {"id": "sb-1"},
+	"destination": {"host": host, "port": port},
+	"http": {"method": "GET", "scheme": "https", "path": "/"},
+}
+
+ported := {
+	"web.example": true,
+	"alt.example": {"ports": [8443]},
+	"any.example": {"ports": ["*"]},
+	"noports.example": {"git": true},
+	"off.example": false,
+	"odd.example": "yes",
+}
+
+test_port_ok_true_is_443_and_80 if {
+	airlock.port_ok(true) with input as at("tls", "x.example", 443)
+	airlock.port_ok(true) with input as at("connect", "x.example", 80)
+	not airlock.port_ok(true) with input as at("connect", "x.example", 4444)
+	not airlock.port_ok(true) with input as at("tcp", "x.example", 22)
+}
+
+test_port_ok_object_ports if {
+	airlock.port_ok({"ports": [8443, 9418]}) with input as at("tls", "x.example", 9418)
+	not airlock.port_ok({"ports": [8443]}) with input as at("tls", "x.example", 443)
+	airlock.port_ok({"git": true}) with input as at("tls", "x.example", 443)
+	not airlock.port_ok({"git": true}) with input as at("tls", "x.example", 8443)
+	airlock.port_ok({"ports": ["*"]}) with input as at("tcp", "x.example", 22)
+	not airlock.port_ok({"ports": []}) with input as at("tls", "x.example", 443)
+}
+
+test_port_ok_other_values_match_nothing if {
+	not airlock.port_ok(false) with input as at("tls", "x.example", 443)
+	not airlock.port_ok("yes") with input as at("tls", "x.example", 443)
+	not airlock.port_ok(false) with input as at("dns", "x.example", 53)
+}
+
+test_port_ok_dns_has_no_port if {
+	airlock.port_ok(true) with input as at("dns", "x.example", 53)
+	airlock.port_ok({"ports": [8443]}) with input as at("dns", "x.example", 53)
+}
+
+test_host_in_checks_the_port if {
+	airlock.host_in(ported) with input as at("tls", "web.example", 443)
+	airlock.host_in(ported) with input as get_at("web.example", 80)
+	not airlock.host_in(ported) with input as at("connect", "web.example", 4444)
+	airlock.host_in(ported) with input as at("connect", "alt.example", 8443)
+	not airlock.host_in(ported) with input as at("connect", "alt.example", 443)
+	airlock.host_in(ported) with input as at("tcp", "any.example", 5432)
+	airlock.host_in(ported) with input as at("tls", "noports.example", 443)
+	not airlock.host_in(ported) with input as at("tls", "off.example", 443)
+	not airlock.host_in(ported) with input as at("tls", "odd.example", 443)
+	airlock.host_in(ported) with input as at("dns", "alt.example", 53)
+}
+
+test_registry_and_allowed_host_check_the_port if {
+	not airlock.registry_host with input as at("connect", "exact.example", 4444) with data.airlock.hosts.registry as hosts
+	not airlock.registry_host with input as at("tls", "a.one.example", 22) with data.airlock.hosts.registry as hosts
+	airlock.registry_host with input as at("dns", "a.one.example", 53) with data.airlock.hosts.registry as hosts
+	airlock.allowed_host with input as at("tcp", "alt.example", 8443) with data.airlock.hosts.allow as ported
+	not airlock.allowed_host with input as at("tcp", "alt.example", 443) with data.airlock.hosts.allow as ported
+	not airlock.allowed_host with input as at("tcp", "web.example", 4444) with data.airlock.hosts.allow as ported
+}
+
+test_git_host if {
+	r := {"git.example": {"git": true}, "**.forge.example": {"git": true}, "pkgs.example": true}
+	airlock.git_host with input as get_at("git.example", 443) with data.airlock.hosts.registry as r
+	airlock.git_host with input as get_at("a.forge.example", 443) with data.airlock.hosts.registry as r
+	not airlock.git_host with input as get_at("pkgs.example", 443) with data.airlock.hosts.registry as r
+	not airlock.git_host with input as get_at("other.example", 443) with data.airlock.hosts.registry as r
+	airlock.git_host with input as get_at("pkgs.example", 443) with data.airlock.hosts.registry as r with data.airlock.egress.git_host as true
+}
+
+with_http(extra) := object.union(get_at("x.example", 443), {"http": extra})
+
+test_has_body if {
+	airlock.has_body with input as with_http({"body_size": 5})
+	airlock.has_body with input as with_http({"body_size": -1})
+	airlock.has_body with input as with_http({"headers": {"content-length": "12"}})
+	airlock.has_body with input as with_http({"headers": {"content-length": "0, 0"}})
+	airlock.has_body with input as with_http({"headers": {"content-length": "junk"}})
+	airlock.has_body with input as with_http({"headers": {"transfer-encoding": "chunked"}})
+	airlock.has_body with input as with_http({"headers": {"transfer-encoding": ""}})
+}
+
+test_has_body_none if {
+	not airlock.has_body with input as get_at("x.example", 443)
+	not airlock.has_body with input as with_http({"headers": {"content-length": "0"}})
+	not airlock.has_body with input as with_http({"headers": {"content-length": " 0 "}, "body_size": 0})
+	not airlock.has_body with input as with_http({"headers": {"accept": "*/*"}})
+}
+
+no_hosts := {"registry": {}, "allow": {}}
+
+test_dns_port_denied_whatever_allows_it if {
+	every kind in {"connect", "tls", "tcp"} {
+		every port in {53, 853} {
+			d := airlock.decision with input as at(kind, "resolver.example", port) with data.airlock.egress.allow as true
+			not d.allowed
+			d.reasons == [{"id": "dns_port", "msg": sprintf("port %d carries DNS: %s to resolver.example:%d needs a rule that names the port (dns_port_optin)", [port, kind, port])}]
+		}
+	}
+	d := airlock.decision with input as get_at("resolver.example", 853) with data.airlock.defaults.allow as true
+	d.reasons[0].id == "dns_port"
+}
+
+test_dns_port_denied_with_user_denies if {
+	d := airlock.decision with input as at("connect", "r.example", 53)
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.deny as {{"id": "mine", "msg": "m"}}
+	[r.id | some r in d.reasons] == ["dns_port", "mine"]
+}
+
+test_dns_port_optin if {
+	d := airlock.decision with input as at("tcp", "resolver.example", 53)
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.dns_port_optin as {53}
+	d.allowed
+	d.reasons == [{"id": "dns_port_optin", "msg": "port 53 opened by a rule that names it"}]
+	not airlock.decision.allowed with input as at("tcp", "resolver.example", 853)
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.dns_port_optin as {53}
+}
+
+test_dns_port_optin_does_not_allow if {
+	d := airlock.decision with input as at("tcp", "resolver.example", 53)
+		with data.airlock.egress.dns_port_optin as {53}
+		with data.airlock.hosts as no_hosts
+	d.reasons[0].id == "default_deny"
+}
+
+test_dns_port_named_by_allow_entry if {
+	h := {"registry": {}, "allow": {"resolver.example": {"ports": [53]}, "wide.example": {"ports": ["*"]}}}
+	airlock.decision.allowed with input as at("tcp", "resolver.example", 53) with data.airlock.hosts as h
+	not airlock.decision.allowed with input as at("tcp", "resolver.example", 853) with data.airlock.hosts as h
+	d := airlock.decision with input as at("tcp", "wide.example", 53) with data.airlock.hosts as h
+	d.reasons[0].id == "dns_port"
+	airlock.decision.allowed with input as at("tcp", "wide.example", 5432) with data.airlock.hosts as h
+}
+
+test_dns_questions_are_not_dns_ports if {
+	d := airlock.decision with input as {"kind": "dns", "sandbox": {"id": "sb-1"}, "destination": {"host": "x.example", "port": 53}, "dns": {"qname": "x.example", "qtype": "A"}}
+		with data.airlock.egress.allow as true
+	d.allowed
+	d.reasons == []
+}
+
+test_refusals_explain_a_deny if {
+	d := airlock.decision with input as get("x.example", "/")
+		with data.airlock.egress.refusal as {{"id": "why", "msg": "because"}, "plain"}
+		with data.airlock.hosts as no_hosts
+	not d.allowed
+	d.reasons == [{"id": "deny", "msg": "plain"}, {"id": "why", "msg": "because"}]
+	d.http_status == 403
+}
+
+test_refusals_never_override_an_allow if {
+	d := airlock.decision with input as get("x.example", "/")
+		with data.airlock.egress.refusal as {{"id": "why", "msg": "because"}}
+		with data.airlock.egress.allow as true
+	d.allowed
+}
+
+test_deny_wins_over_refusals if {
+	d := airlock.decision with input as get("x.example", "/")
+		with data.airlock.egress.refusal as {{"id": "why", "msg": "because"}}
+		with data.airlock.egress.deny as {{"id": "no", "msg": "never"}}
+	d.reasons == [{"id": "no", "msg": "never"}]
+}

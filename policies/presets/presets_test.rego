@@ -62,3 +62,27 @@ test_lookalikes_are_not_registries if {
 	not registry("xpypi.org")
 	not registry("gist.github.com")
 }
+
+test_only_github_serves_git if {
+	airlock.git_host with input as get("github.com")
+	every h in {"pypi.org", "registry.npmjs.org", "proxy.golang.org", "crates.io", "deb.debian.org", "codeload.github.com", "api.github.com"} {
+		not airlock.git_host with input as get(h)
+	}
+}
+
+test_no_preset_opens_a_dns_port if {
+	every _, v in data.airlock.hosts.registry {
+		every p in entry_ports(v) {
+			not p in airlock.dns_ports
+		}
+	}
+}
+
+entry_ports(v) := airlock.default_ports if {
+	v == true
+} else := object.get(v, "ports", airlock.default_ports)
+
+test_registry_pypi_ports if {
+	airlock.registry_host with input as object.union(get("pypi.org"), {"destination": {"host": "pypi.org", "port": 80}})
+	not airlock.registry_host with input as object.union(get("pypi.org"), {"destination": {"host": "pypi.org", "port": 4444}})
+}

@@ -68,6 +68,18 @@ type Host struct {
 	udp      atomic.Int64
 	mu       sync.Mutex
 	seen     []*http.Request
+	ports    map[int]*atomic.Int64 // extra TCP ports (AddTCPPort)
+}
+
+// PortConns is the number of TCP connections an extra port of the host
+// (AddTCPPort) accepted; they count in Conns too.
+func (h *Host) PortConns(port int) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.ports[port]; c != nil {
+		return c.Load()
+	}
+	return 0
 }
 
 // Conns is the number of TCP connections any port of the host accepted.
@@ -338,15 +350,53 @@ func (n *Net) AddHost(names []string, handler http.Handler) (*Host, error) {
 	return h, nil
 }
 
+// AddTCPPort starts a TCP echo server on another port of h, so a test can
+// prove the host is unreachable on a port it does not serve: connections count
+// in h.Conns and h.PortConns(port). A port already added is left as it is.
+func (n *Net) AddTCPPort(h *Host, port int) error {
+	h.mu.Lock()
+	if h.ports[port] != nil {
+		h.mu.Unlock()
+		return nil
+	}
+	if h.ports == nil {
+		h.ports = map[int]*atomic.Int64{}
+	}
+	c := new(atomic.Int64)
+	h.ports[port] = c
+	h.mu.Unlock()
+	var l net.Listener
+	err := n.inNS(func() error {
+		var err error
+		l, err = net.Listen("tcp4", netip.AddrPortFrom(h.IP, uint16(port)).String())
+		return err
+	})
+	if err != nil {
+		h.mu.Lock()
+		delete(h.ports, port)
+		h.mu.Unlock()
+		return fmt.Errorf("fakenet: listen on %s:%d: %w", h.IP, port, err)
+	}
+	go echoTCP(&countingListener{Listener: l, n: &h.conns, port: c})
+	n.mu.Lock()
+	n.closers = append(n.closers, l)
+	n.mu.Unlock()
+	return nil
+}
+
 type countingListener struct {
 	net.Listener
-	n *atomic.Int64
+	n    *atomic.Int64
+	port *atomic.Int64 // optional second counter
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err == nil {
 		l.n.Add(1)
+		if l.port != nil {
+			l.port.Add(1)
+		}
 	}
 	return c, err
 }

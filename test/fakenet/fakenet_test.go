@@ -56,4 +56,25 @@ func TestRootFakenet(t *testing.T) {
 	if _, err := n.ICMPEchoRequests(); err != nil {
 		t.Fatal(err)
 	}
+	// An extra port counts its connections, and adding it twice is harmless.
+	for range 2 {
+		if err := n.AddTCPPort(h, 4444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := net.DialTimeout("tcp4", h.IP.String()+":4444", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "ping\n" {
+		t.Fatalf("echo: got %q %v", buf, err)
+	}
+	conn.Close()
+	if h.PortConns(4444) != 1 || h.Conns() != 2 || h.PortConns(22) != 0 {
+		t.Fatalf("got port 4444 conns %d, all conns %d, want 1 and 2", h.PortConns(4444), h.Conns())
+	}
 }

@@ -6,7 +6,10 @@
 # then POST .../git-receive-pack. Pushes are caught at both steps.
 package airlock.egress
 
-git_servers := {"git.corp.example"}
+import data.airlock
+
+# The git servers and their ports (true: 443 and 80).
+git_servers := {"git.corp.example": true}
 
 deny contains {"id": "git_push", "msg": sprintf("git push to %s is not allowed", [input.destination.host])} if {
 	input.kind == "http"
@@ -21,7 +24,7 @@ deny contains {"id": "git_push", "msg": sprintf("git push to %s is not allowed",
 
 allow if {
 	input.kind == "http"
-	input.destination.host in git_servers
+	airlock.host_in(git_servers)
 	input.http.method == "GET"
 	endswith(input.http.path, "/info/refs")
 	input.http.query.service == ["git-upload-pack"]
@@ -29,7 +32,7 @@ allow if {
 
 allow if {
 	input.kind == "http"
-	input.destination.host in git_servers
+	airlock.host_in(git_servers)
 	input.http.method == "POST"
 	endswith(input.http.path, "/git-upload-pack")
 }
@@ -38,10 +41,10 @@ allow if {
 # the rules above see each request.
 allow if {
 	input.kind in {"connect", "tls", "dns"}
-	input.destination.host in git_servers
+	airlock.host_in(git_servers)
 }
 
 mitm if {
 	input.kind in {"connect", "tls"}
-	input.destination.host in git_servers
+	airlock.host_in(git_servers)
 }

@@ -51,3 +51,8 @@ test_connect_intercepted if {
 	d.allowed
 	d.mitm
 }
+
+test_git_server_other_ports_denied if {
+	not allowed({"kind": "connect", "sandbox": {"id": "sb-1"}, "destination": {"host": "git.corp.example", "port": 22}})
+	not allowed({"kind": "connect", "sandbox": {"id": "sb-1"}, "destination": {"host": "git.corp.example", "port": 9418}})
+}

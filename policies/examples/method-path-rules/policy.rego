@@ -24,8 +24,15 @@ allow if {
 	startswith(input.http.headers["content-type"], "application/json")
 }
 
+# CONNECT and TLS on 443 only; a DNS question has no port.
 allow if {
-	input.kind in {"connect", "tls", "dns"}
+	input.kind in {"connect", "tls"}
+	input.destination.host == api
+	input.destination.port == 443
+}
+
+allow if {
+	input.kind == "dns"
 	input.destination.host == api
 }
 

@@ -43,3 +43,8 @@ test_connect_intercepted if {
 	d.allowed
 	d.mitm
 }
+
+test_connect_other_port_denied if {
+	not allowed({"kind": "connect", "sandbox": {"id": "sb-1"}, "destination": {"host": "api.corp.example", "port": 8443}})
+	allowed({"kind": "dns", "sandbox": {"id": "sb-1"}, "destination": {"host": "api.corp.example", "port": 53}, "dns": {"qname": "api.corp.example", "qtype": "A"}})
+}

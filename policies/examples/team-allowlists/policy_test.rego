@@ -50,3 +50,14 @@ test_team_connect_is_intercepted if {
 test_team_tcp_denied if {
 	not allowed({"kind": "tcp", "sandbox": {"id": "sb-1", "labels": {"team": "ml"}}, "destination": {"host": "huggingface.co", "port": 22}})
 }
+
+ml_connect(port) := {"kind": "connect", "sandbox": {"id": "sb-1", "labels": {"team": "ml"}}, "destination": {"host": "huggingface.co", "port": port}}
+
+test_team_hosts_on_their_ports_only if {
+	allowed(ml_connect(443))
+	not allowed(ml_connect(22))
+	not allowed(ml_connect(53))
+	mlflow := {"kind": "connect", "sandbox": {"id": "sb-1", "labels": {"team": "ml"}}, "destination": {"host": "mlflow.corp.example", "port": 5000}}
+	allowed(mlflow)
+	not allowed(object.union(mlflow, {"destination": {"port": 443}}))
+}
