@@ -50,16 +50,17 @@
 //
 // The explicit proxy's front is github.com/elazarl/goproxy (explicit.go): one
 // http.Server per sandbox listener serves a goproxy.ProxyHttpServer. Each
-// accepted connection is wrapped (explicitConn) so that the per-connection state
-// stays per connection: its session (pinned upstream connection, byte counts,
-// the raw Host header that net/http drops for absolute-form requests), the
-// header limit counted from the first byte, and refusal plus audit of a request
-// that cannot be read. The wrapper hands http.Server exactly one request's
-// bytes at a time (head, then Content-Length body), so pipelined requests each
-// get their own checks and the bytes a client sends right behind a CONNECT stay
-// for the tunnel; a chunked request body ends the connection after its response.
-// CONNECT goes through HandleConnectFunc -> ConnectHijack to the tunnel and
-// interception code below, on the raw *net.TCPConn so the tunnel still splices.
+// accepted connection is wrapped (explicitConn, explicitconn.go) so that the
+// per-connection state stays per connection: its session (pinned upstream
+// connection, byte counts, the raw Host header that net/http drops for
+// absolute-form requests), the header limit counted from the first byte, and
+// refusal plus audit of a request that cannot be read. The wrapper hands
+// http.Server exactly one request's bytes at a time (head, then
+// Content-Length body), so pipelined requests each get their own checks and
+// the bytes a client sends right behind a CONNECT stay for the tunnel; a
+// chunked request body ends the connection after its response. CONNECT goes
+// through HandleConnectFunc -> ConnectHijack to the tunnel and interception
+// code (tunnel.go), on the raw *net.TCPConn so the tunnel still splices.
 // Absolute-form HTTP goes through OnRequest().DoFunc, which runs the stages up
 // to the dial, and the round trip runs on a per-request ctx.RoundTripper over
 // the session's pooled, guarded upstream connection. goproxy's own transport

@@ -2,13 +2,11 @@ package gateway
 
 import (
 	"bufio"
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"time"
 
@@ -172,76 +170,4 @@ func soOriginalDst(c net.Conn) (netip.AddrPort, error) {
 		return netip.AddrPort{}, errors.New("original destination: empty")
 	}
 	return out, nil
-}
-
-// intercept terminates the client's TLS with a leaf for rc.host (minted only
-// now, after allow) and serves the inner requests, each decided again as kind
-// http. The ClientHello's server name, if any, must be rc.host.
-func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
-	cert, err := g.leaves.get(rc.host)
-	if err != nil {
-		return fail(ReasonUpstream, http.StatusBadGateway, err)
-	}
-	var sniErr error
-	cfg := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"http/1.1"}, // HTTP/2 is never negotiated inside
-		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if hello.ServerName != "" {
-				n, err := hostname.Normalize(hello.ServerName)
-				if err != nil || n != rc.host {
-					sniErr = deny(ReasonHostMismatch, "tls server name %q on a connection to %s", hello.ServerName, rc.host)
-					return nil, sniErr
-				}
-			}
-			return cert, nil
-		},
-	}
-	cnt := &countConn{Conn: client}
-	tc := tls.Server(cnt, cfg)
-	untrack := rc.cc.track(tc)
-	defer untrack()
-	tc.SetDeadline(time.Now().Add(g.cfg.HandshakeTimeout))
-	herr := tc.Handshake()
-	tc.SetDeadline(time.Time{})
-	defer func() { rc.bytesUp, rc.bytesDown = cnt.in.Load(), cnt.out.Load() }()
-	if herr != nil {
-		tc.Close()
-		if sniErr != nil {
-			return sniErr
-		}
-		return fail("client_tls_error", http.StatusBadGateway, herr)
-	}
-	if err := g.openTunnel(rc); err != nil {
-		tc.Close()
-		return err
-	}
-	s := g.newSession(rc.cc, tc, nil)
-	s.pinned, s.pinHost, s.pinPort, s.defaultPort = true, rc.host, rc.port, rc.port
-	s.scheme, s.intercepted = "https", true
-	s.sni = tc.ConnectionState().ServerName
-	s.loop(policy.KindHTTP)
-	tc.Close()
-	return nil
-}
-
-// tunnel relays a passthrough connection (transparent TLS or raw TCP): head is
-// what the peekers buffered; the rest goes *net.TCPConn to *net.TCPConn.
-func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) error {
-	if err := g.openTunnel(rc); err != nil {
-		return err
-	}
-	rc.responded = true
-	down := make(chan int64, 1)
-	go func() {
-		n, _ := io.Copy(client, up)
-		closeWrite(client)
-		down <- n
-	}()
-	guard := g.streamGuard(rc, false)
-	n, _ := copyUp(up, head, client, guard)
-	guardFailed(rc, guard, up, client)
-	rc.bytesUp = n
-	rc.bytesDown = <-down
-	return nil
 }
