@@ -27,7 +27,8 @@
 //	     check every candidate with ipguard, dial exactly the address checked
 //	  -> relay: HTTP request/response, CONNECT or TLS passthrough tunnel, or the
 //	     intercepted (MITM) request loop, where each inner request runs this
-//	     pipeline again as kind http
+//	     pipeline again as kind http; a CONNECT tunnel relays nothing until
+//	     the client's first bytes say what it carries (below)
 //	  -> audit: one record per request, tunnel or connection, written by one
 //	     deferred call; tunnels also get a close record with bytes and duration
 //
@@ -36,6 +37,18 @@
 // secrets error maps through secrets.HTTPStatus (403 denial, 503 source
 // unavailable, 502 unscrubbable response); a *secrets.Denial's Code is the
 // record's reason id and its Flag goes in the record's flags.
+//
+// A CONNECT allows a destination, not every protocol to it. Unless it is
+// intercepted, the client's first bytes are sniffed as the transparent
+// listener sniffs them (first byte within PeekTimeout; a ClientHello complete
+// within HandshakeTimeout and 16 KiB, else refused) and the tunnel carries
+// TLS whose ClientHello names the CONNECT host (one without a server name
+// only where policy allows kind tls with an empty sni for the destination),
+// plaintext HTTP served by a session pinned to the CONNECT's host and port
+// (every request decided and audited as kind http), or opaque bytes, or none
+// (a server-first protocol), only where policy allows kind tcp to the same
+// host and port. The second decision is the tunnel record's, and the record's
+// extra.carries says what the tunnel carried.
 //
 // A sandbox that holds placeholders (Injector.HoldsPlaceholders) has every TLS
 // tunnel intercepted, so the placeholder check sees each request it sends

@@ -60,6 +60,36 @@ func (g *Gateway) newSession(cc *clientConn, conn net.Conn, br *bufio.Reader) *h
 	return s
 }
 
+// newPinnedSession is a session whose every request must name host:port: a
+// transparent plain-HTTP connection, plaintext HTTP inside a CONNECT, an
+// intercepted TLS connection. head holds bytes a peeker already read from
+// conn; they are read first.
+func (g *Gateway) newPinnedSession(cc *clientConn, conn net.Conn, head []byte, host string, port int) *httpSession {
+	s := g.newSession(cc, conn, nil)
+	if len(head) > 0 {
+		s.br = bufio.NewReaderSize(io.MultiReader(bytesReader(head), &s.rd), maxPeekBytes)
+	}
+	s.pinned, s.pinHost, s.pinPort, s.defaultPort = true, host, port, port
+	return s
+}
+
+func bytesReader(b []byte) io.Reader {
+	c := make([]byte, len(b))
+	copy(c, b)
+	return &sliceReader{b: c}
+}
+
+type sliceReader struct{ b []byte }
+
+func (r *sliceReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
 func (s *httpSession) suffixes(host string) []string {
 	if host != s.sufHost {
 		s.sufHost, s.suf = host, hostname.Suffixes(host)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -39,6 +40,7 @@ type reqCtx struct {
 	ip      netip.Addr // the address dialed (or refused)
 	sni     string
 	origDst netip.AddrPort
+	carries policy.Kind // CONNECT: what the tunnel turned out to carry (tls, http, tcp)
 
 	// HTTP.
 	req       *http.Request
@@ -188,26 +190,10 @@ func (g *Gateway) decide(rc *reqCtx) error {
 		}
 	}
 	g.buildInput(rc)
-	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
-	d := g.dec.Decide(ctx, &rc.in)
-	cancel()
-	rc.policyDur = time.Since(t0)
-	g.metrics.policyEval.Observe(rc.policyDur.Seconds())
+	d := g.ask(rc)
 	rc.dec, rc.decided = d, true
-	if !d.Permit() {
-		reason, msg := policy.ReasonPolicyError, "policy error"
-		if d.Err == nil {
-			reason, msg = "denied", "denied by policy"
-			if len(d.Reasons) > 0 {
-				reason, msg = d.Reasons[0].ID, d.Reasons[0].Msg
-			}
-		}
-		status := http.StatusForbidden
-		if d.HTTPStatus >= 400 && d.HTTPStatus <= 599 {
-			status = d.HTTPStatus
-		}
-		return &denial{reason: reason, msg: msg, status: status}
+	if err := denialOf(d); err != nil {
+		return err
 	}
 	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
 		rc.mitm = d.MITM
@@ -219,6 +205,56 @@ func (g *Gateway) decide(rc *reqCtx) error {
 		}
 	}
 	return nil
+}
+
+// ask runs one policy decision on rc.in, bounded by PolicyTimeout.
+func (g *Gateway) ask(rc *reqCtx) policy.Decision {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
+	d := g.dec.Decide(ctx, &rc.in)
+	cancel()
+	dur := time.Since(t0)
+	rc.policyDur += dur
+	g.metrics.policyEval.Observe(dur.Seconds())
+	return d
+}
+
+// denialOf is the denial a decision that does not permit stands for (nil when
+// it permits): its first reason, or policy_error, with the policy's status.
+func denialOf(d policy.Decision) error {
+	if d.Permit() {
+		return nil
+	}
+	reason, msg := policy.ReasonPolicyError, "policy error"
+	if d.Err == nil {
+		reason, msg = "denied", "denied by policy"
+		if len(d.Reasons) > 0 {
+			reason, msg = d.Reasons[0].ID, d.Reasons[0].Msg
+		}
+	}
+	status := http.StatusForbidden
+	if d.HTTPStatus >= 400 && d.HTTPStatus <= 599 {
+		status = d.HTTPStatus
+	}
+	return &denial{reason: reason, msg: msg, status: status}
+}
+
+// decideCarried decides what an allowed CONNECT turned out to carry, a second
+// time and for the same destination: kind tcp for opaque bytes (or none, a
+// server-first protocol), kind tls with an empty sni for a ClientHello without
+// a server name. A CONNECT allows a destination, not every protocol to it. The
+// second decision is the one the tunnel's record carries.
+func (g *Gateway) decideCarried(rc *reqCtx, kind policy.Kind) error {
+	in := &rc.in
+	in.Kind, in.HTTP, in.TLS, in.Destination.Protocol = kind, nil, nil, ""
+	switch kind {
+	case policy.KindTCP:
+		in.Destination.Protocol = "tcp"
+	case policy.KindTLS:
+		in.TLS = &policy.TLS{}
+	}
+	rc.dec = g.ask(rc)
+	return denialOf(rc.dec)
 }
 
 // buildInput fills rc.in from the normalized request.
@@ -459,6 +495,9 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 		return r
 	}
 	r.Decision = resultOf(rc)
+	if rc.carries != "" {
+		r.Extra = map[string]json.RawMessage{"carries": json.RawMessage(strconv.Quote(string(rc.carries)))}
+	}
 	if rc.decided {
 		r.Mode = string(rc.dec.Mode)
 		r.PolicyRev = rc.dec.Rev

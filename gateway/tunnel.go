@@ -18,7 +18,15 @@ import (
 // relayConnect and tunnel relay opaque bytes, intercept terminates the
 // client's TLS and runs the inner request loop (httpSession.loop, http.go).
 
-// relayConnect answers an allowed CONNECT and runs the tunnel or interception.
+// relayConnect answers an allowed CONNECT and serves what the tunnel carries.
+// The CONNECT allowed a destination, not whatever bytes follow it: nothing is
+// relayed until the client's first bytes are known (sniff, as the transparent
+// listener does), and then the tunnel carries
+//   - TLS whose complete ClientHello names the CONNECT host, or has no server
+//     name where policy allows kind tls with an empty sni for the destination;
+//   - plaintext HTTP, every request decided again as kind http (connectHTTP);
+//   - anything else, or nothing (a server-first protocol), only where policy
+//     allows kind tcp to the destination (decideCarried).
 func (g *Gateway) relayConnect(rc *reqCtx) error {
 	s := rc.sess
 	s.bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
@@ -31,49 +39,51 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 	if rc.mitm {
 		return g.intercept(rc, &prefixConn{Conn: s.conn, r: s.br})
 	}
-	// Start relaying the upstream's bytes at once (server-first protocols), and
-	// look at the client's first bytes: a TLS ClientHello must name the CONNECT
-	// host (domain fronting).
-	down := make(chan int64, 1)
-	up := rc.upRaw
-	client := s.conn
-	go func() {
-		n, _ := io.Copy(client, up)
-		closeWrite(client)
-		down <- n
-	}()
 	s.rd.limited, s.rd.progress = false, 0
-	client.SetReadDeadline(time.Now().Add(g.cfg.PeekTimeout))
-	sni, perr := peekClientHello(s.br, maxPeekBytes)
-	client.SetReadDeadline(time.Time{})
-	var err error
-	switch {
-	case perr == nil && sni != "":
-		n, nerr := hostname.Normalize(sni)
-		if nerr != nil || n != rc.host {
-			err = deny(ReasonHostMismatch, "CONNECT %s carries TLS server name %q", rc.host, sni)
-		}
-	case perr == nil, errors.Is(perr, errNotTLS), isTimeout(perr):
-	case errors.Is(perr, io.EOF), errors.Is(perr, net.ErrClosed):
-		err = fail("client_closed", http.StatusBadGateway, perr)
-	default:
-		err = deny(ReasonBadRequest, "CONNECT %s: %v", rc.host, perr)
-	}
-	if err == nil {
-		err = g.openTunnel(rc)
+	sn, err := g.sniff(s.conn, s.br)
+	rc.carries = sn.kind
+	var d *denial
+	if err != nil && !errors.As(err, &d) {
+		return fail("client_closed", http.StatusBadGateway, err)
 	}
 	if err != nil {
-		up.Close()
-		client.Close()
-		rc.bytesDown = <-down
 		return err
 	}
+	switch {
+	case sn.kind == policy.KindHTTP:
+		return g.connectHTTP(rc)
+	case sn.kind == policy.KindTLS && sn.sni != "":
+		n, err := hostname.Normalize(sn.sni)
+		if err != nil || n != rc.host {
+			return deny(ReasonHostMismatch, "CONNECT %s carries TLS server name %q", rc.host, sn.sni)
+		}
+	default:
+		if err := g.decideCarried(rc, sn.kind); err != nil {
+			return err
+		}
+	}
 	head, _ := s.br.Peek(s.br.Buffered())
-	guard := g.streamGuard(rc, false)
-	upN, _ := copyUp(up, head, client, guard)
-	guardFailed(rc, guard, up, client)
-	rc.bytesUp = upN
-	rc.bytesDown = <-down
+	return g.tunnel(rc, s.conn, head, rc.upRaw)
+}
+
+// connectHTTP serves plaintext HTTP inside an allowed CONNECT: a session
+// pinned to the CONNECT's host and port runs each request through the
+// pipeline as kind http, so every request must name that host and is decided
+// and audited on its own. The connection dialed for the CONNECT carries the
+// first allowed request.
+func (g *Gateway) connectHTTP(rc *reqCtx) error {
+	if err := g.openTunnel(rc); err != nil {
+		return err
+	}
+	outer := rc.sess
+	head, _ := outer.br.Peek(outer.br.Buffered())
+	cnt := &countConn{Conn: outer.conn}
+	s := g.newPinnedSession(rc.cc, cnt, head, rc.host, rc.port)
+	s.up = newUpstreamConn(upstreamKey{host: rc.host, port: rc.port}, rc.upRaw, rc.ip)
+	s.untrack = rc.cc.track(rc.upRaw)
+	rc.upRaw = nil
+	s.loop(policy.KindHTTP)
+	rc.bytesUp, rc.bytesDown = int64(len(head))+cnt.in.Load(), cnt.out.Load()
 	return nil
 }
 
@@ -170,8 +180,7 @@ func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
 		tc.Close()
 		return err
 	}
-	s := g.newSession(rc.cc, tc, nil)
-	s.pinned, s.pinHost, s.pinPort, s.defaultPort = true, rc.host, rc.port, rc.port
+	s := g.newPinnedSession(rc.cc, tc, nil, rc.host, rc.port)
 	s.scheme, s.intercepted = "https", true
 	s.sni = tc.ConnectionState().ServerName
 	s.loop(policy.KindHTTP)
