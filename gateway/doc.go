@@ -24,6 +24,8 @@
 //	     response goes through Injector.ScrubResponse before a byte of it
 //	     reaches the sandbox, and redirects are never followed
 //	  -> dial: resolve through the gateway's Resolver (never the sandbox's answer),
+//	     charged to the requesting sandbox when it is a SandboxResolver (a
+//	     refusal by the sandbox's DNS limits is a denial with their reason),
 //	     check every candidate with ipguard, dial exactly the address checked
 //	  -> relay: HTTP request/response, CONNECT or TLS passthrough tunnel, or the
 //	     intercepted (MITM) request loop, where each inner request runs this

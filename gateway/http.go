@@ -299,7 +299,7 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, erro
 	if key.tls {
 		g.rootsUp.load() // parses while the name resolves and the connection opens
 	}
-	c, ip, err := g.dialer.dialHost(context.Background(), key.host, key.port)
+	c, ip, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, key.host, key.port)
 	if ip.IsValid() {
 		rc.ip = ip
 	}

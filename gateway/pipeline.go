@@ -336,7 +336,7 @@ func (g *Gateway) dial(rc *reqCtx) error {
 			return nil // each inner request dials
 		}
 	}
-	c, ip, err := g.dialer.dialHost(context.Background(), rc.host, rc.port)
+	c, ip, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, rc.host, rc.port)
 	if ip.IsValid() {
 		rc.ip = ip
 	}
