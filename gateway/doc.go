@@ -11,7 +11,9 @@
 //	     nothing the sandbox sends can change it
 //	  -> normalize destination: hostname.Normalize on the CONNECT target, the URL
 //	     host, the Host header and the TLS SNI; all of them must name the same host
-//	     (and port) on every request of a connection, else deny (domain fronting)
+//	     (and port) on every request of a connection, else deny (domain fronting);
+//	     a query of more than MaxQueryParams parameters is denied here, before
+//	     policy (a query cut short could hide what a deny rule looks for)
 //	  -> secrets screen: a placeholder in a name (CONNECT host, SNI), the CONNECT
 //	     line or any request that is not its binding's is denied and flagged
 //	     (Injector.CheckName, Injector.Check), whatever policy would say
@@ -32,7 +34,9 @@
 //	     pipeline again as kind http; a CONNECT tunnel relays nothing until
 //	     the client's first bytes say what it carries (below)
 //	  -> audit: one record per request, tunnel or connection, written by one
-//	     deferred call; tunnels also get a close record with bytes and duration
+//	     deferred call; tunnels also get a close record with bytes and duration;
+//	     a record lists at most 64 query keys (never values) and cuts the path,
+//	     method, messages and errors to fixed bounds
 //
 // Exactly one function writes a refusal to the client (403 with a short body
 // naming the reason id and the decision id, header X-Airlock-Decision). A

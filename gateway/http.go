@@ -230,6 +230,9 @@ func (s *httpSession) normalizeRequest(rc *reqCtx) error {
 	if ip, ok := hostname.ParseIP(rc.host); ok {
 		rc.ip = ip
 	}
+	if max := s.g.cfg.MaxQueryParams; queryParams(req.URL.RawQuery, max) > max {
+		return deny(ReasonTooManyParams, "more than %d query parameters (max_query_params)", max)
+	}
 	return nil
 }
 

@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
@@ -289,6 +291,9 @@ func (g *Gateway) buildInput(rc *reqCtx) {
 		if r.URL.RawQuery != "" {
 			h.Query = r.URL.Query()
 		}
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			h.BodySize = max(r.ContentLength, -1) // -1: chunked, length unknown
+		}
 		if len(r.Header) > 0 {
 			h.Headers = make(map[string]string, len(r.Header))
 			for k, v := range r.Header {
@@ -477,23 +482,36 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 		r.IP = rc.ip.String()
 	}
 	if phase == "close" {
-		r.Kind = "close"
-		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
-		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
-		if rc.err != nil {
-			r.Error = rc.err.Error()
-		}
-		var d *denial
-		if errors.As(rc.err, &d) {
-			// Cut off mid-stream (a placeholder in a tunnel): the reason and
-			// flag go on the close record, the decision record being written.
-			r.Reasons = []audit.Reason{{ID: d.reason, Msg: d.msg}}
-			if d.flag != "" {
-				r.Flags = []string{d.flag}
-			}
-		}
-		return r
+		closeRecord(r, rc)
+	} else {
+		decisionRecord(r, rc)
 	}
+	boundText(r)
+	return r
+}
+
+// closeRecord fills a tunnel's close record: bytes, duration, and the denial
+// that cut it off mid-stream, if any.
+func closeRecord(r *audit.Record, rc *reqCtx) {
+	r.Kind = "close"
+	r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
+	r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
+	if rc.err != nil {
+		r.Error = rc.err.Error()
+	}
+	var d *denial
+	if errors.As(rc.err, &d) {
+		// Cut off mid-stream (a placeholder in a tunnel): the reason and
+		// flag go on the close record, the decision record being written.
+		r.Reasons = []audit.Reason{{ID: d.reason, Msg: d.msg}}
+		if d.flag != "" {
+			r.Flags = []string{d.flag}
+		}
+	}
+}
+
+// decisionRecord fills the record of a request, tunnel or connection.
+func decisionRecord(r *audit.Record, rc *reqCtx) {
 	r.Decision = resultOf(rc)
 	if rc.carries != "" {
 		r.Extra = map[string]json.RawMessage{"carries": json.RawMessage(strconv.Quote(string(rc.carries)))}
@@ -523,7 +541,7 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 	}
 	if rc.req != nil {
 		r.Method = rc.req.Method
-		r.Path = rc.req.URL.Path
+		r.Path = clip(rc.req.URL.Path, maxRecordPathBytes)
 		if q := rc.req.URL.RawQuery; q != "" {
 			r.Query = queryKeys(q)
 		}
@@ -537,12 +555,39 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
 	}
-	return r
 }
 
-// queryKeys returns the keys of a raw query, never its values.
+// boundText cuts the record's free-text fields: messages and errors can
+// quote what the sandbox sent (a request line, a target, a header).
+func boundText(r *audit.Record) {
+	r.Method = clip(r.Method, maxRecordTextBytes)
+	r.Error = clip(r.Error, maxRecordTextBytes)
+	for i := range r.Reasons {
+		r.Reasons[i].ID = clip(r.Reasons[i].ID, maxRecordTextBytes)
+		r.Reasons[i].Msg = clip(r.Reasons[i].Msg, maxRecordTextBytes)
+	}
+}
+
+// Bounds on what a request puts in its audit record, so that a hostile
+// request cannot make records huge (the request line alone may be
+// MaxHeaderBytes long).
+const (
+	maxRecordQueryKeys = 64   // distinct query keys listed
+	maxRecordKeyBytes  = 64   // bytes of one query key
+	maxRecordPathBytes = 2048 // bytes of the path
+	maxRecordTextBytes = 512  // bytes of a method, reason message or error
+)
+
+// queryKeys returns the distinct keys of a raw query, never its values: at
+// most maxRecordQueryKeys of them, each cut at maxRecordKeyBytes, then one
+// element "(+N more parameters)" (never a key: a raw query has no space)
+// counting the parameters whose keys are not listed. Linear in the query's
+// length.
 func queryKeys(q string) []string {
+	const scan = 8 // up to this many keys a scan beats a map
 	var keys []string
+	var seen map[string]struct{}
+	more := 0
 	for q != "" {
 		var kv string
 		kv, q, _ = strings.Cut(q, "&")
@@ -550,18 +595,59 @@ func queryKeys(q string) []string {
 		if k == "" {
 			continue
 		}
-		dup := false
-		for _, x := range keys {
-			if x == k {
-				dup = true
-				break
+		k = clip(k, maxRecordKeyBytes)
+		if seen != nil {
+			if _, dup := seen[k]; dup {
+				continue
+			}
+		} else if slices.Contains(keys, k) {
+			continue
+		}
+		if len(keys) == maxRecordQueryKeys {
+			more++
+			continue
+		}
+		keys = append(keys, k)
+		if seen != nil {
+			seen[k] = struct{}{}
+		} else if len(keys) > scan {
+			seen = make(map[string]struct{}, maxRecordQueryKeys)
+			for _, x := range keys {
+				seen[x] = struct{}{}
 			}
 		}
-		if !dup {
-			keys = append(keys, k)
-		}
+	}
+	if more > 0 {
+		keys = append(keys, "(+"+strconv.Itoa(more)+" more parameters)")
 	}
 	return keys
+}
+
+// queryParams counts the parameters of a raw query ('&'-separated, empty
+// ones not counted), stopping once past max.
+func queryParams(q string, max int) int {
+	n := 0
+	for q != "" && n <= max {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		if kv != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// clip cuts s to at most n bytes (on a UTF-8 boundary when s is valid there)
+// and says how much was cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > n-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "...[cut " + strconv.Itoa(len(s)-cut) + " bytes]"
 }
 
 func (g *Gateway) logDecision(rc *reqCtx, result string) {

@@ -3,12 +3,14 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -176,4 +178,149 @@ func firstStatus(t *testing.T, addr, raw string) int {
 		t.Fatalf("reading response: %v", err)
 	}
 	return resp.StatusCode
+}
+
+// paramQuery is a query of n distinct parameters k000=v, k001=v, ...
+func paramQuery(n int, keyPad int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("k%03d%s=v", i, strings.Repeat("x", keyPad))
+	}
+	return strings.Join(parts, "&")
+}
+
+// TestTooManyQueryParamsDeniedBeforePolicy (issue 16 item 5): a request with
+// more than max_query_params parameters is denied before policy sees it
+// (fail closed: a query cut short could hide what a deny rule looks for), on
+// the explicit proxy and on a transparent connection; one at the limit is
+// decided as usual. The upstream sees nothing of the refused ones.
+func TestTooManyQueryParamsDeniedBeforePolicy(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	dec := allowHosts([]string{"pypi.org"}, nil)
+	h := newHarness(t, dec, names("pypi.org"), nil, func(c *Config) { c.MaxQueryParams = 100 })
+	h.allowUpstreams(up)
+	h.origDst.Store(netip.MustParseAddrPort(up.addr))
+	hp := "pypi.org:" + strconv.Itoa(up.port)
+	for _, tc := range []struct {
+		name   string
+		listen string
+		target string
+		params int
+		want   int
+	}{
+		{"explicit, at the limit", h.explicit, "http://" + hp, 100, http.StatusOK},
+		{"explicit, one past", h.explicit, "http://" + hp, 101, http.StatusForbidden},
+		{"explicit, empty parameters do not count", h.explicit, "http://" + hp, 100, http.StatusOK},
+		{"transparent, one past", h.transp, "", 101, http.StatusForbidden},
+		{"transparent, far past", h.transp, "", 1500, http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := paramQuery(tc.params, 0)
+			if strings.Contains(tc.name, "empty") {
+				q = "&&" + strings.ReplaceAll(q, "&", "&&&") + "&"
+			}
+			n, reqs, decided := len(h.log.all()), up.reqs.Load(), len(dec.seen())
+			raw := "GET " + tc.target + "/p?" + q + " HTTP/1.1\r\nHost: " + hp + "\r\n\r\n"
+			resp, body := rawRequest(t, tc.listen, raw)
+			if resp.StatusCode != tc.want {
+				t.Fatalf("got %d %q, want %d", resp.StatusCode, body, tc.want)
+			}
+			recs := settledRecords(t, h.log, n, 1)
+			if len(recs) != 1 {
+				t.Fatalf("records: got %d, want 1", len(recs))
+			}
+			if tc.want == http.StatusOK {
+				return
+			}
+			if !hasReason(recs[0], ReasonTooManyParams) || recs[0].Decision != "deny" {
+				t.Fatalf("record: got %+v, want a %s deny", recs[0], ReasonTooManyParams)
+			}
+			if got := len(dec.seen()) - decided; got != 0 {
+				t.Fatalf("policy decisions: got %d, want 0 (denied before policy)", got)
+			}
+			if got := up.reqs.Load() - reqs; got != 0 {
+				t.Fatalf("upstream requests: got %d, want 0", got)
+			}
+		})
+	}
+}
+
+// TestAuditRecordsBounded (issue 16 item 5): whatever a request carries, its
+// record lists at most 64 query keys, each and the path cut to a bound, and
+// messages cut too, so a hostile sandbox cannot make records huge.
+func TestAuditRecordsBounded(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil, "/denied"), names("pypi.org"), nil)
+	h.allowUpstreams(up)
+	h.origDst.Store(netip.MustParseAddrPort(up.addr))
+	hp := "pypi.org:" + strconv.Itoa(up.port)
+	long := strings.Repeat("a", 40<<10)
+	for _, tc := range []struct {
+		name string
+		raw  string
+	}{
+		{"many long query keys", "GET /p?" + paramQuery(250, 200) + " HTTP/1.1\r\nHost: " + hp + "\r\nConnection: close\r\n\r\n"},
+		{"long path", "GET /" + long + " HTTP/1.1\r\nHost: " + hp + "\r\nConnection: close\r\n\r\n"},
+		{"denied by policy", "GET /denied?" + paramQuery(200, 100) + " HTTP/1.1\r\nHost: " + hp + "\r\n\r\n"},
+		{"unreadable request quoting its line", "GET/x" + long + "\r\nHost: " + hp + "\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(h.log.all())
+			c, err := net.Dial("tcp", h.transp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			// A small first request: the transparent peek takes 16 KiB.
+			fmt.Fprintf(c, "GET /first HTTP/1.1\r\nHost: %s\r\n\r\n", hp)
+			br := bufio.NewReader(c)
+			if resp, err := http.ReadResponse(br, nil); err != nil {
+				t.Fatal(err)
+			} else {
+				io.Copy(io.Discard, resp.Body)
+			}
+			io.WriteString(c, tc.raw)
+			io.Copy(io.Discard, br)
+			recs := settledRecords(t, h.log, n, 2)
+			if len(recs) < 2 {
+				t.Fatalf("records: got %d, want at least 2", len(recs))
+			}
+			for _, r := range recs[1:] {
+				b, _ := json.Marshal(r)
+				if len(b) > 8<<10 {
+					t.Fatalf("record of %d bytes, want at most 8 KiB: %.300s", len(b), b)
+				}
+				if len(r.Query) > maxRecordQueryKeys+1 {
+					t.Fatalf("record lists %d query keys, want at most %d and a count", len(r.Query), maxRecordQueryKeys)
+				}
+			}
+		})
+	}
+}
+
+func TestQueryKeys(t *testing.T) {
+	many := make([]string, 70)
+	for i := range many {
+		many[i] = fmt.Sprintf("k%d", i)
+	}
+	tests := []struct {
+		name string
+		q    string
+		want []string
+	}{
+		{"values never", "a=1&b=secret", []string{"a", "b"}},
+		{"duplicates once, first order", "b=1&a=2&b=3&a", []string{"b", "a"}},
+		{"empty keys skipped", "&=x&&a=1&", []string{"a"}},
+		{"past the map threshold", "a&b&c&d&e&f&g&h&i&j&a&j&k", []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"}},
+		{"at most 64 and a count", strings.Join(many, "&") + "&k1&k69&k69", append(many[:64:64], "(+8 more parameters)")},
+		{"long key cut", strings.Repeat("z", 100) + "=1", []string{strings.Repeat("z", 64) + "...[cut 36 bytes]"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := queryKeys(tc.q); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
 }
