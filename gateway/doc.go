@@ -16,7 +16,9 @@
 //	     policy (a query cut short could hide what a deny rule looks for)
 //	  -> secrets screen: a placeholder in a name (CONNECT host, SNI), the CONNECT
 //	     line or any request that is not its binding's is denied and flagged
-//	     (Injector.CheckName, Injector.Check), whatever policy would say
+//	     (Injector.CheckName, Injector.Check), whatever policy would say; the
+//	     body Check reads must arrive whole within BodyScanTimeout, else 408
+//	     body_scan_timeout
 //	  -> policy.Decide: fail closed (an error, undefined result or timeout is a
 //	     deny); a secret binding forces interception of an allowed tunnel, and
 //	     so does a sandbox that holds placeholders, for every tunnel

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
 )
 
 // Red-team battery for the gateway that all sandboxes share: what one sandbox
@@ -323,4 +327,111 @@ func TestQueryKeys(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bareInjector is a secrets Injector with one binding for another sandbox:
+// for sb-test it only checks requests (and so reads their bodies) before
+// policy.
+func bareInjector(t *testing.T) *secrets.Injector {
+	t.Helper()
+	valueFile := filepath.Join(t.TempDir(), "v.txt")
+	if err := os.WriteFile(valueFile, []byte(secretCanary+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := secrets.Parse([]byte(fmt.Sprintf(`secrets:
+  - id: api
+    file: %s
+bindings:
+  - secret: api
+    sandboxes: {ids: [sb-nobody]}
+    host: api.bound.example
+    template: "Bearer {{value}}"
+`, valueFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := secrets.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inj
+}
+
+// TestSlowBodyScanRefused (issue 16 item 5): with secrets configured, the
+// request body the placeholder check reads before policy must arrive within
+// body_scan_timeout as a whole: a body that stalls, or dribbles a byte at a
+// time (so no per-read idle timeout fires), is refused with 408 and audited,
+// policy is never asked, and the upstream sees nothing.
+func TestSlowBodyScanRefused(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	dec := allowHosts([]string{"pypi.org"}, nil)
+	h := newHarness(t, dec, names("pypi.org"), nil, func(c *Config) {
+		c.Injector = bareInjector(t)
+		c.BodyScanTimeout = 500 * time.Millisecond
+	})
+	h.allowUpstreams(up)
+	h.origDst.Store(netip.MustParseAddrPort(up.addr))
+	hp := "pypi.org:" + strconv.Itoa(up.port)
+	for _, tc := range []struct {
+		name   string
+		listen string
+		target string
+		every  time.Duration // 0: send 10 bytes, then stall
+	}{
+		{"explicit, stalled body", h.explicit, "http://" + hp, 0},
+		{"explicit, dribbled body", h.explicit, "http://" + hp, 50 * time.Millisecond},
+		{"transparent, dribbled body", h.transp, "", 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, reqs, decided := len(h.log.all()), up.reqs.Load(), len(dec.seen())
+			c, err := net.Dial("tcp", tc.listen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			fmt.Fprintf(c, "POST %s/upload HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000\r\n\r\n0123456789", tc.target, hp)
+			stop := make(chan struct{})
+			defer close(stop)
+			if tc.every > 0 {
+				go func() {
+					tk := time.NewTicker(tc.every)
+					defer tk.Stop()
+					for i := 0; i < 100; i++ {
+						select {
+						case <-stop:
+							return
+						case <-tk.C:
+						}
+						if _, err := c.Write([]byte("x")); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer to a slow body: %v", err)
+			}
+			if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("X-Airlock-Reason") != ReasonBodyScanTimeout {
+				t.Fatalf("got %d %s, want 408 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), ReasonBodyScanTimeout)
+			}
+			recs := settledRecords(t, h.log, n, 1)
+			if len(recs) != 1 || recs[0].Decision != "deny" || !hasReason(recs[0], ReasonBodyScanTimeout) {
+				t.Fatalf("records: got %+v, want one %s deny", recs, ReasonBodyScanTimeout)
+			}
+			if got := len(dec.seen()) - decided; got != 0 {
+				t.Fatalf("policy decisions: got %d, want 0", got)
+			}
+			if got := up.reqs.Load() - reqs; got != 0 {
+				t.Fatalf("upstream requests: got %d, want 0", got)
+			}
+		})
+	}
+	t.Run("a body in time still goes through", func(t *testing.T) {
+		resp, body := rawRequest(t, h.explicit, "POST http://"+hp+"/upload HTTP/1.1\r\nHost: "+hp+"\r\nContent-Length: 5\r\n\r\nhello")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("got %d %q, want 200", resp.StatusCode, body)
+		}
+	})
 }
