@@ -30,7 +30,10 @@
 //	  -> dial: resolve through the gateway's Resolver (never the sandbox's answer),
 //	     charged to the requesting sandbox when it is a SandboxResolver (a
 //	     refusal by the sandbox's DNS limits is a denial with their reason),
-//	     check every candidate with ipguard, dial exactly the address checked
+//	     check every candidate with ipguard, dial exactly the address checked;
+//	     kept-alive upstream connections are pooled per sandbox and destination
+//	     (one that carried a sandbox's exchange never carries another's) and
+//	     StopSandbox closes the stopped sandbox's idle ones
 //	  -> relay: HTTP request/response, CONNECT or TLS passthrough tunnel, or the
 //	     intercepted (MITM) request loop, where each inner request runs this
 //	     pipeline again as kind http; a CONNECT tunnel relays nothing until

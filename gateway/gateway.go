@@ -225,7 +225,14 @@ func (g *Gateway) StopSandbox(id string) {
 		return
 	}
 	s.stop()
+	g.pool.dropSandbox(s)
 	g.logger.Info("stopped sandbox", "sandbox", id)
+}
+
+func (s *sandbox) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
 }
 
 func (s *sandbox) stop() {

@@ -269,7 +269,7 @@ func (s *httpSession) normalizeConnect(rc *reqCtx) error {
 // upstream makes rc.up the upstream connection for rc's destination: the one
 // kept from the previous request, one from the pool, or a new guarded dial.
 func (s *httpSession) upstream(rc *reqCtx, fresh bool) error {
-	key := upstreamKey{host: rc.host, port: rc.port, tls: s.scheme == "https"}
+	key := upstreamKey{sb: s.cc.sb, host: rc.host, port: rc.port, tls: s.scheme == "https"}
 	if s.up != nil && (fresh || s.up.key != key) {
 		if fresh {
 			s.dropUpstream()

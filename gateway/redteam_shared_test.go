@@ -435,3 +435,83 @@ func TestSlowBodyScanRefused(t *testing.T) {
 		}
 	})
 }
+
+// connUpstream is an HTTP upstream that records which TCP connection (the
+// gateway's source address) served each request, and how many are open.
+type connUpstream struct {
+	*upstream
+	mu   sync.Mutex
+	seen []string // remote address per request, in order
+	open atomic.Int64
+}
+
+func newConnUpstream(t *testing.T) *connUpstream {
+	cu := &connUpstream{}
+	cu.upstream = newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cu.mu.Lock()
+		cu.seen = append(cu.seen, r.RemoteAddr)
+		cu.mu.Unlock()
+		fmt.Fprintf(w, "served on %s", r.RemoteAddr)
+	}), nil)
+	cu.srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			cu.conns.Add(1)
+			cu.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			cu.open.Add(-1)
+		}
+	}
+	return cu
+}
+
+func (cu *connUpstream) last() string {
+	cu.mu.Lock()
+	defer cu.mu.Unlock()
+	return cu.seen[len(cu.seen)-1]
+}
+
+// TestUpstreamConnectionsNotSharedAcrossSandboxes (issue 16 item 6): two
+// sandboxes request the same upstream in turn; no upstream connection that
+// carried one sandbox's exchange ever carries the other's. Each sandbox still
+// reuses its own kept-alive connections, and StopSandbox closes the idle
+// upstream connections of the stopped sandbox.
+func TestUpstreamConnectionsNotSharedAcrossSandboxes(t *testing.T) {
+	up := newConnUpstream(t)
+	ts := newTwoSandboxes(t, allowHosts([]string{"pypi.org"}, nil), &fakeResolver{names: names("pypi.org")}, &memLog{})
+	ts.dialer.allow(up.addr)
+	hp := "pypi.org:" + strconv.Itoa(up.port)
+	raw := "GET http://" + hp + "/ HTTP/1.1\r\nHost: " + hp + "\r\n\r\n"
+	served := map[string]map[string]bool{"sb-a": {}, "sb-b": {}}
+	for i := 0; i < 6; i++ {
+		for _, sb := range []string{"sb-a", "sb-b"} {
+			// One request per client connection: its upstream connection goes
+			// back to the pool when the client connection closes.
+			if resp, body := rawRequest(t, ts.addr[sb], raw); resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s request %d: got %d %q", sb, i, resp.StatusCode, body)
+			}
+			served[sb][up.last()] = true
+			time.Sleep(20 * time.Millisecond) // the release after the client's close
+		}
+	}
+	for c := range served["sb-a"] {
+		if served["sb-b"][c] {
+			t.Fatalf("upstream connection %s carried both sandboxes' requests (sb-a %v, sb-b %v)", c, served["sb-a"], served["sb-b"])
+		}
+	}
+	if got := up.conns.Load(); got > 4 {
+		t.Fatalf("upstream connections for 12 sequential requests: got %d, want each sandbox to reuse its own", got)
+	}
+	open := up.open.Load()
+	ts.g.StopSandbox("sb-a")
+	deadline := time.Now().Add(5 * time.Second)
+	for up.open.Load() >= open && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := up.open.Load(); got >= open {
+		t.Fatalf("open upstream connections after StopSandbox(sb-a): got %d, want fewer than %d", got, open)
+	}
+	if resp, _ := rawRequest(t, ts.addr["sb-b"], raw); resp.StatusCode != http.StatusOK {
+		t.Fatalf("sb-b after sb-a stopped: got %d", resp.StatusCode)
+	}
+}
