@@ -23,6 +23,9 @@
 //	     deny); a secret binding forces interception of an allowed tunnel, and
 //	     so does a sandbox that holds placeholders, for every tunnel
 //	     (Injector.NeedsMITM; no CA configured is a deny, mitm_unavailable)
+//	  -> audit reserve: when the audit log can hold room (audit.Reserver,
+//	     overflow deny), room for an allowed HTTP request's record is taken
+//	     now, before anything leaves; no room is a deny, audit_unavailable
 //	  -> secrets inject: Injector.Inject, only after allow, only on intercepted
 //	     requests, whose upstream connection is always verified TLS; the
 //	     response goes through Injector.ScrubResponse before a byte of it
@@ -39,7 +42,9 @@
 //	     pipeline again as kind http; a CONNECT tunnel relays nothing until
 //	     the client's first bytes say what it carries (below)
 //	  -> audit: one record per request, tunnel or connection, written by one
-//	     deferred call; tunnels also get a close record with bytes and duration;
+//	     deferred call (through its reservation, if any); tunnels also get a
+//	     close record with bytes and duration, whose room is reserved when the
+//	     decision record is written, before the tunnel's bytes flow;
 //	     a record lists at most 64 query keys (never values) and cuts the path,
 //	     method, messages and errors to fixed bounds
 //

@@ -64,7 +64,8 @@ type reqCtx struct {
 	dec     policy.Decision
 	decided bool
 	mitm    bool
-	applied *secrets.Applied // what Inject did; scrubs the response, audited
+	applied *secrets.Applied  // what Inject did; scrubs the response, audited
+	res     audit.Reservation // room reserved for the next record written
 
 	up    *upstreamConn // HTTP: the upstream connection used
 	upRaw net.Conn      // tunnels: the upstream connection
@@ -129,6 +130,9 @@ func (g *Gateway) admit(rc *reqCtx) error {
 		return err
 	}
 	if err := g.decide(rc); err != nil {
+		return err
+	}
+	if err := g.reserve(rc); err != nil {
 		return err
 	}
 	if err := g.inject(rc); err != nil {
@@ -369,15 +373,55 @@ func (g *Gateway) relay(rc *reqCtx) error {
 	return nil
 }
 
+// reserve takes room in the audit log for the record of an allowed HTTP
+// request before anything of it leaves, when the log can hold room
+// (audit.Reserver, audit.overflow deny): that record is written after the
+// exchange, by finish, through the reservation, and must not be refused
+// then. A tunnel's decision record is written before its bytes flow
+// (openTunnel), so it needs none here.
+func (g *Gateway) reserve(rc *reqCtx) error {
+	r, ok := g.log.(audit.Reserver)
+	if !ok || rc.kind != policy.KindHTTP {
+		return nil
+	}
+	res, err := r.Reserve()
+	if err != nil {
+		return deny(ReasonAuditUnavailable, "audit log cannot take the record: %v", err)
+	}
+	rc.res = res
+	return nil
+}
+
 // openTunnel writes a tunnel's decision record before its bytes flow, so a
-// long-lived tunnel is visible at once; finish writes the close record.
+// long-lived tunnel is visible at once; finish writes the close record, into
+// room reserved here when the log can hold room.
 func (g *Gateway) openTunnel(rc *reqCtx) error {
-	rc.opened = true
-	if err := g.log.Log(g.record(rc, "")); err != nil {
+	var closeRes audit.Reservation
+	if r, ok := g.log.(audit.Reserver); ok {
+		var err error
+		if closeRes, err = r.Reserve(); err != nil {
+			return deny(ReasonAuditUnavailable, "audit log cannot take the tunnel's close record: %v", err)
+		}
+	}
+	if err := g.writeRecord(rc, g.record(rc, "")); err != nil {
+		if closeRes != nil {
+			closeRes.Cancel()
+		}
 		g.auditFailed(err)
 		return deny(ReasonAuditUnavailable, "audit log refused the record")
 	}
+	rc.opened, rc.res = true, closeRes
 	return nil
+}
+
+// writeRecord writes r through rc's reservation, if it holds one, else
+// straight to the log.
+func (g *Gateway) writeRecord(rc *reqCtx, r *audit.Record) error {
+	if res := rc.res; res != nil {
+		rc.res = nil
+		return res.Log(r)
+	}
+	return g.log.Log(r)
 }
 
 // refuse is the one place that answers a refusal to the client: 403 (or the
@@ -421,20 +465,19 @@ func (g *Gateway) refuse(rc *reqCtx) {
 }
 
 // finish is the one deferred audit call: the decision record (unless a tunnel
-// already wrote it) and, for tunnels, the close record.
+// already wrote it) and, for tunnels, the close record, through the room
+// reserved for it when there is one.
 func (g *Gateway) finish(rc *reqCtx) {
 	result := resultOf(rc)
 	g.metrics.decided(rc.kind, result)
 	if rc.upRaw != nil {
 		rc.upRaw.Close()
 	}
-	var err error
+	phase := ""
 	if rc.opened {
-		err = g.log.Log(g.record(rc, "close"))
-	} else {
-		err = g.log.Log(g.record(rc, ""))
+		phase = "close"
 	}
-	if err != nil {
+	if err := g.writeRecord(rc, g.record(rc, phase)); err != nil {
 		g.auditFailed(err)
 	}
 	if rc.tunnel {
