@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -403,5 +404,53 @@ func TestConnectHTTPKeepsHostPinned(t *testing.T) {
 	want := []string{"connect allow carries=http", "http allow", "http allow", "http deny host_mismatch", "close"}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
 		t.Fatalf("audit records: got %q, want %q", kinds, want)
+	}
+}
+
+// TestStatusReasonPhraseRelay (issue 16 item 8, gateway side; a guard): the
+// explicit proxy never relays the upstream's reason phrase (net/http writes
+// its own from the code), and the transparent and intercepted relays write
+// resp.Status, the field secrets.ScrubResponse rewrites. Neither path builds
+// the status line from anything else.
+func TestStatusReasonPhraseRelay(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				http.ReadRequest(bufio.NewReader(c))
+				io.WriteString(c, "HTTP/1.1 200 Reflected-alk-token\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+	addr := l.Addr().String()
+	port := l.Addr().(*net.TCPAddr).Port
+	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org"), nil)
+	h.dialer.allow(addr)
+	h.origDst.Store(netip.MustParseAddrPort(addr))
+	statusLine := func(listen, target string) string {
+		c, err := net.Dial("tcp", listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET %s/ HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", target, port)
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return strings.TrimSpace(line)
+	}
+	if got := statusLine(h.explicit, fmt.Sprintf("http://pypi.org:%d", port)); got != "HTTP/1.1 200 OK" {
+		t.Fatalf("explicit proxy status line: got %q, want %q", got, "HTTP/1.1 200 OK")
+	}
+	if got := statusLine(h.transp, ""); got != "HTTP/1.1 200 Reflected-alk-token" {
+		t.Fatalf("transparent status line: got %q, want resp.Status as read", got)
 	}
 }

@@ -188,8 +188,9 @@ func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
 	return nil
 }
 
-// tunnel relays a passthrough connection (transparent TLS or raw TCP): head is
-// what the peekers buffered; the rest goes *net.TCPConn to *net.TCPConn.
+// tunnel relays a passthrough connection (TLS or raw TCP, transparent or
+// through a CONNECT): head is what the peekers buffered; the rest goes
+// *net.TCPConn to *net.TCPConn.
 func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) error {
 	if err := g.openTunnel(rc); err != nil {
 		return err
