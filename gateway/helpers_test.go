@@ -247,12 +247,13 @@ func (p *testPKI) leaf(t testing.TB, names ...string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// upstream is a counting httptest server: requests, connections and the raw
-// bytes it received (below TLS).
+// upstream is a counting httptest server: requests, connections (accepted
+// and still open) and the raw bytes it received (below TLS).
 type upstream struct {
 	srv     *httptest.Server
 	reqs    atomic.Int64
 	conns   atomic.Int64
+	open    atomic.Int64 // connections not yet closed
 	bytesIn atomic.Int64
 	port    int
 	addr    string
@@ -296,8 +297,12 @@ func newUpstream(t testing.TB, h http.Handler, tlsCert *tls.Certificate) *upstre
 		h.ServeHTTP(w, r)
 	}))
 	u.srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			u.conns.Add(1)
+			u.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			u.open.Add(-1)
 		}
 	}
 	u.srv.Listener = countingListener{Listener: u.srv.Listener, n: &u.bytesIn}

@@ -437,12 +437,11 @@ func TestSlowBodyScanRefused(t *testing.T) {
 }
 
 // connUpstream is an HTTP upstream that records which TCP connection (the
-// gateway's source address) served each request, and how many are open.
+// gateway's source address) served each request.
 type connUpstream struct {
 	*upstream
 	mu   sync.Mutex
 	seen []string // remote address per request, in order
-	open atomic.Int64
 }
 
 func newConnUpstream(t *testing.T) *connUpstream {
@@ -453,15 +452,6 @@ func newConnUpstream(t *testing.T) *connUpstream {
 		cu.mu.Unlock()
 		fmt.Fprintf(w, "served on %s", r.RemoteAddr)
 	}), nil)
-	cu.srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			cu.conns.Add(1)
-			cu.open.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			cu.open.Add(-1)
-		}
-	}
 	return cu
 }
 
