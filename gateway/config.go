@@ -25,6 +25,8 @@ const (
 	DefaultIdleConnTimeout       = 90 * time.Second
 	DefaultLeafTTL               = 24 * time.Hour
 	DefaultLeafCacheSize         = 1024
+	DefaultMaxQueryParams        = 256
+	DefaultBodyScanTimeout       = 10 * time.Second
 
 	// MaxLeafTTL bounds LeafTTL: an intercepted leaf certificate never lives longer.
 	MaxLeafTTL = 72 * time.Hour
@@ -58,6 +60,14 @@ type Config struct {
 
 	// MaxHeaderBytes bounds a request's or response's header block.
 	MaxHeaderBytes int
+	// MaxQueryParams bounds the parameters of a request's query string. A
+	// request with more is denied (too_many_query_params) before policy sees
+	// it: a query cut short could hide the parameter a deny rule looks for.
+	MaxQueryParams int
+	// BodyScanTimeout bounds, as one absolute deadline, reading the request
+	// body that the secrets check (Injector.Check) scans before policy; a body
+	// that does not arrive in time is refused (408, body_scan_timeout).
+	BodyScanTimeout time.Duration
 	// MaxConnsPerSandbox bounds concurrent client connections per sandbox.
 	MaxConnsPerSandbox int
 	// MaxTunnelsPerSandbox bounds concurrent tunnels (CONNECT, TLS passthrough,
@@ -108,6 +118,8 @@ func (c *Config) applyDefaults() {
 		}
 	}
 	setInt(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	setInt(&c.MaxQueryParams, DefaultMaxQueryParams)
+	setDur(&c.BodyScanTimeout, DefaultBodyScanTimeout)
 	setInt(&c.MaxConnsPerSandbox, DefaultMaxConnsPerSandbox)
 	setInt(&c.MaxTunnelsPerSandbox, DefaultMaxTunnelsPerSandbox)
 	setInt(&c.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
@@ -141,6 +153,7 @@ func (c *Config) validate() error {
 		{"max_header_bytes", c.MaxHeaderBytes}, {"max_conns_per_sandbox", c.MaxConnsPerSandbox},
 		{"max_tunnels_per_sandbox", c.MaxTunnelsPerSandbox}, {"max_idle_conns_per_host", c.MaxIdleConnsPerHost},
 		{"max_idle_conns", c.MaxIdleConns}, {"leaf_cache_size", c.LeafCacheSize},
+		{"max_query_params", c.MaxQueryParams},
 	}
 	for _, p := range pos {
 		if p.v < 0 {
@@ -158,6 +171,7 @@ func (c *Config) validate() error {
 		{"handshake_timeout", c.HandshakeTimeout}, {"peek_timeout", c.PeekTimeout},
 		{"dial_timeout", c.DialTimeout}, {"response_header_timeout", c.ResponseHeaderTimeout},
 		{"policy_timeout", c.PolicyTimeout}, {"idle_conn_timeout", c.IdleConnTimeout},
+		{"body_scan_timeout", c.BodyScanTimeout},
 	}
 	for _, d := range durs {
 		if d.v < 0 {

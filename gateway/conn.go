@@ -101,12 +101,28 @@ func (cc *clientConn) close() {
 
 // connReader sits under a session's bufio.Reader: while a header block is read
 // it enforces MaxHeaderBytes; while a body is read it pushes the read deadline
-// forward on every read, so a client that stops sending is dropped.
+// forward on every read, so a client that stops sending is dropped. While
+// bounded (bound), no read waits past one absolute deadline, however steadily
+// the client dribbles.
 type connReader struct {
 	c        net.Conn
 	limit    int  // remaining header bytes when limited
 	limited  bool // reading a header block
 	progress time.Duration
+	until    time.Time // bound: reads fail once it passes; zero when unbounded
+	expired  bool      // a read failed because until passed
+}
+
+// bound makes every read until unbound fail once t passes.
+func (r *connReader) bound(t time.Time) {
+	r.until, r.expired = t, false
+	r.c.SetReadDeadline(t)
+}
+
+// unbound lifts bound's deadline.
+func (r *connReader) unbound() {
+	r.until = time.Time{}
+	r.c.SetReadDeadline(time.Time{})
 }
 
 var errHeaderTooLarge = errors.New("request header exceeds max_header_bytes")
@@ -120,10 +136,17 @@ func (r *connReader) Read(p []byte) (int, error) {
 			p = p[:r.limit]
 		}
 	} else if r.progress > 0 {
-		r.c.SetReadDeadline(time.Now().Add(r.progress))
+		d := time.Now().Add(r.progress)
+		if !r.until.IsZero() && r.until.Before(d) {
+			d = r.until
+		}
+		r.c.SetReadDeadline(d)
 	}
 	n, err := r.c.Read(p)
 	r.limit -= n
+	if err != nil && !r.until.IsZero() && isTimeout(err) && !time.Now().Before(r.until) {
+		r.expired = true
+	}
 	return n, err
 }
 

@@ -17,23 +17,35 @@ import (
 // checked. The dial function only ever sees checked IP:port strings.
 type dialer struct {
 	res     Resolver
+	sres    SandboxResolver // res, when it charges lookups to a sandbox
 	guard   *ipguard.Guard
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	timeout time.Duration
 }
 
-// dialHost connects to host (a normalized name or canonical IP literal) on port.
-// It returns the address dialed, or on refusal the first address refused.
-func (d *dialer) dialHost(ctx context.Context, host string, port int) (net.Conn, netip.Addr, error) {
+func newDialer(res Resolver, guard *ipguard.Guard, dial func(ctx context.Context, network, addr string) (net.Conn, error), timeout time.Duration) *dialer {
+	d := &dialer{res: res, guard: guard, dial: dial, timeout: timeout}
+	d.sres, _ = res.(SandboxResolver)
+	if d.dial == nil {
+		nd := &net.Dialer{KeepAlive: 30 * time.Second}
+		d.dial = nd.DialContext
+	}
+	return d
+}
+
+// dialHost connects to host (a normalized name or canonical IP literal) on port
+// for the sandbox sandboxID. It returns the address dialed, or on refusal the
+// first address refused.
+func (d *dialer) dialHost(ctx context.Context, sandboxID, host string, port int) (net.Conn, netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	var addrs []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{ip}
 	} else {
-		addrs, err = d.res.LookupNetIP(ctx, "ip", host)
+		addrs, err = d.lookup(ctx, sandboxID, host)
 		if err != nil {
-			return nil, netip.Addr{}, fail(ReasonResolve, http.StatusBadGateway, fmt.Errorf("resolve %s: %w", host, err))
+			return nil, netip.Addr{}, err
 		}
 		if len(addrs) == 0 {
 			return nil, netip.Addr{}, fail(ReasonResolve, http.StatusBadGateway, fmt.Errorf("resolve %s: no addresses", host))
@@ -68,4 +80,27 @@ func (d *dialer) dialHost(ctx context.Context, host string, port int) (net.Conn,
 		return nil, lastIP, fail(ReasonTimeout, http.StatusGatewayTimeout, fmt.Errorf("dial %s (%s): %w", host, lastIP, lastErr))
 	}
 	return nil, lastIP, fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("dial %s (%s): %w", host, lastIP, lastErr))
+}
+
+// lookup resolves host for the sandbox sandboxID: through LookupForSandbox
+// when the Resolver charges lookups to a sandbox, so a name the DNS filter
+// would refuse that sandbox now is never resolved for it here either. A
+// refusal by those limits (an error with a Reason) is a denial with that
+// reason id; any other error is a resolution failure.
+func (d *dialer) lookup(ctx context.Context, sandboxID, host string) ([]netip.Addr, error) {
+	var addrs []netip.Addr
+	var err error
+	if d.sres != nil {
+		addrs, err = d.sres.LookupForSandbox(ctx, sandboxID, host)
+	} else {
+		addrs, err = d.res.LookupNetIP(ctx, "ip", host)
+	}
+	if err == nil {
+		return addrs, nil
+	}
+	var r interface{ Reason() string }
+	if errors.As(err, &r) && r.Reason() != "" {
+		return nil, deny(r.Reason(), "resolve %s for sandbox %s: %v", host, sandboxID, err)
+	}
+	return nil, fail(ReasonResolve, http.StatusBadGateway, fmt.Errorf("resolve %s: %w", host, err))
 }

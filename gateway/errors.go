@@ -23,6 +23,8 @@ const (
 	ReasonUpstreamTLS      = "upstream_tls_error"
 	ReasonTimeout          = "upstream_timeout"
 	ReasonShuttingDown     = "shutting_down"
+	ReasonTooManyParams    = "too_many_query_params" // more than max_query_params query parameters
+	ReasonBodyScanTimeout  = "body_scan_timeout"     // the body the secrets check reads did not arrive in time
 )
 
 // denial is a refusal decided by the gateway or by policy. It is distinct from a

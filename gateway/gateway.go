@@ -103,11 +103,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		sandboxes: make(map[string]*sandbox),
 	}
 	guard := ipguard.New(cfg.AllowCIDRs, cfg.OwnAddrs)
-	g.dialer = &dialer{res: res, guard: guard, dial: cfg.DialFunc, timeout: cfg.DialTimeout}
-	if g.dialer.dial == nil {
-		nd := &net.Dialer{KeepAlive: 30 * time.Second}
-		g.dialer.dial = nd.DialContext
-	}
+	g.dialer = newDialer(res, guard, cfg.DialFunc, cfg.DialTimeout)
 	g.pool = newUpstreamPool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)
 	if cfg.CACertFile != "" {
 		ca, err := LoadCA(cfg.CACertFile, cfg.CAKeyFile)
@@ -229,7 +225,14 @@ func (g *Gateway) StopSandbox(id string) {
 		return
 	}
 	s.stop()
+	g.pool.dropSandbox(s)
 	g.logger.Info("stopped sandbox", "sandbox", id)
+}
+
+func (s *sandbox) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
 }
 
 func (s *sandbox) stop() {

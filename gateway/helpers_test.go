@@ -247,13 +247,41 @@ func (p *testPKI) leaf(t testing.TB, names ...string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// upstream is a counting httptest server.
+// upstream is a counting httptest server: requests, connections (accepted
+// and still open) and the raw bytes it received (below TLS).
 type upstream struct {
-	srv   *httptest.Server
-	reqs  atomic.Int64
-	conns atomic.Int64
-	port  int
-	addr  string
+	srv     *httptest.Server
+	reqs    atomic.Int64
+	conns   atomic.Int64
+	open    atomic.Int64 // connections not yet closed
+	bytesIn atomic.Int64
+	port    int
+	addr    string
+}
+
+// countingListener counts the bytes read from every connection it accepts.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, n: l.n}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func newUpstream(t testing.TB, h http.Handler, tlsCert *tls.Certificate) *upstream {
@@ -269,10 +297,15 @@ func newUpstream(t testing.TB, h http.Handler, tlsCert *tls.Certificate) *upstre
 		h.ServeHTTP(w, r)
 	}))
 	u.srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			u.conns.Add(1)
+			u.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			u.open.Add(-1)
 		}
 	}
+	u.srv.Listener = countingListener{Listener: u.srv.Listener, n: &u.bytesIn}
 	if tlsCert != nil {
 		u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*tlsCert}}
 		u.srv.StartTLS()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
-	"github.com/airlock-dev/airlock/secrets"
 )
 
 // httpSession is an HTTP/1.1 request loop on one client connection: the explicit
@@ -59,6 +58,36 @@ func (g *Gateway) newSession(cc *clientConn, conn net.Conn, br *bufio.Reader) *h
 	s.br = br
 	s.bw = bufio.NewWriterSize(deadlineWriter{c: conn, timeout: g.cfg.IdleTimeout}, 4096)
 	return s
+}
+
+// newPinnedSession is a session whose every request must name host:port: a
+// transparent plain-HTTP connection, plaintext HTTP inside a CONNECT, an
+// intercepted TLS connection. head holds bytes a peeker already read from
+// conn; they are read first.
+func (g *Gateway) newPinnedSession(cc *clientConn, conn net.Conn, head []byte, host string, port int) *httpSession {
+	s := g.newSession(cc, conn, nil)
+	if len(head) > 0 {
+		s.br = bufio.NewReaderSize(io.MultiReader(bytesReader(head), &s.rd), maxPeekBytes)
+	}
+	s.pinned, s.pinHost, s.pinPort, s.defaultPort = true, host, port, port
+	return s
+}
+
+func bytesReader(b []byte) io.Reader {
+	c := make([]byte, len(b))
+	copy(c, b)
+	return &sliceReader{b: c}
+}
+
+type sliceReader struct{ b []byte }
+
+func (r *sliceReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
 }
 
 func (s *httpSession) suffixes(host string) []string {
@@ -201,6 +230,9 @@ func (s *httpSession) normalizeRequest(rc *reqCtx) error {
 	if ip, ok := hostname.ParseIP(rc.host); ok {
 		rc.ip = ip
 	}
+	if max := s.g.cfg.MaxQueryParams; queryParams(req.URL.RawQuery, max) > max {
+		return deny(ReasonTooManyParams, "more than %d query parameters (max_query_params)", max)
+	}
 	return nil
 }
 
@@ -237,7 +269,7 @@ func (s *httpSession) normalizeConnect(rc *reqCtx) error {
 // upstream makes rc.up the upstream connection for rc's destination: the one
 // kept from the previous request, one from the pool, or a new guarded dial.
 func (s *httpSession) upstream(rc *reqCtx, fresh bool) error {
-	key := upstreamKey{host: rc.host, port: rc.port, tls: s.scheme == "https"}
+	key := upstreamKey{sb: s.cc.sb, host: rc.host, port: rc.port, tls: s.scheme == "https"}
 	if s.up != nil && (fresh || s.up.key != key) {
 		if fresh {
 			s.dropUpstream()
@@ -270,7 +302,7 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, erro
 	if key.tls {
 		g.rootsUp.load() // parses while the name resolves and the connection opens
 	}
-	c, ip, err := g.dialer.dialHost(context.Background(), key.host, key.port)
+	c, ip, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, key.host, key.port)
 	if ip.IsValid() {
 		rc.ip = ip
 	}
@@ -505,114 +537,4 @@ func (f flushWriter) Write(p []byte) (int, error) {
 		err = f.w.Flush()
 	}
 	return n, err
-}
-
-// relayConnect answers an allowed CONNECT and runs the tunnel or interception.
-func (g *Gateway) relayConnect(rc *reqCtx) error {
-	s := rc.sess
-	s.bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
-	if err := s.bw.Flush(); err != nil {
-		return fail(ReasonUpstream, http.StatusBadGateway, err)
-	}
-	rc.responded = true
-	rc.status = http.StatusOK
-	s.conn.SetDeadline(time.Time{})
-	if rc.mitm {
-		return g.intercept(rc, &prefixConn{Conn: s.conn, r: s.br})
-	}
-	// Start relaying the upstream's bytes at once (server-first protocols), and
-	// look at the client's first bytes: a TLS ClientHello must name the CONNECT
-	// host (domain fronting).
-	down := make(chan int64, 1)
-	up := rc.upRaw
-	client := s.conn
-	go func() {
-		n, _ := io.Copy(client, up)
-		closeWrite(client)
-		down <- n
-	}()
-	s.rd.limited, s.rd.progress = false, 0
-	client.SetReadDeadline(time.Now().Add(g.cfg.PeekTimeout))
-	sni, perr := peekClientHello(s.br, maxPeekBytes)
-	client.SetReadDeadline(time.Time{})
-	var err error
-	switch {
-	case perr == nil && sni != "":
-		n, nerr := hostname.Normalize(sni)
-		if nerr != nil || n != rc.host {
-			err = deny(ReasonHostMismatch, "CONNECT %s carries TLS server name %q", rc.host, sni)
-		}
-	case perr == nil, errors.Is(perr, errNotTLS), isTimeout(perr):
-	case errors.Is(perr, io.EOF), errors.Is(perr, net.ErrClosed):
-		err = fail("client_closed", http.StatusBadGateway, perr)
-	default:
-		err = deny(ReasonBadRequest, "CONNECT %s: %v", rc.host, perr)
-	}
-	if err == nil {
-		err = g.openTunnel(rc)
-	}
-	if err != nil {
-		up.Close()
-		client.Close()
-		rc.bytesDown = <-down
-		return err
-	}
-	head, _ := s.br.Peek(s.br.Buffered())
-	guard := g.streamGuard(rc, false)
-	upN, _ := copyUp(up, head, client, guard)
-	guardFailed(rc, guard, up, client)
-	rc.bytesUp = upN
-	rc.bytesDown = <-down
-	return nil
-}
-
-// copyUp writes head, then copies client to up (splice when both are
-// *net.TCPConn), then half-closes up. With a guard (a sandbox that holds
-// placeholders) every chunk is checked before it is written, and splice is
-// given up; the copy stops at the first chunk the guard refuses.
-func copyUp(up net.Conn, head []byte, client net.Conn, guard *secrets.StreamGuard) (int64, error) {
-	var total int64
-	if guard != nil {
-		if err := guard.Check(head); err != nil {
-			closeWrite(up)
-			return 0, err
-		}
-	}
-	if len(head) > 0 {
-		n, err := up.Write(head)
-		total += int64(n)
-		if err != nil {
-			closeWrite(up)
-			return total, err
-		}
-	}
-	var src io.Reader = client
-	if guard != nil {
-		src = guardedReader{r: client, guard: guard}
-	}
-	n, err := io.Copy(up, src)
-	total += n
-	closeWrite(up)
-	return total, err
-}
-
-// pipe relays between two connections with already-read heads (websocket
-// after 101, intercepted TLS passthrough).
-func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard *secrets.StreamGuard) error {
-	down := make(chan int64, 1)
-	go func() {
-		var total int64
-		if len(bHead) > 0 {
-			n, _ := a.Write(bHead)
-			total += int64(n)
-		}
-		n, _ := io.Copy(a, b)
-		closeWrite(a)
-		down <- total + n
-	}()
-	n, _ := copyUp(b, aHead, a, guard)
-	guardFailed(rc, guard, a, b)
-	rc.bytesUp += n
-	rc.bytesDown += <-down
-	return nil
 }

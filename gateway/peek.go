@@ -4,7 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"net"
 	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Errors from the peekers. They never consume input: a caller that gets one still
@@ -314,4 +318,49 @@ func isToken(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// sniffed is what the first bytes a client sends on a connection are.
+type sniffed struct {
+	// kind is tls (a complete ClientHello), http (a request header block that
+	// peekHTTPRequest accepts) or tcp (opaque bytes, or nothing at all).
+	kind policy.Kind
+	sni  string        // tls: the ClientHello's server name, "" when it has none
+	req  peekedRequest // http
+}
+
+// sniff waits for the first bytes on c, buffered in br and never consumed,
+// and says what they are. The first byte must come within PeekTimeout, else
+// the client waits for the server to speak (kind tcp). A ClientHello must be
+// complete within HandshakeTimeout and maxPeekBytes: a slow, partial,
+// oversized or malformed one is a bad_request denial, never relayed unparsed.
+// A header block that does not come complete within ReadHeaderTimeout is
+// opaque (kind tcp); a malformed one is a bad_request denial. An error that is
+// not a denial means the client closed before sending anything.
+func (g *Gateway) sniff(c net.Conn, br *bufio.Reader) (sniffed, error) {
+	defer c.SetReadDeadline(time.Time{})
+	c.SetReadDeadline(time.Now().Add(g.cfg.PeekTimeout))
+	first, err := br.Peek(1)
+	switch {
+	case err != nil && isTimeout(err):
+		return sniffed{kind: policy.KindTCP}, nil
+	case err != nil:
+		return sniffed{}, err
+	case first[0] == 0x16:
+		c.SetReadDeadline(time.Now().Add(g.cfg.HandshakeTimeout))
+		sni, err := peekClientHello(br, maxPeekBytes)
+		if err != nil {
+			return sniffed{kind: policy.KindTLS}, deny(ReasonBadRequest, "tls client hello: %v", err)
+		}
+		return sniffed{kind: policy.KindTLS, sni: sni}, nil
+	}
+	c.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+	pr, err := peekHTTPRequest(br, min(g.cfg.MaxHeaderBytes, maxPeekBytes))
+	switch {
+	case err == nil:
+		return sniffed{kind: policy.KindHTTP, req: pr}, nil
+	case errors.Is(err, errNotHTTP), isTimeout(err):
+		return sniffed{kind: policy.KindTCP}, nil
+	}
+	return sniffed{kind: policy.KindTCP}, deny(ReasonBadRequest, "http request: %v", err)
 }

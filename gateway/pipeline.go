@@ -3,15 +3,18 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
@@ -39,6 +42,7 @@ type reqCtx struct {
 	ip      netip.Addr // the address dialed (or refused)
 	sni     string
 	origDst netip.AddrPort
+	carries policy.Kind // CONNECT: what the tunnel turned out to carry (tls, http, tcp)
 
 	// HTTP.
 	req       *http.Request
@@ -60,7 +64,8 @@ type reqCtx struct {
 	dec     policy.Decision
 	decided bool
 	mitm    bool
-	applied *secrets.Applied // what Inject did; scrubs the response, audited
+	applied *secrets.Applied  // what Inject did; scrubs the response, audited
+	res     audit.Reservation // room reserved for the next record written
 
 	up    *upstreamConn // HTTP: the upstream connection used
 	upRaw net.Conn      // tunnels: the upstream connection
@@ -127,6 +132,9 @@ func (g *Gateway) admit(rc *reqCtx) error {
 	if err := g.decide(rc); err != nil {
 		return err
 	}
+	if err := g.reserve(rc); err != nil {
+		return err
+	}
 	if err := g.inject(rc); err != nil {
 		return err
 	}
@@ -188,26 +196,10 @@ func (g *Gateway) decide(rc *reqCtx) error {
 		}
 	}
 	g.buildInput(rc)
-	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
-	d := g.dec.Decide(ctx, &rc.in)
-	cancel()
-	rc.policyDur = time.Since(t0)
-	g.metrics.policyEval.Observe(rc.policyDur.Seconds())
+	d := g.ask(rc)
 	rc.dec, rc.decided = d, true
-	if !d.Permit() {
-		reason, msg := policy.ReasonPolicyError, "policy error"
-		if d.Err == nil {
-			reason, msg = "denied", "denied by policy"
-			if len(d.Reasons) > 0 {
-				reason, msg = d.Reasons[0].ID, d.Reasons[0].Msg
-			}
-		}
-		status := http.StatusForbidden
-		if d.HTTPStatus >= 400 && d.HTTPStatus <= 599 {
-			status = d.HTTPStatus
-		}
-		return &denial{reason: reason, msg: msg, status: status}
+	if err := denialOf(d); err != nil {
+		return err
 	}
 	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
 		rc.mitm = d.MITM
@@ -219,6 +211,56 @@ func (g *Gateway) decide(rc *reqCtx) error {
 		}
 	}
 	return nil
+}
+
+// ask runs one policy decision on rc.in, bounded by PolicyTimeout.
+func (g *Gateway) ask(rc *reqCtx) policy.Decision {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
+	d := g.dec.Decide(ctx, &rc.in)
+	cancel()
+	dur := time.Since(t0)
+	rc.policyDur += dur
+	g.metrics.policyEval.Observe(dur.Seconds())
+	return d
+}
+
+// denialOf is the denial a decision that does not permit stands for (nil when
+// it permits): its first reason, or policy_error, with the policy's status.
+func denialOf(d policy.Decision) error {
+	if d.Permit() {
+		return nil
+	}
+	reason, msg := policy.ReasonPolicyError, "policy error"
+	if d.Err == nil {
+		reason, msg = "denied", "denied by policy"
+		if len(d.Reasons) > 0 {
+			reason, msg = d.Reasons[0].ID, d.Reasons[0].Msg
+		}
+	}
+	status := http.StatusForbidden
+	if d.HTTPStatus >= 400 && d.HTTPStatus <= 599 {
+		status = d.HTTPStatus
+	}
+	return &denial{reason: reason, msg: msg, status: status}
+}
+
+// decideCarried decides what an allowed CONNECT turned out to carry, a second
+// time and for the same destination: kind tcp for opaque bytes (or none, a
+// server-first protocol), kind tls with an empty sni for a ClientHello without
+// a server name. A CONNECT allows a destination, not every protocol to it. The
+// second decision is the one the tunnel's record carries.
+func (g *Gateway) decideCarried(rc *reqCtx, kind policy.Kind) error {
+	in := &rc.in
+	in.Kind, in.HTTP, in.TLS, in.Destination.Protocol = kind, nil, nil, ""
+	switch kind {
+	case policy.KindTCP:
+		in.Destination.Protocol = "tcp"
+	case policy.KindTLS:
+		in.TLS = &policy.TLS{}
+	}
+	rc.dec = g.ask(rc)
+	return denialOf(rc.dec)
 }
 
 // buildInput fills rc.in from the normalized request.
@@ -252,6 +294,9 @@ func (g *Gateway) buildInput(rc *reqCtx) {
 		}
 		if r.URL.RawQuery != "" {
 			h.Query = r.URL.Query()
+		}
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			h.BodySize = max(r.ContentLength, -1) // -1: chunked, length unknown
 		}
 		if len(r.Header) > 0 {
 			h.Headers = make(map[string]string, len(r.Header))
@@ -300,7 +345,7 @@ func (g *Gateway) dial(rc *reqCtx) error {
 			return nil // each inner request dials
 		}
 	}
-	c, ip, err := g.dialer.dialHost(context.Background(), rc.host, rc.port)
+	c, ip, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, rc.host, rc.port)
 	if ip.IsValid() {
 		rc.ip = ip
 	}
@@ -328,15 +373,55 @@ func (g *Gateway) relay(rc *reqCtx) error {
 	return nil
 }
 
+// reserve takes room in the audit log for the record of an allowed HTTP
+// request before anything of it leaves, when the log can hold room
+// (audit.Reserver, audit.overflow deny): that record is written after the
+// exchange, by finish, through the reservation, and must not be refused
+// then. A tunnel's decision record is written before its bytes flow
+// (openTunnel), so it needs none here.
+func (g *Gateway) reserve(rc *reqCtx) error {
+	r, ok := g.log.(audit.Reserver)
+	if !ok || rc.kind != policy.KindHTTP {
+		return nil
+	}
+	res, err := r.Reserve()
+	if err != nil {
+		return deny(ReasonAuditUnavailable, "audit log cannot take the record: %v", err)
+	}
+	rc.res = res
+	return nil
+}
+
 // openTunnel writes a tunnel's decision record before its bytes flow, so a
-// long-lived tunnel is visible at once; finish writes the close record.
+// long-lived tunnel is visible at once; finish writes the close record, into
+// room reserved here when the log can hold room.
 func (g *Gateway) openTunnel(rc *reqCtx) error {
-	rc.opened = true
-	if err := g.log.Log(g.record(rc, "")); err != nil {
+	var closeRes audit.Reservation
+	if r, ok := g.log.(audit.Reserver); ok {
+		var err error
+		if closeRes, err = r.Reserve(); err != nil {
+			return deny(ReasonAuditUnavailable, "audit log cannot take the tunnel's close record: %v", err)
+		}
+	}
+	if err := g.writeRecord(rc, g.record(rc, "")); err != nil {
+		if closeRes != nil {
+			closeRes.Cancel()
+		}
 		g.auditFailed(err)
 		return deny(ReasonAuditUnavailable, "audit log refused the record")
 	}
+	rc.opened, rc.res = true, closeRes
 	return nil
+}
+
+// writeRecord writes r through rc's reservation, if it holds one, else
+// straight to the log.
+func (g *Gateway) writeRecord(rc *reqCtx, r *audit.Record) error {
+	if res := rc.res; res != nil {
+		rc.res = nil
+		return res.Log(r)
+	}
+	return g.log.Log(r)
 }
 
 // refuse is the one place that answers a refusal to the client: 403 (or the
@@ -380,20 +465,19 @@ func (g *Gateway) refuse(rc *reqCtx) {
 }
 
 // finish is the one deferred audit call: the decision record (unless a tunnel
-// already wrote it) and, for tunnels, the close record.
+// already wrote it) and, for tunnels, the close record, through the room
+// reserved for it when there is one.
 func (g *Gateway) finish(rc *reqCtx) {
 	result := resultOf(rc)
 	g.metrics.decided(rc.kind, result)
 	if rc.upRaw != nil {
 		rc.upRaw.Close()
 	}
-	var err error
+	phase := ""
 	if rc.opened {
-		err = g.log.Log(g.record(rc, "close"))
-	} else {
-		err = g.log.Log(g.record(rc, ""))
+		phase = "close"
 	}
-	if err != nil {
+	if err := g.writeRecord(rc, g.record(rc, phase)); err != nil {
 		g.auditFailed(err)
 	}
 	if rc.tunnel {
@@ -441,24 +525,40 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 		r.IP = rc.ip.String()
 	}
 	if phase == "close" {
-		r.Kind = "close"
-		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
-		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
-		if rc.err != nil {
-			r.Error = rc.err.Error()
-		}
-		var d *denial
-		if errors.As(rc.err, &d) {
-			// Cut off mid-stream (a placeholder in a tunnel): the reason and
-			// flag go on the close record, the decision record being written.
-			r.Reasons = []audit.Reason{{ID: d.reason, Msg: d.msg}}
-			if d.flag != "" {
-				r.Flags = []string{d.flag}
-			}
-		}
-		return r
+		closeRecord(r, rc)
+	} else {
+		decisionRecord(r, rc)
 	}
+	boundText(r)
+	return r
+}
+
+// closeRecord fills a tunnel's close record: bytes, duration, and the denial
+// that cut it off mid-stream, if any.
+func closeRecord(r *audit.Record, rc *reqCtx) {
+	r.Kind = "close"
+	r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
+	r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
+	if rc.err != nil {
+		r.Error = rc.err.Error()
+	}
+	var d *denial
+	if errors.As(rc.err, &d) {
+		// Cut off mid-stream (a placeholder in a tunnel): the reason and
+		// flag go on the close record, the decision record being written.
+		r.Reasons = []audit.Reason{{ID: d.reason, Msg: d.msg}}
+		if d.flag != "" {
+			r.Flags = []string{d.flag}
+		}
+	}
+}
+
+// decisionRecord fills the record of a request, tunnel or connection.
+func decisionRecord(r *audit.Record, rc *reqCtx) {
 	r.Decision = resultOf(rc)
+	if rc.carries != "" {
+		r.Extra = map[string]json.RawMessage{"carries": json.RawMessage(strconv.Quote(string(rc.carries)))}
+	}
 	if rc.decided {
 		r.Mode = string(rc.dec.Mode)
 		r.PolicyRev = rc.dec.Rev
@@ -484,7 +584,7 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 	}
 	if rc.req != nil {
 		r.Method = rc.req.Method
-		r.Path = rc.req.URL.Path
+		r.Path = clip(rc.req.URL.Path, maxRecordPathBytes)
 		if q := rc.req.URL.RawQuery; q != "" {
 			r.Query = queryKeys(q)
 		}
@@ -498,12 +598,39 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
 	}
-	return r
 }
 
-// queryKeys returns the keys of a raw query, never its values.
+// boundText cuts the record's free-text fields: messages and errors can
+// quote what the sandbox sent (a request line, a target, a header).
+func boundText(r *audit.Record) {
+	r.Method = clip(r.Method, maxRecordTextBytes)
+	r.Error = clip(r.Error, maxRecordTextBytes)
+	for i := range r.Reasons {
+		r.Reasons[i].ID = clip(r.Reasons[i].ID, maxRecordTextBytes)
+		r.Reasons[i].Msg = clip(r.Reasons[i].Msg, maxRecordTextBytes)
+	}
+}
+
+// Bounds on what a request puts in its audit record, so that a hostile
+// request cannot make records huge (the request line alone may be
+// MaxHeaderBytes long).
+const (
+	maxRecordQueryKeys = 64   // distinct query keys listed
+	maxRecordKeyBytes  = 64   // bytes of one query key
+	maxRecordPathBytes = 2048 // bytes of the path
+	maxRecordTextBytes = 512  // bytes of a method, reason message or error
+)
+
+// queryKeys returns the distinct keys of a raw query, never its values: at
+// most maxRecordQueryKeys of them, each cut at maxRecordKeyBytes, then one
+// element "(+N more parameters)" (never a key: a raw query has no space)
+// counting the parameters whose keys are not listed. Linear in the query's
+// length.
 func queryKeys(q string) []string {
+	const scan = 8 // up to this many keys a scan beats a map
 	var keys []string
+	var seen map[string]struct{}
+	more := 0
 	for q != "" {
 		var kv string
 		kv, q, _ = strings.Cut(q, "&")
@@ -511,18 +638,59 @@ func queryKeys(q string) []string {
 		if k == "" {
 			continue
 		}
-		dup := false
-		for _, x := range keys {
-			if x == k {
-				dup = true
-				break
+		k = clip(k, maxRecordKeyBytes)
+		if seen != nil {
+			if _, dup := seen[k]; dup {
+				continue
+			}
+		} else if slices.Contains(keys, k) {
+			continue
+		}
+		if len(keys) == maxRecordQueryKeys {
+			more++
+			continue
+		}
+		keys = append(keys, k)
+		if seen != nil {
+			seen[k] = struct{}{}
+		} else if len(keys) > scan {
+			seen = make(map[string]struct{}, maxRecordQueryKeys)
+			for _, x := range keys {
+				seen[x] = struct{}{}
 			}
 		}
-		if !dup {
-			keys = append(keys, k)
-		}
+	}
+	if more > 0 {
+		keys = append(keys, "(+"+strconv.Itoa(more)+" more parameters)")
 	}
 	return keys
+}
+
+// queryParams counts the parameters of a raw query ('&'-separated, empty
+// ones not counted), stopping once past max.
+func queryParams(q string, max int) int {
+	n := 0
+	for q != "" && n <= max {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		if kv != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// clip cuts s to at most n bytes (on a UTF-8 boundary when s is valid there)
+// and says how much was cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > n-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "...[cut " + strconv.Itoa(len(s)-cut) + " bytes]"
 }
 
 func (g *Gateway) logDecision(rc *reqCtx, result string) {

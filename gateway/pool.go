@@ -11,8 +11,11 @@ import (
 	"time"
 )
 
-// upstreamKey names what an upstream connection may be reused for.
+// upstreamKey names what an upstream connection may be reused for: one
+// sandbox's requests to one destination. A connection that carried one
+// sandbox's exchange never carries another's.
 type upstreamKey struct {
+	sb   *sandbox // the serving of the sandbox (a new ServeSandbox is a new one)
 	host string
 	port int
 	tls  bool
@@ -136,6 +139,12 @@ func (p *upstreamPool) put(u *upstreamConn) {
 	u.idleAt = time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if u.key.sb.isStopped() {
+		// StopSandbox set this before dropping the sandbox's idle connections
+		// (under p.mu): a connection released afterwards is closed here.
+		u.nc.Close()
+		return
+	}
 	list := p.idle[u.key]
 	// Drop the stale ones at the front first.
 	for len(list) > 0 && u.idleAt.Sub(list[0].idleAt) >= p.timeout {
@@ -163,4 +172,20 @@ func (p *upstreamPool) closeAll() {
 		delete(p.idle, k)
 	}
 	p.n = 0
+}
+
+// dropSandbox closes the idle connections that served sb.
+func (p *upstreamPool) dropSandbox(sb *sandbox) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, list := range p.idle {
+		if k.sb != sb {
+			continue
+		}
+		for _, u := range list {
+			u.nc.Close()
+		}
+		p.n -= len(list)
+		delete(p.idle, k)
+	}
 }

@@ -233,7 +233,7 @@ func TestRedTeamGuardedDialer(t *testing.T) {
 			res := &seqResolver{answers: tc.answers}
 			// The fake internet (198.18.0.0/15, a reserved block) is the allowed CIDR.
 			d := &dialer{res: res, guard: ipguard.New([]netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, nil), dial: rd.DialContext, timeout: time.Second}
-			c, _, err := d.dialHost(context.Background(), "rebind.example", 443)
+			c, _, err := d.dialHost(context.Background(), "sb-test", "rebind.example", 443)
 			if c != nil || err == nil {
 				t.Fatal("dial succeeded against a dialer that allows nothing")
 			}

@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
@@ -94,9 +96,27 @@ func (g *Gateway) screen(rc *reqCtx) error {
 		if rc.sess.intercepted {
 			outgoingURL(rc)
 		}
-		return secretsErr(inj.Check(sb, rc.req))
+		return g.checkRequest(rc, inj)
 	}
 	return nil
+}
+
+// checkRequest runs Injector.Check, which reads (up to all of) the request
+// body before policy, under one absolute read deadline, BodyScanTimeout: a
+// body that dribbles in slowly is refused (408, body_scan_timeout) instead
+// of holding the scan open, and nothing has been sent upstream.
+func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
+	rd := &rc.sess.rd
+	if b := rc.req.Body; b != nil && b != http.NoBody {
+		rd.bound(time.Now().Add(g.cfg.BodyScanTimeout))
+		defer rd.unbound()
+	}
+	err := inj.Check(sandboxOf(rc), rc.req)
+	if err != nil && rd.expired {
+		return &denial{reason: ReasonBodyScanTimeout, status: http.StatusRequestTimeout,
+			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
+	}
+	return secretsErr(err)
 }
 
 // screenRaw looks for a placeholder in the raw parts of a request whose

@@ -2,15 +2,11 @@ package gateway
 
 import (
 	"bufio"
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -32,38 +28,20 @@ func (g *Gateway) serveTransparent(cc *clientConn) {
 	rc.origDst = dst
 	rd := &connReader{c: cc.nc}
 	br := bufio.NewReaderSize(rd, maxPeekBytes)
-	cc.nc.SetReadDeadline(time.Now().Add(g.cfg.PeekTimeout))
-	first, err := br.Peek(1)
+	sn, err := g.sniff(cc.nc, br)
+	rc.kind = sn.kind
+	var d *denial
 	switch {
-	case err != nil && isTimeout(err):
-		// The client waits for the server to speak: raw TCP.
+	case errors.As(err, &d):
+		g.serveRefused(rc, err)
+		return
 	case err != nil:
 		return // closed before sending anything: nothing to decide
-	case first[0] == 0x16:
-		rc.kind = policy.KindTLS
-		cc.nc.SetReadDeadline(time.Now().Add(g.cfg.HandshakeTimeout))
-		sni, perr := peekClientHello(br, maxPeekBytes)
-		if perr != nil {
-			cc.nc.SetReadDeadline(time.Time{})
-			g.serveRefused(rc, deny(ReasonBadRequest, "tls client hello: %v", perr))
-			return
-		}
-		rc.sni = sni
-	default:
-		cc.nc.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
-		pr, perr := peekHTTPRequest(br, min(g.cfg.MaxHeaderBytes, maxPeekBytes))
-		if perr == nil {
-			cc.nc.SetReadDeadline(time.Time{})
-			g.serveTransparentHTTP(cc, br, dst, pr)
-			return
-		}
-		if !errors.Is(perr, errNotHTTP) && !isTimeout(perr) {
-			cc.nc.SetReadDeadline(time.Time{})
-			g.serveRefused(rc, deny(ReasonBadRequest, "http request: %v", perr))
-			return
-		}
+	case sn.kind == policy.KindHTTP:
+		g.serveTransparentHTTP(cc, br, dst, sn.req)
+		return
 	}
-	cc.nc.SetReadDeadline(time.Time{})
+	rc.sni = sn.sni
 	rc.br = br
 	g.serve(rc)
 }
@@ -72,21 +50,13 @@ func (g *Gateway) serveTransparent(cc *clientConn) {
 // (Host header, else the original destination address) and runs the request
 // loop; every later request must name the same host.
 func (g *Gateway) serveTransparentHTTP(cc *clientConn, br *bufio.Reader, dst netip.AddrPort, pr peekedRequest) {
-	s := g.newSession(cc, cc.nc, nil)
-	// The peeked bytes come first, then the connection through the session's
-	// own connReader.
-	if n := br.Buffered(); n > 0 {
-		b, _ := br.Peek(n)
-		s.br = bufio.NewReaderSize(io.MultiReader(bytesReader(b), &s.rd), maxPeekBytes)
-	}
-	s.pinned = true
-	s.pinPort = int(dst.Port())
-	s.defaultPort = int(dst.Port())
-	s.pinHost = dst.Addr().Unmap().String()
+	head, _ := br.Peek(br.Buffered())
+	port := int(dst.Port())
+	host := dst.Addr().Unmap().String()
 	if pr.Host != "" {
-		h, p, err := hostname.SplitHostPort(pr.Host, int(dst.Port()))
-		if err != nil || p != int(dst.Port()) {
-			rc := g.newReqCtx(cc, s)
+		h, p, err := hostname.SplitHostPort(pr.Host, port)
+		if err != nil || p != port {
+			rc := g.newReqCtx(cc, g.newPinnedSession(cc, cc.nc, nil, host, port))
 			rc.kind = policy.KindHTTP
 			if err == nil {
 				err = fmt.Errorf("host header port %d differs from destination port %d", p, dst.Port())
@@ -94,26 +64,9 @@ func (g *Gateway) serveTransparentHTTP(cc *clientConn, br *bufio.Reader, dst net
 			g.serveRefused(rc, deny(ReasonHostMismatch, "%v", err))
 			return
 		}
-		s.pinHost = h
+		host = h
 	}
-	s.loop(policy.KindHTTP)
-}
-
-func bytesReader(b []byte) io.Reader {
-	c := make([]byte, len(b))
-	copy(c, b)
-	return &sliceReader{b: c}
-}
-
-type sliceReader struct{ b []byte }
-
-func (r *sliceReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
+	g.newPinnedSession(cc, cc.nc, head, host, port).loop(policy.KindHTTP)
 }
 
 // originalDst returns where the sandbox meant to connect before the REDIRECT.
@@ -172,76 +125,4 @@ func soOriginalDst(c net.Conn) (netip.AddrPort, error) {
 		return netip.AddrPort{}, errors.New("original destination: empty")
 	}
 	return out, nil
-}
-
-// intercept terminates the client's TLS with a leaf for rc.host (minted only
-// now, after allow) and serves the inner requests, each decided again as kind
-// http. The ClientHello's server name, if any, must be rc.host.
-func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
-	cert, err := g.leaves.get(rc.host)
-	if err != nil {
-		return fail(ReasonUpstream, http.StatusBadGateway, err)
-	}
-	var sniErr error
-	cfg := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"http/1.1"}, // HTTP/2 is never negotiated inside
-		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if hello.ServerName != "" {
-				n, err := hostname.Normalize(hello.ServerName)
-				if err != nil || n != rc.host {
-					sniErr = deny(ReasonHostMismatch, "tls server name %q on a connection to %s", hello.ServerName, rc.host)
-					return nil, sniErr
-				}
-			}
-			return cert, nil
-		},
-	}
-	cnt := &countConn{Conn: client}
-	tc := tls.Server(cnt, cfg)
-	untrack := rc.cc.track(tc)
-	defer untrack()
-	tc.SetDeadline(time.Now().Add(g.cfg.HandshakeTimeout))
-	herr := tc.Handshake()
-	tc.SetDeadline(time.Time{})
-	defer func() { rc.bytesUp, rc.bytesDown = cnt.in.Load(), cnt.out.Load() }()
-	if herr != nil {
-		tc.Close()
-		if sniErr != nil {
-			return sniErr
-		}
-		return fail("client_tls_error", http.StatusBadGateway, herr)
-	}
-	if err := g.openTunnel(rc); err != nil {
-		tc.Close()
-		return err
-	}
-	s := g.newSession(rc.cc, tc, nil)
-	s.pinned, s.pinHost, s.pinPort, s.defaultPort = true, rc.host, rc.port, rc.port
-	s.scheme, s.intercepted = "https", true
-	s.sni = tc.ConnectionState().ServerName
-	s.loop(policy.KindHTTP)
-	tc.Close()
-	return nil
-}
-
-// tunnel relays a passthrough connection (transparent TLS or raw TCP): head is
-// what the peekers buffered; the rest goes *net.TCPConn to *net.TCPConn.
-func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) error {
-	if err := g.openTunnel(rc); err != nil {
-		return err
-	}
-	rc.responded = true
-	down := make(chan int64, 1)
-	go func() {
-		n, _ := io.Copy(client, up)
-		closeWrite(client)
-		down <- n
-	}()
-	guard := g.streamGuard(rc, false)
-	n, _ := copyUp(up, head, client, guard)
-	guardFailed(rc, guard, up, client)
-	rc.bytesUp = n
-	rc.bytesDown = <-down
-	return nil
 }

@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
+)
+
+// Tunnels and interception: what a CONNECT (explicit proxy) or a TLS or raw
+// TCP connection (transparent listener) becomes once the pipeline allowed it.
+// relayConnect and tunnel relay opaque bytes, intercept terminates the
+// client's TLS and runs the inner request loop (httpSession.loop, http.go).
+
+// relayConnect answers an allowed CONNECT and serves what the tunnel carries.
+// The CONNECT allowed a destination, not whatever bytes follow it: nothing is
+// relayed until the client's first bytes are known (sniff, as the transparent
+// listener does), and then the tunnel carries
+//   - TLS whose complete ClientHello names the CONNECT host, or has no server
+//     name where policy allows kind tls with an empty sni for the destination;
+//   - plaintext HTTP, every request decided again as kind http (connectHTTP);
+//   - anything else, or nothing (a server-first protocol), only where policy
+//     allows kind tcp to the destination (decideCarried).
+func (g *Gateway) relayConnect(rc *reqCtx) error {
+	s := rc.sess
+	s.bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
+	if err := s.bw.Flush(); err != nil {
+		return fail(ReasonUpstream, http.StatusBadGateway, err)
+	}
+	rc.responded = true
+	rc.status = http.StatusOK
+	s.conn.SetDeadline(time.Time{})
+	if rc.mitm {
+		return g.intercept(rc, &prefixConn{Conn: s.conn, r: s.br})
+	}
+	s.rd.limited, s.rd.progress = false, 0
+	sn, err := g.sniff(s.conn, s.br)
+	rc.carries = sn.kind
+	var d *denial
+	if err != nil && !errors.As(err, &d) {
+		return fail("client_closed", http.StatusBadGateway, err)
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case sn.kind == policy.KindHTTP:
+		return g.connectHTTP(rc)
+	case sn.kind == policy.KindTLS && sn.sni != "":
+		n, err := hostname.Normalize(sn.sni)
+		if err != nil || n != rc.host {
+			return deny(ReasonHostMismatch, "CONNECT %s carries TLS server name %q", rc.host, sn.sni)
+		}
+	default:
+		if err := g.decideCarried(rc, sn.kind); err != nil {
+			return err
+		}
+	}
+	head, _ := s.br.Peek(s.br.Buffered())
+	return g.tunnel(rc, s.conn, head, rc.upRaw)
+}
+
+// connectHTTP serves plaintext HTTP inside an allowed CONNECT: a session
+// pinned to the CONNECT's host and port runs each request through the
+// pipeline as kind http, so every request must name that host and is decided
+// and audited on its own. The connection dialed for the CONNECT carries the
+// first allowed request.
+func (g *Gateway) connectHTTP(rc *reqCtx) error {
+	if err := g.openTunnel(rc); err != nil {
+		return err
+	}
+	outer := rc.sess
+	head, _ := outer.br.Peek(outer.br.Buffered())
+	cnt := &countConn{Conn: outer.conn}
+	s := g.newPinnedSession(rc.cc, cnt, head, rc.host, rc.port)
+	s.up = newUpstreamConn(upstreamKey{sb: rc.cc.sb, host: rc.host, port: rc.port}, rc.upRaw, rc.ip)
+	s.untrack = rc.cc.track(rc.upRaw)
+	rc.upRaw = nil
+	s.loop(policy.KindHTTP)
+	rc.bytesUp, rc.bytesDown = int64(len(head))+cnt.in.Load(), cnt.out.Load()
+	return nil
+}
+
+// copyUp writes head, then copies client to up (splice when both are
+// *net.TCPConn), then half-closes up. With a guard (a sandbox that holds
+// placeholders) every chunk is checked before it is written, and splice is
+// given up; the copy stops at the first chunk the guard refuses.
+func copyUp(up net.Conn, head []byte, client net.Conn, guard *secrets.StreamGuard) (int64, error) {
+	var total int64
+	if guard != nil {
+		if err := guard.Check(head); err != nil {
+			closeWrite(up)
+			return 0, err
+		}
+	}
+	if len(head) > 0 {
+		n, err := up.Write(head)
+		total += int64(n)
+		if err != nil {
+			closeWrite(up)
+			return total, err
+		}
+	}
+	var src io.Reader = client
+	if guard != nil {
+		src = guardedReader{r: client, guard: guard}
+	}
+	n, err := io.Copy(up, src)
+	total += n
+	closeWrite(up)
+	return total, err
+}
+
+// pipe relays between two connections with already-read heads (websocket
+// after 101, intercepted TLS passthrough).
+func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard *secrets.StreamGuard) error {
+	down := make(chan int64, 1)
+	go func() {
+		var total int64
+		if len(bHead) > 0 {
+			n, _ := a.Write(bHead)
+			total += int64(n)
+		}
+		n, _ := io.Copy(a, b)
+		closeWrite(a)
+		down <- total + n
+	}()
+	n, _ := copyUp(b, aHead, a, guard)
+	guardFailed(rc, guard, a, b)
+	rc.bytesUp += n
+	rc.bytesDown += <-down
+	return nil
+}
+
+// intercept terminates the client's TLS with a leaf for rc.host (minted only
+// now, after allow) and serves the inner requests, each decided again as kind
+// http. The ClientHello's server name, if any, must be rc.host.
+func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
+	cert, err := g.leaves.get(rc.host)
+	if err != nil {
+		return fail(ReasonUpstream, http.StatusBadGateway, err)
+	}
+	var sniErr error
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"}, // HTTP/2 is never negotiated inside
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if hello.ServerName != "" {
+				n, err := hostname.Normalize(hello.ServerName)
+				if err != nil || n != rc.host {
+					sniErr = deny(ReasonHostMismatch, "tls server name %q on a connection to %s", hello.ServerName, rc.host)
+					return nil, sniErr
+				}
+			}
+			return cert, nil
+		},
+	}
+	cnt := &countConn{Conn: client}
+	tc := tls.Server(cnt, cfg)
+	untrack := rc.cc.track(tc)
+	defer untrack()
+	tc.SetDeadline(time.Now().Add(g.cfg.HandshakeTimeout))
+	herr := tc.Handshake()
+	tc.SetDeadline(time.Time{})
+	defer func() { rc.bytesUp, rc.bytesDown = cnt.in.Load(), cnt.out.Load() }()
+	if herr != nil {
+		tc.Close()
+		if sniErr != nil {
+			return sniErr
+		}
+		return fail("client_tls_error", http.StatusBadGateway, herr)
+	}
+	if err := g.openTunnel(rc); err != nil {
+		tc.Close()
+		return err
+	}
+	s := g.newPinnedSession(rc.cc, tc, nil, rc.host, rc.port)
+	s.scheme, s.intercepted = "https", true
+	s.sni = tc.ConnectionState().ServerName
+	s.loop(policy.KindHTTP)
+	tc.Close()
+	return nil
+}
+
+// tunnel relays a passthrough connection (TLS or raw TCP, transparent or
+// through a CONNECT): head is what the peekers buffered; the rest goes
+// *net.TCPConn to *net.TCPConn.
+func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) error {
+	if err := g.openTunnel(rc); err != nil {
+		return err
+	}
+	rc.responded = true
+	down := make(chan int64, 1)
+	go func() {
+		n, _ := io.Copy(client, up)
+		closeWrite(client)
+		down <- n
+	}()
+	guard := g.streamGuard(rc, false)
+	n, _ := copyUp(up, head, client, guard)
+	guardFailed(rc, guard, up, client)
+	rc.bytesUp = n
+	rc.bytesDown = <-down
+	return nil
+}
