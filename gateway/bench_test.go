@@ -24,7 +24,7 @@ import (
 // writer, serving on loopback.
 func benchHarness(b *testing.B, pki *testPKI, mitmHosts ...string) *harness {
 	b.Helper()
-	eng, err := policy.New(policy.Config{AllowHosts: []string{"pypi.org", "files.pythonhosted.org", "**.bench.example"}}, nil)
+	eng, err := policy.New(policy.Config{AllowHosts: []string{"pypi.org:*", "files.pythonhosted.org:*", "**.bench.example:*"}}, nil)
 	if err != nil {
 		b.Fatalf("policy engine: %v", err)
 	}

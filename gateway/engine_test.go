@@ -16,7 +16,7 @@ import (
 // TestRealPolicyEngine runs the gateway with policy.New: an allowed host passes,
 // anything else gets the engine's deny reason, audited with its revision.
 func TestRealPolicyEngine(t *testing.T) {
-	eng, err := policy.New(policy.Config{AllowHosts: []string{"pypi.org"}, Presets: []string{policy.PresetNone}}, nil)
+	eng, err := policy.New(policy.Config{AllowHosts: []string{"pypi.org:*"}, Presets: []string{policy.PresetNone}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
