@@ -127,10 +127,12 @@ type Writer struct {
 
 	mu     sync.RWMutex // guards closed against the close of queue
 	closed bool
-	queue  chan item
+	queue  chan item // as large as room: a sender holding a place never blocks
+	room   *room     // places in use: queued items and held reservations
 	done   chan struct{}
 
 	written, checkpoints, rotations, overflow, dropped atomic.Uint64
+	reserveRefused                                     atomic.Uint64
 	failure                                            atomic.Pointer[error]
 
 	// Owned by the writer goroutine after New returns.
@@ -159,9 +161,14 @@ type Stats struct {
 	Written     uint64 // records appended, checkpoints included
 	Checkpoints uint64 // signed checkpoints appended
 	Rotations   uint64 // files rotated
-	Overflow    uint64 // Log calls that found the queue full (blocked or refused)
+	Overflow    uint64 // Log and Reserve calls that found the queue full (blocked or refused)
 	Dropped     uint64 // records refused: ErrOverflow, ErrClosed or ErrFailed
-	Queued      int    // records waiting now
+	// ReserveRefused counts Reserve calls refused (overflow, closed, failed).
+	ReserveRefused uint64
+	Queued         int // records waiting now
+	// Reserved is the places held by reservations not yet used, as far as a
+	// snapshot can tell (queued items and reservations are counted together).
+	Reserved int
 }
 
 // New opens (or creates) cfg.File, recovers a torn tail, continues the chain
@@ -185,6 +192,7 @@ func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, er
 		cfg:      cfg,
 		log:      logger.With("component", "audit", "file", cfg.File),
 		queue:    make(chan item, cfg.QueueSize),
+		room:     newRoom(cfg.QueueSize),
 		done:     make(chan struct{}),
 		buf:      make([]byte, 0, flushSize+4096),
 		lastCkpt: time.Now(),
@@ -217,12 +225,9 @@ func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, er
 // when the queue is full and Overflow is "deny", ErrClosed after Close, and an
 // ErrFailed error once a write has failed. Any error means: deny the request.
 func (w *Writer) Log(r *Record) error {
-	if r == nil {
-		return errors.New("audit: nil record")
-	}
-	if r.Kind == KindCheckpoint {
+	if err := checkCallerRecord(r); err != nil {
 		w.dropped.Add(1)
-		return fmt.Errorf("audit: kind %q is reserved for the writer", KindCheckpoint)
+		return err
 	}
 	if err := w.failure.Load(); err != nil {
 		w.dropped.Add(1)
@@ -234,17 +239,61 @@ func (w *Writer) Log(r *Record) error {
 		w.dropped.Add(1)
 		return ErrClosed
 	}
-	select {
-	case w.queue <- item{rec: *r}:
+	if err := w.takeRoom(); err != nil {
+		w.dropped.Add(1)
+		return err
+	}
+	w.queue <- item{rec: *r}
+	return nil
+}
+
+// Reserve takes a place in the queue for one record, so that the
+// Reservation's Log is never refused for overflow: a caller that must not let
+// a request out unless its record will be accepted reserves first. With
+// Overflow "deny" a full queue (queued records and held reservations) makes
+// Reserve fail at once with ErrOverflow; with "block" it waits for room. It
+// fails with ErrClosed after Close and with the failure while a write is
+// failing. Exactly one of the Reservation's Log or Cancel must be called.
+func (w *Writer) Reserve() (Reservation, error) {
+	if err := w.failure.Load(); err != nil {
+		w.reserveRefused.Add(1)
+		return nil, *err
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		w.reserveRefused.Add(1)
+		return nil, ErrClosed
+	}
+	if err := w.takeRoom(); err != nil {
+		w.reserveRefused.Add(1)
+		return nil, err
+	}
+	return &reservation{w: w}, nil
+}
+
+// takeRoom takes one place of the queue by the overflow policy; w.mu is
+// read-held and the writer is open.
+func (w *Writer) takeRoom() error {
+	if w.room.tryTake() {
 		return nil
-	default:
 	}
 	w.overflow.Add(1)
 	if w.cfg.Overflow == OverflowDeny {
-		w.dropped.Add(1)
 		return ErrOverflow
 	}
-	w.queue <- item{rec: *r}
+	w.room.take()
+	return nil
+}
+
+// checkCallerRecord refuses what no caller may log.
+func checkCallerRecord(r *Record) error {
+	if r == nil {
+		return errors.New("audit: nil record")
+	}
+	if r.Kind == KindCheckpoint {
+		return fmt.Errorf("audit: kind %q is reserved for the writer", KindCheckpoint)
+	}
 	return nil
 }
 
@@ -272,6 +321,7 @@ func (w *Writer) Sync() error {
 		w.mu.RUnlock()
 		return ErrClosed
 	}
+	w.room.take() // a barrier waits for room whatever the overflow policy
 	w.queue <- item{sync: ch}
 	w.mu.RUnlock()
 	return <-ch
@@ -293,12 +343,14 @@ func (w *Writer) Close() error {
 // Stats returns the writer's counters.
 func (w *Writer) Stats() Stats {
 	return Stats{
-		Written:     w.written.Load(),
-		Checkpoints: w.checkpoints.Load(),
-		Rotations:   w.rotations.Load(),
-		Overflow:    w.overflow.Load(),
-		Dropped:     w.dropped.Load(),
-		Queued:      len(w.queue),
+		Written:        w.written.Load(),
+		Checkpoints:    w.checkpoints.Load(),
+		Rotations:      w.rotations.Load(),
+		Overflow:       w.overflow.Load(),
+		Dropped:        w.dropped.Load(),
+		ReserveRefused: w.reserveRefused.Load(),
+		Queued:         len(w.queue),
+		Reserved:       max(0, int(w.room.used.Load())-len(w.queue)),
 	}
 }
 
@@ -322,6 +374,7 @@ func (w *Writer) run() {
 				w.shutdown()
 				return
 			}
+			w.room.release()
 			w.handle(&it)
 			// Take what is already queued before paying for a write(2).
 		batch:
@@ -332,6 +385,7 @@ func (w *Writer) run() {
 						w.shutdown()
 						return
 					}
+					w.room.release()
 					w.handle(&it)
 				default:
 					break batch

@@ -22,6 +22,7 @@ const (
 	DefaultDNSMaxTTL     = time.Hour
 	DefaultAuditFile     = "/var/log/airlock/audit.jsonl"
 	DefaultAuditMaxSize  = 100 << 20
+	DefaultAuditOverflow = "block"
 	DefaultCACert        = "/etc/airlock/ca.pem"
 	DefaultCAKey         = "/etc/airlock/ca.key"
 	DefaultMemory        = 512 << 20
@@ -101,6 +102,10 @@ type Audit struct {
 	// SigningKey is the Ed25519 key that signs checkpoints; empty means File + ".key"
 	// (created 0600 on first use).
 	SigningKey string `yaml:"signing_key"`
+	// Overflow is what happens when the writer's queue is full: block (the
+	// default: requests wait for room) or deny (requests are refused at once,
+	// and none leaves before room for its record is reserved).
+	Overflow string `yaml:"overflow"`
 }
 
 // CA is the interception CA made by `airlock ca init`.
@@ -209,6 +214,9 @@ func (c *Config) applyDefaults() {
 	if c.Audit.MaxSize == 0 {
 		c.Audit.MaxSize = DefaultAuditMaxSize
 	}
+	if c.Audit.Overflow == "" {
+		c.Audit.Overflow = DefaultAuditOverflow
+	}
 	if c.CA.Cert == "" {
 		c.CA.Cert = DefaultCACert
 	}
@@ -274,6 +282,9 @@ func (c *Config) Validate() error {
 	if c.DNS.MinTTL > c.DNS.MaxTTL {
 		return fmt.Errorf("dns.min_ttl %s is greater than dns.max_ttl %s", c.DNS.MinTTL, c.DNS.MaxTTL)
 	}
+	if err := c.Audit.validate(); err != nil {
+		return err
+	}
 	for i, s := range c.Upstream.AllowCIDRs {
 		if _, err := netip.ParsePrefix(s); err != nil {
 			return fmt.Errorf("upstream.allow_cidrs[%d]: %q is not a CIDR such as 10.0.0.0/8", i, s)
@@ -307,6 +318,15 @@ func (c *Config) Validate() error {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("sandbox.env[%d]: %q is not KEY=VALUE", i, kv)
 		}
+	}
+	return nil
+}
+
+func (a *Audit) validate() error {
+	switch a.Overflow {
+	case "block", "deny":
+	default:
+		return fmt.Errorf("audit.overflow: %q is not one of block, deny", a.Overflow)
 	}
 	return nil
 }

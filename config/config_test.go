@@ -56,6 +56,17 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "infinite cpus", yaml: "limits: {cpus: .inf}", wantErr: "limits.cpus"},
 		{name: "tiny cpus", yaml: "limits: {cpus: 0.001}", wantErr: "limits.cpus"},
 		{name: "tiny tmp size", yaml: "limits: {tmp_size: 100}", wantErr: "limits.tmp_size"},
+		{name: "audit overflow default", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Audit.Overflow != "block" {
+				t.Fatalf("audit.overflow: got %q, want block", c.Audit.Overflow)
+			}
+		}},
+		{name: "audit overflow deny", yaml: "audit: {overflow: deny}", check: func(t *testing.T, c Config) {
+			if c.Audit.Overflow != "deny" {
+				t.Fatalf("audit.overflow: got %q, want deny", c.Audit.Overflow)
+			}
+		}},
+		{name: "bad audit overflow", yaml: "audit: {overflow: drop}", wantErr: "audit.overflow"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

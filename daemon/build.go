@@ -132,6 +132,7 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 	w, err := audit.New(audit.Config{
 		File:           cfg.Audit.File,
 		MaxSize:        audit.Size(cfg.Audit.MaxSize),
+		Overflow:       cfg.Audit.Overflow,
 		SigningKeyFile: signingKey,
 	}, d.log)
 	if err != nil {
