@@ -64,6 +64,21 @@ func (r *room) release() {
 	}
 }
 
+// free gives a place back without waking a waiter: the writer goroutine frees
+// each item it takes and calls wake once per batch, so a full queue costs it
+// one wake-up per batch, not one per record.
+func (r *room) free() { r.used.Add(-1) }
+
+// wake wakes every waiter after places were freed; a waiter that finds none
+// waits again.
+func (r *room) wake() {
+	if r.waiters.Load() > 0 {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	}
+}
+
 // errReservationUsed is returned by a reservation's second Log.
 var errReservationUsed = errors.New("audit: reservation already used or cancelled")
 

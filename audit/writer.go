@@ -374,28 +374,41 @@ func (w *Writer) run() {
 				w.shutdown()
 				return
 			}
-			w.room.release()
-			w.handle(&it)
-			// Take what is already queued before paying for a write(2).
-		batch:
-			for len(w.buf) < flushSize {
-				select {
-				case it, ok := <-w.queue:
-					if !ok {
-						w.shutdown()
-						return
-					}
-					w.room.release()
-					w.handle(&it)
-				default:
-					break batch
-				}
+			if !w.batch(&it) {
+				w.shutdown()
+				return
 			}
-			w.flush()
 		case <-tick.C:
 			w.tick()
 		}
 	}
+}
+
+// batch handles first and whatever else is already queued (up to a buffer's
+// worth) before paying for one write(2). Places are freed as items are taken;
+// waiters are woken at the start of the batch and before the write, not once
+// per record. It reports false when the queue was closed meanwhile.
+func (w *Writer) batch(first *item) bool {
+	w.room.free()
+	w.room.wake()
+	w.handle(first)
+	for len(w.buf) < flushSize {
+		select {
+		case it, ok := <-w.queue:
+			if !ok {
+				w.room.wake()
+				return false
+			}
+			w.room.free()
+			w.handle(&it)
+			continue
+		default:
+		}
+		break
+	}
+	w.room.wake()
+	w.flush()
+	return true
 }
 
 func (w *Writer) handle(it *item) {
