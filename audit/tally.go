@@ -103,10 +103,13 @@ func (t *Tally) count(r *Record) {
 }
 
 // summarized returns how many events a summary record stands for (the DNS
-// filter's over-budget "queries", netns's rate-limited drops "suppressed"), or
-// 0 for an ordinary record.
+// filter's over-budget "queries", netns's rate-limited drops "suppressed", a
+// Budget's refused "requests"), or 0 for an ordinary record.
 func summarized(r *Record) int {
-	for _, k := range []string{"queries", "suppressed"} {
+	if len(r.Extra) == 0 {
+		return 0
+	}
+	for _, k := range [...]string{"queries", "suppressed", SummaryRequestsKey} {
 		if raw, ok := r.Extra[k]; ok {
 			var n int
 			if json.Unmarshal(raw, &n) == nil && n > 0 {
