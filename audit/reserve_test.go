@@ -16,7 +16,7 @@ func newGatedWriter(t *testing.T, size int, overflow string) (*Writer, Config, c
 	cfg.QueueSize = size
 	cfg.Overflow = overflow
 	gate := make(chan struct{})
-	w, err := newWriter(cfg, nil, gate)
+	w, err := newWriter(cfg, nil, writerHooks{gate: gate})
 	if err != nil {
 		t.Fatal(err)
 	}

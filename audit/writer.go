@@ -53,21 +53,41 @@ type Writer struct {
 	done   chan struct{}
 
 	written, checkpoints, rotations, overflow, dropped atomic.Uint64
-	reserveRefused                                     atomic.Uint64
-	failure                                            atomic.Pointer[error]
+	reserveRefused, recoveries, pruned                 atomic.Uint64
+	// refusedFailing counts Log calls refused while the writer was failed,
+	// for the outage record written when it recovers.
+	refusedFailing atomic.Uint64
+	failure        atomic.Pointer[error]
 
 	// Owned by the writer goroutine after New returns.
 	f         *os.File
-	size      int64 // bytes in f, including buffered ones
+	fileInfo  os.FileInfo // identity of f, to know it again after a failure
+	size      int64       // bytes in f, including buffered ones
+	onDisk    int64       // bytes of f written successfully
 	buf       []byte
 	seq       uint64
 	prev      [64]byte
+	diskSeq   uint64   // seq of the last line written successfully
+	diskPrev  [64]byte // hash of that line: where buf's first line chains on
 	sinceCkpt int
 	lastCkpt  time.Time
 	unsynced  bool
 	idPrefix  string
 	closeErr  error
-	gate      chan struct{}
+	hooks     writerHooks
+	outage    *outage     // set from a failure until its outage record is written
+	retry     *time.Timer // armed while failed
+	backoff   time.Duration
+}
+
+// writerHooks are seams for tests; zero values mean the real thing.
+type writerHooks struct {
+	// gate, when non-nil, is received from before each queued item, so a test
+	// can hold the queue full.
+	gate chan struct{}
+	// write replaces f.Write, so a test can fail writes (ENOSPC) and let them
+	// work again.
+	write func(f *os.File, b []byte) (int, error)
 }
 
 type item struct {
@@ -90,18 +110,20 @@ type Stats struct {
 	// Reserved is the places held by reservations not yet used, as far as a
 	// snapshot can tell (queued items and reservations are counted together).
 	Reserved int
+	// Recoveries counts failures the writer recovered from (see Config.RetryMin).
+	Recoveries uint64
+	// Pruned counts rotated files deleted by retention (MaxFiles, MaxBytes).
+	Pruned uint64
 }
 
 // New opens (or creates) cfg.File, recovers a torn tail, continues the chain
 // and starts the writer goroutine. logger may be nil.
 func New(cfg Config, logger *slog.Logger) (*Writer, error) {
-	return newWriter(cfg, logger, nil)
+	return newWriter(cfg, logger, writerHooks{})
 }
 
-// newWriter is New with a gate for tests: when gate is non-nil the writer
-// goroutine takes one value from it before each queued item, so a test can
-// hold the queue full.
-func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, error) {
+// newWriter is New with test seams.
+func newWriter(cfg Config, logger *slog.Logger, hooks writerHooks) (*Writer, error) {
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -117,7 +139,8 @@ func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, er
 		done:     make(chan struct{}),
 		buf:      make([]byte, 0, flushSize+4096),
 		lastCkpt: time.Now(),
-		gate:     gate,
+		hooks:    hooks,
+		backoff:  cfg.RetryMin,
 	}
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -137,6 +160,13 @@ func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, er
 	if err := w.open(); err != nil {
 		return nil, err
 	}
+	st, err := w.f.Stat()
+	if err != nil {
+		w.f.Close()
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	w.fileInfo, w.onDisk = st, w.size
+	w.diskSeq, w.diskPrev = w.seq, w.prev
 	go w.run()
 	return w, nil
 }
@@ -152,6 +182,7 @@ func (w *Writer) Log(r *Record) error {
 	}
 	if err := w.failure.Load(); err != nil {
 		w.dropped.Add(1)
+		w.refusedFailing.Add(1)
 		return *err
 	}
 	w.mu.RLock()
@@ -207,13 +238,16 @@ func (w *Writer) takeRoom() error {
 	return nil
 }
 
-// checkCallerRecord refuses what no caller may log.
+// checkCallerRecord refuses what no caller may log: the kinds the writer
+// writes itself (a forged retention or outage record would mislead a
+// verifier).
 func checkCallerRecord(r *Record) error {
 	if r == nil {
 		return errors.New("audit: nil record")
 	}
-	if r.Kind == KindCheckpoint {
-		return fmt.Errorf("audit: kind %q is reserved for the writer", KindCheckpoint)
+	switch r.Kind {
+	case KindCheckpoint, KindRetention, KindOutage:
+		return fmt.Errorf("audit: kind %q is reserved for the writer", r.Kind)
 	}
 	return nil
 }
@@ -272,6 +306,8 @@ func (w *Writer) Stats() Stats {
 		ReserveRefused: w.reserveRefused.Load(),
 		Queued:         len(w.queue),
 		Reserved:       max(0, int(w.room.used.Load())-len(w.queue)),
+		Recoveries:     w.recoveries.Load(),
+		Pruned:         w.pruned.Load(),
 	}
 }
 
@@ -289,18 +325,24 @@ func (w *Writer) run() {
 	tick := time.NewTicker(w.cfg.SyncInterval)
 	defer tick.Stop()
 	for {
+		var retry <-chan time.Time
+		if w.retry != nil {
+			retry = w.retry.C
+		}
 		select {
 		case it, ok := <-w.queue:
-			if !ok {
-				w.shutdown()
-				return
-			}
-			if !w.batch(&it) {
+			if !ok || !w.batch(&it) {
 				w.shutdown()
 				return
 			}
 		case <-tick.C:
 			w.tick()
+		case <-retry:
+			w.retry = nil
+			w.recover()
+		}
+		if w.outage != nil && w.retry == nil {
+			w.retry = time.NewTimer(w.backoff)
 		}
 	}
 }
@@ -333,8 +375,8 @@ func (w *Writer) batch(first *item) bool {
 }
 
 func (w *Writer) handle(it *item) {
-	if w.gate != nil {
-		<-w.gate
+	if w.hooks.gate != nil {
+		<-w.hooks.gate
 	}
 	if it.sync != nil {
 		w.flush()
@@ -357,23 +399,45 @@ func (w *Writer) tick() {
 	w.syncFile()
 }
 
+// shutdown writes the final checkpoint and closes the file. A writer that is
+// failed tries once more to write what it holds; what it still cannot write
+// is named in the operational log.
 func (w *Writer) shutdown() {
+	if w.retry != nil {
+		w.retry.Stop()
+		w.retry = nil
+	}
+	if w.outage != nil {
+		w.recover()
+	}
 	if w.key != nil && w.sinceCkpt > 0 {
 		w.appendCheckpoint()
 	}
 	w.flush()
 	w.syncFile()
-	if err := w.f.Close(); err != nil && w.failure.Load() == nil {
-		w.fail(fmt.Errorf("close: %w", err))
+	if w.outage != nil && len(w.buf) > 0 {
+		w.log.Error("audit writer closed while failed: records it had accepted could not be written",
+			"bytes", len(w.buf), "from_seq", w.diskSeq+1, "through_seq", w.seq)
+	}
+	if w.f != nil {
+		if err := w.f.Close(); err != nil && w.outage == nil {
+			w.fail(fmt.Errorf("close: %w", err))
+		}
 	}
 	if err := w.failure.Load(); err != nil {
 		w.closeErr = *err
 	}
 }
 
+// maxPending bounds the records a failed writer keeps in memory for when
+// writing works again; past it, accepted records are lost (counted in the
+// outage record and in Dropped).
+const maxPending = 32 << 20
+
 // appendRecord redacts, numbers, chains and buffers one caller record.
 func (w *Writer) appendRecord(r *Record) {
-	if w.failure.Load() != nil {
+	if w.outage != nil && len(w.buf) >= maxPending {
+		w.outage.lost++
 		w.dropped.Add(1)
 		return
 	}
@@ -393,13 +457,11 @@ func (w *Writer) appendRecord(r *Record) {
 		r = shrink(r, n)
 		w.buf = w.appendLine(w.buf, r)
 	}
-	if n := int64(len(w.buf) - start); w.size > 0 && w.size+n > int64(w.cfg.MaxSize) {
+	// A failed writer does not rotate: the record waits in buf, and the
+	// rotation happens at the first record after recovery.
+	if n := int64(len(w.buf) - start); w.outage == nil && w.size > 0 && w.size+n > int64(w.cfg.MaxSize) {
 		w.buf = w.buf[:start]
 		w.rotate()
-		if w.failure.Load() != nil {
-			w.dropped.Add(1)
-			return
-		}
 		start = len(w.buf)
 		w.buf = w.appendLine(w.buf, r)
 	}
@@ -410,6 +472,14 @@ func (w *Writer) appendRecord(r *Record) {
 			w.appendCheckpoint()
 		}
 	}
+}
+
+// appendOwn chains a record the writer writes itself (retention, outage).
+func (w *Writer) appendOwn(r *Record) {
+	r.TS = time.Now().UTC()
+	start := len(w.buf)
+	w.buf = w.appendLine(w.buf, r)
+	w.commit(start)
 }
 
 // appendLine encodes r with the next seq and the current prev, plus a newline.
@@ -446,7 +516,7 @@ func (w *Writer) commit(start int) {
 }
 
 func (w *Writer) appendCheckpoint() {
-	if w.seq == 0 || w.failure.Load() != nil {
+	if w.seq == 0 || w.outage != nil {
 		return
 	}
 	head := string(w.prev[:])
@@ -469,78 +539,49 @@ func (w *Writer) appendCheckpoint() {
 	w.lastCkpt = time.Now()
 }
 
-// rotate checkpoints and closes the live file, renames it to the next
-// <file>.<n> and opens a fresh live file; the chain carries on.
-func (w *Writer) rotate() {
-	if w.key != nil {
-		w.appendCheckpoint()
-	}
-	w.flush()
-	w.syncFile()
-	if w.failure.Load() != nil {
-		return
-	}
-	if err := w.f.Close(); err != nil {
-		w.fail(fmt.Errorf("close before rotation: %w", err))
-		return
-	}
-	n, err := nextRotationIndex(w.cfg.File)
-	if err != nil {
-		w.fail(err)
-		return
-	}
-	rotated := w.cfg.File + "." + strconv.FormatUint(n, 10)
-	if err := os.Rename(w.cfg.File, rotated); err != nil {
-		w.fail(fmt.Errorf("rotate: %w", err))
-		return
-	}
-	f, err := os.OpenFile(w.cfg.File, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, DefaultFileMode)
-	if err != nil {
-		w.fail(fmt.Errorf("rotate: open new file: %w", err))
-		return
-	}
-	if err := lockLive(f, w.cfg.File); err != nil {
-		f.Close()
-		w.fail(fmt.Errorf("rotate: %w", err))
-		return
-	}
-	w.f, w.size = f, 0
-	if err := syncDir(w.cfg.File); err != nil {
-		w.fail(fmt.Errorf("rotate: sync directory: %w", err))
-		return
-	}
-	w.rotations.Add(1)
-	w.log.Info("audit file rotated", "rotated_to", rotated, "seq", w.seq)
-}
-
+// flush writes buf. On failure buf is kept for recovery: bytes of it that did
+// reach the file are cut there first (see recover).
 func (w *Writer) flush() {
-	if len(w.buf) == 0 {
+	if len(w.buf) == 0 || w.outage != nil {
 		return
 	}
-	if w.failure.Load() != nil {
-		w.buf = w.buf[:0]
-		return
-	}
-	if _, err := w.f.Write(w.buf); err != nil {
+	if _, err := w.write(w.buf); err != nil {
 		w.fail(fmt.Errorf("write: %w", err))
+		return
 	}
+	w.onDisk += int64(len(w.buf))
+	w.diskSeq, w.diskPrev = w.seq, w.prev
 	w.buf = w.buf[:0]
 	w.unsynced = true
 }
 
+func (w *Writer) write(b []byte) (int, error) {
+	if w.hooks.write != nil {
+		return w.hooks.write(w.f, b)
+	}
+	return w.f.Write(b)
+}
+
 func (w *Writer) syncFile() {
-	if !w.unsynced || w.failure.Load() != nil {
+	if !w.unsynced || w.outage != nil {
 		return
 	}
 	if err := w.f.Sync(); err != nil {
 		w.fail(fmt.Errorf("fsync: %w", err))
+		return
 	}
 	w.unsynced = false
 }
 
+// fail marks the writer failed: Log, Reserve and Err report err from now on,
+// and the run loop retries (see recover). A failure during an outage replaces
+// the error but keeps the outage's start and counts.
 func (w *Writer) fail(err error) {
 	wrapped := fmt.Errorf("%w: %w", ErrFailed, err)
-	if w.failure.CompareAndSwap(nil, &wrapped) {
-		w.log.Error("audit writer failed; every further record is refused", "err", err)
+	w.failure.Store(&wrapped)
+	if w.outage == nil {
+		w.outage = &outage{from: time.Now(), refusedBase: w.refusedFailing.Load(), reserveBase: w.reserveRefused.Load()}
+		w.log.Error("audit writer failed; records are refused until writing works again", "err", err)
 	}
+	w.outage.err = err
 }
