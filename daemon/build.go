@@ -118,7 +118,8 @@ func (b *engineBuild) wait() error {
 	return nil
 }
 
-// buildAudit opens the audit writer and the tally every part logs through.
+// buildAudit opens the audit writer, the tally every part logs through, and
+// the per-sandbox budget the gateway logs through (in front of the tally).
 func (d *Daemon) buildAudit(cfg config.Config) error {
 	if err := os.MkdirAll(filepath.Dir(cfg.Audit.File), 0o750); err != nil {
 		return fmt.Errorf("audit.file: %w", err)
@@ -133,6 +134,8 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 		File:           cfg.Audit.File,
 		MaxSize:        audit.Size(cfg.Audit.MaxSize),
 		Overflow:       cfg.Audit.Overflow,
+		MaxFiles:       cfg.Audit.MaxFiles,
+		MaxBytes:       audit.Size(cfg.Audit.MaxBytes),
 		SigningKeyFile: signingKey,
 	}, d.log)
 	if err != nil {
@@ -141,6 +144,13 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 	d.writer = w
 	d.closers = append(d.closers, d.writer.Close)
 	d.tally = audit.NewTally(d.writer)
+	// The budget's last summaries are written before the writer closes
+	// (closers run last first).
+	d.budget, err = audit.NewBudget(audit.BudgetConfig{Rate: cfg.Audit.GatewayRate, Burst: cfg.Audit.GatewayBurst}, d.tally, d.log)
+	if err != nil {
+		return fmt.Errorf("audit.gateway_rate, gateway_burst: %w", err)
+	}
+	d.closers = append(d.closers, d.budget.Close)
 	return nil
 }
 
@@ -192,7 +202,7 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 	if d.secrets != nil {
 		gwCfg.Injector = d.secrets
 	}
-	gw, err := gateway.New(gwCfg, dec, d.tally, d.dns.Resolver(), d.log)
+	gw, err := gateway.New(gwCfg, dec, d.budget, d.dns.Resolver(), d.log)
 	if err != nil {
 		return err
 	}
@@ -204,7 +214,7 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 // buildNetns builds the island namespace manager.
 func (d *Daemon) buildNetns() error {
 	m, err := netns.New(netns.Config{StateDir: filepath.Join(d.runDir, "netns")},
-		server{gw: d.gw, dns: d.dns}, d.tally, d.log)
+		server{gw: d.gw, dns: d.dns, budget: d.budget}, d.tally, d.log)
 	if err != nil {
 		return err
 	}

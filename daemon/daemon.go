@@ -76,6 +76,7 @@ type Daemon struct {
 	engine   *policy.Engine
 	writer   *audit.Writer
 	tally    *audit.Tally
+	budget   *audit.Budget // the gateway's records go through it to the tally
 	dns      *dnsfilter.Filter
 	gw       *gateway.Gateway
 	secrets  *secrets.Injector
@@ -129,11 +130,14 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	// The gateway's own addresses are refused as destinations and as DNS
 	// answers even inside upstream.allow_cidrs: an allowed name resolving to
 	// this host must not reach its services (metrics, an internal registry's
-	// admin port, the host's sshd).
+	// admin port, the host's sshd). So are the DNS filter's upstream
+	// resolvers: a tunnel to an allowed name resolving to one would carry raw
+	// DNS past the filter's policy, limits and audit.
 	own, err := hostAddrs()
 	if err != nil {
 		return nil, err
 	}
+	own = append(own, resolverAddrs(upstreams)...)
 	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
 		return nil, err
 	}
@@ -272,6 +276,19 @@ func hostAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// resolverAddrs returns the IP addresses of DNS upstreams (IP:PORT or
+// tls://IP:PORT#NAME; others, which config validation refuses, are skipped).
+func resolverAddrs(upstreams []string) []netip.Addr {
+	var out []netip.Addr
+	for _, u := range upstreams {
+		addr, _, _ := strings.Cut(strings.TrimPrefix(u, "tls://"), "#")
+		if ap, err := netip.ParseAddrPort(addr); err == nil {
+			out = append(out, ap.Addr().Unmap())
+		}
+	}
+	return out
+}
+
 // resolvConfUpstreams reads nameserver lines as IP:53 upstreams.
 func resolvConfUpstreams(path string) ([]string, error) {
 	f, err := os.Open(path)
@@ -365,6 +382,9 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		}
 		t.ID = "run-" + hex.EncodeToString(b[:])
 	}
+	if err := d.checkFreeSpace(); err != nil {
+		return nil, err
+	}
 	sb := policy.Sandbox{ID: t.ID, Labels: t.Labels}
 	ns, err := d.netns.Create(ctx, sb)
 	if err != nil {
@@ -406,6 +426,9 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 
 // Attach serves an existing namespace (a container's or a VM's) until Detach.
 func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) (*netns.Sandbox, error) {
+	if err := d.checkFreeSpace(); err != nil {
+		return nil, err
+	}
 	return d.netns.Attach(ctx, sb, nsPath)
 }
 
@@ -416,10 +439,13 @@ func (d *Daemon) Detach(ctx context.Context, id string) error { return d.netns.D
 func (d *Daemon) Backend() string { return d.netns.Backend() }
 
 // server serves a sandbox's listeners with the gateway (explicit and
-// transparent) and the DNS filter (UDP and TCP): the netns.Server glue.
+// transparent) and the DNS filter (UDP and TCP): the netns.Server glue. Stop
+// writes the sandbox's last audit summary once the gateway has stopped
+// serving it.
 type server struct {
-	gw  *gateway.Gateway
-	dns *dnsfilter.Filter
+	gw     *gateway.Gateway
+	dns    *dnsfilter.Filter
+	budget *audit.Budget
 }
 
 var _ netns.Server = server{}
@@ -438,4 +464,7 @@ func (s server) Serve(sb policy.Sandbox, own []netip.Addr, ls netns.Listeners) e
 func (s server) Stop(id string) {
 	s.gw.StopSandbox(id)
 	s.dns.StopSandbox(id)
+	if s.budget != nil {
+		s.budget.Forget(id)
+	}
 }
