@@ -290,3 +290,45 @@ func TestTallyReserve(t *testing.T) {
 		t.Fatal("Reserve through a tally over a logger that cannot reserve: got nil error")
 	}
 }
+
+// Regression: with overflow block, Close while a Reserve waited for room held
+// by another reservation deadlocked: the waiter held the writer's read lock,
+// Close waited for it, and the holder's Log waited behind Close.
+func TestCloseWhileReserveWaits(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.QueueSize = 1
+	w, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := w.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := make(chan error, 1)
+	go func() {
+		res, err := w.Reserve() // waits: the one place is held
+		if err == nil {
+			res.Cancel()
+		}
+		waiter <- err
+	}()
+	for w.Stats().Overflow == 0 { // bounded by the test timeout; the waiter is counted before it waits
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	time.Sleep(20 * time.Millisecond) // let Close start waiting, if it must
+	logged := make(chan error, 1)
+	go func() { logged <- held.Log(sampleRecord(1)) }()
+	for name, ch := range map[string]chan error{"held reservation's Log": logged, "Close": closed, "waiting Reserve": waiter} {
+		select {
+		case err := <-ch:
+			if name == "Close" && err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still blocked after 10s: deadlock", name)
+		}
+	}
+}

@@ -17,6 +17,7 @@ type room struct {
 	waiters atomic.Int64
 	mu      sync.Mutex
 	cond    sync.Cond
+	closed  bool // guarded by mu: take fails instead of waiting
 }
 
 func newRoom(size int) *room {
@@ -38,19 +39,31 @@ func (r *room) tryTake() bool {
 	}
 }
 
-// take takes a place, waiting for one.
-func (r *room) take() {
+// take takes a place, waiting for one; false once the room is closed.
+func (r *room) take() bool {
 	if r.tryTake() {
-		return
+		return true
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	// A release that misses this count (it read waiters before the Add) freed
 	// its place before tryTake below, which then finds it.
 	r.waiters.Add(1)
+	defer r.waiters.Add(-1)
 	for !r.tryTake() {
+		if r.closed {
+			return false
+		}
 		r.cond.Wait()
 	}
-	r.waiters.Add(-1)
+	return true
+}
+
+// close makes every take that waits, and every later one that would, fail.
+func (r *room) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.cond.Broadcast()
 	r.mu.Unlock()
 }
 
@@ -108,14 +121,10 @@ func (res *reservation) Log(r *Record) error {
 		w.dropped.Add(1)
 		return err
 	}
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if w.closed {
-		w.room.release()
+	if err := w.enqueue(item{rec: *r}); err != nil {
 		w.dropped.Add(1)
-		return ErrClosed
+		return err
 	}
-	w.queue <- item{rec: *r}
 	return nil
 }
 

@@ -185,17 +185,14 @@ func (w *Writer) Log(r *Record) error {
 		w.refusedFailing.Add(1)
 		return *err
 	}
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if w.closed {
-		w.dropped.Add(1)
-		return ErrClosed
-	}
 	if err := w.takeRoom(); err != nil {
 		w.dropped.Add(1)
 		return err
 	}
-	w.queue <- item{rec: *r}
+	if err := w.enqueue(item{rec: *r}); err != nil {
+		w.dropped.Add(1)
+		return err
+	}
 	return nil
 }
 
@@ -211,21 +208,25 @@ func (w *Writer) Reserve() (Reservation, error) {
 		w.reserveRefused.Add(1)
 		return nil, *err
 	}
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if w.closed {
-		w.reserveRefused.Add(1)
-		return nil, ErrClosed
-	}
 	if err := w.takeRoom(); err != nil {
 		w.reserveRefused.Add(1)
 		return nil, err
 	}
+	w.mu.RLock()
+	closed := w.closed
+	w.mu.RUnlock()
+	if closed {
+		w.room.release()
+		w.reserveRefused.Add(1)
+		return nil, ErrClosed
+	}
 	return &reservation{w: w}, nil
 }
 
-// takeRoom takes one place of the queue by the overflow policy; w.mu is
-// read-held and the writer is open.
+// takeRoom takes one place of the queue by the overflow policy, without
+// holding w.mu: a wait for room must never hold up Close, or the Log of a
+// reservation that would free it. It fails with ErrClosed once the writer is
+// closed.
 func (w *Writer) takeRoom() error {
 	if w.room.tryTake() {
 		return nil
@@ -234,7 +235,23 @@ func (w *Writer) takeRoom() error {
 	if w.cfg.Overflow == OverflowDeny {
 		return ErrOverflow
 	}
-	w.room.take()
+	if !w.room.take() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// enqueue sends it, for which the caller holds a place, unless the writer is
+// closed (the place is then given back). The send never blocks: the channel
+// is as large as the room.
+func (w *Writer) enqueue(it item) error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		w.room.release()
+		return ErrClosed
+	}
+	w.queue <- it
 	return nil
 }
 
@@ -271,14 +288,13 @@ func (w *Writer) Err() error {
 // Sync waits until every record queued before the call is written and synced.
 func (w *Writer) Sync() error {
 	ch := make(chan error, 1)
-	w.mu.RLock()
-	if w.closed {
-		w.mu.RUnlock()
+	// A barrier waits for room whatever the overflow policy.
+	if !w.room.take() {
 		return ErrClosed
 	}
-	w.room.take() // a barrier waits for room whatever the overflow policy
-	w.queue <- item{sync: ch}
-	w.mu.RUnlock()
+	if err := w.enqueue(item{sync: ch}); err != nil {
+		return err
+	}
 	return <-ch
 }
 
@@ -291,6 +307,7 @@ func (w *Writer) Close() error {
 		close(w.queue)
 	}
 	w.mu.Unlock()
+	w.room.close() // whoever waits for room now fails with ErrClosed
 	<-w.done
 	return w.closeErr
 }
