@@ -78,19 +78,29 @@ func TestBudgetFloodCountsEveryRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const flood, quiet = 3000, 40
-	sentQuiet := 0
-	for i := range flood {
-		if err := b.Log(deniedRecord("alk-flood", i)); err != nil {
-			t.Fatalf("flood record %d: %v", i, err)
-		}
-		if i%(flood/quiet) == 0 && sentQuiet < quiet {
-			if err := b.Log(deniedRecord("alk-quiet", i)); err != nil {
-				t.Fatal(err)
+	const flood, quiet, workers = 3000, 40, 4
+	var wg sync.WaitGroup
+	for g := range workers { // the flooding sandbox logs from several goroutines at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < flood; i += workers {
+				if err := b.Log(deniedRecord("alk-flood", i)); err != nil {
+					t.Errorf("flood record %d: %v", i, err)
+					return
+				}
 			}
-			sentQuiet++
-		}
+		}()
 	}
+	sentQuiet := 0
+	for i := range quiet {
+		if err := b.Log(deniedRecord("alk-quiet", i)); err != nil {
+			t.Fatal(err)
+		}
+		sentQuiet++
+		time.Sleep(time.Millisecond) // spread over the flood
+	}
+	wg.Wait()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

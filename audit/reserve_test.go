@@ -313,8 +313,10 @@ func TestCloseWhileReserveWaits(t *testing.T) {
 		}
 		waiter <- err
 	}()
-	for w.Stats().Overflow == 0 { // bounded by the test timeout; the waiter is counted before it waits
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); w.Stats().Overflow == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // the waiter is counted just before it waits
+			t.Fatal("the second Reserve did not start waiting within 10s")
+		}
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- w.Close() }()
