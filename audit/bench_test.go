@@ -114,3 +114,41 @@ func BenchmarkVerify(b *testing.B) {
 	}
 	b.ReportMetric(float64(10000*b.N)/b.Elapsed().Seconds(), "records/s")
 }
+
+// BenchmarkReserveLog is a reserved record through the chain the daemon
+// builds for the gateway (Budget, Tally, Writer): Reserve, then Log.
+func BenchmarkReserveLog(b *testing.B) {
+	dir := b.TempDir()
+	w, err := New(Config{
+		File:           filepath.Join(dir, "audit.jsonl"),
+		SigningKeyFile: filepath.Join(dir, "audit.key"),
+		MaxSize:        1 << 40,
+	}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bu, err := NewBudget(BudgetConfig{}, NewTally(w), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := benchRecord()
+	b.ReportAllocs()
+	start := time.Now()
+	b.ResetTimer()
+	for range b.N {
+		res, err := bu.Reserve()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := res.Log(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	bu.Close()
+	w.Close()
+}

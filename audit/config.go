@@ -17,6 +17,8 @@ const (
 	DefaultCheckpointEvery    = 1000
 	DefaultCheckpointInterval = time.Minute
 	DefaultFileMode           = 0o600
+	DefaultRetryMin           = 100 * time.Millisecond
+	DefaultRetryMax           = 5 * time.Second
 )
 
 // Overflow policies: what Log does when the queue is full.
@@ -53,6 +55,20 @@ type Config struct {
 	// CheckpointInterval writes a signed checkpoint when records have been
 	// appended since the last one and this much time has passed.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// MaxFiles, when positive, is the most rotated files kept: after a
+	// rotation the oldest beyond it are deleted. Zero keeps every file.
+	MaxFiles int `yaml:"max_files"`
+	// MaxBytes, when positive, bounds the rotated files' total size: after a
+	// rotation the oldest are deleted until the rest fit. Zero: no bound. The
+	// newest rotated file is always kept (its last line is the signed
+	// checkpoint the live file continues from), so the chain on disk is at
+	// most MaxBytes plus one rotated file plus the live file (MaxSize).
+	MaxBytes Size `yaml:"max_bytes"`
+	// RetryMin and RetryMax bound the back-off between attempts to write
+	// again after a failed write (a full disk): it starts at RetryMin and
+	// doubles up to RetryMax.
+	RetryMin time.Duration `yaml:"retry_min"`
+	RetryMax time.Duration `yaml:"retry_max"`
 }
 
 func (c *Config) applyDefaults() {
@@ -74,6 +90,12 @@ func (c *Config) applyDefaults() {
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = DefaultCheckpointInterval
 	}
+	if c.RetryMin == 0 {
+		c.RetryMin = DefaultRetryMin
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = max(DefaultRetryMax, c.RetryMin)
+	}
 }
 
 // Validate reports the first bad field, naming it and the allowed values.
@@ -93,6 +115,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("audit: checkpoint_every %d: want at least 1", c.CheckpointEvery)
 	case c.CheckpointInterval <= 0:
 		return fmt.Errorf("audit: checkpoint_interval %v: want a positive duration", c.CheckpointInterval)
+	case c.MaxFiles < 0:
+		return fmt.Errorf("audit: max_files %d: want 0 (keep every file) or more", c.MaxFiles)
+	case c.MaxBytes < 0:
+		return fmt.Errorf("audit: max_bytes %d: want 0 (no bound) or more", int64(c.MaxBytes))
+	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("audit: retry_min %v, retry_max %v: want 0 < retry_min <= retry_max", c.RetryMin, c.RetryMax)
 	}
 	return nil
 }

@@ -10,9 +10,20 @@
 // a verifier holding the public key detects a rewrite of the whole chain.
 //
 // Rotation renames the live file to <file>.<n> (n = one more than the highest
-// existing sibling) and the chain continues in the new file. On open, a torn last
-// line left by a crash is copied to <file>.torn-<UTC time> and cut off, and the
-// chain continues from the last whole line.
+// existing sibling) and the chain continues in the new file. Retention
+// (MaxFiles, MaxBytes) then deletes the oldest rotated files, never the newest,
+// after appending a "retention" record that names them and the seq and hash of
+// the last line they held; Verify accepts a chain that starts where such a
+// signed record says the deleted part ended. On open, a torn last line left by
+// a crash is copied to <file>.torn-<UTC time> and cut off, and the chain
+// continues from the last whole line.
+//
+// A failed write (a full disk) makes the writer refuse records (Log, Reserve
+// and Err report it) but not for good: it retries with back-off, and once
+// writing works it cuts what a partial write left, writes the records it had
+// accepted, appends an "audit_outage" record (from, until, how many refused)
+// and accepts records again. Budget, a Logger wrapper, bounds each sandbox's
+// records of refused requests and counts the rest into summary records.
 //
 // Redaction happens here as defense in depth: values of Authorization, Cookie,
 // Set-Cookie and Proxy-Authorization never reach the file, and query strings are

@@ -2,6 +2,9 @@ package audit
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +14,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // RotatedFiles lists the rotated siblings of path (path.1, path.2, ...) oldest
@@ -153,4 +159,150 @@ func syncDir(path string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// open opens the live file and sets seq and prev from the chain's last line.
+func (w *Writer) open() error {
+	path := w.cfg.File
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, DefaultFileMode)
+	if err != nil {
+		return fmt.Errorf("audit: open: %w", err)
+	}
+	// One writer per chain: taken before the tail is read (or a torn tail cut),
+	// so a second process never truncates or interleaves the first one's lines.
+	if err := lockLive(f, path); err != nil {
+		f.Close()
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("audit: open: %w", err)
+	}
+	ti, err := readTail(f, st.Size())
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("audit: read tail of %s: %w", path, err)
+	}
+	if ti.lastEnd < ti.size {
+		if err := w.cutTornTail(f, ti); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	w.f, w.size = f, ti.lastEnd
+	last := ti.lastLine
+	from := path
+	if last == nil {
+		// An empty live file continues the newest rotated sibling's chain.
+		rotated, err := RotatedFiles(path)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		if n := len(rotated); n > 0 {
+			from = rotated[n-1]
+			if last, err = lastWholeLine(from); err != nil {
+				f.Close()
+				return err
+			}
+		}
+	}
+	if last == nil {
+		w.seq = 0
+		copy(w.prev[:], GenesisPrev)
+		return syncDir(path)
+	}
+	var head struct {
+		Seq uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal(last, &head); err != nil || head.Seq == 0 {
+		f.Close()
+		return fmt.Errorf("audit: %s: last line is not a valid record (%v); run `airlock audit verify` and move the file aside", from, err)
+	}
+	w.seq = head.Seq
+	sum := sha256.Sum256(last)
+	hex.Encode(w.prev[:], sum[:])
+	return nil
+}
+
+// lockLive takes an exclusive, non-blocking flock on the open live file f and
+// checks that path still names it. Two writers appending to one chain would
+// interleave two seq/prev sequences and break it for good (two `airlock run`s
+// sharing the default audit file did). The lock is released when f is closed:
+// at Close, or at rotation once the file has its new name. A second writer is
+// refused at New; if one starts in the instant a rotation has no live file, one
+// of the two fails closed (its records are refused), and neither writes into
+// the other's chain.
+func lockLive(f *os.File, path string) error {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("audit: %s is being written by another process (one writer per audit file: give each airlock its own audit.file, or run the sandboxes under one `airlock serve`): %w", path, ErrInUse)
+		}
+		return fmt.Errorf("audit: lock %s: %w", path, err)
+	}
+	fst, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("audit: lock %s: %w", path, err)
+	}
+	pst, err := os.Stat(path)
+	if err != nil || !os.SameFile(fst, pst) {
+		return fmt.Errorf("audit: %s was rotated or replaced by another process while opening it: %w", path, ErrInUse)
+	}
+	return nil
+}
+
+func lastWholeLine(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	ti, err := readTail(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("audit: read tail of %s: %w", path, err)
+	}
+	return ti.lastLine, nil
+}
+
+// cutTornTail copies the bytes after the last newline (a line a crash cut short)
+// to <file>.torn-<UTC time>, then truncates the live file to its last whole line.
+func (w *Writer) cutTornTail(f *os.File, ti tailInfo) error {
+	torn := make([]byte, ti.size-ti.lastEnd)
+	if _, err := f.ReadAt(torn, ti.lastEnd); err != nil {
+		return fmt.Errorf("audit: read torn tail: %w", err)
+	}
+	name := w.cfg.File + ".torn-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if err := writeFileSync(name, torn); err != nil {
+		return fmt.Errorf("audit: save torn tail: %w", err)
+	}
+	if err := f.Truncate(ti.lastEnd); err != nil {
+		return fmt.Errorf("audit: truncate torn tail: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("audit: sync after truncate: %w", err)
+	}
+	w.log.Warn("audit file had a torn last line (crash mid-write); moved it aside",
+		"torn_bytes", len(torn), "saved_to", name, "kept_bytes", ti.lastEnd)
+	return nil
+}
+
+func writeFileSync(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, DefaultFileMode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -146,6 +146,19 @@ func TestTail(t *testing.T) {
 				return nil
 			})
 		}()
+		// Tail must have the live file open before it rotates, or it starts at
+		// the new one (regression: a slow goroutine start made this flaky).
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			mu.Lock()
+			n := len(seqs)
+			mu.Unlock()
+			if n >= 5 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("tail emitted fewer than the 5 existing lines within 10s")
+			}
+		}
 		// Enough records to rotate the 4 KiB file several times.
 		const more = 80
 		for i := range more {

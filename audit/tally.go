@@ -27,7 +27,10 @@ type tallyKey struct {
 	port                 int
 }
 
-var _ Logger = (*Tally)(nil)
+var (
+	_ Reserver    = (*Tally)(nil)
+	_ Reservation = (*tallyReservation)(nil)
+)
 
 // NewTally wraps next.
 func NewTally(next Logger) *Tally {
@@ -37,6 +40,45 @@ func NewTally(next Logger) *Tally {
 // Log counts r (decisions only: close, checkpoint and exec records are not
 // egress decisions) and passes it on.
 func (t *Tally) Log(r *Record) error {
+	t.count(r)
+	return t.next.Log(r)
+}
+
+// Reserve passes through to the wrapped logger's Reserve; the reservation
+// counts its record when it is logged. A wrapped logger that cannot reserve
+// is an error (fail closed): it could not keep the promise that the record
+// will be accepted.
+func (t *Tally) Reserve() (Reservation, error) {
+	rs, ok := t.next.(Reserver)
+	if !ok {
+		return nil, fmt.Errorf("audit: %T cannot reserve room for a record", t.next)
+	}
+	res, err := rs.Reserve()
+	if err != nil {
+		return nil, err
+	}
+	return &tallyReservation{t: t, next: res}, nil
+}
+
+type tallyReservation struct {
+	t    *Tally
+	next Reservation
+}
+
+func (r *tallyReservation) Log(rec *Record) error {
+	if rec != nil {
+		r.t.count(rec)
+	}
+	return r.next.Log(rec)
+}
+
+func (r *tallyReservation) Cancel() { r.next.Cancel() }
+
+// count adds r to the counts if it is an egress decision.
+func (t *Tally) count(r *Record) {
+	if r == nil {
+		return
+	}
 	if r.Decision != "" && r.Kind != "close" && r.Kind != "exec" && r.Kind != KindCheckpoint {
 		host := r.Host
 		if r.Kind == "dns" && r.QName != "" {
@@ -58,14 +100,16 @@ func (t *Tally) Log(r *Record) error {
 		t.counts[k] += n
 		t.mu.Unlock()
 	}
-	return t.next.Log(r)
 }
 
 // summarized returns how many events a summary record stands for (the DNS
-// filter's over-budget "queries", netns's rate-limited drops "suppressed"), or
-// 0 for an ordinary record.
+// filter's over-budget "queries", netns's rate-limited drops "suppressed", a
+// Budget's refused "requests"), or 0 for an ordinary record.
 func summarized(r *Record) int {
-	for _, k := range []string{"queries", "suppressed"} {
+	if len(r.Extra) == 0 {
+		return 0
+	}
+	for _, k := range [...]string{"queries", "suppressed", SummaryRequestsKey} {
 		if raw, ok := r.Extra[k]; ok {
 			var n int
 			if json.Unmarshal(raw, &n) == nil && n > 0 {

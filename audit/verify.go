@@ -72,6 +72,17 @@ type Report struct {
 	// Unsigned counts records after the last valid checkpoint.
 	Unsigned          int
 	SignaturesChecked bool
+	// PrunedThrough is the highest seq a retention record says was deleted
+	// (0: none), and PrunedFiles how many files the retention records name.
+	// A chain that does not start at seq 1 is accepted (without Partial) only
+	// when it starts at most one past PrunedThrough, with the recorded head
+	// when exactly one past.
+	PrunedThrough uint64
+	PrunedFiles   int
+	// AnchorSeq, for such a chain, is the upto_seq of its first checkpoint
+	// (signed, with a key): the kept records before it are trusted because
+	// it signs the hash chain that runs through them.
+	AnchorSeq uint64
 }
 
 // VerifyError names the first bad line and why.
@@ -159,6 +170,8 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 		started    bool
 		firstUnsig *VerifyError // first record after the last valid checkpoint
 		wantKeyID  string
+		start      *chainStart // set when the chain does not start at seq 1
+		pruned     retentionMark
 	)
 	if opts.PublicKey != nil {
 		if len(opts.PublicKey) != ed25519.PublicKeySize {
@@ -195,10 +208,16 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 			if !started {
 				started = true
 				rep.FirstSeq = r.Seq
-				if opts.Partial {
+				switch {
+				case opts.Partial:
 					seq, prev = r.Seq-1, r.Prev
-				} else if r.Seq != 1 || r.Prev != GenesisPrev {
-					return bad(ReasonSeqGap, "chain starts at seq %d with prev %.16s…, want seq 1 with the genesis prev (give the older rotated files first, or verify a partial chain)", r.Seq, r.Prev)
+				case r.Seq == 1 && r.Prev != GenesisPrev:
+					return bad(ReasonPrevMismatch, "the first record's prev %.16s… is not the genesis prev", r.Prev)
+				case r.Seq != 1:
+					// Retention may have deleted what came before: a retention
+					// record later in the chain must say so (checked at the end).
+					start = &chainStart{seq: r.Seq, prev: r.Prev, at: VerifyError{File: in.Name, Line: n}}
+					seq, prev = r.Seq-1, r.Prev
 				}
 			}
 			if r.Seq != seq+1 {
@@ -228,7 +247,15 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 					firstUnsig = nil
 				}
 				rep.Checkpoints++
+				if start != nil && rep.AnchorSeq == 0 {
+					rep.AnchorSeq = c.Seq
+				}
 			} else {
+				if r.Kind == KindRetention {
+					if err := pruned.add(&r); err != nil {
+						return bad(ReasonBadRecord, "%v", err)
+					}
+				}
 				rep.Records++
 				rep.Unsigned++
 				if firstUnsig == nil {
@@ -245,6 +272,12 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 			rep.Head = prev
 		}
 		prevWhere = "the last line of " + in.Name
+	}
+	rep.PrunedThrough, rep.PrunedFiles = pruned.through, pruned.files
+	if start != nil {
+		if err := start.check(&pruned, &rep, opts.PublicKey != nil); err != nil {
+			return rep, err
+		}
 	}
 	if opts.PublicKey == nil {
 		rep.Unsigned = rep.Records
@@ -279,4 +312,60 @@ func checkShape(r *Record) error {
 
 func isLowerHex(s string) bool {
 	return bytes.IndexFunc([]byte(s), func(c rune) bool { return !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') }) < 0
+}
+
+// chainStart is the first line of a chain that does not start at seq 1.
+type chainStart struct {
+	seq  uint64
+	prev string
+	at   VerifyError // File and Line of the first line
+}
+
+// retentionMark is what the chain's retention records say was deleted: the
+// highest pruned seq, the head of that line and the seq of the record.
+type retentionMark struct {
+	through   uint64
+	head      string
+	recordSeq uint64
+	files     int
+}
+
+func (m *retentionMark) add(r *Record) error {
+	var through uint64
+	var head string
+	var files []string
+	if json.Unmarshal(r.Extra[RetentionPrunedSeq], &through) != nil || through == 0 || through >= r.Seq {
+		return fmt.Errorf("retention record without a valid %s", RetentionPrunedSeq)
+	}
+	if json.Unmarshal(r.Extra[RetentionPrunedHead], &head) != nil || len(head) != 64 || !isLowerHex(head) {
+		return fmt.Errorf("retention record without a valid %s", RetentionPrunedHead)
+	}
+	_ = json.Unmarshal(r.Extra[RetentionDeletedFiles], &files)
+	m.files += len(files)
+	if through >= m.through {
+		m.through, m.head, m.recordSeq = through, head, r.Seq
+	}
+	return nil
+}
+
+// check accepts a chain that starts at s only where retention deleted what
+// came before: at most one past the last deleted seq (files retention named
+// may still be there after a crash), with the recorded head when exactly one
+// past, and, with a key, the retention record covered by a signed checkpoint
+// (an unsigned one could have been appended by whoever deleted the files).
+func (s *chainStart) check(m *retentionMark, rep *Report, signed bool) error {
+	e := s.at
+	switch {
+	case m.through == 0:
+		e.Reason, e.Detail = ReasonSeqGap, fmt.Sprintf("chain starts at seq %d with prev %.16s…, and no retention record says what came before was deleted (give the older rotated files first, or verify a partial chain)", s.seq, s.prev)
+	case s.seq > m.through+1:
+		e.Reason, e.Detail = ReasonSeqGap, fmt.Sprintf("chain starts at seq %d, but retention deleted only through seq %d (record seq %d): seq %d..%d are missing", s.seq, m.through, m.recordSeq, m.through+1, s.seq-1)
+	case s.seq == m.through+1 && s.prev != m.head:
+		e.Reason, e.Detail = ReasonPrevMismatch, fmt.Sprintf("prev %.16s… of the first kept line does not match the head %.16s… of the last line retention deleted (record seq %d)", s.prev, m.head, m.recordSeq)
+	case signed && rep.SignedThrough < m.recordSeq:
+		e.Reason, e.Detail = ReasonUnsigned, fmt.Sprintf("the retention record (seq %d) that says seq 1..%d were deleted is not covered by a signed checkpoint", m.recordSeq, m.through)
+	default:
+		return nil
+	}
+	return &e
 }

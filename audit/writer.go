@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // GenesisPrev is the Prev of the first record of a chain.
@@ -38,84 +35,6 @@ var (
 	ErrFailed = errors.New("audit: writer failed")
 )
 
-// MaxRecordSize bounds one encoded caller record. A larger one is written
-// shrunk (see shrink), far below MaxLineSize, the readers' limit.
-const MaxRecordSize = 1 << 20
-
-// Bounds shrink applies to an oversized record.
-const (
-	shrinkString = 4096 // bytes kept of each string field
-	shrinkList   = 64   // entries kept of each list
-)
-
-// TruncatedKey is the Extra key of a record the writer shrank; its value is the
-// encoded size of the original.
-const TruncatedKey = "airlock_truncated_bytes"
-
-// shrink returns a copy of r whose strings and lists are cut to the shrink
-// bounds, with Extra replaced by {TruncatedKey: size}. Everything a query
-// filters on (sandbox, kind, decision, host) is kept as far as the bounds allow.
-func shrink(r *Record, size int) *Record {
-	c := *r
-	cut := func(s string) string {
-		if len(s) > shrinkString {
-			return s[:shrinkString]
-		}
-		return s
-	}
-	cutList := func(ss []string) []string {
-		if len(ss) > shrinkList {
-			ss = ss[:shrinkList]
-		}
-		out := make([]string, len(ss))
-		for i, s := range ss {
-			out[i] = cut(s)
-		}
-		return out
-	}
-	for _, p := range []*string{&c.ID, &c.Sandbox, &c.Kind, &c.Decision, &c.Mode, &c.PolicyRev, &c.Host, &c.IP,
-		&c.Protocol, &c.Method, &c.Path, &c.QName, &c.QType, &c.RCode, &c.Upstream, &c.Error} {
-		*p = cut(*p)
-	}
-	if c.Query != nil {
-		c.Query = cutList(c.Query)
-	}
-	if c.Flags != nil {
-		c.Flags = cutList(c.Flags)
-	}
-	if len(c.Reasons) > 0 {
-		rs := c.Reasons[:min(len(c.Reasons), shrinkList)]
-		c.Reasons = make([]Reason, len(rs))
-		for i, x := range rs {
-			c.Reasons[i] = Reason{ID: cut(x.ID), Msg: cut(x.Msg)}
-		}
-	}
-	if len(c.Secrets) > 0 {
-		ss := c.Secrets[:min(len(c.Secrets), shrinkList)]
-		c.Secrets = make([]Secret, len(ss))
-		for i, x := range ss {
-			c.Secrets[i] = Secret{ID: cut(x.ID), Version: cut(x.Version), Fingerprint: cut(x.Fingerprint), Where: cut(x.Where), Scrubbed: x.Scrubbed}
-		}
-	}
-	if len(c.Answers) > 0 {
-		as := c.Answers[:min(len(c.Answers), shrinkList)]
-		c.Answers = make([]Answer, len(as))
-		for i, x := range as {
-			c.Answers[i] = Answer{Type: cut(x.Type), Data: cut(x.Data), TTL: x.TTL}
-		}
-	}
-	if c.Exec != nil {
-		e := *c.Exec
-		e.Phase, e.Signal = cut(e.Phase), cut(e.Signal)
-		if e.Argv != nil {
-			e.Argv = cutList(e.Argv)
-		}
-		c.Exec = &e
-	}
-	c.Extra = map[string]json.RawMessage{TruncatedKey: json.RawMessage(strconv.Itoa(size))}
-	return &c
-}
-
 // flushSize is how much encoded output the writer buffers before a write(2).
 const flushSize = 256 << 10
 
@@ -129,24 +48,46 @@ type Writer struct {
 
 	mu     sync.RWMutex // guards closed against the close of queue
 	closed bool
-	queue  chan item
+	queue  chan item // as large as room: a sender holding a place never blocks
+	room   *room     // places in use: queued items and held reservations
 	done   chan struct{}
 
 	written, checkpoints, rotations, overflow, dropped atomic.Uint64
-	failure                                            atomic.Pointer[error]
+	reserveRefused, recoveries, pruned                 atomic.Uint64
+	// refusedFailing counts Log calls refused while the writer was failed,
+	// for the outage record written when it recovers.
+	refusedFailing atomic.Uint64
+	failure        atomic.Pointer[error]
 
 	// Owned by the writer goroutine after New returns.
 	f         *os.File
-	size      int64 // bytes in f, including buffered ones
+	fileInfo  os.FileInfo // identity of f, to know it again after a failure
+	size      int64       // bytes in f, including buffered ones
+	onDisk    int64       // bytes of f written successfully
 	buf       []byte
 	seq       uint64
 	prev      [64]byte
+	diskSeq   uint64   // seq of the last line written successfully
+	diskPrev  [64]byte // hash of that line: where buf's first line chains on
 	sinceCkpt int
 	lastCkpt  time.Time
 	unsynced  bool
 	idPrefix  string
 	closeErr  error
-	gate      chan struct{}
+	hooks     writerHooks
+	outage    *outage     // set from a failure until its outage record is written
+	retry     *time.Timer // armed while failed
+	backoff   time.Duration
+}
+
+// writerHooks are seams for tests; zero values mean the real thing.
+type writerHooks struct {
+	// gate, when non-nil, is received from before each queued item, so a test
+	// can hold the queue full.
+	gate chan struct{}
+	// write replaces f.Write, so a test can fail writes (ENOSPC) and let them
+	// work again.
+	write func(f *os.File, b []byte) (int, error)
 }
 
 type item struct {
@@ -161,21 +102,28 @@ type Stats struct {
 	Written     uint64 // records appended, checkpoints included
 	Checkpoints uint64 // signed checkpoints appended
 	Rotations   uint64 // files rotated
-	Overflow    uint64 // Log calls that found the queue full (blocked or refused)
+	Overflow    uint64 // Log and Reserve calls that found the queue full (blocked or refused)
 	Dropped     uint64 // records refused: ErrOverflow, ErrClosed or ErrFailed
-	Queued      int    // records waiting now
+	// ReserveRefused counts Reserve calls refused (overflow, closed, failed).
+	ReserveRefused uint64
+	Queued         int // records waiting now
+	// Reserved is the places held by reservations not yet used, as far as a
+	// snapshot can tell (queued items and reservations are counted together).
+	Reserved int
+	// Recoveries counts failures the writer recovered from (see Config.RetryMin).
+	Recoveries uint64
+	// Pruned counts rotated files deleted by retention (MaxFiles, MaxBytes).
+	Pruned uint64
 }
 
 // New opens (or creates) cfg.File, recovers a torn tail, continues the chain
 // and starts the writer goroutine. logger may be nil.
 func New(cfg Config, logger *slog.Logger) (*Writer, error) {
-	return newWriter(cfg, logger, nil)
+	return newWriter(cfg, logger, writerHooks{})
 }
 
-// newWriter is New with a gate for tests: when gate is non-nil the writer
-// goroutine takes one value from it before each queued item, so a test can
-// hold the queue full.
-func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, error) {
+// newWriter is New with test seams.
+func newWriter(cfg Config, logger *slog.Logger, hooks writerHooks) (*Writer, error) {
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -187,10 +135,12 @@ func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, er
 		cfg:      cfg,
 		log:      logger.With("component", "audit", "file", cfg.File),
 		queue:    make(chan item, cfg.QueueSize),
+		room:     newRoom(cfg.QueueSize),
 		done:     make(chan struct{}),
 		buf:      make([]byte, 0, flushSize+4096),
 		lastCkpt: time.Now(),
-		gate:     gate,
+		hooks:    hooks,
+		backoff:  cfg.RetryMin,
 	}
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -210,154 +160,15 @@ func newWriter(cfg Config, logger *slog.Logger, gate chan struct{}) (*Writer, er
 	if err := w.open(); err != nil {
 		return nil, err
 	}
+	st, err := w.f.Stat()
+	if err != nil {
+		w.f.Close()
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	w.fileInfo, w.onDisk = st, w.size
+	w.diskSeq, w.diskPrev = w.seq, w.prev
 	go w.run()
 	return w, nil
-}
-
-// open opens the live file and sets seq and prev from the chain's last line.
-func (w *Writer) open() error {
-	path := w.cfg.File
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, DefaultFileMode)
-	if err != nil {
-		return fmt.Errorf("audit: open: %w", err)
-	}
-	// One writer per chain: taken before the tail is read (or a torn tail cut),
-	// so a second process never truncates or interleaves the first one's lines.
-	if err := lockLive(f, path); err != nil {
-		f.Close()
-		return err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("audit: open: %w", err)
-	}
-	ti, err := readTail(f, st.Size())
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("audit: read tail of %s: %w", path, err)
-	}
-	if ti.lastEnd < ti.size {
-		if err := w.cutTornTail(f, ti); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	w.f, w.size = f, ti.lastEnd
-	last := ti.lastLine
-	from := path
-	if last == nil {
-		// An empty live file continues the newest rotated sibling's chain.
-		rotated, err := RotatedFiles(path)
-		if err != nil {
-			f.Close()
-			return err
-		}
-		if n := len(rotated); n > 0 {
-			from = rotated[n-1]
-			if last, err = lastWholeLine(from); err != nil {
-				f.Close()
-				return err
-			}
-		}
-	}
-	if last == nil {
-		w.seq = 0
-		copy(w.prev[:], GenesisPrev)
-		return syncDir(path)
-	}
-	var head struct {
-		Seq uint64 `json:"seq"`
-	}
-	if err := json.Unmarshal(last, &head); err != nil || head.Seq == 0 {
-		f.Close()
-		return fmt.Errorf("audit: %s: last line is not a valid record (%v); run `airlock audit verify` and move the file aside", from, err)
-	}
-	w.seq = head.Seq
-	sum := sha256.Sum256(last)
-	hex.Encode(w.prev[:], sum[:])
-	return nil
-}
-
-// lockLive takes an exclusive, non-blocking flock on the open live file f and
-// checks that path still names it. Two writers appending to one chain would
-// interleave two seq/prev sequences and break it for good (two `airlock run`s
-// sharing the default audit file did). The lock is released when f is closed:
-// at Close, or at rotation once the file has its new name. A second writer is
-// refused at New; if one starts in the instant a rotation has no live file, one
-// of the two fails closed (its records are refused), and neither writes into
-// the other's chain.
-func lockLive(f *os.File, path string) error {
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("audit: %s is being written by another process (one writer per audit file: give each airlock its own audit.file, or run the sandboxes under one `airlock serve`): %w", path, ErrInUse)
-		}
-		return fmt.Errorf("audit: lock %s: %w", path, err)
-	}
-	fst, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("audit: lock %s: %w", path, err)
-	}
-	pst, err := os.Stat(path)
-	if err != nil || !os.SameFile(fst, pst) {
-		return fmt.Errorf("audit: %s was rotated or replaced by another process while opening it: %w", path, ErrInUse)
-	}
-	return nil
-}
-
-func lastWholeLine(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
-	}
-	ti, err := readTail(f, st.Size())
-	if err != nil {
-		return nil, fmt.Errorf("audit: read tail of %s: %w", path, err)
-	}
-	return ti.lastLine, nil
-}
-
-// cutTornTail copies the bytes after the last newline (a line a crash cut short)
-// to <file>.torn-<UTC time>, then truncates the live file to its last whole line.
-func (w *Writer) cutTornTail(f *os.File, ti tailInfo) error {
-	torn := make([]byte, ti.size-ti.lastEnd)
-	if _, err := f.ReadAt(torn, ti.lastEnd); err != nil {
-		return fmt.Errorf("audit: read torn tail: %w", err)
-	}
-	name := w.cfg.File + ".torn-" + time.Now().UTC().Format("20060102T150405.000000000Z")
-	if err := writeFileSync(name, torn); err != nil {
-		return fmt.Errorf("audit: save torn tail: %w", err)
-	}
-	if err := f.Truncate(ti.lastEnd); err != nil {
-		return fmt.Errorf("audit: truncate torn tail: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("audit: sync after truncate: %w", err)
-	}
-	w.log.Warn("audit file had a torn last line (crash mid-write); moved it aside",
-		"torn_bytes", len(torn), "saved_to", name, "kept_bytes", ti.lastEnd)
-	return nil
-}
-
-func writeFileSync(name string, b []byte) error {
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, DefaultFileMode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // Log queues r. The writer copies r; the caller must not modify r's slices or
@@ -365,34 +176,96 @@ func writeFileSync(name string, b []byte) error {
 // when the queue is full and Overflow is "deny", ErrClosed after Close, and an
 // ErrFailed error once a write has failed. Any error means: deny the request.
 func (w *Writer) Log(r *Record) error {
-	if r == nil {
-		return errors.New("audit: nil record")
-	}
-	if r.Kind == KindCheckpoint {
+	if err := checkCallerRecord(r); err != nil {
 		w.dropped.Add(1)
-		return fmt.Errorf("audit: kind %q is reserved for the writer", KindCheckpoint)
+		return err
 	}
 	if err := w.failure.Load(); err != nil {
 		w.dropped.Add(1)
+		w.refusedFailing.Add(1)
 		return *err
 	}
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if w.closed {
+	if err := w.takeRoom(); err != nil {
 		w.dropped.Add(1)
-		return ErrClosed
+		return err
 	}
-	select {
-	case w.queue <- item{rec: *r}:
+	if err := w.enqueue(item{rec: *r}); err != nil {
+		w.dropped.Add(1)
+		return err
+	}
+	return nil
+}
+
+// Reserve takes a place in the queue for one record, so that the
+// Reservation's Log is never refused for overflow: a caller that must not let
+// a request out unless its record will be accepted reserves first. With
+// Overflow "deny" a full queue (queued records and held reservations) makes
+// Reserve fail at once with ErrOverflow; with "block" it waits for room. It
+// fails with ErrClosed after Close and with the failure while a write is
+// failing. Exactly one of the Reservation's Log or Cancel must be called.
+func (w *Writer) Reserve() (Reservation, error) {
+	if err := w.failure.Load(); err != nil {
+		w.reserveRefused.Add(1)
+		return nil, *err
+	}
+	if err := w.takeRoom(); err != nil {
+		w.reserveRefused.Add(1)
+		return nil, err
+	}
+	w.mu.RLock()
+	closed := w.closed
+	w.mu.RUnlock()
+	if closed {
+		w.room.release()
+		w.reserveRefused.Add(1)
+		return nil, ErrClosed
+	}
+	return &reservation{w: w}, nil
+}
+
+// takeRoom takes one place of the queue by the overflow policy, without
+// holding w.mu: a wait for room must never hold up Close, or the Log of a
+// reservation that would free it. It fails with ErrClosed once the writer is
+// closed.
+func (w *Writer) takeRoom() error {
+	if w.room.tryTake() {
 		return nil
-	default:
 	}
 	w.overflow.Add(1)
 	if w.cfg.Overflow == OverflowDeny {
-		w.dropped.Add(1)
 		return ErrOverflow
 	}
-	w.queue <- item{rec: *r}
+	if !w.room.take() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// enqueue sends it, for which the caller holds a place, unless the writer is
+// closed (the place is then given back). The send never blocks: the channel
+// is as large as the room.
+func (w *Writer) enqueue(it item) error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		w.room.release()
+		return ErrClosed
+	}
+	w.queue <- it
+	return nil
+}
+
+// checkCallerRecord refuses what no caller may log: the kinds the writer
+// writes itself (a forged retention or outage record would mislead a
+// verifier).
+func checkCallerRecord(r *Record) error {
+	if r == nil {
+		return errors.New("audit: nil record")
+	}
+	switch r.Kind {
+	case KindCheckpoint, KindRetention, KindOutage:
+		return fmt.Errorf("audit: kind %q is reserved for the writer", r.Kind)
+	}
 	return nil
 }
 
@@ -415,13 +288,13 @@ func (w *Writer) Err() error {
 // Sync waits until every record queued before the call is written and synced.
 func (w *Writer) Sync() error {
 	ch := make(chan error, 1)
-	w.mu.RLock()
-	if w.closed {
-		w.mu.RUnlock()
+	// A barrier waits for room whatever the overflow policy.
+	if !w.room.take() {
 		return ErrClosed
 	}
-	w.queue <- item{sync: ch}
-	w.mu.RUnlock()
+	if err := w.enqueue(item{sync: ch}); err != nil {
+		return err
+	}
 	return <-ch
 }
 
@@ -434,6 +307,7 @@ func (w *Writer) Close() error {
 		close(w.queue)
 	}
 	w.mu.Unlock()
+	w.room.close() // whoever waits for room now fails with ErrClosed
 	<-w.done
 	return w.closeErr
 }
@@ -441,12 +315,16 @@ func (w *Writer) Close() error {
 // Stats returns the writer's counters.
 func (w *Writer) Stats() Stats {
 	return Stats{
-		Written:     w.written.Load(),
-		Checkpoints: w.checkpoints.Load(),
-		Rotations:   w.rotations.Load(),
-		Overflow:    w.overflow.Load(),
-		Dropped:     w.dropped.Load(),
-		Queued:      len(w.queue),
+		Written:        w.written.Load(),
+		Checkpoints:    w.checkpoints.Load(),
+		Rotations:      w.rotations.Load(),
+		Overflow:       w.overflow.Load(),
+		Dropped:        w.dropped.Load(),
+		ReserveRefused: w.reserveRefused.Load(),
+		Queued:         len(w.queue),
+		Reserved:       max(0, int(w.room.used.Load())-len(w.queue)),
+		Recoveries:     w.recoveries.Load(),
+		Pruned:         w.pruned.Load(),
 	}
 }
 
@@ -464,37 +342,58 @@ func (w *Writer) run() {
 	tick := time.NewTicker(w.cfg.SyncInterval)
 	defer tick.Stop()
 	for {
+		var retry <-chan time.Time
+		if w.retry != nil {
+			retry = w.retry.C
+		}
 		select {
 		case it, ok := <-w.queue:
-			if !ok {
+			if !ok || !w.batch(&it) {
 				w.shutdown()
 				return
 			}
-			w.handle(&it)
-			// Take what is already queued before paying for a write(2).
-		batch:
-			for len(w.buf) < flushSize {
-				select {
-				case it, ok := <-w.queue:
-					if !ok {
-						w.shutdown()
-						return
-					}
-					w.handle(&it)
-				default:
-					break batch
-				}
-			}
-			w.flush()
 		case <-tick.C:
 			w.tick()
+		case <-retry:
+			w.retry = nil
+			w.recover()
+		}
+		if w.outage != nil && w.retry == nil {
+			w.retry = time.NewTimer(w.backoff)
 		}
 	}
 }
 
+// batch handles first and whatever else is already queued (up to a buffer's
+// worth) before paying for one write(2). Places are freed as items are taken;
+// waiters are woken at the start of the batch and before the write, not once
+// per record. It reports false when the queue was closed meanwhile.
+func (w *Writer) batch(first *item) bool {
+	w.room.free()
+	w.room.wake()
+	w.handle(first)
+	for len(w.buf) < flushSize {
+		select {
+		case it, ok := <-w.queue:
+			if !ok {
+				w.room.wake()
+				return false
+			}
+			w.room.free()
+			w.handle(&it)
+			continue
+		default:
+		}
+		break
+	}
+	w.room.wake()
+	w.flush()
+	return true
+}
+
 func (w *Writer) handle(it *item) {
-	if w.gate != nil {
-		<-w.gate
+	if w.hooks.gate != nil {
+		<-w.hooks.gate
 	}
 	if it.sync != nil {
 		w.flush()
@@ -517,23 +416,45 @@ func (w *Writer) tick() {
 	w.syncFile()
 }
 
+// shutdown writes the final checkpoint and closes the file. A writer that is
+// failed tries once more to write what it holds; what it still cannot write
+// is named in the operational log.
 func (w *Writer) shutdown() {
+	if w.retry != nil {
+		w.retry.Stop()
+		w.retry = nil
+	}
+	if w.outage != nil {
+		w.recover()
+	}
 	if w.key != nil && w.sinceCkpt > 0 {
 		w.appendCheckpoint()
 	}
 	w.flush()
 	w.syncFile()
-	if err := w.f.Close(); err != nil && w.failure.Load() == nil {
-		w.fail(fmt.Errorf("close: %w", err))
+	if w.outage != nil && len(w.buf) > 0 {
+		w.log.Error("audit writer closed while failed: records it had accepted could not be written",
+			"bytes", len(w.buf), "from_seq", w.diskSeq+1, "through_seq", w.seq)
+	}
+	if w.f != nil {
+		if err := w.f.Close(); err != nil && w.outage == nil {
+			w.fail(fmt.Errorf("close: %w", err))
+		}
 	}
 	if err := w.failure.Load(); err != nil {
 		w.closeErr = *err
 	}
 }
 
+// maxPending bounds the records a failed writer keeps in memory for when
+// writing works again; past it, accepted records are lost (counted in the
+// outage record and in Dropped).
+const maxPending = 32 << 20
+
 // appendRecord redacts, numbers, chains and buffers one caller record.
 func (w *Writer) appendRecord(r *Record) {
-	if w.failure.Load() != nil {
+	if w.outage != nil && len(w.buf) >= maxPending {
+		w.outage.lost++
 		w.dropped.Add(1)
 		return
 	}
@@ -553,13 +474,11 @@ func (w *Writer) appendRecord(r *Record) {
 		r = shrink(r, n)
 		w.buf = w.appendLine(w.buf, r)
 	}
-	if n := int64(len(w.buf) - start); w.size > 0 && w.size+n > int64(w.cfg.MaxSize) {
+	// A failed writer does not rotate: the record waits in buf, and the
+	// rotation happens at the first record after recovery.
+	if n := int64(len(w.buf) - start); w.outage == nil && w.size > 0 && w.size+n > int64(w.cfg.MaxSize) {
 		w.buf = w.buf[:start]
 		w.rotate()
-		if w.failure.Load() != nil {
-			w.dropped.Add(1)
-			return
-		}
 		start = len(w.buf)
 		w.buf = w.appendLine(w.buf, r)
 	}
@@ -570,6 +489,14 @@ func (w *Writer) appendRecord(r *Record) {
 			w.appendCheckpoint()
 		}
 	}
+}
+
+// appendOwn chains a record the writer writes itself (retention, outage).
+func (w *Writer) appendOwn(r *Record) {
+	r.TS = time.Now().UTC()
+	start := len(w.buf)
+	w.buf = w.appendLine(w.buf, r)
+	w.commit(start)
 }
 
 // appendLine encodes r with the next seq and the current prev, plus a newline.
@@ -606,7 +533,7 @@ func (w *Writer) commit(start int) {
 }
 
 func (w *Writer) appendCheckpoint() {
-	if w.seq == 0 || w.failure.Load() != nil {
+	if w.seq == 0 || w.outage != nil {
 		return
 	}
 	head := string(w.prev[:])
@@ -629,78 +556,49 @@ func (w *Writer) appendCheckpoint() {
 	w.lastCkpt = time.Now()
 }
 
-// rotate checkpoints and closes the live file, renames it to the next
-// <file>.<n> and opens a fresh live file; the chain carries on.
-func (w *Writer) rotate() {
-	if w.key != nil {
-		w.appendCheckpoint()
-	}
-	w.flush()
-	w.syncFile()
-	if w.failure.Load() != nil {
-		return
-	}
-	if err := w.f.Close(); err != nil {
-		w.fail(fmt.Errorf("close before rotation: %w", err))
-		return
-	}
-	n, err := nextRotationIndex(w.cfg.File)
-	if err != nil {
-		w.fail(err)
-		return
-	}
-	rotated := w.cfg.File + "." + strconv.FormatUint(n, 10)
-	if err := os.Rename(w.cfg.File, rotated); err != nil {
-		w.fail(fmt.Errorf("rotate: %w", err))
-		return
-	}
-	f, err := os.OpenFile(w.cfg.File, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, DefaultFileMode)
-	if err != nil {
-		w.fail(fmt.Errorf("rotate: open new file: %w", err))
-		return
-	}
-	if err := lockLive(f, w.cfg.File); err != nil {
-		f.Close()
-		w.fail(fmt.Errorf("rotate: %w", err))
-		return
-	}
-	w.f, w.size = f, 0
-	if err := syncDir(w.cfg.File); err != nil {
-		w.fail(fmt.Errorf("rotate: sync directory: %w", err))
-		return
-	}
-	w.rotations.Add(1)
-	w.log.Info("audit file rotated", "rotated_to", rotated, "seq", w.seq)
-}
-
+// flush writes buf. On failure buf is kept for recovery: bytes of it that did
+// reach the file are cut there first (see recover).
 func (w *Writer) flush() {
-	if len(w.buf) == 0 {
+	if len(w.buf) == 0 || w.outage != nil {
 		return
 	}
-	if w.failure.Load() != nil {
-		w.buf = w.buf[:0]
-		return
-	}
-	if _, err := w.f.Write(w.buf); err != nil {
+	if _, err := w.write(w.buf); err != nil {
 		w.fail(fmt.Errorf("write: %w", err))
+		return
 	}
+	w.onDisk += int64(len(w.buf))
+	w.diskSeq, w.diskPrev = w.seq, w.prev
 	w.buf = w.buf[:0]
 	w.unsynced = true
 }
 
+func (w *Writer) write(b []byte) (int, error) {
+	if w.hooks.write != nil {
+		return w.hooks.write(w.f, b)
+	}
+	return w.f.Write(b)
+}
+
 func (w *Writer) syncFile() {
-	if !w.unsynced || w.failure.Load() != nil {
+	if !w.unsynced || w.outage != nil {
 		return
 	}
 	if err := w.f.Sync(); err != nil {
 		w.fail(fmt.Errorf("fsync: %w", err))
+		return
 	}
 	w.unsynced = false
 }
 
+// fail marks the writer failed: Log, Reserve and Err report err from now on,
+// and the run loop retries (see recover). A failure during an outage replaces
+// the error but keeps the outage's start and counts.
 func (w *Writer) fail(err error) {
 	wrapped := fmt.Errorf("%w: %w", ErrFailed, err)
-	if w.failure.CompareAndSwap(nil, &wrapped) {
-		w.log.Error("audit writer failed; every further record is refused", "err", err)
+	w.failure.Store(&wrapped)
+	if w.outage == nil {
+		w.outage = &outage{from: time.Now(), refusedBase: w.refusedFailing.Load(), reserveBase: w.reserveRefused.Load()}
+		w.log.Error("audit writer failed; records are refused until writing works again", "err", err)
 	}
+	w.outage.err = err
 }

@@ -22,6 +22,8 @@ const (
 	DefaultDNSMaxTTL     = time.Hour
 	DefaultAuditFile     = "/var/log/airlock/audit.jsonl"
 	DefaultAuditMaxSize  = 100 << 20
+	DefaultAuditOverflow = "block"
+	DefaultAuditMinFree  = 256 << 20
 	DefaultCACert        = "/etc/airlock/ca.pem"
 	DefaultCAKey         = "/etc/airlock/ca.key"
 	DefaultMemory        = 512 << 20
@@ -101,6 +103,24 @@ type Audit struct {
 	// SigningKey is the Ed25519 key that signs checkpoints; empty means File + ".key"
 	// (created 0600 on first use).
 	SigningKey string `yaml:"signing_key"`
+	// Overflow is what happens when the writer's queue is full: block (the
+	// default: requests wait for room) or deny (requests are refused at once,
+	// and none leaves before room for its record is reserved).
+	Overflow string `yaml:"overflow"`
+	// MaxFiles and MaxBytes bound the rotated files kept (count, total size);
+	// after a rotation the oldest beyond either are deleted, the newest always
+	// kept. Zero keeps every file.
+	MaxFiles int  `yaml:"max_files"`
+	MaxBytes Size `yaml:"max_bytes"`
+	// MinFree refuses new sandboxes (run, attach) while the audit file's
+	// filesystem has less free space: a size (256M, the default) or a share of
+	// the filesystem (1%); 0 turns the check off.
+	MinFree FreeSpace `yaml:"min_free"`
+	// GatewayRate (records/s) and GatewayBurst size each sandbox's budget of
+	// individual records of refused gateway requests; past it they are counted
+	// in summary records. Zero: 200/s, burst 1000.
+	GatewayRate  float64 `yaml:"gateway_rate"`
+	GatewayBurst int     `yaml:"gateway_burst"`
 }
 
 // CA is the interception CA made by `airlock ca init`.
@@ -209,6 +229,12 @@ func (c *Config) applyDefaults() {
 	if c.Audit.MaxSize == 0 {
 		c.Audit.MaxSize = DefaultAuditMaxSize
 	}
+	if c.Audit.Overflow == "" {
+		c.Audit.Overflow = DefaultAuditOverflow
+	}
+	if !c.Audit.MinFree.set {
+		c.Audit.MinFree = FreeSpace{Bytes: DefaultAuditMinFree, set: true}
+	}
 	if c.CA.Cert == "" {
 		c.CA.Cert = DefaultCACert
 	}
@@ -274,6 +300,9 @@ func (c *Config) Validate() error {
 	if c.DNS.MinTTL > c.DNS.MaxTTL {
 		return fmt.Errorf("dns.min_ttl %s is greater than dns.max_ttl %s", c.DNS.MinTTL, c.DNS.MaxTTL)
 	}
+	if err := c.Audit.validate(); err != nil {
+		return err
+	}
 	for i, s := range c.Upstream.AllowCIDRs {
 		if _, err := netip.ParsePrefix(s); err != nil {
 			return fmt.Errorf("upstream.allow_cidrs[%d]: %q is not a CIDR such as 10.0.0.0/8", i, s)
@@ -307,6 +336,94 @@ func (c *Config) Validate() error {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("sandbox.env[%d]: %q is not KEY=VALUE", i, kv)
 		}
+	}
+	return nil
+}
+
+func (a *Audit) validate() error {
+	switch a.Overflow {
+	case "block", "deny":
+	default:
+		return fmt.Errorf("audit.overflow: %q is not one of block, deny", a.Overflow)
+	}
+	switch {
+	case a.MaxSize < 4096:
+		return fmt.Errorf("audit.max_size: %s is below the 4096-byte minimum", a.MaxSize)
+	case a.MaxFiles < 0:
+		return fmt.Errorf("audit.max_files: %d must be 0 (keep every file) or more", a.MaxFiles)
+	case a.MaxBytes < 0:
+		return fmt.Errorf("audit.max_bytes: %s must be 0 (no bound) or more", a.MaxBytes)
+	case !(a.GatewayRate >= 0) || math.IsInf(a.GatewayRate, 0):
+		return fmt.Errorf("audit.gateway_rate: %v must be 0 (the default, 200/s) or a positive number of records per second", a.GatewayRate)
+	case a.GatewayBurst < 0:
+		return fmt.Errorf("audit.gateway_burst: %d must be 0 (the default, 1000) or more", a.GatewayBurst)
+	}
+	return nil
+}
+
+// FreeSpace is a free-space threshold: a size (256M) or a percentage of the
+// filesystem (1%); 0 turns the check it guards off.
+type FreeSpace struct {
+	Bytes   Size
+	Percent float64
+	set     bool // decoded from the file (so an explicit 0 is not replaced by the default)
+}
+
+// ParseFreeSpace parses "256M", "1%" or "0".
+func ParseFreeSpace(s string) (FreeSpace, error) {
+	t := strings.TrimSpace(s)
+	if p, ok := strings.CutSuffix(t, "%"); ok {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || !(v >= 0 && v <= 100) {
+			return FreeSpace{}, fmt.Errorf("free space %q: want a percentage between 0%% and 100%%, or a size such as 256M", s)
+		}
+		return FreeSpace{Percent: v, set: true}, nil
+	}
+	b, err := ParseSize(t)
+	if err != nil {
+		return FreeSpace{}, fmt.Errorf("free space %q: want a size such as 256M or a percentage such as 1%%", s)
+	}
+	return FreeSpace{Bytes: b, set: true}, nil
+}
+
+// Of is the threshold in bytes on a filesystem of total bytes.
+func (f FreeSpace) Of(total uint64) uint64 {
+	if f.Percent > 0 {
+		return uint64(float64(total) * f.Percent / 100)
+	}
+	return uint64(f.Bytes)
+}
+
+func (f FreeSpace) String() string {
+	if f.Percent > 0 {
+		return strconv.FormatFloat(f.Percent, 'f', -1, 64) + "%"
+	}
+	return f.Bytes.String()
+}
+
+// Set implements pflag.Value.
+func (f *FreeSpace) Set(v string) error {
+	p, err := ParseFreeSpace(v)
+	if err != nil {
+		return err
+	}
+	*f = p
+	return nil
+}
+
+// Type implements pflag.Value.
+func (f *FreeSpace) Type() string { return "size-or-percent" }
+
+// UnmarshalText lets JSON use the same spellings as YAML.
+func (f *FreeSpace) UnmarshalText(b []byte) error { return f.Set(string(b)) }
+
+// UnmarshalYAML accepts a size, a number or a percentage.
+func (f *FreeSpace) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: free space must be a scalar like 256M or 1%%", n.Line)
+	}
+	if err := f.Set(n.Value); err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
 	}
 	return nil
 }

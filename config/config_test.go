@@ -56,6 +56,45 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "infinite cpus", yaml: "limits: {cpus: .inf}", wantErr: "limits.cpus"},
 		{name: "tiny cpus", yaml: "limits: {cpus: 0.001}", wantErr: "limits.cpus"},
 		{name: "tiny tmp size", yaml: "limits: {tmp_size: 100}", wantErr: "limits.tmp_size"},
+		{name: "audit overflow default", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Audit.Overflow != "block" {
+				t.Fatalf("audit.overflow: got %q, want block", c.Audit.Overflow)
+			}
+		}},
+		{name: "audit overflow deny", yaml: "audit: {overflow: deny}", check: func(t *testing.T, c Config) {
+			if c.Audit.Overflow != "deny" {
+				t.Fatalf("audit.overflow: got %q, want deny", c.Audit.Overflow)
+			}
+		}},
+		{name: "bad audit overflow", yaml: "audit: {overflow: drop}", wantErr: "audit.overflow"},
+		{name: "audit defaults", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Audit.MinFree.Of(1<<40) != 256<<20 || c.Audit.MaxFiles != 0 || c.Audit.MaxBytes != 0 || c.Audit.GatewayRate != 0 {
+				t.Fatalf("got %+v, want min_free 256M, no retention, the audit package's budget", c.Audit)
+			}
+		}},
+		{name: "audit retention and budget", yaml: "audit: {max_files: 10, max_bytes: 1G, gateway_rate: 50, gateway_burst: 100, min_free: 1%}", check: func(t *testing.T, c Config) {
+			a := c.Audit
+			if a.MaxFiles != 10 || a.MaxBytes != 1<<30 || a.GatewayRate != 50 || a.GatewayBurst != 100 || a.MinFree.Of(1000) != 10 {
+				t.Fatalf("got %+v", a)
+			}
+		}},
+		{name: "audit min_free off", yaml: "audit: {min_free: 0}", check: func(t *testing.T, c Config) {
+			if got := c.Audit.MinFree.Of(1 << 40); got != 0 {
+				t.Fatalf("min_free 0: got threshold %d, want 0 (off)", got)
+			}
+		}},
+		{name: "audit min_free size", yaml: "audit: {min_free: 64M}", check: func(t *testing.T, c Config) {
+			if got := c.Audit.MinFree.Of(1 << 40); got != 64<<20 {
+				t.Fatalf("min_free 64M: got %d", got)
+			}
+		}},
+		{name: "bad audit min_free", yaml: "audit: {min_free: 120%}", wantErr: "percentage between"},
+		{name: "bad audit min_free unit", yaml: "audit: {min_free: lots}", wantErr: "free space"},
+		{name: "negative audit max_files", yaml: "audit: {max_files: -1}", wantErr: "audit.max_files"},
+		{name: "negative audit gateway_rate", yaml: "audit: {gateway_rate: -5}", wantErr: "audit.gateway_rate"},
+		{name: "nan audit gateway_rate", yaml: "audit: {gateway_rate: .nan}", wantErr: "audit.gateway_rate"},
+		{name: "negative audit gateway_burst", yaml: "audit: {gateway_burst: -1}", wantErr: "audit.gateway_burst"},
+		{name: "tiny audit max_size", yaml: "audit: {max_size: 100}", wantErr: "audit.max_size"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

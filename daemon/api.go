@@ -152,8 +152,11 @@ func (d *Daemon) apiRun(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		status := http.StatusInternalServerError
 		var ee *sandboxd.ExecError
-		if errors.As(err, &ee) {
+		switch {
+		case errors.As(err, &ee):
 			status = http.StatusUnprocessableEntity
+		case errors.Is(err, ErrLowDiskSpace):
+			status = http.StatusServiceUnavailable
 		}
 		writeErr(w, status, err)
 		return
@@ -186,7 +189,11 @@ func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels}, req.NetNS)
 	if err != nil {
-		writeErr(w, http.StatusUnprocessableEntity, err)
+		status := http.StatusUnprocessableEntity
+		if errors.Is(err, ErrLowDiskSpace) {
+			status = http.StatusServiceUnavailable
+		}
+		writeErr(w, status, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]string{"id": sb.ID, "path": sb.Path})

@@ -76,6 +76,7 @@ type Daemon struct {
 	engine   *policy.Engine
 	writer   *audit.Writer
 	tally    *audit.Tally
+	budget   *audit.Budget // the gateway's records go through it to the tally
 	dns      *dnsfilter.Filter
 	gw       *gateway.Gateway
 	secrets  *secrets.Injector
@@ -92,45 +93,21 @@ type Daemon struct {
 // New builds every part, in dependency order, and undoes what it built if a
 // later part fails. Nothing serves until a task or an attach asks for it.
 func New(ctx context.Context, o Options) (_ *Daemon, err error) {
-	if o.RunDir == "" {
-		o.RunDir = filepath.Join(DefaultRunDir, "run-"+strconv.Itoa(os.Getpid()))
-	}
-	if o.ResolvConf == "" {
-		o.ResolvConf = DefaultResolvConf
-	}
-	if o.Recover == "" {
-		o.Recover = netns.RecoverRemove
-	}
+	o = o.withDefaults()
 	cfg := o.Config
 	logger := o.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
 	if filepath.Dir(o.RunDir) == DefaultRunDir {
 		removeStale(ctx, logger)
 	}
 	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir}
-	if o.Executor == nil {
-		o.Executor = &sandboxd.Config{}
-	}
 	defer func() {
 		if err != nil {
 			d.Close()
 		}
 	}()
-	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
-		return nil, fmt.Errorf("run dir: %w", err)
+	if err := d.makeRunDir(); err != nil {
+		return nil, err
 	}
-	d.closers = append(d.closers, func() error {
-		// Attached namespaces stay closed (rules in place, no listeners) with their
-		// state files, for the next instance's Recover; only then is the
-		// directory kept.
-		if d.keepState {
-			return nil
-		}
-		return os.RemoveAll(o.RunDir)
-	})
-
 	upstreams := cfg.DNS.Upstreams
 	if len(upstreams) == 0 {
 		if upstreams, err = resolvConfUpstreams(o.ResolvConf); err != nil {
@@ -141,71 +118,11 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-
-	// Compiling the policy is the slowest part of a start; nothing else New
-	// builds needs the compiled engine, so it compiles meanwhile. The DNS filter
-	// and the gateway get dec, which New points at the engine before anything
-	// serves (Recover, the first thing that can, runs after).
-	type engineResult struct {
-		e   *policy.Engine
-		err error
-	}
-	dec := newEngineRef()
-	engc := make(chan engineResult, 1)
-	go func() {
-		e, err := policy.New(policy.Config{
-			Dir:        cfg.Policy.Dir,
-			Mode:       policy.Mode(cfg.Policy.Mode),
-			Presets:    cfg.Policy.Presets,
-			AllowHosts: cfg.Policy.Allow,
-			Watch:      cfg.Policy.Dir != "",
-		}, logger)
-		engc <- engineResult{e, err}
-	}()
-	waitEngine := func() error {
-		if engc == nil {
-			return nil
-		}
-		r := <-engc
-		engc = nil
-		if r.err != nil {
-			dec.set(nil)
-			return r.err
-		}
-		d.engine = r.e
-		dec.set(r.e)
-		return nil
-	}
-	defer func() { _ = waitEngine() }() // never leave the compile running on an early return
-	// The engine stops after everything that asks it (closers run last first),
-	// and on an early return too: the deferred wait above sets d.engine first.
-	d.closers = append(d.closers, func() error {
-		if d.engine == nil {
-			return nil
-		}
-		return d.engine.Close()
-	})
-
-	if err := os.MkdirAll(filepath.Dir(cfg.Audit.File), 0o750); err != nil {
-		return nil, fmt.Errorf("audit.file: %w", err)
-	}
-	signingKey := cfg.Audit.SigningKey
-	if signingKey == "" {
-		// Checkpoints are what make a rewrite of the whole chain detectable: sign
-		// by default, with a key kept beside the log (created 0600 on first use).
-		signingKey = cfg.Audit.File + ".key"
-	}
-	d.writer, err = audit.New(audit.Config{
-		File:           cfg.Audit.File,
-		MaxSize:        audit.Size(cfg.Audit.MaxSize),
-		SigningKeyFile: signingKey,
-	}, logger)
-	if err != nil {
+	eng := d.compileEngine(cfg)
+	defer func() { _ = eng.wait() }() // never leave the compile running on an early return
+	if err := d.buildAudit(cfg); err != nil {
 		return nil, err
 	}
-	d.closers = append(d.closers, d.writer.Close)
-	d.tally = audit.NewTally(d.writer)
-
 	caCert, caKey, err := d.interceptionCA(cfg, o.EphemeralCA)
 	if err != nil {
 		return nil, err
@@ -213,88 +130,37 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	// The gateway's own addresses are refused as destinations and as DNS
 	// answers even inside upstream.allow_cidrs: an allowed name resolving to
 	// this host must not reach its services (metrics, an internal registry's
-	// admin port, the host's sshd).
+	// admin port, the host's sshd). So are the DNS filter's upstream
+	// resolvers: a tunnel to an allowed name resolving to one would carry raw
+	// DNS past the filter's policy, limits and audit.
 	own, err := hostAddrs()
 	if err != nil {
 		return nil, err
 	}
-	d.dns, err = dnsfilter.New(dnsfilter.Config{
-		GatewayAddrs: own,
-		Upstreams:    upstreams,
-		RateLimit:    cfg.DNS.RateLimit,
-		RateBurst:    cfg.DNS.RateBurst,
-		UniqueNames:  cfg.DNS.UniqueNames,
-		BlockFlags:   cfg.DNS.BlockFlags,
-		AuditRate:    cfg.DNS.AuditRate,
-		AuditBurst:   cfg.DNS.AuditBurst,
-		MinTTL:       time.Duration(cfg.DNS.MinTTL),
-		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
-		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
-	}, dec, d.tally, logger)
-	if err != nil {
+	own = append(own, resolverAddrs(upstreams)...)
+	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
 		return nil, err
 	}
-	d.closers = append(d.closers, func() error { return shutdown(d.dns.Shutdown) })
-
-	if cfg.Secrets.File != "" {
-		sc, err := secrets.LoadFile(cfg.Secrets.File)
-		if err != nil {
-			return nil, err
-		}
-		if d.secrets, err = secrets.New(sc, logger); err != nil {
-			return nil, err
-		}
-	}
-
-	gwCfg := o.Gateway
-	gwCfg.AllowCIDRs = allow
-	gwCfg.OwnAddrs = own
-	gwCfg.UpstreamCAFile = cfg.Upstream.CAFile
-	gwCfg.CACertFile, gwCfg.CAKeyFile = caCert, caKey
-	if d.secrets != nil {
-		gwCfg.Injector = d.secrets
-	}
-	d.gw, err = gateway.New(gwCfg, dec, d.tally, d.dns.Resolver(), logger)
-	if err != nil {
+	if err := d.buildSecrets(cfg); err != nil {
 		return nil, err
 	}
-	d.closers = append(d.closers, func() error { return shutdown(d.gw.Shutdown) })
-
+	if err := d.buildGateway(o.Gateway, cfg, allow, own, caCert, caKey, eng.dec); err != nil {
+		return nil, err
+	}
 	if d.caBundle, err = d.writeBundle(caCert, cfg.Upstream.CAFile); err != nil {
 		return nil, err
 	}
-
-	d.netns, err = netns.New(netns.Config{StateDir: filepath.Join(o.RunDir, "netns")},
-		server{gw: d.gw, dns: d.dns}, d.tally, logger)
-	if err != nil {
+	if err := d.buildNetns(); err != nil {
 		return nil, err
 	}
-	// Close leaves every namespace it still manages closed, as a crash would:
-	// Run tears down its own, and an attached container keeps no way out until
-	// it is detached or a new instance re-attaches it.
-	d.closers = append(d.closers, func() error {
-		d.keepState = len(d.netns.IDs()) > 0
-		return d.netns.Close()
-	})
 	d.hidden = hiddenPaths(o, cfg, caKey)
 	d.proxyURL = "http://127.0.0.1:" + strconv.Itoa(netns.DefaultExplicitPort)
 	if !o.NoExecutor {
-		ec := *o.Executor
-		ec.Limits = sandboxd.Limits{
-			Memory:  int64(cfg.Limits.Memory),
-			CPUs:    cfg.Limits.CPUs,
-			Pids:    int64(cfg.Limits.Pids),
-			Timeout: time.Duration(cfg.Limits.Timeout),
-			TmpSize: int64(cfg.Limits.TmpSize),
-		}
-		d.exec, err = sandboxd.New(ec, d.tally, logger)
-		if err != nil {
+		if err := d.buildExecutor(*o.Executor, cfg); err != nil {
 			return nil, err
 		}
-		d.closers = append(d.closers, d.exec.Close)
 	}
-
-	if err := waitEngine(); err != nil {
+	if err := eng.wait(); err != nil {
 		return nil, err
 	}
 	// Recover may serve re-attached namespaces: only now that dec has the engine.
@@ -410,6 +276,19 @@ func hostAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// resolverAddrs returns the IP addresses of DNS upstreams (IP:PORT or
+// tls://IP:PORT#NAME; others, which config validation refuses, are skipped).
+func resolverAddrs(upstreams []string) []netip.Addr {
+	var out []netip.Addr
+	for _, u := range upstreams {
+		addr, _, _ := strings.Cut(strings.TrimPrefix(u, "tls://"), "#")
+		if ap, err := netip.ParseAddrPort(addr); err == nil {
+			out = append(out, ap.Addr().Unmap())
+		}
+	}
+	return out
+}
+
 // resolvConfUpstreams reads nameserver lines as IP:53 upstreams.
 func resolvConfUpstreams(path string) ([]string, error) {
 	f, err := os.Open(path)
@@ -503,6 +382,9 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		}
 		t.ID = "run-" + hex.EncodeToString(b[:])
 	}
+	if err := d.checkFreeSpace(); err != nil {
+		return nil, err
+	}
 	sb := policy.Sandbox{ID: t.ID, Labels: t.Labels}
 	ns, err := d.netns.Create(ctx, sb)
 	if err != nil {
@@ -544,6 +426,9 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 
 // Attach serves an existing namespace (a container's or a VM's) until Detach.
 func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) (*netns.Sandbox, error) {
+	if err := d.checkFreeSpace(); err != nil {
+		return nil, err
+	}
 	return d.netns.Attach(ctx, sb, nsPath)
 }
 
@@ -554,10 +439,13 @@ func (d *Daemon) Detach(ctx context.Context, id string) error { return d.netns.D
 func (d *Daemon) Backend() string { return d.netns.Backend() }
 
 // server serves a sandbox's listeners with the gateway (explicit and
-// transparent) and the DNS filter (UDP and TCP): the netns.Server glue.
+// transparent) and the DNS filter (UDP and TCP): the netns.Server glue. Stop
+// writes the sandbox's last audit summary once the gateway has stopped
+// serving it.
 type server struct {
-	gw  *gateway.Gateway
-	dns *dnsfilter.Filter
+	gw     *gateway.Gateway
+	dns    *dnsfilter.Filter
+	budget *audit.Budget
 }
 
 var _ netns.Server = server{}
@@ -576,4 +464,7 @@ func (s server) Serve(sb policy.Sandbox, own []netip.Addr, ls netns.Listeners) e
 func (s server) Stop(id string) {
 	s.gw.StopSandbox(id)
 	s.dns.StopSandbox(id)
+	if s.budget != nil {
+		s.budget.Forget(id)
+	}
 }

@@ -45,6 +45,12 @@ most --max-unsigned records may follow the last checkpoint, so a rewrite of the
 whole chain by someone without the signing key is caught. Exit 0 when the chain
 is intact, 1 naming FILE:LINE and the reason otherwise.
 
+With retention (audit.max_files, audit.max_bytes) the oldest rotated files are
+deleted; the chain then starts past seq 1, which is accepted only where a
+retention record in the chain (covered by a signed checkpoint, with --pubkey)
+says the deleted part ended, with the hash it recorded. Cutting more from the
+front, or deleting a kept file, is still a seq gap.
+
 Records removed from the end of the newest file leave a shorter chain that is
 still whole. With --pubkey, --complete (for the log of a stopped airlock, or
 rotated files) requires the chain to end in a signed checkpoint, as a clean stop
@@ -110,6 +116,12 @@ func verifySummary(rep audit.Report) string {
 			b.WriteString("; signatures not checked: no --pubkey")
 		}
 		fmt.Fprintf(&b, "; head %s)", rep.Head)
+	}
+	if rep.PrunedThrough > 0 {
+		fmt.Fprintf(&b, "\nretention deleted seq 1..%d (%d file(s) named by the retention records kept)", rep.PrunedThrough, rep.PrunedFiles)
+		if rep.FirstSeq > 1 {
+			fmt.Fprintf(&b, "; the kept chain starts at seq %d, anchored by the checkpoint through seq %d", rep.FirstSeq, rep.AnchorSeq)
+		}
 	}
 	return b.String()
 }

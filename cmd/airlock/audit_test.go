@@ -185,3 +185,38 @@ func TestAuditVerifyCompleteCatchesCutTail(t *testing.T) {
 		t.Fatalf("--complete without --pubkey: got exit %d, %v; want exit 2", exitCode(err), err)
 	}
 }
+
+// With retention the oldest rotated files are gone: `verify --rotated`
+// verifies the kept files from their first line and says how much was
+// pruned; deleting the oldest kept file is still caught.
+func TestAuditVerifyAfterRetention(t *testing.T) {
+	dir := t.TempDir()
+	logPath, keyPath := filepath.Join(dir, "audit.jsonl"), filepath.Join(dir, "audit.key")
+	w, err := audit.New(audit.Config{File: logPath, SigningKeyFile: keyPath, MaxSize: 4096, MaxFiles: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if err := w.Log(&audit.Record{Sandbox: "sb", Kind: "http", Decision: "deny", Host: "evil.example", Path: fmt.Sprint("/", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Stats().Pruned == 0 {
+		t.Fatal("retention deleted nothing")
+	}
+	out, err := runAudit(t, "verify", "--rotated", "--complete", "--pubkey", keyPath+".pub", logPath)
+	if err != nil || !strings.Contains(out, "retention deleted seq 1..") || !strings.Contains(out, "anchored by the checkpoint") {
+		t.Fatalf("verify --rotated after retention: got %q, %v; want ok naming what was pruned", out, err)
+	}
+	rotated, _ := audit.RotatedFiles(logPath)
+	if err := os.Remove(rotated[0]); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runAudit(t, "verify", "--rotated", "--pubkey", keyPath+".pub", logPath)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "seq gap") {
+		t.Fatalf("oldest kept file deleted: got exit %d, %v; want exit 1, seq gap", exitCode(err), err)
+	}
+}

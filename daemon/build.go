@@ -1,0 +1,249 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/netns"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/sandboxd"
+	"github.com/airlock-dev/airlock/secrets"
+)
+
+// The steps of New, one per part built, in the order New calls them. Each
+// registers its part's closer as soon as the part exists, so an error in a
+// later step closes it (Close runs closers last first).
+
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	if o.RunDir == "" {
+		o.RunDir = filepath.Join(DefaultRunDir, "run-"+strconv.Itoa(os.Getpid()))
+	}
+	if o.ResolvConf == "" {
+		o.ResolvConf = DefaultResolvConf
+	}
+	if o.Recover == "" {
+		o.Recover = netns.RecoverRemove
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Executor == nil {
+		o.Executor = &sandboxd.Config{}
+	}
+	return o
+}
+
+// makeRunDir creates the run directory; it is removed at Close unless
+// namespaces are kept for a later Recover.
+func (d *Daemon) makeRunDir() error {
+	if err := os.MkdirAll(d.runDir, 0o700); err != nil {
+		return fmt.Errorf("run dir: %w", err)
+	}
+	d.closers = append(d.closers, func() error {
+		// Attached namespaces stay closed (rules in place, no listeners) with their
+		// state files, for the next instance's Recover; only then is the
+		// directory kept.
+		if d.keepState {
+			return nil
+		}
+		return os.RemoveAll(d.runDir)
+	})
+	return nil
+}
+
+// engineBuild is the policy compile New runs beside the other steps.
+type engineBuild struct {
+	d   *Daemon
+	dec *engineRef
+	c   chan engineResult
+}
+
+type engineResult struct {
+	e   *policy.Engine
+	err error
+}
+
+// compileEngine starts compiling the policy. Compiling is the slowest part of
+// a start; nothing else New builds needs the compiled engine, so it compiles
+// meanwhile. The DNS filter and the gateway get dec, which wait points at the
+// engine before anything serves (Recover, the first thing that can, runs
+// after).
+func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
+	b := &engineBuild{d: d, dec: newEngineRef(), c: make(chan engineResult, 1)}
+	go func() {
+		e, err := policy.New(policy.Config{
+			Dir:        cfg.Policy.Dir,
+			Mode:       policy.Mode(cfg.Policy.Mode),
+			Presets:    cfg.Policy.Presets,
+			AllowHosts: cfg.Policy.Allow,
+			Watch:      cfg.Policy.Dir != "",
+		}, d.log)
+		b.c <- engineResult{e, err}
+	}()
+	// The engine stops after everything that asks it (closers run last first),
+	// and on an early return of New too: New's deferred wait sets d.engine first.
+	d.closers = append(d.closers, func() error {
+		if d.engine == nil {
+			return nil
+		}
+		return d.engine.Close()
+	})
+	return b
+}
+
+// wait waits for the compile (once; later calls return nil) and publishes
+// its engine to dec, or the fail-closed nil when it failed.
+func (b *engineBuild) wait() error {
+	if b.c == nil {
+		return nil
+	}
+	r := <-b.c
+	b.c = nil
+	if r.err != nil {
+		b.dec.set(nil)
+		return r.err
+	}
+	b.d.engine = r.e
+	b.dec.set(r.e)
+	return nil
+}
+
+// buildAudit opens the audit writer, the tally every part logs through, and
+// the per-sandbox budget the gateway logs through (in front of the tally).
+func (d *Daemon) buildAudit(cfg config.Config) error {
+	if err := os.MkdirAll(filepath.Dir(cfg.Audit.File), 0o750); err != nil {
+		return fmt.Errorf("audit.file: %w", err)
+	}
+	signingKey := cfg.Audit.SigningKey
+	if signingKey == "" {
+		// Checkpoints are what make a rewrite of the whole chain detectable: sign
+		// by default, with a key kept beside the log (created 0600 on first use).
+		signingKey = cfg.Audit.File + ".key"
+	}
+	w, err := audit.New(audit.Config{
+		File:           cfg.Audit.File,
+		MaxSize:        audit.Size(cfg.Audit.MaxSize),
+		Overflow:       cfg.Audit.Overflow,
+		MaxFiles:       cfg.Audit.MaxFiles,
+		MaxBytes:       audit.Size(cfg.Audit.MaxBytes),
+		SigningKeyFile: signingKey,
+	}, d.log)
+	if err != nil {
+		return err
+	}
+	d.writer = w
+	d.closers = append(d.closers, d.writer.Close)
+	d.tally = audit.NewTally(d.writer)
+	// The budget's last summaries are written before the writer closes
+	// (closers run last first).
+	d.budget, err = audit.NewBudget(audit.BudgetConfig{Rate: cfg.Audit.GatewayRate, Burst: cfg.Audit.GatewayBurst}, d.tally, d.log)
+	if err != nil {
+		return fmt.Errorf("audit.gateway_rate, gateway_burst: %w", err)
+	}
+	d.closers = append(d.closers, d.budget.Close)
+	return nil
+}
+
+// buildDNS builds the DNS filter.
+func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Addr, dec policy.Decider) error {
+	f, err := dnsfilter.New(dnsfilter.Config{
+		GatewayAddrs: own,
+		Upstreams:    upstreams,
+		RateLimit:    cfg.DNS.RateLimit,
+		RateBurst:    cfg.DNS.RateBurst,
+		UniqueNames:  cfg.DNS.UniqueNames,
+		BlockFlags:   cfg.DNS.BlockFlags,
+		AuditRate:    cfg.DNS.AuditRate,
+		AuditBurst:   cfg.DNS.AuditBurst,
+		MinTTL:       time.Duration(cfg.DNS.MinTTL),
+		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
+		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
+	}, dec, d.tally, d.log)
+	if err != nil {
+		return err
+	}
+	d.dns = f
+	d.closers = append(d.closers, func() error { return shutdown(d.dns.Shutdown) })
+	return nil
+}
+
+// buildSecrets loads the secrets file, if one is configured.
+func (d *Daemon) buildSecrets(cfg config.Config) error {
+	if cfg.Secrets.File == "" {
+		return nil
+	}
+	sc, err := secrets.LoadFile(cfg.Secrets.File)
+	if err != nil {
+		return err
+	}
+	d.secrets, err = secrets.New(sc, d.log)
+	return err
+}
+
+// buildGateway builds the gateway from base, the config the caller (tests)
+// started.
+func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []netip.Prefix, own []netip.Addr,
+	caCert, caKey string, dec policy.Decider) error {
+	gwCfg := base
+	gwCfg.AllowCIDRs = allow
+	gwCfg.OwnAddrs = own
+	gwCfg.UpstreamCAFile = cfg.Upstream.CAFile
+	gwCfg.CACertFile, gwCfg.CAKeyFile = caCert, caKey
+	if d.secrets != nil {
+		gwCfg.Injector = d.secrets
+	}
+	gw, err := gateway.New(gwCfg, dec, d.budget, d.dns.Resolver(), d.log)
+	if err != nil {
+		return err
+	}
+	d.gw = gw
+	d.closers = append(d.closers, func() error { return shutdown(d.gw.Shutdown) })
+	return nil
+}
+
+// buildNetns builds the island namespace manager.
+func (d *Daemon) buildNetns() error {
+	m, err := netns.New(netns.Config{StateDir: filepath.Join(d.runDir, "netns")},
+		server{gw: d.gw, dns: d.dns, budget: d.budget}, d.tally, d.log)
+	if err != nil {
+		return err
+	}
+	d.netns = m
+	// Close leaves every namespace it still manages closed, as a crash would:
+	// Run tears down its own, and an attached container keeps no way out until
+	// it is detached or a new instance re-attaches it.
+	d.closers = append(d.closers, func() error {
+		d.keepState = len(d.netns.IDs()) > 0
+		return d.netns.Close()
+	})
+	return nil
+}
+
+// buildExecutor builds the executor from ec (tests set Exe and InitArgs) with
+// the configured limits.
+func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
+	ec.Limits = sandboxd.Limits{
+		Memory:  int64(cfg.Limits.Memory),
+		CPUs:    cfg.Limits.CPUs,
+		Pids:    int64(cfg.Limits.Pids),
+		Timeout: time.Duration(cfg.Limits.Timeout),
+		TmpSize: int64(cfg.Limits.TmpSize),
+	}
+	e, err := sandboxd.New(ec, d.tally, d.log)
+	if err != nil {
+		return err
+	}
+	d.exec = e
+	d.closers = append(d.closers, d.exec.Close)
+	return nil
+}
