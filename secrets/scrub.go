@@ -3,6 +3,8 @@ package secrets
 import (
 	"bytes"
 	"io"
+	"net/http"
+	"strings"
 	"sync/atomic"
 )
 
@@ -161,3 +163,67 @@ func (r *scrubReader) drain(final bool) {
 }
 
 func (r *scrubReader) Close() error { return r.src.Close() }
+
+// ScrubResponse prepares the response to an injected request for the sandbox:
+// it refuses what cannot be scrubbed (a Content-Encoding other than identity, a
+// 101 upgrade, a 206 partial response) with a *ResponseError after closing the
+// body; otherwise it scrubs header names and values (Location included) now,
+// wraps the body in a streaming scrubber that also scrubs trailers at the end,
+// and drops Content-Length. A nil Applied leaves resp alone. The gateway never
+// follows redirects, so a Location is only ever shown, scrubbed.
+func (in *Injector) ScrubResponse(a *Applied, resp *http.Response) error {
+	if a == nil {
+		return nil
+	}
+	refuse := func(reason string) error {
+		if resp.Body != nil {
+			resp.Body.Close()
+		}
+		in.log.Warn("secrets refused response", "secret", a.rec.ID, "reason", reason)
+		return &ResponseError{Reason: reason}
+	}
+	switch resp.StatusCode {
+	case http.StatusSwitchingProtocols:
+		return refuse("protocol upgrade cannot be scrubbed")
+	case http.StatusPartialContent:
+		return refuse("partial content could carry part of a secret")
+	}
+	for _, ce := range resp.Header.Values("Content-Encoding") {
+		for _, e := range strings.Split(ce, ",") {
+			if e = strings.TrimSpace(strings.ToLower(e)); e != "" && e != "identity" {
+				return refuse("content-encoding " + e + " cannot be scrubbed")
+			}
+		}
+	}
+	a.scrubbed.Add(int64(scrubHeader(a.scrub, resp.Header)))
+	if resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = newScrubReader(a.scrub, resp.Body, &a.scrubbed, func() {
+			a.scrubbed.Add(int64(scrubHeader(a.scrub, resp.Trailer)))
+		})
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	}
+	return nil
+}
+
+func scrubHeader(s *scrubber, h http.Header) int {
+	count := 0
+	for name, vals := range h {
+		newName := name
+		if n, c := s.scrubString(name); c > 0 {
+			newName, count = n, count+c
+			delete(h, name)
+		}
+		out := make([]string, len(vals))
+		for i, v := range vals {
+			var c int
+			out[i], c = s.scrubString(v)
+			count += c
+		}
+		h[newName] = append(h[newName], out...)
+		if newName == name {
+			h[name] = out
+		}
+	}
+	return count
+}
