@@ -23,6 +23,9 @@ type Executor struct {
 	pool *pool
 	log  audit.Logger
 	lg   *slog.Logger
+	// rootNS is the user namespace every sandbox's host view is idmapped
+	// through, so no host socket is connectable (hostview_linux.go).
+	rootNS *os.File
 }
 
 // ExecError reports a command that could not be started (not found, not
@@ -53,15 +56,24 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 		lg.Warn("cgroup controllers missing: their limits are not enforced", "controllers", miss,
 			"cgroup_root", cfg.CgroupRoot, "v2", cgm.v2)
 	}
-	p, err := newPool(&cfg, cgm)
+	rootNS, err := newRootUserns()
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg}, nil
+	p, err := newPool(&cfg, cgm)
+	if err != nil {
+		rootNS.Close()
+		return nil, err
+	}
+	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: rootNS}, nil
 }
 
 // Close destroys the idle pool slots.
-func (e *Executor) Close() error { return e.pool.close() }
+func (e *Executor) Close() error {
+	err := e.pool.close()
+	e.rootNS.Close()
+	return err
+}
 
 // CgroupV2 reports whether the executor uses the unified hierarchy.
 func (e *Executor) CgroupV2() bool { return e.cgm.v2 }

@@ -2,7 +2,8 @@ package sandboxd
 
 // Messages between the executor and init. Both travel as JSON over pipes: fd 3
 // carries configuration in (the initConfig, later followed by goMessage once init
-// is in its cgroup), fd 4 carries events out.
+// is in its cgroup), fd 4 carries events out. fd 5 is a user namespace, not a
+// pipe.
 
 const (
 	// envStage marks a re-executed binary as the sandbox's init (value
@@ -17,6 +18,9 @@ const (
 
 	fdConfig = 3
 	fdStatus = 4
+	// fdRootUserns is the user namespace the host view is idmapped through
+	// (see hostview_linux.go), made once by the executor.
+	fdRootUserns = 5
 )
 
 // initConfig is what init needs to build the sandbox.
