@@ -86,8 +86,10 @@
 //
 // Injected requests also lose Range and If-Range (a partial response could hand
 // out a secret a few bytes at a time) and get Accept-Encoding: identity.
-// Responses are scrubbed of every form CanaryForms lists, in header names,
-// values (Location too), trailers and the body, by a streaming window of the
+// Responses are scrubbed of every form CanaryForms lists, in the status line's
+// reason phrase, header names (in any case: they arrive canonicalized or
+// lower-cased), values (Location too), trailers and the body, by a streaming
+// window of the
 // longest form minus one byte, so a value split across reads, chunks or SSE
 // events is still found. A response that cannot be scrubbed is refused: any
 // Content-Encoding other than identity (gzip is refused, not decoded), a 101

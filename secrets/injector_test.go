@@ -63,7 +63,7 @@ func (u *upstream) url(host, path string) string {
 func TestInjectedValueNeverReachesSandbox(t *testing.T) {
 	in, u, _ := setup(t, nil)
 	tr := u.transport(t, true)
-	for _, path := range []string{"/echo", "/encoded", "/chunked", "/sse", "/redirect", "/trailer", "/slowless"} {
+	for _, path := range []string{"/echo", "/encoded", "/chunked", "/sse", "/redirect", "/trailer", "/reason", "/slowless"} {
 		t.Run(path, func(t *testing.T) {
 			req := mustReq(t, "GET", u.url("api.example.com", path), nil)
 			req.Header.Set("Authorization", "Bearer the-sandbox-own-token")
