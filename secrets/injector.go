@@ -35,6 +35,7 @@ type Injector struct {
 	secrets  map[string]*secret
 	bindings []*binding
 	maxBody  int64
+	budget   *scanBudget
 
 	mu      sync.Mutex
 	ph      map[phKey]string // (sandbox, secret) -> placeholder
@@ -92,6 +93,7 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		log:     log,
 		secrets: map[string]*secret{},
 		maxBody: cfg.MaxBodyScan,
+		budget:  newScanBudget(cfg.MaxBodyScanPerSandbox),
 		ph:      map[phKey]string{},
 		phOwner: map[string]phKey{},
 		phCount: map[string]int{},

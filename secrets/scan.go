@@ -3,6 +3,7 @@ package secrets
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -101,7 +102,10 @@ func (in *Injector) scanRequest(sb Sandbox, req *http.Request) ([]hit, error) {
 
 // scanBody buffers up to maxBody bytes and scans them; the request gets an
 // equivalent body. A longer body is scanned as it streams: the reader fails
-// with a *Denial before any byte of a placeholder is passed on.
+// with a *Denial before any byte of a placeholder is passed on. What is
+// buffered counts against the sandbox's body-scan budget until the body is
+// read to its end or closed; past the budget the request is refused with a
+// *BusyError.
 func (in *Injector) scanBody(sb Sandbox, req *http.Request, hits *[]hit) error {
 	if req.Body == nil || req.Body == http.NoBody {
 		return nil
@@ -110,34 +114,35 @@ func (in *Injector) scanBody(sb Sandbox, req *http.Request, hits *[]hit) error {
 		findTokens(string(g.buffered), "body", hits)
 		return nil
 	}
-	var bb bytes.Buffer
-	if req.ContentLength > 0 && req.ContentLength <= in.maxBody {
-		bb.Grow(int(req.ContentLength) + 1)
-	}
-	_, err := bb.ReadFrom(io.LimitReader(req.Body, in.maxBody+1))
-	buf := bb.Bytes()
+	buf, res, err := in.readForScan(sb, req.Body, req.ContentLength, in.maxBody+1)
 	if err != nil {
 		req.Body.Close()
+		var busy *BusyError
+		if errors.As(err, &busy) {
+			return err
+		}
 		return &Denial{Code: CodeBodyUnreadable, Where: "body", Msg: "request body could not be read"}
 	}
+	findTokens(string(buf), "body", hits)
 	if int64(len(buf)) <= in.maxBody {
 		req.Body.Close()
-		findTokens(string(buf), "body", hits)
-		req.Body = &bodyGuard{buffered: buf, r: bytes.NewReader(buf)}
+		g := &bodyGuard{buffered: buf, r: bytes.NewReader(buf)}
+		holdUntilDone(g, res)
+		req.Body = g
 		req.GetBody = func() (io.ReadCloser, error) {
 			return &bodyGuard{buffered: buf, r: bytes.NewReader(buf)}, nil
 		}
 		return nil
 	}
-	findTokens(string(buf), "body", hits)
 	orig := req.Body
-	req.Body = &bodyGuard{
-		r:       io.MultiReader(bytes.NewReader(buf), orig),
-		closer:  orig,
-		stream:  true,
-		onDeny:  func(d *Denial) { _ = in.logDeny(sb, d) },
-		pending: nil,
+	g := &bodyGuard{
+		r:      io.MultiReader(bytes.NewReader(buf), orig),
+		closer: orig,
+		stream: true,
+		onDeny: func(d *Denial) { _ = in.logDeny(sb, d) },
 	}
+	holdUntilDone(g, res)
+	req.Body = g
 	req.GetBody = nil
 	return nil
 }
@@ -154,14 +159,20 @@ type bodyGuard struct {
 	pending  []byte
 	out      []byte
 	err      error
+	res      *reservation // the scan budget the buffer holds; nil for a GetBody copy
 }
 
 func (g *bodyGuard) Read(p []byte) (int, error) {
 	if !g.stream {
-		return g.r.Read(p)
+		n, err := g.r.Read(p)
+		if err != nil {
+			g.res.release()
+		}
+		return n, err
 	}
 	for len(g.out) == 0 {
 		if g.err != nil {
+			g.res.release()
 			return 0, g.err
 		}
 		var chunk [32 * 1024]byte
@@ -192,6 +203,7 @@ func (g *bodyGuard) Read(p []byte) (int, error) {
 }
 
 func (g *bodyGuard) Close() error {
+	g.res.release()
 	if g.closer != nil {
 		return g.closer.Close()
 	}
