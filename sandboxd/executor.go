@@ -236,14 +236,27 @@ func (e *Executor) initConfig(spec *Spec, lim Limits, s *slot) (*initConfig, err
 	if err := unix.Stat("/proc/self/ns/mnt", &mnt); err != nil {
 		return nil, fmt.Errorf("sandboxd: read own mount namespace: %w", err)
 	}
-	return &initConfig{
+	icfg := &initConfig{
 		HostMountNS: [2]uint64{uint64(mnt.Dev), mnt.Ino},
 		Hostname:    e.cfg.Hostname, RootFS: spec.RootFS, Workspace: wsHost, WorkspaceTarget: ws,
 		CABundle: spec.CABundle, Hidden: hidden, Home: e.cfg.Home, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
 		FreshNet: spec.NetNS == "",
 		Exec: execConfig{Argv: spec.Argv, Env: env, Dir: dir, UID: s.uid, GID: s.uid,
 			NoFile: lim.NoFile, FSize: lim.FSize, NProc: nproc},
-	}, nil
+	}
+	src := "/"
+	if spec.RootFS != "" {
+		// The mount table names real paths.
+		var err error
+		if src, err = filepath.EvalSymlinks(spec.RootFS); err != nil {
+			return nil, fmt.Errorf("sandboxd: spec.rootfs %s: %w", spec.RootFS, err)
+		}
+	}
+	var err error
+	if icfg.Mounts, err = viewMounts(src, icfg); err != nil {
+		return nil, err
+	}
+	return icfg, nil
 }
 
 // within reports whether path p is base or lies below it.

@@ -58,7 +58,7 @@ func setupSandbox(cfg *initConfig) error {
 	if cfg.RootFS != "" {
 		src = cfg.RootFS
 	}
-	view, err := cloneHostView(src, fdRootUserns)
+	view, err := cloneHostView(src, fdRootUserns, cfg.Mounts)
 	if err != nil {
 		return fmt.Errorf("clone root %s: %w", src, err)
 	}

@@ -133,21 +133,39 @@ type viewMount struct {
 	fd  int
 }
 
-// cloneHostView clones the view of src. The root must be idmapped; the mounts
-// under /proc, /sys and /dev are skipped (the sandbox gets its own).
-func cloneHostView(src string, usernsFD int) (*hostView, error) {
+// viewMounts lists, for the executor, the mount points of the host view of
+// src that init clones: src itself ("") and the mounts below it, less those
+// in the trees the sandbox's own mounts cover whole (on a container host,
+// /run alone holds a mount per container). The executor reads its mount table
+// (a warm process reads it in well under 0.1 ms; a fresh init took 0.2-2.5
+// ms) and init clones from a copy of the same namespace: a mount made in
+// between is not in the view, one removed is skipped.
+func viewMounts(src string, icfg *initConfig) ([]string, error) {
 	rels, err := mountPoints(src)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sandboxd: %w", err)
+	}
+	covered := coveredTrees(icfg)
+	out := rels[:0]
+	for _, rel := range rels {
+		if rel == "" || !inTrees(rel, covered) {
+			out = append(out, rel)
+		}
 	}
 	// Parents before children: a mount point lies in its parent's tree.
-	sort.SliceStable(rels, func(i, j int) bool { return strings.Count(rels[i], "/") < strings.Count(rels[j], "/") })
+	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") < strings.Count(out[j], "/") })
+	return out, nil
+}
+
+// cloneHostView clones the view of src: the mounts rels lists (viewMounts),
+// parents first. The root ("", first) must be idmapped.
+func cloneHostView(src string, usernsFD int, rels []string) (*hostView, error) {
+	if len(rels) == 0 || rels[0] != "" {
+		return nil, errors.New("the executor sent no mount list for the host view")
+	}
 	v := &hostView{root: -1}
 	seen := map[uint64]bool{}
 	for _, rel := range rels {
-		if rel != "" && skippedTree(rel) {
-			continue
-		}
 		path := filepath.Join(src, rel)
 		var stx unix.Statx_t
 		if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx); err != nil {
@@ -181,14 +199,28 @@ func cloneHostView(src string, usernsFD int) (*hostView, error) {
 	return v, nil
 }
 
-// skippedTree reports whether rel lies in a tree the sandbox replaces.
-func skippedTree(rel string) bool {
-	for _, r := range []string{"proc", "sys", "dev"} {
+// inTrees reports whether rel is or lies below one of trees.
+func inTrees(rel string, trees []string) bool {
+	for _, r := range trees {
 		if rel == r || strings.HasPrefix(rel, r+"/") {
 			return true
 		}
 	}
 	return false
+}
+
+// coveredTrees lists the trees of the sandbox's view that its own mounts cover
+// whole, relative to the root: /proc, /sys, /dev, /tmp, /run, /var/run,
+// /var/tmp, $HOME's parent, /root and the hidden paths (setupSandbox masks
+// each of them that exists).
+func coveredTrees(cfg *initConfig) []string {
+	trees := []string{"proc", "sys", "dev", "tmp", "run", "var/run", "var/tmp", "root"}
+	for _, p := range append([]string{filepath.Dir(cfg.Home)}, cfg.Hidden...) {
+		if r := strings.TrimPrefix(filepath.Clean(p), "/"); r != "" {
+			trees = append(trees, r)
+		}
+	}
+	return trees
 }
 
 // cloneIdmapped clones the one mount at path (not its submounts) as a
