@@ -24,8 +24,9 @@ type Executor struct {
 	log  audit.Logger
 	lg   *slog.Logger
 	// rootNS is the user namespace every sandbox's host view is idmapped
-	// through, so no host socket is connectable (hostview_linux.go).
-	rootNS *os.File
+	// through, so no host socket is connectable (hostview_linux.go). Its
+	// helper process (3-5 ms) runs while the caller goes on setting up.
+	rootNS *usernsFuture
 }
 
 // ExecError reports a command that could not be started (not found, not
@@ -56,22 +57,19 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 		lg.Warn("cgroup controllers missing: their limits are not enforced", "controllers", miss,
 			"cgroup_root", cfg.CgroupRoot, "v2", cgm.v2)
 	}
-	rootNS, err := newRootUserns()
-	if err != nil {
-		return nil, err
-	}
 	p, err := newPool(&cfg, cgm)
 	if err != nil {
-		rootNS.Close()
 		return nil, err
 	}
-	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: rootNS}, nil
+	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns()}, nil
 }
 
 // Close destroys the idle pool slots.
 func (e *Executor) Close() error {
 	err := e.pool.close()
-	e.rootNS.Close()
+	if f, nerr := e.rootNS.get(); nerr == nil {
+		f.Close()
+	}
 	return err
 }
 
@@ -85,6 +83,9 @@ func (e *Executor) CgroupV2() bool { return e.cgm.v2 }
 func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 	t0 := time.Now()
 	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	if _, err := e.rootNS.get(); err != nil {
 		return nil, err
 	}
 	lim := spec.Limits.withDefaults(e.cfg.Limits)

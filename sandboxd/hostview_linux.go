@@ -50,15 +50,34 @@ import (
 // host root is writable, and no socket there connectable, through the view.
 const rootViewID = 1<<32 - 2
 
-// newRootUserns returns an fd for the user namespace whose map is rootViewID
-// to itself, for the idmapping of every sandbox's root. The executor makes it
-// once (it costs a helper process) and passes it to each init.
-func newRootUserns() (*os.File, error) {
-	fd, err := idmapUserns(rootViewID, rootViewID, rootViewID, rootViewID)
-	if err != nil {
-		return nil, fmt.Errorf("sandboxd: user namespace for the host view's idmapping: %w", err)
-	}
-	return os.NewFile(uintptr(fd), "airlock-root-userns"), nil
+// usernsFuture is the user namespace whose map is rootViewID to itself, for
+// the idmapping of every sandbox's root. The executor makes it once (it costs
+// a helper process, 3-5 ms) in the background from New, and passes it to each
+// init; Run waits for it and fails if it could not be made.
+type usernsFuture struct {
+	done chan struct{}
+	f    *os.File
+	err  error
+}
+
+func startRootUserns() *usernsFuture {
+	u := &usernsFuture{done: make(chan struct{})}
+	go func() {
+		defer close(u.done)
+		fd, err := idmapUserns(rootViewID, rootViewID, rootViewID, rootViewID)
+		if err != nil {
+			u.err = fmt.Errorf("sandboxd: user namespace for the host view's idmapping: %w", err)
+			return
+		}
+		u.f = os.NewFile(uintptr(fd), "airlock-root-userns")
+	}()
+	return u
+}
+
+// get waits for the namespace.
+func (u *usernsFuture) get() (*os.File, error) {
+	<-u.done
+	return u.f, u.err
 }
 
 // mountPoints returns src itself ("", first, whether or not it is a mount

@@ -180,7 +180,7 @@ func (r *runner) forkInit(cgFD, netnsFD *os.File, started chan<- spawned) {
 		Stdin:      r.p.stdin,
 		Stdout:     r.p.outW,
 		Stderr:     r.p.errW,
-		ExtraFiles: []*os.File{r.p.cfgR, r.p.statW, r.e.rootNS}, // fds 3, 4, 5
+		ExtraFiles: []*os.File{r.p.cfgR, r.p.statW, r.e.rootNS.f}, // fds 3, 4, 5 (Run checked rootNS)
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: flags,
 			Pdeathsig:  unix.SIGKILL,
