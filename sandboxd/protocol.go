@@ -25,23 +25,23 @@ const (
 
 // initConfig is what init needs to build the sandbox.
 type initConfig struct {
-	Hostname        string   `json:"hostname"`
-	RootFS          string   `json:"rootfs,omitempty"`
-	Workspace       string   `json:"workspace,omitempty"`
-	WorkspaceTarget string   `json:"workspace_target,omitempty"`
-	CABundle        string   `json:"ca_bundle,omitempty"`
-	Hidden          []string `json:"hidden,omitempty"`
-	// Mounts are the mount points of the host view init clones, relative to
-	// the root, "" (the root itself) first, parents before children.
-	Mounts    []string   `json:"mounts"`
-	Home      string     `json:"home"`
-	TmpSize   int64      `json:"tmp_size"`
-	TmpInodes int64      `json:"tmp_inodes"`
-	FreshNet  bool       `json:"fresh_net"`
-	Exec      execConfig `json:"exec"`
+	Hostname        string     `json:"hostname"`
+	RootFS          string     `json:"rootfs,omitempty"`
+	Workspace       string     `json:"workspace,omitempty"`
+	WorkspaceTarget string     `json:"workspace_target,omitempty"`
+	CABundle        string     `json:"ca_bundle,omitempty"`
+	Hidden          []string   `json:"hidden,omitempty"`
+	Home            string     `json:"home"`
+	TmpSize         int64      `json:"tmp_size"`
+	TmpInodes       int64      `json:"tmp_inodes"`
+	FreshNet        bool       `json:"fresh_net"`
+	Exec            execConfig `json:"exec"`
 	// HostMountNS is the executor's mount namespace (device and inode of
 	// /proc/self/ns/mnt); init refuses to touch mounts while it is still in it.
 	HostMountNS [2]uint64 `json:"host_mount_ns"`
+	// Mounts are the mount points of the host view init clones, relative to
+	// the root, "" (the root itself) first, parents before children.
+	Mounts []string `json:"mounts"`
 }
 
 // execConfig is what init's command thread needs to become the command.
