@@ -29,8 +29,9 @@ import (
 //     (nobody).
 //  2. A mount that cannot be idmapped (its filesystem lacks support: nfs,
 //     most fuse, ramfs...) is left out of the view: the sandbox sees the
-//     directory under it, in the idmapped parent. /proc, /sys and /dev are
-//     the sandbox's own. A root that cannot be idmapped fails the run: it is
+//     directory under it, in the idmapped parent. Mounts in the trees the
+//     sandbox covers with its own (/proc, /sys, /dev, /tmp, /run, ...) are
+//     not cloned at all. A root that cannot be idmapped fails the run: it is
 //     never shown unprotected.
 //  3. /run (and /var/run where it is a directory of its own) get an empty
 //     read-only tmpfs and /var/tmp a private writable one, like /tmp, so the
