@@ -251,8 +251,13 @@ func TestCgroupV2Executor(t *testing.T) {
 		res *Result
 		err error
 	}
-	done := make(chan outcome, 1)
+	done, finished := make(chan outcome, 1), make(chan struct{})
+	// The run holds a slot in the executor's state directory and cgroup: it is
+	// waited for (its timeout bounds it) before the executor and the temporary
+	// directory are cleaned up, also when the test fails early.
+	t.Cleanup(func() { <-finished })
 	go func() {
+		defer close(finished)
 		r, err := e.Run(context.Background(), Spec{Argv: sh(script), Stdout: w, Limits: Limits{Timeout: 3 * time.Second}})
 		done <- outcome{r, err}
 	}()

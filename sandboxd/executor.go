@@ -1,20 +1,13 @@
 package sandboxd
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +23,10 @@ type Executor struct {
 	pool *pool
 	log  audit.Logger
 	lg   *slog.Logger
+	// rootNS is the user namespace every sandbox's host view is idmapped
+	// through, so no host socket is connectable (hostview_linux.go). Its
+	// helper process (3-5 ms) runs while the caller goes on setting up.
+	rootNS *usernsFuture
 }
 
 // ExecError reports a command that could not be started (not found, not
@@ -64,11 +61,17 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg}, nil
+	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns()}, nil
 }
 
 // Close destroys the idle pool slots.
-func (e *Executor) Close() error { return e.pool.close() }
+func (e *Executor) Close() error {
+	err := e.pool.close()
+	if f, nerr := e.rootNS.get(); nerr == nil {
+		f.Close()
+	}
+	return err
+}
 
 // CgroupV2 reports whether the executor uses the unified hierarchy.
 func (e *Executor) CgroupV2() bool { return e.cgm.v2 }
@@ -80,6 +83,9 @@ func (e *Executor) CgroupV2() bool { return e.cgm.v2 }
 func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 	t0 := time.Now()
 	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	if _, err := e.rootNS.get(); err != nil {
 		return nil, err
 	}
 	lim := spec.Limits.withDefaults(e.cfg.Limits)
@@ -231,14 +237,27 @@ func (e *Executor) initConfig(spec *Spec, lim Limits, s *slot) (*initConfig, err
 	if err := unix.Stat("/proc/self/ns/mnt", &mnt); err != nil {
 		return nil, fmt.Errorf("sandboxd: read own mount namespace: %w", err)
 	}
-	return &initConfig{
+	icfg := &initConfig{
 		HostMountNS: [2]uint64{uint64(mnt.Dev), mnt.Ino},
 		Hostname:    e.cfg.Hostname, RootFS: spec.RootFS, Workspace: wsHost, WorkspaceTarget: ws,
 		CABundle: spec.CABundle, Hidden: hidden, Home: e.cfg.Home, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
 		FreshNet: spec.NetNS == "",
 		Exec: execConfig{Argv: spec.Argv, Env: env, Dir: dir, UID: s.uid, GID: s.uid,
 			NoFile: lim.NoFile, FSize: lim.FSize, NProc: nproc},
-	}, nil
+	}
+	src := "/"
+	if spec.RootFS != "" {
+		// The mount table names real paths.
+		var err error
+		if src, err = filepath.EvalSymlinks(spec.RootFS); err != nil {
+			return nil, fmt.Errorf("sandboxd: spec.rootfs %s: %w", spec.RootFS, err)
+		}
+	}
+	var err error
+	if icfg.Mounts, err = viewMounts(src, icfg); err != nil {
+		return nil, err
+	}
+	return icfg, nil
 }
 
 // within reports whether path p is base or lies below it.
@@ -260,338 +279,4 @@ func dedupeEnv(env []string) []string {
 		out = append(out, kv)
 	}
 	return out
-}
-
-// emptyWait bounds how long a killed sandbox's processes may take to leave its
-// cgroup before the run is reported as failed.
-const emptyWait = 5 * time.Second
-
-type spawned struct {
-	pid int
-	err error
-}
-
-// run spawns init and supervises it until every process of the sandbox is gone.
-func (e *Executor) run(ctx context.Context, t0 time.Time, spec *Spec, lim Limits, s *slot, icfg *initConfig, res *Result, lg *slog.Logger) error {
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer cfgW.Close()
-	statR, statW, err := os.Pipe()
-	if err != nil {
-		cfgR.Close()
-		return err
-	}
-	defer statR.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	var stdin *os.File
-	var stdinW *os.File
-	if spec.Stdin != nil {
-		if stdin, stdinW, err = os.Pipe(); err != nil {
-			return err
-		}
-	} else if stdin, err = os.Open(os.DevNull); err != nil {
-		return err
-	}
-	childFiles := []*os.File{cfgR, statW, outW, errW, stdin}
-	closeChild := func() {
-		for _, f := range childFiles {
-			f.Close()
-		}
-	}
-
-	var cgFD *os.File
-	if s.cg.v2 {
-		if cgFD, err = s.cg.openFD(); err != nil {
-			closeChild()
-			return err
-		}
-		defer cgFD.Close()
-	}
-	var netnsFD *os.File
-	if spec.NetNS != "" {
-		if netnsFD, err = os.Open(spec.NetNS); err != nil {
-			closeChild()
-			return fmt.Errorf("sandboxd: netns %s: %w", spec.NetNS, err)
-		}
-		defer netnsFD.Close()
-	}
-
-	started := make(chan spawned, 1)
-	exited := make(chan error, 1)
-	go func() {
-		// This thread forks init: Pdeathsig fires when it exits, so it stays locked
-		// and alive until init is reaped, and is discarded afterwards (never
-		// unlocked), which also throws away the network namespace it joined.
-		runtime.LockOSThread()
-		flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP)
-		if netnsFD != nil {
-			if err := unix.Setns(int(netnsFD.Fd()), unix.CLONE_NEWNET); err != nil {
-				started <- spawned{err: fmt.Errorf("sandboxd: join netns %s: %w", spec.NetNS, err)}
-				return
-			}
-		} else {
-			flags |= unix.CLONE_NEWNET
-		}
-		cmd := &exec.Cmd{
-			Path:       e.cfg.Exe,
-			Args:       append([]string{e.cfg.Exe}, e.cfg.InitArgs...),
-			Env:        []string{envStage + "=" + stageInit},
-			Stdin:      stdin,
-			Stdout:     outW,
-			Stderr:     errW,
-			ExtraFiles: []*os.File{cfgR, statW},
-			SysProcAttr: &syscall.SysProcAttr{
-				Cloneflags: flags,
-				Pdeathsig:  unix.SIGKILL,
-			},
-		}
-		if cgFD != nil {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = int(cgFD.Fd())
-		}
-		if err := cmd.Start(); err != nil {
-			started <- spawned{err: fmt.Errorf("sandboxd: start init: %w", err)}
-			return
-		}
-		started <- spawned{pid: cmd.Process.Pid}
-		exited <- cmd.Wait()
-	}()
-	sp := <-started
-	closeChild()
-	if sp.err != nil {
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		return sp.err
-	}
-	pid := sp.pid
-	// killTree kills through the cgroup (every process at once, forks included) and
-	// through PID 1, whose death takes its PID namespace with it: either alone ends
-	// the tree.
-	killTree := func() {
-		if err := s.cg.kill(); err != nil {
-			lg.Error("cgroup kill failed", "err", err)
-		}
-		_ = unix.Kill(pid, unix.SIGKILL)
-	}
-	// emptied makes sure nothing of the sandbox survives init: a process left
-	// in the cgroup is an error, never a successful result.
-	emptied := func() error {
-		if err := s.cg.kill(); err != nil {
-			lg.Error("cgroup kill failed", "err", err)
-		}
-		return s.cg.waitEmpty(emptyWait)
-	}
-
-	// Output drains start before init can write anything.
-	var wg sync.WaitGroup
-	outC := newCapture(spec.Stdout, lim.OutputCap)
-	errC := newCapture(spec.Stderr, lim.OutputCap)
-	wg.Add(2)
-	go func() { defer wg.Done(); outC.drain(outR) }()
-	go func() { defer wg.Done(); errC.drain(errR) }()
-	if stdinW != nil {
-		go func() {
-			_, _ = io.Copy(stdinW, spec.Stdin)
-			stdinW.Close()
-		}()
-	}
-
-	// Init builds the filesystem view while a v1 cgroup move runs (the kernel
-	// makes the first cgroup migration after a quiet spell wait for an RCU grace
-	// period, 5-15 ms here); the command starts only after the go message, which
-	// is sent once init is in the cgroup and its OOM score is reset.
-	setupErr := func() error {
-		if err := json.NewEncoder(cfgW).Encode(icfg); err != nil {
-			return fmt.Errorf("sandboxd: send init config: %w", err)
-		}
-		if !s.cg.v2 {
-			if err := s.cg.addProc(pid); err != nil {
-				return err
-			}
-		}
-		// Born in (v2) or moved into (v1) the cgroup: check before the command
-		// may start.
-		if err := s.cg.holds(pid); err != nil {
-			return err
-		}
-		// Never let the sandbox inherit an OOM-immune score.
-		if err := writeFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", "0"); err != nil {
-			return fmt.Errorf("sandboxd: reset oom_score_adj: %w", err)
-		}
-		if _, err := io.WriteString(cfgW, goMessage); err != nil {
-			return fmt.Errorf("sandboxd: send go: %w", err)
-		}
-		return cfgW.Close()
-	}()
-	if setupErr != nil {
-		killTree()
-		<-exited
-		// Init may have failed first (its setup error is why the pipe broke).
-		if ev := readFailure(statR); ev != nil {
-			setupErr = fmt.Errorf("sandboxd: sandbox setup: %s (then: %w)", ev.Error, setupErr)
-		}
-		if err := emptied(); err != nil {
-			setupErr = errors.Join(setupErr, err)
-		}
-		wg.Wait()
-		return setupErr
-	}
-
-	events := make(chan event, 4)
-	go func() {
-		defer close(events)
-		sc := bufio.NewScanner(statR)
-		for sc.Scan() {
-			var ev event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil {
-				events <- ev
-			}
-		}
-	}()
-
-	timer := time.NewTimer(lim.Timeout)
-	defer timer.Stop()
-	var final, failure *event
-	var ctxErr error
-	var initErr error
-	initDone := false
-	for !initDone || events != nil {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			switch ev.Event {
-			case "started":
-				res.StartLatency = time.Since(t0)
-				lg.Info("sandbox started", "create_to_exec", res.StartLatency)
-			case "exit":
-				evc := ev
-				final = &evc
-			default:
-				evc := ev
-				failure = &evc
-			}
-		case initErr = <-exited:
-			initDone = true
-			exited = nil
-		case <-timer.C:
-			res.TimedOut = true
-			killTree()
-		case <-ctx.Done():
-			ctxErr = ctx.Err()
-			killTree()
-		}
-		if ctxErr != nil {
-			ctx = context.Background() // stop selecting on it
-		}
-	}
-	// Init is gone, so the namespace is empty; make sure of it, then close output.
-	treeErr := emptied()
-	wg.Wait()
-	res.Stdout, res.StdoutBytes = outC.buf, outC.total
-	res.Stderr, res.StderrBytes = errC.buf, errC.total
-	res.Truncated = outC.truncated || errC.truncated
-
-	switch {
-	case final != nil:
-		res.ExitCode, res.Signal = final.Code, final.Signal
-	default:
-		res.Signal = int(unix.SIGKILL)
-		if ws, ok := exitStatus(initErr); ok && !ws.Signaled() && failure == nil {
-			res.Signal, res.ExitCode = 0, ws.ExitStatus()
-		}
-	}
-	if treeErr != nil {
-		return treeErr
-	}
-	if ctxErr != nil {
-		return ctxErr
-	}
-	if failure != nil {
-		if failure.Event == "exec_error" {
-			res.Signal, res.ExitCode = 0, failure.Code
-			return &ExecError{Msg: failure.Error}
-		}
-		if !res.TimedOut {
-			return fmt.Errorf("sandboxd: sandbox setup: %s", failure.Error)
-		}
-	}
-	if final == nil && !res.TimedOut {
-		return fmt.Errorf("sandboxd: init ended without a status: %v", initErr)
-	}
-	return nil
-}
-
-// readFailure returns the last failure event init wrote before it ended (its
-// end of the status pipe is closed), or nil.
-func readFailure(statR *os.File) *event {
-	var last *event
-	sc := bufio.NewScanner(io.LimitReader(statR, 1<<20))
-	for sc.Scan() {
-		var ev event
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "started" && ev.Event != "exit" {
-			last = &ev
-		}
-	}
-	return last
-}
-
-func exitStatus(err error) (syscall.WaitStatus, bool) {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		ws, ok := ee.Sys().(syscall.WaitStatus)
-		return ws, ok
-	}
-	return 0, false
-}
-
-// capture tees a stream to a live writer and keeps the first cap bytes; the rest is
-// read and dropped so the writer never blocks.
-type capture struct {
-	live      io.Writer
-	cap       int64
-	buf       []byte
-	total     int64
-	truncated bool
-}
-
-func newCapture(live io.Writer, cap int64) *capture { return &capture{live: live, cap: cap} }
-
-func (c *capture) drain(r *os.File) {
-	defer r.Close()
-	b := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(b)
-		if n > 0 {
-			c.total += int64(n)
-			keep := int64(n)
-			if room := c.cap - int64(len(c.buf)); keep > room {
-				keep = room
-				c.truncated = true
-			}
-			c.buf = append(c.buf, b[:keep]...)
-			if c.live != nil {
-				if _, werr := c.live.Write(b[:n]); werr != nil {
-					c.live = nil // a broken live writer must not stall the sandbox
-				}
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
 }

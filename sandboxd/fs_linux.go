@@ -16,14 +16,16 @@ import (
 // The filesystem view, built by init as root in its own mount namespace:
 //
 //  1. every host-side source (root or RootFS, workspace, CA bundle) is cloned as a
-//     detached mount tree with open_tree before anything covers it;
-//  2. the root tree is made read-only, nosuid, nodev recursively in one
-//     mount_setattr(AT_RECURSIVE) call, so no submount stays writable;
-//  3. the tree is attached on a private staging tmpfs and pivot_root'ed into; the old
-//     root is detached, so host paths are gone;
-//  4. fresh /proc (masked), minimal /dev, empty read-only /sys, tmpfs /tmp and $HOME,
-//     the workspace, resolv.conf, the CA bundle and the hidden-path masks are
-//     mounted inside, targets resolved inside the new root.
+//     detached mount (tree) with open_tree before anything covers it: the root
+//     and each mount below it one by one, each read-only, nosuid, nodev and
+//     idmapped so that no host socket is connectable through it (mounts that
+//     cannot be idmapped are left out; hostview_linux.go);
+//  2. the root is attached on a private staging tmpfs with its mounts in place,
+//     and pivot_root'ed into; the old root is detached, so host paths are gone;
+//  3. fresh /proc (masked), minimal /dev, empty read-only /sys, tmpfs /tmp, $HOME
+//     and /var/tmp, an empty /run, the workspace, resolv.conf, the CA bundle and
+//     the hidden-path masks are mounted inside, targets resolved inside the new
+//     root.
 //
 // The workspace is an idmapped mount (see idmapWorkspace): the sandbox uid and gid
 // act as the workspace directory's owner, so the sandbox can write a root- or
@@ -56,11 +58,12 @@ func setupSandbox(cfg *initConfig) error {
 	if cfg.RootFS != "" {
 		src = cfg.RootFS
 	}
-	rootFD, err := cloneTree(src, true, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	view, err := cloneHostView(src, fdRootUserns, cfg.Mounts)
 	if err != nil {
 		return fmt.Errorf("clone root %s: %w", src, err)
 	}
-	defer unix.Close(rootFD)
+	defer view.close()
+	unix.Close(fdRootUserns)
 	wsFD := -1
 	var wsOwner unix.Stat_t
 	if cfg.Workspace != "" {
@@ -96,8 +99,8 @@ func setupSandbox(cfg *initConfig) error {
 	if err := os.Mkdir(newRoot, 0o755); err != nil {
 		return err
 	}
-	if err := unix.MoveMount(rootFD, "", unix.AT_FDCWD, newRoot, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("attach root: %w", err)
+	if err := view.attach(newRoot); err != nil {
+		return err
 	}
 	if err := unix.Chdir(newRoot); err != nil {
 		return err
@@ -145,6 +148,14 @@ func setupSandbox(cfg *initConfig) error {
 			return fmt.Errorf("mask /root: %w", err)
 		}
 	}
+	targets := []string{"/etc/resolv.conf"}
+	if caFD >= 0 {
+		targets = append(targets, SystemCABundle)
+	}
+	runtimeDirs, err := maskRuntimeDirs(cfg, targets)
+	if err != nil {
+		return err
+	}
 	if wsFD >= 0 {
 		t := cfg.WorkspaceTarget
 		if underTmpfs(t, homeParent) {
@@ -169,6 +180,9 @@ func setupSandbox(cfg *initConfig) error {
 		if err := unix.MoveMount(caFD, "", unix.AT_FDCWD, SystemCABundle, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
 			return fmt.Errorf("mount ca bundle over %s (it must exist in the sandbox root): %w", SystemCABundle, err)
 		}
+	}
+	if err := sealRuntimeDirs(runtimeDirs); err != nil {
+		return err
 	}
 	for _, h := range cfg.Hidden {
 		if err := maskPath(h); err != nil {
@@ -214,7 +228,7 @@ func cloneTree(path string, recursive bool, attrs uint64) (int, error) {
 }
 
 func underTmpfs(p, homeParent string) bool {
-	for _, base := range []string{"/tmp", homeParent} {
+	for _, base := range []string{"/tmp", homeParent, varTmpDir, runDir, varRunDir} {
 		if p == base || strings.HasPrefix(p, base+"/") {
 			return true
 		}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,6 +118,12 @@ func TestOutputFloodTruncated(t *testing.T) {
 	var peak atomic.Uint64
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	var stopOnce sync.Once
+	stopMonitor := func() {
+		stopOnce.Do(func() { close(stop) })
+		<-done
+	}
+	t.Cleanup(stopMonitor) // also when the run fails the test early
 	go func() {
 		defer close(done)
 		for {
@@ -135,8 +142,7 @@ func TestOutputFloodTruncated(t *testing.T) {
 	const n = 200 << 20
 	res := mustRun(t, e, Spec{Argv: sh("head -c " + strconv.Itoa(n) + " /dev/zero; head -c 100000 /dev/zero >&2"),
 		Limits: Limits{OutputCap: 64 << 10}})
-	close(stop)
-	<-done
+	stopMonitor()
 	if res.StdoutBytes != n || len(res.Stdout) != 64<<10 || !res.Truncated {
 		t.Errorf("stdout: got bytes=%d kept=%d truncated=%v, want %d %d true", res.StdoutBytes, len(res.Stdout), res.Truncated, n, 64<<10)
 	}

@@ -2,7 +2,8 @@ package sandboxd
 
 // Messages between the executor and init. Both travel as JSON over pipes: fd 3
 // carries configuration in (the initConfig, later followed by goMessage once init
-// is in its cgroup), fd 4 carries events out.
+// is in its cgroup), fd 4 carries events out. fd 5 is a user namespace, not a
+// pipe.
 
 const (
 	// envStage marks a re-executed binary as the sandbox's init (value
@@ -17,6 +18,9 @@ const (
 
 	fdConfig = 3
 	fdStatus = 4
+	// fdRootUserns is the user namespace the host view is idmapped through
+	// (see hostview_linux.go), made once by the executor.
+	fdRootUserns = 5
 )
 
 // initConfig is what init needs to build the sandbox.
@@ -35,6 +39,9 @@ type initConfig struct {
 	// HostMountNS is the executor's mount namespace (device and inode of
 	// /proc/self/ns/mnt); init refuses to touch mounts while it is still in it.
 	HostMountNS [2]uint64 `json:"host_mount_ns"`
+	// Mounts are the mount points of the host view init clones, relative to
+	// the root, "" (the root itself) first, parents before children.
+	Mounts []string `json:"mounts"`
 }
 
 // execConfig is what init's command thread needs to become the command.

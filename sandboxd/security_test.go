@@ -21,11 +21,12 @@ func randName(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// hostDir makes a directory on the host root filesystem (not /tmp, which the
-// sandbox covers with its own tmpfs) and removes it at the end.
+// hostDir makes a directory on the host root filesystem (not /tmp or
+// /var/tmp, which the sandbox covers with tmpfs mounts of its own) and removes
+// it at the end.
 func hostDir(t *testing.T, mode os.FileMode) string {
 	t.Helper()
-	d := filepath.Join("/var/tmp", randName("airlock-test-"))
+	d := filepath.Join("/var/lib", randName("airlock-test-"))
 	if err := os.Mkdir(d, mode); err != nil {
 		t.Fatal(err)
 	}

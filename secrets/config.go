@@ -18,14 +18,17 @@ import (
 
 // Defaults applied by New (and LoadFile) to zero fields.
 const (
-	DefaultPort             = 443
-	DefaultHeader           = "Authorization"
-	DefaultMode             = ModeDefault
-	DefaultCommandTTL       = 5 * time.Minute
-	DefaultCommandTimeout   = 10 * time.Second
-	DefaultRetryAfter       = 5 * time.Second
-	DefaultMaxBodyScan      = 1 << 20
-	DefaultMaxCommandOutput = 64 << 10
+	DefaultPort           = 443
+	DefaultHeader         = "Authorization"
+	DefaultMode           = ModeDefault
+	DefaultCommandTTL     = 5 * time.Minute
+	DefaultCommandTimeout = 10 * time.Second
+	DefaultRetryAfter     = 5 * time.Second
+	DefaultMaxBodyScan    = 1 << 20
+	// DefaultMaxBodyScanPerSandbox is the default Config.MaxBodyScanPerSandbox
+	// (when it is larger than MaxBodyScan; else 8 times MaxBodyScan).
+	DefaultMaxBodyScanPerSandbox = 8 << 20
+	DefaultMaxCommandOutput      = 64 << 10
 	// MinValueLength is the shortest value accepted from a source: shorter values
 	// cannot be scrubbed from responses without mangling unrelated text.
 	MinValueLength = 8
@@ -57,6 +60,13 @@ type Config struct {
 	// for placeholders before anything is forwarded. Longer bodies are scanned as
 	// they stream and cut off before a placeholder would leave. Default 1 MiB.
 	MaxBodyScan int64 `yaml:"max_body_scan"`
+	// MaxBodyScanPerSandbox caps the request-body bytes one sandbox's scans
+	// hold at once: bodies being read for a scan and scanned bodies not yet
+	// sent on. A request whose scan would pass it is refused with a *BusyError
+	// (HTTPStatus 429, nothing forwarded); other sandboxes are not affected.
+	// It must be larger than MaxBodyScan (a scan holds up to MaxBodyScan+1
+	// bytes). Default 8 MiB, or 8 times MaxBodyScan when that is larger.
+	MaxBodyScanPerSandbox int64 `yaml:"max_body_scan_per_sandbox"`
 	// Secrets lists where values come from.
 	Secrets []SecretConfig `yaml:"secrets"`
 	// Bindings say who may use which secret, where and how.
@@ -164,6 +174,12 @@ func (c *Config) applyDefaults() {
 	if c.MaxBodyScan == 0 {
 		c.MaxBodyScan = DefaultMaxBodyScan
 	}
+	if c.MaxBodyScanPerSandbox == 0 {
+		c.MaxBodyScanPerSandbox = DefaultMaxBodyScanPerSandbox
+		if c.MaxBodyScan > 0 && c.MaxBodyScanPerSandbox <= c.MaxBodyScan {
+			c.MaxBodyScanPerSandbox = 8 * c.MaxBodyScan
+		}
+	}
 	for i := range c.Secrets {
 		s := &c.Secrets[i]
 		if len(s.Command) > 0 {
@@ -212,6 +228,10 @@ var forbiddenHeaders = map[string]bool{
 func (c *Config) Validate() error {
 	if c.MaxBodyScan < 0 {
 		return fmt.Errorf("max_body_scan: %d is negative", c.MaxBodyScan)
+	}
+	if c.MaxBodyScanPerSandbox <= c.MaxBodyScan {
+		return fmt.Errorf("max_body_scan_per_sandbox: %d must be larger than max_body_scan (%d): a scan holds up to max_body_scan+1 bytes",
+			c.MaxBodyScanPerSandbox, c.MaxBodyScan)
 	}
 	ids := map[string]bool{}
 	for i, s := range c.Secrets {

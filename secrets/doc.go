@@ -38,9 +38,11 @@
 //
 // Errors: *Denial (HTTPStatus 403; Code is the audit reason id, Flag goes in
 // audit.Record.Flags), *UnavailableError (503: a source failed; nothing, not even
-// a placeholder, is forwarded), *ResponseError (502). A body longer than
-// Config.MaxBodyScan is scanned while it streams: its reader then fails with a
-// *Denial that RoundTrip returns wrapped, before any byte of a placeholder leaves.
+// a placeholder, is forwarded), *ResponseError (502), *BusyError (429,
+// secret_body_scan_busy: the sandbox's scans hold its whole
+// Config.MaxBodyScanPerSandbox; not a denial, nothing is flagged). A body longer
+// than Config.MaxBodyScan is scanned while it streams: its reader then fails with
+// a *Denial that RoundTrip returns wrapped, before any byte of a placeholder leaves.
 //
 // # Semantics
 //
@@ -86,10 +88,11 @@
 //
 // Injected requests also lose Range and If-Range (a partial response could hand
 // out a secret a few bytes at a time) and get Accept-Encoding: identity.
-// Responses are scrubbed of every form CanaryForms lists, in header names,
-// values (Location too), trailers and the body, by a streaming window of the
-// longest form minus one byte, so a value split across reads, chunks or SSE
-// events is still found. A response that cannot be scrubbed is refused: any
+// Responses are scrubbed of every form CanaryForms lists, in the status line's
+// reason phrase, header names (in any case: they arrive canonicalized or
+// lower-cased), values (Location too), trailers and the body, by a streaming
+// window of the longest form minus one byte, so a value split across reads,
+// chunks or SSE events is still found. A response that cannot be scrubbed is refused: any
 // Content-Encoding other than identity (gzip is refused, not decoded), a 101
 // upgrade, a 206. Limits: a value inside a compressed payload that is not
 // labelled as such (a .tar.gz download) or transformed by the upstream in

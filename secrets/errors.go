@@ -25,6 +25,9 @@ const (
 	CodeHostMismatch = "secret_host_mismatch"
 	// CodeBodyUnreadable: the request body could not be read for scanning.
 	CodeBodyUnreadable = "secret_body_unreadable"
+	// CodeBodyScanBusy: the sandbox's other body scans hold its whole
+	// body-scan budget (a *BusyError, not a denial).
+	CodeBodyScanBusy = "secret_body_scan_busy"
 )
 
 // Flags put on the audit record (audit.Record.Flags) with a denial.
@@ -80,9 +83,25 @@ type ResponseError struct {
 
 func (e *ResponseError) Error() string { return "secrets: response refused: " + e.Reason }
 
+// BusyError says a request body could not be scanned now: the sandbox's other
+// scans hold its whole body-scan budget (Config.MaxBodyScanPerSandbox). The
+// gateway answers 429 and forwards nothing; the sandbox may retry once its
+// other requests are done. It is a refusal for load, not a denial: nothing is
+// flagged.
+type BusyError struct {
+	Code    string // CodeBodyScanBusy
+	Sandbox string
+	Limit   int64 // bytes
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("secrets: request refused (%s): sandbox %s already holds its body-scan budget of %d bytes",
+		e.Code, e.Sandbox, e.Limit)
+}
+
 // HTTPStatus maps an error from this package to the status the gateway sends
 // the sandbox: 403 for a Denial, 503 for an UnavailableError, 502 for a
-// ResponseError, 500 for anything else, 0 for nil.
+// ResponseError, 429 for a BusyError, 500 for anything else, 0 for nil.
 func HTTPStatus(err error) int {
 	if err == nil {
 		return 0
@@ -90,6 +109,7 @@ func HTTPStatus(err error) int {
 	var d *Denial
 	var u *UnavailableError
 	var r *ResponseError
+	var b *BusyError
 	switch {
 	case errors.As(err, &d):
 		return http.StatusForbidden
@@ -97,6 +117,8 @@ func HTTPStatus(err error) int {
 		return http.StatusServiceUnavailable
 	case errors.As(err, &r):
 		return http.StatusBadGateway
+	case errors.As(err, &b):
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }

@@ -90,6 +90,7 @@ type seenRequest struct {
 //	/gzip      the echo gzipped with Content-Encoding: gzip
 //	/redirect  302 to another host with the value in the Location
 //	/trailer   the value in a trailer
+//	/reason    a raw 401 with the value in the reason phrase, a header value and (a token) a header name
 //	/slow      waits for release, then echoes
 type upstream struct {
 	srv     *httptest.Server
@@ -191,6 +192,25 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Trailer", "X-Token")
 		w.Write([]byte("body first\n"))
 		w.Header().Set("X-Token", value)
+	case "/reason":
+		// A raw response: the value in the status line's reason phrase, in a
+		// header value and, when it is a valid token, in a header name as
+		// the upstream spelled it.
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			return
+		}
+		conn, bw, err := hj.Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		named := ""
+		if validToken(value) {
+			named = "X-" + value + ": reflected\r\n"
+		}
+		fmt.Fprintf(bw, "HTTP/1.1 401 invalid key %s\r\nX-Reflected: %s\r\n%sContent-Length: 2\r\nConnection: close\r\n\r\nno", value, value, named)
+		bw.Flush()
 	case "/partial":
 		w.Header().Set("Content-Range", "bytes 0-3/40")
 		w.WriteHeader(http.StatusPartialContent)
@@ -246,7 +266,7 @@ func roundTrip(t *testing.T, in *Injector, tr http.RoundTripper, sb Sandbox, req
 		return a, "", err
 	}
 	var sb2 strings.Builder
-	fmt.Fprintf(&sb2, "%d\n", resp.StatusCode)
+	fmt.Fprintf(&sb2, "%s\n", resp.Status) // "401 reason phrase", as Response.Write sends it
 	resp.Header.Write(&sb2)
 	sb2.Write(body)
 	resp.Trailer.Write(&sb2)
@@ -288,3 +308,17 @@ type netConn = net.Conn
 var dialer net.Dialer
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// validToken reports whether s may be a header field name (RFC 9110 token).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}

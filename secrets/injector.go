@@ -1,18 +1,14 @@
 package secrets
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +35,7 @@ type Injector struct {
 	secrets  map[string]*secret
 	bindings []*binding
 	maxBody  int64
+	budget   *scanBudget
 
 	mu      sync.Mutex
 	ph      map[phKey]string // (sandbox, secret) -> placeholder
@@ -96,6 +93,7 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		log:     log,
 		secrets: map[string]*secret{},
 		maxBody: cfg.MaxBodyScan,
+		budget:  newScanBudget(cfg.MaxBodyScanPerSandbox),
 		ph:      map[phKey]string{},
 		phOwner: map[string]phKey{},
 		phCount: map[string]int{},
@@ -441,251 +439,4 @@ func (in *Injector) logDeny(sb Sandbox, err error) error {
 			"secret", d.SecretID, "where", d.Where)
 	}
 	return err
-}
-
-// hit is one placeholder-shaped token and where it was seen.
-type hit struct {
-	token string // lower-cased; may be shorter than a real placeholder
-	where string
-}
-
-// findTokens appends every placeholder-shaped token in s, matching the prefix
-// without regard to case. It looks for the case variants of "-ph-" (a few
-// vectorized searches) and only then compares the rest, so clean input costs
-// no copy.
-func findTokens(s, where string, hits *[]hit) {
-	const head = len("airlock")
-	var found []int
-	for _, mid := range [...]string{"-ph-", "-pH-", "-Ph-", "-PH-"} {
-		for off := 0; ; {
-			i := strings.Index(s[off:], mid)
-			if i < 0 {
-				break
-			}
-			found = append(found, off+i)
-			off += i + 1
-		}
-	}
-	if len(found) == 0 {
-		return
-	}
-	sort.Ints(found)
-	for _, i := range found {
-		if i < head || !strings.EqualFold(s[i-head:i], "airlock") {
-			continue
-		}
-		j := i + len("-ph-")
-		k := j
-		for k < len(s) && k-j < placeholderRandLen && isPHChar(s[k]|0x20) {
-			k++
-		}
-		*hits = append(*hits, hit{token: strings.ToLower(s[i-head : k]), where: where})
-	}
-}
-
-func isPHChar(c byte) bool { return (c >= 'a' && c <= 'z') || (c >= '2' && c <= '7') }
-
-// scanRequest finds placeholder tokens anywhere in the request: URL, Host,
-// header names and values (Basic credentials decoded), trailers and body.
-func (in *Injector) scanRequest(sb Sandbox, req *http.Request) ([]hit, error) {
-	var hits []hit
-	u := req.URL
-	findTokens(req.Host, "host", &hits)
-	findTokens(u.Host, "host", &hits)
-	findTokens(u.Opaque, "path", &hits)
-	if u.User != nil {
-		findTokens(u.User.String(), "userinfo", &hits)
-	}
-	findTokens(u.EscapedPath(), "path", &hits)
-	if p, err := url.PathUnescape(u.EscapedPath()); err == nil {
-		findTokens(p, "path", &hits)
-	}
-	findTokens(u.RawQuery, "query", &hits)
-	if q, err := url.QueryUnescape(u.RawQuery); err == nil {
-		findTokens(q, "query", &hits)
-	}
-	findTokens(u.Fragment, "fragment", &hits)
-	scanHeaders := func(hdr http.Header, kind string) {
-		for name, vals := range hdr {
-			where := kind + ":" + http.CanonicalHeaderKey(name)
-			findTokens(name, where, &hits)
-			for _, v := range vals {
-				findTokens(v, where, &hits)
-				if len(v) > 6 && strings.EqualFold(v[:6], "basic ") {
-					if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v[6:])); err == nil {
-						findTokens(string(dec), where, &hits)
-					}
-				}
-			}
-		}
-	}
-	scanHeaders(req.Header, "header")
-	if err := in.scanBody(sb, req, &hits); err != nil {
-		return nil, err
-	}
-	scanHeaders(req.Trailer, "trailer") // filled once a buffered body was read
-	return hits, nil
-}
-
-// scanBody buffers up to maxBody bytes and scans them; the request gets an
-// equivalent body. A longer body is scanned as it streams: the reader fails
-// with a *Denial before any byte of a placeholder is passed on.
-func (in *Injector) scanBody(sb Sandbox, req *http.Request, hits *[]hit) error {
-	if req.Body == nil || req.Body == http.NoBody {
-		return nil
-	}
-	if g, ok := req.Body.(*bodyGuard); ok && g.buffered != nil {
-		findTokens(string(g.buffered), "body", hits)
-		return nil
-	}
-	var bb bytes.Buffer
-	if req.ContentLength > 0 && req.ContentLength <= in.maxBody {
-		bb.Grow(int(req.ContentLength) + 1)
-	}
-	_, err := bb.ReadFrom(io.LimitReader(req.Body, in.maxBody+1))
-	buf := bb.Bytes()
-	if err != nil {
-		req.Body.Close()
-		return &Denial{Code: CodeBodyUnreadable, Where: "body", Msg: "request body could not be read"}
-	}
-	if int64(len(buf)) <= in.maxBody {
-		req.Body.Close()
-		findTokens(string(buf), "body", hits)
-		req.Body = &bodyGuard{buffered: buf, r: bytes.NewReader(buf)}
-		req.GetBody = func() (io.ReadCloser, error) {
-			return &bodyGuard{buffered: buf, r: bytes.NewReader(buf)}, nil
-		}
-		return nil
-	}
-	findTokens(string(buf), "body", hits)
-	orig := req.Body
-	req.Body = &bodyGuard{
-		r:       io.MultiReader(bytes.NewReader(buf), orig),
-		closer:  orig,
-		stream:  true,
-		onDeny:  func(d *Denial) { _ = in.logDeny(sb, d) },
-		pending: nil,
-	}
-	req.GetBody = nil
-	return nil
-}
-
-// bodyGuard replays a scanned body or streams a long one, holding back
-// len(PlaceholderPrefix)-1 bytes so that a prefix split across reads is seen
-// before any of it leaves.
-type bodyGuard struct {
-	buffered []byte // whole body, already scanned (nil when streaming)
-	r        io.Reader
-	closer   io.Closer
-	stream   bool
-	onDeny   func(*Denial)
-	pending  []byte
-	out      []byte
-	err      error
-}
-
-func (g *bodyGuard) Read(p []byte) (int, error) {
-	if !g.stream {
-		return g.r.Read(p)
-	}
-	for len(g.out) == 0 {
-		if g.err != nil {
-			return 0, g.err
-		}
-		var chunk [32 * 1024]byte
-		n, err := g.r.Read(chunk[:])
-		g.pending = append(g.pending, chunk[:n]...)
-		if bytes.Contains(bytes.ToLower(g.pending), []byte(PlaceholderPrefix)) {
-			d := &Denial{Code: CodePlaceholderMisuse, Flag: FlagPlaceholderLeak, Where: "body",
-				Msg: "a placeholder in a request body"}
-			g.err, g.pending = d, nil
-			if g.onDeny != nil {
-				g.onDeny(d)
-			}
-			return 0, d
-		}
-		keep := len(PlaceholderPrefix) - 1
-		if err != nil {
-			g.err, keep = err, 0
-		}
-		if len(g.pending) > keep {
-			cut := len(g.pending) - keep
-			g.out = append(g.out, g.pending[:cut]...)
-			g.pending = append([]byte(nil), g.pending[cut:]...)
-		}
-	}
-	n := copy(p, g.out)
-	g.out = g.out[n:]
-	return n, nil
-}
-
-func (g *bodyGuard) Close() error {
-	if g.closer != nil {
-		return g.closer.Close()
-	}
-	return nil
-}
-
-// ScrubResponse prepares the response to an injected request for the sandbox:
-// it refuses what cannot be scrubbed (a Content-Encoding other than identity, a
-// 101 upgrade, a 206 partial response) with a *ResponseError after closing the
-// body; otherwise it scrubs header names and values (Location included) now,
-// wraps the body in a streaming scrubber that also scrubs trailers at the end,
-// and drops Content-Length. A nil Applied leaves resp alone. The gateway never
-// follows redirects, so a Location is only ever shown, scrubbed.
-func (in *Injector) ScrubResponse(a *Applied, resp *http.Response) error {
-	if a == nil {
-		return nil
-	}
-	refuse := func(reason string) error {
-		if resp.Body != nil {
-			resp.Body.Close()
-		}
-		in.log.Warn("secrets refused response", "secret", a.rec.ID, "reason", reason)
-		return &ResponseError{Reason: reason}
-	}
-	switch resp.StatusCode {
-	case http.StatusSwitchingProtocols:
-		return refuse("protocol upgrade cannot be scrubbed")
-	case http.StatusPartialContent:
-		return refuse("partial content could carry part of a secret")
-	}
-	for _, ce := range resp.Header.Values("Content-Encoding") {
-		for _, e := range strings.Split(ce, ",") {
-			if e = strings.TrimSpace(strings.ToLower(e)); e != "" && e != "identity" {
-				return refuse("content-encoding " + e + " cannot be scrubbed")
-			}
-		}
-	}
-	a.scrubbed.Add(int64(scrubHeader(a.scrub, resp.Header)))
-	if resp.Body != nil && resp.Body != http.NoBody {
-		resp.Body = newScrubReader(a.scrub, resp.Body, &a.scrubbed, func() {
-			a.scrubbed.Add(int64(scrubHeader(a.scrub, resp.Trailer)))
-		})
-		resp.ContentLength = -1
-		resp.Header.Del("Content-Length")
-	}
-	return nil
-}
-
-func scrubHeader(s *scrubber, h http.Header) int {
-	count := 0
-	for name, vals := range h {
-		newName := name
-		if n, c := s.scrubString(name); c > 0 {
-			newName, count = n, count+c
-			delete(h, name)
-		}
-		out := make([]string, len(vals))
-		for i, v := range vals {
-			var c int
-			out[i], c = s.scrubString(v)
-			count += c
-		}
-		h[newName] = append(h[newName], out...)
-		if newName == name {
-			h[name] = out
-		}
-	}
-	return count
 }

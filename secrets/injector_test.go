@@ -63,7 +63,7 @@ func (u *upstream) url(host, path string) string {
 func TestInjectedValueNeverReachesSandbox(t *testing.T) {
 	in, u, _ := setup(t, nil)
 	tr := u.transport(t, true)
-	for _, path := range []string{"/echo", "/encoded", "/chunked", "/sse", "/redirect", "/trailer", "/slowless"} {
+	for _, path := range []string{"/echo", "/encoded", "/chunked", "/sse", "/redirect", "/trailer", "/reason", "/slowless"} {
 		t.Run(path, func(t *testing.T) {
 			req := mustReq(t, "GET", u.url("api.example.com", path), nil)
 			req.Header.Set("Authorization", "Bearer the-sandbox-own-token")
@@ -643,8 +643,19 @@ func TestRotationUnderConcurrency(t *testing.T) {
 		versionOf = map[string]string{} // version -> value the upstream saw
 		wg        sync.WaitGroup
 	)
-	stop := make(chan struct{})
+	// The writer rotates the file in the test's temporary directory: it is
+	// stopped and waited for before that directory is removed (cleanups run
+	// last-in first-out, so this one runs before TempDir's), also when a
+	// worker fails the test early. Regression: the test returned while the
+	// writer was still between its WriteFile and Rename, and TempDir's
+	// RemoveAll failed with "directory not empty" about one run in thirty.
+	stop, writerDone := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() {
+		close(stop)
+		<-writerDone
+	})
 	go func() {
+		defer close(writerDone)
 		for i := 1; i <= rotations; i++ {
 			select {
 			case <-stop:
@@ -684,7 +695,6 @@ func TestRotationUnderConcurrency(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
-	close(stop)
 	if len(versionOf) < 2 {
 		t.Logf("only %d versions seen during the run", len(versionOf))
 	}
@@ -705,9 +715,18 @@ func TestInFlightRequestKeepsOldVersion(t *testing.T) {
 		seen string
 		err  error
 	}
-	done := make(chan result, 1)
+	done, finished := make(chan result, 1), make(chan struct{})
+	req := mustReq(t, "GET", u.url("api.example.com", "/slow"), nil)
+	var release sync.Once
+	// The slow request is released and waited for before the upstream and the
+	// temporary directory go, also when the test fails early.
+	t.Cleanup(func() {
+		release.Do(func() { close(u.release) })
+		<-finished
+	})
 	go func() {
-		a, seen, err := roundTrip(t, in, tr, sb1, mustReq(t, "GET", u.url("api.example.com", "/slow"), nil))
+		defer close(finished)
+		a, seen, err := roundTrip(t, in, tr, sb1, req)
 		done <- result{a, seen, err}
 	}()
 	waitFor(t, u.arrived)
@@ -716,7 +735,7 @@ func TestInFlightRequestKeepsOldVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	close(u.release)
+	release.Do(func() { close(u.release) })
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)

@@ -1,0 +1,241 @@
+package sandboxd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Limits and counters of a sandbox's cgroup.
+//
+// v2: memory.max with memory.swap.max=0, cpu.max, pids.max, io.max; counters from
+// memory.events, memory.peak, pids.events and cpu.stat.
+//
+// v1: memory.limit_in_bytes plus memory.memsw.limit_in_bytes at the same value, so
+// swap is no escape; where the kernel lacks memsw (swap accounting off) swappiness is
+// set to 0, which keeps anonymous memory out of swap except under global pressure,
+// and the log says so. cpu.cfs_quota_us, pids.max, blkio.throttle.*. There is no v1
+// io weight file on kernels built without CFQ/BFQ weights, so only throttles are
+// offered. Counters from memory.oom_control, memory.max_usage_in_bytes,
+// pids.events and cpuacct.usage.
+
+// cpuPeriod is the CFS period (µs) both hierarchies' quotas are written against.
+const cpuPeriod = 100000
+
+// limitWriter writes one run's limits into a cgroup and collects the warnings
+// for limits that are not enforced or weakened.
+type limitWriter struct {
+	cg       *cgroup
+	warnings []string
+	// The values both hierarchies write.
+	mem, pids string
+	quota     int64
+}
+
+// apply writes the limits. warnings name each limit that is not enforced because
+// its controller is missing and allowed missing, or weakened (v1 without memsw).
+func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
+	quota := int64(l.CPUs * cpuPeriod)
+	if quota < 1000 {
+		quota = 1000
+	}
+	w := &limitWriter{cg: cg, quota: quota,
+		mem:  strconv.FormatInt(l.Memory, 10),
+		pids: strconv.FormatInt(l.Pids+initPidsOverhead, 10)}
+	if cg.v2 {
+		err = w.applyV2(l)
+	} else {
+		err = w.applyV1(l)
+	}
+	return w.warnings, err
+}
+
+// unenforced records a limit whose controller c is missing: a warning when c is
+// allowed missing, an error naming it otherwise.
+func (w *limitWriter) unenforced(c, what string) error {
+	if !w.cg.m.allowMissing[c] {
+		return fmt.Errorf("sandboxd: cgroup %s controller missing: cannot enforce %s", c, what)
+	}
+	w.warnings = append(w.warnings, fmt.Sprintf("%s controller missing: %s NOT enforced (allow_missing_controllers)", c, what))
+	return nil
+}
+
+func (w *limitWriter) set(dir, file, v string) error {
+	p := filepath.Join(dir, file)
+	if err := w.cg.m.write(p, v); err != nil {
+		return fmt.Errorf("sandboxd: cgroup %s=%s: %w", p, v, err)
+	}
+	return nil
+}
+
+// applyV2 writes memory.max, memory.swap.max, cpu.max, pids.max and io.max.
+func (w *limitWriter) applyV2(l Limits) error {
+	m, d := w.cg.m, w.cg.dirs[""]
+	if m.have["memory"] {
+		if err := w.set(d, "memory.max", w.mem); err != nil {
+			return err
+		}
+		if err := w.set(d, "memory.swap.max", "0"); err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			if m.swapActive {
+				return fmt.Errorf("sandboxd: cgroup memory.swap.max missing (swap accounting off) while swap is on: "+
+					"memory would escape into swap; enable swap accounting or turn swap off: %w", err)
+			}
+			w.warnings = append(w.warnings, "memory.swap.max missing (no swap accounting), harmless while no swap device is on")
+		}
+	} else if err := w.unenforced("memory", "memory limit "+w.mem); err != nil {
+		return err
+	}
+	if m.have["cpu"] {
+		if err := w.set(d, "cpu.max", fmt.Sprintf("%d %d", w.quota, cpuPeriod)); err != nil {
+			return err
+		}
+	} else if err := w.unenforced("cpu", fmt.Sprintf("cpu quota %g", l.CPUs)); err != nil {
+		return err
+	}
+	if err := w.applyPids(d); err != nil {
+		return err
+	}
+	if len(l.IO) > 0 && !m.have["io"] {
+		return w.unenforced("io", "limits.io")
+	}
+	for _, io := range l.IO {
+		line := io.Device
+		for _, kv := range []struct {
+			k string
+			v uint64
+		}{{"rbps", io.ReadBPS}, {"wbps", io.WriteBPS}, {"riops", io.ReadIOPS}, {"wiops", io.WriteIOPS}} {
+			if kv.v > 0 {
+				line += fmt.Sprintf(" %s=%d", kv.k, kv.v)
+			}
+		}
+		if err := w.set(d, "io.max", line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyV1 writes the memory (with memsw or swappiness), cpu (CFS), pids and
+// blkio throttle files, each in its controller's hierarchy.
+func (w *limitWriter) applyV1(l Limits) error {
+	m := w.cg.m
+	if m.have["memory"] {
+		md := w.cg.dirs["memory"]
+		if err := w.set(md, "memory.limit_in_bytes", w.mem); err != nil {
+			return err
+		}
+		if err := w.set(md, "memory.memsw.limit_in_bytes", w.mem); err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			w.warnings = append(w.warnings, "memory.memsw.limit_in_bytes missing (swapaccount off): using swappiness=0, swap can still absorb memory under global pressure")
+			if err := w.set(md, "memory.swappiness", "0"); err != nil {
+				return err
+			}
+		}
+	} else if err := w.unenforced("memory", "memory limit "+w.mem); err != nil {
+		return err
+	}
+	if m.have["cpu"] {
+		cd := w.cg.dirs["cpu"]
+		if err := w.set(cd, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
+			return err
+		}
+		if err := w.set(cd, "cpu.cfs_quota_us", strconv.FormatInt(w.quota, 10)); err != nil {
+			return err
+		}
+	} else if err := w.unenforced("cpu", fmt.Sprintf("cpu quota %g", l.CPUs)); err != nil {
+		return err
+	}
+	if err := w.applyPids(w.cg.dirs["pids"]); err != nil {
+		return err
+	}
+	if len(l.IO) == 0 {
+		return nil
+	}
+	if !m.have["io"] {
+		return w.unenforced("io", "limits.io (v1 blkio)")
+	}
+	bd := w.cg.dirs["blkio"]
+	for _, io := range l.IO {
+		for _, kv := range []struct {
+			f string
+			v uint64
+		}{{"blkio.throttle.read_bps_device", io.ReadBPS}, {"blkio.throttle.write_bps_device", io.WriteBPS},
+			{"blkio.throttle.read_iops_device", io.ReadIOPS}, {"blkio.throttle.write_iops_device", io.WriteIOPS}} {
+			if kv.v == 0 {
+				continue
+			}
+			if err := w.set(bd, kv.f, fmt.Sprintf("%s %d", io.Device, kv.v)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyPids writes pids.max in dir (the same file in both hierarchies).
+func (w *limitWriter) applyPids(dir string) error {
+	if w.cg.m.have["pids"] {
+		return w.set(dir, "pids.max", w.pids)
+	}
+	return w.unenforced("pids", "pids limit "+w.pids+" (RLIMIT_NPROC stays as a backstop)")
+}
+
+// cgroupStats are the counters read at the end of a run. A counter whose
+// controller is missing reads 0.
+type cgroupStats struct {
+	OOMKills  int64
+	PidsMax   int64
+	Peak      int64
+	CPU       time.Duration
+	readError error
+}
+
+func (cg *cgroup) stats() cgroupStats {
+	var s cgroupStats
+	var errs []error
+	get := func(path, key string) int64 {
+		v, err := readKeyed(path, key)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return v
+	}
+	m := cg.m
+	if cg.v2 {
+		d := cg.dirs[""]
+		if m.have["memory"] {
+			s.OOMKills = get(filepath.Join(d, "memory.events"), "oom_kill")
+			s.Peak, _ = readInt(filepath.Join(d, "memory.peak")) // Linux >= 5.19
+		}
+		if m.have["pids"] {
+			s.PidsMax = get(filepath.Join(d, "pids.events"), "max")
+		}
+		s.CPU = time.Duration(get(filepath.Join(d, "cpu.stat"), "usage_usec")) * time.Microsecond
+	} else {
+		if m.have["memory"] {
+			s.OOMKills = get(filepath.Join(cg.dirs["memory"], "memory.oom_control"), "oom_kill")
+			var err error
+			if s.Peak, err = readInt(filepath.Join(cg.dirs["memory"], "memory.max_usage_in_bytes")); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if m.have["pids"] {
+			s.PidsMax = get(filepath.Join(cg.dirs["pids"], "pids.events"), "max")
+		}
+		ns, err := readInt(filepath.Join(cg.dirs["cpuacct"], "cpuacct.usage"))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		s.CPU = time.Duration(ns)
+	}
+	s.readError = errors.Join(errs...)
+	return s
+}
