@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -332,30 +333,7 @@ func TestQueryKeys(t *testing.T) {
 // bareInjector is a secrets Injector with one binding for another sandbox:
 // for sb-test it only checks requests (and so reads their bodies) before
 // policy.
-func bareInjector(t *testing.T) *secrets.Injector {
-	t.Helper()
-	valueFile := filepath.Join(t.TempDir(), "v.txt")
-	if err := os.WriteFile(valueFile, []byte(secretCanary+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := secrets.Parse([]byte(fmt.Sprintf(`secrets:
-  - id: api
-    file: %s
-bindings:
-  - secret: api
-    sandboxes: {ids: [sb-nobody]}
-    host: api.bound.example
-    template: "Bearer {{value}}"
-`, valueFile)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inj, err := secrets.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return inj
-}
+func bareInjector(t *testing.T) *secrets.Injector { return bareInjectorWith(t, "") }
 
 // TestSlowBodyScanRefused (issue 16 item 5): with secrets configured, the
 // request body the placeholder check reads before policy must arrive within
@@ -504,4 +482,82 @@ func TestUpstreamConnectionsNotSharedAcrossSandboxes(t *testing.T) {
 	if resp, _ := rawRequest(t, ts.addr["sb-b"], raw); resp.StatusCode != http.StatusOK {
 		t.Fatalf("sb-b after sb-a stopped: got %d", resp.StatusCode)
 	}
+}
+
+// TestBodyScanBudgetRefusedAsDenial (issue 16 item 5): a sandbox whose
+// placeholder scans hold its whole body-scan budget gets 429 with the secrets
+// package's reason, as a denial, before policy; nothing reaches the upstream.
+func TestBodyScanBudgetRefusedAsDenial(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	dec := allowHosts([]string{"pypi.org"}, nil)
+	inj := bareInjectorWith(t, "max_body_scan: 65536\nmax_body_scan_per_sandbox: 131072\n")
+	h := newHarness(t, dec, names("pypi.org"), nil, func(c *Config) {
+		c.Injector = inj
+		c.BodyScanTimeout = 30 * time.Second // the held scans must outlive the test
+	})
+	h.allowUpstreams(up)
+	hp := "pypi.org:" + strconv.Itoa(up.port)
+	send := func(body int) net.Conn {
+		c, err := net.Dial("tcp", h.explicit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "POST http://%s/upload HTTP/1.1\r\nHost: %s\r\nContent-Length: 200000\r\n\r\n", hp, hp)
+		c.Write(bytes.Repeat([]byte("x"), body))
+		return c
+	}
+	n, decided := len(h.log.all()), len(dec.seen())
+	// Two requests send part of their bodies and stall: their scans wait,
+	// holding 64 KiB of buffer each, the sandbox's whole budget.
+	send(40000)
+	send(40000)
+	time.Sleep(200 * time.Millisecond) // let both scans take their buffers (not a timing assertion)
+	// The third sends its whole body (net/http reads what is left of a body
+	// the handler did not read before it answers).
+	c := send(200000)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer past the body-scan budget: %v", err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Airlock-Reason") != secrets.CodeBodyScanBusy {
+		t.Fatalf("got %d %s, want 429 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), secrets.CodeBodyScanBusy)
+	}
+	recs := settledRecords(t, h.log, n, 1)
+	if len(recs) != 1 || recs[0].Decision != "deny" || !hasReason(recs[0], secrets.CodeBodyScanBusy) {
+		t.Fatalf("records: got %+v, want one %s deny", recs, secrets.CodeBodyScanBusy)
+	}
+	if got := len(dec.seen()) - decided; got != 0 {
+		t.Fatalf("policy decisions: got %d, want 0 (the scans run before policy)", got)
+	}
+	if got := up.reqs.Load(); got != 0 {
+		t.Fatalf("upstream requests: got %d, want 0", got)
+	}
+}
+
+// bareInjectorWith is bareInjector with extra top-level secrets-file lines.
+func bareInjectorWith(t *testing.T, extra string) *secrets.Injector {
+	t.Helper()
+	valueFile := filepath.Join(t.TempDir(), "v.txt")
+	if err := os.WriteFile(valueFile, []byte(secretCanary+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := secrets.Parse([]byte(extra + fmt.Sprintf(`secrets:
+  - id: api
+    file: %s
+bindings:
+  - secret: api
+    sandboxes: {ids: [sb-nobody]}
+    host: api.bound.example
+    template: "Bearer {{value}}"
+`, valueFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := secrets.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inj
 }

@@ -62,6 +62,11 @@ func secretsErr(err error) error {
 	if errors.As(err, &d) {
 		return &denial{reason: d.Code, msg: d.Error(), status: status, flag: d.Flag}
 	}
+	var busy *secrets.BusyError
+	if errors.As(err, &busy) {
+		// The sandbox holds its whole body-scan budget: a limit, like the tunnel cap.
+		return &denial{reason: busy.Code, msg: busy.Error(), status: status}
+	}
 	var u *secrets.UnavailableError
 	if errors.As(err, &u) {
 		return fail(ReasonSecretUnavailable, status, err)
