@@ -1,6 +1,6 @@
 // Package api holds the wire types of the daemon's planned sandbox API
 // (sandboxes, exec stream frames, files, events, error codes) as the contract
-// between the daemon and its future clients. Nothing serves them yet: the
+// between the daemon and its clients (issue 10). Nothing serves them yet: the
 // daemon's API today is daemon.Handler (docs/ARCHITECTURE.md, "Daemon and
 // command line"; "Known gaps").
 //
