@@ -1,38 +1,18 @@
-// Package sandboxd is the executor: it runs one command in a fresh, resource-limited
-// sandbox and reports how it ended (DESIGN.md section 6).
+// Package sandboxd is the executor: it runs one command in a fresh,
+// resource-limited sandbox and reports how it ended. The airlock binary
+// re-executes itself as the sandbox's init (PID 1 of new mount, PID, UTS, IPC
+// and cgroup namespaces, joined to the sandbox's network namespace), which
+// builds a read-only, idmapped view of the host with its own tmpfs /tmp and
+// $HOME and an idmapped workspace, then starts the command from a thread that
+// has dropped to an unprivileged uid with no capabilities, no_new_privs,
+// rlimits and a seccomp filter. Cgroups v1 and v2 cap memory, CPU, processes
+// and I/O; a timeout kills the whole tree.
 //
-// The airlock binary re-executes itself (/proc/self/exe) as the sandbox's init in new
-// mount, PID, UTS, IPC and cgroup namespaces, born inside the sandbox's network
-// namespace. The parent spawns it from a locked OS thread that first setns()es into
-// the network namespace (or the child gets a fresh one with only lo), with
-// Pdeathsig=SIGKILL; the thread stays locked and alive until the child is gone and is
-// then discarded, so neither the namespace nor the death signal leaks to other work.
+// Entry points: New, (*Executor).Run, and InitMain for the re-executed init
+// (`airlock __sandbox-init`, started by the executor only). It needs nothing
+// from the network side but a namespace path. The processes, the filesystem
+// view, seccomp and cgroups: docs/ARCHITECTURE.md, "Executor".
 //
-// Two processes take part:
-//
-//  1. the executor (this package, in the host's airlock process) creates the cgroup,
-//     reserves a uid, spawns init and drains output;
-//  2. init (InitMain, PID 1 of the sandbox) builds the filesystem view as root, then
-//     starts the command from one locked thread of its own that first applies the
-//     rlimits, drops to the sandbox uid and gid (per-thread setgroups/setresgid/
-//     setresuid), drops every capability, sets no_new_privs and loads the seccomp
-//     filter: all per-thread state the forked command inherits and keeps through
-//     execve, while init's other threads stay root. The thread is never unlocked and
-//     exits with its goroutine. Init then reaps every orphan, and when the command
-//     ends kills whatever is left in the PID namespace before reporting the status
-//     on a pipe.
-//
-// (A separate re-executed "exec stage" process used to do the command's part; it
-// cost a whole Go process start, ~7 ms, per sandbox.)
-//
-// The workspace is an idmapped mount (mount_setattr MOUNT_ATTR_IDMAP with a user
-// namespace mapping the directory's owner to the sandbox uid), and the seccomp filter
-// refuses setuid and setgid mode bits, so files the sandbox leaves there belong to
-// the directory's owner and can never be a setuid binary of that owner.
-//
-// Configuration travels over pipes as JSON (fd 3), never through the environment; the
-// only environment variable init sees is the stage marker.
-//
-// sandboxd must never import gateway, dnsfilter, policy or netns: it only needs a
-// network-namespace path. It imports audit for the record type.
+// sandboxd must never import: config, policy, secrets, gateway, dnsfilter,
+// netns, daemon, cmd/airlock.
 package sandboxd
