@@ -22,20 +22,10 @@ const (
 	MaxBudgetTopHosts            = 100
 )
 
-// Decisions as records spell them.
-const (
-	DecisionAllow = "allow"
-	DecisionDeny  = "deny"
-	DecisionError = "error"
-)
-
-// KindSummary is the Kind of a Budget's summary record, and
-// ReasonAuditSummary its reason id: the requests it counts came while their
-// sandbox was over its audit budget and have no record of their own.
-const (
-	KindSummary        = "summary"
-	ReasonAuditSummary = "audit_summary"
-)
+// ReasonAuditSummary is the reason id of a Budget's summary record (kind
+// KindSummary): the requests it counts came while their sandbox was over its
+// audit budget and have no record of their own.
+const ReasonAuditSummary = "audit_summary"
 
 // modeReport is policy's report mode (audit does not import policy): a
 // "deny" in report mode was let through.
@@ -208,7 +198,7 @@ func (b *Budget) Reserve() (Reservation, error) {
 
 // Err passes on the wrapped logger's health (see Writer.Err).
 func (b *Budget) Err() error {
-	if h, ok := b.next.(interface{ Err() error }); ok {
+	if h, ok := b.next.(Health); ok {
 		return h.Err()
 	}
 	return nil
@@ -554,6 +544,6 @@ func (s *budgetSummary) record(sandbox string, topN int, final bool) *Record {
 	}
 }
 
-// SummaryRequestsKey is the Extra key of a summary record's count of the
+// SummaryRequestsKey is the Extra key of a Budget summary record's count of the
 // requests it stands for.
 const SummaryRequestsKey = "requests"

@@ -9,11 +9,6 @@ import (
 	"time"
 )
 
-// KindOutage is the Kind of the record a writer appends when it writes again
-// after a failure: the log was unavailable from when to when, and how many
-// records were refused meanwhile.
-const KindOutage = "audit_outage"
-
 // ReasonAuditUnavailable is the reason id of an outage record.
 const ReasonAuditUnavailable = "audit_unavailable"
 

@@ -12,12 +12,6 @@ import (
 	"strconv"
 )
 
-// KindRetention is the Kind of the record a writer appends before retention
-// (Config.MaxFiles, MaxBytes) deletes rotated files: which files, and the seq
-// and hash of the last line they held, so a verifier knows where the kept
-// chain must begin (see Verify).
-const KindRetention = "retention"
-
 // Extra keys of a retention record.
 const (
 	RetentionDeletedFiles = "deleted_files"      // base names, oldest first

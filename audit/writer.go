@@ -19,9 +19,6 @@ import (
 // GenesisPrev is the Prev of the first record of a chain.
 const GenesisPrev = "0000000000000000000000000000000000000000000000000000000000000000"
 
-// KindCheckpoint is the Kind of the signed records the writer appends itself.
-const KindCheckpoint = "checkpoint"
-
 var (
 	// ErrOverflow is returned by Log when the queue is full and Overflow is
 	// "deny": the caller must refuse the request the record describes.
@@ -95,7 +92,12 @@ type item struct {
 	sync chan error // non-nil: a Sync barrier, rec is unused
 }
 
-var _ Logger = (*Writer)(nil)
+var (
+	_ Reserver = (*Writer)(nil)
+	_ Health   = (*Writer)(nil)
+	_ Health   = (*Budget)(nil)
+	_ Health   = (*Tally)(nil)
+)
 
 // Stats are the writer's counters since New.
 type Stats struct {

@@ -92,11 +92,11 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 	return f, nil
 }
 
-// auditErr reports a broken audit log (a logger with an Err method, such as
-// audit.Writer, that has failed or closed); a logger without one is taken as
-// healthy and its Log errors still turn allows into SERVFAIL.
+// auditErr reports a broken audit log (an audit.Health, such as audit.Writer,
+// that has failed or closed); a logger that is not one is taken as healthy and
+// its Log errors still turn allows into SERVFAIL.
 func (f *Filter) auditErr() error {
-	if h, ok := f.alog.(interface{ Err() error }); ok {
+	if h, ok := f.alog.(audit.Health); ok {
 		return h.Err()
 	}
 	return nil

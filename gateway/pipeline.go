@@ -189,7 +189,7 @@ func (g *Gateway) decide(rc *reqCtx) error {
 	}
 	// A plain request's record is written after its exchange; ask the log first,
 	// so a broken log lets no request out at all (not one per blocked second).
-	if h, ok := g.log.(interface{ Err() error }); ok {
+	if h, ok := g.log.(audit.Health); ok {
 		if err := h.Err(); err != nil {
 			g.auditFailed(err)
 			return deny(ReasonAuditUnavailable, "audit log is not accepting records")
