@@ -198,7 +198,7 @@ func TestAttachAndDetach(t *testing.T) {
 		if got := c.vmUDP.Load(); got != 0 {
 			t.Errorf("vm UDP datagrams while attached: got %d, want 0", got)
 		}
-		waitFor(t, "udp drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", "198.18.200.2", 8081) })
+		w.audit.Wait(t, "udp drop record", dropOf(s.ID, "udp", "198.18.200.2", 8081))
 	})
 	t.Run("traffic arriving on the veth (a VM's tap) is captured", func(t *testing.T) {
 		reqs := w.web.Requests()
@@ -225,7 +225,7 @@ func TestAttachAndDetach(t *testing.T) {
 		if err != nil || strings.TrimSpace(out) != w.web.IP.String() {
 			t.Errorf("dig from the vm: %v: %q, want %s", err, out, w.web.IP)
 		}
-		waitFor(t, "forward drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", w.denied.IP.String(), 7) })
+		w.audit.Wait(t, "forward drop record", dropOf(s.ID, "udp", w.denied.IP.String(), 7))
 	})
 	t.Run("IPv6 is off while attached", func(t *testing.T) {
 		out, _ := nsExec(t, c.path, 10*time.Second, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6")

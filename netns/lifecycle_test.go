@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/poll"
 )
 
 func TestDropAuditIsRateLimited(t *testing.T) {
@@ -36,7 +37,7 @@ func TestDropAuditIsRateLimited(t *testing.T) {
 	var single, suppressed int
 	count := func() bool {
 		single, suppressed = 0, 0
-		for _, r := range w.audit.kind("drop") {
+		for _, r := range w.audit.Kind("drop") {
 			if r.Sandbox != s.ID {
 				continue
 			}
@@ -50,7 +51,7 @@ func TestDropAuditIsRateLimited(t *testing.T) {
 		}
 		return single+suppressed >= sent
 	}
-	waitFor(t, "all drops accounted for", count)
+	poll.Until(t, 5*time.Second, "all drops accounted for", count)
 	if single+suppressed != sent {
 		t.Errorf("drops accounted: got %d single + %d suppressed, want %d in all", single, suppressed, sent)
 	}
@@ -340,7 +341,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestPool(t *testing.T) {
 	w := newWorld(t, Config{PoolSize: 2})
-	waitFor(t, "pool filled", func() bool { return w.m.PoolReady() == 2 })
+	poll.Until(t, 5*time.Second, "pool filled", func() bool { return w.m.PoolReady() == 2 })
 	pooled := func() []string {
 		ents, _ := os.ReadDir(w.m.cfg.RunDir)
 		var out []string
@@ -361,7 +362,7 @@ func TestPool(t *testing.T) {
 	if out, err := nsExec(t, s.Path, 10*time.Second, "dig", "+short", "+tries=1", "+time=3", "@"+w.net.Unused.String(), "web.test"); err != nil || strings.TrimSpace(out) != w.web.IP.String() {
 		t.Fatalf("dig from a pooled namespace: %v: %q", err, out)
 	}
-	waitFor(t, "pool refilled", func() bool { return w.m.PoolReady() == 2 })
+	poll.Until(t, 5*time.Second, "pool refilled", func() bool { return w.m.PoolReady() == 2 })
 	// Recover leaves this process's live pool alone.
 	if _, err := w.m.Recover(context.Background(), RecoverReattach); err != nil {
 		t.Fatal(err)

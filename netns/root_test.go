@@ -11,6 +11,8 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
@@ -23,7 +25,7 @@ type world struct {
 	web    *fakenet.Host // allowed as web.test
 	denied *fakenet.Host // denied.test: policy says no
 	srv    *testServer
-	audit  *memAudit
+	audit  *audittest.Log
 	m      *Manager
 	cfg    Config
 }
@@ -45,7 +47,7 @@ func newWorld(t *testing.T, cfg Config, extraAllow ...string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{net: n, web: web, denied: denied, audit: &memAudit{}}
+	w := &world{net: n, web: web, denied: denied, audit: &audittest.Log{}}
 	w.srv = newTestServer(t, n.DNSAddr.String(), n.Subnet, append([]string{"web.test"}, extraAllow...), w.audit)
 	if cfg.StateDir == "" {
 		cfg.StateDir = t.TempDir()
@@ -174,7 +176,7 @@ func TestIslandEgress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "udp drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", w.denied.IP.String(), 7) })
+		w.audit.Wait(t, "udp drop record", dropOf(s.ID, "udp", w.denied.IP.String(), 7))
 		if got := w.denied.UDP(); got != 0 {
 			t.Errorf("denied host UDP datagrams: got %d, want 0", got)
 		}
@@ -201,7 +203,7 @@ func TestIslandEgress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "icmp drop record", func() bool { return hasDrop(w.audit, s.ID, "icmp", w.denied.IP.String(), 0) })
+		w.audit.Wait(t, "icmp drop record", dropOf(s.ID, "icmp", w.denied.IP.String(), 0))
 		if got, err := w.net.ICMPEchoRequests(); err != nil || got != 0 {
 			t.Errorf("echo requests at the fake internet: got %d (%v), want 0", got, err)
 		}
@@ -235,22 +237,9 @@ func TestIslandEgress(t *testing.T) {
 	}
 }
 
-func hasDrop(a *memAudit, sandbox, proto, ip string, port int) bool {
-	for _, r := range a.kind("drop") {
-		if r.Sandbox == sandbox && r.Protocol == proto && r.IP == ip && r.Port == port && r.Decision == "deny" {
-			return true
-		}
-	}
-	return false
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+// dropOf matches the deny record of a packet sandbox sent to ip:port over proto.
+func dropOf(sandbox, proto, ip string, port int) func(audit.Record) bool {
+	return func(r audit.Record) bool {
+		return r.Kind == "drop" && r.Sandbox == sandbox && r.Protocol == proto && r.IP == ip && r.Port == port && r.Decision == "deny"
 	}
 }
