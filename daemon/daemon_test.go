@@ -1,10 +1,8 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
@@ -150,17 +148,7 @@ func TestRootRun(t *testing.T) {
 		t.Fatalf("run dir left behind: %v", err)
 	}
 	var kinds []string
-	f, err := os.Open(cfg.Audit.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r audit.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range audittest.ReadLog(t, cfg.Audit.File) {
 		kinds = append(kinds, r.Kind+":"+r.Decision+":"+r.Host)
 	}
 	for _, want := range []string{"connect:allow:pypi.org", "http:allow:pypi.org", "connect:deny:evil.example", "exec:allow:"} {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,10 +16,11 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 
-	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/test/fakenet"
+	"github.com/airlock-dev/airlock/test/poll"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -187,7 +187,7 @@ func TestAttachCommand(t *testing.T) {
 
 	// The drop record arrives asynchronously (NFLOG batch, audit queue).
 	hasDrop := func() bool {
-		recs, _ := readAudit(auditFile)
+		recs, _ := audittest.ReadFile(auditFile)
 		for _, r := range recs {
 			if r.Kind == "drop" && r.Sandbox == id {
 				return true
@@ -195,9 +195,7 @@ func TestAttachCommand(t *testing.T) {
 		}
 		return false
 	}
-	for deadline := time.Now().Add(5 * time.Second); !hasDrop() && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Within(5*time.Second, hasDrop)
 	cancel()
 	select {
 	case err := <-done:
@@ -223,10 +221,7 @@ func TestAttachCommand(t *testing.T) {
 	}
 
 	// The audit log holds the allowed request, the denied one and the UDP drop.
-	recs, err := readAudit(auditFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := audittest.ReadLog(t, auditFile)
 	var allow, deny, drop bool
 	for _, r := range recs {
 		if r.Sandbox != id {
@@ -239,23 +234,4 @@ func TestAttachCommand(t *testing.T) {
 	if !allow || !deny || !drop {
 		t.Errorf("audit: allow=%v deny=%v drop=%v, want all true (%d records)", allow, deny, drop, len(recs))
 	}
-}
-
-func readAudit(path string) ([]audit.Record, error) {
-	var recs []audit.Record
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var r audit.Record
-		if err := json.Unmarshal(line, &r); err != nil {
-			return nil, err
-		}
-		recs = append(recs, r)
-	}
-	return recs, nil
 }

@@ -6,24 +6,15 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 )
-
-// hasReason reports whether r carries the reason id.
-func hasReason(r audit.Record, id string) bool {
-	for _, x := range r.Reasons {
-		if x.ID == id {
-			return true
-		}
-	}
-	return false
-}
 
 // mustDenyWith fails unless a deny record of kind for host:port carries the
 // reason id.
 func mustDenyWith(t *testing.T, recs []audit.Record, kind, host string, port int, id string) {
 	t.Helper()
 	for _, r := range find(recs, match{kind: kind, decision: "deny", host: host}) {
-		if r.Port == port && hasReason(r, id) {
+		if r.Port == port && audittest.HasReason(r, id) {
 			return
 		}
 	}
@@ -128,7 +119,7 @@ true
 		if strings.HasSuffix(p, "git-upload-pack") {
 			want = "git_fetch_not_git_host"
 		}
-		if !hasReason(r, want) || r.Status != http.StatusForbidden {
+		if !audittest.HasReason(r, want) || r.Status != http.StatusForbidden {
 			t.Errorf("%s: got reasons %+v status %d, want %s and 403", p, r.Reasons, r.Status, want)
 		}
 	}
