@@ -28,6 +28,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netns"
+
+	"github.com/airlock-dev/airlock/test/tcptest"
 )
 
 // Net is one fake internet.
@@ -402,17 +404,10 @@ func (l *countingListener) Accept() (net.Conn, error) {
 }
 
 func echoTCP(l net.Listener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-			_, _ = io.Copy(c, io.LimitReader(c, 1<<20))
-		}()
-	}
+	tcptest.Serve(l, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		_, _ = io.Copy(c, io.LimitReader(c, 1<<20))
+	})
 }
 
 func countUDP(c net.PacketConn, n *atomic.Int64) {
