@@ -403,7 +403,7 @@ func (g *Gateway) openTunnel(rc *reqCtx) error {
 			return deny(ReasonAuditUnavailable, "audit log cannot take the tunnel's close record: %v", err)
 		}
 	}
-	if err := g.writeRecord(rc, g.record(rc, "")); err != nil {
+	if err := g.writeRecord(rc, decisionRecord(rc)); err != nil {
 		if closeRes != nil {
 			closeRes.Cancel()
 		}
@@ -473,11 +473,11 @@ func (g *Gateway) finish(rc *reqCtx) {
 	if rc.upRaw != nil {
 		rc.upRaw.Close()
 	}
-	phase := ""
+	rec := decisionRecord
 	if rc.opened {
-		phase = "close"
+		rec = closeRecord // the decision record was written when it opened
 	}
-	if err := g.writeRecord(rc, g.record(rc, phase)); err != nil {
+	if err := g.writeRecord(rc, rec(rc)); err != nil {
 		g.auditFailed(err)
 	}
 	if rc.tunnel {
@@ -511,9 +511,9 @@ func (g *Gateway) auditFailed(err error) {
 	g.logger.Error("audit record refused; refusing new requests for 1s", "err", err)
 }
 
-// record builds the audit record of rc. phase "close" builds a tunnel's close
-// record.
-func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
+// recordOf starts a record of rc with what every record of it carries: id,
+// sandbox, kind and destination.
+func recordOf(rc *reqCtx) *audit.Record {
 	r := &audit.Record{
 		ID:      rc.id,
 		Sandbox: rc.cc.sb.info.ID,
@@ -524,18 +524,13 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 	if rc.ip.IsValid() {
 		r.IP = rc.ip.String()
 	}
-	if phase == "close" {
-		closeRecord(r, rc)
-	} else {
-		decisionRecord(r, rc)
-	}
-	boundText(r)
 	return r
 }
 
-// closeRecord fills a tunnel's close record: bytes, duration, and the denial
+// closeRecord builds a tunnel's close record: bytes, duration, and the denial
 // that cut it off mid-stream, if any.
-func closeRecord(r *audit.Record, rc *reqCtx) {
+func closeRecord(rc *reqCtx) *audit.Record {
+	r := recordOf(rc)
 	r.Kind = "close"
 	r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 	r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
@@ -551,10 +546,14 @@ func closeRecord(r *audit.Record, rc *reqCtx) {
 			r.Flags = []string{d.flag}
 		}
 	}
+	boundText(r)
+	return r
 }
 
-// decisionRecord fills the record of a request, tunnel or connection.
-func decisionRecord(r *audit.Record, rc *reqCtx) {
+// decisionRecord builds the record of a request's, tunnel's or connection's
+// decision.
+func decisionRecord(rc *reqCtx) *audit.Record {
+	r := recordOf(rc)
 	r.Decision = resultOf(rc)
 	if rc.carries != "" {
 		r.Extra = map[string]json.RawMessage{"carries": json.RawMessage(strconv.Quote(string(rc.carries)))}
@@ -598,6 +597,8 @@ func decisionRecord(r *audit.Record, rc *reqCtx) {
 		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
 	}
+	boundText(r)
+	return r
 }
 
 // boundText cuts the record's free-text fields: messages and errors can
