@@ -170,7 +170,7 @@ func (s *auditSummary) decision() string {
 			return d
 		}
 	}
-	return "deny"
+	return audit.DecisionDeny
 }
 
 // record renders the summary as an audit record.
@@ -193,7 +193,7 @@ func (s *auditSummary) record(id string, sb policy.Sandbox, topN int, final bool
 	slices.Sort(flags)
 	extra := map[string]json.RawMessage{}
 	put := func(k string, v any) { extra[k], _ = json.Marshal(v) }
-	put("queries", s.n)
+	put(audit.SummaryQueriesKey, s.n)
 	put("by_decision", s.byDecision)
 	put("by_rcode", s.byRCode)
 	put("by_qtype", s.byQType)
@@ -215,7 +215,7 @@ func (s *auditSummary) record(id string, sb policy.Sandbox, topN int, final bool
 	return &audit.Record{
 		ID:       id,
 		Sandbox:  sb.ID,
-		Kind:     string(policy.KindDNS),
+		Kind:     audit.KindDNS,
 		Decision: s.decision(),
 		Port:     53,
 		Reasons: []audit.Reason{{ID: ReasonAuditSummary, Msg: fmt.Sprintf(

@@ -365,12 +365,12 @@ func (s *sandboxServer) invalid(m []byte, err error) {
 }
 
 func (s *sandboxServer) auditMalformed(rcode, msg string) {
-	s.f.metrics.query("deny", qtypeNone)
-	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: "deny", rcode: rcode}) {
+	s.f.metrics.query(audit.DecisionDeny, qtypeNone)
+	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: audit.DecisionDeny, rcode: rcode}) {
 		return
 	}
 	rec := &audit.Record{
-		ID: s.f.nextID(), Sandbox: s.sb.ID, Kind: string(policy.KindDNS), Decision: "deny",
+		ID: s.f.nextID(), Sandbox: s.sb.ID, Kind: audit.KindDNS, Decision: audit.DecisionDeny,
 		Reasons: []audit.Reason{{ID: ReasonMalformed, Msg: "malformed query"}},
 		Port:    53, RCode: rcode, Error: msg,
 	}

@@ -268,7 +268,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	rec := &audit.Record{
 		ID:       s.f.nextID(),
 		Sandbox:  s.sb.ID,
-		Kind:     string(policy.KindDNS),
+		Kind:     audit.KindDNS,
 		Decision: decision,
 		Reasons:  reasons,
 		Host:     q.name,
@@ -302,22 +302,22 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 
 // verdict is the query's audit decision, reasons and error text.
 func (q *query) verdict() (decision string, reasons []audit.Reason, errMsg string) {
-	decision, errMsg = "deny", q.errMsg
+	decision, errMsg = audit.DecisionDeny, q.errMsg
 	if q.dec != nil {
 		d := &q.dec.d
 		switch {
 		case d.Err != nil:
-			decision = "error"
+			decision = audit.DecisionError
 			errMsg = d.Err.Error()
 		case d.Allowed && q.reasons == nil:
-			decision = "allow"
+			decision = audit.DecisionAllow
 		}
 		reasons = q.dec.reasons
 	}
 	if q.reasons != nil {
 		reasons = q.reasons
 		if q.reasons[0].ID == ReasonUpstream {
-			decision = "error" // policy allowed it; resolving failed
+			decision = audit.DecisionError // policy allowed it; resolving failed
 		}
 	}
 	return decision, reasons, errMsg

@@ -497,13 +497,13 @@ func resultOf(rc *reqCtx) string {
 	var d *denial
 	switch {
 	case rc.decided && rc.dec.Err != nil:
-		return "error"
+		return audit.DecisionError
 	case errors.As(rc.err, &d):
-		return "deny"
+		return audit.DecisionDeny
 	case rc.decided && !rc.dec.Allowed:
-		return "deny" // report mode: what enforce would have done
+		return audit.DecisionDeny // report mode: what enforce would have done
 	}
-	return "allow"
+	return audit.DecisionAllow
 }
 
 func (g *Gateway) auditFailed(err error) {
@@ -531,7 +531,7 @@ func recordOf(rc *reqCtx) *audit.Record {
 // that cut it off mid-stream, if any.
 func closeRecord(rc *reqCtx) *audit.Record {
 	r := recordOf(rc)
-	r.Kind = "close"
+	r.Kind = audit.KindClose
 	r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 	r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
 	if rc.err != nil {
@@ -696,11 +696,11 @@ func clip(s string, n int) string {
 
 func (g *Gateway) logDecision(rc *reqCtx, result string) {
 	switch {
-	case result == "allow" && rc.err == nil:
+	case result == audit.DecisionAllow && rc.err == nil:
 		if g.logger.Enabled(context.Background(), slog.LevelInfo) { // skip building attrs when off
 			g.logger.Info("allow", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port)
 		}
-	case result == "allow":
+	case result == audit.DecisionAllow:
 		g.logger.Error("upstream failure", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port, "err", rc.err)
 	default:
 		g.logger.Warn("deny", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port, "err", rc.err)

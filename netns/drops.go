@@ -11,9 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
-	"golang.org/x/sys/unix"
 )
 
 // Audit reason ids for drop records.
@@ -148,14 +149,14 @@ func (d *dropReader) flush() {
 		return
 	}
 	extra := map[string]json.RawMessage{}
-	extra["suppressed"], _ = json.Marshal(n)
+	extra[audit.SummarySuppressedKey], _ = json.Marshal(n)
 	extra["by_protocol"], _ = json.Marshal(by)
 	extra["window_ms"], _ = json.Marshal(d.lim.interval.Milliseconds())
 	d.write(&audit.Record{
 		ID:       newRecordID(),
 		Sandbox:  d.sb.ID,
-		Kind:     "drop",
-		Decision: "deny",
+		Kind:     audit.KindDrop,
+		Decision: audit.DecisionDeny,
 		Mode:     string(policy.ModeEnforce),
 		Reasons:  []audit.Reason{{ID: ReasonDropSummary, Msg: fmt.Sprintf("%d more dropped packets not logged one by one", n)}},
 		Extra:    extra,
@@ -166,8 +167,8 @@ func (d *dropReader) record(p droppedPacket) *audit.Record {
 	r := &audit.Record{
 		ID:       newRecordID(),
 		Sandbox:  d.sb.ID,
-		Kind:     "drop",
-		Decision: "deny",
+		Kind:     audit.KindDrop,
+		Decision: audit.DecisionDeny,
 		Mode:     string(policy.ModeEnforce),
 		Reasons:  []audit.Reason{{ID: ReasonDrop, Msg: "packet dropped by the sandbox network rules"}},
 		Protocol: p.Protocol,
