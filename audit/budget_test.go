@@ -24,7 +24,7 @@ func writerConfig(t *testing.T) audit.Config {
 
 func deniedRecord(sandbox string, i int) *audit.Record {
 	return &audit.Record{
-		Sandbox: sandbox, Kind: "connect", Decision: audit.DecisionDeny, Mode: "enforce",
+		Sandbox: sandbox, Kind: audit.KindConnect, Decision: audit.DecisionDeny, Mode: "enforce",
 		Host: fmt.Sprintf("h%d.exfil.example", i%7), Port: 443,
 		Reasons: []audit.Reason{{ID: "host_not_allowed", Msg: "not on the allowlist"}},
 	}
@@ -99,7 +99,7 @@ func TestBudgetFloodCountsEveryRequest(t *testing.T) {
 			if r.Reasons[0].ID != audit.ReasonAuditSummary || r.Decision != audit.DecisionDeny {
 				t.Errorf("summary record: got %+v", r)
 			}
-		case "connect":
+		case audit.KindConnect:
 			c.individual++
 		}
 		count[r.Sandbox] = c
@@ -137,14 +137,14 @@ func TestBudgetNeverFoldsEgress(t *testing.T) {
 		name string
 		rec  audit.Record
 	}{
-		{name: "allowed", rec: audit.Record{Sandbox: "s", Kind: "http", Decision: audit.DecisionAllow, Host: "pypi.org"}},
-		{name: "tunnel close", rec: audit.Record{Sandbox: "s", Kind: "close", Host: "pypi.org", BytesUp: 10}},
-		{name: "report mode deny", rec: audit.Record{Sandbox: "s", Kind: "http", Decision: audit.DecisionDeny, Mode: "report", Host: "x.example"}},
-		{name: "deny after bytes up", rec: audit.Record{Sandbox: "s", Kind: "http", Decision: audit.DecisionDeny, Host: "x.example", BytesUp: 1}},
-		{name: "deny after bytes down", rec: audit.Record{Sandbox: "s", Kind: "tcp", Decision: audit.DecisionDeny, Host: "x.example", BytesDown: 1}},
-		{name: "deny with a secret", rec: audit.Record{Sandbox: "s", Kind: "http", Decision: audit.DecisionDeny, Host: "api.example", Secrets: []audit.Secret{{ID: "k"}}}},
-		{name: "no sandbox", rec: audit.Record{Kind: "http", Decision: audit.DecisionDeny, Host: "x.example"}},
-		{name: "dns summary", rec: audit.Record{Sandbox: "s", Kind: "dns", Decision: audit.DecisionDeny, Extra: map[string]json.RawMessage{"queries": json.RawMessage("9")}}},
+		{name: "allowed", rec: audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org"}},
+		{name: "tunnel close", rec: audit.Record{Sandbox: "s", Kind: audit.KindClose, Host: "pypi.org", BytesUp: 10}},
+		{name: "report mode deny", rec: audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: "report", Host: "x.example"}},
+		{name: "deny after bytes up", rec: audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: "x.example", BytesUp: 1}},
+		{name: "deny after bytes down", rec: audit.Record{Sandbox: "s", Kind: audit.KindTCP, Decision: audit.DecisionDeny, Host: "x.example", BytesDown: 1}},
+		{name: "deny with a secret", rec: audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: "api.example", Secrets: []audit.Secret{{ID: "k"}}}},
+		{name: "no sandbox", rec: audit.Record{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: "x.example"}},
+		{name: "dns summary", rec: audit.Record{Sandbox: "s", Kind: audit.KindDNS, Decision: audit.DecisionDeny, Extra: map[string]json.RawMessage{audit.SummaryQueriesKey: json.RawMessage("9")}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -348,7 +348,7 @@ func BenchmarkBudgetLog(b *testing.B) {
 		rec  *audit.Record
 		rate float64
 	}{
-		{"allow", &audit.Record{Sandbox: "s", Kind: "http", Decision: audit.DecisionAllow, Host: "pypi.org"}, 1},
+		{"allow", &audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org"}, 1},
 		{"deny-under-budget", deniedRecord("s", 1), 1e12},
 		{"deny-folded", deniedRecord("s", 1), 0.001},
 	} {

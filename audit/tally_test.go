@@ -16,12 +16,12 @@ func TestTally(t *testing.T) {
 	next := &audittest.Log{}
 	ta := audit.NewTally(next)
 	for _, r := range []*audit.Record{
-		{Kind: "http", Decision: "allow", Host: "pypi.org", Port: 443},
-		{Kind: "http", Decision: "allow", Host: "pypi.org", Port: 443},
-		{Kind: "connect", Decision: "deny", Host: "evil.example", Port: 443},
-		{Kind: "dns", Decision: "deny", QName: "x.exfil.example", Port: 53},
-		{Kind: "close", Host: "pypi.org"},
-		{Kind: "exec", Exec: &audit.Exec{Phase: "start"}},
+		{Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org", Port: 443},
+		{Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org", Port: 443},
+		{Kind: audit.KindConnect, Decision: audit.DecisionDeny, Host: "evil.example", Port: 443},
+		{Kind: audit.KindDNS, Decision: audit.DecisionDeny, QName: "x.exfil.example", Port: 53},
+		{Kind: audit.KindClose, Host: "pypi.org"},
+		{Kind: audit.KindExec, Exec: &audit.Exec{Phase: audit.ExecStart}},
 	} {
 		if err := ta.Log(r); err != nil {
 			t.Fatal(err)
@@ -31,7 +31,7 @@ func TestTally(t *testing.T) {
 		t.Fatalf("got %d records passed on, want 6", got)
 	}
 	rows := ta.Rows()
-	if len(rows) != 3 || rows[0].Decision != "deny" || rows[2].Host != "pypi.org" || rows[2].Count != 2 {
+	if len(rows) != 3 || rows[0].Decision != audit.DecisionDeny || rows[2].Host != "pypi.org" || rows[2].Count != 2 {
 		t.Fatalf("got rows %+v", rows)
 	}
 	var b bytes.Buffer
@@ -48,9 +48,9 @@ func TestTally(t *testing.T) {
 // summarized by netns, counts every event it stands for, not one.
 func TestTallyCountsSummaries(t *testing.T) {
 	ta := audit.NewTally(audittest.Discard{})
-	_ = ta.Log(&audit.Record{Kind: "dns", Decision: "deny", Port: 53, Extra: map[string]json.RawMessage{"queries": json.RawMessage("1757")}})
-	_ = ta.Log(&audit.Record{Kind: "drop", Decision: "deny", Extra: map[string]json.RawMessage{"suppressed": json.RawMessage("40")}})
-	_ = ta.Log(&audit.Record{Kind: "dns", Decision: "deny", QName: "x.example", Port: 53})
+	_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, Port: 53, Extra: map[string]json.RawMessage{audit.SummaryQueriesKey: json.RawMessage("1757")}})
+	_ = ta.Log(&audit.Record{Kind: audit.KindDrop, Decision: audit.DecisionDeny, Extra: map[string]json.RawMessage{audit.SummarySuppressedKey: json.RawMessage("40")}})
+	_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, QName: "x.example", Port: 53})
 	total := 0
 	for _, r := range ta.Rows() {
 		total += r.Count
@@ -63,7 +63,7 @@ func TestTallyCountsSummaries(t *testing.T) {
 func TestTallyBounded(t *testing.T) {
 	ta := audit.NewTally(audittest.Discard{})
 	for i := 0; i < audit.MaxTallyKeys+50; i++ {
-		_ = ta.Log(&audit.Record{Kind: "dns", Decision: "deny", QName: strings.Repeat("a", i%60+1) + ".x" + string(rune('a'+i%26)) + ".example", Port: i})
+		_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, QName: strings.Repeat("a", i%60+1) + ".x" + string(rune('a'+i%26)) + ".example", Port: i})
 	}
 	if n := len(ta.Rows()); n > audit.MaxTallyKeys+1 {
 		t.Fatalf("got %d rows, want at most %d", n, audit.MaxTallyKeys+1)

@@ -27,8 +27,8 @@ func testConfig(t *testing.T) Config {
 func sampleRecord(i int) *Record {
 	return &Record{
 		Sandbox:  fmt.Sprintf("sb-%d", i%3),
-		Kind:     []string{"http", "connect", "dns"}[i%3],
-		Decision: []string{"allow", "deny"}[i%2],
+		Kind:     []string{KindHTTP, KindConnect, KindDNS}[i%3],
+		Decision: []string{DecisionAllow, DecisionDeny}[i%2],
 		Host:     []string{"pypi.org", "files.pythonhosted.org", "evil.example"}[i%3],
 		Port:     443,
 		Method:   "GET",
@@ -127,7 +127,7 @@ func TestWriterKeepsCallerIDAndTS(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := time.Date(2025, 3, 1, 12, 0, 0, 123, time.FixedZone("x", 3600))
-	r := &Record{ID: "req-1", TS: ts, Kind: "http"}
+	r := &Record{ID: "req-1", TS: ts, Kind: KindHTTP}
 	if err := w.Log(r); err != nil {
 		t.Fatal(err)
 	}
@@ -730,7 +730,7 @@ func TestWriterShrinksOversizedRecord(t *testing.T) {
 		keys[i] = fmt.Sprintf("k%06d", i)
 	}
 	huge := &Record{
-		Sandbox: "sb-1", Kind: "http", Decision: "deny", Host: "evil.example",
+		Sandbox: "sb-1", Kind: KindHTTP, Decision: DecisionDeny, Host: "evil.example",
 		Path:  "/" + strings.Repeat("\x01\n\xff", MaxLineSize/12),
 		Query: keys,
 		Extra: map[string]json.RawMessage{"blob": json.RawMessage(`"` + strings.Repeat("a", MaxLineSize) + `"`)},
@@ -756,7 +756,7 @@ func TestWriterShrinksOversizedRecord(t *testing.T) {
 	if err := json.Unmarshal(lines[0], &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Sandbox != "sb-1" || got.Host != "evil.example" || got.Decision != "deny" || len(got.Query) != shrinkList {
+	if got.Sandbox != "sb-1" || got.Host != "evil.example" || got.Decision != DecisionDeny || len(got.Query) != shrinkList {
 		t.Fatalf("shrunk record: got sandbox %q host %q decision %q %d query keys; want sb-1 evil.example deny %d",
 			got.Sandbox, got.Host, got.Decision, len(got.Query), shrinkList)
 	}

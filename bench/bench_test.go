@@ -308,7 +308,7 @@ func execEnds(b *testing.B, path string) []audit.Record {
 	}
 	var out []audit.Record
 	for _, r := range recs {
-		if r.Kind == "exec" && r.Exec != nil && r.Exec.Phase == "end" {
+		if r.Kind == audit.KindExec && r.Exec != nil && r.Exec.Phase == audit.ExecEnd {
 			out = append(out, r)
 		}
 	}

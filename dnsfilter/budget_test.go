@@ -189,7 +189,7 @@ func TestAuditFloodSummarized(t *testing.T) {
 	perName := map[string]int{}
 	var sums []summaryOf
 	for _, r := range recs {
-		if r.Sandbox != "sb-1" || r.Kind != "dns" {
+		if r.Sandbox != "sb-1" || r.Kind != audit.KindDNS {
 			t.Errorf("unexpected record %+v", r)
 			continue
 		}
@@ -200,7 +200,7 @@ func TestAuditFloodSummarized(t *testing.T) {
 		}
 		s := decodeSummary(t, r)
 		sums = append(sums, s)
-		if r.Decision != "deny" && len(s.ByDecision) > 1 {
+		if r.Decision != audit.DecisionDeny && len(s.ByDecision) > 1 {
 			t.Errorf("summary of mixed decisions %v: got decision %q, want deny", s.ByDecision, r.Decision)
 		}
 		if sum(s.ByDecision) != s.Queries || sum(s.ByRCode) != s.Queries || sum(s.ByQType) != s.Queries {
@@ -262,7 +262,7 @@ func TestAuditFloodSummarized(t *testing.T) {
 	if all.ByRCode["FORMERR"] == 0 || all.ByRCode["NXDOMAIN"] == 0 || all.ByRCode["NOERROR"] == 0 {
 		t.Errorf("summed by_rcode %v: want FORMERR, NXDOMAIN and NOERROR all present", all.ByRCode)
 	}
-	if all.ByDecision["allow"] == 0 || all.ByDecision["deny"] == 0 {
+	if all.ByDecision[audit.DecisionAllow] == 0 || all.ByDecision[audit.DecisionDeny] == 0 {
 		t.Errorf("summed by_decision %v: want allow and deny", all.ByDecision)
 	}
 	t.Logf("%d queries in %v: %d individual records, %d summaries (%d queries), %d forwarded in summaries",
@@ -309,7 +309,7 @@ func TestAuditSummaryFailsClosed(t *testing.T) {
 func TestAuditSummaryBounded(t *testing.T) {
 	s := newAuditSummary(time.Unix(0, 0))
 	for i := range maxSummaryNames + 500 {
-		s.add(&summaryEntry{name: fmt.Sprintf("n%d.example.com", i), qtype: fmt.Sprintf("TYPE%d", i), decision: "deny", rcode: "NXDOMAIN"})
+		s.add(&summaryEntry{name: fmt.Sprintf("n%d.example.com", i), qtype: fmt.Sprintf("TYPE%d", i), decision: audit.DecisionDeny, rcode: "NXDOMAIN"})
 	}
 	if len(s.names) != maxSummaryNames || !s.namesCapped {
 		t.Errorf("names: got %d capped=%v, want %d capped", len(s.names), s.namesCapped, maxSummaryNames)

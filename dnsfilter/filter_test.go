@@ -13,6 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/policy/policytest"
@@ -51,7 +52,7 @@ func TestDeniedNameNeverForwarded(t *testing.T) {
 		t.Fatalf("upstream saw denied name %d times, want 0", n)
 	}
 	rec := e.last(t, "evil.example.com")
-	if rec.Decision != "deny" || rec.RCode != "NXDOMAIN" || rec.Kind != "dns" || rec.Sandbox != "sb-1" || rec.PolicyRev != policytest.Rev {
+	if rec.Decision != audit.DecisionDeny || rec.RCode != "NXDOMAIN" || rec.Kind != audit.KindDNS || rec.Sandbox != "sb-1" || rec.PolicyRev != policytest.Rev {
 		t.Errorf("audit: got %+v, want deny NXDOMAIN dns sb-1 rev-1", rec)
 	}
 	if len(rec.Reasons) == 0 || rec.Reasons[0].ID != policytest.ReasonNotAllowed {
@@ -82,7 +83,7 @@ func TestAllowedAnsweredAndCached(t *testing.T) {
 		t.Errorf("question echoed as %q, want the name as asked", r.Question[0].Name)
 	}
 	rec := e.last(t, "pypi.org")
-	if rec.Decision != "allow" || rec.RCode != "NOERROR" || rec.QType != "A" || rec.Upstream != up.addr || len(rec.Answers) != 2 {
+	if rec.Decision != audit.DecisionAllow || rec.RCode != "NOERROR" || rec.QType != "A" || rec.Upstream != up.addr || len(rec.Answers) != 2 {
 		t.Errorf("audit: got %+v", rec)
 	}
 	if rec.Answers[0].Type != "A" || rec.Answers[0].Data != "151.101.0.223" || rec.Answers[0].TTL == 0 {
@@ -425,7 +426,7 @@ func TestExfiltrationFlags(t *testing.T) {
 				t.Errorf("policy input flags: got %v, want %s", calls[0].DNS.Flags, tt.flag)
 			}
 			if tt.blocked {
-				if r.Rcode != dns.RcodeNameError || rec.Decision != "deny" {
+				if r.Rcode != dns.RcodeNameError || rec.Decision != audit.DecisionDeny {
 					t.Errorf("got %s decision %s, want NXDOMAIN deny", dns.RcodeToString[r.Rcode], rec.Decision)
 				}
 				if n := len(up.queries()); n != 0 {
@@ -516,7 +517,7 @@ func TestPolicyErrorFailsClosed(t *testing.T) {
 	if r.Rcode != dns.RcodeSuccess {
 		t.Errorf("report mode: got %s, want NOERROR", dns.RcodeToString[r.Rcode])
 	}
-	if rec := e.last(t, "pypi.org"); rec.Decision != "deny" || rec.Mode != "report" {
+	if rec := e.last(t, "pypi.org"); rec.Decision != audit.DecisionDeny || rec.Mode != "report" {
 		t.Errorf("report audit: got decision %q mode %q, want deny report", rec.Decision, rec.Mode)
 	}
 	// A decision with Err never passes, in any mode.
@@ -525,7 +526,7 @@ func TestPolicyErrorFailsClosed(t *testing.T) {
 	if r.Rcode != dns.RcodeNameError {
 		t.Errorf("policy error: got %s, want NXDOMAIN", dns.RcodeToString[r.Rcode])
 	}
-	if rec := e.last(t, "files.pypi.org"); rec.Decision != "error" || rec.Error == "" {
+	if rec := e.last(t, "files.pypi.org"); rec.Decision != audit.DecisionError || rec.Error == "" {
 		t.Errorf("policy error audit: got %+v", rec)
 	}
 	if n := up.count("files.pypi.org"); n != 0 {
@@ -584,7 +585,7 @@ func TestAllUpstreamsFail(t *testing.T) {
 	if n := bad.count("pypi.org"); n != 2 {
 		t.Errorf("upstream queries: got %d, want 2 (failures are not cached)", n)
 	}
-	if rec := e.last(t, "pypi.org"); rec.Decision != "error" || rec.RCode != "SERVFAIL" || rec.Error == "" {
+	if rec := e.last(t, "pypi.org"); rec.Decision != audit.DecisionError || rec.RCode != "SERVFAIL" || rec.Error == "" {
 		t.Errorf("audit: got %+v, want error SERVFAIL with the upstream error", rec)
 	}
 }

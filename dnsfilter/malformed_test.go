@@ -9,6 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
@@ -119,7 +120,7 @@ func TestMalformedPackets(t *testing.T) {
 	}
 	malformed := 0
 	for _, rec := range e.aud.Records() {
-		if rec.Decision == "deny" && rec.QName != "pypi.org" {
+		if rec.Decision == audit.DecisionDeny && rec.QName != "pypi.org" {
 			malformed++
 		}
 	}

@@ -86,7 +86,7 @@ func TestAuditReservedBeforeRequestLeaves(t *testing.T) {
 			t.Fatal("TLS through a tunnel whose close record has no room: handshake succeeded")
 		}
 		h.log.Wait(t, "tunnel refused", func(r audit.Record) bool {
-			return r.Kind == "connect" && r.Decision == "deny" && audittest.HasReason(r, ReasonAuditUnavailable)
+			return r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny && audittest.HasReason(r, ReasonAuditUnavailable)
 		})
 	})
 	if got := up.reqs.Load(); got != 0 {
@@ -150,7 +150,7 @@ func TestAuditReservationsWrittenOnce(t *testing.T) {
 		if seen[k] != 1 {
 			t.Fatalf("record %s written %d times", k, seen[k])
 		}
-		wantRes := r.Kind == "close" || r.Kind == "http" && r.Decision == "allow"
+		wantRes := r.Kind == audit.KindClose || r.Kind == audit.KindHTTP && r.Decision == audit.DecisionAllow
 		if got := rl.Reserved(r.ID, r.Kind); got != wantRes {
 			t.Fatalf("record %s (%s): through a reservation %v, want %v", k, r.Decision, got, wantRes)
 		}

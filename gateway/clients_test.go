@@ -124,7 +124,9 @@ print(h.hexdigest())`
 		if err != nil || n != bigSize || fmt.Sprintf("%x", hsum.Sum(nil)) != bigSum() {
 			t.Fatalf("streamed %d bytes, err %v", n, err)
 		}
-		h.log.Wait(t, "big http", func(r audit.Record) bool { return r.Kind == "http" && r.Path == "/big" && r.BytesDown == bigSize })
+		h.log.Wait(t, "big http", func(r audit.Record) bool {
+			return r.Kind == audit.KindHTTP && r.Path == "/big" && r.BytesDown == bigSize
+		})
 	})
 	t.Run("websocket through CONNECT", func(t *testing.T) {
 		ws := newUpstream(t, websocket.Handler(func(c *websocket.Conn) { io.Copy(c, c) }), nil)

@@ -35,7 +35,7 @@ func TestRealPolicyEngine(t *testing.T) {
 	}
 	id := resp.Header.Get("X-Airlock-Decision")
 	r := h.log.Wait(t, "engine deny", func(r audit.Record) bool { return r.ID == id })
-	if r.Decision != "deny" || r.PolicyRev == "" || len(r.Reasons) == 0 {
+	if r.Decision != audit.DecisionDeny || r.PolicyRev == "" || len(r.Reasons) == 0 {
 		t.Fatalf("audit: got %+v, want a deny with the engine's revision and reasons", r)
 	}
 }

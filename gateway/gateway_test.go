@@ -67,7 +67,7 @@ func TestExplicitHTTP(t *testing.T) {
 					t.Fatalf("body: got %q", body)
 				}
 				h.log.Wait(t, "allow", func(r audit.Record) bool {
-					return r.Kind == "http" && r.Decision == "allow" && r.Status == 200 && r.Path == "/simple/" && r.BytesDown > 0
+					return r.Kind == audit.KindHTTP && r.Decision == audit.DecisionAllow && r.Status == 200 && r.Path == "/simple/" && r.BytesDown > 0
 				})
 				return
 			}
@@ -75,7 +75,7 @@ func TestExplicitHTTP(t *testing.T) {
 				t.Fatalf("deny body %q / decision header %q: want reason %s and the id", body, id, tc.wantReason)
 			}
 			r := h.log.Wait(t, "deny "+tc.wantReason, func(r audit.Record) bool { return r.ID == id })
-			if r.Decision != "deny" || !audittest.HasReason(r, tc.wantReason) {
+			if r.Decision != audit.DecisionDeny || !audittest.HasReason(r, tc.wantReason) {
 				t.Fatalf("audit: got %+v, want deny %s", r, tc.wantReason)
 			}
 		})
@@ -133,8 +133,8 @@ func TestConnect(t *testing.T) {
 		if !strings.Contains(string(b), "hello pypi.org") {
 			t.Fatalf("body %q", b)
 		}
-		open := h.log.Wait(t, "connect allow", func(r audit.Record) bool { return r.Kind == "connect" && r.Decision == "allow" })
-		cl := h.log.Wait(t, "close", func(r audit.Record) bool { return r.Kind == "close" && r.ID == open.ID })
+		open := h.log.Wait(t, "connect allow", func(r audit.Record) bool { return r.Kind == audit.KindConnect && r.Decision == audit.DecisionAllow })
+		cl := h.log.Wait(t, "close", func(r audit.Record) bool { return r.Kind == audit.KindClose && r.ID == open.ID })
 		if cl.BytesUp == 0 || cl.BytesDown == 0 || cl.DurationMS <= 0 {
 			t.Fatalf("close record: got %+v, want bytes both ways and a duration", cl)
 		}
@@ -149,7 +149,7 @@ func TestConnect(t *testing.T) {
 			t.Fatalf("upstream connections after deny: got %d, want 0", got)
 		}
 		h.log.Wait(t, "connect deny", func(r audit.Record) bool {
-			return r.Kind == "connect" && r.Decision == "deny" && r.Host == "evil.example"
+			return r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny && r.Host == "evil.example"
 		})
 	})
 	t.Run("sni fronting", func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestConnect(t *testing.T) {
 			t.Fatal("handshake with SNI evil.example through CONNECT pypi.org succeeded")
 		}
 		h.log.Wait(t, "fronting deny", func(r audit.Record) bool {
-			return r.Kind == "connect" && r.Decision == "deny" && audittest.HasReason(r, ReasonHostMismatch)
+			return r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny && audittest.HasReason(r, ReasonHostMismatch)
 		})
 		if got := up.reqs.Load() - before; got != 0 {
 			t.Fatalf("upstream requests: got %d, want 0", got)
@@ -267,7 +267,7 @@ func TestMITM(t *testing.T) {
 				t.Fatalf("got %d %q, want 502 %s", resp.StatusCode, body, ReasonUpstreamTLS)
 			}
 			h.log.Wait(t, "tls error", func(r audit.Record) bool {
-				return r.Kind == "http" && r.Host == tc.host && r.Status == 502 && strings.Contains(r.Error, "tls")
+				return r.Kind == audit.KindHTTP && r.Host == tc.host && r.Status == 502 && strings.Contains(r.Error, "tls")
 			})
 		})
 	}
@@ -359,7 +359,7 @@ func TestPolicyError(t *testing.T) {
 		t.Fatal("upstream reached after a policy error")
 	}
 	h.log.Wait(t, "policy error", func(r audit.Record) bool {
-		return r.Decision == "error" && audittest.HasReason(r, policy.ReasonPolicyError)
+		return r.Decision == audit.DecisionError && audittest.HasReason(r, policy.ReasonPolicyError)
 	})
 }
 
@@ -399,7 +399,7 @@ func TestGuard(t *testing.T) {
 				}
 				id := resp.Header.Get("X-Airlock-Decision")
 				r := h.log.Wait(t, "guard deny", func(r audit.Record) bool { return r.ID == id })
-				if r.Decision != "deny" || r.Host != tc.wantHost || r.IP != tc.wantIP || !audittest.HasReason(r, ReasonForbiddenAddress) {
+				if r.Decision != audit.DecisionDeny || r.Host != tc.wantHost || r.IP != tc.wantIP || !audittest.HasReason(r, ReasonForbiddenAddress) {
 					t.Fatalf("audit: got %+v, want deny host %s ip %s", r, tc.wantHost, tc.wantIP)
 				}
 			})
@@ -446,7 +446,9 @@ func TestTransparent(t *testing.T) {
 		if err := tlsGet("pypi.org", tlsUp.port); err != nil {
 			t.Fatal(err)
 		}
-		h.log.Wait(t, "tls allow", func(r audit.Record) bool { return r.Kind == "tls" && r.Decision == "allow" && r.Host == "pypi.org" })
+		h.log.Wait(t, "tls allow", func(r audit.Record) bool {
+			return r.Kind == audit.KindTLS && r.Decision == audit.DecisionAllow && r.Host == "pypi.org"
+		})
 	})
 	t.Run("tls deny", func(t *testing.T) {
 		before := tlsUp.conns.Load()
@@ -456,7 +458,9 @@ func TestTransparent(t *testing.T) {
 		if tlsUp.conns.Load() != before {
 			t.Fatal("upstream saw a connection after deny")
 		}
-		h.log.Wait(t, "tls deny", func(r audit.Record) bool { return r.Kind == "tls" && r.Decision == "deny" && r.Host == "evil.example" })
+		h.log.Wait(t, "tls deny", func(r audit.Record) bool {
+			return r.Kind == audit.KindTLS && r.Decision == audit.DecisionDeny && r.Host == "evil.example"
+		})
 	})
 	t.Run("http allow then host switch", func(t *testing.T) {
 		fakeDst(plainUp.port)
@@ -480,7 +484,9 @@ func TestTransparent(t *testing.T) {
 		if plainUp.reqs.Load() != 1 {
 			t.Fatalf("upstream requests: got %d, want 1", plainUp.reqs.Load())
 		}
-		h.log.Wait(t, "host switch", func(r audit.Record) bool { return r.Kind == "http" && audittest.HasReason(r, ReasonHostMismatch) })
+		h.log.Wait(t, "host switch", func(r audit.Record) bool {
+			return r.Kind == audit.KindHTTP && audittest.HasReason(r, ReasonHostMismatch)
+		})
 	})
 	t.Run("http deny", func(t *testing.T) {
 		fakeDst(plainUp.port)
@@ -506,7 +512,9 @@ func TestTransparent(t *testing.T) {
 		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "\x00\x01ping" {
 			t.Fatalf("echo: %q %v", buf, err)
 		}
-		h.log.Wait(t, "tcp allow", func(r audit.Record) bool { return r.Kind == "tcp" && r.Decision == "allow" && r.IP == "127.0.0.1" })
+		h.log.Wait(t, "tcp allow", func(r audit.Record) bool {
+			return r.Kind == audit.KindTCP && r.Decision == audit.DecisionAllow && r.IP == "127.0.0.1"
+		})
 	})
 	t.Run("tcp deny", func(t *testing.T) {
 		h.origDst.Store(netip.MustParseAddrPort("127.0.0.2:22"))
@@ -520,7 +528,9 @@ func TestTransparent(t *testing.T) {
 		if n, _ := c.Read(make([]byte, 1)); n != 0 {
 			t.Fatal("denied tcp connection got data")
 		}
-		h.log.Wait(t, "tcp deny", func(r audit.Record) bool { return r.Kind == "tcp" && r.Decision == "deny" && r.Host == "127.0.0.2" })
+		h.log.Wait(t, "tcp deny", func(r audit.Record) bool {
+			return r.Kind == audit.KindTCP && r.Decision == audit.DecisionDeny && r.Host == "127.0.0.2"
+		})
 	})
 	t.Run("no original destination", func(t *testing.T) {
 		h.origDst.Store(netip.AddrPort{})
@@ -573,7 +583,7 @@ func TestStopSandboxClosesConnections(t *testing.T) {
 	if _, err := net.DialTimeout("tcp", h.explicit, time.Second); err == nil {
 		t.Fatal("listener still accepting after StopSandbox")
 	}
-	h.log.Wait(t, "close", func(r audit.Record) bool { return r.Kind == "close" })
+	h.log.Wait(t, "close", func(r audit.Record) bool { return r.Kind == audit.KindClose })
 }
 
 func TestNewRefusesInsecure(t *testing.T) {
@@ -624,5 +634,25 @@ func TestBrokenAuditLogLetsNothingOut(t *testing.T) {
 	h.dialer.mu.Unlock()
 	if dialed != 0 {
 		t.Fatalf("gateway dialed %d upstreams with the audit log broken, want 0", dialed)
+	}
+}
+
+// TestPolicyKindsAreRecordKinds: the gateway writes a decision's policy.Kind
+// as its record's Kind (audit does not import policy), so the two packages
+// must spell every kind the gateway decides alike.
+func TestPolicyKindsAreRecordKinds(t *testing.T) {
+	for _, tt := range []struct {
+		policy policy.Kind
+		audit  string
+	}{
+		{policy.KindHTTP, audit.KindHTTP},
+		{policy.KindConnect, audit.KindConnect},
+		{policy.KindTLS, audit.KindTLS},
+		{policy.KindTCP, audit.KindTCP},
+		{policy.KindDNS, audit.KindDNS},
+	} {
+		if string(tt.policy) != tt.audit {
+			t.Errorf("got policy kind %q, want %q as audit spells it", tt.policy, tt.audit)
+		}
 	}
 }

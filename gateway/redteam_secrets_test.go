@@ -201,7 +201,7 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 				t.Fatalf("got %d %q, want 403 %s", resp.StatusCode, b, secrets.CodePlaceholderMisuse)
 			}
 			rec := auditOf(t, h, resp)
-			if rec.Decision != "deny" || !slices.Contains(rec.Flags, secrets.FlagPlaceholderLeak) {
+			if rec.Decision != audit.DecisionDeny || !slices.Contains(rec.Flags, secrets.FlagPlaceholderLeak) {
 				t.Fatalf("audit: got %+v, want a flagged deny", rec)
 			}
 			if got := st.other.Received.Load() - before; got != 0 {
@@ -224,7 +224,7 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 		if err != nil || resp.StatusCode != 403 {
 			t.Fatalf("got %v %v, want 403", resp, err)
 		}
-		flaggedDeny(t, h, "http")
+		flaggedDeny(t, h, audit.KindHTTP)
 		if got := st.other.Received.Load() - before; got != 0 {
 			t.Fatalf("other.example requests: got %d, want 0", got)
 		}
@@ -311,7 +311,7 @@ func TestPlaceholderInOpaqueStreams(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		io.WriteString(c, "h-"+tail+"\n")
 		io.Copy(io.Discard, c) // the gateway ends the connection
-		rec := flaggedDeny(t, h, "close")
+		rec := flaggedDeny(t, h, audit.KindClose)
 		if rec.Error == "" {
 			t.Fatalf("close record: got %+v, want the denial as its error", rec)
 		}
@@ -352,7 +352,7 @@ func TestPlaceholderInOpaqueStreams(t *testing.T) {
 		wsSend(t, c, "ws://ws.example:"+strconv.Itoa(st.ws.port)+"/ws", func(c net.Conn) io.ReadWriteCloser {
 			return &absConn{Conn: c, host: "ws.example:" + strconv.Itoa(st.ws.port)}
 		})
-		flaggedDeny(t, h, "http")
+		flaggedDeny(t, h, audit.KindHTTP)
 		if st.wsSeen.saw(tail) {
 			t.Fatal("the websocket upstream received the placeholder")
 		}
@@ -367,7 +367,7 @@ func TestPlaceholderInOpaqueStreams(t *testing.T) {
 		defer c.Close()
 		wsSend(t, c, "ws://ws.example:"+strconv.Itoa(st.ws.port)+"/ws", func(c net.Conn) io.ReadWriteCloser { return c })
 		h.log.Wait(t, "transparent websocket flagged", func(r audit.Record) bool {
-			return r.Kind == "http" && r.Host == "ws.example" && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
+			return r.Kind == audit.KindHTTP && r.Host == "ws.example" && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
 		})
 		if st.wsSeen.saw(tail) {
 			t.Fatal("the websocket upstream received the placeholder")

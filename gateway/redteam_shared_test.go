@@ -145,7 +145,7 @@ func TestGatewayLookupsCountAgainstSandboxDNSLimits(t *testing.T) {
 				t.Fatalf("sb-a: got %d %q, want 403 dns_unique_name_limit", resp.StatusCode, body)
 			}
 			recs := settledRecords(t, log, n, 1)
-			if len(recs) != 1 || recs[0].Decision != "deny" || !audittest.HasReason(recs[0], "dns_unique_name_limit") || recs[0].Sandbox != "sb-a" {
+			if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || !audittest.HasReason(recs[0], "dns_unique_name_limit") || recs[0].Sandbox != "sb-a" {
 				t.Fatalf("sb-a records: got %+v, want one deny dns_unique_name_limit", recs)
 			}
 			if got := ts.dials() - dialsBefore; got != 0 {
@@ -239,7 +239,7 @@ func TestTooManyQueryParamsDeniedBeforePolicy(t *testing.T) {
 			if tc.want == http.StatusOK {
 				return
 			}
-			if !audittest.HasReason(recs[0], ReasonTooManyParams) || recs[0].Decision != "deny" {
+			if !audittest.HasReason(recs[0], ReasonTooManyParams) || recs[0].Decision != audit.DecisionDeny {
 				t.Fatalf("record: got %+v, want a %s deny", recs[0], ReasonTooManyParams)
 			}
 			if got := len(dec.Inputs()) - decided; got != 0 {
@@ -397,7 +397,7 @@ func TestSlowBodyScanRefused(t *testing.T) {
 				t.Fatalf("got %d %s, want 408 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), ReasonBodyScanTimeout)
 			}
 			recs := settledRecords(t, h.log, n, 1)
-			if len(recs) != 1 || recs[0].Decision != "deny" || !audittest.HasReason(recs[0], ReasonBodyScanTimeout) {
+			if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || !audittest.HasReason(recs[0], ReasonBodyScanTimeout) {
 				t.Fatalf("records: got %+v, want one %s deny", recs, ReasonBodyScanTimeout)
 			}
 			if got := len(dec.Inputs()) - decided; got != 0 {
@@ -527,7 +527,7 @@ func TestBodyScanBudgetRefusedAsDenial(t *testing.T) {
 		t.Fatalf("got %d %s, want 429 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), secrets.CodeBodyScanBusy)
 	}
 	recs := settledRecords(t, h.log, n, 1)
-	if len(recs) != 1 || recs[0].Decision != "deny" || !audittest.HasReason(recs[0], secrets.CodeBodyScanBusy) {
+	if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || !audittest.HasReason(recs[0], secrets.CodeBodyScanBusy) {
 		t.Fatalf("records: got %+v, want one %s deny", recs, secrets.CodeBodyScanBusy)
 	}
 	if got := len(dec.Inputs()) - decided; got != 0 {

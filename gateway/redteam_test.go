@@ -145,7 +145,7 @@ func TestRedTeamExplicitProxy(t *testing.T) {
 			recs := settledRecords(t, h.log, n, 1)
 			var decisions []audit.Record
 			for _, r := range recs {
-				if r.Kind != "close" {
+				if r.Kind != audit.KindClose {
 					decisions = append(decisions, r)
 				}
 			}
@@ -154,12 +154,12 @@ func TestRedTeamExplicitProxy(t *testing.T) {
 			}
 			first := decisions[0]
 			if tc.allow {
-				if status != 200 || first.Decision != "allow" {
+				if status != 200 || first.Decision != audit.DecisionAllow {
 					t.Fatalf("got status %d, record %+v; want 200 allow", status, first)
 				}
 			} else {
-				failed := first.Decision == "allow" && first.Error != "" && status >= 500
-				if status == 200 || first.Decision == "allow" && !failed {
+				failed := first.Decision == audit.DecisionAllow && first.Error != "" && status >= 500
+				if status == 200 || first.Decision == audit.DecisionAllow && !failed {
 					t.Fatalf("got status %d, record %+v; want a refusal", status, first)
 				}
 				if len(decisions) != 1 {
@@ -285,7 +285,7 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 			t.Fatal("handshake for a denied SNI succeeded")
 		}
 		h.log.Wait(t, "tls deny evil.example", func(r audit.Record) bool {
-			return r.Kind == "tls" && r.Host == "evil.example" && r.Decision == "deny"
+			return r.Kind == audit.KindTLS && r.Host == "evil.example" && r.Decision == audit.DecisionDeny
 		})
 		if got := up.conns.Load() - before; got != 0 {
 			t.Fatalf("upstream connections: got %d, want 0", got)
@@ -298,7 +298,7 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 		dst := netip.MustParseAddrPort(denied.addr)
 		hello(t, "PyPI.org.", dst, true)
 		rec := h.log.Wait(t, "tls allow pypi.org", func(r audit.Record) bool {
-			return r.Kind == "tls" && r.Host == "pypi.org" && r.Port == int(dst.Port())
+			return r.Kind == audit.KindTLS && r.Host == "pypi.org" && r.Port == int(dst.Port())
 		})
 		if rec.IP != "127.0.0.1" {
 			t.Fatalf("dialed IP: got %q, want the resolver's 127.0.0.1", rec.IP)
@@ -306,7 +306,7 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 		// The tunnel's close record can come after the client saw EOF; wait for
 		// it so it is not counted in the next case (a flake under -race).
 		h.log.Wait(t, "close pypi.org", func(r audit.Record) bool {
-			return r.Kind == "close" && r.Host == "pypi.org" && r.Port == int(dst.Port())
+			return r.Kind == audit.KindClose && r.Host == "pypi.org" && r.Port == int(dst.Port())
 		})
 	})
 	t.Run("partial ClientHello then stall", func(t *testing.T) {
@@ -324,7 +324,7 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 			t.Fatalf("the gateway did not close a stalled handshake: %v", err)
 		}
 		recs := settledRecords(t, h.log, n, 1)
-		if len(recs) != 1 || recs[0].Decision != "deny" || !audittest.HasReason(recs[0], ReasonBadRequest) {
+		if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || !audittest.HasReason(recs[0], ReasonBadRequest) {
 			t.Fatalf("records: got %+v, want one bad_request deny", recs)
 		}
 		if got := up.conns.Load() - before; got != 0 {
@@ -350,7 +350,7 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		io.ReadAll(c)
 		recs := settledRecords(t, h.log, n, 1)
-		if len(recs) != 1 || recs[0].Decision != "deny" {
+		if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny {
 			t.Fatalf("records: got %+v, want one deny", recs)
 		}
 	})
@@ -477,7 +477,7 @@ func TestRedTeamMITM(t *testing.T) {
 			t.Fatalf("sb-other connect: got %d, want 403", st)
 		}
 		h.log.Wait(t, "sb-other deny", func(r audit.Record) bool {
-			return r.Sandbox == "sb-other" && r.Kind == "connect" && r.Decision == "deny"
+			return r.Sandbox == "sb-other" && r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny
 		})
 		if got := tlsUp.conns.Load() - beforeConns; got != 0 {
 			t.Fatalf("upstream connections from sb-other: got %d, want 0", got)

@@ -218,7 +218,7 @@ func auditOf(t *testing.T, h *harness, resp *http.Response) audit.Record {
 	t.Helper()
 	id := resp.Header.Get("X-Airlock-Decision")
 	if id != "" {
-		return h.log.Wait(t, "decision "+id, func(r audit.Record) bool { return r.ID == id && r.Kind != "close" })
+		return h.log.Wait(t, "decision "+id, func(r audit.Record) bool { return r.ID == id && r.Kind != audit.KindClose })
 	}
 	t.Fatalf("response %d has no X-Airlock-Decision", resp.StatusCode)
 	return audit.Record{}
@@ -229,7 +229,7 @@ func lastHTTPRecord(t *testing.T, h *harness, host, path string) audit.Record {
 	t.Helper()
 	var found audit.Record
 	h.log.Wait(t, "http "+host+path, func(r audit.Record) bool {
-		if r.Kind == "http" && r.Host == host && r.Path == path {
+		if r.Kind == audit.KindHTTP && r.Host == host && r.Path == path {
 			found = r
 			return true
 		}
@@ -340,7 +340,7 @@ func TestSecretsInjection(t *testing.T) {
 					t.Fatalf("got %d %q, want 403 %s", resp.StatusCode, body, tc.code)
 				}
 				rec := auditOf(t, h, resp)
-				if rec.Decision != "deny" || !audittest.HasReason(rec, tc.code) || !slices.Contains(rec.Flags, tc.flag) {
+				if rec.Decision != audit.DecisionDeny || !audittest.HasReason(rec, tc.code) || !slices.Contains(rec.Flags, tc.flag) {
 					t.Fatalf("audit: got %+v, want deny %s flagged %s", rec, tc.code, tc.flag)
 				}
 				if got := tc.target.Received.Load() - before; got != 0 {
@@ -359,7 +359,7 @@ func TestSecretsInjection(t *testing.T) {
 					t.Fatalf("got %d %q, want 403 %s", resp.StatusCode, body, secrets.CodePlaceholderMisuse)
 				}
 				rec := auditOf(t, h, resp)
-				if rec.Kind != "connect" || !slices.Contains(rec.Flags, secrets.FlagPlaceholderLeak) {
+				if rec.Kind != audit.KindConnect || !slices.Contains(rec.Flags, secrets.FlagPlaceholderLeak) {
 					t.Fatalf("audit: got %+v, want a flagged connect deny", rec)
 				}
 			}
@@ -529,7 +529,7 @@ func TestSecretsInjection(t *testing.T) {
 				t.Fatal("handshake with a placeholder as server name succeeded")
 			}
 			h.log.Wait(t, "flagged sni", func(r audit.Record) bool {
-				return r.Kind == "tls" && audittest.HasReason(r, secrets.CodePlaceholderMisuse) && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
+				return r.Kind == audit.KindTLS && audittest.HasReason(r, secrets.CodePlaceholderMisuse) && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
 			})
 			if got := st.bound.Received.Load() - before; got != 0 {
 				t.Fatalf("bound upstream requests: got %d, want 0", got)

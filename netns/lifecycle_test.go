@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/poll"
@@ -37,13 +38,13 @@ func TestDropAuditIsRateLimited(t *testing.T) {
 	var single, suppressed int
 	count := func() bool {
 		single, suppressed = 0, 0
-		for _, r := range w.audit.Kind("drop") {
+		for _, r := range w.audit.Kind(audit.KindDrop) {
 			if r.Sandbox != s.ID {
 				continue
 			}
 			if len(r.Reasons) == 1 && r.Reasons[0].ID == ReasonDropSummary {
 				var n int
-				json.Unmarshal(r.Extra["suppressed"], &n)
+				json.Unmarshal(r.Extra[audit.SummarySuppressedKey], &n)
 				suppressed += n
 			} else if r.Protocol == "udp" {
 				single++

@@ -240,6 +240,6 @@ func TestIslandEgress(t *testing.T) {
 // dropOf matches the deny record of a packet sandbox sent to ip:port over proto.
 func dropOf(sandbox, proto, ip string, port int) func(audit.Record) bool {
 	return func(r audit.Record) bool {
-		return r.Kind == "drop" && r.Sandbox == sandbox && r.Protocol == proto && r.IP == ip && r.Port == port && r.Decision == "deny"
+		return r.Kind == audit.KindDrop && r.Sandbox == sandbox && r.Protocol == proto && r.IP == ip && r.Port == port && r.Decision == audit.DecisionDeny
 	}
 }

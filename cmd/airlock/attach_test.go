@@ -16,6 +16,7 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/netns/netnstest"
@@ -189,7 +190,7 @@ func TestAttachCommand(t *testing.T) {
 	hasDrop := func() bool {
 		recs, _ := audittest.ReadFile(auditFile)
 		for _, r := range recs {
-			if r.Kind == "drop" && r.Sandbox == id {
+			if r.Kind == audit.KindDrop && r.Sandbox == id {
 				return true
 			}
 		}
@@ -227,9 +228,9 @@ func TestAttachCommand(t *testing.T) {
 		if r.Sandbox != id {
 			continue
 		}
-		allow = allow || (r.Decision == "allow" && r.Host == "web.test")
-		deny = deny || (r.Decision == "deny" && r.Host == "denied.test")
-		drop = drop || (r.Kind == "drop" && r.Protocol == "udp" && r.IP == denied.IP.String() && r.Port == 7)
+		allow = allow || (r.Decision == audit.DecisionAllow && r.Host == "web.test")
+		deny = deny || (r.Decision == audit.DecisionDeny && r.Host == "denied.test")
+		drop = drop || (r.Kind == audit.KindDrop && r.Protocol == "udp" && r.IP == denied.IP.String() && r.Port == 7)
 	}
 	if !allow || !deny || !drop {
 		t.Errorf("audit: allow=%v deny=%v drop=%v, want all true (%d records)", allow, deny, drop, len(recs))

@@ -196,7 +196,7 @@ func TestRootBrokenPolicyExits2(t *testing.T) {
 		t.Errorf("the command ran despite the broken policy (%s: %v)", marker, err)
 	}
 	if _, err := os.Stat(e.audit); err == nil {
-		mustNotFind(t, e.records(), match{kind: "exec"})
+		mustNotFind(t, e.records(), match{kind: audit.KindExec})
 	}
 }
 
@@ -204,7 +204,7 @@ func TestRootBrokenPolicyExits2(t *testing.T) {
 func execEnd(t *testing.T, recs []audit.Record) audit.Record {
 	t.Helper()
 	for _, r := range recs {
-		if r.Kind == "exec" && r.Exec != nil && r.Exec.Phase == "end" {
+		if r.Kind == audit.KindExec && r.Exec != nil && r.Exec.Phase == audit.ExecEnd {
 			return r
 		}
 	}
