@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // Budget defaults (per sandbox), the same as the DNS filter's audit budget.
@@ -145,13 +147,10 @@ func NewBudget(cfg BudgetConfig, next Logger, logger *slog.Logger) (*Budget, err
 	if next == nil {
 		return nil, errors.New("audit: budget needs a logger to wrap")
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	return &Budget{
 		cfg:       cfg,
 		next:      next,
-		log:       logger.With("component", "audit-budget"),
+		log:       oplog.For(logger, "audit-budget"),
 		sandboxes: make(map[string]*sandboxBudget),
 	}, nil
 }
@@ -391,7 +390,7 @@ func (s *sandboxBudget) close() {
 
 func (s *sandboxBudget) write(sum *budgetSummary, final bool) error {
 	if err := s.b.next.Log(sum.record(s.id, s.b.cfg.TopHosts, final)); err != nil {
-		s.b.log.Error("audit summary refused", "sandbox", s.id, "requests", sum.n, "final", final, "error", err)
+		s.b.log.Error("audit summary refused", oplog.SandboxKey, s.id, SummaryRequestsKey, sum.n, SummaryFinalKey, final, oplog.ErrorKey, err)
 		return err
 	}
 	s.b.summaries.Add(1)
@@ -403,9 +402,9 @@ func (s *sandboxBudget) write(sum *budgetSummary, final bool) error {
 // stopped: they go to the operational log at Error, never silently away.
 func (s *sandboxBudget) lostSummary(sum *budgetSummary, err error) {
 	s.b.lost.Add(uint64(sum.n))
-	s.b.log.Error("audit summary lost", "sandbox", s.id, "requests", sum.n,
-		slog.Any("by_decision", sum.byDecision), slog.Any("by_reason", sum.byReason),
-		"window_start", sum.start, "error", err)
+	s.b.log.Error("audit summary lost", oplog.SandboxKey, s.id, SummaryRequestsKey, sum.n,
+		slog.Any(SummaryByDecisionKey, sum.byDecision), slog.Any("by_reason", sum.byReason),
+		SummaryWindowStartKey, sum.start, oplog.ErrorKey, err)
 }
 
 // budgetSummary is one window's counts for one sandbox.
@@ -514,21 +513,21 @@ func (s *budgetSummary) record(sandbox string, topN int, final bool) *Record {
 	put := func(k string, v any) { extra[k], _ = json.Marshal(v) }
 	put(SummaryRequestsKey, s.n)
 	put("by_kind", s.byKind)
-	put("by_decision", s.byDecision)
+	put(SummaryByDecisionKey, s.byDecision)
 	put("by_reason", s.byReason)
 	if len(s.byFlag) > 0 {
-		put("by_flag", s.byFlag)
+		put(SummaryByFlagKey, s.byFlag)
 	}
 	put("distinct_hosts", len(s.hosts))
 	if s.hostsCapped {
 		put("distinct_hosts_capped", true)
 	}
 	put("top_hosts", top)
-	put("window_start", s.start.UTC().Format(time.RFC3339Nano))
-	put("window_end", s.end.UTC().Format(time.RFC3339Nano))
-	put("window_ms", s.end.Sub(s.start).Milliseconds())
+	put(SummaryWindowStartKey, s.start.UTC().Format(time.RFC3339Nano))
+	put(SummaryWindowEndKey, s.end.UTC().Format(time.RFC3339Nano))
+	put(SummaryWindowMSKey, s.end.Sub(s.start).Milliseconds())
 	if final {
-		put("final", true)
+		put(SummaryFinalKey, true)
 	}
 	decision := DecisionDeny
 	if s.byDecision[DecisionError] == s.n {
@@ -543,7 +542,3 @@ func (s *budgetSummary) record(sandbox string, topN int, final bool) *Record {
 		Extra: extra,
 	}
 }
-
-// SummaryRequestsKey is the Extra key of a Budget summary record's count of the
-// requests it stands for.
-const SummaryRequestsKey = "requests"

@@ -88,8 +88,20 @@ const (
 // Extra keys under which a record that stands for many events gives their
 // count; Tally counts each event.
 const (
+	SummaryRequestsKey   = "requests"   // a Budget's summary (kind summary)
 	SummaryQueriesKey    = "queries"    // the DNS filter's audit-budget summary (kind dns)
 	SummarySuppressedKey = "suppressed" // netns's rate-limited drops (kind drop)
+)
+
+// Extra keys every audit-budget summary record carries, a Budget's (kind
+// KindSummary) and the DNS filter's (kind KindDNS), besides its count.
+const (
+	SummaryByDecisionKey  = "by_decision" // count per decision
+	SummaryByFlagKey      = "by_flag"     // count per flag, when any
+	SummaryWindowStartKey = "window_start"
+	SummaryWindowEndKey   = "window_end"
+	SummaryWindowMSKey    = "window_ms"
+	SummaryFinalKey       = "final" // the sandbox's last summary, written as it stops
 )
 
 // Reason mirrors policy.Reason without importing policy.

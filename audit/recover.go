@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // ReasonAuditUnavailable is the reason id of an outage record.
@@ -65,7 +67,7 @@ func (w *Writer) stillFailing(err error) {
 	w.failure.Store(&wrapped)
 	w.outage.err = err
 	w.backoff = min(2*w.backoff, w.cfg.RetryMax)
-	w.log.Debug("audit writer still failing", "err", err, "retry_in", w.backoff)
+	w.log.Debug("audit writer still failing", oplog.ErrorKey, err, "retry_in", w.backoff)
 }
 
 // reopen makes w.f the live file again, positioned after the last line

@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/netns"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/secrets"
@@ -394,7 +395,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := d.netns.Teardown(tctx, sb.ID); err != nil {
-			d.log.Error("teardown", "sandbox", sb.ID, "error", err)
+			d.log.Error("teardown", oplog.SandboxKey, sb.ID, oplog.ErrorKey, err)
 		}
 	}()
 	env := append([]string(nil), t.Env...)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -62,10 +63,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 	if log == nil {
 		return nil, errors.New("dnsfilter: an audit logger is required")
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	logger = logger.With("component", "dnsfilter")
+	logger = oplog.For(logger, "dnsfilter")
 	c, err := cfg.compile()
 	if err != nil {
 		return nil, err
@@ -155,7 +153,7 @@ func (f *Filter) ServeSandbox(sb policy.Sandbox, own []netip.Addr, udp net.Packe
 		f.mu.Unlock()
 		return fmt.Errorf("dnsfilter: serve sandbox %q: %w", sb.ID, err)
 	}
-	f.log.Info("serving sandbox", "sandbox", sb.ID)
+	f.log.Info("serving sandbox", oplog.SandboxKey, sb.ID)
 	return nil
 }
 
@@ -170,7 +168,7 @@ func (f *Filter) StopSandbox(id string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.stop(ctx); err != nil {
-			f.log.Error("stop sandbox", "sandbox", id, "error", err)
+			f.log.Error("stop sandbox", oplog.SandboxKey, id, oplog.ErrorKey, err)
 		}
 		s.sum.close()
 	}
@@ -276,7 +274,7 @@ func (s *sandboxServer) start(udp net.PacketConn, tcp net.Listener) error {
 				ch <- started{err: err}
 			})
 			if err != nil {
-				s.f.log.Error("dns server stopped", "sandbox", s.sb.ID, "error", err)
+				s.f.log.Error("dns server stopped", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
 			}
 		}()
 	}
@@ -375,7 +373,7 @@ func (s *sandboxServer) auditMalformed(rcode, msg string) {
 		Port:    53, RCode: rcode, Error: msg,
 	}
 	if err := s.f.logAudit(rec); err != nil {
-		s.f.log.Error("audit", "sandbox", s.sb.ID, "error", err)
+		s.f.log.Error("audit", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
 	}
 }
 

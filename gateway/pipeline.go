@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
 )
@@ -508,7 +509,7 @@ func resultOf(rc *reqCtx) string {
 
 func (g *Gateway) auditFailed(err error) {
 	g.auditBlockedUntil.Store(time.Now().Add(time.Second).UnixNano())
-	g.logger.Error("audit record refused; refusing new requests for 1s", "err", err)
+	g.logger.Error("audit record refused; refusing new requests for 1s", oplog.ErrorKey, err)
 }
 
 // recordOf starts a record of rc with what every record of it carries: id,
@@ -698,11 +699,11 @@ func (g *Gateway) logDecision(rc *reqCtx, result string) {
 	switch {
 	case result == audit.DecisionAllow && rc.err == nil:
 		if g.logger.Enabled(context.Background(), slog.LevelInfo) { // skip building attrs when off
-			g.logger.Info("allow", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port)
+			g.logger.Info("allow", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port)
 		}
 	case result == audit.DecisionAllow:
-		g.logger.Error("upstream failure", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port, "err", rc.err)
+		g.logger.Error("upstream failure", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port, oplog.ErrorKey, rc.err)
 	default:
-		g.logger.Warn("deny", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port, "err", rc.err)
+		g.logger.Warn("deny", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port, oplog.ErrorKey, rc.err)
 	}
 }

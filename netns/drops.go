@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -117,7 +118,7 @@ func (d *dropReader) run() {
 			default:
 				// ENOBUFS: the kernel dropped log messages because we were slow.
 				// The packets were still dropped; count what we can and go on.
-				d.log.Warn("nflog read", "sandbox", d.sb.ID, "error", err)
+				d.log.Warn("nflog read", oplog.SandboxKey, d.sb.ID, oplog.ErrorKey, err)
 				if errors.Is(err, unix.ENOBUFS) {
 					d.lim.allow(now, "unknown")
 					continue
@@ -188,7 +189,7 @@ func (d *dropReader) write(r *audit.Record) {
 		return
 	}
 	if err := d.audit.Log(r); err != nil {
-		d.log.Error("audit drop record", "sandbox", d.sb.ID, "error", err)
+		d.log.Error("audit drop record", oplog.SandboxKey, d.sb.ID, oplog.ErrorKey, err)
 	}
 }
 
