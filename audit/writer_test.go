@@ -452,7 +452,7 @@ func TestWriterRotation(t *testing.T) {
 	}
 	for _, f := range files[:len(files)-1] {
 		st, _ := os.Stat(f)
-		if st.Size() > int64(cfg.MaxSize)+1024 {
+		if st.Size() > cfg.MaxSize+1024 {
 			t.Fatalf("%s: %d bytes, want about MaxSize (one checkpoint over at most)", f, st.Size())
 		}
 		// Each rotated file ends with a checkpoint.
@@ -533,34 +533,6 @@ func TestConfigValidate(t *testing.T) {
 			_, err := New(cfg, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
-			}
-		})
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in   string
-		want Size
-		ok   bool
-	}{
-		{"100MB", 100 << 20, true},
-		{"512KiB", 512 << 10, true},
-		{"1g", 1 << 30, true},
-		{"4096", 4096, true},
-		{" 2 M ", 2 << 20, true},
-		{"10B", 10, true},
-		{"", 0, false},
-		{"-1MB", 0, false},
-		{"1.5MB", 0, false},
-		{"MB", 0, false},
-		{"99999999999TB", 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseSize(tt.in)
-			if (err == nil) != tt.ok || got != tt.want {
-				t.Fatalf("got %d, %v; want %d, ok=%v", got, err, tt.want, tt.ok)
 			}
 		})
 	}
