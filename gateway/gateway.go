@@ -65,8 +65,8 @@ type sandbox struct {
 	stopped   bool
 }
 
-// New builds a Gateway. It refuses a configuration that asks for unverified
-// upstream TLS, and loads the interception CA when one is configured.
+// New builds a Gateway and loads the interception CA when one is configured.
+// Upstream TLS is always verified; nothing can turn that off.
 func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger *slog.Logger) (*Gateway, error) {
 	if dec == nil || log == nil || res == nil {
 		return nil, errors.New("gateway: decider, audit logger and resolver are required")

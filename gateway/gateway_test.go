@@ -586,14 +586,13 @@ func TestStopSandboxClosesConnections(t *testing.T) {
 	h.log.Wait(t, "close", func(r audit.Record) bool { return r.Kind == audit.KindClose })
 }
 
-func TestNewRefusesInsecure(t *testing.T) {
+func TestNewRefusesBadConfig(t *testing.T) {
 	dec := policytest.Func(func(*policy.Input) policy.Decision { return policytest.Allowed() })
 	for _, tc := range []struct {
 		name string
 		cfg  Config
 		want string
 	}{
-		{"insecure", Config{InsecureSkipVerify: true}, "insecure_skip_verify"},
 		{"half CA", Config{CACertFile: "/x/ca.pem"}, "ca:"},
 		{"leaf ttl", Config{LeafTTL: 100 * time.Hour}, "leaf_ttl"},
 		{"missing CA", Config{CACertFile: "/nonexistent/ca.pem", CAKeyFile: "/nonexistent/ca.key"}, "ca cert"},
