@@ -447,7 +447,7 @@ func TestRedTeamScrubHeadersAndTrailers(t *testing.T) {
 			if carriesCanary(all) {
 				t.Fatalf("status %d: the sandbox saw a form of the secret:\n%s", resp.StatusCode, all)
 			}
-			if !strings.Contains(all, secrets.Redacted) {
+			if !strings.Contains(all, audit.Redacted) {
 				t.Fatalf("status %d: nothing was scrubbed (the upstream echoed nothing?):\n%s", resp.StatusCode, all)
 			}
 		})

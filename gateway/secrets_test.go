@@ -263,7 +263,7 @@ func TestSecretsInjection(t *testing.T) {
 			if strings.Contains(all, "sandbox-own") {
 				t.Fatalf("%s: the sandbox's own credential reached the upstream", path)
 			}
-			if !strings.Contains(all, secrets.Redacted) {
+			if !strings.Contains(all, audit.Redacted) {
 				t.Fatalf("%s: response shows no scrub:\n%s", path, all)
 			}
 			if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName == "fake internet CA" {

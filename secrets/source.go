@@ -120,7 +120,7 @@ func (s *secret) get(ctx context.Context) (*version, error) {
 	}
 	s.n++
 	v := &version{
-		value: NewValue(raw),
+		value: newValue(raw),
 		id:    "v" + strconv.Itoa(s.n),
 		fp:    fingerprint(s.fpKey, s.cfg.ID, raw),
 		scrub: newScrubber(CanaryForms(raw)),
