@@ -2,6 +2,7 @@ package netns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -29,6 +30,26 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(m.Run())
+}
+
+// teardownAll tears down every sandbox m manages, then closes m (which
+// removes its pool).
+func teardownAll(ctx context.Context, m *Manager) error {
+	var errs []error
+	for _, id := range m.IDs() {
+		if err := m.Teardown(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, m.Close())...)
+}
+
+// poolReady counts the pool namespaces ready now.
+func poolReady(m *Manager) int {
+	if m.pool == nil {
+		return 0
+	}
+	return len(m.pool)
 }
 
 // testServer is the netns.Server for the root tests: the real gateway and the

@@ -342,7 +342,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestPool(t *testing.T) {
 	w := newWorld(t, Config{PoolSize: 2})
-	poll.Until(t, 5*time.Second, "pool filled", func() bool { return w.m.PoolReady() == 2 })
+	poll.Until(t, 5*time.Second, "pool filled", func() bool { return poolReady(w.m) == 2 })
 	pooled := func() []string {
 		ents, _ := os.ReadDir(w.m.cfg.RunDir)
 		var out []string
@@ -363,12 +363,12 @@ func TestPool(t *testing.T) {
 	if out, err := nsExec(t, s.Path, 10*time.Second, "dig", "+short", "+tries=1", "+time=3", "@"+w.net.Unused.String(), "web.test"); err != nil || strings.TrimSpace(out) != w.web.IP.String() {
 		t.Fatalf("dig from a pooled namespace: %v: %q", err, out)
 	}
-	poll.Until(t, 5*time.Second, "pool refilled", func() bool { return w.m.PoolReady() == 2 })
+	poll.Until(t, 5*time.Second, "pool refilled", func() bool { return poolReady(w.m) == 2 })
 	// Recover leaves this process's live pool alone.
 	if _, err := w.m.Recover(context.Background(), RecoverReattach); err != nil {
 		t.Fatal(err)
 	}
-	if got := w.m.PoolReady(); got != 2 || len(pooled()) != 2 {
+	if got := poolReady(w.m); got != 2 || len(pooled()) != 2 {
 		t.Fatalf("after Recover: pool ready %d, files %v, want 2", got, pooled())
 	}
 	if err := w.m.Teardown(context.Background(), s.ID); err != nil {
@@ -418,7 +418,7 @@ func TestRecoverLeavesOtherManagersAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.TeardownAll(context.Background())
+	defer teardownAll(context.Background(), other)
 	for _, p := range []RecoverPolicy{RecoverReattach, RecoverRemove} {
 		res, err := other.Recover(context.Background(), p)
 		if err != nil {

@@ -383,17 +383,6 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	return m.Teardown(ctx, id)
 }
 
-// TeardownAll tears down every managed sandbox and removes the pool.
-func (m *Manager) TeardownAll(ctx context.Context) error {
-	var errs []error
-	for _, id := range m.IDs() {
-		if err := m.Teardown(ctx, id); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(append(errs, m.Close())...)
-}
-
 // Close stops the pool (removing its namespaces) and stops serving every sandbox,
 // but leaves sandbox namespaces and rules in place, as a crash would: their
 // sandboxes have no way out until a Manager's Recover re-attaches them.

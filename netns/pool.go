@@ -82,11 +82,3 @@ func (m *Manager) kickPool() {
 	default:
 	}
 }
-
-// PoolReady returns how many pool namespaces are ready now.
-func (m *Manager) PoolReady() int {
-	if m.pool == nil {
-		return 0
-	}
-	return len(m.pool)
-}

@@ -65,7 +65,7 @@ func (w *world) newManager(t *testing.T) *Manager {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := m.TeardownAll(context.Background()); err != nil {
+		if err := teardownAll(context.Background(), m); err != nil {
 			t.Errorf("TeardownAll: %v", err)
 		}
 	})
