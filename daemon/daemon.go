@@ -322,12 +322,6 @@ func shutdown(f func(context.Context) error) error {
 // Tally counts this instance's decisions for a summary.
 func (d *Daemon) Tally() *audit.Tally { return d.tally }
 
-// Audit is the audit logger every part writes through.
-func (d *Daemon) Audit() audit.Logger { return d.tally }
-
-// CABundle is the merged trust bundle mounted into sandboxes.
-func (d *Daemon) CABundle() string { return d.caBundle }
-
 // MetricsHandler serves the gateway's and the DNS filter's Prometheus metrics;
 // mount it on a host listener no sandbox can reach.
 func (d *Daemon) MetricsHandler() http.Handler {
