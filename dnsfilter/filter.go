@@ -104,17 +104,6 @@ func (f *Filter) auditErr() error {
 // Its LookupForSandbox charges a lookup to a sandbox this Filter serves.
 func (f *Filter) Resolver() *Resolver { return f.res }
 
-// UpstreamAddrs returns the addresses of the configured upstream resolvers, in
-// Config.Upstreams order. The gateway must refuse them as destinations: a
-// connection to a resolver would carry DNS past the filter.
-func (f *Filter) UpstreamAddrs() []netip.AddrPort {
-	out := make([]netip.AddrPort, len(f.cfg.upstreams))
-	for i, u := range f.cfg.upstreams {
-		out[i] = u.ap
-	}
-	return out
-}
-
 // sandbox returns the state of the sandbox the Filter serves as id, or nil.
 func (f *Filter) sandbox(id string) *sandboxServer {
 	f.mu.RLock()

@@ -275,19 +275,6 @@ func TestGatewayLookupLiteralsAndBadNames(t *testing.T) {
 	}
 }
 
-func TestUpstreamAddrs(t *testing.T) {
-	up := startUpstream(t, nil)
-	e := newEnv(t, Config{Upstreams: []string{
-		up.addr, "tls://[::ffff:9.9.9.9]:853#dns.quad9.net", "udp://[2606:4700::1111]:53",
-	}}, up, policytest.AllowUnder())
-	want := []netip.AddrPort{
-		netip.MustParseAddrPort(up.addr), netip.MustParseAddrPort("9.9.9.9:853"), netip.MustParseAddrPort("[2606:4700::1111]:53"),
-	}
-	if got := e.f.UpstreamAddrs(); !slices.Equal(got, want) {
-		t.Errorf("got %v, want %v", got, want)
-	}
-}
-
 // BenchmarkLookupCached compares the gateway's lookup of a cached name charged
 // to a sandbox (LookupForSandbox: the sandbox lookup, its rate bucket and
 // unique-name set) with the uncharged LookupNetIP, serially and from parallel
