@@ -436,9 +436,6 @@ func (n *Net) ICMPEchoRequests() (int64, error) {
 	return 0, errors.New("fakenet: icmp counter rule not found")
 }
 
-// CAPEM is the PEM of the CA that signed every fake server's certificate.
-func (n *Net) CAPEM() []byte { return n.caPEM }
-
 // CAPool returns a pool holding only the fake CA.
 func (n *Net) CAPool() *x509.CertPool {
 	p := x509.NewCertPool()
