@@ -74,19 +74,8 @@ type testNet struct {
 func newTestDaemon(t *testing.T, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config, string) {
 	t.Helper()
 	roottest.Require(t)
-	n, err := fakenet.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	pypi, err := n.AddHost([]string{"pypi.org"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evil, err := n.AddHost([]string{"evil.example"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := fakenet.Start(t)
+	pypi, evil := n.Host(t, "pypi.org"), n.Host(t, "evil.example")
 	dir := t.TempDir()
 	if err := n.WriteCA(filepath.Join(dir, "upstream-ca.pem")); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/poll"
 )
 
@@ -276,7 +277,7 @@ func TestManyNamespacesLeaveNothing(t *testing.T) {
 	}
 	get := func(i int, s *Sandbox) {
 		err := inSandbox(t, s, func() error {
-			out, err := httpGet(w.web.IP.String()+":80", "web.test")
+			out, err := fakenet.Get(w.web.IP.String()+":80", "web.test", "/vm")
 			if err != nil || !strings.Contains(out, "hello from web.test /vm") {
 				t.Errorf("request %d: %v: %q", i, err, out)
 			}

@@ -34,19 +34,8 @@ type world struct {
 func newWorld(t *testing.T, cfg Config, extraAllow ...string) *world {
 	t.Helper()
 	roottest.Require(t)
-	n, err := fakenet.New()
-	if err != nil {
-		t.Fatalf("fakenet: %v", err)
-	}
-	t.Cleanup(func() { n.Close() })
-	web, err := n.AddHost([]string{"web.test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied, err := n.AddHost([]string{"denied.test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := fakenet.Start(t)
+	web, denied := n.Host(t, "web.test"), n.Host(t, "denied.test")
 	w := &world{net: n, web: web, denied: denied, audit: &audittest.Log{}}
 	w.srv = newTestServer(t, n.DNSAddr.String(), n.Subnet, append([]string{"web.test"}, extraAllow...), w.audit)
 	if cfg.StateDir == "" {

@@ -86,25 +86,6 @@ func inNet(path string, fn func() error) error {
 	return <-errc
 }
 
-func get(addr, host string) string {
-	c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
-	if err != nil {
-		return err.Error()
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(c, "GET /attach HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host)
-	var b bytes.Buffer
-	buf := make([]byte, 4096)
-	for {
-		n, err := c.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			return b.String()
-		}
-	}
-}
-
 // TestAttachCommand runs `airlock attach` with the real policy engine, audit
 // writer, gateway and DNS filter on a namespace made like `docker run --network
 // none` makes one, checks egress from inside it, interrupts it and checks that
@@ -114,19 +95,8 @@ func TestAttachCommand(t *testing.T) {
 	for _, r := range netnstest.RemoveStale(netns.DefaultRunDir, "") {
 		t.Logf("removed stale %s", r)
 	}
-	n, err := fakenet.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	web, err := n.AddHost([]string{"web.test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied, err := n.AddHost([]string{"denied.test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := fakenet.Start(t)
+	web, denied := n.Host(t, "web.test"), n.Host(t, "denied.test")
 	name := netnstest.NSName("ctr")
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", name).Run() })
 	for _, argv := range [][]string{{"ip", "netns", "add", name}, {"ip", "-n", name, "link", "set", "lo", "up"}} {
@@ -165,11 +135,11 @@ func TestAttachCommand(t *testing.T) {
 		t.Fatalf("attach did not become ready\n%s", out.String())
 	}
 
-	err = inNet(path, func() error {
-		if got := get(web.IP.String()+":80", "web.test"); !strings.Contains(got, "hello from web.test /attach") {
-			t.Errorf("allowed host from the container: %q", got)
+	err := inNet(path, func() error {
+		if got, err := fakenet.Get(web.IP.String()+":80", "web.test", "/attach"); !strings.Contains(got, "hello from web.test /attach") {
+			t.Errorf("allowed host from the container: %q, %v", got, err)
 		}
-		if got := get(denied.IP.String()+":80", "denied.test"); strings.Contains(got, "hello") {
+		if got, _ := fakenet.Get(denied.IP.String()+":80", "denied.test", "/attach"); strings.Contains(got, "hello") {
 			t.Errorf("denied host answered: %q", got)
 		}
 		c, err := net.Dial("udp4", denied.IP.String()+":7")

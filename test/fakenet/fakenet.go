@@ -24,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/miekg/dns"
@@ -279,6 +280,44 @@ func (n *Net) SetRecord(name string, ip netip.Addr) {
 	n.mu.Lock()
 	n.records[name] = ip
 	n.mu.Unlock()
+}
+
+// Start is New for a test: it fails t on an error and closes the fake
+// internet when t ends.
+func Start(t testing.TB) *Net {
+	t.Helper()
+	n, err := New()
+	if err != nil {
+		t.Fatalf("fakenet: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// Host is AddHost with the default handler for a test: it fails t on an
+// error.
+func (n *Net) Host(t testing.TB, names ...string) *Host {
+	t.Helper()
+	h, err := n.AddHost(names, nil)
+	if err != nil {
+		t.Fatalf("fakenet: host %v: %v", names, err)
+	}
+	return h
+}
+
+// Get sends one raw HTTP/1.1 GET for path to addr (IP:PORT, dialed from the
+// calling thread's network namespace) naming host, and returns what came back
+// until the server closed (at most 5 s), or the dial's error.
+func Get(addr, host, path string) (string, error) {
+	c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+	b, _ := io.ReadAll(c)
+	return string(b), nil
 }
 
 // AddHost starts a server answering for names on a new address. handler may be
