@@ -150,9 +150,17 @@ func (n *Net) create(idx int) error {
 	n.Unused = netip.MustParseAddr(fmt.Sprintf("198.19.%d.250", idx))
 	n.hostLink = fmt.Sprintf("alk-i%d-h", idx)
 	peer := fmt.Sprintf("alk-i%d-p", idx)
+	// Another process may pick idx at the same moment: making the namespace
+	// (O_EXCL) and then the host link decides who owns idx, and a loser
+	// removes only what it made itself.
+	if err := run("ip", "netns", "add", name); err != nil {
+		return err
+	}
+	if err := run("ip", "link", "add", n.hostLink, "type", "veth", "peer", "name", peer, "netns", name); err != nil {
+		_ = run("ip", "netns", "delete", name)
+		return err
+	}
 	steps := [][]string{
-		{"ip", "netns", "add", name},
-		{"ip", "link", "add", n.hostLink, "type", "veth", "peer", "name", peer, "netns", name},
 		{"ip", "addr", "add", n.HostAddr.String() + "/24", "dev", n.hostLink},
 		{"ip", "link", "set", n.hostLink, "up"},
 		{"ip", "-n", name, "link", "set", "lo", "up"},
