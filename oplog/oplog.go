@@ -1,15 +1,3 @@
-// Package oplog names the fields of airlock's operational log: the log/slog
-// lines operators read, which are not the audit log (package audit writes
-// that). Every component logs a sandbox, an error, a policy revision under
-// the same key, so one query finds a sandbox's lines across the gateway, the
-// DNS filter, netns, secrets and the daemon; For scopes a component's logger.
-//
-// A key that only one package logs stays a literal at its call site; a line
-// that logs an audit record's fields (a summary that could not be written)
-// uses the record's own keys from package audit.
-//
-// oplog imports only the standard library and must never import an airlock
-// package: every package that logs imports it, audit and policy included.
 package oplog
 
 import "log/slog"

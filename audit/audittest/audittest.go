@@ -1,10 +1,3 @@
-// Package audittest is test support for code that writes audit records: Log,
-// an in-memory audit.Logger that is also an audit.Reserver and an audit.Health
-// and can fail the way the real writer does; Discard; and readers of a real
-// audit file.
-//
-// Only tests import it. It imports audit and test/poll, never another airlock
-// package.
 package audittest
 
 import (

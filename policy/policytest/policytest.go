@@ -1,8 +1,3 @@
-// Package policytest is test support for callers of policy: Decider, a fake
-// policy.Decider that allows the hosts it is told, denies the rest with a
-// reason, and records every input it was asked about.
-//
-// Only tests import it. It imports policy, never another airlock package.
 package policytest
 
 import (

@@ -1,10 +1,3 @@
-// Package secretstest is test support for code that must keep an injected
-// credential from coming back to a sandbox: Upstream, an HTTP server that
-// leaks the credential a request carries in every place a response can hold
-// it, and records what it received.
-//
-// Only tests import it, secrets' own included, so it must never import an
-// airlock package.
 package secretstest
 
 import (

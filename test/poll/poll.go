@@ -1,9 +1,3 @@
-// Package poll waits, in tests, for a condition another goroutine or process
-// makes true (a record written, a pool filled, a process gone): it checks an
-// observable state until it holds or a limit passes, and never asserts on
-// elapsed time.
-//
-// Only tests import it. It must never import any airlock package.
 package poll
 
 import (

@@ -1,10 +1,3 @@
-// Package tcptest serves raw TCP in tests, as net/http/httptest serves HTTP:
-// Serve hands every connection a listener accepts to a handler on its own
-// goroutine, and Listen does so on a fresh loopback listener that closes when
-// the test ends.
-//
-// Only tests and test support (test/fakenet) import it. It must never import
-// an airlock package.
 package tcptest
 
 import (
