@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -168,6 +169,7 @@ func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Add
 		MinTTL:       time.Duration(cfg.DNS.MinTTL),
 		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
 		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
+		NameCheck:    d.placeholderInName(),
 	}, dec, d.tally, d.log)
 	if err != nil {
 		return err
@@ -178,6 +180,27 @@ func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Add
 }
 
 // buildSecrets loads the secrets file, if one is configured.
+// placeholderInName is the DNS filter's name check: a question that carries a
+// sandbox's secret placeholder is refused and flagged, as the gateway does
+// for a CONNECT host or an SNI. nil without secrets.
+func (d *Daemon) placeholderInName() func(sb policy.Sandbox, name string) (reason, flag string, refused bool) {
+	if d.secrets == nil {
+		return nil
+	}
+	inj := d.secrets
+	return func(sb policy.Sandbox, name string) (string, string, bool) {
+		err := inj.CheckName(secrets.Sandbox(sb), name)
+		if err == nil {
+			return "", "", false
+		}
+		var den *secrets.Denial
+		if errors.As(err, &den) {
+			return den.Code, den.Flag, true
+		}
+		return "secret_check_failed", "", true // fail closed
+	}
+}
+
 func (d *Daemon) buildSecrets(cfg config.Config) error {
 	if cfg.Secrets.File == "" {
 		return nil

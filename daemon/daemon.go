@@ -139,10 +139,11 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	own = append(own, resolverAddrs(upstreams)...)
-	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
+	// Secrets first: the DNS filter checks every question for a placeholder.
+	if err := d.buildSecrets(cfg); err != nil {
 		return nil, err
 	}
-	if err := d.buildSecrets(cfg); err != nil {
+	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
 		return nil, err
 	}
 	if err := d.buildGateway(o.Gateway, cfg, allow, own, caCert, caKey, eng.dec); err != nil {

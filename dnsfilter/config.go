@@ -1,6 +1,8 @@
 package dnsfilter
 
 import (
+	"github.com/airlock-dev/airlock/policy"
+
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -105,6 +107,10 @@ type Config struct {
 	// registry at 10.1.2.3/32; a bare address means /32 or /128). Everything else
 	// ipguard refuses is dropped.
 	AllowCIDRs []string
+	// NameCheck, when set, is asked about every question's normalized name before
+	// policy; refused means NXDOMAIN, never forwarded, audited with reason and
+	// (if not empty) flag. The daemon checks for secret placeholders with it.
+	NameCheck func(sb policy.Sandbox, name string) (reason, flag string, refused bool)
 	// GatewayAddrs are the gateway's own addresses; answers naming them are dropped.
 	GatewayAddrs []netip.Addr
 	// RateLimit (queries/s) and RateBurst size each sandbox's token bucket; a query

@@ -589,3 +589,40 @@ func TestAllUpstreamsFail(t *testing.T) {
 		t.Errorf("audit: got %+v, want error SERVFAIL with the upstream error", rec)
 	}
 }
+
+// TestNameCheckRefusesBeforePolicy: a question the name check refuses (the
+// daemon's check for secret placeholders) is answered NXDOMAIN, audited with the
+// check's reason and flag, never decided by policy and never forwarded, even
+// under an allowed domain. Before the hook, a placeholder in a name under an
+// allowed wildcard went upstream unflagged.
+func TestNameCheckRefusesBeforePolicy(t *testing.T) {
+	zone := map[string][]string{"ok.pypi.org.": {"ok.pypi.org. 300 IN A 151.101.0.1"}}
+	up := startUpstream(t, records(zone))
+	check := func(sb policy.Sandbox, name string) (string, string, bool) {
+		if sb.ID == "sb-1" && strings.Contains(name, "phtoken") {
+			return "secret_placeholder_misuse", "secret_placeholder", true
+		}
+		return "", "", false
+	}
+	dec := policytest.AllowUnder("pypi.org")
+	e := newEnv(t, Config{NameCheck: check}, up, dec)
+	r := e.ask(t, "udp", "phtoken.pypi.org.", dns.TypeA)
+	if r.Rcode != dns.RcodeNameError || len(r.Answer) != 0 {
+		t.Fatalf("placeholder name: got %s %v, want NXDOMAIN and no answer", dns.RcodeToString[r.Rcode], r.Answer)
+	}
+	if n := up.count("phtoken.pypi.org"); n != 0 {
+		t.Fatalf("upstream saw the placeholder name %d times, want 0", n)
+	}
+	for _, in := range dec.Inputs() {
+		if in.Destination.Host == "phtoken.pypi.org" {
+			t.Fatalf("policy was asked about a refused name: %+v", in)
+		}
+	}
+	rec := e.last(t, "phtoken.pypi.org")
+	if rec.Decision != audit.DecisionDeny || !audittest.HasReason(rec, "secret_placeholder_misuse") || !slices.Contains(rec.Flags, "secret_placeholder") {
+		t.Fatalf("record: got %+v, want deny with the check's reason and flag", rec)
+	}
+	if r := e.ask(t, "udp", "ok.pypi.org.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Fatalf("a clean name: got %s %v, want one answer", dns.RcodeToString[r.Rcode], r.Answer)
+	}
+}

@@ -109,6 +109,17 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 			return dns.RcodeNameError, nil
 		}
 	}
+	// A secret placeholder in a question is refused and flagged whatever
+	// policy would say (the name check; nil without secrets).
+	if check := s.f.cfg.NameCheck; check != nil {
+		if reason, flag, refused := check(s.sb, name); refused {
+			q.reasons = []audit.Reason{{ID: reason, Msg: "name refused before policy"}}
+			if flag != "" {
+				q.flags = append(q.flags, flag)
+			}
+			return dns.RcodeNameError, nil
+		}
+	}
 	q.dec = s.decide(q)
 	if !q.dec.d.Permit() {
 		return dns.RcodeNameError, nil
