@@ -117,7 +117,7 @@ func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
 		defer rd.unbound()
 	}
 	err := inj.Check(sandboxOf(rc), rc.req)
-	if err != nil && rd.expired {
+	if err != nil && rd.expired.Load() {
 		return &denial{reason: ReasonBodyScanTimeout, status: http.StatusRequestTimeout,
 			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
 	}
