@@ -111,8 +111,8 @@ func (a *AllowList) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if l == nil {
-		l = &AllowList{value: ast.NewObject(), obj: map[string]any{}}
+	if l == nil { // an empty object or array: present, and empty
+		l = &AllowList{value: ast.NewObject(), obj: map[string]any{}, digest: sha256.Sum256([]byte("{}"))}
 	}
 	*a = *l
 	return nil

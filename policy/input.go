@@ -130,7 +130,8 @@ type Decision struct {
 	Reasons    []Reason `json:"reasons,omitempty"`
 	MITM       bool     `json:"mitm,omitempty"`
 	HTTPStatus int      `json:"http_status,omitempty"`
-	// Mode is the mode this decision was taken in (global, or per sandbox from policy).
+	// Mode is the mode this decision was taken in: the policy's own (report or
+	// enforce rules), else the sandbox's (Sandbox.Mode), else the global one.
 	Mode Mode `json:"mode"`
 	// Rev is the policy revision that decided.
 	Rev string `json:"policy_rev"`
