@@ -188,18 +188,29 @@ func (w *limitWriter) applyPids(dir string) error {
 	return w.unenforced("pids", "pids limit "+w.pids+" (RLIMIT_NPROC stays as a backstop)")
 }
 
-// cgroupStats are the counters read at the end of a run. A counter whose
-// controller is missing reads 0.
-type cgroupStats struct {
-	OOMKills  int64
-	PidsMax   int64
-	Peak      int64
-	CPU       time.Duration
-	readError error
+// oomKills reads the cgroup's OOM kill counter (0 without a memory
+// controller or when unreadable).
+func (cg *cgroup) oomKills() int64 {
+	if !cg.m.have["memory"] {
+		return 0
+	}
+	if cg.v2 {
+		n, _ := readKeyed(filepath.Join(cg.dirs[""], "memory.events"), "oom_kill")
+		return n
+	}
+	n, _ := readKeyed(filepath.Join(cg.dirs["memory"], "memory.oom_control"), "oom_kill")
+	return n
 }
 
-func (cg *cgroup) stats() cgroupStats {
-	var s cgroupStats
+// usage reads the cgroup's counters. A counter whose controller is missing
+// reads 0; pids without a pids controller is the number of processes.
+//
+// v2: cpu.stat usage_usec, memory.current, memory.peak (Linux >= 5.19),
+// memory.events oom_kill, pids.current, pids.events max. v1: cpuacct.usage,
+// memory.usage_in_bytes, memory.max_usage_in_bytes, memory.oom_control
+// oom_kill, pids.current, pids.events max.
+func (cg *cgroup) usage() (Usage, error) {
+	var u Usage
 	var errs []error
 	get := func(path, key string) int64 {
 		v, err := readKeyed(path, key)
@@ -208,34 +219,42 @@ func (cg *cgroup) stats() cgroupStats {
 		}
 		return v
 	}
-	m := cg.m
-	if cg.v2 {
-		d := cg.dirs[""]
-		if m.have["memory"] {
-			s.OOMKills = get(filepath.Join(d, "memory.events"), "oom_kill")
-			s.Peak, _ = readInt(filepath.Join(d, "memory.peak")) // Linux >= 5.19
-		}
-		if m.have["pids"] {
-			s.PidsMax = get(filepath.Join(d, "pids.events"), "max")
-		}
-		s.CPU = time.Duration(get(filepath.Join(d, "cpu.stat"), "usage_usec")) * time.Microsecond
-	} else {
-		if m.have["memory"] {
-			s.OOMKills = get(filepath.Join(cg.dirs["memory"], "memory.oom_control"), "oom_kill")
-			var err error
-			if s.Peak, err = readInt(filepath.Join(cg.dirs["memory"], "memory.max_usage_in_bytes")); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if m.have["pids"] {
-			s.PidsMax = get(filepath.Join(cg.dirs["pids"], "pids.events"), "max")
-		}
-		ns, err := readInt(filepath.Join(cg.dirs["cpuacct"], "cpuacct.usage"))
+	num := func(path string) int64 {
+		v, err := readInt(path)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		s.CPU = time.Duration(ns)
+		return v
 	}
-	s.readError = errors.Join(errs...)
-	return s
+	m := cg.m
+	memDir, pidsDir := cg.dirs[""], cg.dirs[""]
+	if !cg.v2 {
+		memDir, pidsDir = cg.dirs["memory"], cg.dirs["pids"]
+	}
+	if m.have["memory"] {
+		if cg.v2 {
+			u.OOMKills = get(filepath.Join(memDir, "memory.events"), "oom_kill")
+			u.Memory = num(filepath.Join(memDir, "memory.current"))
+			u.PeakMemory, _ = readInt(filepath.Join(memDir, "memory.peak")) // Linux >= 5.19
+		} else {
+			u.OOMKills = get(filepath.Join(memDir, "memory.oom_control"), "oom_kill")
+			u.Memory = num(filepath.Join(memDir, "memory.usage_in_bytes"))
+			u.PeakMemory = num(filepath.Join(memDir, "memory.max_usage_in_bytes"))
+		}
+	}
+	if m.have["pids"] {
+		u.PidsLimitHits = get(filepath.Join(pidsDir, "pids.events"), "max")
+		u.Pids = num(filepath.Join(pidsDir, "pids.current"))
+	} else if ps, err := cg.pids(); err == nil {
+		u.Pids = int64(len(ps))
+	}
+	if cg.v2 {
+		u.CPU = time.Duration(get(filepath.Join(cg.dirs[""], "cpu.stat"), "usage_usec")) * time.Microsecond
+	} else {
+		u.CPU = time.Duration(num(filepath.Join(cg.dirs["cpuacct"], "cpuacct.usage")))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return u, fmt.Errorf("sandboxd: cgroup %s counters: %w", cg.name, err)
+	}
+	return u, nil
 }

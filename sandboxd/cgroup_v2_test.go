@@ -349,3 +349,31 @@ func TestCgroupV2WaitEmptyWakesOnExit(t *testing.T) {
 		t.Fatalf("waitEmpty on an empty cgroup with no time left: %v", err)
 	}
 }
+
+// TestCgroupV2Sandbox runs a long-lived sandbox in v2 mode on the real
+// cgroup2 hierarchy: init born in its cgroup, an exec's timeout freezing the
+// cgroup (cgroup.freeze) to kill the exec's session while another exec's
+// process lives on, usage from cpu.stat and the process
+// count, and Destroy through cgroup.kill leaving no process or cgroup.
+func TestCgroupV2Sandbox(t *testing.T) {
+	root := cgroup2Root(t)
+	e, _ := newTestExecutor(t, func(c *Config) {
+		c.CgroupRoot, c.CgroupMode, c.AllowMissingControllers = root, CgroupV2, LimitControllers
+	})
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	if got, want := cgroupOf(s.init.Pid), strings.TrimPrefix(s.slot.cg.dirs[""], root); got != want {
+		t.Errorf("init in cgroup %q, want %q", got, want)
+	}
+	mustExec(t, s, ExecSpec{Argv: sh("setsid sleep 981 >/dev/null 2>&1 < /dev/null &")})
+	res := mustExec(t, s, ExecSpec{Argv: sh("setsid sleep 982 >/dev/null 2>&1 < /dev/null & exec sleep 983"), Timeout: time.Second})
+	if !res.TimedOut {
+		t.Errorf("got %+v, want timed out", res)
+	}
+	if out := string(mustExec(t, s, ExecSpec{Argv: sh("ps -eo args | grep '^sleep 98' | sort")}).Stdout); out != "sleep 981\n" {
+		t.Errorf("sleepers: got %q, want only the other exec's", out)
+	}
+	u, err := s.Usage()
+	if err != nil || u.CPU <= 0 || u.Pids < 2 {
+		t.Errorf("usage: got %+v %v, want cpu and init plus the sleeper", u, err)
+	}
+}

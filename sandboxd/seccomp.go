@@ -113,8 +113,10 @@ const createFlags = unix.O_CREAT | (unix.O_TMPFILE &^ unix.O_DIRECTORY)
 // allowedSocketFamilies are the only address families socket(2) may create.
 var allowedSocketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6}
 
-// seccompProgram assembles the filter.
-func seccompProgram() ([]bpf.RawInstruction, error) {
+// seccompProgram assembles the filter. allowOpenat2 lets openat2 through: the
+// files stage resolves every path with it. It cannot be hijacked by the
+// sandbox's code (see filesRealID) and clears setuid and setgid bits itself.
+func seccompProgram(allowOpenat2 bool) ([]bpf.RawInstruction, error) {
 	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: seccompOffArch, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AUDIT_ARCH_X86_64, SkipTrue: 1},
@@ -133,9 +135,12 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 	// mode in a struct; callers fall back to openat, whose mode is checked.
 	prog = append(prog,
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_CLONE3, SkipTrue: 1},
-		bpf.RetConstant{Val: retNOSYS},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_OPENAT2, SkipTrue: 1},
 		bpf.RetConstant{Val: retNOSYS})
+	if !allowOpenat2 {
+		prog = append(prog,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_OPENAT2, SkipTrue: 1},
+			bpf.RetConstant{Val: retNOSYS})
+	}
 
 	// No setuid or setgid file: each mode-setting call is denied when its mode has
 	// S_ISUID or S_ISGID (for the open family only when it creates).
@@ -188,11 +193,11 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 }
 
 // loadSeccomp installs the filter on the calling thread, which must be locked and
-// must already have no_new_privs set. Only this thread is filtered: it is init's
-// command thread, which forks the command (the child inherits the filter and
+// must already have no_new_privs set. Only this thread is filtered: it is one of
+// init's job threads, which forks the job (the child inherits the filter and
 // keeps it through execve) and then exits.
-func loadSeccomp() error {
-	raw, err := seccompProgram()
+func loadSeccomp(allowOpenat2 bool) error {
+	raw, err := seccompProgram(allowOpenat2)
 	if err != nil {
 		return fmt.Errorf("assemble seccomp filter: %w", err)
 	}

@@ -22,7 +22,7 @@ func seccompData(arch, nr uint32, args ...uint32) []byte {
 }
 
 func TestSeccompFilter(t *testing.T) {
-	raw, err := seccompProgram()
+	raw, err := seccompProgram(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +96,25 @@ func TestSeccompFilter(t *testing.T) {
 	for _, s := range deniedSyscalls {
 		if got, _ := vm.Run(seccompData(x86, s.nr)); uint32(got) != retEPERM {
 			t.Errorf("%s: got %#x, want EPERM", s.name, uint32(got))
+		}
+	}
+	// The files stage's filter differs only in letting openat2 through.
+	raw2, err := seccompProgram(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts2, _ := bpf.Disassemble(raw2)
+	files, err := bpf.NewVM(insts2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		want := tc.want
+		if tc.name == "openat2 nosys" {
+			want = retAllow
+		}
+		if got, _ := files.Run(tc.data); uint32(got) != want {
+			t.Errorf("files stage filter, %s: got %#x, want %#x", tc.name, uint32(got), want)
 		}
 	}
 }
