@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -353,7 +354,7 @@ func TestCgroupV2WaitEmptyWakesOnExit(t *testing.T) {
 // TestCgroupV2Sandbox runs a long-lived sandbox in v2 mode on the real
 // cgroup2 hierarchy: init born in its cgroup, an exec's timeout freezing the
 // cgroup (cgroup.freeze) to kill the exec's session while another exec's
-// process lives on, usage from cpu.stat and the process
+// process lives on, files in and out, usage from cpu.stat and the process
 // count, and Destroy through cgroup.kill leaving no process or cgroup.
 func TestCgroupV2Sandbox(t *testing.T) {
 	root := cgroup2Root(t)
@@ -372,8 +373,19 @@ func TestCgroupV2Sandbox(t *testing.T) {
 	if out := string(mustExec(t, s, ExecSpec{Argv: sh("ps -eo args | grep '^sleep 98' | sort")}).Stdout); out != "sleep 981\n" {
 		t.Errorf("sleepers: got %q, want only the other exec's", out)
 	}
+	if _, err := s.PutFiles(t.Context(), "/workspace", strings.NewReader(string(tarBytes(t)))); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := s.GetFiles(t.Context(), "/workspace/hello", &out); err != nil || !strings.Contains(out.String(), "hi there") {
+		t.Errorf("get: %v %q", err, out.String())
+	}
 	u, err := s.Usage()
 	if err != nil || u.CPU <= 0 || u.Pids < 2 {
 		t.Errorf("usage: got %+v %v, want cpu and init plus the sleeper", u, err)
 	}
+}
+
+func tarBytes(t *testing.T) []byte {
+	return tarOf(t, []*tar.Header{file("hello")}, map[string]string{"hello": "hi there"}).Bytes()
 }
