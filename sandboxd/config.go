@@ -362,6 +362,24 @@ func (l Limits) withDefaults(d Limits) Limits {
 	return l
 }
 
+// cgroupLimits are the limits the cgroup holds.
+func (l Limits) cgroupLimits() (memory int64, cpus float64, pids int64, io []IOLimit) {
+	return l.Memory, l.CPUs, l.Pids, l.IO
+}
+
+// cgroupEqual reports whether l and o put the same limits in a cgroup.
+func (l Limits) cgroupEqual(o Limits) bool {
+	if l.Memory != o.Memory || l.CPUs != o.CPUs || l.Pids != o.Pids || len(l.IO) != len(o.IO) {
+		return false
+	}
+	for i := range l.IO {
+		if l.IO[i] != o.IO[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func (l Limits) validate() error {
 	switch {
 	case l.Memory < 4<<20:

@@ -25,6 +25,8 @@ type Executor struct {
 	// through, so no host socket is connectable (hostview_linux.go). Its
 	// helper process (3-5 ms) runs while the caller goes on setting up.
 	rootNS *usernsFuture
+	// idmaps are the user namespaces workspaces are idmapped through.
+	idmaps *idmapCache
 }
 
 // New validates cfg, prepares the cgroup parent, removes stale sandboxes left by
@@ -53,7 +55,7 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns()}, nil
+	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns(), idmaps: newIdmapCache()}, nil
 }
 
 // Close destroys the idle pool slots.
@@ -62,6 +64,7 @@ func (e *Executor) Close() error {
 	if f, nerr := e.rootNS.get(); nerr == nil {
 		f.Close()
 	}
+	e.idmaps.close()
 	return err
 }
 

@@ -147,7 +147,7 @@ func (s *initServer) becomeAndFork(spec *jobSpec, st *startRequest, fds []int) (
 	if err != nil {
 		return 0, &jobFailure{code: code, err: err}
 	}
-	if err := loadSeccomp(false); err != nil {
+	if err := s.execFilter.load(); err != nil {
 		return setup(err)
 	}
 	pid, err := syscall.ForkExec(path, x.Argv, &syscall.ProcAttr{
@@ -192,7 +192,7 @@ func (s *initServer) forkFiles(job *filesJob, fds []int) (int, *jobFailure) {
 	if err != nil {
 		return setup(fmt.Errorf("write the files job: %w", err))
 	}
-	if err := loadSeccomp(true); err != nil {
+	if err := s.filesFilter.load(); err != nil {
 		return setup(err)
 	}
 	pid, err := syscall.ForkExec("/proc/self/exe", append([]string{"airlock-files"}, s.cfg.InitArgs...), &syscall.ProcAttr{

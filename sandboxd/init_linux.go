@@ -64,6 +64,10 @@ type initServer struct {
 	started bool
 	failed  error // start failed: nothing more runs
 	start   *startRequest
+	// execFilter and filesFilter are the seccomp filters of execs and of
+	// the files stage, assembled once.
+	execFilter, filesFilter seccompFilter
+
 	jobs    map[int]*initJob    // by pid
 	byID    map[string]*initJob // by id, while registered or starting
 	forked  chan struct{}       // wakes the reaper after a fork
@@ -138,6 +142,11 @@ func (s *initServer) configure() error {
 		s.cfg = m.Config
 		if err = checkIsolated(s.cfg.HostMountNS); err == nil {
 			s.fs, err = setupSandbox(s.cfg)
+		}
+	}
+	if err == nil {
+		if s.execFilter, err = newSeccompFilter(false); err == nil {
+			s.filesFilter, err = newSeccompFilter(true)
 		}
 	}
 	seq := m.Seq

@@ -82,7 +82,7 @@ func (e *Executor) runOnce(ctx context.Context, t0 time.Time, sb *Sandbox, spec 
 		}
 	}
 	p, err := sb.exec(ctx, ExecSpec{Argv: spec.Argv, Dir: dir, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
-		Timeout: lim.Timeout, OutputCap: lim.OutputCap}, execOptions{onExit: sb.killAll})
+		Timeout: lim.Timeout, OutputCap: lim.OutputCap}, execOptions{onExit: sb.killInit})
 	if p == nil {
 		return err
 	}

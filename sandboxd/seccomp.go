@@ -192,22 +192,30 @@ func seccompProgram(allowOpenat2 bool) ([]bpf.RawInstruction, error) {
 	return bpf.Assemble(prog)
 }
 
-// loadSeccomp installs the filter on the calling thread, which must be locked and
-// must already have no_new_privs set. Only this thread is filtered: it is one of
-// init's job threads, which forks the job (the child inherits the filter and
-// keeps it through execve) and then exits.
-func loadSeccomp(allowOpenat2 bool) error {
+// seccompFilter is an assembled filter, ready to load.
+type seccompFilter []unix.SockFilter
+
+// newSeccompFilter assembles the filter (once per init: each job loads it).
+func newSeccompFilter(allowOpenat2 bool) (seccompFilter, error) {
 	raw, err := seccompProgram(allowOpenat2)
 	if err != nil {
-		return fmt.Errorf("assemble seccomp filter: %w", err)
+		return nil, fmt.Errorf("assemble seccomp filter: %w", err)
 	}
-	filters := make([]unix.SockFilter, len(raw))
+	filters := make(seccompFilter, len(raw))
 	for i, r := range raw {
 		filters[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
-	fprog := unix.SockFprog{Len: uint16(len(filters)), Filter: &filters[0]}
+	return filters, nil
+}
+
+// load installs the filter on the calling thread, which must be locked and
+// must already have no_new_privs set. Only this thread is filtered: it is one of
+// init's job threads, which forks the job (the child inherits the filter and
+// keeps it through execve) and then exits.
+func (f seccompFilter) load() error {
+	fprog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
 	_, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(filters)
+	runtime.KeepAlive(f)
 	if errno != 0 {
 		return fmt.Errorf("load seccomp filter: %w", errno)
 	}

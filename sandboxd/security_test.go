@@ -24,7 +24,7 @@ func randName(prefix string) string {
 // hostDir makes a directory on the host root filesystem (not /tmp or
 // /var/tmp, which the sandbox covers with tmpfs mounts of its own) and removes
 // it at the end.
-func hostDir(t *testing.T, mode os.FileMode) string {
+func hostDir(t testing.TB, mode os.FileMode) string {
 	t.Helper()
 	d := filepath.Join("/var/lib", randName("airlock-test-"))
 	if err := os.Mkdir(d, mode); err != nil {

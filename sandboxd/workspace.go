@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -29,7 +30,7 @@ type workspaceTree struct {
 // openWorkspace makes the tree of host directory path for a sandbox running
 // as uid, to be attached at target. hostHidden are the hidden host paths
 // (and what they resolve to).
-func openWorkspace(path, target string, uid int, hostHidden []string) (*workspaceTree, error) {
+func openWorkspace(path, target string, uid int, hostHidden []string, idmaps *idmapCache) (*workspaceTree, error) {
 	dir, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxd: workspace %s: %w", path, err)
@@ -69,7 +70,7 @@ func openWorkspace(path, target string, uid int, hostHidden []string) (*workspac
 		unix.Close(fd)
 		return nil, fmt.Errorf("sandboxd: workspace %s: stat: %w", path, err)
 	}
-	if err := idmapWorkspace(fd, real, int(owner.Uid), int(owner.Gid), uid, uid); err != nil {
+	if err := idmapWorkspace(fd, real, int(owner.Uid), int(owner.Gid), uid, uid, idmaps); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("sandboxd: %w", err)
 	}
@@ -82,14 +83,16 @@ func openWorkspace(path, target string, uid int, hostHidden []string) (*workspac
 // overflow id (nobody) and cannot be written through ownership. It runs in the
 // executor, before the tree is sent to init and attached (an attached mount
 // cannot be idmapped).
-func idmapWorkspace(treeFD int, path string, ownerUID, ownerGID, uid, gid int) error {
-	nsFD, err := idmapUserns(ownerUID, ownerGID, uid, gid)
+func idmapWorkspace(treeFD int, path string, ownerUID, ownerGID, uid, gid int, idmaps *idmapCache) error {
+	var setErr error
+	err := idmaps.with([4]int{ownerUID, ownerGID, uid, gid}, func(nsFD int) {
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsFD)}
+		setErr = unix.MountSetattr(treeFD, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
+	})
 	if err != nil {
 		return fmt.Errorf("workspace %s: user namespace for the idmapped mount: %w", path, err)
 	}
-	defer unix.Close(nsFD)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsFD)}
-	if err := unix.MountSetattr(treeFD, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+	if err := setErr; err != nil {
 		var fs unix.Statfs_t
 		_ = unix.Fstatfs(treeFD, &fs)
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSYS) {
@@ -100,6 +103,68 @@ func idmapWorkspace(treeFD int, path string, ownerUID, ownerGID, uid, gid int) e
 		return fmt.Errorf("workspace %s: idmap mount: %w", path, err)
 	}
 	return nil
+}
+
+// idmapCache keeps the user namespaces workspaces are idmapped through, by
+// (owner uid, owner gid, sandbox uid, sandbox gid): making one costs a helper
+// process (3-5 ms, more from a large executor, which cannot vfork it), and a
+// namespace without processes is only a mapping, the same for every sandbox
+// that gets the same uid. At most idmapCacheSize are kept (least recently
+// used goes first).
+type idmapCache struct {
+	mu    sync.Mutex
+	max   int
+	byKey map[[4]int]*idmapEntry
+	tick  uint64
+}
+
+type idmapEntry struct {
+	f    *os.File
+	used uint64
+}
+
+const idmapCacheSize = 256
+
+func newIdmapCache() *idmapCache { return &idmapCache{max: idmapCacheSize, byKey: map[[4]int]*idmapEntry{}} }
+
+// with runs fn with the namespace for key, made when missing. fn runs under
+// the cache's lock, so the fd is never closed (evicted) while in use.
+func (c *idmapCache) with(key [4]int, fn func(nsFD int)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tick++
+	e, ok := c.byKey[key]
+	if !ok {
+		fd, err := idmapUserns(key[0], key[1], key[2], key[3])
+		if err != nil {
+			return err
+		}
+		if len(c.byKey) >= c.max {
+			var oldest [4]int
+			least := ^uint64(0)
+			for k, e := range c.byKey {
+				if e.used < least {
+					oldest, least = k, e.used
+				}
+			}
+			c.byKey[oldest].f.Close()
+			delete(c.byKey, oldest)
+		}
+		e = &idmapEntry{f: os.NewFile(uintptr(fd), "airlock-idmap-userns")}
+		c.byKey[key] = e
+	}
+	e.used = c.tick
+	fn(int(e.f.Fd()))
+	return nil
+}
+
+func (c *idmapCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.byKey {
+		e.f.Close()
+		delete(c.byKey, k)
+	}
 }
 
 // idmapUserns returns an fd for a new user namespace whose uid_map is
