@@ -125,7 +125,9 @@ type idmapEntry struct {
 
 const idmapCacheSize = 256
 
-func newIdmapCache() *idmapCache { return &idmapCache{max: idmapCacheSize, byKey: map[[4]int]*idmapEntry{}} }
+func newIdmapCache() *idmapCache {
+	return &idmapCache{max: idmapCacheSize, byKey: map[[4]int]*idmapEntry{}}
+}
 
 // with runs fn with the namespace for key, made when missing. fn runs under
 // the cache's lock, so the fd is never closed (evicted) while in use.
