@@ -1,10 +1,11 @@
-// Package api holds the wire types of the daemon's HTTP+JSON API (the
-// `airlock serve` unix socket): requests, responses, exec stream frames,
-// events and error codes. The daemon serves them, package client and the
-// Python client speak them, and api/openapi.json describes them.
+// Package api holds the wire types of the daemon's planned sandbox API
+// (sandboxes, exec stream frames, files, events, error codes) as the contract
+// between the daemon and its clients (issue 10). Nothing serves them yet: the
+// daemon's API today is daemon.Handler (docs/ARCHITECTURE.md, "Daemon and
+// command line"; "Known gaps").
 //
-// Entry point: the types themselves; there is no logic here beyond JSON.
+// Entry point: the types themselves; there is no logic here beyond JSON. It
+// uses config only for the Size and Duration spellings.
 //
-// api must never import an airlock package other than config (for the Size
-// and Duration spellings).
+// api must never import: any other airlock package but config.
 package api

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Record is one audit line (DESIGN.md section 4). Seq, TS and Prev are set by the
-// writer; callers fill the rest. Fields that do not apply stay zero and are omitted.
+// Record is one audit line (docs/ARCHITECTURE.md, "Audit log"). Seq, TS and
+// Prev are set by the writer; callers fill the rest. Fields that do not apply
+// stay zero and are omitted.
 type Record struct {
 	Seq        uint64    `json:"seq"`
 	TS         time.Time `json:"ts"`

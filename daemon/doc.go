@@ -1,17 +1,18 @@
 // Package daemon assembles one running airlock: the policy engine, the audit
-// writer, the DNS filter, the gateway, the secrets injector, the island
-// namespace manager and the executor, built from the one config schema
-// (package config). `airlock run` uses it in-process for a single task,
-// `airlock attach` to serve an existing namespace, and a long-running
-// `airlock serve` would hold one for many.
+// writer, budget and tally, the DNS filter, the gateway, the secrets injector,
+// the island namespace manager and the executor, built from the one config
+// schema (package config). `airlock run` uses it for a single task, `airlock
+// attach` to serve an existing namespace, and `airlock serve` holds one for
+// many sandboxes behind its HTTP+JSON API (Handler).
 //
 // It owns the glue and the order: what each part is given (the addresses the
-// gateway always refuses: the host's own and the DNS upstreams'; the audit
-// budget between the gateway and the tally), the merged CA bundle a sandbox
-// trusts (system roots, the interception CA, the operator's upstream CA),
-// which host paths a sandbox must never see, and the life of a task: free
-// space on the audit log's filesystem, namespace, placeholders, exec,
-// teardown. It decides nothing about traffic itself.
+// gateway always refuses, the audit logger chain, the merged CA bundle, the
+// host paths a sandbox must never see), and the life of a task: free space on
+// the audit log's filesystem, namespace, placeholders, exec, teardown. It
+// decides nothing about traffic itself.
 //
-// daemon may import every airlock package; no airlock package may import it.
+// Entry points: New, (*Daemon).Run, Attach, Detach, Handler, Close. The build
+// order step by step: docs/ARCHITECTURE.md, "Daemon and command line".
+//
+// daemon must never import: cmd/airlock, bench/..., netns/netnstest, test/....
 package daemon

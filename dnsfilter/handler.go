@@ -21,7 +21,7 @@ import (
 // and the one it reads from policy.
 const (
 	// ReasonQTypeOptIn, on an allowed decision, lets a restricted query type
-	// (TXT, MX, SRV, NULL, ...) through for that name. See the package doc.
+	// (TXT, MX, SRV, NULL, ...) through for that name (docs/ARCHITECTURE.md, "DNS filter").
 	ReasonQTypeOptIn  = "dns_qtype_optin"
 	ReasonMalformed   = "dns_malformed"
 	ReasonBadName     = "dns_bad_name"
@@ -49,7 +49,7 @@ type query struct {
 	ansWire  []byte // the answer records already packed (cached answers), or nil
 }
 
-// ServeDNS is the request path, in the order the package doc gives. It writes
+// ServeDNS is the request path, in the order docs/ARCHITECTURE.md gives. It writes
 // exactly one audit record and then exactly one reply.
 func (s *sandboxServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	q := &query{start: time.Now(), proto: "udp"}

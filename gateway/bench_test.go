@@ -135,6 +135,10 @@ func bulkServer(b *testing.B, size int64, cert *tls.Certificate) string {
 						return
 					}
 					w = tc
+				} else if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+					// Plain: the client speaks first (a server-first protocol
+					// waits peek_timeout in a tunnel before it is decided as tcp).
+					return
 				}
 				for sent := int64(0); sent < size; {
 					n, err := w.Write(buf[:min(int64(len(buf)), size-sent)])
@@ -196,6 +200,8 @@ func BenchmarkConnectBulk(b *testing.B) {
 						b.Fatal(err)
 					}
 					conn = tc
+				} else if _, err := conn.Write([]byte{'B'}); err != nil { // opaque, client first
+					b.Fatal(err)
 				}
 				return conn
 			}

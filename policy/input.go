@@ -14,8 +14,8 @@ const (
 	KindDNS     Kind = "dns"
 )
 
-// Input is the document policy sees as `input` (DESIGN.md section 3). Absent parts
-// are nil and so absent from the JSON, never empty objects.
+// Input is the document policy sees as `input` (docs/ARCHITECTURE.md, "Policy").
+// Absent parts are nil and so absent from the JSON, never empty objects.
 type Input struct {
 	Kind        Kind        `json:"kind"`
 	Sandbox     Sandbox     `json:"sandbox"`

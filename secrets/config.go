@@ -50,7 +50,8 @@ const (
 	ModeRequire = "require"
 )
 
-// Config is the secrets file (DESIGN.md section 5). See doc.go for an example.
+// Config is the secrets file (docs/ARCHITECTURE.md, "Secrets"). README.md and
+// testdata/example.yaml have examples.
 type Config struct {
 	// FingerprintKeyFile names a file of at least 32 bytes keying the HMAC that
 	// fingerprints values for the audit log. Empty: a random key per process

@@ -23,32 +23,6 @@ func TestLoadExampleFile(t *testing.T) {
 	}
 }
 
-// The snippet in doc.go must load too.
-func TestDocExampleLoads(t *testing.T) {
-	src, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(src)
-	start := strings.Index(text, "// # Example secrets file")
-	if start < 0 {
-		t.Fatal("doc.go has no example section")
-	}
-	var yml []string
-	for _, line := range strings.Split(text[start:], "\n")[1:] {
-		if !strings.HasPrefix(line, "//\t") {
-			if len(yml) > 0 {
-				break
-			}
-			continue
-		}
-		yml = append(yml, strings.TrimPrefix(line, "//\t"))
-	}
-	if _, err := Parse([]byte(strings.Join(yml, "\n"))); err != nil {
-		t.Fatalf("doc.go example: %v\n%s", err, strings.Join(yml, "\n"))
-	}
-}
-
 func TestConfigErrors(t *testing.T) {
 	base := func(binding string) string {
 		return "secrets:\n  - id: tok\n    env: TOK\nbindings:\n  - secret: tok\n    sandboxes: {ids: [sb-1]}\n" + binding

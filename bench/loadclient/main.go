@@ -1,7 +1,3 @@
-// Command loadclient is the benchmarks' HTTP client: it runs inside an airlock
-// sandbox (through the gateway) and on the host (direct), so both sides of a
-// ratio use the same code. It prints one JSON line: requests, errors, bytes and
-// seconds. Every run is bounded by -n and -max.
 package main
 
 import (

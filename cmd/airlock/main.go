@@ -1,6 +1,3 @@
-// Command airlock is the egress gateway for AI-agent sandboxes. This file only
-// builds the command tree; every subcommand lives in its own file and the logic
-// lives in the packages.
 package main
 
 import (

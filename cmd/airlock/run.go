@@ -20,8 +20,8 @@ import (
 // (as docker and podman use 125), distinct from any status of the command.
 const exitSetupFailed = 125
 
-// runOptions are the flags of `airlock run` (DESIGN.md section 7). Each one,
-// when given, overrides the config file.
+// runOptions are the flags of `airlock run` (docs/ARCHITECTURE.md, "Daemon and
+// command line"). Each one, when given, overrides the config file.
 type runOptions struct {
 	config    string
 	policyDir string

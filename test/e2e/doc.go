@@ -1,13 +1,16 @@
-// Package e2e holds airlock's end-to-end tests: the real airlock binary runs real
-// clients (curl, dig, pip, npm, go, git) with `airlock run` against a fake
+// Package e2e holds airlock's end-to-end tests: the real airlock binary runs
+// real clients (curl, dig, pip, npm, go, git) with `airlock run` against a fake
 // internet (package test/fakenet) whose servers answer for pypi.org,
 // registry.npmjs.org, proxy.golang.org, github.com and a few test hosts.
 //
-// Tests assert on the audit log (JSON lines) and on the fake servers' counters,
-// never on log text; every "blocked" case also proves its target saw nothing.
-// They need root (namespaces, iptables, cgroups) and skip without it, unless
-// AIRLOCK_REQUIRE_ROOT_TESTS=1. AIRLOCK_BIN names a prebuilt binary; otherwise
-// TestMain builds ./cmd/airlock once.
+// Tests assert on the audit log and on the fake servers' counters, never on
+// log text; every "blocked" case also proves its target saw nothing. They need
+// root and skip without it, unless AIRLOCK_REQUIRE_ROOT_TESTS=1.
 //
-// The package has no code of its own outside tests.
+// Entry point: AIRLOCK_BIN=$PWD/bin/airlock go test ./test/e2e/ (without
+// AIRLOCK_BIN, TestMain builds ./cmd/airlock once). The package has no code of
+// its own outside tests.
+//
+// test/e2e must never import: cmd/airlock, daemon, dnsfilter, gateway, netns,
+// policy, sandboxd.
 package e2e

@@ -1,7 +1,3 @@
-// Package readme checks that every example in the top-level README still works:
-// the YAML config decodes strictly, the secrets file validates, the Rego policy
-// compiles in strict mode against the input schema, and every airlock command
-// line names subcommands and flags that exist.
 package readme
 
 import (

@@ -1,8 +1,3 @@
-// Command fakenet runs a fake internet for `make demo` and manual testing: a
-// namespace reachable from the host with a DNS server and HTTPS servers for real
-// registry names, signed by a throwaway CA. It writes an env file describing it
-// (FAKENET_DNS, FAKENET_CIDR, FAKENET_CA, one FAKENET_HOST_<name> per server) and
-// serves until interrupted, then removes everything it made.
 package main
 
 import (

@@ -1,0 +1,12 @@
+// Package readme checks that every example in the top-level README still
+// works: the YAML config decodes strictly, the secrets file validates, the
+// Rego policy compiles in strict mode against the input schema, and every
+// airlock command line names subcommands and flags that exist. As root it also
+// runs `make demo`'s script and checks what it shows.
+//
+// Entry point: go test ./test/readme/. The package has no code of its own
+// outside tests; it builds ./cmd/airlock and runs the binary.
+//
+// test/readme must never import: cmd/airlock, daemon, dnsfilter, gateway,
+// netns, sandboxd.
+package readme
