@@ -188,6 +188,26 @@ func (w *limitWriter) applyPids(dir string) error {
 	return w.unenforced("pids", "pids limit "+w.pids+" (RLIMIT_NPROC stays as a backstop)")
 }
 
+// pidsNow reads the cgroup's task count and limit; ok is false without a
+// pids controller or when they cannot be read.
+func (cg *cgroup) pidsNow() (current, max int64, ok bool) {
+	if !cg.m.have["pids"] {
+		return 0, 0, false
+	}
+	d := cg.dirs[""]
+	if !cg.v2 {
+		d = cg.dirs["pids"]
+	}
+	current, err := readInt(filepath.Join(d, "pids.current"))
+	if err != nil {
+		return 0, 0, false
+	}
+	if max, err = readInt(filepath.Join(d, "pids.max")); err != nil {
+		return 0, 0, false // "max": unlimited
+	}
+	return current, max, true
+}
+
 // oomKills reads the cgroup's OOM kill counter (0 without a memory
 // controller or when unreadable).
 func (cg *cgroup) oomKills() int64 {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -175,6 +176,9 @@ func (s *Sandbox) workspaceRoot() string {
 // runFiles runs one files job: in feeds its stdin (put), its stdout goes to
 // out, its stderr says why it failed.
 func (s *Sandbox) runFiles(ctx context.Context, job filesJob, path string, in io.Reader, out io.Writer) error {
+	if err := s.pidsRoom(); err != nil {
+		return err
+	}
 	if _, _, _, _, err := s.settings(); err != nil { // counts the job in s.procs
 		return err
 	}
@@ -200,15 +204,54 @@ func (s *Sandbox) runFiles(ctx context.Context, job filesJob, path string, in io
 	outC := newCapture(out, 0)
 	errC := newCapture(nil, 64<<10)
 	p := &Process{s: s, j: j, pipes: pipes, outC: outC, errC: errC}
+	var src *readErr
+	if in != nil {
+		src = &readErr{r: in}
+		in = src
+	}
 	p.startIO(in)
 	ev, err := s.waitFiles(ctx, j)
 	// The files stage leaves nothing behind that could hold its pipes: its
 	// output ends at EOF.
 	p.collect(0)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case src.failed() != nil:
+		// The stage saw the stream end early; the reason is the reader's.
+		return &FilesError{Op: job.Op, Path: path, Err: fmt.Errorf("read the tar stream: %w", src.failed())}
+	case outC.liveErr != nil:
+		return &FilesError{Op: job.Op, Path: path, Err: fmt.Errorf("write the tar stream: %w", outC.liveErr)}
 	}
 	return filesOutcome(job.Op, path, ev, errC.buf)
+}
+
+// readErr remembers the first error of its reader other than EOF.
+type readErr struct {
+	r   io.Reader
+	mu  sync.Mutex
+	err error
+}
+
+func (r *readErr) Read(b []byte) (int, error) {
+	n, err := r.r.Read(b)
+	if err != nil && err != io.EOF {
+		r.mu.Lock()
+		if r.err == nil {
+			r.err = err
+		}
+		r.mu.Unlock()
+	}
+	return n, err
+}
+
+func (r *readErr) failed() error {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // waitFiles waits for a files job's exit; when ctx ends first the job is

@@ -432,3 +432,31 @@ mine.kill()
 		t.Errorf("got %q (stderr %q), want the stage found and refused, the sandbox's own process opened", got, res.Stderr)
 	}
 }
+
+// TestFilesStreamErrorsReported: a tar stream whose reader fails, or a
+// writer that fails, is reported as such, not as a bad archive or success.
+func TestFilesStreamErrorsReported(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	full := tarOf(t, []*tar.Header{file("a")}, map[string]string{"a": strings.Repeat("z", 100<<10)}).Bytes()
+	broken := io.MultiReader(bytes.NewReader(full[:4096]), errReader{errors.New("airlock test: client went away")})
+	_, err := s.PutFiles(t.Context(), "/workspace", broken)
+	if err == nil || !strings.Contains(err.Error(), "client went away") {
+		t.Errorf("put from a failing reader: got %v, want the reader's error", err)
+	}
+	if _, err := s.PutFiles(t.Context(), "/workspace", bytes.NewReader(full)); err != nil {
+		t.Fatal(err)
+	}
+	err = s.GetFiles(t.Context(), "/workspace/a", failingWriter{})
+	if err == nil || !strings.Contains(err.Error(), "write the tar stream") {
+		t.Errorf("get to a failing writer: got %v, want the write error", err)
+	}
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("airlock test: writer closed") }

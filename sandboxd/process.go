@@ -180,6 +180,9 @@ func (s *Sandbox) exec(ctx context.Context, x ExecSpec, o execOptions) (*Process
 	if err := x.validate(); err != nil {
 		return nil, err
 	}
+	if err := s.pidsRoom(); err != nil {
+		return nil, err
+	}
 	sid, lim, env, workDir, err := s.settings() // counts the exec in s.procs
 	if err != nil {
 		return nil, err
@@ -528,6 +531,7 @@ func closeFiles(fs ...*os.File) {
 // read and dropped so the writer never blocks.
 type capture struct {
 	live      io.Writer
+	liveErr   error // why live was dropped
 	cap       int64
 	buf       []byte
 	total     int64
@@ -588,7 +592,7 @@ func (c *capture) drain(r *os.File) {
 			c.buf = append(c.buf, b[:keep]...)
 			if c.live != nil {
 				if _, werr := c.live.Write(b[:n]); werr != nil {
-					c.live = nil // a broken live writer must not stall the sandbox
+					c.live, c.liveErr = nil, werr // a broken live writer must not stall the sandbox
 				}
 			}
 		}

@@ -279,7 +279,8 @@ func (c *channel) recv() (*message, []int, error) {
 		return nil, nil, err
 	}
 	if err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		// A peer that died with data unread resets the connection.
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, unix.ECONNRESET) {
 			return fail(io.EOF)
 		}
 		return fail(fmt.Errorf("read from %s: %w", c.peer, err))

@@ -710,6 +710,21 @@ func (s *Sandbox) newJob(kind string) *job {
 	return &job{id: kind + strconv.Itoa(s.nextJob), exit: make(chan *exitEvent, 1)}
 }
 
+// pidsReserve is how many tasks below its pids limit a sandbox must be for a
+// job to start: init makes a thread for it, and a Go program whose thread
+// cannot be made ends (the sandbox with it).
+const pidsReserve = 4
+
+// pidsRoom refuses a job while the sandbox is at its pids limit (a fork bomb
+// of its own filled it).
+func (s *Sandbox) pidsRoom() error {
+	cur, max, ok := s.slot.cg.pidsNow()
+	if ok && cur+pidsReserve > max {
+		return fmt.Errorf("sandboxd: the sandbox is at its pids limit (%d of %d tasks, init's included): nothing can start until some end", cur, max)
+	}
+	return nil
+}
+
 // settings returns the sandbox's settings for a job, or why it cannot run
 // one. When it can, the job is counted in s.procs (Destroy waits for them
 // all): the caller calls s.procs.Done when the job is over.

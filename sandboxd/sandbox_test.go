@@ -548,3 +548,67 @@ func TestSandboxNoLeaks(t *testing.T) {
 		t.Errorf("goroutines: got %d, want at most %d\n%s", n, gs, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestSandboxAtItsPidsLimit: while a fork bomb of the sandbox's own holds
+// its pids limit, an exec is refused with an error saying so (init, which
+// needs a thread to start one, lives on); once the bomb's timeout killed it,
+// execs run again.
+func TestSandboxAtItsPidsLimit(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	if !e.cgm.have["pids"] {
+		t.Skip("no pids controller")
+	}
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{Limits: Limits{Pids: 16}})
+	bomb := "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
+	p, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"python3", "-c", bomb}, Timeout: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		cur, max, _ := s.slot.cg.pidsNow()
+		if cur >= max-1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = s.Exec(t.Context(), ExecSpec{Argv: []string{"true"}})
+	if err == nil || !strings.Contains(err.Error(), "pids limit") {
+		t.Errorf("exec at the limit: got %v, want a refusal naming the pids limit", err)
+	}
+	if res, err := p.Wait(); err != nil || !res.TimedOut {
+		t.Fatalf("bomb: got %+v %v, want timed out", res, err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("init died")
+	default:
+	}
+	for i := 0; ; i++ { // the killed bomb's tasks leave within moments
+		_, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"true"}})
+		if err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("exec after the bomb: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSandboxReapsOrphans: processes an exec left behind that end are
+// reaped by init (no zombies), while the sandbox lives on.
+func TestSandboxReapsOrphans(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	mustExec(t, s, ExecSpec{Argv: sh("for i in 1 2 3 4 5; do (sleep 0.1 &) ; done")})
+	var out string
+	for i := 0; i < 50; i++ {
+		out = string(mustExec(t, s, ExecSpec{Argv: sh("ps -eo stat=,args= | grep -c '^Z' ; ps -eo args= | grep -c '^sleep 0.1'")}).Stdout)
+		if out == "0\n0\n" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("zombies and sleepers: got %q, want none of either", out)
+}
