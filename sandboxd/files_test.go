@@ -49,11 +49,10 @@ func file(name string) *tar.Header { return &tar.Header{Typeflag: tar.TypeReg, N
 
 // tarEntry is one entry read back from a tar stream.
 type tarEntry struct {
-	typ           byte
-	mode          int64
-	mtime         time.Time
-	body, linkTo  string
-	uid, gid, dev int
+	typ          byte
+	mode         int64
+	mtime        time.Time
+	body, linkTo string
 }
 
 func readTar(t *testing.T, r io.Reader) map[string]tarEntry {

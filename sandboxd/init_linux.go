@@ -68,10 +68,9 @@ type initServer struct {
 	// the files stage, assembled once.
 	execFilter, filesFilter seccompFilter
 
-	jobs    map[int]*initJob    // by pid
-	byID    map[string]*initJob // by id, while registered or starting
-	forked  chan struct{}       // wakes the reaper after a fork
-	sendErr error
+	jobs   map[int]*initJob    // by pid
+	byID   map[string]*initJob // by id, while registered or starting
+	forked chan struct{}       // wakes the reaper after a fork
 }
 
 type initJob struct {
@@ -275,8 +274,8 @@ func (s *initServer) signal(req *signalRequest) error {
 	return nil
 }
 
-// send writes a message to the executor. The first failure is kept; a
-// broken channel means the executor is gone and serve ends.
+// send writes a message to the executor and logs a failure on stderr: a
+// broken channel means the executor is gone, and serve ends at its next read.
 func (s *initServer) send(m *message) error {
 	err := s.ch.send(m)
 	if err != nil {
