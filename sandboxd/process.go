@@ -180,6 +180,9 @@ func (s *Sandbox) exec(ctx context.Context, x ExecSpec, o execOptions) (*Process
 	if err := x.validate(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if err := s.pidsRoom(); err != nil {
 		return nil, err
 	}
