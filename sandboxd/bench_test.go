@@ -81,6 +81,7 @@ func BenchmarkStartExecDestroy(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				waitPoolFull(e)
 				t0 := time.Now()
 				if err := exec.Command("/bin/true").Run(); err != nil {
 					b.Fatal(err)
@@ -111,12 +112,23 @@ func BenchmarkStartExecDestroy(b *testing.B) {
 	}
 }
 
+// waitPoolFull waits (up to a second) until the slot pool has refilled, so
+// a timed section does not race the refill's cgroup mkdirs.
+func waitPoolFull(e *Executor) {
+	for i := 0; i < 1000 && len(e.pool.idle) < cap(e.pool.idle); i++ {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // BenchmarkPrepare: Prepare alone (spawn init, build the view, join the
 // cgroup); the Destroy after it is not timed.
 func BenchmarkPrepare(b *testing.B) {
 	e, _ := newTestExecutor(b, nil)
 	var ds []time.Duration
 	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		waitPoolFull(e)
+		b.StartTimer()
 		t0 := time.Now()
 		s, err := e.Prepare(context.Background(), PrepareSpec{})
 		if err != nil {
