@@ -33,10 +33,12 @@ e2e: deps build ## Run the end-to-end tests in test/ (root)
 	AIRLOCK_BIN=$(CURDIR)/$(BIN) $(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./test/...
 
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet, staticcheck, go mod tidy -diff and the package-layout check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) mod tidy -diff
+	$(GO) test -count=1 ./test/layout/
 
 .PHONY: bench
 bench: deps ## Run the benchmarks (ratios against direct connections in the same run)

@@ -8,7 +8,7 @@ import (
 
 func benchRecord() *Record {
 	return &Record{
-		ID: "", Sandbox: "sb-1", Kind: "http", Decision: "allow", Mode: "enforce",
+		ID: "", Sandbox: "sb-1", Kind: KindHTTP, Decision: DecisionAllow, Mode: "enforce",
 		Reasons:   []Reason{{ID: "preset_python", Msg: "pypi.org is in preset python"}},
 		PolicyRev: "3f2a9c", Host: "files.pythonhosted.org", Port: 443, IP: "198.18.0.7",
 		Method: "GET", Path: "/packages/ab/cd/requests-2.32.3-py3-none-any.whl",

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // Budget defaults (per sandbox), the same as the DNS filter's audit budget.
@@ -22,20 +24,10 @@ const (
 	MaxBudgetTopHosts            = 100
 )
 
-// Decisions as records spell them.
-const (
-	DecisionAllow = "allow"
-	DecisionDeny  = "deny"
-	DecisionError = "error"
-)
-
-// KindSummary is the Kind of a Budget's summary record, and
-// ReasonAuditSummary its reason id: the requests it counts came while their
-// sandbox was over its audit budget and have no record of their own.
-const (
-	KindSummary        = "summary"
-	ReasonAuditSummary = "audit_summary"
-)
+// ReasonAuditSummary is the reason id of a Budget's summary record (kind
+// KindSummary): the requests it counts came while their sandbox was over its
+// audit budget and have no record of their own.
+const ReasonAuditSummary = "audit_summary"
 
 // modeReport is policy's report mode (audit does not import policy): a
 // "deny" in report mode was let through.
@@ -155,13 +147,10 @@ func NewBudget(cfg BudgetConfig, next Logger, logger *slog.Logger) (*Budget, err
 	if next == nil {
 		return nil, errors.New("audit: budget needs a logger to wrap")
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	return &Budget{
 		cfg:       cfg,
 		next:      next,
-		log:       logger.With("component", "audit-budget"),
+		log:       oplog.For(logger, "audit-budget"),
 		sandboxes: make(map[string]*sandboxBudget),
 	}, nil
 }
@@ -208,7 +197,7 @@ func (b *Budget) Reserve() (Reservation, error) {
 
 // Err passes on the wrapped logger's health (see Writer.Err).
 func (b *Budget) Err() error {
-	if h, ok := b.next.(interface{ Err() error }); ok {
+	if h, ok := b.next.(Health); ok {
 		return h.Err()
 	}
 	return nil
@@ -401,7 +390,7 @@ func (s *sandboxBudget) close() {
 
 func (s *sandboxBudget) write(sum *budgetSummary, final bool) error {
 	if err := s.b.next.Log(sum.record(s.id, s.b.cfg.TopHosts, final)); err != nil {
-		s.b.log.Error("audit summary refused", "sandbox", s.id, "requests", sum.n, "final", final, "error", err)
+		s.b.log.Error("audit summary refused", oplog.SandboxKey, s.id, SummaryRequestsKey, sum.n, SummaryFinalKey, final, oplog.ErrorKey, err)
 		return err
 	}
 	s.b.summaries.Add(1)
@@ -413,9 +402,9 @@ func (s *sandboxBudget) write(sum *budgetSummary, final bool) error {
 // stopped: they go to the operational log at Error, never silently away.
 func (s *sandboxBudget) lostSummary(sum *budgetSummary, err error) {
 	s.b.lost.Add(uint64(sum.n))
-	s.b.log.Error("audit summary lost", "sandbox", s.id, "requests", sum.n,
-		slog.Any("by_decision", sum.byDecision), slog.Any("by_reason", sum.byReason),
-		"window_start", sum.start, "error", err)
+	s.b.log.Error("audit summary lost", oplog.SandboxKey, s.id, SummaryRequestsKey, sum.n,
+		slog.Any(SummaryByDecisionKey, sum.byDecision), slog.Any("by_reason", sum.byReason),
+		SummaryWindowStartKey, sum.start, oplog.ErrorKey, err)
 }
 
 // budgetSummary is one window's counts for one sandbox.
@@ -524,21 +513,21 @@ func (s *budgetSummary) record(sandbox string, topN int, final bool) *Record {
 	put := func(k string, v any) { extra[k], _ = json.Marshal(v) }
 	put(SummaryRequestsKey, s.n)
 	put("by_kind", s.byKind)
-	put("by_decision", s.byDecision)
+	put(SummaryByDecisionKey, s.byDecision)
 	put("by_reason", s.byReason)
 	if len(s.byFlag) > 0 {
-		put("by_flag", s.byFlag)
+		put(SummaryByFlagKey, s.byFlag)
 	}
 	put("distinct_hosts", len(s.hosts))
 	if s.hostsCapped {
 		put("distinct_hosts_capped", true)
 	}
 	put("top_hosts", top)
-	put("window_start", s.start.UTC().Format(time.RFC3339Nano))
-	put("window_end", s.end.UTC().Format(time.RFC3339Nano))
-	put("window_ms", s.end.Sub(s.start).Milliseconds())
+	put(SummaryWindowStartKey, s.start.UTC().Format(time.RFC3339Nano))
+	put(SummaryWindowEndKey, s.end.UTC().Format(time.RFC3339Nano))
+	put(SummaryWindowMSKey, s.end.Sub(s.start).Milliseconds())
 	if final {
-		put("final", true)
+		put(SummaryFinalKey, true)
 	}
 	decision := DecisionDeny
 	if s.byDecision[DecisionError] == s.n {
@@ -553,7 +542,3 @@ func (s *budgetSummary) record(sandbox string, topN int, final bool) *Record {
 		Extra: extra,
 	}
 }
-
-// SummaryRequestsKey is the Extra key of a summary record's count of the
-// requests it stands for.
-const SummaryRequestsKey = "requests"

@@ -1,62 +1,40 @@
-package audit
+package audit_test
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/test/poll"
 )
 
-// recLogger records what it is given, safely from several goroutines; refuse,
-// when set, decides per record whether Log fails, and health is its Err.
-type recLogger struct {
-	mu     sync.Mutex
-	recs   []*Record
-	refuse func(r *Record) error
-	health error
+// writerConfig is a real writer's config in a temporary directory.
+func writerConfig(t *testing.T) audit.Config {
+	t.Helper()
+	dir := t.TempDir()
+	return audit.Config{File: filepath.Join(dir, "audit.jsonl"), SigningKeyFile: filepath.Join(dir, "audit.key")}
 }
 
-func (l *recLogger) Log(r *Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.refuse != nil {
-		if err := l.refuse(r); err != nil {
-			return err
-		}
-	}
-	c := *r
-	l.recs = append(l.recs, &c)
-	return nil
-}
-
-func (l *recLogger) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.health
-}
-
-func (l *recLogger) records() []*Record {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]*Record(nil), l.recs...)
-}
-
-func deniedRecord(sandbox string, i int) *Record {
-	return &Record{
-		Sandbox: sandbox, Kind: "connect", Decision: DecisionDeny, Mode: "enforce",
+func deniedRecord(sandbox string, i int) *audit.Record {
+	return &audit.Record{
+		Sandbox: sandbox, Kind: audit.KindConnect, Decision: audit.DecisionDeny, Mode: "enforce",
 		Host: fmt.Sprintf("h%d.exfil.example", i%7), Port: 443,
-		Reasons: []Reason{{ID: "host_not_allowed", Msg: "not on the allowlist"}},
+		Reasons: []audit.Reason{{ID: "host_not_allowed", Msg: "not on the allowlist"}},
 	}
 }
 
 // summaryCount returns how many requests a summary record stands for.
-func summaryCount(t *testing.T, r *Record) int {
+func summaryCount(t *testing.T, r *audit.Record) int {
 	t.Helper()
 	var n int
-	if err := json.Unmarshal(r.Extra[SummaryRequestsKey], &n); err != nil {
+	if err := json.Unmarshal(r.Extra[audit.SummaryRequestsKey], &n); err != nil {
 		t.Fatalf("summary without a count: %+v", r)
 	}
 	return n
@@ -68,13 +46,13 @@ func summaryCount(t *testing.T, r *Record) int {
 // counts them all, and another sandbox's denials, under its own budget, are
 // all written one by one.
 func TestBudgetFloodCountsEveryRequest(t *testing.T) {
-	cfg := testConfig(t)
-	w, err := New(cfg, nil)
+	cfg := writerConfig(t)
+	w, err := audit.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tally := NewTally(w)
-	b, err := NewBudget(BudgetConfig{Rate: 100, Burst: 50, SummaryInterval: 20 * time.Millisecond}, tally, nil)
+	tally := audit.NewTally(w)
+	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 100, Burst: 50, SummaryInterval: 20 * time.Millisecond}, tally, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,22 +85,21 @@ func TestBudgetFloodCountsEveryRequest(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := VerifyFiles(VerifyOptions{PublicKey: w.PublicKey(), Complete: true}, cfg.File)
+	rep, err := audit.VerifyFiles(audit.VerifyOptions{PublicKey: w.PublicKey(), Complete: true}, cfg.File)
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}
 	count := map[string]struct{ individual, summarized, summaries int }{}
-	for _, l := range readLines(t, cfg.File) {
-		r := decodeLine(t, l)
+	for _, r := range audittest.ReadLog(t, cfg.File) {
 		c := count[r.Sandbox]
 		switch r.Kind {
-		case KindSummary:
+		case audit.KindSummary:
 			c.summaries++
 			c.summarized += summaryCount(t, &r)
-			if r.Reasons[0].ID != ReasonAuditSummary || r.Decision != DecisionDeny {
+			if r.Reasons[0].ID != audit.ReasonAuditSummary || r.Decision != audit.DecisionDeny {
 				t.Errorf("summary record: got %+v", r)
 			}
-		case "connect":
+		case audit.KindConnect:
 			c.individual++
 		}
 		count[r.Sandbox] = c
@@ -158,21 +135,21 @@ func TestBudgetFloodCountsEveryRequest(t *testing.T) {
 func TestBudgetNeverFoldsEgress(t *testing.T) {
 	tests := []struct {
 		name string
-		rec  Record
+		rec  audit.Record
 	}{
-		{name: "allowed", rec: Record{Sandbox: "s", Kind: "http", Decision: DecisionAllow, Host: "pypi.org"}},
-		{name: "tunnel close", rec: Record{Sandbox: "s", Kind: "close", Host: "pypi.org", BytesUp: 10}},
-		{name: "report mode deny", rec: Record{Sandbox: "s", Kind: "http", Decision: DecisionDeny, Mode: modeReport, Host: "x.example"}},
-		{name: "deny after bytes up", rec: Record{Sandbox: "s", Kind: "http", Decision: DecisionDeny, Host: "x.example", BytesUp: 1}},
-		{name: "deny after bytes down", rec: Record{Sandbox: "s", Kind: "tcp", Decision: DecisionDeny, Host: "x.example", BytesDown: 1}},
-		{name: "deny with a secret", rec: Record{Sandbox: "s", Kind: "http", Decision: DecisionDeny, Host: "api.example", Secrets: []Secret{{ID: "k"}}}},
-		{name: "no sandbox", rec: Record{Kind: "http", Decision: DecisionDeny, Host: "x.example"}},
-		{name: "dns summary", rec: Record{Sandbox: "s", Kind: "dns", Decision: DecisionDeny, Extra: map[string]json.RawMessage{"queries": json.RawMessage("9")}}},
+		{name: "allowed", rec: audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org"}},
+		{name: "tunnel close", rec: audit.Record{Sandbox: "s", Kind: audit.KindClose, Host: "pypi.org", BytesUp: 10}},
+		{name: "report mode deny", rec: audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: "report", Host: "x.example"}},
+		{name: "deny after bytes up", rec: audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: "x.example", BytesUp: 1}},
+		{name: "deny after bytes down", rec: audit.Record{Sandbox: "s", Kind: audit.KindTCP, Decision: audit.DecisionDeny, Host: "x.example", BytesDown: 1}},
+		{name: "deny with a secret", rec: audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: "api.example", Secrets: []audit.Secret{{ID: "k"}}}},
+		{name: "no sandbox", rec: audit.Record{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: "x.example"}},
+		{name: "dns summary", rec: audit.Record{Sandbox: "s", Kind: audit.KindDNS, Decision: audit.DecisionDeny, Extra: map[string]json.RawMessage{audit.SummaryQueriesKey: json.RawMessage("9")}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			next := &recLogger{}
-			b, err := NewBudget(BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, next, nil)
+			next := &audittest.Log{}
+			b, err := audit.NewBudget(audit.BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, next, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +160,7 @@ func TestBudgetNeverFoldsEgress(t *testing.T) {
 				}
 			}
 			b.Close()
-			if got := len(next.records()); got != 20 {
+			if got := len(next.Records()); got != 20 {
 				t.Fatalf("got %d records passed on, want all 20 one by one", got)
 			}
 			if st := b.Stats(); st.Summaries != 0 {
@@ -194,14 +171,14 @@ func TestBudgetNeverFoldsEgress(t *testing.T) {
 	t.Run("budgeted control", func(t *testing.T) {
 		// The same setup folds a plain denial: the rows above would fail if the
 		// exemptions were missing.
-		next := &recLogger{}
-		b, _ := NewBudget(BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, next, nil)
+		next := &audittest.Log{}
+		b, _ := audit.NewBudget(audit.BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, next, nil)
 		for i := range 20 {
 			_ = b.Log(deniedRecord("s", i))
 		}
 		b.Close()
-		recs := next.records()
-		if len(recs) != 2 || recs[1].Kind != KindSummary || summaryCount(t, recs[1]) != 19 {
+		recs := next.Records()
+		if len(recs) != 2 || recs[1].Kind != audit.KindSummary || summaryCount(t, &recs[1]) != 19 {
 			t.Fatalf("got %d records (%+v), want 1 individual and a final summary of 19", len(recs), recs)
 		}
 	})
@@ -210,12 +187,12 @@ func TestBudgetNeverFoldsEgress(t *testing.T) {
 // A record written through a reservation is never folded: room for it was
 // taken because its request was about to leave.
 func TestBudgetReservationNeverFolded(t *testing.T) {
-	cfg := testConfig(t)
-	w, err := New(cfg, nil)
+	cfg := writerConfig(t)
+	w, err := audit.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewBudget(BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, NewTally(w), nil)
+	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, audit.NewTally(w), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,10 +209,15 @@ func TestBudgetReservationNeverFolded(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := VerifyFiles(VerifyOptions{}, cfg.File); err != nil || rep.Records != 5 {
+	if rep, err := audit.VerifyFiles(audit.VerifyOptions{}, cfg.File); err != nil || rep.Records != 5 {
 		t.Fatalf("verify: got %d records, %v; want 5 individual", rep.Records, err)
 	}
-	if _, err := (&Budget{next: &recLogger{}}).Reserve(); err == nil {
+	nb, err := audit.NewBudget(audit.BudgetConfig{}, audittest.Discard{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+	if _, err := nb.Reserve(); err == nil {
 		t.Fatal("Reserve over a logger that cannot reserve: got nil error")
 	}
 }
@@ -243,16 +225,16 @@ func TestBudgetReservationNeverFolded(t *testing.T) {
 // A summary the log refuses is carried into the next window: its counts are
 // in a later summary, not lost.
 func TestBudgetCarriesRefusedSummary(t *testing.T) {
-	refused := 0
-	next := &recLogger{}
-	next.refuse = func(r *Record) error {
-		if r.Kind == KindSummary && refused == 0 {
+	refused := 0 // guarded by next's lock, under which the refusal runs
+	next := &audittest.Log{}
+	next.Refuse(func(r *audit.Record) error {
+		if r.Kind == audit.KindSummary && refused == 0 {
 			refused++
-			return ErrOverflow
+			return audit.ErrOverflow
 		}
 		return nil
-	}
-	b, err := NewBudget(BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: 5 * time.Millisecond}, next, nil)
+	})
+	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: 5 * time.Millisecond}, next, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,26 +243,15 @@ func TestBudgetCarriesRefusedSummary(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Wait (bounded) for the first, refused, summary attempt.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		next.mu.Lock()
-		r := refused
-		next.mu.Unlock()
-		if r > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no summary was attempted within 5s")
-		}
-	}
+	poll.Until(t, 5*time.Second, "the first, refused, summary attempt", func() bool { return next.Refused() > 0 })
 	for i := range 5 {
 		_ = b.Log(deniedRecord("s", i))
 	}
 	b.Close()
 	total := 0
-	for _, r := range next.records() {
-		if r.Kind == KindSummary {
-			total += summaryCount(t, r)
+	for _, r := range next.Records() {
+		if r.Kind == audit.KindSummary {
+			total += summaryCount(t, &r)
 		} else {
 			total++
 		}
@@ -294,18 +265,15 @@ func TestBudgetCarriesRefusedSummary(t *testing.T) {
 // rather than counted into a summary that could not be written.
 func TestBudgetPassesRefusalWhileLogFails(t *testing.T) {
 	broken := errors.New("audit: writer failed: write: no space left on device")
-	next := &recLogger{}
-	b, err := NewBudget(BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, next, nil)
+	next := &audittest.Log{}
+	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, next, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Log(deniedRecord("s", 0)); err != nil {
 		t.Fatal(err)
 	}
-	next.mu.Lock()
-	next.health = broken
-	next.refuse = func(*Record) error { return broken }
-	next.mu.Unlock()
+	next.Break(broken)
 	if err := b.Log(deniedRecord("s", 1)); !errors.Is(err, broken) {
 		t.Fatalf("over-budget Log while the log fails: got %v, want the log's error", err)
 	}
@@ -321,8 +289,8 @@ func TestBudgetPassesRefusalWhileLogFails(t *testing.T) {
 // Forget writes the stopping sandbox's last summary (final) and leaves the
 // others' windows open.
 func TestBudgetForgetWritesFinalSummary(t *testing.T) {
-	next := &recLogger{}
-	b, err := NewBudget(BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, next, nil)
+	next := &audittest.Log{}
+	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, next, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,13 +299,13 @@ func TestBudgetForgetWritesFinalSummary(t *testing.T) {
 		_ = b.Log(deniedRecord("b", i))
 	}
 	b.Forget("a")
-	var final *Record
-	for _, r := range next.records() {
-		if r.Kind == KindSummary {
+	var final *audit.Record
+	for _, r := range next.Records() {
+		if r.Kind == audit.KindSummary {
 			if r.Sandbox != "a" || final != nil {
 				t.Fatalf("unexpected summary %+v", r)
 			}
-			final = r
+			final = &r
 		}
 	}
 	if final == nil || summaryCount(t, final) != 3 || string(final.Extra["final"]) != "true" {
@@ -355,16 +323,16 @@ func TestBudgetForgetWritesFinalSummary(t *testing.T) {
 func TestBudgetConfigValidate(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  BudgetConfig
+		cfg  audit.BudgetConfig
 		want string
 	}{
-		{name: "negative rate", cfg: BudgetConfig{Rate: -1}, want: "budget rate"},
-		{name: "negative burst", cfg: BudgetConfig{Burst: -1}, want: "budget burst"},
-		{name: "top hosts", cfg: BudgetConfig{TopHosts: MaxBudgetTopHosts + 1}, want: "budget top hosts"},
+		{name: "negative rate", cfg: audit.BudgetConfig{Rate: -1}, want: "budget rate"},
+		{name: "negative burst", cfg: audit.BudgetConfig{Burst: -1}, want: "budget burst"},
+		{name: "top hosts", cfg: audit.BudgetConfig{TopHosts: audit.MaxBudgetTopHosts + 1}, want: "budget top hosts"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewBudget(tt.cfg, &recLogger{}, nil)
+			_, err := audit.NewBudget(tt.cfg, &audittest.Log{}, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error naming %q", err, tt.want)
 			}
@@ -372,24 +340,20 @@ func TestBudgetConfigValidate(t *testing.T) {
 	}
 }
 
-type discardLogger struct{}
-
-func (discardLogger) Log(*Record) error { return nil }
-
 // BenchmarkBudgetLog is the budget's own cost per record: an allowed record
 // (passed straight on), a denial under budget, and one folded into a summary.
 func BenchmarkBudgetLog(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		rec  *Record
+		rec  *audit.Record
 		rate float64
 	}{
-		{"allow", &Record{Sandbox: "s", Kind: "http", Decision: DecisionAllow, Host: "pypi.org"}, 1},
+		{"allow", &audit.Record{Sandbox: "s", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org"}, 1},
 		{"deny-under-budget", deniedRecord("s", 1), 1e12},
 		{"deny-folded", deniedRecord("s", 1), 0.001},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			bu, err := NewBudget(BudgetConfig{Rate: bc.rate, Burst: 1, SummaryInterval: time.Hour}, discardLogger{}, nil)
+			bu, err := audit.NewBudget(audit.BudgetConfig{Rate: bc.rate, Burst: 1, SummaryInterval: time.Hour}, audittest.Discard{}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

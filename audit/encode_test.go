@@ -14,7 +14,7 @@ func fullRecord() *Record {
 	code := -1
 	return &Record{
 		Seq: 42, TS: time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC), Prev: GenesisPrev, ID: "req-1",
-		Sandbox: "sb-1", Kind: "http", Decision: "deny", Mode: "enforce",
+		Sandbox: "sb-1", Kind: KindHTTP, Decision: DecisionDeny, Mode: "enforce",
 		Reasons:   []Reason{{ID: "not_allowed", Msg: "host <evil> & co"}, {ID: "", Msg: ""}},
 		PolicyRev: "rev-9", Host: "pypi.org", Port: 443, IP: "198.18.0.1", Protocol: "h1",
 		Method: "GET", Path: "/simple/", Query: []string{"a", "b"}, Status: 403,
@@ -23,7 +23,7 @@ func fullRecord() *Record {
 		QName:   "pypi.org.", QType: "A", RCode: "NXDOMAIN",
 		Answers:  []Answer{{Type: "A", Data: "198.18.0.1", TTL: 4294967295}},
 		Upstream: "127.0.0.1:53", Flags: []string{"placeholder_seen"}, Error: "dial: refused",
-		Exec: &Exec{Phase: "end", Argv: []string{"pip", "install"}, ExitCode: &code, Signal: "SIGKILL",
+		Exec: &Exec{Phase: ExecEnd, Argv: []string{"pip", "install"}, ExitCode: &code, Signal: "SIGKILL",
 			TimedOut: true, OOMKilled: true, PidsLimit: true, WallMS: 1e21, CPUMS: 12.5, PeakMemory: 1 << 30,
 			StdoutBytes: 10, StderrBytes: 20, Truncated: true},
 		Checkpoint: &Checkpoint{Head: "h", Seq: 41, KeyID: "k", Signature: "s"},
@@ -38,16 +38,16 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	}{
 		{"zero", &Record{}},
 		{"full", fullRecord()},
-		{"control chars", &Record{Kind: "http", Path: "/\x00\x01\x1f\b\f\n\r\t\"\\\x7f"}},
-		{"html", &Record{Kind: "http", Host: "<script>&amp;</script>"}},
-		{"invalid utf8", &Record{Kind: "http", Path: "/\xff\xfe\xc3(\xe2\x28\xa1"}},
-		{"line separators", &Record{Kind: "http", Error: "a\u2028b\u2029c"}},
-		{"unicode", &Record{Kind: "dns", QName: "bücher.example", Error: "日本語 😀"}},
-		{"non-utc ts", &Record{Kind: "http", TS: time.Date(2025, 1, 2, 3, 4, 5, 0, time.FixedZone("", -7*3600))}},
-		{"floats", &Record{Kind: "http", DurationMS: 123456789.125, Exec: &Exec{Phase: "start", WallMS: 1e-7, CPUMS: -3.5e22}}},
-		{"exec exit zero", &Record{Kind: "exec", Exec: &Exec{Phase: "end", ExitCode: new(int)}}},
-		{"empty slices", &Record{Kind: "http", Reasons: []Reason{}, Query: []string{}, Extra: map[string]json.RawMessage{}}},
-		{"negative ints", &Record{Kind: "tcp", Port: -1, Status: -2, BytesUp: math.MinInt64}},
+		{"control chars", &Record{Kind: KindHTTP, Path: "/\x00\x01\x1f\b\f\n\r\t\"\\\x7f"}},
+		{"html", &Record{Kind: KindHTTP, Host: "<script>&amp;</script>"}},
+		{"invalid utf8", &Record{Kind: KindHTTP, Path: "/\xff\xfe\xc3(\xe2\x28\xa1"}},
+		{"line separators", &Record{Kind: KindHTTP, Error: "a\u2028b\u2029c"}},
+		{"unicode", &Record{Kind: KindDNS, QName: "bücher.example", Error: "日本語 😀"}},
+		{"non-utc ts", &Record{Kind: KindHTTP, TS: time.Date(2025, 1, 2, 3, 4, 5, 0, time.FixedZone("", -7*3600))}},
+		{"floats", &Record{Kind: KindHTTP, DurationMS: 123456789.125, Exec: &Exec{Phase: ExecStart, WallMS: 1e-7, CPUMS: -3.5e22}}},
+		{"exec exit zero", &Record{Kind: KindExec, Exec: &Exec{Phase: ExecEnd, ExitCode: new(int)}}},
+		{"empty slices", &Record{Kind: KindHTTP, Reasons: []Reason{}, Query: []string{}, Extra: map[string]json.RawMessage{}}},
+		{"negative ints", &Record{Kind: KindTCP, Port: -1, Status: -2, BytesUp: math.MinInt64}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,11 +136,11 @@ func TestAppendJSONKeepsLinesValid(t *testing.T) {
 		name string
 		rec  *Record
 	}{
-		{"nan", &Record{Kind: "http", DurationMS: math.NaN()}},
-		{"inf", &Record{Kind: "http", Exec: &Exec{WallMS: math.Inf(1)}}},
-		{"invalid extra", &Record{Kind: "http", Extra: map[string]json.RawMessage{"x": json.RawMessage("{not json\n")}}},
-		{"empty extra value", &Record{Kind: "http", Extra: map[string]json.RawMessage{"x": {}}}},
-		{"two values in extra", &Record{Kind: "http", Extra: map[string]json.RawMessage{"x": json.RawMessage("1 2")}}},
+		{"nan", &Record{Kind: KindHTTP, DurationMS: math.NaN()}},
+		{"inf", &Record{Kind: KindHTTP, Exec: &Exec{WallMS: math.Inf(1)}}},
+		{"invalid extra", &Record{Kind: KindHTTP, Extra: map[string]json.RawMessage{"x": json.RawMessage("{not json\n")}}},
+		{"empty extra value", &Record{Kind: KindHTTP, Extra: map[string]json.RawMessage{"x": {}}}},
+		{"two values in extra", &Record{Kind: KindHTTP, Extra: map[string]json.RawMessage{"x": json.RawMessage("1 2")}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,8 +43,8 @@ func TestQuery(t *testing.T) {
 	}{
 		{"all", Filter{}, 60},
 		{"sandbox", Filter{Sandbox: "sb-1"}, 20},
-		{"kind", Filter{Kind: "connect"}, 20},
-		{"decision", Filter{Decision: "deny"}, 30},
+		{"kind", Filter{Kind: KindConnect}, 20},
+		{"decision", Filter{Decision: DecisionDeny}, 30},
 		{"host exact", Filter{Host: "pypi.org"}, 20},
 		{"host exact is not suffix", Filter{Host: "pythonhosted.org"}, 0},
 		{"host suffix dot", Filter{Host: ".pythonhosted.org"}, 20},
@@ -53,7 +53,7 @@ func TestQuery(t *testing.T) {
 		{"host from qname", Filter{Host: "EVIL.example."}, 20},
 		{"since", Filter{Since: base.Add(50 * time.Minute)}, 10},
 		{"until", Filter{Until: base.Add(10 * time.Minute)}, 10},
-		{"window and kind", Filter{Since: base.Add(30 * time.Minute), Until: base.Add(36 * time.Minute), Kind: "http"}, 2},
+		{"window and kind", Filter{Since: base.Add(30 * time.Minute), Until: base.Add(36 * time.Minute), Kind: KindHTTP}, 2},
 		{"checkpoints only", Filter{Kind: KindCheckpoint}, -1},
 		{"no match", Filter{Sandbox: "sb-9"}, 0},
 	}

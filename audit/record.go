@@ -14,8 +14,8 @@ type Record struct {
 	Prev       string    `json:"prev"`
 	ID         string    `json:"id"`
 	Sandbox    string    `json:"sandbox,omitempty"`
-	Kind       string    `json:"kind"`               // http, connect, tls, tcp, dns, drop, exec, close, checkpoint
-	Decision   string    `json:"decision,omitempty"` // allow, deny, error
+	Kind       string    `json:"kind"`               // one of the Kind* constants
+	Decision   string    `json:"decision,omitempty"` // DecisionAllow, DecisionDeny or DecisionError
 	Mode       string    `json:"mode,omitempty"`
 	Reasons    []Reason  `json:"reasons,omitempty"`
 	PolicyRev  string    `json:"policy_rev,omitempty"`
@@ -39,12 +39,71 @@ type Record struct {
 	Flags      []string  `json:"flags,omitempty"`
 	Error      string    `json:"error,omitempty"`
 	Exec       *Exec     `json:"exec,omitempty"`
-	// Checkpoint is set only on kind "checkpoint" records written by the writer.
+	// Checkpoint is set only on KindCheckpoint records written by the writer.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Extra carries kind-specific detail that has no field of its own. Never put a
 	// secret or a credential header value here.
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
 }
+
+// Record kinds. The first five are policy's decision kinds (policy.Kind), spelled
+// the same; audit does not import policy.
+const (
+	KindHTTP    = "http"    // a plain HTTP request, decided on its own
+	KindConnect = "connect" // a CONNECT tunnel's decision
+	KindTLS     = "tls"     // a TLS connection by its ClientHello
+	KindTCP     = "tcp"     // raw TCP to a host and port
+	KindDNS     = "dns"     // a DNS question (and the DNS filter's summaries)
+	KindDrop    = "drop"    // a packet the sandbox's namespace dropped (netns)
+	KindExec    = "exec"    // a sandboxed command's start or end (Record.Exec)
+	KindClose   = "close"   // a tunnel's end: bytes, duration, a mid-stream denial
+	// KindSummary is a Budget's count of the requests a sandbox made while
+	// over its audit budget (see ReasonAuditSummary, SummaryRequestsKey).
+	KindSummary = "summary"
+	// KindCheckpoint is the signed record the writer appends itself.
+	KindCheckpoint = "checkpoint"
+	// KindRetention is the record a writer appends before retention
+	// (Config.MaxFiles, MaxBytes) deletes rotated files: which files, and the
+	// seq and hash of the last line they held, so a verifier knows where the
+	// kept chain must begin (see Verify).
+	KindRetention = "retention"
+	// KindOutage is the record a writer appends when it writes again after a
+	// failure: the log was unavailable from when to when, and how many records
+	// were refused meanwhile.
+	KindOutage = "audit_outage"
+)
+
+// Decisions as records spell them.
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+	DecisionError = "error"
+)
+
+// Exec phases (Exec.Phase).
+const (
+	ExecStart = "start"
+	ExecEnd   = "end"
+)
+
+// Extra keys under which a record that stands for many events gives their
+// count; Tally counts each event.
+const (
+	SummaryRequestsKey   = "requests"   // a Budget's summary (kind summary)
+	SummaryQueriesKey    = "queries"    // the DNS filter's audit-budget summary (kind dns)
+	SummarySuppressedKey = "suppressed" // netns's rate-limited drops (kind drop)
+)
+
+// Extra keys every audit-budget summary record carries, a Budget's (kind
+// KindSummary) and the DNS filter's (kind KindDNS), besides its count.
+const (
+	SummaryByDecisionKey  = "by_decision" // count per decision
+	SummaryByFlagKey      = "by_flag"     // count per flag, when any
+	SummaryWindowStartKey = "window_start"
+	SummaryWindowEndKey   = "window_end"
+	SummaryWindowMSKey    = "window_ms"
+	SummaryFinalKey       = "final" // the sandbox's last summary, written as it stops
+)
 
 // Reason mirrors policy.Reason without importing policy.
 type Reason struct {
@@ -70,7 +129,7 @@ type Answer struct {
 
 // Exec describes a sandboxed command's start or end.
 type Exec struct {
-	Phase       string   `json:"phase"` // start, end
+	Phase       string   `json:"phase"` // ExecStart or ExecEnd
 	Argv        []string `json:"argv,omitempty"`
 	ExitCode    *int     `json:"exit_code,omitempty"`
 	Signal      string   `json:"signal,omitempty"`
@@ -111,6 +170,16 @@ type Reserver interface {
 	// refused now (queue full with overflow deny, writer failed or closed): the
 	// caller must not let the event happen.
 	Reserve() (Reservation, error)
+}
+
+// Health is implemented by a Logger that can tell whether it accepts records
+// now (Writer, and Budget and Tally for the logger they wrap). Err is nil while
+// it does and the failure otherwise (a failed write, ErrClosed). A caller about
+// to let traffic through asks first, so a broken log stops traffic before the
+// request goes out; a Logger that is not a Health is taken as healthy, and its
+// Log errors still deny.
+type Health interface {
+	Err() error
 }
 
 // Reservation is room for one record, taken by Reserver.Reserve. Exactly one

@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"os"
 	"time"
-)
 
-// KindOutage is the Kind of the record a writer appends when it writes again
-// after a failure: the log was unavailable from when to when, and how many
-// records were refused meanwhile.
-const KindOutage = "audit_outage"
+	"github.com/airlock-dev/airlock/oplog"
+)
 
 // ReasonAuditUnavailable is the reason id of an outage record.
 const ReasonAuditUnavailable = "audit_unavailable"
@@ -70,7 +67,7 @@ func (w *Writer) stillFailing(err error) {
 	w.failure.Store(&wrapped)
 	w.outage.err = err
 	w.backoff = min(2*w.backoff, w.cfg.RetryMax)
-	w.log.Debug("audit writer still failing", "err", err, "retry_in", w.backoff)
+	w.log.Debug("audit writer still failing", oplog.ErrorKey, err, "retry_in", w.backoff)
 }
 
 // reopen makes w.f the live file again, positioned after the last line

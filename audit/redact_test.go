@@ -56,7 +56,7 @@ func TestWriterRedactsCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &Record{
-		Kind: "http", Host: "api.example", Method: "GET",
+		Kind: KindHTTP, Host: "api.example", Method: "GET",
 		Path:  "/v1/items?token=QUERYSECRET&page=2",
 		Query: []string{"page"},
 		Extra: map[string]json.RawMessage{
@@ -143,7 +143,7 @@ func TestRedactHeaderShapesAndSpellings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &Record{Kind: "http", Extra: map[string]json.RawMessage{tt.key: json.RawMessage(tt.raw)}}
+			r := &Record{Kind: KindHTTP, Extra: map[string]json.RawMessage{tt.key: json.RawMessage(tt.raw)}}
 			out := string(AppendJSON(nil, redact(r)))
 			if strings.Contains(out, "SECRETX") || !strings.Contains(out, Redacted) {
 				t.Fatalf("got %s, want the value redacted", out)
@@ -151,7 +151,7 @@ func TestRedactHeaderShapesAndSpellings(t *testing.T) {
 		})
 	}
 	// A list of header names keeps its names.
-	r := &Record{Kind: "http", Extra: map[string]json.RawMessage{"stripped": json.RawMessage(`["authorization","cookie"]`)}}
+	r := &Record{Kind: KindHTTP, Extra: map[string]json.RawMessage{"stripped": json.RawMessage(`["authorization","cookie"]`)}}
 	if out := string(AppendJSON(nil, redact(r))); !strings.Contains(out, `["authorization","cookie"]`) {
 		t.Fatalf("name list: got %s, want it unchanged", out)
 	}

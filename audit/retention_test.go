@@ -13,7 +13,7 @@ import (
 
 // retainedChain writes n records through a writer with 4 KiB files and the
 // given retention, closes it, and returns the chain's files and public key.
-func retainedChain(t *testing.T, maxFiles int, maxBytes Size, n int) (Config, []string, *Writer) {
+func retainedChain(t *testing.T, maxFiles int, maxBytes int64, n int) (Config, []string, *Writer) {
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.MaxSize = 4096
@@ -32,7 +32,7 @@ func TestRetentionBoundsRotatedFiles(t *testing.T) {
 	tests := []struct {
 		name     string
 		maxFiles int
-		maxBytes Size
+		maxBytes int64
 		check    func(t *testing.T, rotated []string)
 	}{
 		{name: "max_files", maxFiles: 2, check: func(t *testing.T, rotated []string) {

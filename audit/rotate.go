@@ -10,13 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-)
 
-// KindRetention is the Kind of the record a writer appends before retention
-// (Config.MaxFiles, MaxBytes) deletes rotated files: which files, and the seq
-// and hash of the last line they held, so a verifier knows where the kept
-// chain must begin (see Verify).
-const KindRetention = "retention"
+	"github.com/airlock-dev/airlock/oplog"
+)
 
 // Extra keys of a retention record.
 const (
@@ -94,7 +90,7 @@ func (w *Writer) prune() {
 	}
 	del, bytes, err := w.pruneCandidates()
 	if err != nil {
-		w.log.Warn("audit retention: cannot list rotated files; nothing deleted", "err", err)
+		w.log.Warn("audit retention: cannot list rotated files; nothing deleted", oplog.ErrorKey, err)
 		return
 	}
 	if len(del) == 0 {
@@ -108,7 +104,7 @@ func (w *Writer) prune() {
 		err = fmt.Errorf("%s does not end with a valid record", del[len(del)-1])
 	}
 	if err != nil {
-		w.log.Warn("audit retention: nothing deleted", "err", err)
+		w.log.Warn("audit retention: nothing deleted", oplog.ErrorKey, err)
 		return
 	}
 	sum := sha256.Sum256(last)
@@ -133,13 +129,13 @@ func (w *Writer) prune() {
 	}
 	for _, p := range del {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			w.log.Warn("audit retention: delete failed", "file", p, "err", err)
+			w.log.Warn("audit retention: delete failed", oplog.FileKey, p, oplog.ErrorKey, err)
 			continue
 		}
 		w.pruned.Add(1)
 	}
 	if err := syncDir(w.cfg.File); err != nil {
-		w.log.Warn("audit retention: sync directory", "err", err)
+		w.log.Warn("audit retention: sync directory", oplog.ErrorKey, err)
 	}
 	w.log.Info("audit retention deleted rotated files", "files", names, "bytes", bytes, "pruned_through_seq", head.Seq)
 }

@@ -79,9 +79,9 @@ func (t *Tally) count(r *Record) {
 	if r == nil {
 		return
 	}
-	if r.Decision != "" && r.Kind != "close" && r.Kind != "exec" && r.Kind != KindCheckpoint {
+	if r.Decision != "" && r.Kind != KindClose && r.Kind != KindExec && r.Kind != KindCheckpoint {
 		host := r.Host
-		if r.Kind == "dns" && r.QName != "" {
+		if r.Kind == KindDNS && r.QName != "" {
 			host = r.QName
 		}
 		if host == "" {
@@ -103,13 +103,13 @@ func (t *Tally) count(r *Record) {
 }
 
 // summarized returns how many events a summary record stands for (the DNS
-// filter's over-budget "queries", netns's rate-limited drops "suppressed", a
-// Budget's refused "requests"), or 0 for an ordinary record.
+// filter's over-budget queries, netns's rate-limited drops, a Budget's refused
+// requests), or 0 for an ordinary record.
 func summarized(r *Record) int {
 	if len(r.Extra) == 0 {
 		return 0
 	}
-	for _, k := range [...]string{"queries", "suppressed", SummaryRequestsKey} {
+	for _, k := range [...]string{SummaryQueriesKey, SummarySuppressedKey, SummaryRequestsKey} {
 		if raw, ok := r.Extra[k]; ok {
 			var n int
 			if json.Unmarshal(raw, &n) == nil && n > 0 {
@@ -123,7 +123,7 @@ func summarized(r *Record) int {
 // Err passes on the wrapped logger's health (see Writer.Err); a logger that
 // cannot tell is taken as healthy, its Log errors still deny.
 func (t *Tally) Err() error {
-	if h, ok := t.next.(interface{ Err() error }); ok {
+	if h, ok := t.next.(Health); ok {
 		return h.Err()
 	}
 	return nil
@@ -146,7 +146,7 @@ func (t *Tally) Rows() []TallyRow {
 		rows = append(rows, TallyRow{Decision: k.decision, Kind: k.kind, Host: k.host, Port: k.port, Count: n})
 	}
 	t.mu.Unlock()
-	rank := map[string]int{"error": 0, "deny": 1, "allow": 2}
+	rank := map[string]int{DecisionError: 0, DecisionDeny: 1, DecisionAllow: 2}
 	sort.Slice(rows, func(i, j int) bool {
 		a, b := rows[i], rows[j]
 		if rank[a.Decision] != rank[b.Decision] {
@@ -169,7 +169,7 @@ func (t *Tally) WriteSummary(w io.Writer, maxRows int) {
 	rows := t.Rows()
 	allowed, denied := 0, 0
 	for _, r := range rows {
-		if r.Decision == "allow" {
+		if r.Decision == DecisionAllow {
 			allowed += r.Count
 		} else {
 			denied += r.Count
@@ -182,7 +182,7 @@ func (t *Tally) WriteSummary(w io.Writer, maxRows int) {
 			break
 		}
 		dest := r.Host
-		if r.Port != 0 && r.Kind != "dns" {
+		if r.Port != 0 && r.Kind != KindDNS {
 			dest = fmt.Sprintf("%s:%d", r.Host, r.Port)
 		}
 		fmt.Fprintf(w, "  %-5s %-7s %-40s x%d\n", r.Decision, r.Kind, dest, r.Count)

@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"bytes"
@@ -7,32 +7,31 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 )
 
-type sliceLogger struct{ recs []*Record }
-
-func (s *sliceLogger) Log(r *Record) error { s.recs = append(s.recs, r); return nil }
-
 func TestTally(t *testing.T) {
-	next := &sliceLogger{}
-	ta := NewTally(next)
-	for _, r := range []*Record{
-		{Kind: "http", Decision: "allow", Host: "pypi.org", Port: 443},
-		{Kind: "http", Decision: "allow", Host: "pypi.org", Port: 443},
-		{Kind: "connect", Decision: "deny", Host: "evil.example", Port: 443},
-		{Kind: "dns", Decision: "deny", QName: "x.exfil.example", Port: 53},
-		{Kind: "close", Host: "pypi.org"},
-		{Kind: "exec", Exec: &Exec{Phase: "start"}},
+	next := &audittest.Log{}
+	ta := audit.NewTally(next)
+	for _, r := range []*audit.Record{
+		{Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org", Port: 443},
+		{Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org", Port: 443},
+		{Kind: audit.KindConnect, Decision: audit.DecisionDeny, Host: "evil.example", Port: 443},
+		{Kind: audit.KindDNS, Decision: audit.DecisionDeny, QName: "x.exfil.example", Port: 53},
+		{Kind: audit.KindClose, Host: "pypi.org"},
+		{Kind: audit.KindExec, Exec: &audit.Exec{Phase: audit.ExecStart}},
 	} {
 		if err := ta.Log(r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if len(next.recs) != 6 {
-		t.Fatalf("got %d records passed on, want 6", len(next.recs))
+	if got := len(next.Records()); got != 6 {
+		t.Fatalf("got %d records passed on, want 6", got)
 	}
 	rows := ta.Rows()
-	if len(rows) != 3 || rows[0].Decision != "deny" || rows[2].Host != "pypi.org" || rows[2].Count != 2 {
+	if len(rows) != 3 || rows[0].Decision != audit.DecisionDeny || rows[2].Host != "pypi.org" || rows[2].Count != 2 {
 		t.Fatalf("got rows %+v", rows)
 	}
 	var b bytes.Buffer
@@ -48,10 +47,10 @@ func TestTally(t *testing.T) {
 // TestTallyCountsSummaries: a DNS flood summarized by the filter, or drops
 // summarized by netns, counts every event it stands for, not one.
 func TestTallyCountsSummaries(t *testing.T) {
-	ta := NewTally(&sliceLogger{})
-	_ = ta.Log(&Record{Kind: "dns", Decision: "deny", Port: 53, Extra: map[string]json.RawMessage{"queries": json.RawMessage("1757")}})
-	_ = ta.Log(&Record{Kind: "drop", Decision: "deny", Extra: map[string]json.RawMessage{"suppressed": json.RawMessage("40")}})
-	_ = ta.Log(&Record{Kind: "dns", Decision: "deny", QName: "x.example", Port: 53})
+	ta := audit.NewTally(audittest.Discard{})
+	_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, Port: 53, Extra: map[string]json.RawMessage{audit.SummaryQueriesKey: json.RawMessage("1757")}})
+	_ = ta.Log(&audit.Record{Kind: audit.KindDrop, Decision: audit.DecisionDeny, Extra: map[string]json.RawMessage{audit.SummarySuppressedKey: json.RawMessage("40")}})
+	_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, QName: "x.example", Port: 53})
 	total := 0
 	for _, r := range ta.Rows() {
 		total += r.Count
@@ -62,12 +61,12 @@ func TestTallyCountsSummaries(t *testing.T) {
 }
 
 func TestTallyBounded(t *testing.T) {
-	ta := NewTally(&sliceLogger{})
-	for i := 0; i < MaxTallyKeys+50; i++ {
-		_ = ta.Log(&Record{Kind: "dns", Decision: "deny", QName: strings.Repeat("a", i%60+1) + ".x" + string(rune('a'+i%26)) + ".example", Port: i})
+	ta := audit.NewTally(audittest.Discard{})
+	for i := 0; i < audit.MaxTallyKeys+50; i++ {
+		_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, QName: strings.Repeat("a", i%60+1) + ".x" + string(rune('a'+i%26)) + ".example", Port: i})
 	}
-	if n := len(ta.Rows()); n > MaxTallyKeys+1 {
-		t.Fatalf("got %d rows, want at most %d", n, MaxTallyKeys+1)
+	if n := len(ta.Rows()); n > audit.MaxTallyKeys+1 {
+		t.Fatalf("got %d rows, want at most %d", n, audit.MaxTallyKeys+1)
 	}
 }
 
@@ -75,21 +74,28 @@ func TestTallyBounded(t *testing.T) {
 // ErrClosed after Close; a Tally passes it on, so the gateway and the DNS filter
 // can stop traffic before it leaves rather than after its record is refused.
 func TestErrReportsHealth(t *testing.T) {
-	w, err := New(Config{File: filepath.Join(t.TempDir(), "a.jsonl")}, nil)
+	w, err := audit.New(audit.Config{File: filepath.Join(t.TempDir(), "a.jsonl")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ta := NewTally(w)
+	ta := audit.NewTally(w)
 	if err := ta.Err(); err != nil {
 		t.Fatalf("Err of a working writer = %v, want nil", err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := ta.Err(); !errors.Is(err, ErrClosed) {
+	if err := ta.Err(); !errors.Is(err, audit.ErrClosed) {
 		t.Fatalf("Err after Close = %v, want ErrClosed", err)
 	}
-	if err := NewTally(&sliceLogger{}).Err(); err != nil {
+	if err := audit.NewTally(audittest.Discard{}).Err(); err != nil {
 		t.Fatalf("Err of a logger that cannot tell = %v, want nil", err)
+	}
+}
+
+// A Tally over a logger that cannot reserve room cannot either.
+func TestTallyReserveNeedsAReserver(t *testing.T) {
+	if _, err := audit.NewTally(audittest.Discard{}).Reserve(); err == nil {
+		t.Fatal("Reserve through a tally over a logger that cannot reserve: got nil error")
 	}
 }

@@ -14,13 +14,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // GenesisPrev is the Prev of the first record of a chain.
 const GenesisPrev = "0000000000000000000000000000000000000000000000000000000000000000"
-
-// KindCheckpoint is the Kind of the signed records the writer appends itself.
-const KindCheckpoint = "checkpoint"
 
 var (
 	// ErrOverflow is returned by Log when the queue is full and Overflow is
@@ -95,7 +94,12 @@ type item struct {
 	sync chan error // non-nil: a Sync barrier, rec is unused
 }
 
-var _ Logger = (*Writer)(nil)
+var (
+	_ Reserver = (*Writer)(nil)
+	_ Health   = (*Writer)(nil)
+	_ Health   = (*Budget)(nil)
+	_ Health   = (*Tally)(nil)
+)
 
 // Stats are the writer's counters since New.
 type Stats struct {
@@ -128,12 +132,9 @@ func newWriter(cfg Config, logger *slog.Logger, hooks writerHooks) (*Writer, err
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	w := &Writer{
 		cfg:      cfg,
-		log:      logger.With("component", "audit", "file", cfg.File),
+		log:      oplog.For(logger, "audit").With(oplog.FileKey, cfg.File),
 		queue:    make(chan item, cfg.QueueSize),
 		room:     newRoom(cfg.QueueSize),
 		done:     make(chan struct{}),
@@ -598,7 +599,7 @@ func (w *Writer) fail(err error) {
 	w.failure.Store(&wrapped)
 	if w.outage == nil {
 		w.outage = &outage{from: time.Now(), refusedBase: w.refusedFailing.Load(), reserveBase: w.reserveRefused.Load()}
-		w.log.Error("audit writer failed; records are refused until writing works again", "err", err)
+		w.log.Error("audit writer failed; records are refused until writing works again", oplog.ErrorKey, err)
 	}
 	w.outage.err = err
 }

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
@@ -299,23 +299,16 @@ func (f *fixture) createToExec(b *testing.B) float64 {
 
 func execEnds(b *testing.B, path string) []audit.Record {
 	b.Helper()
-	fh, err := os.Open(path)
+	recs, err := audittest.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer fh.Close()
 	var out []audit.Record
-	sc := bufio.NewScanner(fh)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var r audit.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			b.Fatal(err)
-		}
-		if r.Kind == "exec" && r.Exec != nil && r.Exec.Phase == "end" {
+	for _, r := range recs {
+		if r.Kind == audit.KindExec && r.Exec != nil && r.Exec.Phase == audit.ExecEnd {
 			out = append(out, r)
 		}
 	}

@@ -34,6 +34,8 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		}},
 		{name: "unknown field", yaml: "policy: {dri: x}", wantErr: "field dri not found"},
 		{name: "unknown section", yaml: "polcy: {}", wantErr: "field polcy not found"},
+		// Upstream TLS is always verified: there is no key to turn it off.
+		{name: "no insecure upstream tls", yaml: "upstream: {insecure_skip_verify: true}", wantErr: "field insecure_skip_verify not found"},
 		{name: "bad mode", yaml: "policy: {mode: audit}", wantErr: "policy.mode"},
 		{name: "bad size", yaml: "limits: {memory: 12Q}", wantErr: `unknown unit "Q"`},
 		{name: "bad duration", yaml: "limits: {timeout: soon}", wantErr: "want e.g. 30s"},

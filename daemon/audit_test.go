@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -90,27 +90,6 @@ func listenInNetns(t *testing.T, ns, addr string) *atomic.Int64 {
 	return &n
 }
 
-// readAudit decodes every line of the audit file.
-func readAudit(t *testing.T, path string) []audit.Record {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []audit.Record
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var r audit.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 // TestRootResolverAddressRefused: a name the policy allows that resolves to
 // the DNS filter's upstream resolver (inside upstream.allow_cidrs) is refused
 // through the explicit proxy (plain and CONNECT) and the transparent
@@ -176,7 +155,7 @@ func TestRootGatewayBudgetWired(t *testing.T) {
 		t.Fatalf("evil.example saw %d connections, want 0", got)
 	}
 	individual, summarized := 0, 0
-	for _, r := range readAudit(t, cfg.Audit.File) {
+	for _, r := range audittest.ReadLog(t, cfg.Audit.File) {
 		switch {
 		case r.Sandbox != "alk-daemon-budget":
 		case r.Kind == audit.KindSummary:

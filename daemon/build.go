@@ -132,10 +132,10 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 	}
 	w, err := audit.New(audit.Config{
 		File:           cfg.Audit.File,
-		MaxSize:        audit.Size(cfg.Audit.MaxSize),
+		MaxSize:        int64(cfg.Audit.MaxSize),
 		Overflow:       cfg.Audit.Overflow,
 		MaxFiles:       cfg.Audit.MaxFiles,
-		MaxBytes:       audit.Size(cfg.Audit.MaxBytes),
+		MaxBytes:       int64(cfg.Audit.MaxBytes),
 		SigningKeyFile: signingKey,
 	}, d.log)
 	if err != nil {

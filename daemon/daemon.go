@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/netns"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/secrets"
@@ -321,12 +322,6 @@ func shutdown(f func(context.Context) error) error {
 // Tally counts this instance's decisions for a summary.
 func (d *Daemon) Tally() *audit.Tally { return d.tally }
 
-// Audit is the audit logger every part writes through.
-func (d *Daemon) Audit() audit.Logger { return d.tally }
-
-// CABundle is the merged trust bundle mounted into sandboxes.
-func (d *Daemon) CABundle() string { return d.caBundle }
-
 // MetricsHandler serves the gateway's and the DNS filter's Prometheus metrics;
 // mount it on a host listener no sandbox can reach.
 func (d *Daemon) MetricsHandler() http.Handler {
@@ -394,7 +389,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := d.netns.Teardown(tctx, sb.ID); err != nil {
-			d.log.Error("teardown", "sandbox", sb.ID, "error", err)
+			d.log.Error("teardown", oplog.SandboxKey, sb.ID, oplog.ErrorKey, err)
 		}
 	}()
 	env := append([]string(nil), t.Env...)

@@ -1,10 +1,8 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
@@ -76,19 +74,8 @@ type testNet struct {
 func newTestDaemon(t *testing.T, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config, string) {
 	t.Helper()
 	roottest.Require(t)
-	n, err := fakenet.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	pypi, err := n.AddHost([]string{"pypi.org"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evil, err := n.AddHost([]string{"evil.example"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := fakenet.Start(t)
+	pypi, evil := n.Host(t, "pypi.org"), n.Host(t, "evil.example")
 	dir := t.TempDir()
 	if err := n.WriteCA(filepath.Join(dir, "upstream-ca.pem")); err != nil {
 		t.Fatal(err)
@@ -150,17 +137,7 @@ func TestRootRun(t *testing.T) {
 		t.Fatalf("run dir left behind: %v", err)
 	}
 	var kinds []string
-	f, err := os.Open(cfg.Audit.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r audit.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range audittest.ReadLog(t, cfg.Audit.File) {
 		kinds = append(kinds, r.Kind+":"+r.Decision+":"+r.Host)
 	}
 	for _, want := range []string{"connect:allow:pypi.org", "http:allow:pypi.org", "connect:deny:evil.example", "exec:allow:"} {

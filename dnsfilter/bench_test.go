@@ -19,7 +19,9 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 const dnsmasqPath = "/usr/sbin/dnsmasq"
@@ -325,7 +327,7 @@ func BenchmarkLoad(b *testing.B) {
 func BenchmarkServeDNS(b *testing.B) {
 	up := startUpstream(b, records(benchZone))
 	f, err := New(Config{Upstreams: []string{up.addr}, AllowCIDRs: []string{"198.18.0.0/15"}, RateLimit: 1e9, RateBurst: 1 << 30, AuditRate: 1e9, AuditBurst: 1 << 30},
-		newDecider("pypi.org"), discardAudit{}, nil)
+		policytest.AllowUnder("pypi.org"), audittest.Discard{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -345,15 +347,11 @@ func BenchmarkServeDNS(b *testing.B) {
 	}
 }
 
-type discardAudit struct{}
-
-func (discardAudit) Log(*audit.Record) error { return nil }
-
 // pickAudit returns the real writer, or a discarding logger when
 // DNSFILTER_BENCH_AUDIT=off (to measure what the audit writer costs).
 func pickAudit(w *audit.Writer) audit.Logger {
 	if os.Getenv("DNSFILTER_BENCH_AUDIT") == "off" {
-		return discardAudit{}
+		return audittest.Discard{}
 	}
 	return w
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -170,7 +171,7 @@ func (s *auditSummary) decision() string {
 			return d
 		}
 	}
-	return "deny"
+	return audit.DecisionDeny
 }
 
 // record renders the summary as an audit record.
@@ -193,12 +194,12 @@ func (s *auditSummary) record(id string, sb policy.Sandbox, topN int, final bool
 	slices.Sort(flags)
 	extra := map[string]json.RawMessage{}
 	put := func(k string, v any) { extra[k], _ = json.Marshal(v) }
-	put("queries", s.n)
-	put("by_decision", s.byDecision)
+	put(audit.SummaryQueriesKey, s.n)
+	put(audit.SummaryByDecisionKey, s.byDecision)
 	put("by_rcode", s.byRCode)
 	put("by_qtype", s.byQType)
 	if len(s.byFlag) > 0 {
-		put("by_flag", s.byFlag)
+		put(audit.SummaryByFlagKey, s.byFlag)
 	}
 	put("forwarded", s.forwarded)
 	put("distinct_names", len(s.names))
@@ -206,16 +207,16 @@ func (s *auditSummary) record(id string, sb policy.Sandbox, topN int, final bool
 		put("distinct_names_capped", true)
 	}
 	put("top_names", top)
-	put("window_start", s.start.UTC().Format(time.RFC3339Nano))
-	put("window_end", s.end.UTC().Format(time.RFC3339Nano))
-	put("window_ms", s.end.Sub(s.start).Milliseconds())
+	put(audit.SummaryWindowStartKey, s.start.UTC().Format(time.RFC3339Nano))
+	put(audit.SummaryWindowEndKey, s.end.UTC().Format(time.RFC3339Nano))
+	put(audit.SummaryWindowMSKey, s.end.Sub(s.start).Milliseconds())
 	if final {
-		put("final", true)
+		put(audit.SummaryFinalKey, true)
 	}
 	return &audit.Record{
 		ID:       id,
 		Sandbox:  sb.ID,
-		Kind:     string(policy.KindDNS),
+		Kind:     audit.KindDNS,
 		Decision: s.decision(),
 		Port:     53,
 		Reasons: []audit.Reason{{ID: ReasonAuditSummary, Msg: fmt.Sprintf(
@@ -331,7 +332,7 @@ func (z *summarizer) write(sum *auditSummary, final bool) error {
 	rec := sum.record(z.f.nextID(), z.sb, z.f.cfg.AuditTopNames, final)
 	err := z.f.logAudit(rec)
 	if err != nil {
-		z.f.log.Error("audit summary refused", "sandbox", z.sb.ID, "queries", sum.n, "final", final, "error", err)
+		z.f.log.Error("audit summary refused", oplog.SandboxKey, z.sb.ID, audit.SummaryQueriesKey, sum.n, audit.SummaryFinalKey, final, oplog.ErrorKey, err)
 		return err
 	}
 	z.f.metrics.summaries.Inc()
@@ -342,7 +343,7 @@ func (z *summarizer) write(sum *auditSummary, final bool) error {
 // lost reports a summary that could not be written after the sandbox stopped:
 // its counts go to the operational log at Error, never silently away.
 func (z *summarizer) lost(sum *auditSummary, err error) {
-	z.f.log.Error("audit summary lost", "sandbox", z.sb.ID, "queries", sum.n,
-		slog.Any("by_decision", sum.byDecision), slog.Any("by_rcode", sum.byRCode),
-		"window_start", sum.start, "error", err)
+	z.f.log.Error("audit summary lost", oplog.SandboxKey, z.sb.ID, audit.SummaryQueriesKey, sum.n,
+		slog.Any(audit.SummaryByDecisionKey, sum.byDecision), slog.Any("by_rcode", sum.byRCode),
+		audit.SummaryWindowStartKey, sum.start, oplog.ErrorKey, err)
 }

@@ -11,7 +11,10 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/test/poll"
 )
 
 func TestAuditBudgetTokenBucket(t *testing.T) {
@@ -125,7 +128,7 @@ func TestAuditFloodSummarized(t *testing.T) {
 		interval = 40 * time.Millisecond
 	)
 	e := newEnv(t, Config{AuditBurst: burst, AuditRate: rate, AuditSummaryInterval: interval, AuditTopNames: topN},
-		up, newDecider("pypi.org"))
+		up, policytest.AllowUnder("pypi.org"))
 
 	// Each worker sends, one at a time: pypi.org (allowed, cached), evil.example.com
 	// (denied), a packet with no question (FORMERR from the header check) and, every
@@ -181,12 +184,12 @@ func TestAuditFloodSummarized(t *testing.T) {
 	e.f.StopSandbox("sb-1")
 	elapsed := time.Since(start)
 
-	recs := e.aud.records()
+	recs := e.aud.Records()
 	individual := 0
 	perName := map[string]int{}
 	var sums []summaryOf
 	for _, r := range recs {
-		if r.Sandbox != "sb-1" || r.Kind != "dns" {
+		if r.Sandbox != "sb-1" || r.Kind != audit.KindDNS {
 			t.Errorf("unexpected record %+v", r)
 			continue
 		}
@@ -197,7 +200,7 @@ func TestAuditFloodSummarized(t *testing.T) {
 		}
 		s := decodeSummary(t, r)
 		sums = append(sums, s)
-		if r.Decision != "deny" && len(s.ByDecision) > 1 {
+		if r.Decision != audit.DecisionDeny && len(s.ByDecision) > 1 {
 			t.Errorf("summary of mixed decisions %v: got decision %q, want deny", s.ByDecision, r.Decision)
 		}
 		if sum(s.ByDecision) != s.Queries || sum(s.ByRCode) != s.Queries || sum(s.ByQType) != s.Queries {
@@ -259,7 +262,7 @@ func TestAuditFloodSummarized(t *testing.T) {
 	if all.ByRCode["FORMERR"] == 0 || all.ByRCode["NXDOMAIN"] == 0 || all.ByRCode["NOERROR"] == 0 {
 		t.Errorf("summed by_rcode %v: want FORMERR, NXDOMAIN and NOERROR all present", all.ByRCode)
 	}
-	if all.ByDecision["allow"] == 0 || all.ByDecision["deny"] == 0 {
+	if all.ByDecision[audit.DecisionAllow] == 0 || all.ByDecision[audit.DecisionDeny] == 0 {
 		t.Errorf("summed by_decision %v: want allow and deny", all.ByDecision)
 	}
 	t.Logf("%d queries in %v: %d individual records, %d summaries (%d queries), %d forwarded in summaries",
@@ -271,11 +274,13 @@ func TestAuditFloodSummarized(t *testing.T) {
 // summary is carried over until the logger accepts it: no count is lost.
 func TestAuditSummaryFailsClosed(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{AuditBurst: 1, AuditRate: 0.001, AuditSummaryInterval: 20 * time.Millisecond}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{AuditBurst: 1, AuditRate: 0.001, AuditSummaryInterval: 20 * time.Millisecond}, up, policytest.AllowUnder("pypi.org"))
 	setFail := func(v bool) {
-		e.aud.mu.Lock()
-		e.aud.fail = v
-		e.aud.mu.Unlock()
+		if v {
+			e.aud.Refuse(audittest.Full)
+		} else {
+			e.aud.Refuse(nil)
+		}
 	}
 	if r := e.ask(t, "udp", "pypi.org.", dns.TypeA); r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("first query (within budget): got %s, want NOERROR", dns.RcodeToString[r.Rcode])
@@ -285,22 +290,13 @@ func TestAuditSummaryFailsClosed(t *testing.T) {
 	if r := e.ask(t, "udp", "pypi.org.", dns.TypeA); r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("second query: got %s, want NOERROR (the logger has not refused anything yet)", dns.RcodeToString[r.Rcode])
 	}
-	waitFor(t, "the summary write to be refused", func() bool { return e.f.auditFailing.Load() })
+	poll.Until(t, 5*time.Second, "the summary write to be refused", e.f.auditFailing.Load)
 	r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 0 {
 		t.Fatalf("over budget with the audit logger refusing: got %s %v, want SERVFAIL without answers", dns.RcodeToString[r.Rcode], r.Answer)
 	}
 	setFail(false)
-	var got summaryOf
-	waitFor(t, "the carried-over summary to be written", func() bool {
-		for _, rec := range e.aud.records() {
-			if isSummary(rec) {
-				got = decodeSummary(t, rec)
-				return true
-			}
-		}
-		return false
-	})
+	got := decodeSummary(t, e.aud.Wait(t, "the carried-over summary", isSummary))
 	if got.Queries != 2 || got.ByRCode["NOERROR"] != 1 || got.ByRCode["SERVFAIL"] != 1 {
 		t.Errorf("carried-over summary: got queries %d by_rcode %v, want 2 (one NOERROR, one SERVFAIL)", got.Queries, got.ByRCode)
 	}
@@ -313,7 +309,7 @@ func TestAuditSummaryFailsClosed(t *testing.T) {
 func TestAuditSummaryBounded(t *testing.T) {
 	s := newAuditSummary(time.Unix(0, 0))
 	for i := range maxSummaryNames + 500 {
-		s.add(&summaryEntry{name: fmt.Sprintf("n%d.example.com", i), qtype: fmt.Sprintf("TYPE%d", i), decision: "deny", rcode: "NXDOMAIN"})
+		s.add(&summaryEntry{name: fmt.Sprintf("n%d.example.com", i), qtype: fmt.Sprintf("TYPE%d", i), decision: audit.DecisionDeny, rcode: "NXDOMAIN"})
 	}
 	if len(s.names) != maxSummaryNames || !s.namesCapped {
 		t.Errorf("names: got %d capped=%v, want %d capped", len(s.names), s.namesCapped, maxSummaryNames)
@@ -328,15 +324,4 @@ func TestAuditSummaryBounded(t *testing.T) {
 	if !strings.Contains(rec.Reasons[0].Msg, fmt.Sprint(maxSummaryNames+500)) {
 		t.Errorf("reason message %q does not give the count", rec.Reasons[0].Msg)
 	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for range 500 {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -122,7 +124,7 @@ func TestNegativeCacheUsesSOA(t *testing.T) {
 		resp.Ns = []dns.RR{soa}
 		return resp
 	})
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	e.ask(t, "udp", "gone.pypi.org.", dns.TypeA)
 	a, ok := e.f.res.cached("gone.pypi.org", dns.TypeA, time.Now())
 	if !ok || a.rcode != dns.RcodeNameError || a.ttl != 120 {
@@ -136,7 +138,7 @@ func TestNegativeCacheUsesSOA(t *testing.T) {
 
 func TestLookupNetIP(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider())
+	e := newEnv(t, Config{}, up, policytest.AllowUnder())
 	r := e.f.Resolver()
 	ctx := context.Background()
 	got, err := r.LookupNetIP(ctx, "ip", "PyPI.org.")
@@ -164,7 +166,7 @@ func TestLookupNetIP(t *testing.T) {
 	if _, err := r.LookupNetIP(ctx, "ip", "nothere.pypi.org"); err == nil || !errorsAs(err, &dnsErr) || !dnsErr.IsNotFound {
 		t.Errorf("NXDOMAIN: got %v, want a not-found *net.DNSError", err)
 	}
-	if n := len(e.dec.calls()); n != 0 {
+	if n := len(e.dec.Inputs()); n != 0 {
 		t.Errorf("the resolver asked policy %d times, want 0 (the gateway already did)", n)
 	}
 }
@@ -188,7 +190,7 @@ func TestDNSOverTLS(t *testing.T) {
 	t.Cleanup(func() { srv.Shutdown() })
 
 	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	e := newEnv(t, Config{Upstreams: []string{"tls://" + u.addr + "#dns.test"}, TLSConfig: tc}, u, newDecider("pypi.org"))
+	e := newEnv(t, Config{Upstreams: []string{"tls://" + u.addr + "#dns.test"}, TLSConfig: tc}, u, policytest.AllowUnder("pypi.org"))
 	r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 	if len(r.Answer) != 2 {
 		t.Fatalf("over DoT: got %s %v", dns.RcodeToString[r.Rcode], r.Answer)
@@ -196,7 +198,7 @@ func TestDNSOverTLS(t *testing.T) {
 	if q := u.queries(); len(q) != 1 || q[0].net != "tcp" {
 		t.Errorf("upstream saw %v, want one query over TLS", q)
 	}
-	bad := newEnv(t, Config{Upstreams: []string{"tls://" + u.addr + "#other.test"}, TLSConfig: tc}, u, newDecider("pypi.org"))
+	bad := newEnv(t, Config{Upstreams: []string{"tls://" + u.addr + "#other.test"}, TLSConfig: tc}, u, policytest.AllowUnder("pypi.org"))
 	r = bad.ask(t, "udp", "files.pypi.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeServerFailure {
 		t.Errorf("wrong server name: got %s, want SERVFAIL", dns.RcodeToString[r.Rcode])

@@ -8,8 +8,8 @@
 // gateway dials with; LookupForSandbox charges the gateway's lookups to the
 // sandbox's own DNS limits.
 //
-// Entry points: New, (*Filter).ServeSandbox, StopSandbox, Shutdown, Resolver,
-// UpstreamAddrs. The query path, query types, flags, resolver and audit
+// Entry points: New, (*Filter).ServeSandbox, StopSandbox, Shutdown, Resolver.
+// The query path, query types, flags, resolver and audit
 // budget: docs/ARCHITECTURE.md, "DNS filter".
 //
 // dnsfilter must never import: config, gateway, netns, sandboxd, secrets,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -62,10 +63,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 	if log == nil {
 		return nil, errors.New("dnsfilter: an audit logger is required")
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	logger = logger.With("component", "dnsfilter")
+	logger = oplog.For(logger, "dnsfilter")
 	c, err := cfg.compile()
 	if err != nil {
 		return nil, err
@@ -92,11 +90,11 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 	return f, nil
 }
 
-// auditErr reports a broken audit log (a logger with an Err method, such as
-// audit.Writer, that has failed or closed); a logger without one is taken as
-// healthy and its Log errors still turn allows into SERVFAIL.
+// auditErr reports a broken audit log (an audit.Health, such as audit.Writer,
+// that has failed or closed); a logger that is not one is taken as healthy and
+// its Log errors still turn allows into SERVFAIL.
 func (f *Filter) auditErr() error {
-	if h, ok := f.alog.(interface{ Err() error }); ok {
+	if h, ok := f.alog.(audit.Health); ok {
 		return h.Err()
 	}
 	return nil
@@ -105,17 +103,6 @@ func (f *Filter) auditErr() error {
 // Resolver returns the resolver the gateway's dialer shares with the sandboxes.
 // Its LookupForSandbox charges a lookup to a sandbox this Filter serves.
 func (f *Filter) Resolver() *Resolver { return f.res }
-
-// UpstreamAddrs returns the addresses of the configured upstream resolvers, in
-// Config.Upstreams order. The gateway must refuse them as destinations: a
-// connection to a resolver would carry DNS past the filter.
-func (f *Filter) UpstreamAddrs() []netip.AddrPort {
-	out := make([]netip.AddrPort, len(f.cfg.upstreams))
-	for i, u := range f.cfg.upstreams {
-		out[i] = u.ap
-	}
-	return out
-}
 
 // sandbox returns the state of the sandbox the Filter serves as id, or nil.
 func (f *Filter) sandbox(id string) *sandboxServer {
@@ -155,7 +142,7 @@ func (f *Filter) ServeSandbox(sb policy.Sandbox, own []netip.Addr, udp net.Packe
 		f.mu.Unlock()
 		return fmt.Errorf("dnsfilter: serve sandbox %q: %w", sb.ID, err)
 	}
-	f.log.Info("serving sandbox", "sandbox", sb.ID)
+	f.log.Info("serving sandbox", oplog.SandboxKey, sb.ID)
 	return nil
 }
 
@@ -170,7 +157,7 @@ func (f *Filter) StopSandbox(id string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.stop(ctx); err != nil {
-			f.log.Error("stop sandbox", "sandbox", id, "error", err)
+			f.log.Error("stop sandbox", oplog.SandboxKey, id, oplog.ErrorKey, err)
 		}
 		s.sum.close()
 	}
@@ -276,7 +263,7 @@ func (s *sandboxServer) start(udp net.PacketConn, tcp net.Listener) error {
 				ch <- started{err: err}
 			})
 			if err != nil {
-				s.f.log.Error("dns server stopped", "sandbox", s.sb.ID, "error", err)
+				s.f.log.Error("dns server stopped", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
 			}
 		}()
 	}
@@ -365,17 +352,17 @@ func (s *sandboxServer) invalid(m []byte, err error) {
 }
 
 func (s *sandboxServer) auditMalformed(rcode, msg string) {
-	s.f.metrics.query("deny", qtypeNone)
-	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: "deny", rcode: rcode}) {
+	s.f.metrics.query(audit.DecisionDeny, qtypeNone)
+	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: audit.DecisionDeny, rcode: rcode}) {
 		return
 	}
 	rec := &audit.Record{
-		ID: s.f.nextID(), Sandbox: s.sb.ID, Kind: string(policy.KindDNS), Decision: "deny",
+		ID: s.f.nextID(), Sandbox: s.sb.ID, Kind: audit.KindDNS, Decision: audit.DecisionDeny,
 		Reasons: []audit.Reason{{ID: ReasonMalformed, Msg: "malformed query"}},
 		Port:    53, RCode: rcode, Error: msg,
 	}
 	if err := s.f.logAudit(rec); err != nil {
-		s.f.log.Error("audit", "sandbox", s.sb.ID, "error", err)
+		s.f.log.Error("audit", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
 	}
 }
 

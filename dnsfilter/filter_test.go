@@ -13,7 +13,10 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 var testZone = map[string][]string{
@@ -31,7 +34,7 @@ var testZone = map[string][]string{
 
 func TestDeniedNameNeverForwarded(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	for _, network := range []string{"udp", "tcp"} {
 		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeTXT, dns.TypeMX, dns.TypeANY, dns.TypeHTTPS} {
 			t.Run(network+"/"+dns.TypeToString[qt], func(t *testing.T) {
@@ -48,15 +51,15 @@ func TestDeniedNameNeverForwarded(t *testing.T) {
 	if n := up.count("evil.example.com"); n != 0 {
 		t.Fatalf("upstream saw denied name %d times, want 0", n)
 	}
-	rec := e.aud.last(t, "evil.example.com")
-	if rec.Decision != "deny" || rec.RCode != "NXDOMAIN" || rec.Kind != "dns" || rec.Sandbox != "sb-1" || rec.PolicyRev != "rev-1" {
+	rec := e.last(t, "evil.example.com")
+	if rec.Decision != audit.DecisionDeny || rec.RCode != "NXDOMAIN" || rec.Kind != audit.KindDNS || rec.Sandbox != "sb-1" || rec.PolicyRev != policytest.Rev {
 		t.Errorf("audit: got %+v, want deny NXDOMAIN dns sb-1 rev-1", rec)
 	}
-	if len(rec.Reasons) == 0 || rec.Reasons[0].ID != "not_allowed" {
+	if len(rec.Reasons) == 0 || rec.Reasons[0].ID != policytest.ReasonNotAllowed {
 		t.Errorf("audit reasons: got %v, want not_allowed", rec.Reasons)
 	}
 	// Policy saw the question as docs/ARCHITECTURE.md ("Policy") describes it.
-	in := e.dec.calls()[0]
+	in := e.dec.Inputs()[0]
 	if in.Kind != policy.KindDNS || in.Destination.Host != "evil.example.com" || in.Destination.Port != 53 ||
 		in.DNS == nil || in.DNS.QName != "evil.example.com" || in.DNS.QType != "A" || in.Sandbox.ID != "sb-1" {
 		t.Errorf("policy input: got %+v, want kind dns, host/qname evil.example.com, port 53, qtype A", in)
@@ -68,7 +71,7 @@ func TestDeniedNameNeverForwarded(t *testing.T) {
 
 func TestAllowedAnsweredAndCached(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	r := e.ask(t, "udp", "PyPI.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("rcode: got %s, want NOERROR", dns.RcodeToString[r.Rcode])
@@ -79,8 +82,8 @@ func TestAllowedAnsweredAndCached(t *testing.T) {
 	if r.Question[0].Name != "PyPI.org." {
 		t.Errorf("question echoed as %q, want the name as asked", r.Question[0].Name)
 	}
-	rec := e.aud.last(t, "pypi.org")
-	if rec.Decision != "allow" || rec.RCode != "NOERROR" || rec.QType != "A" || rec.Upstream != up.addr || len(rec.Answers) != 2 {
+	rec := e.last(t, "pypi.org")
+	if rec.Decision != audit.DecisionAllow || rec.RCode != "NOERROR" || rec.QType != "A" || rec.Upstream != up.addr || len(rec.Answers) != 2 {
 		t.Errorf("audit: got %+v", rec)
 	}
 	if rec.Answers[0].Type != "A" || rec.Answers[0].Data != "151.101.0.223" || rec.Answers[0].TTL == 0 {
@@ -94,7 +97,7 @@ func TestAllowedAnsweredAndCached(t *testing.T) {
 	if n := up.count("pypi.org"); n != 1 {
 		t.Errorf("upstream queries: got %d, want 1 (second answer from cache)", n)
 	}
-	if rec := e.aud.last(t, "pypi.org"); rec.Upstream != "cache" || rec.Protocol != "tcp" {
+	if rec := e.last(t, "pypi.org"); rec.Upstream != "cache" || rec.Protocol != "tcp" {
 		t.Errorf("cached audit: got upstream %q protocol %q, want cache tcp", rec.Upstream, rec.Protocol)
 	}
 	// A CNAME question gets the CNAME record.
@@ -111,7 +114,7 @@ func TestAllowedAnsweredAndCached(t *testing.T) {
 
 func TestTTLClamped(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{MinTTL: 30 * time.Second, MaxTTL: time.Hour}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{MinTTL: 30 * time.Second, MaxTTL: time.Hour}, up, policytest.AllowUnder("pypi.org"))
 	tests := []struct {
 		name     string
 		min, max uint32
@@ -140,7 +143,7 @@ func TestTTLClamped(t *testing.T) {
 
 func TestRebindingDropped(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{IPv6: true}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{IPv6: true}, up, policytest.AllowUnder("pypi.org"))
 	tests := []struct {
 		name  string
 		qtype uint16
@@ -163,7 +166,7 @@ func TestRebindingDropped(t *testing.T) {
 			if tt.want == nil && len(r.Answer) != 0 {
 				t.Errorf("all addresses refused: got %v, want NODATA", r.Answer)
 			}
-			rec := e.aud.last(t, strings.TrimSuffix(tt.name, "."))
+			rec := e.last(t, strings.TrimSuffix(tt.name, "."))
 			if !slices.Contains(rec.Flags, FlagRebindingDropped) {
 				t.Errorf("audit flags: got %v, want %s", rec.Flags, FlagRebindingDropped)
 			}
@@ -187,7 +190,7 @@ func TestRebindingDropped(t *testing.T) {
 
 func TestRebindingAllowCIDR(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{AllowCIDRs: []string{"10.1.2.0/24"}}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{AllowCIDRs: []string{"10.1.2.0/24"}}, up, policytest.AllowUnder("pypi.org"))
 	r := e.ask(t, "udp", "internal.pypi.org.", dns.TypeA)
 	if got := addrs(r.Answer); !slices.Equal(got, []string{"10.1.2.3"}) {
 		t.Errorf("answers: got %v, want [10.1.2.3] (allowed CIDR; 192.168.1.1 still dropped)", got)
@@ -196,7 +199,7 @@ func TestRebindingAllowCIDR(t *testing.T) {
 
 func TestQueryTypes(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	dec := newDecider("pypi.org")
+	dec := policytest.AllowUnder("pypi.org")
 	own := netip.MustParseAddr("10.255.255.254")
 	e := newEnv(t, Config{}, up, dec, own)
 	tests := []struct {
@@ -218,7 +221,7 @@ func TestQueryTypes(t *testing.T) {
 		{"svcb nodata", "udp", "pypi.org.", dns.TypeSVCB, dns.RcodeSuccess, 0},
 		{"ptr other nxdomain", "udp", "1.1.1.1.in-addr.arpa.", dns.TypePTR, dns.RcodeNameError, 0},
 	}
-	dec.setAllow("in-addr.arpa")
+	dec.AllowUnder("in-addr.arpa")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := e.ask(t, tt.network, tt.qname, tt.qtype)
@@ -236,8 +239,12 @@ func TestQueryTypes(t *testing.T) {
 		t.Errorf("own PTR: got %v", r.Answer)
 	}
 	// Policy opts txt.pypi.org in for TXT: now it is forwarded.
-	dec.setOptIn("TXT txt.pypi.org")
-	e.dec.setRev("rev-2")
+	dec.Amend(func(in *policy.Input, d *policy.Decision) {
+		if d.Allowed && in.DNS != nil && in.DNS.QType == "TXT" && in.Destination.Host == "txt.pypi.org" {
+			d.Reasons = []policy.Reason{{ID: ReasonQTypeOptIn, Msg: "txt allowed"}}
+		}
+	})
+	e.dec.SetRev("rev-2")
 	r = e.ask(t, "udp", "txt.pypi.org.", dns.TypeTXT)
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 		t.Errorf("opted-in TXT: got %s %v", dns.RcodeToString[r.Rcode], r.Answer)
@@ -264,7 +271,7 @@ func TestTruncatedRetriedOverTCP(t *testing.T) {
 		}
 		return resp
 	})
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	r := e.ask(t, "tcp", "big.pypi.org.", dns.TypeA)
 	if len(r.Answer) != 60 {
 		t.Errorf("answers over tcp: got %d, want 60", len(r.Answer))
@@ -291,7 +298,7 @@ func TestTruncatedRetriedOverTCP(t *testing.T) {
 
 func TestClientSubnetStripped(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	m := new(dns.Msg)
 	m.SetQuestion("pypi.org.", dns.TypeA)
 	m.SetEdns0(4096, true)
@@ -317,7 +324,7 @@ func TestSingleflight(t *testing.T) {
 		<-release
 		return table(network, req)
 	})
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	var wg sync.WaitGroup
 	results := make(chan int, 8)
 	for range 8 {
@@ -356,21 +363,21 @@ func TestSingleflight(t *testing.T) {
 
 func TestDecisionCache(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	dec := newDecider("pypi.org")
+	dec := policytest.AllowUnder("pypi.org")
 	e := newEnv(t, Config{}, up, dec)
 	for range 3 {
 		e.ask(t, "udp", "pypi.org.", dns.TypeA)
 		e.ask(t, "udp", "evil.example.com.", dns.TypeA)
 	}
-	if n := len(dec.calls()); n != 2 {
+	if n := len(dec.Inputs()); n != 2 {
 		t.Errorf("policy evaluations for 6 repeated questions: got %d, want 2", n)
 	}
-	dec.setRev("rev-2")
+	dec.SetRev("rev-2")
 	e.ask(t, "udp", "pypi.org.", dns.TypeA)
-	if n := len(dec.calls()); n != 3 {
+	if n := len(dec.Inputs()); n != 3 {
 		t.Errorf("policy evaluations after a new revision: got %d, want 3", n)
 	}
-	if rec := e.aud.last(t, "pypi.org"); rec.PolicyRev != "rev-2" {
+	if rec := e.last(t, "pypi.org"); rec.PolicyRev != "rev-2" {
 		t.Errorf("audit policy_rev: got %q, want rev-2", rec.PolicyRev)
 	}
 	if n := up.count("evil.example.com"); n != 0 {
@@ -405,21 +412,21 @@ func TestExfiltrationFlags(t *testing.T) {
 				resp.Answer = []dns.RR{rr}
 				return resp
 			})
-			dec := newDecider("pypi.org")
+			dec := policytest.AllowUnder("pypi.org")
 			if tt.policyDeny {
-				dec.deny = func(in *policy.Input) bool { return in.DNS != nil && len(in.DNS.Flags) > 0 }
+				dec.DenyIf(func(in *policy.Input) bool { return in.DNS != nil && len(in.DNS.Flags) > 0 })
 			}
 			e := newEnv(t, tt.cfg, up, dec)
 			r := e.ask(t, "udp", tt.qname+".", dns.TypeA)
-			rec := e.aud.last(t, tt.qname)
+			rec := e.last(t, tt.qname)
 			if !slices.Contains(rec.Flags, tt.flag) {
 				t.Errorf("audit flags: got %v, want %s", rec.Flags, tt.flag)
 			}
-			if calls := dec.calls(); len(calls) > 0 && !slices.Contains(calls[0].DNS.Flags, tt.flag) {
+			if calls := dec.Inputs(); len(calls) > 0 && !slices.Contains(calls[0].DNS.Flags, tt.flag) {
 				t.Errorf("policy input flags: got %v, want %s", calls[0].DNS.Flags, tt.flag)
 			}
 			if tt.blocked {
-				if r.Rcode != dns.RcodeNameError || rec.Decision != "deny" {
+				if r.Rcode != dns.RcodeNameError || rec.Decision != audit.DecisionDeny {
 					t.Errorf("got %s decision %s, want NXDOMAIN deny", dns.RcodeToString[r.Rcode], rec.Decision)
 				}
 				if n := len(up.queries()); n != 0 {
@@ -437,22 +444,22 @@ func TestExfiltrationFlags(t *testing.T) {
 	}
 	// Ordinary names carry no flags.
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	e.ask(t, "udp", "files.pypi.org.", dns.TypeA)
-	if rec := e.aud.last(t, "files.pypi.org"); len(rec.Flags) != 0 {
+	if rec := e.last(t, "files.pypi.org"); len(rec.Flags) != 0 {
 		t.Errorf("flags for files.pypi.org: got %v, want none", rec.Flags)
 	}
 }
 
 func TestUniqueNamesAndRateLimit(t *testing.T) {
 	up := startUpstream(t, nil)
-	dec := newDecider("pypi.org")
+	dec := policytest.AllowUnder("pypi.org")
 	e := newEnv(t, Config{UniqueNames: 3, RateLimit: 0.001, RateBurst: 6, BlockFlags: []string{FlagRateLimited}}, up, dec)
 	var got [][]string
 	for i := range 7 {
 		name := fmt.Sprintf("n%d.pypi.org", i)
 		e.ask(t, "udp", name+".", dns.TypeA)
-		got = append(got, e.aud.last(t, name).Flags)
+		got = append(got, e.last(t, name).Flags)
 	}
 	for i, fl := range got {
 		wantUnique := i >= 3
@@ -467,17 +474,15 @@ func TestUniqueNamesAndRateLimit(t *testing.T) {
 	if n := up.count("n6.pypi.org"); n != 0 {
 		t.Errorf("rate-limited query reached the upstream %d times", n)
 	}
-	if rec := e.aud.last(t, "n6.pypi.org"); rec.RCode != "NXDOMAIN" || rec.Reasons[0].ID != ReasonFlagBlocked {
+	if rec := e.last(t, "n6.pypi.org"); rec.RCode != "NXDOMAIN" || rec.Reasons[0].ID != ReasonFlagBlocked {
 		t.Errorf("rate-limited audit: got %+v", rec)
 	}
 }
 
 func TestAuditFailureRefuses(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
-	e.aud.mu.Lock()
-	e.aud.fail = true
-	e.aud.mu.Unlock()
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
+	e.aud.Refuse(audittest.Full)
 	r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 0 {
 		t.Errorf("got %s %v, want SERVFAIL without answers", dns.RcodeToString[r.Rcode], r.Answer)
@@ -489,10 +494,8 @@ func TestAuditFailureRefuses(t *testing.T) {
 // first and only the reply was refused when its record could not be written.
 func TestBrokenAuditLogForwardsNothing(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
-	e.aud.mu.Lock()
-	e.aud.broken = errors.New("audit: writer failed: no space left on device")
-	e.aud.mu.Unlock()
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
+	e.aud.Break(errors.New("audit: writer failed: no space left on device"))
 	for _, network := range []string{"udp", "tcp"} {
 		if r := e.ask(t, network, "pypi.org.", dns.TypeA); r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 0 {
 			t.Errorf("%s: got %s %v, want SERVFAIL without answers", network, dns.RcodeToString[r.Rcode], r.Answer)
@@ -505,36 +508,30 @@ func TestBrokenAuditLogForwardsNothing(t *testing.T) {
 
 func TestPolicyErrorFailsClosed(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	dec := newDecider("pypi.org")
-	dec.mode = policy.ModeReport
-	dec.deny = func(*policy.Input) bool { return true }
+	dec := policytest.AllowUnder("pypi.org")
+	dec.SetMode(policy.ModeReport)
+	dec.DenyIf(func(*policy.Input) bool { return true })
 	e := newEnv(t, Config{}, up, dec)
 	// Report mode lets a policy deny pass, and says so in the audit record.
 	r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeSuccess {
 		t.Errorf("report mode: got %s, want NOERROR", dns.RcodeToString[r.Rcode])
 	}
-	if rec := e.aud.last(t, "pypi.org"); rec.Decision != "deny" || rec.Mode != "report" {
+	if rec := e.last(t, "pypi.org"); rec.Decision != audit.DecisionDeny || rec.Mode != "report" {
 		t.Errorf("report audit: got decision %q mode %q, want deny report", rec.Decision, rec.Mode)
 	}
 	// A decision with Err never passes, in any mode.
-	e = newEnv(t, Config{}, up, errDecider{})
+	e = newEnv(t, Config{}, up, policytest.Failing("eval: deadline exceeded"))
 	r = e.ask(t, "udp", "files.pypi.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeNameError {
 		t.Errorf("policy error: got %s, want NXDOMAIN", dns.RcodeToString[r.Rcode])
 	}
-	if rec := e.aud.last(t, "files.pypi.org"); rec.Decision != "error" || rec.Error == "" {
+	if rec := e.last(t, "files.pypi.org"); rec.Decision != audit.DecisionError || rec.Error == "" {
 		t.Errorf("policy error audit: got %+v", rec)
 	}
 	if n := up.count("files.pypi.org"); n != 0 {
 		t.Errorf("upstream queries on a policy error: got %d, want 0", n)
 	}
-}
-
-type errDecider struct{}
-
-func (errDecider) Decide(context.Context, *policy.Input) policy.Decision {
-	return policy.Decision{Mode: policy.ModeReport, Reasons: []policy.Reason{{ID: policy.ReasonPolicyError}}, Err: fmt.Errorf("eval: deadline exceeded")}
 }
 
 func TestUpstreamFailover(t *testing.T) {
@@ -544,7 +541,7 @@ func TestUpstreamFailover(t *testing.T) {
 		return resp
 	})
 	good := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{Upstreams: []string{bad.addr, good.addr}}, good, newDecider("pypi.org"))
+	e := newEnv(t, Config{Upstreams: []string{bad.addr, good.addr}}, good, policytest.AllowUnder("pypi.org"))
 	r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 	if len(r.Answer) != 2 {
 		t.Errorf("answers: got %v", r.Answer)
@@ -552,14 +549,14 @@ func TestUpstreamFailover(t *testing.T) {
 	if bad.count("pypi.org") != 1 || good.count("pypi.org") != 1 {
 		t.Errorf("upstream queries: bad %d good %d, want 1 and 1", bad.count("pypi.org"), good.count("pypi.org"))
 	}
-	if rec := e.aud.last(t, "pypi.org"); rec.Upstream != good.addr {
+	if rec := e.last(t, "pypi.org"); rec.Upstream != good.addr {
 		t.Errorf("audit upstream: got %q, want %q", rec.Upstream, good.addr)
 	}
 }
 
 func TestStopSandbox(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	e.f.StopSandbox("sb-1")
 	c := &dns.Client{Net: "tcp", Timeout: 500 * time.Millisecond}
 	m := new(dns.Msg)
@@ -578,7 +575,7 @@ func TestAllUpstreamsFail(t *testing.T) {
 		resp.SetRcode(req, dns.RcodeRefused)
 		return resp
 	})
-	e := newEnv(t, Config{}, bad, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, bad, policytest.AllowUnder("pypi.org"))
 	for range 2 {
 		r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 		if r.Rcode != dns.RcodeServerFailure {
@@ -588,7 +585,7 @@ func TestAllUpstreamsFail(t *testing.T) {
 	if n := bad.count("pypi.org"); n != 2 {
 		t.Errorf("upstream queries: got %d, want 2 (failures are not cached)", n)
 	}
-	if rec := e.aud.last(t, "pypi.org"); rec.Decision != "error" || rec.RCode != "SERVFAIL" || rec.Error == "" {
+	if rec := e.last(t, "pypi.org"); rec.Decision != audit.DecisionError || rec.RCode != "SERVFAIL" || rec.Error == "" {
 		t.Errorf("audit: got %+v, want error SERVFAIL with the upstream error", rec)
 	}
 }

@@ -8,7 +8,9 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // recorder is a dns.ResponseWriter that keeps the reply.
@@ -86,8 +88,8 @@ func serveRaw(s *sandboxServer, raw []byte, tcp bool) []byte {
 func FuzzServeDNS(f *testing.F) {
 	up := startUpstream(f, records(testZone))
 	cfg := Config{Upstreams: []string{up.addr}, RateLimit: 1e9, RateBurst: 1 << 30}
-	aud := &fakeAudit{}
-	fl, err := New(cfg, newDecider("pypi.org"), aud, nil)
+	aud := &audittest.Log{}
+	fl, err := New(cfg, policytest.AllowUnder("pypi.org"), aud, nil)
 	if err != nil {
 		f.Fatal(err)
 	}

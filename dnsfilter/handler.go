@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -268,7 +269,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	rec := &audit.Record{
 		ID:       s.f.nextID(),
 		Sandbox:  s.sb.ID,
-		Kind:     string(policy.KindDNS),
+		Kind:     audit.KindDNS,
 		Decision: decision,
 		Reasons:  reasons,
 		Host:     q.name,
@@ -292,7 +293,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	}
 	rec.DurationMS = float64(time.Since(q.start).Microseconds()) / 1000
 	if err := s.f.logAudit(rec); err != nil {
-		s.f.log.Error("audit failed, refusing query", "sandbox", s.sb.ID, "qname", q.name, "error", err)
+		s.f.log.Error("audit failed, refusing query", oplog.SandboxKey, s.sb.ID, "qname", q.name, oplog.ErrorKey, err)
 		if rcode == dns.RcodeSuccess || len(rrs) > 0 {
 			rcode, rrs = dns.RcodeServerFailure, nil
 		}
@@ -302,22 +303,22 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 
 // verdict is the query's audit decision, reasons and error text.
 func (q *query) verdict() (decision string, reasons []audit.Reason, errMsg string) {
-	decision, errMsg = "deny", q.errMsg
+	decision, errMsg = audit.DecisionDeny, q.errMsg
 	if q.dec != nil {
 		d := &q.dec.d
 		switch {
 		case d.Err != nil:
-			decision = "error"
+			decision = audit.DecisionError
 			errMsg = d.Err.Error()
 		case d.Allowed && q.reasons == nil:
-			decision = "allow"
+			decision = audit.DecisionAllow
 		}
 		reasons = q.dec.reasons
 	}
 	if q.reasons != nil {
 		reasons = q.reasons
 		if q.reasons[0].ID == ReasonUpstream {
-			decision = "error" // policy allowed it; resolving failed
+			decision = audit.DecisionError // policy allowed it; resolving failed
 		}
 	}
 	return decision, reasons, errMsg
@@ -338,7 +339,7 @@ func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	if b, ok := appendReply((*bp)[:0], req, rcode, rrs, q.ansWire, opt != nil, size); ok {
 		*bp = b
 		if _, err := w.Write(b); err != nil && !errors.Is(err, net.ErrClosed) {
-			s.f.log.Warn("write reply", "sandbox", s.sb.ID, "error", err)
+			s.f.log.Warn("write reply", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
 		}
 		return
 	}
@@ -352,7 +353,7 @@ func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	}
 	resp.Truncate(size)
 	if err := w.WriteMsg(resp); err != nil && !errors.Is(err, net.ErrClosed) {
-		s.f.log.Warn("write reply", "sandbox", s.sb.ID, "error", err)
+		s.f.log.Warn("write reply", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
 	}
 }
 

@@ -2,7 +2,6 @@ package dnsfilter
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -13,7 +12,9 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // seenQuery is one query the fake upstream received.
@@ -137,138 +138,12 @@ func records(table map[string][]string) func(string, *dns.Msg) *dns.Msg {
 	}
 }
 
-// fakeDecider allows hosts under the given suffixes (the name itself or any
-// parent) and denies the rest; deny, when set, is checked first.
-type fakeDecider struct {
-	mu     sync.Mutex
-	allow  map[string]bool
-	optIn  map[string]bool // "qtype name" pairs given ReasonQTypeOptIn
-	deny   func(in *policy.Input) bool
-	rev    string
-	mode   policy.Mode
-	inputs []policy.Input
-}
-
-func newDecider(allow ...string) *fakeDecider {
-	d := &fakeDecider{allow: map[string]bool{}, optIn: map[string]bool{}, rev: "rev-1", mode: policy.ModeEnforce}
-	for _, a := range allow {
-		d.allow[a] = true
-	}
-	return d
-}
-
-func (d *fakeDecider) Rev() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.rev
-}
-
-func (d *fakeDecider) setAllow(host string) {
-	d.mu.Lock()
-	d.allow[host] = true
-	d.mu.Unlock()
-}
-
-func (d *fakeDecider) setOptIn(typeAndHost string) {
-	d.mu.Lock()
-	d.optIn[typeAndHost] = true
-	d.mu.Unlock()
-}
-
-func (d *fakeDecider) setRev(r string) {
-	d.mu.Lock()
-	d.rev = r
-	d.mu.Unlock()
-}
-
-func (d *fakeDecider) Decide(_ context.Context, in *policy.Input) policy.Decision {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	cp := *in
-	if in.DNS != nil {
-		dn := *in.DNS
-		dn.Flags = append([]string(nil), in.DNS.Flags...)
-		cp.DNS = &dn
-	}
-	d.inputs = append(d.inputs, cp)
-	dec := policy.Decision{Mode: d.mode, Rev: d.rev}
-	if d.deny != nil && d.deny(in) {
-		dec.Reasons = []policy.Reason{{ID: "test_deny", Msg: "denied by test"}}
-		return dec
-	}
-	for _, s := range in.Destination.Suffixes {
-		if d.allow[s] {
-			dec.Allowed = true
-		}
-	}
-	if !dec.Allowed {
-		dec.Reasons = []policy.Reason{{ID: "not_allowed", Msg: "host not in allowlist"}}
-	}
-	if dec.Allowed && in.DNS != nil && d.optIn[in.DNS.QType+" "+in.Destination.Host] {
-		dec.Reasons = []policy.Reason{{ID: ReasonQTypeOptIn, Msg: "txt allowed"}}
-	}
-	return dec
-}
-
-func (d *fakeDecider) calls() []policy.Input {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]policy.Input(nil), d.inputs...)
-}
-
-// fakeAudit records every record; fail makes Log return an error (a full
-// queue); broken makes it a failed writer: Err reports it and Log refuses.
-type fakeAudit struct {
-	mu     sync.Mutex
-	recs   []audit.Record
-	fail   bool
-	broken error
-}
-
-func (a *fakeAudit) Err() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.broken
-}
-
-func (a *fakeAudit) Log(r *audit.Record) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.broken != nil {
-		return a.broken
-	}
-	if a.fail {
-		return errors.New("audit queue full")
-	}
-	a.recs = append(a.recs, *r)
-	return nil
-}
-
-func (a *fakeAudit) records() []audit.Record {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]audit.Record(nil), a.recs...)
-}
-
-// last returns the last record for qname (normalized), failing if there is none.
-func (a *fakeAudit) last(t *testing.T, qname string) audit.Record {
-	t.Helper()
-	recs := a.records()
-	for i := len(recs) - 1; i >= 0; i-- {
-		if recs[i].QName == qname {
-			return recs[i]
-		}
-	}
-	t.Fatalf("no audit record for %q in %d records", qname, len(recs))
-	return audit.Record{}
-}
-
 // env is a Filter serving one sandbox on loopback, with its fakes.
 type env struct {
 	f   *Filter
 	up  *fakeUpstream
-	dec *fakeDecider
-	aud *fakeAudit
+	dec *policytest.Decider
+	aud *audittest.Log
 	udp string // the sandbox's DNS address
 	tcp string
 }
@@ -281,8 +156,8 @@ func newEnv(t *testing.T, cfg Config, up *fakeUpstream, dec policy.Decider, own 
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Second
 	}
-	e := &env{up: up, aud: &fakeAudit{}}
-	e.dec, _ = dec.(*fakeDecider)
+	e := &env{up: up, aud: &audittest.Log{}}
+	e.dec, _ = dec.(*policytest.Decider)
 	f, err := New(cfg, dec, e.aud, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -308,6 +183,16 @@ func newEnv(t *testing.T, cfg Config, up *fakeUpstream, dec policy.Decider, own 
 		}
 	})
 	return e
+}
+
+// last returns the last record for qname (normalized), failing if there is none.
+func (e *env) last(t *testing.T, qname string) audit.Record {
+	t.Helper()
+	r, ok := e.aud.Last(func(r audit.Record) bool { return r.QName == qname })
+	if !ok {
+		t.Fatalf("no audit record for %q in %d records", qname, len(e.aud.Records()))
+	}
+	return r
 }
 
 // ask sends one question over network ("udp" or "tcp") and returns the reply.

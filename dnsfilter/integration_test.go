@@ -133,33 +133,33 @@ func TestWithRealPolicyAndAudit(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("audit line %q: %v", sc.Text(), err)
 		}
-		if r.Kind == "dns" && r.QType == "A" {
+		if r.Kind == audit.KindDNS && r.QType == "A" {
 			recs[r.QName] = r
 		}
-		if r.Kind == "dns" && r.QType != "A" {
+		if r.Kind == audit.KindDNS && r.QType != "A" {
 			recs[r.QName+"/"+r.QType] = r
 		}
 	}
 	if len(recs) != len(tests)+2 {
 		t.Fatalf("audit: got %d dns records, want %d", len(recs), len(tests)+2)
 	}
-	if r := recs["pypi.org/MX"]; r.Decision != "allow" || len(r.Reasons) != 1 || r.Reasons[0].ID != ReasonQTypeOptIn {
+	if r := recs["pypi.org/MX"]; r.Decision != audit.DecisionAllow || len(r.Reasons) != 1 || r.Reasons[0].ID != ReasonQTypeOptIn {
 		t.Errorf("opted-in MX record: got %+v", r)
 	}
-	if r := recs["pypi.org/TXT"]; r.Decision != "deny" || r.RCode != "REFUSED" {
+	if r := recs["pypi.org/TXT"]; r.Decision != audit.DecisionDeny || r.RCode != "REFUSED" {
 		t.Errorf("refused TXT record: got %+v", r)
 	}
-	if r := recs["pypi.org"]; r.Decision != "allow" || r.PolicyRev == "" || len(r.Answers) != 1 || r.Upstream != up.addr || r.Prev == "" {
+	if r := recs["pypi.org"]; r.Decision != audit.DecisionAllow || r.PolicyRev == "" || len(r.Answers) != 1 || r.Upstream != up.addr || r.Prev == "" {
 		t.Errorf("allowed record: got %+v", r)
 	}
 	r := recs[exfil]
-	if r.Decision != "deny" || r.RCode != "NXDOMAIN" || len(r.Reasons) == 0 || r.Reasons[0].ID != "dns_exfil" {
+	if r.Decision != audit.DecisionDeny || r.RCode != "NXDOMAIN" || len(r.Reasons) == 0 || r.Reasons[0].ID != "dns_exfil" {
 		t.Errorf("exfil record: got %+v, want deny NXDOMAIN for dns_exfil", r)
 	}
 	if len(r.Flags) != 1 || r.Flags[0] != FlagLongLabel {
 		t.Errorf("exfil flags: got %v, want [long_label]", r.Flags)
 	}
-	if r := recs["evil.example.com"]; r.Decision != "deny" || r.Reasons[0].ID != "default_deny" {
+	if r := recs["evil.example.com"]; r.Decision != audit.DecisionDeny || r.Reasons[0].ID != "default_deny" {
 		t.Errorf("denied record: got %+v", r)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // header builds a 12-byte DNS header.
@@ -40,7 +43,7 @@ func cat(parts ...[]byte) []byte {
 
 func TestMalformedPackets(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org", "example.com"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org", "example.com"))
 	twoQ := new(dns.Msg)
 	twoQ.Id = 7
 	twoQ.Question = []dns.Question{{Name: "pypi.org.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, {Name: "example.com.", Qtype: dns.TypeA, Qclass: dns.ClassINET}}
@@ -116,8 +119,8 @@ func TestMalformedPackets(t *testing.T) {
 		t.Errorf("after malformed packets: got %v", r.Answer)
 	}
 	malformed := 0
-	for _, rec := range e.aud.records() {
-		if rec.Decision == "deny" && rec.QName != "pypi.org" {
+	for _, rec := range e.aud.Records() {
+		if rec.Decision == audit.DecisionDeny && rec.QName != "pypi.org" {
 			malformed++
 		}
 	}
@@ -129,7 +132,7 @@ func TestMalformedPackets(t *testing.T) {
 // TestOversizeTCP sends a length-prefixed 60 KB garbage message over TCP.
 func TestOversizeTCP(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	c, err := net.Dial("tcp", e.tcp)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // Metric label values. No label ever carries a query name, a sandbox id or an
@@ -32,7 +34,7 @@ const (
 )
 
 // metricDecisions are the values of the decision label, in index order.
-var metricDecisions = [...]string{"allow", "deny", "error"}
+var metricDecisions = [...]string{audit.DecisionAllow, audit.DecisionDeny, audit.DecisionError}
 
 // metricQTypes are the query types with a qtype label value of their own;
 // every other type is "other" and a query without a question is "none".
@@ -166,9 +168,9 @@ func qtypeIndex(t uint16) int {
 
 func decisionIndex(d string) int {
 	switch d {
-	case "allow":
+	case audit.DecisionAllow:
 		return 0
-	case "error":
+	case audit.DecisionError:
 		return 2
 	}
 	return 1

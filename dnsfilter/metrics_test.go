@@ -10,6 +10,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // metricValue returns the value of the series name{labels} (counter, gauge, or a
@@ -49,7 +51,7 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 
 func TestMetricsMove(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	reg := e.f.Registry()
 	if prometheus.Registerer(reg) == prometheus.DefaultRegisterer {
 		t.Fatal("Registry returned the global registry")
@@ -115,7 +117,7 @@ func TestMetricsUpstreamFailureAndTCPRetry(t *testing.T) {
 		resp.SetRcode(req, dns.RcodeRefused)
 		return resp
 	})
-	e := newEnv(t, Config{Upstreams: []string{refuse.addr, trunc.addr}}, refuse, newDecider("pypi.org"))
+	e := newEnv(t, Config{Upstreams: []string{refuse.addr, trunc.addr}}, refuse, policytest.AllowUnder("pypi.org"))
 	if r := e.ask(t, "udp", "pypi.org.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 		t.Fatalf("got %s %v, want the answer via the second upstream over TCP", dns.RcodeToString[r.Rcode], r.Answer)
 	}
@@ -138,7 +140,7 @@ func TestMetricsUpstreamFailureAndTCPRetry(t *testing.T) {
 
 func TestMetricsAuditSummaries(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{AuditBurst: 1, AuditRate: 0.001, AuditSummaryInterval: time.Hour}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{AuditBurst: 1, AuditRate: 0.001, AuditSummaryInterval: time.Hour}, up, policytest.AllowUnder("pypi.org"))
 	reg := e.f.Registry()
 	for range 5 {
 		e.ask(t, "udp", "evil.example.com.", dns.TypeA)
@@ -170,7 +172,7 @@ func TestMetricsAuditSummaries(t *testing.T) {
 // values from a fixed set (upstream: the configured upstreams).
 func TestMetricsNoQueryNameLabels(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{BlockFlags: []string{}}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{BlockFlags: []string{}}, up, policytest.AllowUnder("pypi.org"))
 	names := []string{
 		"pypi.org", "evil.example.com", "allow.pypi.org", "hit.pypi.org", "ok.pypi.org",
 		strings.Repeat("k", 60) + ".pypi.org", "x7q9zk2mv8p4w1rj5t3n6b.pypi.org", "other.pypi.org", "none.example.com",
@@ -241,8 +243,8 @@ func TestMetricsRegistriesIndependent(t *testing.T) {
 	// panic on duplicate registration), and one filter's queries do not move
 	// the other's counters.
 	up := startUpstream(t, records(testZone))
-	a := newEnv(t, Config{}, up, newDecider("pypi.org"))
-	b := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	a := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
+	b := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	a.ask(t, "udp", "pypi.org.", dns.TypeA)
 	want := map[string]string{"decision": "allow", "qtype": "A"}
 	if got := metricValue(t, a.f.Registry(), "airlock_dns_queries_total", want); got != 1 {

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/test/tcptest"
 )
 
 // rawUpstream is a fake upstream that keeps every UDP and TCP query exactly as
@@ -63,33 +66,24 @@ func startRawUpstream(t *testing.T, answer func(req *dns.Msg) *dns.Msg) *rawUpst
 			}
 		}
 	}()
-	go func() {
+	go tcptest.Serve(ln, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			var l [2]byte
+			if _, err := io.ReadFull(c, l[:]); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				for {
-					var l [2]byte
-					if _, err := io.ReadFull(c, l[:]); err != nil {
-						return
-					}
-					b := make([]byte, binary.BigEndian.Uint16(l[:]))
-					if _, err := io.ReadFull(c, b); err != nil {
-						return
-					}
-					out := u.handle(b)
-					if out == nil {
-						return
-					}
-					c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...))
-				}
-			}()
+			b := make([]byte, binary.BigEndian.Uint16(l[:]))
+			if _, err := io.ReadFull(c, b); err != nil {
+				return
+			}
+			out := u.handle(b)
+			if out == nil {
+				return
+			}
+			c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...))
 		}
-	}()
+	})
 	return u
 }
 
@@ -191,7 +185,7 @@ func rawQuery(id uint16, qtype uint16, labels ...string) []byte {
 
 func TestAttackSpellingsReachUpstreamNormalized(t *testing.T) {
 	up := startRawUpstream(t, aAnswer("151.101.0.223"))
-	e := newEnv(t, Config{Upstreams: []string{up.addr}}, nil, newDecider("pypi.org", "xn--bcher-kva.example"))
+	e := newEnv(t, Config{Upstreams: []string{up.addr}}, nil, policytest.AllowUnder("pypi.org", "xn--bcher-kva.example"))
 	tests := []struct {
 		name   string
 		labels []string
@@ -229,7 +223,7 @@ func TestAttackSpellingsReachUpstreamNormalized(t *testing.T) {
 	// spellings collapse onto two names and the cache.
 	checkCanonical(t, up, dns.TypeA, "files.pypi.org", "xn--bcher-kva.example")
 	// Policy saw only normalized names.
-	for _, in := range e.dec.calls() {
+	for _, in := range e.dec.Inputs() {
 		if in.DNS.QName != strings.ToLower(in.DNS.QName) || strings.ContainsAny(in.DNS.QName, "\\ \x00") {
 			t.Errorf("policy saw a non-normalized name %q", in.DNS.QName)
 		}
@@ -238,7 +232,7 @@ func TestAttackSpellingsReachUpstreamNormalized(t *testing.T) {
 
 func TestAttackEDNSOptionsNotForwarded(t *testing.T) {
 	up := startRawUpstream(t, aAnswer("151.101.0.223"))
-	e := newEnv(t, Config{Upstreams: []string{up.addr}}, nil, newDecider("pypi.org"))
+	e := newEnv(t, Config{Upstreams: []string{up.addr}}, nil, policytest.AllowUnder("pypi.org"))
 	m := new(dns.Msg)
 	m.SetQuestion("edns.pypi.org.", dns.TypeA)
 	m.CheckingDisabled = true
@@ -292,7 +286,7 @@ func TestAttackCNAMEChainToDeniedName(t *testing.T) {
 		"evil.example.com.": {"evil.example.com. 300 IN A 6.6.6.6"},
 	}
 	up := startUpstream(t, records(zone))
-	e := newEnv(t, Config{GatewayAddrs: []netip.Addr{netip.MustParseAddr("198.51.100.9")}}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{GatewayAddrs: []netip.Addr{netip.MustParseAddr("198.51.100.9")}}, up, policytest.AllowUnder("pypi.org"))
 
 	r := e.ask(t, "udp", "www.pypi.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeSuccess || !slices.Equal(addrs(r.Answer), []string{"93.184.216.34"}) {
@@ -303,7 +297,7 @@ func TestAttackCNAMEChainToDeniedName(t *testing.T) {
 		if len(r.Answer) != 0 {
 			t.Errorf("%s: got %v, want NODATA (every address refused)", name, r.Answer)
 		}
-		if rec := e.aud.last(t, strings.TrimSuffix(name, ".")); !slices.Contains(rec.Flags, FlagRebindingDropped) {
+		if rec := e.last(t, strings.TrimSuffix(name, ".")); !slices.Contains(rec.Flags, FlagRebindingDropped) {
 			t.Errorf("%s: audit flags %v, want %s", name, rec.Flags, FlagRebindingDropped)
 		}
 	}
@@ -354,7 +348,7 @@ func TestAttackPoisoningOtherOwners(t *testing.T) {
 		}
 		return resp
 	})
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	r := e.ask(t, "udp", "pypi.org.", dns.TypeA)
 	if got := addrs(r.Answer); !slices.Equal(got, []string{"151.101.0.223"}) {
 		t.Errorf("pypi.org: got %v, want only its own record", got)
@@ -396,7 +390,7 @@ func TestAttackIPv6AndHTTPSLeaks(t *testing.T) {
 	}
 	t.Run("ipv6 off", func(t *testing.T) {
 		up := startUpstream(t, records(zone))
-		e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+		e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 		for _, qt := range []uint16{dns.TypeAAAA, dns.TypeHTTPS, dns.TypeSVCB} {
 			for _, network := range []string{"udp", "tcp"} {
 				r := e.ask(t, network, "six.pypi.org.", qt)
@@ -414,7 +408,7 @@ func TestAttackIPv6AndHTTPSLeaks(t *testing.T) {
 	})
 	t.Run("ipv6 on", func(t *testing.T) {
 		up := startUpstream(t, records(zone))
-		e := newEnv(t, Config{IPv6: true}, up, newDecider("pypi.org"))
+		e := newEnv(t, Config{IPv6: true}, up, policytest.AllowUnder("pypi.org"))
 		r := e.ask(t, "udp", "six.pypi.org.", dns.TypeAAAA)
 		if got := addrs(r.Answer); !slices.Equal(got, []string{"2a04:4e42::223"}) {
 			t.Errorf("AAAA: got %v, want only the public address", got)
@@ -432,7 +426,7 @@ func TestAttackIPv6AndHTTPSLeaks(t *testing.T) {
 
 func TestAttackPTRNeverForwarded(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	dec := newDecider("in-addr.arpa", "ip6.arpa", "pypi.org")
+	dec := policytest.AllowUnder("in-addr.arpa", "ip6.arpa", "pypi.org")
 	e := newEnv(t, Config{IPv6: true}, up, dec, netip.MustParseAddr("10.255.255.254"))
 	for _, name := range []string{
 		"1.0.0.127.in-addr.arpa.",
@@ -469,12 +463,12 @@ func TestAttackUniqueNamesExfiltration(t *testing.T) {
 		return resp
 	})
 	const limit = 5
-	e := newEnv(t, Config{UniqueNames: limit, RateLimit: 1000, RateBurst: 1000}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{UniqueNames: limit, RateLimit: 1000, RateBurst: 1000}, up, policytest.AllowUnder("pypi.org"))
 	chunk := func(i int) string { return fmt.Sprintf("mzxw6ytb-%03d-oi3tmnrx.pypi.org", i) }
 	for i := range 3 * limit {
 		name := chunk(i)
 		r := e.ask(t, "udp", name+".", dns.TypeA)
-		rec := e.aud.last(t, name)
+		rec := e.last(t, name)
 		if i < limit {
 			if r.Rcode != dns.RcodeSuccess || len(rec.Flags) != 0 {
 				t.Errorf("name %d: got %s flags %v, want an answer without flags", i, dns.RcodeToString[r.Rcode], rec.Flags)
@@ -497,7 +491,7 @@ func TestAttackUniqueNamesExfiltration(t *testing.T) {
 	}
 	// Other registered domains have their own count.
 	if r := e.ask(t, "udp", "files.pythonhosted.org.", dns.TypeA); r.Rcode == dns.RcodeNameError {
-		if rec := e.aud.last(t, "files.pythonhosted.org"); slices.Contains(rec.Flags, FlagManyUniqueNames) {
+		if rec := e.last(t, "files.pythonhosted.org"); slices.Contains(rec.Flags, FlagManyUniqueNames) {
 			t.Errorf("another domain was flagged: %v", rec.Flags)
 		}
 	}
@@ -531,7 +525,7 @@ func TestAttackSeenNamesBounded(t *testing.T) {
 
 func TestAttackTCPPipelining(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{RateLimit: 0.001, RateBurst: 20}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{RateLimit: 0.001, RateBurst: 20}, up, policytest.AllowUnder("pypi.org"))
 	c, err := net.Dial("tcp", e.tcp)
 	if err != nil {
 		t.Fatal(err)
@@ -587,14 +581,14 @@ func TestAttackTCPPipelining(t *testing.T) {
 			t.Errorf("upstream saw %q from a pipelined connection", q.name)
 		}
 	}
-	if got := len(e.aud.records()); got != n {
+	if got := len(e.aud.Records()); got != n {
 		t.Errorf("audit records: got %d, want %d (one per pipelined query)", got, n)
 	}
 }
 
 func TestAttackTCPLengthPrefix(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	q := rawQuery(77, dns.TypeA, "leak", "example", "com")
 	tests := []struct {
 		name string
@@ -644,7 +638,7 @@ func isReset(err error) bool {
 
 func TestAttackTCPSlowloris(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{MaxTCPConns: 2}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{MaxTCPConns: 2}, up, policytest.AllowUnder("pypi.org"))
 	// Two connections that send one byte of a length prefix and stall hold
 	// both slots.
 	var idle []net.Conn
@@ -702,7 +696,7 @@ func TestAttackNonOPTAdditionalRecord(t *testing.T) {
 	// The one additional record a query may carry is meant for OPT; a sandbox
 	// puts data (or a TSIG, or a fake glue record) there instead.
 	up := startRawUpstream(t, aAnswer("151.101.0.223"))
-	e := newEnv(t, Config{Upstreams: []string{up.addr}}, nil, newDecider("pypi.org"))
+	e := newEnv(t, Config{Upstreams: []string{up.addr}}, nil, policytest.AllowUnder("pypi.org"))
 	txt, _ := dns.NewRR(`leak.example.com. 300 IN TXT "secret-data-in-additional"`)
 	glue, _ := dns.NewRR("pypi.org. 300 IN A 6.6.6.6")
 	tsig := &dns.TSIG{Hdr: dns.RR_Header{Name: "key.", Rrtype: dns.TypeTSIG, Class: dns.ClassANY}, Algorithm: dns.HmacSHA256, TimeSigned: 1700000000, Fudge: 300, MAC: "", OrigId: 42}

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // Resolver resolves names through the configured upstreams with the shared cache,
@@ -229,7 +230,7 @@ func (r *Resolver) exchange(ctx context.Context, name string, qtype uint16) (*an
 		return r.filter(name, qtype, resp, u.spec.addr), nil
 	}
 	err := errors.Join(errs...)
-	r.log.Warn("upstreams failed", "qname", name, "qtype", dns.TypeToString[qtype], "error", err)
+	r.log.Warn("upstreams failed", "qname", name, "qtype", dns.TypeToString[qtype], oplog.ErrorKey, err)
 	return nil, fmt.Errorf("%w: %w", errUpstream, err)
 }
 

@@ -12,7 +12,9 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // sandboxResolver mirrors gateway.SandboxResolver (dnsfilter must never import
@@ -73,7 +75,7 @@ func (e *env) askRefused(t *testing.T, name string) {
 	if r := e.ask(t, "udp", name+".", dns.TypeA); r.Rcode != dns.RcodeNameError {
 		t.Fatalf("sandbox query %s: got %s, want NXDOMAIN", name, rcodeString(r.Rcode))
 	}
-	if rec := e.aud.last(t, name); len(rec.Reasons) == 0 || rec.Reasons[0].ID != ReasonFlagBlocked {
+	if rec := e.last(t, name); len(rec.Reasons) == 0 || rec.Reasons[0].ID != ReasonFlagBlocked {
 		t.Fatalf("sandbox query %s: got reasons %v, want %s", name, rec.Reasons, ReasonFlagBlocked)
 	}
 	if n := e.up.count(name) - before; n != 0 {
@@ -125,7 +127,7 @@ func lookupMetric(t *testing.T, e *env, result string) float64 {
 // another sandbox.
 func TestGatewayLookupPastUniqueNameCap(t *testing.T) {
 	up := startUpstream(t, answerA("151.101.2.2"))
-	e := newEnv(t, Config{UniqueNames: 3}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{UniqueNames: 3}, up, policytest.AllowUnder("pypi.org"))
 	e.serve(t, "sb-2")
 	res := e.f.Resolver()
 	for i := range 3 {
@@ -156,13 +158,13 @@ func TestGatewayLookupPastUniqueNameCap(t *testing.T) {
 // resolved for a sandbox bring its own queries to the cap.
 func TestGatewayLookupsFillTheSandboxsCap(t *testing.T) {
 	up := startUpstream(t, answerA("151.101.2.2"))
-	e := newEnv(t, Config{UniqueNames: 3}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{UniqueNames: 3}, up, policytest.AllowUnder("pypi.org"))
 	res := e.f.Resolver()
 	for i := range 3 {
 		lookupOK(t, res, "sb-1", fmt.Sprintf("g%d.pypi.org", i), "151.101.2.2")
 	}
 	e.askRefused(t, "g3.pypi.org")
-	if rec := e.aud.last(t, "g3.pypi.org"); !slices.Contains(rec.Flags, FlagManyUniqueNames) {
+	if rec := e.last(t, "g3.pypi.org"); !slices.Contains(rec.Flags, FlagManyUniqueNames) {
 		t.Errorf("g3.pypi.org: got flags %v, want %s", rec.Flags, FlagManyUniqueNames)
 	}
 	e.askOK(t, "g0.pypi.org") // a name the gateway already resolved for it
@@ -175,7 +177,7 @@ func TestGatewayLookupsFillTheSandboxsCap(t *testing.T) {
 // another sandbox is served.
 func TestGatewayLookupPastRateLimit(t *testing.T) {
 	up := startUpstream(t, answerA("151.101.2.2"))
-	e := newEnv(t, Config{RateLimit: 0.001, RateBurst: 3}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{RateLimit: 0.001, RateBurst: 3}, up, policytest.AllowUnder("pypi.org"))
 	e.serve(t, "sb-2")
 	res := e.f.Resolver()
 	e.askOK(t, "r0.pypi.org")
@@ -198,7 +200,7 @@ func TestGatewayLookupPastRateLimit(t *testing.T) {
 // AAAA, two questions, and takes two tokens, as the sandbox's two queries would.
 func TestGatewayLookupChargesEachQueryType(t *testing.T) {
 	up := startUpstream(t, answerA("151.101.2.2"))
-	e := newEnv(t, Config{IPv6: true, RateLimit: 0.001, RateBurst: 3}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{IPv6: true, RateLimit: 0.001, RateBurst: 3}, up, policytest.AllowUnder("pypi.org"))
 	lookupOK(t, e.f.Resolver(), "sb-1", "v0.pypi.org", "151.101.2.2")
 	e.askOK(t, "v1.pypi.org")
 	e.askRefused(t, "v2.pypi.org")
@@ -209,7 +211,7 @@ func TestGatewayLookupChargesEachQueryType(t *testing.T) {
 // nothing upstream: fail closed.
 func TestGatewayLookupUnknownSandbox(t *testing.T) {
 	up := startUpstream(t, answerA("151.101.2.2"))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	lookupRefused(t, e, "sb-nope", "pypi.org", ReasonUnknownSandbox)
 	lookupRefused(t, e, "", "pypi.org", ReasonUnknownSandbox)
 	e.serve(t, "sb-2")
@@ -229,7 +231,7 @@ func TestGatewayLookupUnknownSandbox(t *testing.T) {
 // gateway's lookup as it refuses the sandbox's query.
 func TestGatewayLookupBlockFlags(t *testing.T) {
 	up := startUpstream(t, answerA("151.101.2.2"))
-	e := newEnv(t, Config{BlockFlags: []string{FlagLongLabel, FlagHighEntropy}}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{BlockFlags: []string{FlagLongLabel, FlagHighEntropy}}, up, policytest.AllowUnder("pypi.org"))
 	tests := []struct {
 		name, host, reason string
 	}{
@@ -249,10 +251,8 @@ func TestGatewayLookupBlockFlags(t *testing.T) {
 // not cached is not sent upstream for the gateway either.
 func TestGatewayLookupBrokenAuditLog(t *testing.T) {
 	up := startUpstream(t, answerA("151.101.2.2"))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
-	e.aud.mu.Lock()
-	e.aud.broken = errors.New("audit: disk full")
-	e.aud.mu.Unlock()
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
+	e.aud.Break(errors.New("audit: disk full"))
 	lookupRefused(t, e, "sb-1", "pypi.org", ReasonAuditUnavailable)
 }
 
@@ -260,7 +260,7 @@ func TestGatewayLookupBrokenAuditLog(t *testing.T) {
 // guard still applies) and a bad name is a failure, not a refusal.
 func TestGatewayLookupLiteralsAndBadNames(t *testing.T) {
 	up := startUpstream(t, answerA("151.101.2.2"))
-	e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 	res := e.f.Resolver()
 	lookupOK(t, res, "sb-1", "151.101.0.223", "151.101.0.223")
 	for _, h := range []string{"10.0.0.1", "127.0.0.1", "bad name!"} {
@@ -275,26 +275,13 @@ func TestGatewayLookupLiteralsAndBadNames(t *testing.T) {
 	}
 }
 
-func TestUpstreamAddrs(t *testing.T) {
-	up := startUpstream(t, nil)
-	e := newEnv(t, Config{Upstreams: []string{
-		up.addr, "tls://[::ffff:9.9.9.9]:853#dns.quad9.net", "udp://[2606:4700::1111]:53",
-	}}, up, newDecider())
-	want := []netip.AddrPort{
-		netip.MustParseAddrPort(up.addr), netip.MustParseAddrPort("9.9.9.9:853"), netip.MustParseAddrPort("[2606:4700::1111]:53"),
-	}
-	if got := e.f.UpstreamAddrs(); !slices.Equal(got, want) {
-		t.Errorf("got %v, want %v", got, want)
-	}
-}
-
 // BenchmarkLookupCached compares the gateway's lookup of a cached name charged
 // to a sandbox (LookupForSandbox: the sandbox lookup, its rate bucket and
 // unique-name set) with the uncharged LookupNetIP, serially and from parallel
 // goroutines. Report the ratio of the two in one run.
 func BenchmarkLookupCached(b *testing.B) {
 	up := startUpstream(b, answerA("151.101.2.2"))
-	f, err := New(Config{Upstreams: []string{up.addr}, RateLimit: 1e12, RateBurst: 1 << 30}, newDecider("pypi.org"), discardAudit{}, nil)
+	f, err := New(Config{Upstreams: []string{up.addr}, RateLimit: 1e12, RateBurst: 1 << 30}, policytest.AllowUnder("pypi.org"), audittest.Discard{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

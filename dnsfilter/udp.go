@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // UDP serving. miekg/dns's Server starts a goroutine per datagram (whose stack
@@ -114,7 +116,7 @@ func (u *udpServer) work(spare bool) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			u.s.f.log.Error("dns udp read failed, worker stopped", "sandbox", u.s.sb.ID, "error", err)
+			u.s.f.log.Error("dns udp read failed, worker stopped", oplog.SandboxKey, u.s.sb.ID, oplog.ErrorKey, err)
 			return
 		}
 		u.serve(w, buf[:n])
@@ -181,7 +183,7 @@ func (u *udpServer) serve(w *udpWriter, m []byte) {
 	}
 	req.Ns, req.Answer, req.Extra = nil, nil, nil
 	if err := w.WriteMsg(req); err != nil && !errors.Is(err, net.ErrClosed) {
-		s.f.log.Warn("write reply", "sandbox", s.sb.ID, "error", err)
+		s.f.log.Warn("write reply", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // waitDone fails the test when the sandbox's UDP workers have not all returned
@@ -51,7 +53,7 @@ func TestUDPWorkersStop(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := startUpstream(t, records(testZone))
-			e := newEnv(t, Config{}, up, newDecider("pypi.org"))
+			e := newEnv(t, Config{}, up, policytest.AllowUnder("pypi.org"))
 			u := sandboxOf(t, e.f, "sb-1").udp
 			if r := e.ask(t, "udp", "pypi.org.", dns.TypeA); r.Rcode != dns.RcodeSuccess {
 				t.Fatalf("before stop: got rcode %s, want NOERROR", dns.RcodeToString[r.Rcode])
@@ -90,7 +92,7 @@ func TestUDPSlowUpstreamDoesNotBlock(t *testing.T) {
 		}
 		return zone(network, req)
 	})
-	e := newEnv(t, Config{Timeout: 10 * time.Second}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{Timeout: 10 * time.Second}, up, policytest.AllowUnder("pypi.org"))
 	t.Cleanup(func() { close(release) })
 	u := sandboxOf(t, e.f, "sb-1").udp
 	if r := e.ask(t, "udp", "pypi.org.", dns.TypeA); r.Rcode != dns.RcodeSuccess {
@@ -147,7 +149,7 @@ func TestUDPSlowUpstreamDoesNotBlock(t *testing.T) {
 // them too.
 func TestUDPSparesBounded(t *testing.T) {
 	up := startUpstream(t, records(testZone))
-	e := newEnv(t, Config{RateLimit: 1e6, RateBurst: 1 << 20}, up, newDecider("pypi.org"))
+	e := newEnv(t, Config{RateLimit: 1e6, RateBurst: 1 << 20}, up, policytest.AllowUnder("pypi.org"))
 	s := sandboxOf(t, e.f, "sb-1")
 	u := s.udp
 	m := new(dns.Msg)

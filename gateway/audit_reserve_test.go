@@ -10,86 +10,24 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
-// reserveLog is an audit.Reserver over memLog, as the audit writer is with
-// overflow "deny": refuse makes every Reserve fail (queue full). It counts
-// reservations and how each ended, and which records went through one.
-type reserveLog struct {
-	memLog
-	refuse bool
-
-	rmu       sync.Mutex
-	reserved  int
-	logged    int
-	cancelled int
-	reused    int             // a reservation used a second time
-	viaRes    map[string]bool // id+kind of records written through a reservation
-	direct    int             // records written without a reservation
-	refusedAt int             // Reserve calls refused
-}
-
-func newReserveLog(refuse bool) *reserveLog {
-	return &reserveLog{refuse: refuse, viaRes: map[string]bool{}}
-}
-
-func (l *reserveLog) Log(r *audit.Record) error {
-	l.rmu.Lock()
-	l.direct++
-	l.rmu.Unlock()
-	return l.memLog.Log(r)
-}
-
-func (l *reserveLog) Reserve() (audit.Reservation, error) {
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	if l.refuse {
-		l.refusedAt++
-		return nil, errors.New("audit: queue full (overflow deny)")
-	}
-	l.reserved++
-	return &fakeReservation{l: l}, nil
-}
-
-type fakeReservation struct {
-	l    *reserveLog
-	used bool
-}
-
-func (r *fakeReservation) Log(rec *audit.Record) error {
-	r.l.rmu.Lock()
-	if r.used {
-		r.l.reused++
-	}
-	r.used = true
-	r.l.logged++
-	r.l.viaRes[rec.ID+" "+rec.Kind] = true
-	r.l.rmu.Unlock()
-	return r.l.memLog.Log(rec)
-}
-
-func (r *fakeReservation) Cancel() {
-	r.l.rmu.Lock()
-	defer r.l.rmu.Unlock()
-	if r.used {
-		r.l.reused++
-	}
-	r.used = true
-	r.l.cancelled++
-}
-
-var _ audit.Reserver = (*reserveLog)(nil)
-
-// reserveHarness is newHarness with a reserveLog as the gateway's logger.
-func reserveHarness(t *testing.T, refuse bool, pki *testPKI) (*harness, *reserveLog) {
+// reserveHarness is newHarness whose log holds room for records, as the audit
+// writer does with overflow "deny"; refuse makes every Reserve fail (queue
+// full).
+func reserveHarness(t *testing.T, refuse bool, pki *testPKI) (*harness, *audittest.Log) {
 	t.Helper()
-	h := newHarness(t, allowHosts([]string{"pypi.org", "mitm.example"}, []string{"mitm.example"}, "/denied"), names("pypi.org", "mitm.example"), pki)
-	rl := newReserveLog(refuse)
+	h := newHarness(t, policytest.Allow("pypi.org", "mitm.example").Intercept("mitm.example").DenyPaths("/denied"), names("pypi.org", "mitm.example"), pki)
+	rl := &audittest.Log{}
+	if refuse {
+		rl.RefuseRoom(errors.New("audit: queue full (overflow deny)"))
+	}
 	g, err := New(h.g.cfg, h.dec, rl, &fakeResolver{names: names("pypi.org", "mitm.example")}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +38,7 @@ func reserveHarness(t *testing.T, refuse bool, pki *testPKI) (*harness, *reserve
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.StopSandbox("sb-test") })
-	h.g, h.explicit, h.transp, h.log = g, el.Addr().String(), tl.Addr().String(), &rl.memLog
+	h.g, h.explicit, h.transp, h.log = g, el.Addr().String(), tl.Addr().String(), rl
 	return h, rl
 }
 
@@ -147,8 +85,8 @@ func TestAuditReservedBeforeRequestLeaves(t *testing.T) {
 		if err := tc.Handshake(); err == nil {
 			t.Fatal("TLS through a tunnel whose close record has no room: handshake succeeded")
 		}
-		h.log.wait(t, "tunnel refused", func(r audit.Record) bool {
-			return r.Kind == "connect" && r.Decision == "deny" && hasReason(r, ReasonAuditUnavailable)
+		h.log.Wait(t, "tunnel refused", func(r audit.Record) bool {
+			return r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny && audittest.HasReason(r, ReasonAuditUnavailable)
 		})
 	})
 	if got := up.reqs.Load(); got != 0 {
@@ -157,10 +95,8 @@ func TestAuditReservedBeforeRequestLeaves(t *testing.T) {
 	if got := tlsUp.bytesIn.Load(); got != 0 {
 		t.Fatalf("tunnel upstream received %d bytes, want 0", got)
 	}
-	rl.rmu.Lock()
-	defer rl.rmu.Unlock()
-	if rl.refusedAt < 3 || rl.reserved != 0 {
-		t.Fatalf("Reserve calls: %d refused, %d granted; want every one refused", rl.refusedAt, rl.reserved)
+	if res := rl.Reservations(); res.Refused < 3 || res.Taken != 0 {
+		t.Fatalf("Reserve calls: %d refused, %d granted; want every one refused", res.Refused, res.Taken)
 	}
 }
 
@@ -201,7 +137,7 @@ func TestAuditReservationsWrittenOnce(t *testing.T) {
 	}
 	tc.Close()
 	// 2 explicit + 1 transparent + connect and close + connect, 2 inner, close.
-	recs := settledRecords(t, &rl.memLog, 0, 9)
+	recs := settledRecords(t, rl, 0, 9)
 	seen := map[string]int{}
 	for _, r := range recs {
 		seen[r.ID+" "+r.Kind]++
@@ -209,19 +145,17 @@ func TestAuditReservationsWrittenOnce(t *testing.T) {
 	if len(recs) != 9 {
 		t.Fatalf("records: got %d, want 9: %+v", len(recs), recs)
 	}
-	rl.rmu.Lock()
-	defer rl.rmu.Unlock()
 	for _, r := range recs {
 		k := r.ID + " " + r.Kind
 		if seen[k] != 1 {
 			t.Fatalf("record %s written %d times", k, seen[k])
 		}
-		wantRes := r.Kind == "close" || r.Kind == "http" && r.Decision == "allow"
-		if wantRes != rl.viaRes[k] {
-			t.Fatalf("record %s (%s): through a reservation %v, want %v", k, r.Decision, rl.viaRes[k], wantRes)
+		wantRes := r.Kind == audit.KindClose || r.Kind == audit.KindHTTP && r.Decision == audit.DecisionAllow
+		if got := rl.Reserved(r.ID, r.Kind); got != wantRes {
+			t.Fatalf("record %s (%s): through a reservation %v, want %v", k, r.Decision, got, wantRes)
 		}
 	}
-	if rl.reused != 0 || rl.logged+rl.cancelled != rl.reserved {
-		t.Fatalf("reservations: %d taken, %d logged, %d cancelled, %d used twice; want each used once", rl.reserved, rl.logged, rl.cancelled, rl.reused)
+	if res := rl.Reservations(); res.Reused != 0 || res.Logged+res.Cancelled != res.Taken {
+		t.Fatalf("reservations: %d taken, %d logged, %d cancelled, %d used twice; want each used once", res.Taken, res.Logged, res.Cancelled, res.Reused)
 	}
 }

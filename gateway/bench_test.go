@@ -18,6 +18,8 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/test/tcptest"
 )
 
 // benchHarness is a gateway with the real policy engine and the real audit
@@ -114,42 +116,28 @@ func BenchmarkHTTPKeepAlive(b *testing.B) {
 
 // bulkServer sends size bytes to every connection (optionally over TLS).
 func bulkServer(b *testing.B, size int64, cert *tls.Certificate) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
 	buf := make([]byte, 256<<10)
-	go func() {
-		for {
-			c, err := l.Accept()
+	l := tcptest.Listen(b, func(c net.Conn) {
+		var w net.Conn = c
+		if cert != nil {
+			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
+			if tc.Handshake() != nil {
+				return
+			}
+			w = tc
+		} else if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			// Plain: the client speaks first (a server-first protocol waits
+			// peek_timeout in a tunnel before it is decided as tcp).
+			return
+		}
+		for sent := int64(0); sent < size; {
+			n, err := w.Write(buf[:min(int64(len(buf)), size-sent)])
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				var w net.Conn = c
-				if cert != nil {
-					tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}})
-					if tc.Handshake() != nil {
-						return
-					}
-					w = tc
-				} else if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
-					// Plain: the client speaks first (a server-first protocol
-					// waits peek_timeout in a tunnel before it is decided as tcp).
-					return
-				}
-				for sent := int64(0); sent < size; {
-					n, err := w.Write(buf[:min(int64(len(buf)), size-sent)])
-					if err != nil {
-						return
-					}
-					sent += int64(n)
-				}
-			}()
+			sent += int64(n)
 		}
-	}()
+	})
 	return l.Addr().String()
 }
 
@@ -336,7 +324,7 @@ func BenchmarkQueryKeys9000(b *testing.B) {
 // and whose second is the big one, answered or refused.
 func BenchmarkManyQueryParams(b *testing.B) {
 	up := newUpstream(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }), nil)
-	h := newHarness(b, allowHosts([]string{"pypi.org"}, nil), names("pypi.org"), nil)
+	h := newHarness(b, policytest.Allow("pypi.org"), names("pypi.org"), nil)
 	h.allowUpstreams(up)
 	h.origDst.Store(netip.MustParseAddrPort(up.addr))
 	small := fmt.Sprintf("GET / HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", up.port)

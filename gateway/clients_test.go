@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/websocket"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 const bigSize = 64 << 20
@@ -52,7 +53,7 @@ func TestRealClients(t *testing.T) {
 	cert := pki.leaf(t, "pypi.org", "files.pythonhosted.org")
 	tlsUp := newUpstream(t, http.HandlerFunc(bigHandler), &cert)
 	plainUp := newUpstream(t, http.HandlerFunc(bigHandler), nil)
-	h := newHarness(t, allowHosts([]string{"pypi.org", "files.pythonhosted.org"}, []string{"files.pythonhosted.org"}), names("pypi.org", "files.pythonhosted.org", "evil.example"), pki)
+	h := newHarness(t, policytest.Allow("pypi.org", "files.pythonhosted.org").Intercept("files.pythonhosted.org"), names("pypi.org", "files.pythonhosted.org", "evil.example"), pki)
 	h.allowUpstreams(tlsUp, plainUp)
 	// Clients trust the fake internet CA and the interception CA.
 	bundle := filepath.Join(t.TempDir(), "bundle.pem")
@@ -123,7 +124,9 @@ print(h.hexdigest())`
 		if err != nil || n != bigSize || fmt.Sprintf("%x", hsum.Sum(nil)) != bigSum() {
 			t.Fatalf("streamed %d bytes, err %v", n, err)
 		}
-		h.log.wait(t, "big http", func(r audit.Record) bool { return r.Kind == "http" && r.Path == "/big" && r.BytesDown == bigSize })
+		h.log.Wait(t, "big http", func(r audit.Record) bool {
+			return r.Kind == audit.KindHTTP && r.Path == "/big" && r.BytesDown == bigSize
+		})
 	})
 	t.Run("websocket through CONNECT", func(t *testing.T) {
 		ws := newUpstream(t, websocket.Handler(func(c *websocket.Conn) { io.Copy(c, c) }), nil)

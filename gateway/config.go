@@ -44,9 +44,6 @@ type Config struct {
 	// UpstreamCAFile is an optional PEM bundle trusted for upstream TLS in
 	// addition to the system roots (config upstream.ca_file).
 	UpstreamCAFile string
-	// InsecureSkipVerify exists only so that a configuration asking for
-	// unverified upstream TLS is refused by New; it must be false.
-	InsecureSkipVerify bool
 
 	// CACertFile and CAKeyFile hold the interception CA made by `airlock ca init`.
 	// Both empty means no interception: a decision that asks for it is denied
@@ -137,9 +134,6 @@ func (c *Config) applyDefaults() {
 }
 
 func (c *Config) validate() error {
-	if c.InsecureSkipVerify {
-		return fmt.Errorf("gateway: insecure_skip_verify: upstream TLS is always verified; set it to false")
-	}
 	if (c.CACertFile == "") != (c.CAKeyFile == "") {
 		return fmt.Errorf("gateway: ca: cert %q and key %q must both be set or both be empty", c.CACertFile, c.CAKeyFile)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // TestRealPolicyEngine runs the gateway with policy.New: an allowed host passes,
@@ -33,8 +34,8 @@ func TestRealPolicyEngine(t *testing.T) {
 		t.Fatalf("denied host: got %d %q, upstream conns +%d", resp.StatusCode, body, up.conns.Load()-before)
 	}
 	id := resp.Header.Get("X-Airlock-Decision")
-	r := h.log.wait(t, "engine deny", func(r audit.Record) bool { return r.ID == id })
-	if r.Decision != "deny" || r.PolicyRev == "" || len(r.Reasons) == 0 {
+	r := h.log.Wait(t, "engine deny", func(r audit.Record) bool { return r.ID == id })
+	if r.Decision != audit.DecisionDeny || r.PolicyRev == "" || len(r.Reasons) == 0 {
 		t.Fatalf("audit: got %+v, want a deny with the engine's revision and reasons", r)
 	}
 }
@@ -43,7 +44,7 @@ func TestRealPolicyEngine(t *testing.T) {
 // Shutdown returns without waiting for its deadline.
 func TestShutdownDrains(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), map[string][]netip.Addr{"pypi.org": lo}, nil)
+	h := newHarness(t, policytest.Allow("pypi.org"), map[string][]netip.Addr{"pypi.org": lo}, nil)
 	h.allowUpstreams(up)
 	c := h.proxyClient(nil)
 	resp, err := c.Get(fmt.Sprintf("http://pypi.org:%d/", up.port))
@@ -72,7 +73,7 @@ func TestShutdownDrains(t *testing.T) {
 
 func TestHeaderLimit(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org"), nil, func(c *Config) { c.MaxHeaderBytes = 2048 })
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org"), nil, func(c *Config) { c.MaxHeaderBytes = 2048 })
 	h.allowUpstreams(up)
 	raw := fmt.Sprintf("GET http://pypi.org:%d/ HTTP/1.1\r\nHost: pypi.org:%d\r\nX-Big: %s\r\n\r\n", up.port, up.port, strings.Repeat("a", 4096))
 	resp, _ := rawRequest(t, h.explicit, raw)

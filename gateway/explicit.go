@@ -14,6 +14,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
 )
@@ -106,7 +107,7 @@ func (g *Gateway) serveExplicitListener(s *sandbox, l net.Listener) {
 	srv.SetKeepAlivesEnabled(true)
 	err := srv.Serve(&explicitListener{Listener: l, g: g, s: s})
 	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
-		g.logger.Error("explicit listener stopped", "sandbox", s.info.ID, "err", err)
+		g.logger.Error("explicit listener stopped", oplog.SandboxKey, s.info.ID, oplog.ErrorKey, err)
 	}
 }
 

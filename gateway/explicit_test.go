@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // TestGoproxyFrontNeverDialsItself pins the goproxy configuration: its own
 // transport refuses to dial and honours no proxy variables, so nothing can
 // leave except through the guarded upstream path.
 func TestGoproxyFrontNeverDialsItself(t *testing.T) {
-	h := newHarness(t, allowHosts(nil, nil), nil, nil)
+	h := newHarness(t, policytest.Allow(), nil, nil)
 	p := h.g.newExplicitProxy()
 	if p.Tr == nil || p.Tr.Proxy != nil {
 		t.Fatalf("goproxy transport: got %+v, want one with Proxy nil", p.Tr)
@@ -52,13 +54,13 @@ func TestExplicitFrontConnection(t *testing.T) {
 		fmt.Fprintf(w, "hello %s %s %d", r.Host, r.URL.Path, len(b))
 	}), nil)
 	tlsUp := newUpstream(t, nil, &cert)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org", "evil.example"), pki,
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org", "evil.example"), pki,
 		func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
 	h.allowUpstreams(up, tlsUp)
 	p := up.port
 
 	t.Run("pipelined requests", func(t *testing.T) {
-		before, recsBefore := up.reqs.Load(), len(h.log.all())
+		before, recsBefore := up.reqs.Load(), len(h.log.Records())
 		c, err := net.Dial("tcp", h.explicit)
 		if err != nil {
 			t.Fatal(err)
@@ -85,8 +87,8 @@ func TestExplicitFrontConnection(t *testing.T) {
 		if got := up.reqs.Load() - before; got != 2 {
 			t.Fatalf("upstream requests: got %d, want 2", got)
 		}
-		h.log.wait(t, "fronting deny", func(r audit.Record) bool { return r.Path == "/three" && hasReason(r, ReasonHostMismatch) })
-		if got := len(h.log.all()) - recsBefore; got != 3 {
+		h.log.Wait(t, "fronting deny", func(r audit.Record) bool { return r.Path == "/three" && audittest.HasReason(r, ReasonHostMismatch) })
+		if got := len(h.log.Records()) - recsBefore; got != 3 {
 			t.Fatalf("audit records: got %d, want 3 (one per request)", got)
 		}
 	})
@@ -147,7 +149,7 @@ func TestExplicitFrontConnection(t *testing.T) {
 		if strings.Contains(string(b), "200 OK") {
 			t.Fatalf("a request with a stalled body was answered 200: %q", b)
 		}
-		h.log.wait(t, "stalled body", func(r audit.Record) bool { return r.Path == "/stall" && r.Error != "" })
+		h.log.Wait(t, "stalled body", func(r audit.Record) bool { return r.Path == "/stall" && r.Error != "" })
 		if got := up.reqs.Load() - before; got > 1 {
 			t.Fatalf("upstream requests: got %d", got)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -64,14 +65,11 @@ type sandbox struct {
 	stopped   bool
 }
 
-// New builds a Gateway. It refuses a configuration that asks for unverified
-// upstream TLS, and loads the interception CA when one is configured.
+// New builds a Gateway and loads the interception CA when one is configured.
+// Upstream TLS is always verified; nothing can turn that off.
 func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger *slog.Logger) (*Gateway, error) {
 	if dec == nil || log == nil || res == nil {
 		return nil, errors.New("gateway: decider, audit logger and resolver are required")
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.applyDefaults()
 	if err := cfg.validate(); err != nil {
@@ -96,7 +94,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		cfg:       cfg,
 		dec:       dec,
 		log:       log,
-		logger:    logger.With("component", "gateway"),
+		logger:    oplog.For(logger, "gateway"),
 		metrics:   newMetrics(),
 		rootsUp:   &upstreamRoots{extra: upstreamCA, done: make(chan struct{})},
 		idPrefix:  hex.EncodeToString(prefix[:]) + "-",
@@ -160,7 +158,7 @@ func (g *Gateway) ServeSandbox(sb policy.Sandbox, explicit, transparent net.List
 		go g.acceptLoop(s, l.l, l.mode)
 	}
 	g.mu.Unlock()
-	g.logger.Info("serving sandbox", "sandbox", sb.ID)
+	g.logger.Info("serving sandbox", oplog.SandboxKey, sb.ID)
 	return nil
 }
 
@@ -193,7 +191,7 @@ func (g *Gateway) acceptLoop(s *sandbox, l net.Listener, mode listenerMode) {
 				backoff = min(backoff*2, time.Second)
 				continue
 			}
-			g.logger.Error("accept failed; listener stopped", "sandbox", s.info.ID, "listener", mode.String(), "err", err)
+			g.logger.Error("accept failed; listener stopped", oplog.SandboxKey, s.info.ID, "listener", mode.String(), oplog.ErrorKey, err)
 			return
 		}
 		backoff = 5 * time.Millisecond
@@ -226,7 +224,7 @@ func (g *Gateway) StopSandbox(id string) {
 	}
 	s.stop()
 	g.pool.dropSandbox(s)
-	g.logger.Info("stopped sandbox", "sandbox", id)
+	g.logger.Info("stopped sandbox", oplog.SandboxKey, id)
 }
 
 func (s *sandbox) isStopped() bool {

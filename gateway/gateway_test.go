@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/test/tcptest"
 )
 
 var lo = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
@@ -30,7 +33,7 @@ func names(hosts ...string) map[string][]netip.Addr {
 
 func TestExplicitHTTP(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil, "/secret"), names("pypi.org", "evil.example"), nil)
+	h := newHarness(t, policytest.Allow("pypi.org").DenyPaths("/secret"), names("pypi.org", "evil.example"), nil)
 	h.allowUpstreams(up)
 	p := strconv.Itoa(up.port)
 	tests := []struct {
@@ -41,8 +44,8 @@ func TestExplicitHTTP(t *testing.T) {
 		wantReqs   int64
 	}{
 		{"allow", "GET http://pypi.org:" + p + "/simple/ HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n", 200, "", 1},
-		{"deny host", "GET http://evil.example:" + p + "/ HTTP/1.1\r\nHost: evil.example:" + p + "\r\n\r\n", 403, "not_allowed", 0},
-		{"deny path", "GET http://pypi.org:" + p + "/secret HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n", 403, "path_denied", 0},
+		{"deny host", "GET http://evil.example:" + p + "/ HTTP/1.1\r\nHost: evil.example:" + p + "\r\n\r\n", 403, policytest.ReasonNotAllowed, 0},
+		{"deny path", "GET http://pypi.org:" + p + "/secret HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n", 403, policytest.ReasonPathDenied, 0},
 		{"fronting Host header", "GET http://pypi.org:" + p + "/ HTTP/1.1\r\nHost: evil.example:" + p + "\r\n\r\n", 403, ReasonHostMismatch, 0},
 		{"origin form", "GET / HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n", 403, ReasonBadRequest, 0},
 		{"h2c prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 403, ReasonBadRequest, 0},
@@ -63,16 +66,16 @@ func TestExplicitHTTP(t *testing.T) {
 				if !strings.Contains(body, "hello pypi.org") {
 					t.Fatalf("body: got %q", body)
 				}
-				h.log.wait(t, "allow", func(r audit.Record) bool {
-					return r.Kind == "http" && r.Decision == "allow" && r.Status == 200 && r.Path == "/simple/" && r.BytesDown > 0
+				h.log.Wait(t, "allow", func(r audit.Record) bool {
+					return r.Kind == audit.KindHTTP && r.Decision == audit.DecisionAllow && r.Status == 200 && r.Path == "/simple/" && r.BytesDown > 0
 				})
 				return
 			}
 			if id == "" || !strings.Contains(body, tc.wantReason) || !strings.Contains(body, id) {
 				t.Fatalf("deny body %q / decision header %q: want reason %s and the id", body, id, tc.wantReason)
 			}
-			r := h.log.wait(t, "deny "+tc.wantReason, func(r audit.Record) bool { return r.ID == id })
-			if r.Decision != "deny" || !hasReason(r, tc.wantReason) {
+			r := h.log.Wait(t, "deny "+tc.wantReason, func(r audit.Record) bool { return r.ID == id })
+			if r.Decision != audit.DecisionDeny || !audittest.HasReason(r, tc.wantReason) {
 				t.Fatalf("audit: got %+v, want deny %s", r, tc.wantReason)
 			}
 		})
@@ -84,7 +87,7 @@ func TestExplicitHTTP(t *testing.T) {
 
 func TestExplicitKeepAliveAndPool(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org"), nil)
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org"), nil)
 	h.allowUpstreams(up)
 	c := h.proxyClient(nil)
 	for i := 0; i < 20; i++ {
@@ -102,11 +105,11 @@ func TestExplicitKeepAliveAndPool(t *testing.T) {
 		t.Fatalf("upstream connections for 20 kept-alive requests: got %d, want 1", got)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for len(h.log.all()) < 20 && time.Now().Before(deadline) {
+	for len(h.log.Records()) < 20 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)
-	if got := len(h.log.all()); got != 20 {
+	if got := len(h.log.Records()); got != 20 {
 		t.Fatalf("audit records: got %d, want 20 (one per request)", got)
 	}
 }
@@ -115,7 +118,7 @@ func TestConnect(t *testing.T) {
 	pki := newTestPKI(t)
 	cert := pki.leaf(t, "pypi.org", "evil.example")
 	up := newUpstream(t, nil, &cert)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org", "evil.example"), pki)
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org", "evil.example"), pki)
 	h.allowUpstreams(up)
 
 	t.Run("allow", func(t *testing.T) {
@@ -130,8 +133,8 @@ func TestConnect(t *testing.T) {
 		if !strings.Contains(string(b), "hello pypi.org") {
 			t.Fatalf("body %q", b)
 		}
-		open := h.log.wait(t, "connect allow", func(r audit.Record) bool { return r.Kind == "connect" && r.Decision == "allow" })
-		cl := h.log.wait(t, "close", func(r audit.Record) bool { return r.Kind == "close" && r.ID == open.ID })
+		open := h.log.Wait(t, "connect allow", func(r audit.Record) bool { return r.Kind == audit.KindConnect && r.Decision == audit.DecisionAllow })
+		cl := h.log.Wait(t, "close", func(r audit.Record) bool { return r.Kind == audit.KindClose && r.ID == open.ID })
 		if cl.BytesUp == 0 || cl.BytesDown == 0 || cl.DurationMS <= 0 {
 			t.Fatalf("close record: got %+v, want bytes both ways and a duration", cl)
 		}
@@ -139,14 +142,14 @@ func TestConnect(t *testing.T) {
 	t.Run("deny", func(t *testing.T) {
 		before := up.conns.Load()
 		resp, body := rawRequest(t, h.explicit, fmt.Sprintf("CONNECT evil.example:%d HTTP/1.1\r\nHost: evil.example:%d\r\n\r\n", up.port, up.port))
-		if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Decision") == "" || !strings.Contains(body, "not_allowed") {
+		if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Decision") == "" || !strings.Contains(body, policytest.ReasonNotAllowed) {
 			t.Fatalf("got %d %q", resp.StatusCode, body)
 		}
 		if got := up.conns.Load() - before; got != 0 {
 			t.Fatalf("upstream connections after deny: got %d, want 0", got)
 		}
-		h.log.wait(t, "connect deny", func(r audit.Record) bool {
-			return r.Kind == "connect" && r.Decision == "deny" && r.Host == "evil.example"
+		h.log.Wait(t, "connect deny", func(r audit.Record) bool {
+			return r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny && r.Host == "evil.example"
 		})
 	})
 	t.Run("sni fronting", func(t *testing.T) {
@@ -167,15 +170,15 @@ func TestConnect(t *testing.T) {
 		if err := tc.Handshake(); err == nil {
 			t.Fatal("handshake with SNI evil.example through CONNECT pypi.org succeeded")
 		}
-		h.log.wait(t, "fronting deny", func(r audit.Record) bool {
-			return r.Kind == "connect" && r.Decision == "deny" && hasReason(r, ReasonHostMismatch)
+		h.log.Wait(t, "fronting deny", func(r audit.Record) bool {
+			return r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny && audittest.HasReason(r, ReasonHostMismatch)
 		})
 		if got := up.reqs.Load() - before; got != 0 {
 			t.Fatalf("upstream requests: got %d, want 0", got)
 		}
 	})
 	t.Run("tunnel cap", func(t *testing.T) {
-		h2 := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org"), pki, func(c *Config) { c.MaxTunnelsPerSandbox = 1 })
+		h2 := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org"), pki, func(c *Config) { c.MaxTunnelsPerSandbox = 1 })
 		h2.allowUpstreams(up)
 		c1, err := net.Dial("tcp", h2.explicit)
 		if err != nil {
@@ -208,7 +211,7 @@ func TestMITM(t *testing.T) {
 	wrong := pki.leaf(t, "other.example")
 	upWrong := newUpstream(t, nil, &wrong)
 	self := newUpstreamSelfSigned(t)
-	dec := allowHosts([]string{"pypi.org", "wrongname.example", "selfsigned.example"}, []string{"pypi.org", "wrongname.example", "selfsigned.example"}, "/denied")
+	dec := policytest.Allow("pypi.org", "wrongname.example", "selfsigned.example").Intercept("pypi.org", "wrongname.example", "selfsigned.example").DenyPaths("/denied")
 	h := newHarness(t, dec, map[string][]netip.Addr{"pypi.org": lo, "wrongname.example": lo, "selfsigned.example": lo}, pki)
 	h.allowUpstreams(up, upWrong, self)
 
@@ -232,7 +235,7 @@ func TestMITM(t *testing.T) {
 			t.Fatal("response was not intercepted")
 		}
 		var inner *policy.Input
-		for _, in := range dec.seen() {
+		for _, in := range dec.Inputs() {
 			if in.Kind == policy.KindHTTP && in.HTTP.Path == "/simple/" {
 				inner = &in
 			}
@@ -244,7 +247,7 @@ func TestMITM(t *testing.T) {
 	t.Run("deny inner", func(t *testing.T) {
 		before := up.reqs.Load()
 		resp, body := get(fmt.Sprintf("https://pypi.org:%d/denied", up.port))
-		if resp.StatusCode != 403 || !strings.Contains(body, "path_denied") {
+		if resp.StatusCode != 403 || !strings.Contains(body, policytest.ReasonPathDenied) {
 			t.Fatalf("got %d %q", resp.StatusCode, body)
 		}
 		if got := up.reqs.Load() - before; got != 0 {
@@ -263,8 +266,8 @@ func TestMITM(t *testing.T) {
 			if resp.StatusCode != 502 || !strings.Contains(body, ReasonUpstreamTLS) {
 				t.Fatalf("got %d %q, want 502 %s", resp.StatusCode, body, ReasonUpstreamTLS)
 			}
-			h.log.wait(t, "tls error", func(r audit.Record) bool {
-				return r.Kind == "http" && r.Host == tc.host && r.Status == 502 && strings.Contains(r.Error, "tls")
+			h.log.Wait(t, "tls error", func(r audit.Record) bool {
+				return r.Kind == audit.KindHTTP && r.Host == tc.host && r.Status == 502 && strings.Contains(r.Error, "tls")
 			})
 		})
 	}
@@ -308,7 +311,7 @@ func TestMITM(t *testing.T) {
 		if resp.StatusCode != 403 || !strings.Contains(body, ReasonMITMUnavailable) {
 			t.Fatalf("got %d %q", resp.StatusCode, body)
 		}
-		h2.log.wait(t, "mitm unavailable", func(r audit.Record) bool { return hasReason(r, ReasonMITMUnavailable) })
+		h2.log.Wait(t, "mitm unavailable", func(r audit.Record) bool { return audittest.HasReason(r, ReasonMITMUnavailable) })
 	})
 }
 
@@ -345,9 +348,7 @@ func newUpstreamSelfSigned(t *testing.T) *upstream {
 
 func TestPolicyError(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	dec := &fakeDecider{fn: func(*policy.Input) policy.Decision {
-		return policy.Decision{Mode: policy.ModeReport, Reasons: []policy.Reason{{ID: policy.ReasonPolicyError, Msg: "eval failed"}}, Err: fmt.Errorf("eval failed")}
-	}}
+	dec := policytest.Failing("eval failed")
 	h := newHarness(t, dec, names("pypi.org"), nil)
 	h.allowUpstreams(up)
 	resp, body := rawRequest(t, h.explicit, fmt.Sprintf("GET http://pypi.org:%d/ HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", up.port, up.port))
@@ -357,13 +358,15 @@ func TestPolicyError(t *testing.T) {
 	if up.reqs.Load() != 0 {
 		t.Fatal("upstream reached after a policy error")
 	}
-	h.log.wait(t, "policy error", func(r audit.Record) bool { return r.Decision == "error" && hasReason(r, policy.ReasonPolicyError) })
+	h.log.Wait(t, "policy error", func(r audit.Record) bool {
+		return r.Decision == audit.DecisionError && audittest.HasReason(r, policy.ReasonPolicyError)
+	})
 }
 
 // TestGuard covers rebinding, metadata and IP spellings with a guard that allows
 // nothing private: the recording dialer must see no attempt at all.
 func TestGuard(t *testing.T) {
-	dec := &fakeDecider{fn: func(*policy.Input) policy.Decision { return allowDec() }}
+	dec := policytest.Func(func(*policy.Input) policy.Decision { return policytest.Allowed() })
 	h := newHarness(t, dec, map[string][]netip.Addr{
 		"rebind.example":   {netip.MustParseAddr("127.0.0.1")},
 		"metadata.example": {netip.MustParseAddr("169.254.169.254")},
@@ -395,14 +398,14 @@ func TestGuard(t *testing.T) {
 					t.Fatalf("got %d %q, want 403 %s", resp.StatusCode, body, ReasonForbiddenAddress)
 				}
 				id := resp.Header.Get("X-Airlock-Decision")
-				r := h.log.wait(t, "guard deny", func(r audit.Record) bool { return r.ID == id })
-				if r.Decision != "deny" || r.Host != tc.wantHost || r.IP != tc.wantIP || !hasReason(r, ReasonForbiddenAddress) {
+				r := h.log.Wait(t, "guard deny", func(r audit.Record) bool { return r.ID == id })
+				if r.Decision != audit.DecisionDeny || r.Host != tc.wantHost || r.IP != tc.wantIP || !audittest.HasReason(r, ReasonForbiddenAddress) {
 					t.Fatalf("audit: got %+v, want deny host %s ip %s", r, tc.wantHost, tc.wantIP)
 				}
 			})
 		}
 	}
-	for _, in := range dec.seen() {
+	for _, in := range dec.Inputs() {
 		if strings.HasPrefix(in.Destination.Host, "0") || strings.Contains(in.Destination.Host, "2130706433") || strings.Contains(in.Destination.Host, "ffff") {
 			t.Fatalf("policy saw an unnormalized spelling %q", in.Destination.Host)
 		}
@@ -418,7 +421,7 @@ func TestTransparent(t *testing.T) {
 	tlsUp := newUpstream(t, nil, &cert)
 	plainUp := newUpstream(t, nil, nil)
 	tcpUp := newTCPEcho(t)
-	dec := allowHosts([]string{"pypi.org", tcpUp.Addr().(*net.TCPAddr).IP.String()}, nil)
+	dec := policytest.Allow("pypi.org", tcpUp.Addr().(*net.TCPAddr).IP.String())
 	h := newHarness(t, dec, names("pypi.org", "evil.example"), pki)
 	h.allowUpstreams(tlsUp, plainUp)
 	h.dialer.allow(tcpUp.Addr().String())
@@ -443,7 +446,9 @@ func TestTransparent(t *testing.T) {
 		if err := tlsGet("pypi.org", tlsUp.port); err != nil {
 			t.Fatal(err)
 		}
-		h.log.wait(t, "tls allow", func(r audit.Record) bool { return r.Kind == "tls" && r.Decision == "allow" && r.Host == "pypi.org" })
+		h.log.Wait(t, "tls allow", func(r audit.Record) bool {
+			return r.Kind == audit.KindTLS && r.Decision == audit.DecisionAllow && r.Host == "pypi.org"
+		})
 	})
 	t.Run("tls deny", func(t *testing.T) {
 		before := tlsUp.conns.Load()
@@ -453,7 +458,9 @@ func TestTransparent(t *testing.T) {
 		if tlsUp.conns.Load() != before {
 			t.Fatal("upstream saw a connection after deny")
 		}
-		h.log.wait(t, "tls deny", func(r audit.Record) bool { return r.Kind == "tls" && r.Decision == "deny" && r.Host == "evil.example" })
+		h.log.Wait(t, "tls deny", func(r audit.Record) bool {
+			return r.Kind == audit.KindTLS && r.Decision == audit.DecisionDeny && r.Host == "evil.example"
+		})
 	})
 	t.Run("http allow then host switch", func(t *testing.T) {
 		fakeDst(plainUp.port)
@@ -477,7 +484,9 @@ func TestTransparent(t *testing.T) {
 		if plainUp.reqs.Load() != 1 {
 			t.Fatalf("upstream requests: got %d, want 1", plainUp.reqs.Load())
 		}
-		h.log.wait(t, "host switch", func(r audit.Record) bool { return r.Kind == "http" && hasReason(r, ReasonHostMismatch) })
+		h.log.Wait(t, "host switch", func(r audit.Record) bool {
+			return r.Kind == audit.KindHTTP && audittest.HasReason(r, ReasonHostMismatch)
+		})
 	})
 	t.Run("http deny", func(t *testing.T) {
 		fakeDst(plainUp.port)
@@ -503,7 +512,9 @@ func TestTransparent(t *testing.T) {
 		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "\x00\x01ping" {
 			t.Fatalf("echo: %q %v", buf, err)
 		}
-		h.log.wait(t, "tcp allow", func(r audit.Record) bool { return r.Kind == "tcp" && r.Decision == "allow" && r.IP == "127.0.0.1" })
+		h.log.Wait(t, "tcp allow", func(r audit.Record) bool {
+			return r.Kind == audit.KindTCP && r.Decision == audit.DecisionAllow && r.IP == "127.0.0.1"
+		})
 	})
 	t.Run("tcp deny", func(t *testing.T) {
 		h.origDst.Store(netip.MustParseAddrPort("127.0.0.2:22"))
@@ -517,7 +528,9 @@ func TestTransparent(t *testing.T) {
 		if n, _ := c.Read(make([]byte, 1)); n != 0 {
 			t.Fatal("denied tcp connection got data")
 		}
-		h.log.wait(t, "tcp deny", func(r audit.Record) bool { return r.Kind == "tcp" && r.Decision == "deny" && r.Host == "127.0.0.2" })
+		h.log.Wait(t, "tcp deny", func(r audit.Record) bool {
+			return r.Kind == audit.KindTCP && r.Decision == audit.DecisionDeny && r.Host == "127.0.0.2"
+		})
 	})
 	t.Run("no original destination", func(t *testing.T) {
 		h.origDst.Store(netip.AddrPort{})
@@ -530,7 +543,7 @@ func TestTransparent(t *testing.T) {
 		if n, _ := c.Read(make([]byte, 1)); n != 0 {
 			t.Fatal("connection without original destination served")
 		}
-		h.log.wait(t, "no orig dst", func(r audit.Record) bool { return hasReason(r, ReasonOriginalDst) })
+		h.log.Wait(t, "no orig dst", func(r audit.Record) bool { return audittest.HasReason(r, ReasonOriginalDst) })
 	})
 	if got := h.dialer.refusedAddrs(); len(got) != 0 {
 		t.Fatalf("dialer refused %v", got)
@@ -539,26 +552,12 @@ func TestTransparent(t *testing.T) {
 
 // newTCPEcho is a raw TCP echo server on loopback.
 func newTCPEcho(t *testing.T) net.Listener {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return l
+	return tcptest.Listen(t, func(c net.Conn) { io.Copy(c, c) })
 }
 
 func TestStopSandboxClosesConnections(t *testing.T) {
 	tcpUp := newTCPEcho(t)
-	dec := &fakeDecider{fn: func(*policy.Input) policy.Decision { return allowDec() }}
+	dec := policytest.Func(func(*policy.Input) policy.Decision { return policytest.Allowed() })
 	h := newHarness(t, dec, names(), nil)
 	h.dialer.allow(tcpUp.Addr().String())
 	c, err := net.Dial("tcp", h.explicit)
@@ -584,23 +583,22 @@ func TestStopSandboxClosesConnections(t *testing.T) {
 	if _, err := net.DialTimeout("tcp", h.explicit, time.Second); err == nil {
 		t.Fatal("listener still accepting after StopSandbox")
 	}
-	h.log.wait(t, "close", func(r audit.Record) bool { return r.Kind == "close" })
+	h.log.Wait(t, "close", func(r audit.Record) bool { return r.Kind == audit.KindClose })
 }
 
-func TestNewRefusesInsecure(t *testing.T) {
-	dec := &fakeDecider{fn: func(*policy.Input) policy.Decision { return allowDec() }}
+func TestNewRefusesBadConfig(t *testing.T) {
+	dec := policytest.Func(func(*policy.Input) policy.Decision { return policytest.Allowed() })
 	for _, tc := range []struct {
 		name string
 		cfg  Config
 		want string
 	}{
-		{"insecure", Config{InsecureSkipVerify: true}, "insecure_skip_verify"},
 		{"half CA", Config{CACertFile: "/x/ca.pem"}, "ca:"},
 		{"leaf ttl", Config{LeafTTL: 100 * time.Hour}, "leaf_ttl"},
 		{"missing CA", Config{CACertFile: "/nonexistent/ca.pem", CAKeyFile: "/nonexistent/ca.key"}, "ca cert"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(tc.cfg, dec, &memLog{}, &fakeResolver{}, nil)
+			_, err := New(tc.cfg, dec, &audittest.Log{}, &fakeResolver{}, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error naming %s", err, tc.want)
 			}
@@ -614,11 +612,9 @@ func TestNewRefusesInsecure(t *testing.T) {
 // so each first request after a 1 s block went out unaudited.
 func TestBrokenAuditLogLetsNothingOut(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org"), nil)
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org"), nil)
 	h.allowUpstreams(up)
-	h.log.mu.Lock()
-	h.log.broken = errors.New("audit: writer failed: no space left on device")
-	h.log.mu.Unlock()
+	h.log.Break(errors.New("audit: writer failed: no space left on device"))
 	p := strconv.Itoa(up.port)
 	for i, raw := range []string{
 		"GET http://pypi.org:" + p + "/simple/ HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n",
@@ -637,5 +633,25 @@ func TestBrokenAuditLogLetsNothingOut(t *testing.T) {
 	h.dialer.mu.Unlock()
 	if dialed != 0 {
 		t.Fatalf("gateway dialed %d upstreams with the audit log broken, want 0", dialed)
+	}
+}
+
+// TestPolicyKindsAreRecordKinds: the gateway writes a decision's policy.Kind
+// as its record's Kind (audit does not import policy), so the two packages
+// must spell every kind the gateway decides alike.
+func TestPolicyKindsAreRecordKinds(t *testing.T) {
+	for _, tt := range []struct {
+		policy policy.Kind
+		audit  string
+	}{
+		{policy.KindHTTP, audit.KindHTTP},
+		{policy.KindConnect, audit.KindConnect},
+		{policy.KindTLS, audit.KindTLS},
+		{policy.KindTCP, audit.KindTCP},
+		{policy.KindDNS, audit.KindDNS},
+	} {
+		if string(tt.policy) != tt.audit {
+			t.Errorf("got policy kind %q, want %q as audit spells it", tt.policy, tt.audit)
+		}
 	}
 }

@@ -27,117 +27,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
 )
-
-// fakeDecider decides with a function and records every input.
-type fakeDecider struct {
-	mu     sync.Mutex
-	inputs []policy.Input
-	fn     func(in *policy.Input) policy.Decision
-}
-
-func (f *fakeDecider) Decide(_ context.Context, in *policy.Input) policy.Decision {
-	f.mu.Lock()
-	f.inputs = append(f.inputs, *in)
-	f.mu.Unlock()
-	return f.fn(in)
-}
-
-func (f *fakeDecider) seen() []policy.Input {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]policy.Input(nil), f.inputs...)
-}
-
-func allowDec() policy.Decision {
-	return policy.Decision{Allowed: true, Mode: policy.ModeEnforce, Rev: "test"}
-}
-func denyDec(id string) policy.Decision {
-	return policy.Decision{Mode: policy.ModeEnforce, Rev: "test", Reasons: []policy.Reason{{ID: id, Msg: "test deny"}}}
-}
-
-// allowHosts allows the listed hosts (any kind) and denies the rest; mitm lists
-// hosts whose tunnels are intercepted; denyPaths denies http requests by path.
-func allowHosts(hosts, mitm []string, denyPaths ...string) *fakeDecider {
-	return &fakeDecider{fn: func(in *policy.Input) policy.Decision {
-		if in.HTTP != nil {
-			for _, p := range denyPaths {
-				if in.HTTP.Path == p {
-					return denyDec("path_denied")
-				}
-			}
-		}
-		for _, h := range hosts {
-			if in.Destination.Host == h {
-				d := allowDec()
-				for _, m := range mitm {
-					if m == h {
-						d.MITM = true
-					}
-				}
-				return d
-			}
-		}
-		return denyDec("not_allowed")
-	}}
-}
-
-// memLog is an in-memory audit.Logger. broken makes it behave like a writer
-// whose disk failed: Err reports it and Log refuses every record.
-type memLog struct {
-	mu     sync.Mutex
-	recs   []audit.Record
-	broken error
-}
-
-func (m *memLog) Log(r *audit.Record) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.broken != nil {
-		return m.broken
-	}
-	m.recs = append(m.recs, *r)
-	return nil
-}
-
-func (m *memLog) Err() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.broken
-}
-
-func (m *memLog) all() []audit.Record {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]audit.Record(nil), m.recs...)
-}
-
-// waitRecord waits for a record matching fn.
-func (m *memLog) wait(t *testing.T, what string, fn func(r audit.Record) bool) audit.Record {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, r := range m.all() {
-			if fn(r) {
-				return r
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("no audit record %s; have %+v", what, m.all())
-	return audit.Record{}
-}
-
-func hasReason(r audit.Record, id string) bool {
-	for _, x := range r.Reasons {
-		if x.ID == id {
-			return true
-		}
-	}
-	return false
-}
 
 // fakeResolver maps names to addresses and counts lookups.
 type fakeResolver struct {
@@ -323,7 +215,7 @@ func newUpstream(t testing.TB, h http.Handler, tlsCert *tls.Certificate) *upstre
 type harness struct {
 	g        *Gateway
 	dec      policy.Decider
-	log      *memLog
+	log      *audittest.Log
 	dialer   *recordingDialer
 	explicit string
 	transp   string
@@ -341,7 +233,7 @@ func newHarness(t testing.TB, dec policy.Decider, names map[string][]netip.Addr,
 // newHarnessLogger is newHarness with the gateway's operational logger.
 func newHarnessLogger(t testing.TB, dec policy.Decider, names map[string][]netip.Addr, pki *testPKI, logger *slog.Logger, opts ...harnessOpt) *harness {
 	t.Helper()
-	h := &harness{dec: dec, log: &memLog{}, dialer: &recordingDialer{allowed: map[string]bool{}}, pki: pki}
+	h := &harness{dec: dec, log: &audittest.Log{}, dialer: &recordingDialer{allowed: map[string]bool{}}, pki: pki}
 	cfg := Config{
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		DialFunc:   h.dialer.DialContext,

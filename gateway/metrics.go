@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -25,7 +26,7 @@ type metrics struct {
 }
 
 var metricKinds = []policy.Kind{policy.KindHTTP, policy.KindConnect, policy.KindTLS, policy.KindTCP}
-var metricResults = []string{"allow", "deny", "error"}
+var metricResults = []string{audit.DecisionAllow, audit.DecisionDeny, audit.DecisionError}
 
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
 )
@@ -189,7 +190,7 @@ func (g *Gateway) decide(rc *reqCtx) error {
 	}
 	// A plain request's record is written after its exchange; ask the log first,
 	// so a broken log lets no request out at all (not one per blocked second).
-	if h, ok := g.log.(interface{ Err() error }); ok {
+	if h, ok := g.log.(audit.Health); ok {
 		if err := h.Err(); err != nil {
 			g.auditFailed(err)
 			return deny(ReasonAuditUnavailable, "audit log is not accepting records")
@@ -403,7 +404,7 @@ func (g *Gateway) openTunnel(rc *reqCtx) error {
 			return deny(ReasonAuditUnavailable, "audit log cannot take the tunnel's close record: %v", err)
 		}
 	}
-	if err := g.writeRecord(rc, g.record(rc, "")); err != nil {
+	if err := g.writeRecord(rc, decisionRecord(rc)); err != nil {
 		if closeRes != nil {
 			closeRes.Cancel()
 		}
@@ -473,11 +474,11 @@ func (g *Gateway) finish(rc *reqCtx) {
 	if rc.upRaw != nil {
 		rc.upRaw.Close()
 	}
-	phase := ""
+	rec := decisionRecord
 	if rc.opened {
-		phase = "close"
+		rec = closeRecord // the decision record was written when it opened
 	}
-	if err := g.writeRecord(rc, g.record(rc, phase)); err != nil {
+	if err := g.writeRecord(rc, rec(rc)); err != nil {
 		g.auditFailed(err)
 	}
 	if rc.tunnel {
@@ -497,23 +498,23 @@ func resultOf(rc *reqCtx) string {
 	var d *denial
 	switch {
 	case rc.decided && rc.dec.Err != nil:
-		return "error"
+		return audit.DecisionError
 	case errors.As(rc.err, &d):
-		return "deny"
+		return audit.DecisionDeny
 	case rc.decided && !rc.dec.Allowed:
-		return "deny" // report mode: what enforce would have done
+		return audit.DecisionDeny // report mode: what enforce would have done
 	}
-	return "allow"
+	return audit.DecisionAllow
 }
 
 func (g *Gateway) auditFailed(err error) {
 	g.auditBlockedUntil.Store(time.Now().Add(time.Second).UnixNano())
-	g.logger.Error("audit record refused; refusing new requests for 1s", "err", err)
+	g.logger.Error("audit record refused; refusing new requests for 1s", oplog.ErrorKey, err)
 }
 
-// record builds the audit record of rc. phase "close" builds a tunnel's close
-// record.
-func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
+// recordOf starts a record of rc with what every record of it carries: id,
+// sandbox, kind and destination.
+func recordOf(rc *reqCtx) *audit.Record {
 	r := &audit.Record{
 		ID:      rc.id,
 		Sandbox: rc.cc.sb.info.ID,
@@ -524,19 +525,14 @@ func (g *Gateway) record(rc *reqCtx, phase string) *audit.Record {
 	if rc.ip.IsValid() {
 		r.IP = rc.ip.String()
 	}
-	if phase == "close" {
-		closeRecord(r, rc)
-	} else {
-		decisionRecord(r, rc)
-	}
-	boundText(r)
 	return r
 }
 
-// closeRecord fills a tunnel's close record: bytes, duration, and the denial
+// closeRecord builds a tunnel's close record: bytes, duration, and the denial
 // that cut it off mid-stream, if any.
-func closeRecord(r *audit.Record, rc *reqCtx) {
-	r.Kind = "close"
+func closeRecord(rc *reqCtx) *audit.Record {
+	r := recordOf(rc)
+	r.Kind = audit.KindClose
 	r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 	r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
 	if rc.err != nil {
@@ -551,10 +547,14 @@ func closeRecord(r *audit.Record, rc *reqCtx) {
 			r.Flags = []string{d.flag}
 		}
 	}
+	boundText(r)
+	return r
 }
 
-// decisionRecord fills the record of a request, tunnel or connection.
-func decisionRecord(r *audit.Record, rc *reqCtx) {
+// decisionRecord builds the record of a request's, tunnel's or connection's
+// decision.
+func decisionRecord(rc *reqCtx) *audit.Record {
+	r := recordOf(rc)
 	r.Decision = resultOf(rc)
 	if rc.carries != "" {
 		r.Extra = map[string]json.RawMessage{"carries": json.RawMessage(strconv.Quote(string(rc.carries)))}
@@ -598,6 +598,8 @@ func decisionRecord(r *audit.Record, rc *reqCtx) {
 		r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 		r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
 	}
+	boundText(r)
+	return r
 }
 
 // boundText cuts the record's free-text fields: messages and errors can
@@ -695,13 +697,13 @@ func clip(s string, n int) string {
 
 func (g *Gateway) logDecision(rc *reqCtx, result string) {
 	switch {
-	case result == "allow" && rc.err == nil:
+	case result == audit.DecisionAllow && rc.err == nil:
 		if g.logger.Enabled(context.Background(), slog.LevelInfo) { // skip building attrs when off
-			g.logger.Info("allow", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port)
+			g.logger.Info("allow", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port)
 		}
-	case result == "allow":
-		g.logger.Error("upstream failure", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port, "err", rc.err)
+	case result == audit.DecisionAllow:
+		g.logger.Error("upstream failure", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port, oplog.ErrorKey, rc.err)
 	default:
-		g.logger.Warn("deny", "id", rc.id, "sandbox", rc.cc.sb.info.ID, "kind", rc.kind, "host", rc.host, "port", rc.port, "err", rc.err)
+		g.logger.Warn("deny", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port, oplog.ErrorKey, rc.err)
 	}
 }

@@ -24,8 +24,12 @@ import (
 	"golang.org/x/net/websocket"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 	"github.com/airlock-dev/airlock/secrets"
+	"github.com/airlock-dev/airlock/secrets/secretstest"
+	"github.com/airlock-dev/airlock/test/tcptest"
 )
 
 // Red-team battery for placeholders: a sandbox that holds a placeholder tries
@@ -60,8 +64,8 @@ type phSetup struct {
 	pki     *testPKI
 	inj     *secrets.Injector
 	ph      string
-	other   *echoUpstream // TLS, other.example: allowed, not bound, not intercepted by policy
-	ws      *upstream     // plain HTTP websocket echo, ws.example
+	other   *secretstest.Upstream // TLS, other.example: allowed, not bound, not intercepted by policy
+	ws      *upstream             // plain HTTP websocket echo, ws.example
 	wsSeen  *phRecorder
 	tcp     string // raw TCP echo address
 	tcpSeen *phRecorder
@@ -84,32 +88,17 @@ func newPHSetup(t *testing.T) *phSetup {
 			websocket.Message.Send(c, msg)
 		}
 	}), nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	st.tcp = l.Addr().String()
-	go func() {
+	st.tcp = tcptest.Listen(t, func(c net.Conn) {
+		buf := make([]byte, 4096)
 		for {
-			c, err := l.Accept()
+			n, err := c.Read(buf)
+			st.tcpSeen.add(buf[:n])
+			c.Write(buf[:n])
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 4096)
-				for {
-					n, err := c.Read(buf)
-					st.tcpSeen.add(buf[:n])
-					c.Write(buf[:n])
-					if err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
+	}).Addr().String()
 
 	dir := t.TempDir()
 	vf := filepath.Join(dir, "v")
@@ -126,7 +115,7 @@ bindings:
     template: "{{value}}"
     mode: placeholder
     placeholder_env: API_KEY
-`, vf, st.other.port)))
+`, vf, st.other.Port)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +126,9 @@ bindings:
 	env, _ := st.inj.Placeholders(secrets.Sandbox{ID: "sb-test"})
 	st.ph = env["API_KEY"]
 	tcpIP := netip.MustParseAddrPort(st.tcp).Addr().String()
-	dec := allowHosts([]string{"other.example", "bound.example", "ws.example", tcpIP}, nil)
+	dec := policytest.Allow("other.example", "bound.example", "ws.example", tcpIP)
 	st.h = newHarness(t, dec, names("other.example", "bound.example", "ws.example"), st.pki, func(c *Config) { c.Injector = st.inj })
-	st.h.dialer.allow(st.other.addr)
+	st.h.dialer.allow(st.other.Addr)
 	st.h.dialer.allow(st.tcp)
 	st.h.allowUpstreams(st.ws)
 	cl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -159,8 +148,8 @@ bindings:
 // placeholder leak.
 func flaggedDeny(t *testing.T, h *harness, kind string) audit.Record {
 	t.Helper()
-	return h.log.wait(t, kind+" flagged placeholder", func(r audit.Record) bool {
-		return r.Kind == kind && hasReason(r, secrets.CodePlaceholderMisuse) && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
+	return h.log.Wait(t, kind+" flagged placeholder", func(r audit.Record) bool {
+		return r.Kind == kind && audittest.HasReason(r, secrets.CodePlaceholderMisuse) && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
 	})
 }
 
@@ -171,7 +160,7 @@ func flaggedDeny(t *testing.T, h *harness, kind string) audit.Record {
 func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 	st := newPHSetup(t)
 	h := st.h
-	hostPort := "other.example:" + strconv.Itoa(st.other.port)
+	hostPort := "other.example:" + strconv.Itoa(st.other.Port)
 	chunked := func(parts ...string) string {
 		var b strings.Builder
 		for _, p := range parts {
@@ -199,8 +188,8 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			before := st.other.reqs.Load()
-			conn, br := mitmConn(t, h, st.pki, "other.example", st.other.port) // the handshake proves interception
+			before := st.other.Received.Load()
+			conn, br := mitmConn(t, h, st.pki, "other.example", st.other.Port) // the handshake proves interception
 			defer conn.Close()
 			io.WriteString(conn, tc.raw)
 			resp, err := http.ReadResponse(br, nil)
@@ -212,18 +201,18 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 				t.Fatalf("got %d %q, want 403 %s", resp.StatusCode, b, secrets.CodePlaceholderMisuse)
 			}
 			rec := auditOf(t, h, resp)
-			if rec.Decision != "deny" || !slices.Contains(rec.Flags, secrets.FlagPlaceholderLeak) {
+			if rec.Decision != audit.DecisionDeny || !slices.Contains(rec.Flags, secrets.FlagPlaceholderLeak) {
 				t.Fatalf("audit: got %+v, want a flagged deny", rec)
 			}
-			if got := st.other.reqs.Load() - before; got != 0 {
+			if got := st.other.Received.Load() - before; got != 0 {
 				t.Fatalf("other.example requests: got %d, want 0", got)
 			}
 		})
 	}
 
 	t.Run("transparent TLS to an allowed host is intercepted too", func(t *testing.T) {
-		before := st.other.reqs.Load()
-		h.origDst.Store(netip.MustParseAddrPort(st.other.addr))
+		before := st.other.Received.Load()
+		h.origDst.Store(netip.MustParseAddrPort(st.other.Addr))
 		c, err := tls.Dial("tcp", h.transp, &tls.Config{ServerName: "other.example", RootCAs: st.pki.mitmCAPool})
 		if err != nil {
 			t.Fatalf("transparent TLS from a placeholder sandbox must be intercepted: %v", err)
@@ -235,8 +224,8 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 		if err != nil || resp.StatusCode != 403 {
 			t.Fatalf("got %v %v, want 403", resp, err)
 		}
-		flaggedDeny(t, h, "http")
-		if got := st.other.reqs.Load() - before; got != 0 {
+		flaggedDeny(t, h, audit.KindHTTP)
+		if got := st.other.Received.Load() - before; got != 0 {
 			t.Fatalf("other.example requests: got %d, want 0", got)
 		}
 	})
@@ -254,8 +243,8 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 	})
 
 	t.Run("base64 of the placeholder is not recognized (documented) and carries nothing", func(t *testing.T) {
-		before := st.other.secretReqs.Load()
-		conn, br := mitmConn(t, h, st.pki, "other.example", st.other.port)
+		before := st.other.Carrying.Load()
+		conn, br := mitmConn(t, h, st.pki, "other.example", st.other.Port)
 		defer conn.Close()
 		enc := base64.StdEncoding.EncodeToString([]byte(ph))
 		io.WriteString(conn, "POST /echo HTTP/1.1\r\nHost: "+hostPort+"\r\nContent-Length: "+strconv.Itoa(len(enc))+"\r\n\r\n"+enc)
@@ -264,7 +253,7 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 			t.Fatalf("got %v %v, want 200", resp, err)
 		}
 		io.ReadAll(resp.Body)
-		if got := st.other.secretReqs.Load() - before; got != 0 {
+		if got := st.other.Carrying.Load() - before; got != 0 {
 			t.Fatalf("other.example got the secret %d times", got)
 		}
 	})
@@ -275,23 +264,23 @@ func TestPlaceholderThroughAllowedTunnelIsIntercepted(t *testing.T) {
 func TestPlaceholderOnConnectLine(t *testing.T) {
 	st := newPHSetup(t)
 	h := st.h
-	target := "other.example:" + strconv.Itoa(st.other.port)
+	target := "other.example:" + strconv.Itoa(st.other.Port)
 	for name, raw := range map[string]string{
 		"userinfo":            "CONNECT " + st.ph + "@" + target + " HTTP/1.1\r\n\r\n",
 		"proxy-authorization": "CONNECT " + target + " HTTP/1.1\r\nProxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+st.ph)) + "\r\n\r\n",
 		"bad host header":     "CONNECT " + target + " HTTP/1.1\r\nHost: " + st.ph + ".example:1\r\n\r\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			before := st.other.reqs.Load()
-			n := len(h.log.all())
+			before := st.other.Received.Load()
+			n := len(h.log.Records())
 			if status := exchangeRaw(t, h.explicit, raw); status < 400 {
 				t.Fatalf("status %d, want a refusal", status)
 			}
-			recs := newRecords(t, h.log, n)
+			recs := settledRecords(t, h.log, n, 1)
 			if len(recs) != 1 || !slices.Contains(recs[0].Flags, secrets.FlagPlaceholderLeak) {
 				t.Fatalf("records: got %+v, want one flagged deny", recs)
 			}
-			if got := st.other.reqs.Load() - before; got != 0 {
+			if got := st.other.Received.Load() - before; got != 0 {
 				t.Fatalf("other.example requests: got %d, want 0", got)
 			}
 		})
@@ -322,7 +311,7 @@ func TestPlaceholderInOpaqueStreams(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		io.WriteString(c, "h-"+tail+"\n")
 		io.Copy(io.Discard, c) // the gateway ends the connection
-		rec := flaggedDeny(t, h, "close")
+		rec := flaggedDeny(t, h, audit.KindClose)
 		if rec.Error == "" {
 			t.Fatalf("close record: got %+v, want the denial as its error", rec)
 		}
@@ -363,7 +352,7 @@ func TestPlaceholderInOpaqueStreams(t *testing.T) {
 		wsSend(t, c, "ws://ws.example:"+strconv.Itoa(st.ws.port)+"/ws", func(c net.Conn) io.ReadWriteCloser {
 			return &absConn{Conn: c, host: "ws.example:" + strconv.Itoa(st.ws.port)}
 		})
-		flaggedDeny(t, h, "http")
+		flaggedDeny(t, h, audit.KindHTTP)
 		if st.wsSeen.saw(tail) {
 			t.Fatal("the websocket upstream received the placeholder")
 		}
@@ -377,8 +366,8 @@ func TestPlaceholderInOpaqueStreams(t *testing.T) {
 		}
 		defer c.Close()
 		wsSend(t, c, "ws://ws.example:"+strconv.Itoa(st.ws.port)+"/ws", func(c net.Conn) io.ReadWriteCloser { return c })
-		h.log.wait(t, "transparent websocket flagged", func(r audit.Record) bool {
-			return r.Kind == "http" && r.Host == "ws.example" && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
+		h.log.Wait(t, "transparent websocket flagged", func(r audit.Record) bool {
+			return r.Kind == audit.KindHTTP && r.Host == "ws.example" && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
 		})
 		if st.wsSeen.saw(tail) {
 			t.Fatal("the websocket upstream received the placeholder")
@@ -442,7 +431,7 @@ func TestRedTeamScrubHeadersAndTrailers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, allowHosts([]string{"scrub.example"}, nil), names("scrub.example"), pki, func(c *Config) { c.Injector = inj })
+	h := newHarness(t, policytest.Allow("scrub.example"), names("scrub.example"), pki, func(c *Config) { c.Injector = inj })
 	h.allowUpstreams(up)
 	roots := x509.NewCertPool()
 	mitm, _ := LoadCACert(pki.mitmCert)
@@ -458,7 +447,7 @@ func TestRedTeamScrubHeadersAndTrailers(t *testing.T) {
 			if carriesCanary(all) {
 				t.Fatalf("status %d: the sandbox saw a form of the secret:\n%s", resp.StatusCode, all)
 			}
-			if !strings.Contains(all, secrets.Redacted) {
+			if !strings.Contains(all, audit.Redacted) {
 				t.Fatalf("status %d: nothing was scrubbed (the upstream echoed nothing?):\n%s", resp.StatusCode, all)
 			}
 		})

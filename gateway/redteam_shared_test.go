@@ -21,7 +21,9 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 	"github.com/airlock-dev/airlock/secrets"
 )
 
@@ -124,8 +126,8 @@ func TestGatewayLookupsCountAgainstSandboxDNSLimits(t *testing.T) {
 	up := newUpstream(t, nil, nil)
 	tlsUp := newUpstream(t, nil, &cert)
 	res := &limitResolver{names: names("pypi.org"), refuse: map[string]bool{"sb-a": true}, perSB: map[string]int{}}
-	log := &memLog{}
-	ts := newTwoSandboxes(t, allowHosts([]string{"pypi.org"}, nil), res, log)
+	log := &audittest.Log{}
+	ts := newTwoSandboxes(t, policytest.Allow("pypi.org"), res, log)
 	ts.dialer.allow(up.addr)
 	ts.dialer.allow(tlsUp.addr)
 	p, tp := strconv.Itoa(up.port), strconv.Itoa(tlsUp.port)
@@ -137,13 +139,13 @@ func TestGatewayLookupsCountAgainstSandboxDNSLimits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dialsBefore, reqsBefore, connsBefore := ts.dials(), up.reqs.Load(), tlsUp.conns.Load()
-			n := len(log.all())
+			n := len(log.Records())
 			resp, body := rawRequest(t, ts.addr["sb-a"], tc.raw)
 			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Airlock-Reason") != "dns_unique_name_limit" {
 				t.Fatalf("sb-a: got %d %q, want 403 dns_unique_name_limit", resp.StatusCode, body)
 			}
 			recs := settledRecords(t, log, n, 1)
-			if len(recs) != 1 || recs[0].Decision != "deny" || !hasReason(recs[0], "dns_unique_name_limit") || recs[0].Sandbox != "sb-a" {
+			if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || !audittest.HasReason(recs[0], "dns_unique_name_limit") || recs[0].Sandbox != "sb-a" {
 				t.Fatalf("sb-a records: got %+v, want one deny dns_unique_name_limit", recs)
 			}
 			if got := ts.dials() - dialsBefore; got != 0 {
@@ -201,7 +203,7 @@ func paramQuery(n int, keyPad int) string {
 // decided as usual. The upstream sees nothing of the refused ones.
 func TestTooManyQueryParamsDeniedBeforePolicy(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	dec := allowHosts([]string{"pypi.org"}, nil)
+	dec := policytest.Allow("pypi.org")
 	h := newHarness(t, dec, names("pypi.org"), nil, func(c *Config) { c.MaxQueryParams = 100 })
 	h.allowUpstreams(up)
 	h.origDst.Store(netip.MustParseAddrPort(up.addr))
@@ -224,7 +226,7 @@ func TestTooManyQueryParamsDeniedBeforePolicy(t *testing.T) {
 			if strings.Contains(tc.name, "empty") {
 				q = "&&" + strings.ReplaceAll(q, "&", "&&&") + "&"
 			}
-			n, reqs, decided := len(h.log.all()), up.reqs.Load(), len(dec.seen())
+			n, reqs, decided := len(h.log.Records()), up.reqs.Load(), len(dec.Inputs())
 			raw := "GET " + tc.target + "/p?" + q + " HTTP/1.1\r\nHost: " + hp + "\r\n\r\n"
 			resp, body := rawRequest(t, tc.listen, raw)
 			if resp.StatusCode != tc.want {
@@ -237,10 +239,10 @@ func TestTooManyQueryParamsDeniedBeforePolicy(t *testing.T) {
 			if tc.want == http.StatusOK {
 				return
 			}
-			if !hasReason(recs[0], ReasonTooManyParams) || recs[0].Decision != "deny" {
+			if !audittest.HasReason(recs[0], ReasonTooManyParams) || recs[0].Decision != audit.DecisionDeny {
 				t.Fatalf("record: got %+v, want a %s deny", recs[0], ReasonTooManyParams)
 			}
-			if got := len(dec.seen()) - decided; got != 0 {
+			if got := len(dec.Inputs()) - decided; got != 0 {
 				t.Fatalf("policy decisions: got %d, want 0 (denied before policy)", got)
 			}
 			if got := up.reqs.Load() - reqs; got != 0 {
@@ -255,7 +257,7 @@ func TestTooManyQueryParamsDeniedBeforePolicy(t *testing.T) {
 // messages cut too, so a hostile sandbox cannot make records huge.
 func TestAuditRecordsBounded(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil, "/denied"), names("pypi.org"), nil)
+	h := newHarness(t, policytest.Allow("pypi.org").DenyPaths("/denied"), names("pypi.org"), nil)
 	h.allowUpstreams(up)
 	h.origDst.Store(netip.MustParseAddrPort(up.addr))
 	hp := "pypi.org:" + strconv.Itoa(up.port)
@@ -270,7 +272,7 @@ func TestAuditRecordsBounded(t *testing.T) {
 		{"unreadable request quoting its line", "GET/x" + long + "\r\nHost: " + hp + "\r\n\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := len(h.log.all())
+			n := len(h.log.Records())
 			c, err := net.Dial("tcp", h.transp)
 			if err != nil {
 				t.Fatal(err)
@@ -342,7 +344,7 @@ func bareInjector(t *testing.T) *secrets.Injector { return bareInjectorWith(t, "
 // policy is never asked, and the upstream sees nothing.
 func TestSlowBodyScanRefused(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	dec := allowHosts([]string{"pypi.org"}, nil)
+	dec := policytest.Allow("pypi.org")
 	h := newHarness(t, dec, names("pypi.org"), nil, func(c *Config) {
 		c.Injector = bareInjector(t)
 		c.BodyScanTimeout = 500 * time.Millisecond
@@ -361,7 +363,7 @@ func TestSlowBodyScanRefused(t *testing.T) {
 		{"transparent, dribbled body", h.transp, "", 50 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n, reqs, decided := len(h.log.all()), up.reqs.Load(), len(dec.seen())
+			n, reqs, decided := len(h.log.Records()), up.reqs.Load(), len(dec.Inputs())
 			c, err := net.Dial("tcp", tc.listen)
 			if err != nil {
 				t.Fatal(err)
@@ -395,10 +397,10 @@ func TestSlowBodyScanRefused(t *testing.T) {
 				t.Fatalf("got %d %s, want 408 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), ReasonBodyScanTimeout)
 			}
 			recs := settledRecords(t, h.log, n, 1)
-			if len(recs) != 1 || recs[0].Decision != "deny" || !hasReason(recs[0], ReasonBodyScanTimeout) {
+			if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || !audittest.HasReason(recs[0], ReasonBodyScanTimeout) {
 				t.Fatalf("records: got %+v, want one %s deny", recs, ReasonBodyScanTimeout)
 			}
-			if got := len(dec.seen()) - decided; got != 0 {
+			if got := len(dec.Inputs()) - decided; got != 0 {
 				t.Fatalf("policy decisions: got %d, want 0", got)
 			}
 			if got := up.reqs.Load() - reqs; got != 0 {
@@ -446,7 +448,7 @@ func (cu *connUpstream) last() string {
 // upstream connections of the stopped sandbox.
 func TestUpstreamConnectionsNotSharedAcrossSandboxes(t *testing.T) {
 	up := newConnUpstream(t)
-	ts := newTwoSandboxes(t, allowHosts([]string{"pypi.org"}, nil), &fakeResolver{names: names("pypi.org")}, &memLog{})
+	ts := newTwoSandboxes(t, policytest.Allow("pypi.org"), &fakeResolver{names: names("pypi.org")}, &audittest.Log{})
 	ts.dialer.allow(up.addr)
 	hp := "pypi.org:" + strconv.Itoa(up.port)
 	raw := "GET http://" + hp + "/ HTTP/1.1\r\nHost: " + hp + "\r\n\r\n"
@@ -489,7 +491,7 @@ func TestUpstreamConnectionsNotSharedAcrossSandboxes(t *testing.T) {
 // package's reason, as a denial, before policy; nothing reaches the upstream.
 func TestBodyScanBudgetRefusedAsDenial(t *testing.T) {
 	up := newUpstream(t, nil, nil)
-	dec := allowHosts([]string{"pypi.org"}, nil)
+	dec := policytest.Allow("pypi.org")
 	inj := bareInjectorWith(t, "max_body_scan: 65536\nmax_body_scan_per_sandbox: 131072\n")
 	h := newHarness(t, dec, names("pypi.org"), nil, func(c *Config) {
 		c.Injector = inj
@@ -508,7 +510,7 @@ func TestBodyScanBudgetRefusedAsDenial(t *testing.T) {
 		c.Write(bytes.Repeat([]byte("x"), body))
 		return c
 	}
-	n, decided := len(h.log.all()), len(dec.seen())
+	n, decided := len(h.log.Records()), len(dec.Inputs())
 	// Two requests send part of their bodies and stall: their scans wait,
 	// holding 64 KiB of buffer each, the sandbox's whole budget.
 	send(40000)
@@ -525,10 +527,10 @@ func TestBodyScanBudgetRefusedAsDenial(t *testing.T) {
 		t.Fatalf("got %d %s, want 429 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), secrets.CodeBodyScanBusy)
 	}
 	recs := settledRecords(t, h.log, n, 1)
-	if len(recs) != 1 || recs[0].Decision != "deny" || !hasReason(recs[0], secrets.CodeBodyScanBusy) {
+	if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || !audittest.HasReason(recs[0], secrets.CodeBodyScanBusy) {
 		t.Fatalf("records: got %+v, want one %s deny", recs, secrets.CodeBodyScanBusy)
 	}
-	if got := len(dec.seen()) - decided; got != 0 {
+	if got := len(dec.Inputs()) - decided; got != 0 {
 		t.Fatalf("policy decisions: got %d, want 0 (the scans run before policy)", got)
 	}
 	if got := up.reqs.Load(); got != 0 {

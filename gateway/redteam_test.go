@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // Red-team battery against the gateway: each attack is a request an agent in a
@@ -72,21 +74,9 @@ func exchangeRaw(t *testing.T, addr, raw string) int {
 	return resp.StatusCode
 }
 
-// newRecords waits until the log holds more than n records and settles, then
-// returns the records after the first n.
-func newRecords(t *testing.T, l *memLog, n int) []audit.Record {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(l.all()) <= n && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond) // a second record would have come by now
-	return l.all()[n:]
-}
-
 func TestRedTeamExplicitProxy(t *testing.T) {
 	up := newHeaderUpstream(t)
-	h := newHarness(t, allowHosts([]string{"pypi.org", "127.0.0.1"}, nil), names("pypi.org", "evil.example", "xn--bcher-kva.example"), nil)
+	h := newHarness(t, policytest.Allow("pypi.org", "127.0.0.1"), names("pypi.org", "evil.example", "xn--bcher-kva.example"), nil)
 	h.allowUpstreams(up.upstream)
 	p := strconv.Itoa(up.port)
 	ok, evil := "pypi.org:"+p, "evil.example:"+p
@@ -149,13 +139,13 @@ func TestRedTeamExplicitProxy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			n := len(h.log.all())
+			n := len(h.log.Records())
 			before := up.reqs.Load()
 			status := exchangeRaw(t, h.explicit, tc.raw)
-			recs := newRecords(t, h.log, n)
+			recs := settledRecords(t, h.log, n, 1)
 			var decisions []audit.Record
 			for _, r := range recs {
-				if r.Kind != "close" {
+				if r.Kind != audit.KindClose {
 					decisions = append(decisions, r)
 				}
 			}
@@ -164,12 +154,12 @@ func TestRedTeamExplicitProxy(t *testing.T) {
 			}
 			first := decisions[0]
 			if tc.allow {
-				if status != 200 || first.Decision != "allow" {
+				if status != 200 || first.Decision != audit.DecisionAllow {
 					t.Fatalf("got status %d, record %+v; want 200 allow", status, first)
 				}
 			} else {
-				failed := first.Decision == "allow" && first.Error != "" && status >= 500
-				if status == 200 || first.Decision == "allow" && !failed {
+				failed := first.Decision == audit.DecisionAllow && first.Error != "" && status >= 500
+				if status == 200 || first.Decision == audit.DecisionAllow && !failed {
 					t.Fatalf("got status %d, record %+v; want a refusal", status, first)
 				}
 				if len(decisions) != 1 {
@@ -260,7 +250,7 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 	cert := pki.leaf(t, "pypi.org")
 	up := newUpstream(t, nil, &cert)
 	denied := newUpstream(t, nil, &cert)
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org", "evil.example"), pki, func(c *Config) {
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org", "evil.example"), pki, func(c *Config) {
 		c.HandshakeTimeout = 500 * time.Millisecond
 	})
 	h.allowUpstreams(up)
@@ -294,8 +284,8 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 		if err := hello(t, "evil.example", upAP, true); err == nil {
 			t.Fatal("handshake for a denied SNI succeeded")
 		}
-		h.log.wait(t, "tls deny evil.example", func(r audit.Record) bool {
-			return r.Kind == "tls" && r.Host == "evil.example" && r.Decision == "deny"
+		h.log.Wait(t, "tls deny evil.example", func(r audit.Record) bool {
+			return r.Kind == audit.KindTLS && r.Host == "evil.example" && r.Decision == audit.DecisionDeny
 		})
 		if got := up.conns.Load() - before; got != 0 {
 			t.Fatalf("upstream connections: got %d, want 0", got)
@@ -307,16 +297,16 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 		// the original destination's, i.e. the denied server's port.
 		dst := netip.MustParseAddrPort(denied.addr)
 		hello(t, "PyPI.org.", dst, true)
-		rec := h.log.wait(t, "tls allow pypi.org", func(r audit.Record) bool {
-			return r.Kind == "tls" && r.Host == "pypi.org" && r.Port == int(dst.Port())
+		rec := h.log.Wait(t, "tls allow pypi.org", func(r audit.Record) bool {
+			return r.Kind == audit.KindTLS && r.Host == "pypi.org" && r.Port == int(dst.Port())
 		})
 		if rec.IP != "127.0.0.1" {
 			t.Fatalf("dialed IP: got %q, want the resolver's 127.0.0.1", rec.IP)
 		}
 		// The tunnel's close record can come after the client saw EOF; wait for
 		// it so it is not counted in the next case (a flake under -race).
-		h.log.wait(t, "close pypi.org", func(r audit.Record) bool {
-			return r.Kind == "close" && r.Host == "pypi.org" && r.Port == int(dst.Port())
+		h.log.Wait(t, "close pypi.org", func(r audit.Record) bool {
+			return r.Kind == audit.KindClose && r.Host == "pypi.org" && r.Port == int(dst.Port())
 		})
 	})
 	t.Run("partial ClientHello then stall", func(t *testing.T) {
@@ -327,14 +317,14 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		n := len(h.log.all())
+		n := len(h.log.Records())
 		c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01})
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if _, err := io.ReadAll(c); err != nil {
 			t.Fatalf("the gateway did not close a stalled handshake: %v", err)
 		}
-		recs := newRecords(t, h.log, n)
-		if len(recs) != 1 || recs[0].Decision != "deny" || !hasReason(recs[0], ReasonBadRequest) {
+		recs := settledRecords(t, h.log, n, 1)
+		if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || !audittest.HasReason(recs[0], ReasonBadRequest) {
 			t.Fatalf("records: got %+v, want one bad_request deny", recs)
 		}
 		if got := up.conns.Load() - before; got != 0 {
@@ -348,7 +338,7 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		n := len(h.log.all())
+		n := len(h.log.Records())
 		// A handshake message announcing 64 KiB, sent in full records.
 		msg := []byte{0x01, 0x01, 0x00, 0x00}
 		rec := append([]byte{0x16, 0x03, 0x01, 0x40, 0x00}, msg...)
@@ -359,8 +349,8 @@ func TestRedTeamTransparentTLS(t *testing.T) {
 		}
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		io.ReadAll(c)
-		recs := newRecords(t, h.log, n)
-		if len(recs) != 1 || recs[0].Decision != "deny" {
+		recs := settledRecords(t, h.log, n, 1)
+		if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny {
 			t.Fatalf("records: got %+v, want one deny", recs)
 		}
 	})
@@ -395,15 +385,15 @@ func (c *oneByteConn) Write(p []byte) (int, error) {
 }
 
 // perSandbox allows pypi.org (intercepted) for sb-test only.
-func perSandbox() *fakeDecider {
-	return &fakeDecider{fn: func(in *policy.Input) policy.Decision {
+func perSandbox() *policytest.Decider {
+	return policytest.Func(func(in *policy.Input) policy.Decision {
 		if in.Sandbox.ID == "sb-test" && in.Destination.Host == "pypi.org" {
-			d := allowDec()
+			d := policytest.Allowed()
 			d.MITM = true
 			return d
 		}
-		return denyDec("not_allowed")
-	}}
+		return policytest.Denied(policytest.ReasonNotAllowed)
+	})
 }
 
 // Interception: ALPN, missing SNI, client certificates, an upgrade to h2c,
@@ -486,8 +476,8 @@ func TestRedTeamMITM(t *testing.T) {
 		if st != 403 {
 			t.Fatalf("sb-other connect: got %d, want 403", st)
 		}
-		h.log.wait(t, "sb-other deny", func(r audit.Record) bool {
-			return r.Sandbox == "sb-other" && r.Kind == "connect" && r.Decision == "deny"
+		h.log.Wait(t, "sb-other deny", func(r audit.Record) bool {
+			return r.Sandbox == "sb-other" && r.Kind == audit.KindConnect && r.Decision == audit.DecisionDeny
 		})
 		if got := tlsUp.conns.Load() - beforeConns; got != 0 {
 			t.Fatalf("upstream connections from sb-other: got %d, want 0", got)

@@ -14,7 +14,11 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/test/poll"
+	"github.com/airlock-dev/airlock/test/tcptest"
 )
 
 // Red-team battery against what a CONNECT tunnel carries. An allowed CONNECT
@@ -35,57 +39,44 @@ type rawUpstream struct {
 
 func newRawUpstream(t *testing.T, banner string) *rawUpstream {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	u := &rawUpstream{addr: l.Addr().String(), port: l.Addr().(*net.TCPAddr).Port}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			u.conns.Add(1)
-			go func() {
-				defer c.Close()
-				if banner != "" {
-					io.WriteString(c, banner)
-				}
-				io.Copy(c, &countingConn{Conn: c, n: &u.bytesIn})
-			}()
+	u := &rawUpstream{}
+	l := tcptest.Listen(t, func(c net.Conn) {
+		u.conns.Add(1)
+		if banner != "" {
+			io.WriteString(c, banner)
 		}
-	}()
+		io.Copy(c, &countingConn{Conn: c, n: &u.bytesIn})
+	})
+	u.addr, u.port = l.Addr().String(), l.Addr().(*net.TCPAddr).Port
 	return u
 }
 
 // tunnelPolicy allows CONNECT to pypi.org, raw.example and nosni.example;
 // plain HTTP only to pypi.org; raw TCP only to raw.example; TLS without a
 // server name only to nosni.example.
-func tunnelPolicy() *fakeDecider {
-	return &fakeDecider{fn: func(in *policy.Input) policy.Decision {
+func tunnelPolicy() *policytest.Decider {
+	return policytest.Func(func(in *policy.Input) policy.Decision {
 		h := in.Destination.Host
 		switch in.Kind {
 		case policy.KindConnect:
 			if h == "pypi.org" || h == "raw.example" || h == "nosni.example" {
-				return allowDec()
+				return policytest.Allowed()
 			}
 		case policy.KindHTTP:
 			if h == "pypi.org" {
-				return allowDec()
+				return policytest.Allowed()
 			}
 		case policy.KindTCP:
 			if h == "raw.example" && in.Destination.Protocol == "tcp" {
-				return allowDec()
+				return policytest.Allowed()
 			}
 		case policy.KindTLS:
 			if h == "nosni.example" && in.TLS != nil && in.TLS.SNI == "" {
-				return allowDec()
+				return policytest.Allowed()
 			}
 		}
-		return denyDec("not_allowed")
-	}}
+		return policytest.Denied(policytest.ReasonNotAllowed)
+	})
 }
 
 // helloBytes is the ClientHello a crypto/tls client sends for sni (none when
@@ -127,14 +118,11 @@ func recSummary(r audit.Record) string {
 
 // settledRecords waits until the log holds at least n+want records (or 5 s
 // pass), lets a late one arrive, and returns the records after the first n.
-func settledRecords(t *testing.T, l *memLog, n, want int) []audit.Record {
+func settledRecords(t *testing.T, l *audittest.Log, n, want int) []audit.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(l.all()) < n+want && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(150 * time.Millisecond)
-	return l.all()[n:]
+	poll.Within(audittest.WaitLimit, func() bool { return len(l.Records()) >= n+want })
+	time.Sleep(150 * time.Millisecond) // a record too many would have come by now
+	return l.Records()[n:]
 }
 
 // readRest reads what the gateway sends until it closes (or 8 s pass).
@@ -312,7 +300,7 @@ func TestRedTeamConnectTunnelContent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			n := len(h.log.all())
+			n := len(h.log.Records())
 			bytesBefore := tc.to.bytesIn.Load()
 			var reqsBefore int64
 			if tc.to.reqs != nil {
@@ -413,27 +401,13 @@ func TestConnectHTTPKeepsHostPinned(t *testing.T) {
 // resp.Status, the field secrets.ScrubResponse rewrites. Neither path builds
 // the status line from anything else.
 func TestStatusReasonPhraseRelay(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				http.ReadRequest(bufio.NewReader(c))
-				io.WriteString(c, "HTTP/1.1 200 Reflected-alk-token\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			}()
-		}
-	}()
+	l := tcptest.Listen(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 Reflected-alk-token\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	})
 	addr := l.Addr().String()
 	port := l.Addr().(*net.TCPAddr).Port
-	h := newHarness(t, allowHosts([]string{"pypi.org"}, nil), names("pypi.org"), nil)
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org"), nil)
 	h.dialer.allow(addr)
 	h.origDst.Store(netip.MustParseAddrPort(addr))
 	statusLine := func(listen, target string) string {

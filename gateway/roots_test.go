@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"crypto/x509"
+
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 // Regression for the start cost of `airlock run`: New parsed every system root
@@ -14,7 +17,7 @@ import (
 // upstream.ca_file; the pool loads at the first upstream TLS dial.
 func TestUpstreamRootsLoadLazily(t *testing.T) {
 	pki := newTestPKI(t)
-	g, err := New(Config{UpstreamCAFile: pki.upCAFile}, allowHosts(nil, nil), &memLog{}, &fakeResolver{}, nil)
+	g, err := New(Config{UpstreamCAFile: pki.upCAFile}, policytest.Allow(), &audittest.Log{}, &fakeResolver{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +46,7 @@ func TestUpstreamCAFileCheckedByNew(t *testing.T) {
 		{"not pem", bad},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := New(Config{UpstreamCAFile: tc.file}, allowHosts(nil, nil), &memLog{}, &fakeResolver{}, nil); err == nil {
+			if _, err := New(Config{UpstreamCAFile: tc.file}, policytest.Allow(), &audittest.Log{}, &fakeResolver{}, nil); err == nil {
 				t.Fatalf("got New accepting upstream ca_file %s, want an error", tc.file)
 			}
 		})

@@ -3,10 +3,8 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,13 +19,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 	"github.com/airlock-dev/airlock/secrets"
+	"github.com/airlock-dev/airlock/secrets/secretstest"
 )
 
 // secretCanary is the test secret's value: it must reach the bound upstream and
@@ -52,46 +52,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// echoUpstream is a counting echo server. It counts every request and, apart,
-// every request that carries the canary in any of its forms anywhere (request
-// line, header names and values, body). Paths:
-//
-//	/echo      request headers back as X-Echo-* headers and a JSON body
-//	/chunked   the Authorization value one byte per flushed chunk
-//	/sse       server-sent events with the value split across flushes
-//	/gzip      the echo gzipped (Content-Encoding: gzip)
-//	/redirect  302 to ?to= with the credential in the Location's query
-type echoUpstream struct {
-	srv        *httptest.Server
-	port       int
-	addr       string
-	reqs       atomic.Int64
-	secretReqs atomic.Int64
-	mu         sync.Mutex
-	last       http.Header
-}
-
-func newEchoUpstream(t *testing.T, cert *tls.Certificate) *echoUpstream {
+// newEchoUpstream is a leaking upstream whose Carrying counts the requests
+// that carry the canary in any of its forms.
+func newEchoUpstream(t *testing.T, cert *tls.Certificate) *secretstest.Upstream {
 	t.Helper()
-	u := &echoUpstream{}
-	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(u.serve))
-	u.srv.EnableHTTP2 = false
-	if cert != nil {
-		u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
-		u.srv.StartTLS()
-	} else {
-		u.srv.Start()
-	}
-	t.Cleanup(u.srv.Close)
-	u.addr = u.srv.Listener.Addr().String()
-	u.port = int(netip.MustParseAddrPort(u.addr).Port())
+	u := secretstest.New(t, cert)
+	u.Watch(secrets.CanaryForms(secretCanary)...)
 	return u
-}
-
-func (u *echoUpstream) lastHeader() http.Header {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.last
 }
 
 func carriesCanary(s string) bool {
@@ -103,84 +70,19 @@ func carriesCanary(s string) bool {
 	return false
 }
 
-func (u *echoUpstream) serve(w http.ResponseWriter, r *http.Request) {
-	u.reqs.Add(1)
-	body, _ := io.ReadAll(r.Body)
-	var all strings.Builder
-	all.WriteString(r.Method + " " + r.RequestURI + " " + r.Host + "\n")
-	for k, vs := range r.Header {
-		all.WriteString(k + ": " + strings.Join(vs, ",") + "\n")
-	}
-	all.Write(body)
-	if carriesCanary(all.String()) {
-		u.secretReqs.Add(1)
-	}
-	u.mu.Lock()
-	u.last = r.Header.Clone()
-	u.mu.Unlock()
-	auth := r.Header.Get("Authorization")
-	if auth == "" {
-		auth = r.Header.Get("X-Api-Key")
-	}
-	value := auth
-	if i := strings.IndexByte(auth, ' '); i >= 0 {
-		value = auth[i+1:]
-	}
-	echo, _ := json.Marshal(map[string]any{"headers": r.Header, "body": string(body)})
-	fl := w.(http.Flusher)
-	switch r.URL.Path {
-	case "/echo":
-		for k, vs := range r.Header {
-			for _, v := range vs {
-				w.Header().Add("X-Echo-"+k, v)
-			}
-		}
-		w.Header().Set("X-B64", base64.StdEncoding.EncodeToString([]byte(value)))
-		w.Write(echo)
-		fmt.Fprintf(w, "\nquery=%s\n", url.QueryEscape(value))
-	case "/chunked":
-		for i := 0; i < len(auth); i++ {
-			w.Write([]byte{auth[i]})
-			fl.Flush()
-		}
-	case "/sse":
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := 0; i < 3; i++ {
-			ev := fmt.Sprintf("id: %d\ndata: {\"token\":%q}\n\n", i, value)
-			for len(ev) > 0 {
-				n := min(3+i, len(ev))
-				w.Write([]byte(ev[:n]))
-				fl.Flush()
-				ev = ev[n:]
-			}
-		}
-	case "/gzip":
-		w.Header().Set("Content-Encoding", "gzip")
-		gz := gzip.NewWriter(w)
-		gz.Write(echo)
-		gz.Close()
-	case "/redirect":
-		w.Header().Set("Location", r.URL.Query().Get("to")+"?token="+url.QueryEscape(value))
-		w.WriteHeader(http.StatusFound)
-		fmt.Fprintf(w, "moved, token %s", value)
-	default:
-		w.Write([]byte("ok"))
-	}
-}
-
 // secretsSetup is one gateway with a secrets Injector built from YAML, serving
 // sandboxes sb-test and sb-other.
 type secretsSetup struct {
 	h          *harness
 	inj        *secrets.Injector
 	pki        *testPKI
-	bound      *echoUpstream // api.bound.example and ph.bound.example (bound port)
-	unbound    *echoUpstream // api.unbound.example, allowed and intercepted by policy
-	otherPort  *echoUpstream // api.bound.example on a port no binding names
-	plain      *echoUpstream // plain HTTP, named api.bound.example
-	self       *upstream     // selfsigned.bound.example: bound, but its certificate is not trusted
-	ph         string        // sb-test's placeholder
-	otherPH    string        // sb-other's placeholder
+	bound      *secretstest.Upstream // api.bound.example and ph.bound.example (bound port)
+	unbound    *secretstest.Upstream // api.unbound.example, allowed and intercepted by policy
+	otherPort  *secretstest.Upstream // api.bound.example on a port no binding names
+	plain      *secretstest.Upstream // plain HTTP, named api.bound.example
+	self       *upstream             // selfsigned.bound.example: bound, but its certificate is not trusted
+	ph         string                // sb-test's placeholder
+	otherPH    string                // sb-other's placeholder
 	logs       *syncBuffer
 	client     *http.Client // sb-test, trusts the gateway's CA and the upstream CA
 	other      *http.Client // sb-other
@@ -224,7 +126,7 @@ bindings:
     host: selfsigned.bound.example
     port: %d
     template: "Bearer {{value}}"
-`, valueFile, st.bound.port, st.bound.port, st.self.port)
+`, valueFile, st.bound.Port, st.bound.Port, st.self.port)
 	cfg, err := secrets.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("secrets config: %v", err)
@@ -245,11 +147,11 @@ bindings:
 	// The bound hosts are allowed but not intercepted by policy: the binding
 	// alone must force interception. The unbound host is intercepted by policy.
 	hosts := []string{"api.bound.example", "ph.bound.example", "api.unbound.example", "selfsigned.bound.example"}
-	dec := allowHosts(hosts, []string{"api.unbound.example"})
+	dec := policytest.Allow(hosts...).Intercept("api.unbound.example")
 	st.h = newHarnessLogger(t, dec, names(hosts...), st.pki, logger, func(c *Config) { c.Injector = st.inj })
 	st.h.allowUpstreams(st.self)
-	for _, u := range []*echoUpstream{st.bound, st.unbound, st.otherPort, st.plain} {
-		st.h.dialer.allow(u.addr)
+	for _, u := range []*secretstest.Upstream{st.bound, st.unbound, st.otherPort, st.plain} {
+		st.h.dialer.allow(u.Addr)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -316,7 +218,7 @@ func auditOf(t *testing.T, h *harness, resp *http.Response) audit.Record {
 	t.Helper()
 	id := resp.Header.Get("X-Airlock-Decision")
 	if id != "" {
-		return h.log.wait(t, "decision "+id, func(r audit.Record) bool { return r.ID == id && r.Kind != "close" })
+		return h.log.Wait(t, "decision "+id, func(r audit.Record) bool { return r.ID == id && r.Kind != audit.KindClose })
 	}
 	t.Fatalf("response %d has no X-Airlock-Decision", resp.StatusCode)
 	return audit.Record{}
@@ -326,8 +228,8 @@ func auditOf(t *testing.T, h *harness, resp *http.Response) audit.Record {
 func lastHTTPRecord(t *testing.T, h *harness, host, path string) audit.Record {
 	t.Helper()
 	var found audit.Record
-	h.log.wait(t, "http "+host+path, func(r audit.Record) bool {
-		if r.Kind == "http" && r.Host == host && r.Path == path {
+	h.log.Wait(t, "http "+host+path, func(r audit.Record) bool {
+		if r.Kind == audit.KindHTTP && r.Host == host && r.Path == path {
 			found = r
 			return true
 		}
@@ -339,20 +241,20 @@ func lastHTTPRecord(t *testing.T, h *harness, host, path string) audit.Record {
 func TestSecretsInjection(t *testing.T) {
 	st := newSecretsSetup(t)
 	h := st.h
-	bp := st.bound.port
+	bp := st.bound.Port
 	boundURL := func(host, path string) string { return fmt.Sprintf("https://%s:%d%s", host, bp, path) }
 
 	t.Run("bound upstream gets the secret, sandbox never sees it", func(t *testing.T) {
 		for _, path := range []string{"/echo", "/chunked", "/sse"} {
-			beforeSecret := st.bound.secretReqs.Load()
+			beforeSecret := st.bound.Carrying.Load()
 			resp, _, all := do(t, st.client, "GET", boundURL("api.bound.example", path), map[string]string{"Authorization": "Bearer sandbox-own"}, "")
 			if resp.StatusCode != 200 {
 				t.Fatalf("%s: status %d", path, resp.StatusCode)
 			}
-			if got := st.bound.lastHeader().Get("Authorization"); got != "Bearer "+secretCanary {
+			if got := st.bound.Last().Header.Get("Authorization"); got != "Bearer "+secretCanary {
 				t.Fatalf("%s: upstream Authorization: got %q, want the injected credential", path, got)
 			}
-			if got := st.bound.secretReqs.Load() - beforeSecret; got != 1 {
+			if got := st.bound.Carrying.Load() - beforeSecret; got != 1 {
 				t.Fatalf("%s: secret-bearing upstream requests: got %d, want 1", path, got)
 			}
 			if carriesCanary(all) {
@@ -361,7 +263,7 @@ func TestSecretsInjection(t *testing.T) {
 			if strings.Contains(all, "sandbox-own") {
 				t.Fatalf("%s: the sandbox's own credential reached the upstream", path)
 			}
-			if !strings.Contains(all, secrets.Redacted) {
+			if !strings.Contains(all, audit.Redacted) {
 				t.Fatalf("%s: response shows no scrub:\n%s", path, all)
 			}
 			if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName == "fake internet CA" {
@@ -393,7 +295,7 @@ func TestSecretsInjection(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
-		if got := st.bound.lastHeader().Get("X-Api-Key"); got != secretCanary {
+		if got := st.bound.Last().Header.Get("X-Api-Key"); got != secretCanary {
 			t.Fatalf("upstream X-Api-Key: got %q, want the real value", got)
 		}
 		if carriesCanary(all) {
@@ -409,11 +311,11 @@ func TestSecretsInjection(t *testing.T) {
 			url    string
 			hdr    map[string]string
 			body   string
-			target *echoUpstream
+			target *secretstest.Upstream
 			code   string
 			flag   string
 		}{
-			{"unbound host", st.client, "GET", fmt.Sprintf("https://api.unbound.example:%d/echo", st.unbound.port),
+			{"unbound host", st.client, "GET", fmt.Sprintf("https://api.unbound.example:%d/echo", st.unbound.Port),
 				map[string]string{"X-Api-Key": st.ph}, "", st.unbound, secrets.CodePlaceholderMisuse, secrets.FlagPlaceholderLeak},
 			{"body", st.client, "POST", boundURL("ph.bound.example", "/echo"),
 				map[string]string{"X-Api-Key": st.ph}, "key=" + st.ph, st.bound, secrets.CodePlaceholderMisuse, secrets.FlagPlaceholderLeak},
@@ -425,29 +327,29 @@ func TestSecretsInjection(t *testing.T) {
 				map[string]string{"X-Api-Key": st.ph, "X-Other": st.ph}, "", st.bound, secrets.CodePlaceholderMisuse, secrets.FlagPlaceholderLeak},
 			{"another sandbox", st.other, "GET", boundURL("ph.bound.example", "/echo"),
 				map[string]string{"X-Api-Key": st.ph}, "", st.bound, secrets.CodePlaceholderForeign, secrets.FlagForeignToken},
-			{"plain http", st.client, "GET", fmt.Sprintf("http://api.bound.example:%d/echo", st.plain.port),
+			{"plain http", st.client, "GET", fmt.Sprintf("http://api.bound.example:%d/echo", st.plain.Port),
 				map[string]string{"X-Api-Key": st.ph}, "", st.plain, secrets.CodePlaceholderMisuse, secrets.FlagPlaceholderLeak},
-			{"unbound host, Authorization", st.client, "GET", fmt.Sprintf("https://api.unbound.example:%d/echo", st.unbound.port),
+			{"unbound host, Authorization", st.client, "GET", fmt.Sprintf("https://api.unbound.example:%d/echo", st.unbound.Port),
 				map[string]string{"Authorization": "Bearer " + st.ph}, "", st.unbound, secrets.CodePlaceholderMisuse, secrets.FlagPlaceholderLeak},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
-				before := tc.target.reqs.Load()
+				before := tc.target.Received.Load()
 				resp, body, _ := do(t, tc.c, tc.method, tc.url, tc.hdr, tc.body)
 				if resp.StatusCode != 403 || !strings.Contains(body, tc.code) {
 					t.Fatalf("got %d %q, want 403 %s", resp.StatusCode, body, tc.code)
 				}
 				rec := auditOf(t, h, resp)
-				if rec.Decision != "deny" || !hasReason(rec, tc.code) || !slices.Contains(rec.Flags, tc.flag) {
+				if rec.Decision != audit.DecisionDeny || !audittest.HasReason(rec, tc.code) || !slices.Contains(rec.Flags, tc.flag) {
 					t.Fatalf("audit: got %+v, want deny %s flagged %s", rec, tc.code, tc.flag)
 				}
-				if got := tc.target.reqs.Load() - before; got != 0 {
+				if got := tc.target.Received.Load() - before; got != 0 {
 					t.Fatalf("target upstream requests: got %d, want 0", got)
 				}
 			})
 		}
 		t.Run("CONNECT line and CONNECT host", func(t *testing.T) {
-			before := st.bound.reqs.Load()
+			before := st.bound.Received.Load()
 			for _, raw := range []string{
 				fmt.Sprintf("CONNECT ph.bound.example:%d HTTP/1.1\r\nHost: ph.bound.example:%d\r\nX-Api-Key: %s\r\n\r\n", bp, bp, st.ph),
 				fmt.Sprintf("CONNECT %s.example:443 HTTP/1.1\r\n\r\n", st.ph),
@@ -457,11 +359,11 @@ func TestSecretsInjection(t *testing.T) {
 					t.Fatalf("got %d %q, want 403 %s", resp.StatusCode, body, secrets.CodePlaceholderMisuse)
 				}
 				rec := auditOf(t, h, resp)
-				if rec.Kind != "connect" || !slices.Contains(rec.Flags, secrets.FlagPlaceholderLeak) {
+				if rec.Kind != audit.KindConnect || !slices.Contains(rec.Flags, secrets.FlagPlaceholderLeak) {
 					t.Fatalf("audit: got %+v, want a flagged connect deny", rec)
 				}
 			}
-			if got := st.bound.reqs.Load() - before; got != 0 {
+			if got := st.bound.Received.Load() - before; got != 0 {
 				t.Fatalf("bound upstream requests: got %d, want 0", got)
 			}
 		})
@@ -481,10 +383,10 @@ func TestSecretsInjection(t *testing.T) {
 			}
 			return resp.StatusCode
 		}
-		boundSecret, unboundReqs := st.bound.secretReqs.Load(), st.unbound.reqs.Load()
+		boundSecret, unboundReqs := st.bound.Carrying.Load(), st.unbound.Received.Load()
 
 		t.Run("CONNECT unbound, inner Host bound", func(t *testing.T) {
-			conn, br := mitmConn(t, h, st.pki, "api.unbound.example", st.unbound.port)
+			conn, br := mitmConn(t, h, st.pki, "api.unbound.example", st.unbound.Port)
 			defer conn.Close()
 			if got := innerReq(t, conn, br, "api.bound.example", bp); got != 403 {
 				t.Fatalf("status: got %d, want 403", got)
@@ -493,7 +395,7 @@ func TestSecretsInjection(t *testing.T) {
 		t.Run("CONNECT bound, inner Host unbound", func(t *testing.T) {
 			conn, br := mitmConn(t, h, st.pki, "api.bound.example", bp)
 			defer conn.Close()
-			if got := innerReq(t, conn, br, "api.unbound.example", st.unbound.port); got != 403 {
+			if got := innerReq(t, conn, br, "api.unbound.example", st.unbound.Port); got != 403 {
 				t.Fatalf("status: got %d, want 403", got)
 			}
 		})
@@ -520,40 +422,40 @@ func TestSecretsInjection(t *testing.T) {
 			if got := innerReq(t, conn, br, "api.bound.example", bp); got != 200 {
 				t.Fatalf("first request: got %d, want 200", got)
 			}
-			if got := st.bound.secretReqs.Load() - boundSecret; got != 1 {
+			if got := st.bound.Carrying.Load() - boundSecret; got != 1 {
 				t.Fatalf("bound upstream secret-bearing requests: got %d, want 1", got)
 			}
 			boundSecret++
-			if got := innerReq(t, conn, br, "api.unbound.example", st.unbound.port); got != 403 {
+			if got := innerReq(t, conn, br, "api.unbound.example", st.unbound.Port); got != 403 {
 				t.Fatalf("second request: got %d, want 403", got)
 			}
 		})
-		if got := st.bound.secretReqs.Load() - boundSecret; got != 0 {
+		if got := st.bound.Carrying.Load() - boundSecret; got != 0 {
 			t.Fatalf("bound upstream got %d secret-bearing requests from fronting attempts, want 0", got)
 		}
-		if got := st.unbound.reqs.Load() - unboundReqs; got != 0 {
+		if got := st.unbound.Received.Load() - unboundReqs; got != 0 {
 			t.Fatalf("unbound upstream requests: got %d, want 0", got)
 		}
 
 		t.Run("302 to another host", func(t *testing.T) {
 			follow := *st.client
 			follow.CheckRedirect = nil
-			unboundBefore, unboundSecret := st.unbound.reqs.Load(), st.unbound.secretReqs.Load()
-			to := fmt.Sprintf("https://api.unbound.example:%d/landing", st.unbound.port)
+			unboundBefore, unboundSecret := st.unbound.Received.Load(), st.unbound.Carrying.Load()
+			to := fmt.Sprintf("https://api.unbound.example:%d/landing", st.unbound.Port)
 			resp, _, all := do(t, &follow, "GET", boundURL("api.bound.example", "/redirect?to="+url.QueryEscape(to)), nil, "")
-			if resp.StatusCode != 200 || resp.Request.URL.Host != fmt.Sprintf("api.unbound.example:%d", st.unbound.port) {
+			if resp.StatusCode != 200 || resp.Request.URL.Host != fmt.Sprintf("api.unbound.example:%d", st.unbound.Port) {
 				t.Fatalf("redirect: got %d at %v, want 200 at the unbound host", resp.StatusCode, resp.Request.URL)
 			}
 			if carriesCanary(all) {
 				t.Fatal("the sandbox saw the secret")
 			}
-			if got := st.unbound.reqs.Load() - unboundBefore; got != 1 {
+			if got := st.unbound.Received.Load() - unboundBefore; got != 1 {
 				t.Fatalf("unbound upstream requests: got %d, want 1 (the followed redirect)", got)
 			}
-			if got := st.unbound.secretReqs.Load() - unboundSecret; got != 0 {
+			if got := st.unbound.Carrying.Load() - unboundSecret; got != 0 {
 				t.Fatalf("unbound upstream secret-bearing requests: got %d, want 0", got)
 			}
-			if got := st.unbound.lastHeader().Get("Authorization"); got != "" {
+			if got := st.unbound.Last().Header.Get("Authorization"); got != "" {
 				t.Fatalf("unbound upstream Authorization: got %q, want none", got)
 			}
 		})
@@ -562,18 +464,18 @@ func TestSecretsInjection(t *testing.T) {
 	t.Run("no injection", func(t *testing.T) {
 		own := map[string]string{"Authorization": "Bearer sandbox-own"}
 		t.Run("plain http to the bound host", func(t *testing.T) {
-			resp, _, _ := do(t, st.client, "GET", fmt.Sprintf("http://api.bound.example:%d/echo", st.plain.port), own, "")
-			if resp.StatusCode != 200 || st.plain.lastHeader().Get("Authorization") != "Bearer sandbox-own" {
-				t.Fatalf("got %d, Authorization %q: want 200 with the sandbox's own header", resp.StatusCode, st.plain.lastHeader().Get("Authorization"))
+			resp, _, _ := do(t, st.client, "GET", fmt.Sprintf("http://api.bound.example:%d/echo", st.plain.Port), own, "")
+			if resp.StatusCode != 200 || st.plain.Last().Header.Get("Authorization") != "Bearer sandbox-own" {
+				t.Fatalf("got %d, Authorization %q: want 200 with the sandbox's own header", resp.StatusCode, st.plain.Last().Header.Get("Authorization"))
 			}
-			if rec := lastHTTPRecord(t, h, "api.bound.example", "/echo"); len(rec.Secrets) != 0 && rec.Port == st.plain.port {
+			if rec := lastHTTPRecord(t, h, "api.bound.example", "/echo"); len(rec.Secrets) != 0 && rec.Port == st.plain.Port {
 				t.Fatalf("audit secrets on plain http: %+v", rec.Secrets)
 			}
 		})
 		t.Run("another port", func(t *testing.T) {
-			resp, _, _ := do(t, st.client, "GET", fmt.Sprintf("https://api.bound.example:%d/echo", st.otherPort.port), own, "")
-			if resp.StatusCode != 200 || st.otherPort.lastHeader().Get("Authorization") != "Bearer sandbox-own" {
-				t.Fatalf("got %d, Authorization %q", resp.StatusCode, st.otherPort.lastHeader().Get("Authorization"))
+			resp, _, _ := do(t, st.client, "GET", fmt.Sprintf("https://api.bound.example:%d/echo", st.otherPort.Port), own, "")
+			if resp.StatusCode != 200 || st.otherPort.Last().Header.Get("Authorization") != "Bearer sandbox-own" {
+				t.Fatalf("got %d, Authorization %q", resp.StatusCode, st.otherPort.Last().Header.Get("Authorization"))
 			}
 		})
 		t.Run("self-signed upstream", func(t *testing.T) {
@@ -588,17 +490,17 @@ func TestSecretsInjection(t *testing.T) {
 				t.Fatalf("audit secrets: got %+v, want none (nothing was sent)", rec.Secrets)
 			}
 		})
-		for _, u := range []*echoUpstream{st.plain, st.otherPort} {
-			if got := u.secretReqs.Load(); got != 0 {
-				t.Fatalf("upstream %s got %d secret-bearing requests, want 0", u.addr, got)
+		for _, u := range []*secretstest.Upstream{st.plain, st.otherPort} {
+			if got := u.Carrying.Load(); got != 0 {
+				t.Fatalf("upstream %s got %d secret-bearing requests, want 0", u.Addr, got)
 			}
 		}
 	})
 
 	t.Run("transparent TLS", func(t *testing.T) {
-		h.origDst.Store(netip.MustParseAddrPort(st.bound.addr))
+		h.origDst.Store(netip.MustParseAddrPort(st.bound.Addr))
 		t.Run("bound host is intercepted and injected", func(t *testing.T) {
-			before := st.bound.secretReqs.Load()
+			before := st.bound.Carrying.Load()
 			c, err := tls.Dial("tcp", h.transp, &tls.Config{ServerName: "api.bound.example", RootCAs: st.pki.mitmCAPool})
 			if err != nil {
 				t.Fatalf("transparent TLS to a bound host (interception forced by the binding): %v", err)
@@ -610,12 +512,12 @@ func TestSecretsInjection(t *testing.T) {
 			if !strings.Contains(string(b), "200 OK") || carriesCanary(string(b)) {
 				t.Fatalf("response: want 200 without the secret, got %q", b)
 			}
-			if got := st.bound.secretReqs.Load() - before; got != 1 {
+			if got := st.bound.Carrying.Load() - before; got != 1 {
 				t.Fatalf("bound upstream secret-bearing requests: got %d, want 1", got)
 			}
 		})
 		t.Run("placeholder as SNI", func(t *testing.T) {
-			before := st.bound.reqs.Load()
+			before := st.bound.Received.Load()
 			c, err := net.Dial("tcp", h.transp)
 			if err != nil {
 				t.Fatal(err)
@@ -626,10 +528,10 @@ func TestSecretsInjection(t *testing.T) {
 			if err := tc.Handshake(); err == nil {
 				t.Fatal("handshake with a placeholder as server name succeeded")
 			}
-			h.log.wait(t, "flagged sni", func(r audit.Record) bool {
-				return r.Kind == "tls" && hasReason(r, secrets.CodePlaceholderMisuse) && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
+			h.log.Wait(t, "flagged sni", func(r audit.Record) bool {
+				return r.Kind == audit.KindTLS && audittest.HasReason(r, secrets.CodePlaceholderMisuse) && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
 			})
-			if got := st.bound.reqs.Load() - before; got != 0 {
+			if got := st.bound.Received.Load() - before; got != 0 {
 				t.Fatalf("bound upstream requests: got %d, want 0", got)
 			}
 		})
@@ -647,20 +549,20 @@ func TestSecretsInjection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h2 := newHarnessLogger(t, allowHosts([]string{"api.bound.example"}, nil), names("api.bound.example"), st.pki, nil, func(c *Config) { c.Injector = inj })
-		h2.dialer.allow(st.bound.addr)
-		before := st.bound.reqs.Load()
+		h2 := newHarnessLogger(t, policytest.Allow("api.bound.example"), names("api.bound.example"), st.pki, nil, func(c *Config) { c.Injector = inj })
+		h2.dialer.allow(st.bound.Addr)
+		before := st.bound.Received.Load()
 		resp, body, _ := do(t, clientVia(h2.explicit, st.pki.mitmCAPool), "GET", boundURL("api.bound.example", "/echo"), nil, "")
 		if resp.StatusCode != 503 || !strings.Contains(body, ReasonSecretUnavailable) {
 			t.Fatalf("got %d %q, want 503 %s", resp.StatusCode, body, ReasonSecretUnavailable)
 		}
-		if got := st.bound.reqs.Load() - before; got != 0 {
+		if got := st.bound.Received.Load() - before; got != 0 {
 			t.Fatalf("bound upstream requests: got %d, want 0", got)
 		}
 	})
 
 	t.Run("no form of the secret in audit, logs or metrics", func(t *testing.T) {
-		recs, err := json.Marshal(h.log.all())
+		recs, err := json.Marshal(h.log.Records())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -29,13 +30,13 @@ func (m *Manager) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	s, err := m.attach(ctx, sb, nsPath)
 	if err != nil {
 		m.release(sb.ID)
-		m.log.Error("attach", "sandbox", sb.ID, "netns", nsPath, "error", err)
+		m.log.Error("attach", oplog.SandboxKey, sb.ID, "netns", nsPath, oplog.ErrorKey, err)
 		return nil, fmt.Errorf("netns: attach %s to %s: %w", sb.ID, nsPath, err)
 	}
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = s
 	m.mu.Unlock()
-	m.log.Info("sandbox namespace attached", "sandbox", sb.ID, "netns", nsPath)
+	m.log.Info("sandbox namespace attached", oplog.SandboxKey, sb.ID, "netns", nsPath)
 	return s, nil
 }
 
@@ -130,7 +131,7 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 			uh.Close()
 		}
 		if err != nil {
-			m.log.Error("attach: undo", "sandbox", sb.ID, "error", err)
+			m.log.Error("attach: undo", oplog.SandboxKey, sb.ID, oplog.ErrorKey, err)
 		}
 	})
 	if err := m.step("sysctl"); err != nil {

@@ -2,7 +2,6 @@ package netns
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os/exec"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/fakenet"
 )
 
 // container is a namespace made by "someone else" for Attach, with a veth to a
@@ -120,26 +120,6 @@ func dialRead(addr string) (string, error) {
 	return string(buf[:n]), err
 }
 
-func httpGet(addr, host string) (string, error) {
-	c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(c, "GET /vm HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host)
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := c.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return b.String(), nil
-}
-
 func sendUDP(addr string, n int) error {
 	c, err := net.Dial("udp4", addr)
 	if err != nil {
@@ -183,7 +163,7 @@ func TestAttachAndDetach(t *testing.T) {
 			if out, err := dialRead("198.18.200.2:8080"); err == nil && strings.Contains(out, "vm") {
 				t.Errorf("direct connection to the vm passed: %q", out)
 			}
-			out, err := httpGet(w.web.IP.String()+":80", "web.test")
+			out, err := fakenet.Get(w.web.IP.String()+":80", "web.test", "/vm")
 			if err != nil || !strings.Contains(out, "hello from web.test /vm") {
 				t.Errorf("allowed host through the gateway: %v: %q", err, out)
 			}
@@ -198,16 +178,16 @@ func TestAttachAndDetach(t *testing.T) {
 		if got := c.vmUDP.Load(); got != 0 {
 			t.Errorf("vm UDP datagrams while attached: got %d, want 0", got)
 		}
-		waitFor(t, "udp drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", "198.18.200.2", 8081) })
+		w.audit.Wait(t, "udp drop record", dropOf(s.ID, "udp", "198.18.200.2", 8081))
 	})
 	t.Run("traffic arriving on the veth (a VM's tap) is captured", func(t *testing.T) {
 		reqs := w.web.Requests()
 		err := in(t, c.vmPath, func() error {
-			out, err := httpGet(w.web.IP.String()+":80", "web.test")
+			out, err := fakenet.Get(w.web.IP.String()+":80", "web.test", "/vm")
 			if err != nil || !strings.Contains(out, "hello from web.test /vm") {
 				t.Errorf("vm to allowed host: %v: %q", err, out)
 			}
-			if out, _ := httpGet(w.denied.IP.String()+":80", "denied.test"); strings.Contains(out, "hello") {
+			if out, _ := fakenet.Get(w.denied.IP.String()+":80", "denied.test", "/vm"); strings.Contains(out, "hello") {
 				t.Errorf("vm reached the denied host: %q", out)
 			}
 			return sendUDP(w.denied.IP.String()+":7", 3)
@@ -225,7 +205,7 @@ func TestAttachAndDetach(t *testing.T) {
 		if err != nil || strings.TrimSpace(out) != w.web.IP.String() {
 			t.Errorf("dig from the vm: %v: %q, want %s", err, out, w.web.IP)
 		}
-		waitFor(t, "forward drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", w.denied.IP.String(), 7) })
+		w.audit.Wait(t, "forward drop record", dropOf(s.ID, "udp", w.denied.IP.String(), 7))
 	})
 	t.Run("IPv6 is off while attached", func(t *testing.T) {
 		out, _ := nsExec(t, c.path, 10*time.Second, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6")

@@ -27,14 +27,14 @@ func BenchmarkCreate(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer m.TeardownAll(context.Background())
+			defer teardownAll(context.Background(), m)
 			durs := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()
 				if bc.pool > 0 {
 					deadline := time.Now().Add(10 * time.Second)
-					for m.PoolReady() == 0 && time.Now().Before(deadline) {
+					for poolReady(m) == 0 && time.Now().Before(deadline) {
 						time.Sleep(time.Millisecond)
 					}
 				}
@@ -68,7 +68,7 @@ func BenchmarkTeardown(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer m.TeardownAll(context.Background())
+	defer teardownAll(context.Background(), m)
 	durs := make([]time.Duration, 0, b.N)
 	for range b.N {
 		b.StopTimer()

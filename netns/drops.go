@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/policy"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Audit reason ids for drop records.
@@ -116,7 +118,7 @@ func (d *dropReader) run() {
 			default:
 				// ENOBUFS: the kernel dropped log messages because we were slow.
 				// The packets were still dropped; count what we can and go on.
-				d.log.Warn("nflog read", "sandbox", d.sb.ID, "error", err)
+				d.log.Warn("nflog read", oplog.SandboxKey, d.sb.ID, oplog.ErrorKey, err)
 				if errors.Is(err, unix.ENOBUFS) {
 					d.lim.allow(now, "unknown")
 					continue
@@ -148,14 +150,14 @@ func (d *dropReader) flush() {
 		return
 	}
 	extra := map[string]json.RawMessage{}
-	extra["suppressed"], _ = json.Marshal(n)
+	extra[audit.SummarySuppressedKey], _ = json.Marshal(n)
 	extra["by_protocol"], _ = json.Marshal(by)
 	extra["window_ms"], _ = json.Marshal(d.lim.interval.Milliseconds())
 	d.write(&audit.Record{
 		ID:       newRecordID(),
 		Sandbox:  d.sb.ID,
-		Kind:     "drop",
-		Decision: "deny",
+		Kind:     audit.KindDrop,
+		Decision: audit.DecisionDeny,
 		Mode:     string(policy.ModeEnforce),
 		Reasons:  []audit.Reason{{ID: ReasonDropSummary, Msg: fmt.Sprintf("%d more dropped packets not logged one by one", n)}},
 		Extra:    extra,
@@ -166,8 +168,8 @@ func (d *dropReader) record(p droppedPacket) *audit.Record {
 	r := &audit.Record{
 		ID:       newRecordID(),
 		Sandbox:  d.sb.ID,
-		Kind:     "drop",
-		Decision: "deny",
+		Kind:     audit.KindDrop,
+		Decision: audit.DecisionDeny,
 		Mode:     string(policy.ModeEnforce),
 		Reasons:  []audit.Reason{{ID: ReasonDrop, Msg: "packet dropped by the sandbox network rules"}},
 		Protocol: p.Protocol,
@@ -187,7 +189,7 @@ func (d *dropReader) write(r *audit.Record) {
 		return
 	}
 	if err := d.audit.Log(r); err != nil {
-		d.log.Error("audit drop record", "sandbox", d.sb.ID, "error", err)
+		d.log.Error("audit drop record", oplog.SandboxKey, d.sb.ID, oplog.ErrorKey, err)
 	}
 }
 

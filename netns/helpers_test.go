@@ -2,6 +2,7 @@ package netns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
 func TestMain(m *testing.M) {
@@ -31,48 +32,29 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// memAudit collects audit records.
-type memAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-}
-
-func (a *memAudit) Log(r *audit.Record) error {
-	a.mu.Lock()
-	a.recs = append(a.recs, *r)
-	a.mu.Unlock()
-	return nil
-}
-
-func (a *memAudit) kind(kind string) []audit.Record {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []audit.Record
-	for _, r := range a.recs {
-		if r.Kind == kind {
-			out = append(out, r)
+// teardownAll tears down every sandbox m manages, then closes m (which
+// removes its pool).
+func teardownAll(ctx context.Context, m *Manager) error {
+	var errs []error
+	for _, id := range m.IDs() {
+		if err := m.Teardown(ctx, id); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	return out
+	return errors.Join(append(errs, m.Close())...)
 }
 
-// hostDecider allows exactly the listed host names (and DNS questions for them).
-type hostDecider struct{ allow map[string]bool }
-
-func (d hostDecider) Decide(_ context.Context, in *policy.Input) policy.Decision {
-	host := in.Destination.Host
-	if in.DNS != nil {
-		host = strings.TrimSuffix(in.DNS.QName, ".")
+// poolReady counts the pool namespaces ready now.
+func poolReady(m *Manager) int {
+	if m.pool == nil {
+		return 0
 	}
-	if d.allow[host] {
-		return policy.Decision{Allowed: true, Mode: policy.ModeEnforce, Rev: "test"}
-	}
-	return policy.Decision{Allowed: false, Mode: policy.ModeEnforce, Rev: "test",
-		Reasons: []policy.Reason{{ID: "not_allowed", Msg: host + " is not allowed"}}}
+	return len(m.pool)
 }
 
 // testServer is the netns.Server for the root tests: the real gateway and the
-// real DNS filter, deciding with hostDecider. The gateway resolves through the
+// real DNS filter, deciding with a policytest.Decider that allows exactly the
+// hosts given (and DNS questions for them). The gateway resolves through the
 // filter's resolver (the fake internet's DNS) and dials through a recording
 // dialer that refuses every address outside the fake internet's subnet.
 type testServer struct {
@@ -91,11 +73,7 @@ type testServer struct {
 
 func newTestServer(t testing.TB, upstream string, subnet netip.Prefix, allow []string, al audit.Logger) *testServer {
 	t.Helper()
-	allowed := map[string]bool{}
-	for _, h := range allow {
-		allowed[h] = true
-	}
-	dec := hostDecider{allow: allowed}
+	dec := policytest.Allow(allow...)
 	logger := slog.New(slog.DiscardHandler)
 	f, err := dnsfilter.New(dnsfilter.Config{
 		Upstreams:  []string{upstream},

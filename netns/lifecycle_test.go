@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/fakenet"
+	"github.com/airlock-dev/airlock/test/poll"
 )
 
 func TestDropAuditIsRateLimited(t *testing.T) {
@@ -36,13 +39,13 @@ func TestDropAuditIsRateLimited(t *testing.T) {
 	var single, suppressed int
 	count := func() bool {
 		single, suppressed = 0, 0
-		for _, r := range w.audit.kind("drop") {
+		for _, r := range w.audit.Kind(audit.KindDrop) {
 			if r.Sandbox != s.ID {
 				continue
 			}
 			if len(r.Reasons) == 1 && r.Reasons[0].ID == ReasonDropSummary {
 				var n int
-				json.Unmarshal(r.Extra["suppressed"], &n)
+				json.Unmarshal(r.Extra[audit.SummarySuppressedKey], &n)
 				suppressed += n
 			} else if r.Protocol == "udp" {
 				single++
@@ -50,7 +53,7 @@ func TestDropAuditIsRateLimited(t *testing.T) {
 		}
 		return single+suppressed >= sent
 	}
-	waitFor(t, "all drops accounted for", count)
+	poll.Until(t, 5*time.Second, "all drops accounted for", count)
 	if single+suppressed != sent {
 		t.Errorf("drops accounted: got %d single + %d suppressed, want %d in all", single, suppressed, sent)
 	}
@@ -274,7 +277,7 @@ func TestManyNamespacesLeaveNothing(t *testing.T) {
 	}
 	get := func(i int, s *Sandbox) {
 		err := inSandbox(t, s, func() error {
-			out, err := httpGet(w.web.IP.String()+":80", "web.test")
+			out, err := fakenet.Get(w.web.IP.String()+":80", "web.test", "/vm")
 			if err != nil || !strings.Contains(out, "hello from web.test /vm") {
 				t.Errorf("request %d: %v: %q", i, err, out)
 			}
@@ -340,7 +343,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestPool(t *testing.T) {
 	w := newWorld(t, Config{PoolSize: 2})
-	waitFor(t, "pool filled", func() bool { return w.m.PoolReady() == 2 })
+	poll.Until(t, 5*time.Second, "pool filled", func() bool { return poolReady(w.m) == 2 })
 	pooled := func() []string {
 		ents, _ := os.ReadDir(w.m.cfg.RunDir)
 		var out []string
@@ -361,12 +364,12 @@ func TestPool(t *testing.T) {
 	if out, err := nsExec(t, s.Path, 10*time.Second, "dig", "+short", "+tries=1", "+time=3", "@"+w.net.Unused.String(), "web.test"); err != nil || strings.TrimSpace(out) != w.web.IP.String() {
 		t.Fatalf("dig from a pooled namespace: %v: %q", err, out)
 	}
-	waitFor(t, "pool refilled", func() bool { return w.m.PoolReady() == 2 })
+	poll.Until(t, 5*time.Second, "pool refilled", func() bool { return poolReady(w.m) == 2 })
 	// Recover leaves this process's live pool alone.
 	if _, err := w.m.Recover(context.Background(), RecoverReattach); err != nil {
 		t.Fatal(err)
 	}
-	if got := w.m.PoolReady(); got != 2 || len(pooled()) != 2 {
+	if got := poolReady(w.m); got != 2 || len(pooled()) != 2 {
 		t.Fatalf("after Recover: pool ready %d, files %v, want 2", got, pooled())
 	}
 	if err := w.m.Teardown(context.Background(), s.ID); err != nil {
@@ -416,7 +419,7 @@ func TestRecoverLeavesOtherManagersAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.TeardownAll(context.Background())
+	defer teardownAll(context.Background(), other)
 	for _, p := range []RecoverPolicy{RecoverReattach, RecoverRemove} {
 		res, err := other.Recover(context.Background(), p)
 		if err != nil {

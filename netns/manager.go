@@ -18,6 +18,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -106,15 +107,12 @@ func New(cfg Config, srv Server, al audit.Logger, logger *slog.Logger) (*Manager
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	m := &Manager{
 		cfg:       cfg,
 		backend:   backend,
 		srv:       srv,
 		audit:     al,
-		log:       logger.With("component", "netns"),
+		log:       oplog.For(logger, "netns"),
 		ipt:       execRunner{timeout: cfg.ExecTimeout},
 		sandboxes: map[string]*Sandbox{},
 		poolStop:  make(chan struct{}),
@@ -198,13 +196,13 @@ func (m *Manager) Create(ctx context.Context, sb policy.Sandbox) (*Sandbox, erro
 	s, err := m.create(ctx, sb, path)
 	if err != nil {
 		m.release(sb.ID)
-		m.log.Error("create sandbox namespace", "sandbox", sb.ID, "error", err)
+		m.log.Error("create sandbox namespace", oplog.SandboxKey, sb.ID, oplog.ErrorKey, err)
 		return nil, fmt.Errorf("netns: create %s: %w", sb.ID, err)
 	}
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = s
 	m.mu.Unlock()
-	m.log.Info("sandbox namespace created", "sandbox", sb.ID, "path", path)
+	m.log.Info("sandbox namespace created", oplog.SandboxKey, sb.ID, oplog.PathKey, path)
 	return s, nil
 }
 
@@ -369,10 +367,10 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	}
 	if err == nil {
 		m.removeState(id)
-		m.log.Info("sandbox namespace removed", "sandbox", id, "attached", s.Attached)
+		m.log.Info("sandbox namespace removed", oplog.SandboxKey, id, "attached", s.Attached)
 		return nil
 	}
-	m.log.Error("teardown", "sandbox", id, "error", err)
+	m.log.Error("teardown", oplog.SandboxKey, id, oplog.ErrorKey, err)
 	return fmt.Errorf("netns: teardown %s: %w", id, err)
 }
 
@@ -383,17 +381,6 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 		return fmt.Errorf("netns: detach %q: not attached (use Teardown)", id)
 	}
 	return m.Teardown(ctx, id)
-}
-
-// TeardownAll tears down every managed sandbox and removes the pool.
-func (m *Manager) TeardownAll(ctx context.Context) error {
-	var errs []error
-	for _, id := range m.IDs() {
-		if err := m.Teardown(ctx, id); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(append(errs, m.Close())...)
 }
 
 // Close stops the pool (removing its namespaces) and stops serving every sandbox,

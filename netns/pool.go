@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // fillPool keeps Config.PoolSize ready namespaces (rules installed, no listeners)
@@ -24,12 +26,12 @@ func (m *Manager) fillPool() {
 			default:
 			}
 			if err := m.prepare(); err != nil {
-				m.log.Error("pool", "error", err)
+				m.log.Error("pool", oplog.ErrorKey, err)
 				break
 			}
 			path := filepath.Join(m.cfg.RunDir, fmt.Sprintf("%s%d-%d", poolPrefix, os.Getpid(), m.poolSeq.Add(1)))
 			if err := m.makePooled(path); err != nil {
-				m.log.Error("pool: make namespace", "error", err)
+				m.log.Error("pool: make namespace", oplog.ErrorKey, err)
 				break
 			}
 			m.poolNames.Store(path, struct{}{})
@@ -70,7 +72,7 @@ func (m *Manager) claimPooled(path string) bool {
 		if err == nil {
 			return true
 		}
-		m.log.Warn("pool: claim", "path", p, "error", err)
+		m.log.Warn("pool: claim", oplog.PathKey, p, oplog.ErrorKey, err)
 	}
 }
 
@@ -79,12 +81,4 @@ func (m *Manager) kickPool() {
 	case m.poolKick <- struct{}{}:
 	default:
 	}
-}
-
-// PoolReady returns how many pool namespaces are ready now.
-func (m *Manager) PoolReady() int {
-	if m.pool == nil {
-		return 0
-	}
-	return len(m.pool)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // RecoverPolicy says what Recover does with namespaces a previous gateway left.
@@ -142,7 +144,7 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		return nil, true, nil
 	}
 	if stErr != nil {
-		m.log.Warn("recover: no usable state, removing", "sandbox", id, "error", stErr)
+		m.log.Warn("recover: no usable state, removing", oplog.SandboxKey, id, oplog.ErrorKey, stErr)
 		return remove()
 	}
 	if p == RecoverRemove || (st.Attached && !st.Saved) {
@@ -207,7 +209,7 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		_, removed, rerr := remove()
 		return nil, removed, errors.Join(err, rerr)
 	}
-	m.log.Info("recover: re-attached", "sandbox", id, "attached", st.Attached)
+	m.log.Info("recover: re-attached", oplog.SandboxKey, id, "attached", st.Attached)
 	return s, false, nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
@@ -23,7 +25,7 @@ type world struct {
 	web    *fakenet.Host // allowed as web.test
 	denied *fakenet.Host // denied.test: policy says no
 	srv    *testServer
-	audit  *memAudit
+	audit  *audittest.Log
 	m      *Manager
 	cfg    Config
 }
@@ -32,20 +34,9 @@ type world struct {
 func newWorld(t *testing.T, cfg Config, extraAllow ...string) *world {
 	t.Helper()
 	roottest.Require(t)
-	n, err := fakenet.New()
-	if err != nil {
-		t.Fatalf("fakenet: %v", err)
-	}
-	t.Cleanup(func() { n.Close() })
-	web, err := n.AddHost([]string{"web.test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied, err := n.AddHost([]string{"denied.test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &world{net: n, web: web, denied: denied, audit: &memAudit{}}
+	n := fakenet.Start(t)
+	web, denied := n.Host(t, "web.test"), n.Host(t, "denied.test")
+	w := &world{net: n, web: web, denied: denied, audit: &audittest.Log{}}
 	w.srv = newTestServer(t, n.DNSAddr.String(), n.Subnet, append([]string{"web.test"}, extraAllow...), w.audit)
 	if cfg.StateDir == "" {
 		cfg.StateDir = t.TempDir()
@@ -63,7 +54,7 @@ func (w *world) newManager(t *testing.T) *Manager {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := m.TeardownAll(context.Background()); err != nil {
+		if err := teardownAll(context.Background(), m); err != nil {
 			t.Errorf("TeardownAll: %v", err)
 		}
 	})
@@ -174,7 +165,7 @@ func TestIslandEgress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "udp drop record", func() bool { return hasDrop(w.audit, s.ID, "udp", w.denied.IP.String(), 7) })
+		w.audit.Wait(t, "udp drop record", dropOf(s.ID, "udp", w.denied.IP.String(), 7))
 		if got := w.denied.UDP(); got != 0 {
 			t.Errorf("denied host UDP datagrams: got %d, want 0", got)
 		}
@@ -201,7 +192,7 @@ func TestIslandEgress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "icmp drop record", func() bool { return hasDrop(w.audit, s.ID, "icmp", w.denied.IP.String(), 0) })
+		w.audit.Wait(t, "icmp drop record", dropOf(s.ID, "icmp", w.denied.IP.String(), 0))
 		if got, err := w.net.ICMPEchoRequests(); err != nil || got != 0 {
 			t.Errorf("echo requests at the fake internet: got %d (%v), want 0", got, err)
 		}
@@ -235,22 +226,9 @@ func TestIslandEgress(t *testing.T) {
 	}
 }
 
-func hasDrop(a *memAudit, sandbox, proto, ip string, port int) bool {
-	for _, r := range a.kind("drop") {
-		if r.Sandbox == sandbox && r.Protocol == proto && r.IP == ip && r.Port == port && r.Decision == "deny" {
-			return true
-		}
-	}
-	return false
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+// dropOf matches the deny record of a packet sandbox sent to ip:port over proto.
+func dropOf(sandbox, proto, ip string, port int) func(audit.Record) bool {
+	return func(r audit.Record) bool {
+		return r.Kind == audit.KindDrop && r.Sandbox == sandbox && r.Protocol == proto && r.IP == ip && r.Port == port && r.Decision == audit.DecisionDeny
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // state is what survives a crash, one JSON file per sandbox in StateDir.
@@ -66,6 +68,6 @@ func (m *Manager) readState(id string) (*state, error) {
 
 func (m *Manager) removeState(id string) {
 	if err := os.Remove(m.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		m.log.Warn("remove state", "sandbox", id, "error", err)
+		m.log.Warn("remove state", oplog.SandboxKey, id, oplog.ErrorKey, err)
 	}
 }

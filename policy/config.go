@@ -28,33 +28,33 @@ const (
 type Config struct {
 	// Dir is the user's policy directory (package airlock.egress rules, tests,
 	// data). Empty means the embedded default policy only.
-	Dir string `yaml:"dir"`
+	Dir string
 	// Mode is the global mode, "enforce" (default) or "report". A policy can set
 	// the mode per request with `report` or `enforce` rules in airlock.egress.
-	Mode Mode `yaml:"mode"`
+	Mode Mode
 	// EvalTimeout bounds one evaluation (default DefaultEvalTimeout).
-	EvalTimeout time.Duration `yaml:"eval_timeout"`
+	EvalTimeout time.Duration
 	// Watch reloads the policy when a file under Dir changes (needs Dir).
-	Watch bool `yaml:"watch"`
+	Watch bool
 	// Presets names the active presets (data.airlock.presets.NAME). Nil or empty
 	// means every preset known (embedded and from Dir); ["none"] means none.
-	Presets []string `yaml:"presets"`
+	Presets []string
 	// AllowHosts are host patterns (host, *.domain, **.domain, IP) reachable with
 	// every kind and method (`airlock run --allow`): HOST on ports 443 and 80,
 	// HOST:PORT on PORT, HOST:* on every port. Ports 53 and 853 carry DNS and
 	// are reachable only when named (HOST:53), never through HOST:*. An IPv6
 	// literal with a port is bracketed: [2001:db8::1]:8443.
-	AllowHosts []string `yaml:"allow_hosts"`
+	AllowHosts []string
 	// CacheSize bounds the decision cache per revision: 0 means DefaultCacheSize,
 	// a negative value turns the cache off.
-	CacheSize int `yaml:"cache_size"`
+	CacheSize int
 	// CacheBytes bounds the decision cache per revision by an estimate of the
 	// bytes it holds (key plus decision): 0 means DefaultCacheBytes. An input
 	// whose key alone is longer than CacheBytes/1024 is never cached.
-	CacheBytes int64 `yaml:"cache_bytes"`
+	CacheBytes int64
 	// ReloadDebounce is how long Watch lets file events settle (default
 	// DefaultReloadDebounce).
-	ReloadDebounce time.Duration `yaml:"reload_debounce"`
+	ReloadDebounce time.Duration
 }
 
 // withDefaults applies defaults and validates; errors name the field.

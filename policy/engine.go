@@ -17,6 +17,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 var _ Decider = (*Engine)(nil)
@@ -27,10 +28,8 @@ var ErrPolicy = errors.New("policy error")
 // decisionQuery is the one query the engine prepares.
 var decisionQuery = ast.MustParseBody("data.airlock.decision")
 
-// Log field names.
+// Log field names of the engine's own (see oplog for the shared ones).
 const (
-	logRev    = "policy_rev"
-	logErr    = "error"
 	logDir    = "dir"
 	logCached = "cache"
 )
@@ -63,16 +62,13 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	e := &Engine{cfg: cfg, log: logger.With("component", "policy")}
+	e := &Engine{cfg: cfg, log: oplog.For(logger, "policy")}
 	s, err := e.load(context.Background())
 	if err != nil {
 		return nil, err
 	}
 	e.cur.Store(s)
-	e.log.Info("policy loaded", logRev, s.rev, logDir, cfg.Dir, logCached, s.cache != nil)
+	e.log.Info("policy loaded", oplog.PolicyRevKey, s.rev, logDir, cfg.Dir, logCached, s.cache != nil)
 	if cfg.Watch {
 		if err := e.watch(); err != nil {
 			return nil, err
@@ -97,14 +93,14 @@ func (e *Engine) Reload(ctx context.Context) error {
 	s, err := e.load(ctx)
 	old := e.cur.Load()
 	if err != nil {
-		e.log.Error("policy reload failed, keeping current policy", logRev, old.rev, logErr, err)
+		e.log.Error("policy reload failed, keeping current policy", oplog.PolicyRevKey, old.rev, oplog.ErrorKey, err)
 		return fmt.Errorf("policy: reload failed, keeping revision %s: %w", old.rev, err)
 	}
 	if s.rev == old.rev {
 		return nil
 	}
 	e.cur.Store(s)
-	e.log.Info("policy reloaded", logRev, s.rev, "previous_rev", old.rev, logCached, s.cache != nil)
+	e.log.Info("policy reloaded", oplog.PolicyRevKey, s.rev, "previous_rev", old.rev, logCached, s.cache != nil)
 	return nil
 }
 
@@ -227,7 +223,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 // fail is the fail-closed deny.
 func (e *Engine) fail(s *snapshot, err error) Decision {
 	err = fmt.Errorf("%w: %w", ErrPolicy, err)
-	e.log.Error("policy evaluation failed, denying", logRev, s.rev, logErr, err)
+	e.log.Error("policy evaluation failed, denying", oplog.PolicyRevKey, s.rev, oplog.ErrorKey, err)
 	return Decision{
 		Allowed:    false,
 		Reasons:    []Reason{{ID: ReasonPolicyError, Msg: "policy evaluation failed"}},

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // watch reloads the policy when a file under cfg.Dir changes, after
@@ -73,7 +75,7 @@ func (e *Engine) watch() error {
 				if !ok {
 					return
 				}
-				e.log.Error("policy watch error", logErr, err)
+				e.log.Error("policy watch error", oplog.ErrorKey, err)
 			case <-fire:
 				fire = nil
 				_ = e.Reload(ctx) // Reload logs its own failure

@@ -4,6 +4,8 @@ import (
 	"io"
 	"runtime"
 	"sync"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // scanBudget bounds the request-body bytes one sandbox's scans hold at once
@@ -124,7 +126,7 @@ func (in *Injector) readForScan(sb Sandbox, body io.Reader, contentLength, max i
 }
 
 func (in *Injector) busy(sb Sandbox) error {
-	in.log.Warn("secrets refused request: body-scan budget in use", "sandbox", sb.ID,
+	in.log.Warn("secrets refused request: body-scan budget in use", oplog.SandboxKey, sb.ID,
 		"limit", in.budget.limit, "in_use", in.budget.inUse(sb.ID))
 	return &BusyError{Code: CodeBodyScanBusy, Sandbox: sb.ID, Limit: in.budget.limit}
 }

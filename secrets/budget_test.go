@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/secrets/secretstest"
 )
 
 // heldBody is a request body that delivers nothing until released: its scan
@@ -44,9 +46,9 @@ func (b *heldBody) readCount() int {
 	return b.reads
 }
 
-func bodyReq(t *testing.T, u *upstream, body io.ReadCloser, length int64) *http.Request {
+func bodyReq(t *testing.T, u *secretstest.Upstream, body io.ReadCloser, length int64) *http.Request {
 	t.Helper()
-	req := mustReq(t, "POST", u.url("other.example.com", "/upload"), nil)
+	req := mustReq(t, "POST", u.URL("other.example.com", "/upload"), nil)
 	req.Body, req.ContentLength = body, length
 	return req
 }

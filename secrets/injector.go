@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // PlaceholderPrefix starts every placeholder; a token with this prefix that is
@@ -88,7 +89,7 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 			return nil, fmt.Errorf("secrets: fingerprint key: %w", err)
 		}
 	}
-	log := logger.With("component", "secrets")
+	log := oplog.For(logger, "secrets")
 	in := &Injector{
 		log:     log,
 		secrets: map[string]*secret{},
@@ -263,7 +264,7 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 	}
 	v, err := b.secret.get(ctx)
 	if err != nil {
-		in.log.Error("secret unavailable", "sandbox", sb.ID, "secret", b.secret.cfg.ID, "error", err)
+		in.log.Error("secret unavailable", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID, oplog.ErrorKey, err)
 		return nil, err
 	}
 	cred, token := b.render(v.value.reveal())
@@ -285,7 +286,7 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 		},
 		scrub: scrub,
 	}
-	in.log.Info("secret injected", "sandbox", sb.ID, "secret", a.rec.ID,
+	in.log.Info("secret injected", oplog.SandboxKey, sb.ID, "secret", a.rec.ID,
 		"version", a.rec.Version, "where", a.rec.Where)
 	return a, nil
 }
@@ -435,7 +436,7 @@ func (in *Injector) denyToken(sb Sandbox, h hit, b *binding) error {
 func (in *Injector) logDeny(sb Sandbox, err error) error {
 	var d *Denial
 	if errors.As(err, &d) {
-		in.log.Warn("secrets denied request", "sandbox", sb.ID, "code", d.Code, "flag", d.Flag,
+		in.log.Warn("secrets denied request", oplog.SandboxKey, sb.ID, "code", d.Code, "flag", d.Flag,
 			"secret", d.SecretID, "where", d.Where)
 	}
 	return err

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/secrets/secretstest"
 )
 
 const canaryEnv = "AIRLOCK_TEST_CANARY_SECRET"
@@ -30,17 +32,17 @@ var (
 
 // setup builds an injector with one env secret bound to api.example.com on the
 // upstream's port for sb-1 and sb-2; mut edits the binding or config first.
-func setup(t *testing.T, mut func(c *Config)) (*Injector, *upstream, *logSink) {
+func setup(t *testing.T, mut func(c *Config)) (*Injector, *secretstest.Upstream, *logSink) {
 	t.Helper()
 	t.Setenv(canaryEnv, canary)
-	u := newUpstream(t)
+	u := secretstest.NewTLS(t)
 	cfg := Config{
 		Secrets: []SecretConfig{{ID: "canary", Env: canaryEnv}},
 		Bindings: []BindingConfig{{
 			Secret:    "canary",
 			Sandboxes: SandboxSelector{IDs: []string{"sb-1"}, Labels: map[string]string{"agent": "coder"}},
 			Host:      "api.example.com",
-			Port:      u.port(),
+			Port:      u.Port,
 			Template:  "Bearer {{value}}",
 			Strip:     []string{"Cookie"},
 		}},
@@ -56,25 +58,21 @@ func setup(t *testing.T, mut func(c *Config)) (*Injector, *upstream, *logSink) {
 	return in, u, sink
 }
 
-func (u *upstream) url(host, path string) string {
-	return fmt.Sprintf("https://%s:%d%s", host, u.port(), path)
-}
-
 func TestInjectedValueNeverReachesSandbox(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	for _, path := range []string{"/echo", "/encoded", "/chunked", "/sse", "/redirect", "/trailer", "/reason", "/slowless"} {
 		t.Run(path, func(t *testing.T) {
-			req := mustReq(t, "GET", u.url("api.example.com", path), nil)
+			req := mustReq(t, "GET", u.URL("api.example.com", path), nil)
 			req.Header.Set("Authorization", "Bearer the-sandbox-own-token")
 			req.Header.Set("Cookie", "sid=sandbox-cookie")
 			req.Header.Set("Accept-Encoding", "gzip, br")
-			before := len(u.requests())
+			before := len(u.Requests())
 			a, seen, err := roundTrip(t, in, tr, sb1, req)
 			if err != nil {
 				t.Fatalf("round trip: %v", err)
 			}
-			got := u.requests()[before]
+			got := u.Requests()[before]
 			if got.Header.Get("Authorization") != "Bearer "+canary {
 				t.Errorf("upstream Authorization: got %q, want the injected value", got.Header.Get("Authorization"))
 			}
@@ -108,16 +106,16 @@ func TestInjectedValueNeverReachesSandbox(t *testing.T) {
 
 func TestResponsesThatCannotBeScrubbedAreRefused(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	for _, tt := range []struct{ path, reason string }{
 		{"/gzip", "content-encoding gzip"},
 		{"/partial", "partial content"},
 	} {
 		t.Run(tt.path, func(t *testing.T) {
-			req := mustReq(t, "GET", u.url("api.example.com", tt.path), nil)
+			req := mustReq(t, "GET", u.URL("api.example.com", tt.path), nil)
 			req.Header.Set("Range", "bytes=0-3")
 			req.Header.Set("If-Range", "x")
-			before := len(u.requests())
+			before := len(u.Requests())
 			_, seen, err := roundTrip(t, in, tr, sb1, req)
 			var re *ResponseError
 			if !errors.As(err, &re) || !strings.Contains(re.Reason, tt.reason) || HTTPStatus(err) != http.StatusBadGateway {
@@ -126,7 +124,7 @@ func TestResponsesThatCannotBeScrubbedAreRefused(t *testing.T) {
 			if seen != "" {
 				t.Errorf("sandbox saw %q, want nothing", seen)
 			}
-			got := u.requests()[before]
+			got := u.Requests()[before]
 			if got.Header.Get("Range") != "" || got.Header.Get("If-Range") != "" {
 				t.Errorf("Range headers reached the upstream: %v", got.Header)
 			}
@@ -139,15 +137,15 @@ func TestBasicAuthBinding(t *testing.T) {
 		c.Bindings[0].Template = ""
 		c.Bindings[0].BasicUser = "x-access-token"
 	})
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	for _, path := range []string{"/echo", "/encoded"} {
-		req := mustReq(t, "GET", u.url("api.example.com", path), nil)
+		req := mustReq(t, "GET", u.URL("api.example.com", path), nil)
 		_, seen, err := roundTrip(t, in, tr, sb1, req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		token := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + canary))
-		if got := u.requests()[len(u.requests())-1].Header.Get("Authorization"); got != "Basic "+token {
+		if got := u.Requests()[len(u.Requests())-1].Header.Get("Authorization"); got != "Basic "+token {
 			t.Errorf("upstream Authorization: got %q, want Basic credentials", got)
 		}
 		assertNoForms(t, "sandbox view "+path, seen, canary, token)
@@ -165,14 +163,14 @@ func TestNoInjectionOutsideBinding(t *testing.T) {
 		method string
 		url    string
 	}{
-		{"plain http", sb1, "GET", fmt.Sprintf("http://api.example.com:%d/echo", u.port())},
+		{"plain http", sb1, "GET", fmt.Sprintf("http://api.example.com:%d/echo", u.Port)},
 		{"another port", sb1, "GET", "https://api.example.com:8443/echo"},
 		{"default port", sb1, "GET", "https://api.example.com/echo"},
-		{"another host", sb1, "GET", u.url("other.example.com", "/echo")},
-		{"subdomain of bound host", sb1, "GET", u.url("x.api.example.com", "/echo")},
-		{"another sandbox", sb3, "GET", u.url("api.example.com", "/echo")},
-		{"method not bound", sb1, "POST", u.url("api.example.com", "/echo")},
-		{"path not bound", sb1, "GET", u.url("api.example.com", "/echoes")},
+		{"another host", sb1, "GET", u.URL("other.example.com", "/echo")},
+		{"subdomain of bound host", sb1, "GET", u.URL("x.api.example.com", "/echo")},
+		{"another sandbox", sb3, "GET", u.URL("api.example.com", "/echo")},
+		{"method not bound", sb1, "POST", u.URL("api.example.com", "/echo")},
+		{"path not bound", sb1, "GET", u.URL("api.example.com", "/echoes")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -191,7 +189,7 @@ func TestNoInjectionOutsideBinding(t *testing.T) {
 			}
 		})
 	}
-	if !in.NeedsMITM(sb1, "API.Example.COM.", u.port()) || !in.NeedsMITM(sb2, "api.example.com", u.port()) {
+	if !in.NeedsMITM(sb1, "API.Example.COM.", u.Port) || !in.NeedsMITM(sb2, "api.example.com", u.Port) {
 		t.Errorf("NeedsMITM: got false for the bound host")
 	}
 }
@@ -209,23 +207,23 @@ func portOf(u *url.URL) int {
 // completes the handshake, so the injected value never leaves.
 func TestUntrustedUpstreamReceivesNothing(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	req := mustReq(t, "GET", u.url("api.example.com", "/echo"), nil)
-	_, _, err := roundTrip(t, in, u.transport(t, false), sb1, req)
+	req := mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil)
+	_, _, err := roundTrip(t, in, transport(t, u, false), sb1, req)
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("got %v, want a certificate error", err)
 	}
-	if n := u.count.Load(); n != 0 {
+	if n := u.Received.Load(); n != 0 {
 		t.Errorf("upstream saw %d requests, want 0", n)
 	}
 }
 
 func TestHostMismatchDenied(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	tests := []struct{ name, url, host string }{
-		{"inner Host is the bound host", u.url("other.example.com", "/echo"), "api.example.com"},
-		{"URL is the bound host", u.url("api.example.com", "/echo"), "other.example.com"},
-		{"same host other port", u.url("api.example.com", "/echo"), "api.example.com:444"},
+		{"inner Host is the bound host", u.URL("other.example.com", "/echo"), "api.example.com"},
+		{"URL is the bound host", u.URL("api.example.com", "/echo"), "other.example.com"},
+		{"same host other port", u.URL("api.example.com", "/echo"), "api.example.com:444"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,7 +234,7 @@ func TestHostMismatchDenied(t *testing.T) {
 			if !errors.As(err, &d) || d.Code != CodeHostMismatch || HTTPStatus(err) != 403 {
 				t.Fatalf("got %v, want a host mismatch denial", err)
 			}
-			if n := u.count.Load(); n != 0 {
+			if n := u.Received.Load(); n != 0 {
 				t.Errorf("upstream saw %d requests, want 0", n)
 			}
 		})
@@ -247,19 +245,19 @@ func TestHostMismatchDenied(t *testing.T) {
 // its own, and only the bound host gets the value.
 func TestKeptAliveConnectionSwitchingHost(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	for i, host := range []string{"api.example.com", "other.example.com", "api.example.com", "other.example.com"} {
-		req := mustReq(t, "GET", u.url(host, "/echo"), nil)
+		req := mustReq(t, "GET", u.URL(host, "/echo"), nil)
 		if _, seen, err := roundTrip(t, in, tr, sb1, req); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		} else {
 			assertNoForms(t, "sandbox view", seen, canary)
 		}
 	}
-	for _, r := range u.requests() {
+	for _, r := range u.Requests() {
 		got := r.Header.Get("Authorization")
 		switch r.Host {
-		case fmt.Sprintf("api.example.com:%d", u.port()):
+		case fmt.Sprintf("api.example.com:%d", u.Port):
 			if got != "Bearer "+canary {
 				t.Errorf("bound host got Authorization %q", got)
 			}
@@ -273,15 +271,15 @@ func TestKeptAliveConnectionSwitchingHost(t *testing.T) {
 
 func TestPathTricksRefused(t *testing.T) {
 	in, u, _ := setup(t, func(c *Config) { c.Bindings[0].Paths = []string{"/repos/acme"} })
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	for _, p := range []string{
 		"/repos/acme/../../admin", "/repos/acme/%2e%2e/admin", "/repos/acme/%2E./admin",
 		"/repos/acme%2f..%2fadmin", "/repos/acme/..%5cadmin", "/repos/acme//x", "/repos/acme/%252e%252e/x",
 		"/repos/acme;/../admin", "/repos/acme/%00", "/repos/acme/./x",
 	} {
 		t.Run(p, func(t *testing.T) {
-			req := mustReq(t, "GET", u.url("api.example.com", "/"), nil)
-			parsed, err := url.Parse(u.url("api.example.com", p))
+			req := mustReq(t, "GET", u.URL("api.example.com", "/"), nil)
+			parsed, err := url.Parse(u.URL("api.example.com", p))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,13 +289,13 @@ func TestPathTricksRefused(t *testing.T) {
 			if !errors.As(err, &d) || d.Code != CodePathRefused || d.Flag != FlagPathTrick {
 				t.Fatalf("got %v, want a path refusal", err)
 			}
-			if n := u.count.Load(); n != 0 {
+			if n := u.Received.Load(); n != 0 {
 				t.Errorf("upstream saw %d requests, want 0", n)
 			}
 		})
 	}
 	// The prefix itself and below it still work.
-	req := mustReq(t, "GET", u.url("api.example.com", "/repos/acme/x"), nil)
+	req := mustReq(t, "GET", u.URL("api.example.com", "/repos/acme/x"), nil)
 	if a, _, err := roundTrip(t, in, tr, sb1, req); err != nil || a == nil {
 		t.Fatalf("good path: got %v, %v", a, err)
 	}
@@ -310,18 +308,18 @@ func TestAmbiguousBindingsDenied(t *testing.T) {
 		b.Template = "token {{value}}"
 		c.Bindings = append(c.Bindings, b)
 	})
-	req := mustReq(t, "GET", u.url("api.example.com", "/echo"), nil)
-	_, _, err := roundTrip(t, in, u.transport(t, true), sb1, req)
+	req := mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil)
+	_, _, err := roundTrip(t, in, transport(t, u, true), sb1, req)
 	var d *Denial
 	if !errors.As(err, &d) || d.Code != CodeAmbiguous {
 		t.Fatalf("got %v, want an ambiguity denial", err)
 	}
-	if n := u.count.Load(); n != 0 {
+	if n := u.Received.Load(); n != 0 {
 		t.Errorf("upstream saw %d requests, want 0", n)
 	}
 }
 
-func placeholderSetup(t *testing.T, mode string) (*Injector, *upstream, map[string]string, map[string]string) {
+func placeholderSetup(t *testing.T, mode string) (*Injector, *secretstest.Upstream, map[string]string, map[string]string) {
 	in, u, _ := setup(t, func(c *Config) {
 		c.Bindings[0].Mode = mode
 		c.Bindings[0].PlaceholderEnv = "API_TOKEN"
@@ -372,16 +370,16 @@ func TestPlaceholderSubstitution(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			in, u, p1, _ := placeholderSetup(t, mode)
 			ph := p1["API_TOKEN"]
-			tr := u.transport(t, true)
+			tr := transport(t, u, true)
 			for _, hdr := range []string{"Bearer " + ph, "token " + ph, ph,
 				"Basic " + base64.StdEncoding.EncodeToString([]byte("git:"+ph))} {
-				req := mustReq(t, "GET", u.url("api.example.com", "/echo"), nil)
+				req := mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil)
 				req.Header.Set("Authorization", hdr)
 				a, seen, err := roundTrip(t, in, tr, sb1, req)
 				if err != nil || a == nil {
 					t.Fatalf("header %q: got %v, %v; want an injection", hdr, a, err)
 				}
-				if got := u.requests()[len(u.requests())-1].Header.Get("Authorization"); got != "Bearer "+canary {
+				if got := u.Requests()[len(u.Requests())-1].Header.Get("Authorization"); got != "Bearer "+canary {
 					t.Errorf("upstream got %q, want the templated value", got)
 				}
 				assertNoForms(t, "sandbox view", seen, canary)
@@ -392,7 +390,7 @@ func TestPlaceholderSubstitution(t *testing.T) {
 
 func TestPlaceholderModeWithoutPlaceholderPassesUntouched(t *testing.T) {
 	in, u, _, _ := placeholderSetup(t, ModePlaceholder)
-	req := mustReq(t, "GET", u.url("api.example.com", "/echo"), nil)
+	req := mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil)
 	req.Header.Set("Authorization", "Bearer users-own")
 	a, err := in.Inject(context.Background(), sb1, req)
 	if err != nil || a != nil || req.Header.Get("Authorization") != "Bearer users-own" {
@@ -402,7 +400,7 @@ func TestPlaceholderModeWithoutPlaceholderPassesUntouched(t *testing.T) {
 
 func TestRequireModeDeniesWithoutPlaceholder(t *testing.T) {
 	in, u, _, _ := placeholderSetup(t, ModeRequire)
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	tests := []struct{ name, path, auth, flag string }{
 		{"no credential", "/echo", "", ""},
 		{"own credential", "/echo", "Bearer agent-brought-this", FlagOwnCredential},
@@ -410,7 +408,7 @@ func TestRequireModeDeniesWithoutPlaceholder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := mustReq(t, "GET", u.url("api.example.com", tt.path), nil)
+			req := mustReq(t, "GET", u.URL("api.example.com", tt.path), nil)
 			if tt.auth != "" {
 				req.Header.Set("Authorization", tt.auth)
 			}
@@ -419,7 +417,7 @@ func TestRequireModeDeniesWithoutPlaceholder(t *testing.T) {
 			if !errors.As(err, &d) || d.Code != CodePlaceholderRequired || d.Flag != tt.flag {
 				t.Fatalf("got %v, want placeholder-required with flag %q", err, tt.flag)
 			}
-			if n := u.count.Load(); n != 0 {
+			if n := u.Received.Load(); n != 0 {
 				t.Errorf("upstream saw %d requests, want 0", n)
 			}
 		})
@@ -437,7 +435,7 @@ func TestPlaceholderMisuseDenied(t *testing.T) {
 	plainURL := func(path string) string {
 		return "http://api.example.com:" + strings.TrimPrefix(plain.Listener.Addr().String(), "127.0.0.1:") + path
 	}
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	plainTr := &http.Transport{DialContext: (&plainDialer{addr: plain.Listener.Addr().String()}).dial}
 
 	tests := []struct {
@@ -449,24 +447,24 @@ func TestPlaceholderMisuseDenied(t *testing.T) {
 		body   string
 		code   string
 	}{
-		{"unbound host, bound header", sb1, "GET", u.url("other.example.com", "/echo"), [2]string{"Authorization", "Bearer " + ph}, "", CodePlaceholderMisuse},
-		{"unbound host, basic auth", sb1, "GET", u.url("other.example.com", "/echo"), [2]string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+ph))}, "", CodePlaceholderMisuse},
-		{"bound host, other header", sb1, "GET", u.url("api.example.com", "/echo"), [2]string{"X-Api-Key", ph}, "", CodePlaceholderMisuse},
-		{"bound host, cookie", sb1, "GET", u.url("api.example.com", "/echo"), [2]string{"Cookie", "k=" + ph}, "", CodePlaceholderMisuse},
-		{"bound host, header name", sb1, "GET", u.url("api.example.com", "/echo"), [2]string{"X-" + ph, "1"}, "", CodePlaceholderMisuse},
-		{"bound host, body", sb1, "POST", u.url("api.example.com", "/echo"), [2]string{}, `{"key":"` + ph + `"}`, CodePlaceholderMisuse},
-		{"unbound host, body", sb1, "POST", u.url("other.example.com", "/echo"), [2]string{}, "token=" + ph, CodePlaceholderMisuse},
-		{"bound host, path", sb1, "GET", u.url("api.example.com", "/echo/"+ph), [2]string{}, "", CodePlaceholderMisuse},
-		{"bound host, query", sb1, "GET", u.url("api.example.com", "/echo?k="+ph), [2]string{}, "", CodePlaceholderMisuse},
-		{"unbound host, upper-case query", sb1, "GET", u.url("other.example.com", "/echo?k="+strings.ToUpper(ph)), [2]string{}, "", CodePlaceholderMisuse},
-		{"unbound host, percent-encoded query", sb1, "GET", u.url("other.example.com", "/echo?k="+percentAll([]byte(ph), "0123456789abcdef")), [2]string{}, "", CodePlaceholderMisuse},
-		{"bound host, unbound path", sb1, "GET", u.url("api.example.com", "/elsewhere"), [2]string{"Authorization", "Bearer " + ph}, "", CodePlaceholderMisuse},
+		{"unbound host, bound header", sb1, "GET", u.URL("other.example.com", "/echo"), [2]string{"Authorization", "Bearer " + ph}, "", CodePlaceholderMisuse},
+		{"unbound host, basic auth", sb1, "GET", u.URL("other.example.com", "/echo"), [2]string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+ph))}, "", CodePlaceholderMisuse},
+		{"bound host, other header", sb1, "GET", u.URL("api.example.com", "/echo"), [2]string{"X-Api-Key", ph}, "", CodePlaceholderMisuse},
+		{"bound host, cookie", sb1, "GET", u.URL("api.example.com", "/echo"), [2]string{"Cookie", "k=" + ph}, "", CodePlaceholderMisuse},
+		{"bound host, header name", sb1, "GET", u.URL("api.example.com", "/echo"), [2]string{"X-" + ph, "1"}, "", CodePlaceholderMisuse},
+		{"bound host, body", sb1, "POST", u.URL("api.example.com", "/echo"), [2]string{}, `{"key":"` + ph + `"}`, CodePlaceholderMisuse},
+		{"unbound host, body", sb1, "POST", u.URL("other.example.com", "/echo"), [2]string{}, "token=" + ph, CodePlaceholderMisuse},
+		{"bound host, path", sb1, "GET", u.URL("api.example.com", "/echo/"+ph), [2]string{}, "", CodePlaceholderMisuse},
+		{"bound host, query", sb1, "GET", u.URL("api.example.com", "/echo?k="+ph), [2]string{}, "", CodePlaceholderMisuse},
+		{"unbound host, upper-case query", sb1, "GET", u.URL("other.example.com", "/echo?k="+strings.ToUpper(ph)), [2]string{}, "", CodePlaceholderMisuse},
+		{"unbound host, percent-encoded query", sb1, "GET", u.URL("other.example.com", "/echo?k="+percentAll([]byte(ph), "0123456789abcdef")), [2]string{}, "", CodePlaceholderMisuse},
+		{"bound host, unbound path", sb1, "GET", u.URL("api.example.com", "/elsewhere"), [2]string{"Authorization", "Bearer " + ph}, "", CodePlaceholderMisuse},
 		{"bound host, other port", sb1, "GET", "https://api.example.com:1/echo", [2]string{"Authorization", "Bearer " + ph}, "", CodePlaceholderMisuse},
 		{"plain http to bound host", sb1, "GET", plainURL("/echo"), [2]string{"Authorization", "Bearer " + ph}, "", CodePlaceholderMisuse},
 		{"plain http body", sb1, "POST", plainURL("/echo"), [2]string{}, ph, CodePlaceholderMisuse},
-		{"another sandbox's placeholder", sb1, "GET", u.url("api.example.com", "/echo"), [2]string{"Authorization", "Bearer " + other}, "", CodePlaceholderForeign},
-		{"unknown placeholder", sb1, "GET", u.url("other.example.com", "/echo"), [2]string{"X-T", PlaceholderPrefix + "zzzz"}, "", CodePlaceholderForeign},
-		{"unbound sandbox", sb3, "GET", u.url("api.example.com", "/echo"), [2]string{"Authorization", "Bearer " + ph}, "", CodePlaceholderForeign},
+		{"another sandbox's placeholder", sb1, "GET", u.URL("api.example.com", "/echo"), [2]string{"Authorization", "Bearer " + other}, "", CodePlaceholderForeign},
+		{"unknown placeholder", sb1, "GET", u.URL("other.example.com", "/echo"), [2]string{"X-T", PlaceholderPrefix + "zzzz"}, "", CodePlaceholderForeign},
+		{"unbound sandbox", sb3, "GET", u.URL("api.example.com", "/echo"), [2]string{"Authorization", "Bearer " + ph}, "", CodePlaceholderForeign},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -498,7 +496,7 @@ func TestPlaceholderMisuseDenied(t *testing.T) {
 			if strings.Contains(err.Error(), ph) || strings.Contains(err.Error(), other) {
 				t.Errorf("error names the placeholder: %v", err)
 			}
-			if n, m := u.count.Load(), plainCount.Load(); n+m != 0 {
+			if n, m := u.Received.Load(), plainCount.Load(); n+m != 0 {
 				t.Errorf("upstreams saw %d+%d requests, want 0", n, m)
 			}
 		})
@@ -542,8 +540,8 @@ func TestLongBodyPlaceholderCutOff(t *testing.T) {
 	in, u, _ := setup(t, func(c *Config) { c.MaxBodyScan = 64 })
 	ph := PlaceholderPrefix + strings.Repeat("a", placeholderRandLen)
 	body := strings.Repeat("x", 5000) + ph + strings.Repeat("y", 5000)
-	req := mustReq(t, "POST", u.url("other.example.com", "/echo"), strings.NewReader(body))
-	_, _, err := roundTrip(t, in, u.transport(t, true), sb1, req)
+	req := mustReq(t, "POST", u.URL("other.example.com", "/echo"), strings.NewReader(body))
+	_, _, err := roundTrip(t, in, transport(t, u, true), sb1, req)
 	if err == nil {
 		t.Fatal("got nil error, want the body read to fail")
 	}
@@ -551,25 +549,25 @@ func TestLongBodyPlaceholderCutOff(t *testing.T) {
 	if !errors.As(err, &d) {
 		t.Errorf("RoundTrip error does not unwrap to *Denial: %v", err)
 	}
-	for _, r := range u.requests() {
+	for _, r := range u.Requests() {
 		if strings.Contains(strings.ToLower(r.Body), "airlock-ph") {
 			t.Errorf("upstream received the placeholder prefix")
 		}
 	}
 	// Clean long bodies pass whole.
 	clean := strings.Repeat("z", 100000)
-	req = mustReq(t, "POST", u.url("other.example.com", "/echo"), strings.NewReader(clean))
-	if _, _, err := roundTrip(t, in, u.transport(t, true), sb1, req); err != nil {
+	req = mustReq(t, "POST", u.URL("other.example.com", "/echo"), strings.NewReader(clean))
+	if _, _, err := roundTrip(t, in, transport(t, u, true), sb1, req); err != nil {
 		t.Fatal(err)
 	}
-	if got := u.requests()[len(u.requests())-1].Body; got != clean {
+	if got := u.Requests()[len(u.Requests())-1].Body; got != clean {
 		t.Errorf("clean long body: got %d bytes, want %d", len(got), len(clean))
 	}
 }
 
 func TestFingerprint(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	req := mustReq(t, "GET", u.url("api.example.com", "/"), nil)
+	req := mustReq(t, "GET", u.URL("api.example.com", "/"), nil)
 	a, err := in.Inject(context.Background(), sb1, req)
 	if err != nil {
 		t.Fatal(err)
@@ -580,7 +578,7 @@ func TestFingerprint(t *testing.T) {
 	if strings.Contains(bare, strings.TrimPrefix(fp, "hmac-sha256:")) || len(fp) != len("hmac-sha256:")+32 {
 		t.Errorf("fingerprint %q is a bare hash or has the wrong length", fp)
 	}
-	b, _ := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.url("api.example.com", "/"), nil))
+	b, _ := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.URL("api.example.com", "/"), nil))
 	if b.Audit()[0].Fingerprint != fp {
 		t.Errorf("same value, same injector: fingerprints differ")
 	}
@@ -590,7 +588,7 @@ func TestFingerprint(t *testing.T) {
 	fps := map[string]bool{}
 	for i := 0; i < 2; i++ {
 		in2, u2, _ := setup(t, func(c *Config) { c.FingerprintKeyFile = key })
-		a, err := in2.Inject(context.Background(), sb1, mustReq(t, "GET", u2.url("api.example.com", "/"), nil))
+		a, err := in2.Inject(context.Background(), sb1, mustReq(t, "GET", u2.URL("api.example.com", "/"), nil))
 		if err != nil || a == nil {
 			t.Fatalf("got %v, %v", a, err)
 		}
@@ -603,7 +601,7 @@ func TestFingerprint(t *testing.T) {
 
 func TestAppliedPrintsNoValue(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	a, err := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.url("api.example.com", "/"), nil))
+	a, err := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.URL("api.example.com", "/"), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +635,7 @@ func TestRotationUnderConcurrency(t *testing.T) {
 		all = append(all, value(i))
 	}
 	sink.Watch(all...)
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	var (
 		mu        sync.Mutex
 		versionOf = map[string]string{} // version -> value the upstream saw
@@ -670,7 +668,7 @@ func TestRotationUnderConcurrency(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < perWorker; i++ {
-				req := mustReq(t, "GET", u.url("api.example.com", "/echo"), nil)
+				req := mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil)
 				req.Header.Set("X-Req", fmt.Sprintf("%d-%d", w, i))
 				a, seen, err := roundTrip(t, in, tr, sb1, req)
 				if err != nil {
@@ -679,7 +677,7 @@ func TestRotationUnderConcurrency(t *testing.T) {
 				}
 				assertNoForms(t, "sandbox view", seen, all...)
 				var got string
-				for _, r := range u.requests() {
+				for _, r := range u.Requests() {
 					if r.Header.Get("X-Req") == req.Header.Get("X-Req") {
 						got = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 					}
@@ -709,19 +707,18 @@ func TestInFlightRequestKeepsOldVersion(t *testing.T) {
 	os.WriteFile(file, []byte("first-version-value\n"), 0o600)
 	in, u, sink := setup(t, func(c *Config) { c.Secrets = []SecretConfig{{ID: "canary", File: file}} })
 	sink.Watch("first-version-value", "second-version-value")
-	tr := u.transport(t, true)
+	tr := transport(t, u, true)
 	type result struct {
 		a    *Applied
 		seen string
 		err  error
 	}
 	done, finished := make(chan result, 1), make(chan struct{})
-	req := mustReq(t, "GET", u.url("api.example.com", "/slow"), nil)
-	var release sync.Once
+	req := mustReq(t, "GET", u.URL("api.example.com", "/slow"), nil)
 	// The slow request is released and waited for before the upstream and the
 	// temporary directory go, also when the test fails early.
 	t.Cleanup(func() {
-		release.Do(func() { close(u.release) })
+		u.Release()
 		<-finished
 	})
 	go func() {
@@ -729,13 +726,13 @@ func TestInFlightRequestKeepsOldVersion(t *testing.T) {
 		a, seen, err := roundTrip(t, in, tr, sb1, req)
 		done <- result{a, seen, err}
 	}()
-	waitFor(t, u.arrived)
+	u.WaitArrived(t)
 	os.WriteFile(file, []byte("second-version-value-longer\n"), 0o600)
-	a2, seen2, err := roundTrip(t, in, tr, sb1, mustReq(t, "GET", u.url("api.example.com", "/echo"), nil))
+	a2, seen2, err := roundTrip(t, in, tr, sb1, mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	release.Do(func() { close(u.release) })
+	u.Release()
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -783,9 +780,9 @@ func TestSourceFailures(t *testing.T) {
 			})
 			sink.Watch(stderrValue)
 			ph, _ := in.Placeholders(sb1)
-			req := mustReq(t, "GET", u.url("api.example.com", "/echo"), nil)
+			req := mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil)
 			req.Header.Set("Authorization", "Bearer "+ph["API_TOKEN"])
-			_, _, err := roundTrip(t, in, u.transport(t, true), sb1, req)
+			_, _, err := roundTrip(t, in, transport(t, u, true), sb1, req)
 			var ue *UnavailableError
 			if !errors.As(err, &ue) || HTTPStatus(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an UnavailableError containing %q and 503", err, tt.want)
@@ -793,7 +790,7 @@ func TestSourceFailures(t *testing.T) {
 			if strings.Contains(err.Error(), stderrValue) || (tt.env != nil && strings.Contains(err.Error(), *tt.env)) {
 				t.Errorf("error carries the value: %v", err)
 			}
-			if n := u.count.Load(); n != 0 {
+			if n := u.Received.Load(); n != 0 {
 				t.Errorf("upstream saw %d requests (the placeholder was forwarded), want 0", n)
 			}
 		})
@@ -810,13 +807,13 @@ func TestSourceFailures(t *testing.T) {
 		sec.now = func() time.Time { return now }
 		count := func() int { b, _ := os.ReadFile(runs); return strings.Count(string(b), "x") }
 		for i := 0; i < 3; i++ {
-			a, seen, err := roundTrip(t, in, u.transport(t, true), sb1, mustReq(t, "GET", u.url("api.example.com", "/echo"), nil))
+			a, seen, err := roundTrip(t, in, transport(t, u, true), sb1, mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil))
 			if err != nil || a.Audit()[0].Version != "v1" {
 				t.Fatalf("got %v, %v", a, err)
 			}
 			assertNoForms(t, "sandbox view", seen, "command-value-0123")
 		}
-		if got := u.requests()[0].Header.Get("Authorization"); got != "Bearer command-value-0123" {
+		if got := u.Requests()[0].Header.Get("Authorization"); got != "Bearer command-value-0123" {
 			t.Errorf("upstream got %q, want the trimmed output", got)
 		}
 		if n := count(); n != 1 {
@@ -825,7 +822,7 @@ func TestSourceFailures(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "fail"), nil, 0o600)
 		now = now.Add(2 * time.Hour)
 		for i := 0; i < 3; i++ {
-			_, err := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.url("api.example.com", "/echo"), nil))
+			_, err := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil))
 			if HTTPStatus(err) != 503 {
 				t.Fatalf("got %v, want 503", err)
 			}
@@ -835,7 +832,7 @@ func TestSourceFailures(t *testing.T) {
 		}
 		os.Remove(filepath.Join(dir, "fail"))
 		now = now.Add(2 * time.Hour)
-		a, err := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.url("api.example.com", "/echo"), nil))
+		a, err := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil))
 		if err != nil || a.Audit()[0].Version != "v1" {
 			t.Errorf("after recovery: got %v, %v; want the same value as v1", a, err)
 		}

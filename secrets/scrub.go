@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // scrubber holds the byte patterns of one or more values and replaces each
@@ -96,7 +98,7 @@ func nextIn(patterns [][]byte, b []byte) (idx, n int) {
 
 // scrubString replaces every complete match in s and returns the count.
 func (s *scrubber) scrubString(in string) (string, int) {
-	return replaceAll(in, []byte(in), s.patterns(), Redacted)
+	return replaceAll(in, []byte(in), s.patterns(), audit.Redacted)
 }
 
 // redactedName replaces a form in a header name: a valid token, so the
@@ -184,7 +186,7 @@ func (r *scrubReader) drain(final bool) {
 			break
 		}
 		r.out = append(r.out, r.pending[:i]...)
-		r.out = append(r.out, Redacted...)
+		r.out = append(r.out, audit.Redacted...)
 		r.pending = r.pending[i+n:]
 		r.count.Add(1)
 	}

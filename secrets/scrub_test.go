@@ -133,7 +133,7 @@ func TestScrubReaderPassesCleanDataUnchanged(t *testing.T) {
 // and the status line Response.Write sends (what the gateway relays) is clean.
 func TestScrubResponseStatusLine(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	req := mustReq(t, "GET", u.url("api.example.com", "/echo"), nil)
+	req := mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil)
 	b := []byte(canary)
 	jsonForm, _ := json.Marshal(canary)
 	tests := []struct {
@@ -206,8 +206,8 @@ func TestScrubResponseStatusLine(t *testing.T) {
 // gateway would write for the sandbox carries neither.
 func TestStatusLineScrubbedThroughUpstream(t *testing.T) {
 	in, u, _ := setup(t, nil)
-	tr := u.transport(t, true)
-	req := mustReq(t, "GET", u.url("api.example.com", "/reason"), nil)
+	tr := transport(t, u, true)
+	req := mustReq(t, "GET", u.URL("api.example.com", "/reason"), nil)
 	a, err := in.Inject(context.Background(), sb1, req)
 	if err != nil {
 		t.Fatal(err)
@@ -243,8 +243,8 @@ func TestHeaderNameScrubbedInAnyCase(t *testing.T) {
 	in, u, sink := setup(t, nil)
 	t.Setenv(canaryEnv, tokenValue)
 	sink.Watch(tokenValue)
-	tr := u.transport(t, true)
-	_, seen, err := roundTrip(t, in, tr, sb1, mustReq(t, "GET", u.url("api.example.com", "/reason"), nil))
+	tr := transport(t, u, true)
+	_, seen, err := roundTrip(t, in, tr, sb1, mustReq(t, "GET", u.URL("api.example.com", "/reason"), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestHeaderNameScrubbedInAnyCase(t *testing.T) {
 		t.Errorf("sandbox view: want the reflected header's name redacted:\n%s", seen)
 	}
 
-	a, err := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.url("api.example.com", "/echo"), nil))
+	a, err := in.Inject(context.Background(), sb1, mustReq(t, "GET", u.URL("api.example.com", "/echo"), nil))
 	if err != nil {
 		t.Fatal(err)
 	}

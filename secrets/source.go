@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // version is one fetched value of a secret. Immutable once built.
@@ -103,7 +105,7 @@ func (s *secret) get(ctx context.Context) (*version, error) {
 		err = checkValue(raw)
 	}
 	if err != nil {
-		s.log.Error("secret source failed", "error", err)
+		s.log.Error("secret source failed", oplog.ErrorKey, err)
 		if s.kind == "file" {
 			s.fileKey = fileKey{} // read again next time
 		}
@@ -118,7 +120,7 @@ func (s *secret) get(ctx context.Context) (*version, error) {
 	}
 	s.n++
 	v := &version{
-		value: NewValue(raw),
+		value: newValue(raw),
 		id:    "v" + strconv.Itoa(s.n),
 		fp:    fingerprint(s.fpKey, s.cfg.ID, raw),
 		scrub: newScrubber(CanaryForms(raw)),

@@ -10,12 +10,14 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 const canary = "canary-S3cr3t/Value+with=odd&chars_0123456789"
 
 func TestValueNeverPrints(t *testing.T) {
-	v := NewValue(canary)
+	v := newValue(canary)
 	type inner struct {
 		hidden Value
 		Shown  Value
@@ -65,8 +67,8 @@ func TestValueNeverPrints(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"value %v", "value %+v", "value %#v", "value %s", "value %x", "String", "GoString", "text"} {
-		if outputs[name] != Redacted {
-			t.Errorf("%s: got %q, want %q", name, outputs[name], Redacted)
+		if outputs[name] != audit.Redacted {
+			t.Errorf("%s: got %q, want %q", name, outputs[name], audit.Redacted)
 		}
 	}
 	if string(j) != `{"Shown":"[REDACTED]"}` {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,9 +17,11 @@ import (
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/test/fakenet"
+	"github.com/airlock-dev/airlock/test/poll"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -85,25 +86,6 @@ func inNet(path string, fn func() error) error {
 	return <-errc
 }
 
-func get(addr, host string) string {
-	c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
-	if err != nil {
-		return err.Error()
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(c, "GET /attach HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host)
-	var b bytes.Buffer
-	buf := make([]byte, 4096)
-	for {
-		n, err := c.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			return b.String()
-		}
-	}
-}
-
 // TestAttachCommand runs `airlock attach` with the real policy engine, audit
 // writer, gateway and DNS filter on a namespace made like `docker run --network
 // none` makes one, checks egress from inside it, interrupts it and checks that
@@ -113,19 +95,8 @@ func TestAttachCommand(t *testing.T) {
 	for _, r := range netnstest.RemoveStale(netns.DefaultRunDir, "") {
 		t.Logf("removed stale %s", r)
 	}
-	n, err := fakenet.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	web, err := n.AddHost([]string{"web.test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied, err := n.AddHost([]string{"denied.test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := fakenet.Start(t)
+	web, denied := n.Host(t, "web.test"), n.Host(t, "denied.test")
 	name := netnstest.NSName("ctr")
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", name).Run() })
 	for _, argv := range [][]string{{"ip", "netns", "add", name}, {"ip", "-n", name, "link", "set", "lo", "up"}} {
@@ -164,11 +135,11 @@ func TestAttachCommand(t *testing.T) {
 		t.Fatalf("attach did not become ready\n%s", out.String())
 	}
 
-	err = inNet(path, func() error {
-		if got := get(web.IP.String()+":80", "web.test"); !strings.Contains(got, "hello from web.test /attach") {
-			t.Errorf("allowed host from the container: %q", got)
+	err := inNet(path, func() error {
+		if got, err := fakenet.Get(web.IP.String()+":80", "web.test", "/attach"); !strings.Contains(got, "hello from web.test /attach") {
+			t.Errorf("allowed host from the container: %q, %v", got, err)
 		}
-		if got := get(denied.IP.String()+":80", "denied.test"); strings.Contains(got, "hello") {
+		if got, _ := fakenet.Get(denied.IP.String()+":80", "denied.test", "/attach"); strings.Contains(got, "hello") {
 			t.Errorf("denied host answered: %q", got)
 		}
 		c, err := net.Dial("udp4", denied.IP.String()+":7")
@@ -187,17 +158,15 @@ func TestAttachCommand(t *testing.T) {
 
 	// The drop record arrives asynchronously (NFLOG batch, audit queue).
 	hasDrop := func() bool {
-		recs, _ := readAudit(auditFile)
+		recs, _ := audittest.ReadFile(auditFile)
 		for _, r := range recs {
-			if r.Kind == "drop" && r.Sandbox == id {
+			if r.Kind == audit.KindDrop && r.Sandbox == id {
 				return true
 			}
 		}
 		return false
 	}
-	for deadline := time.Now().Add(5 * time.Second); !hasDrop() && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Within(5*time.Second, hasDrop)
 	cancel()
 	select {
 	case err := <-done:
@@ -223,39 +192,17 @@ func TestAttachCommand(t *testing.T) {
 	}
 
 	// The audit log holds the allowed request, the denied one and the UDP drop.
-	recs, err := readAudit(auditFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := audittest.ReadLog(t, auditFile)
 	var allow, deny, drop bool
 	for _, r := range recs {
 		if r.Sandbox != id {
 			continue
 		}
-		allow = allow || (r.Decision == "allow" && r.Host == "web.test")
-		deny = deny || (r.Decision == "deny" && r.Host == "denied.test")
-		drop = drop || (r.Kind == "drop" && r.Protocol == "udp" && r.IP == denied.IP.String() && r.Port == 7)
+		allow = allow || (r.Decision == audit.DecisionAllow && r.Host == "web.test")
+		deny = deny || (r.Decision == audit.DecisionDeny && r.Host == "denied.test")
+		drop = drop || (r.Kind == audit.KindDrop && r.Protocol == "udp" && r.IP == denied.IP.String() && r.Port == 7)
 	}
 	if !allow || !deny || !drop {
 		t.Errorf("audit: allow=%v deny=%v drop=%v, want all true (%d records)", allow, deny, drop, len(recs))
 	}
-}
-
-func readAudit(path string) ([]audit.Record, error) {
-	var recs []audit.Record
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var r audit.Record
-		if err := json.Unmarshal(line, &r); err != nil {
-			return nil, err
-		}
-		recs = append(recs, r)
-	}
-	return recs, nil
 }

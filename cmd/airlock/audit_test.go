@@ -25,7 +25,7 @@ func auditFixture(t *testing.T, n int) (logPath, keyPath string) {
 	hosts := []string{"pypi.org", "files.pythonhosted.org", "evil.example"}
 	for i := range n {
 		err := w.Log(&audit.Record{
-			Sandbox: fmt.Sprintf("sb-%d", i%2), Kind: "http", Decision: []string{"allow", "deny"}[i%2],
+			Sandbox: fmt.Sprintf("sb-%d", i%2), Kind: audit.KindHTTP, Decision: []string{audit.DecisionAllow, audit.DecisionDeny}[i%2],
 			Host: hosts[i%3], Port: 443, Method: "GET", Path: "/x",
 			Reasons: []audit.Reason{{ID: "r" + fmt.Sprint(i), Msg: "m"}},
 		})
@@ -197,7 +197,7 @@ func TestAuditVerifyAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 300 {
-		if err := w.Log(&audit.Record{Sandbox: "sb", Kind: "http", Decision: "deny", Host: "evil.example", Path: fmt.Sprint("/", i)}); err != nil {
+		if err := w.Log(&audit.Record{Sandbox: "sb", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: "evil.example", Path: fmt.Sprint("/", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/daemon"
 	"github.com/airlock-dev/airlock/netns"
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 func newServeCmd() *cobra.Command {
@@ -93,9 +94,9 @@ loop:
 		select {
 		case <-hup:
 			if err := d.Engine().Reload(ctx); err != nil {
-				logger.Error("policy reload failed; the previous policy stays in force", "error", err)
+				logger.Error("policy reload failed; the previous policy stays in force", oplog.ErrorKey, err)
 			} else {
-				logger.Info("policy reloaded", "policy_rev", d.Engine().Rev())
+				logger.Info("policy reloaded", oplog.PolicyRevKey, d.Engine().Rev())
 			}
 		case err := <-errc:
 			serveErr = err

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // requireTool fails (never skips) when a client the suite depends on is missing:
@@ -33,8 +35,8 @@ set -e
 	wantCode(t, res, 0)
 	wantKV(t, kv(res.stdout), "value", pyValue, res)
 	recs := e.records()
-	mustFind(t, recs, match{kind: "http", decision: "allow", host: "pypi.org", method: "GET", path: "/simple/" + pyName})
-	mustFind(t, recs, match{kind: "http", decision: "allow", host: "files.pythonhosted.org", method: "GET", path: "/packages/"})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "pypi.org", method: "GET", path: "/simple/" + pyName})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "files.pythonhosted.org", method: "GET", path: "/packages/"})
 }
 
 // TestRootNpmInstall: npm fetches a packument and its tarball from the fake
@@ -54,9 +56,9 @@ node -e 'console.log("value=" + require("/tmp/x/node_modules/`+npmName+`"))'
 	wantCode(t, res, 0)
 	wantKV(t, kv(res.stdout), "value", npmValue, res)
 	recs := e.records()
-	mustFind(t, recs, match{kind: "http", decision: "allow", host: "registry.npmjs.org", method: "GET", path: "/" + npmName})
-	mustFind(t, recs, match{kind: "http", decision: "allow", host: "registry.npmjs.org", method: "GET", path: "/" + npmName + "/-/"})
-	mustNotFind(t, recs, match{decision: "deny", host: "registry.npmjs.org"})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "registry.npmjs.org", method: "GET", path: "/" + npmName})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "registry.npmjs.org", method: "GET", path: "/" + npmName + "/-/"})
+	mustNotFind(t, recs, match{decision: audit.DecisionDeny, host: "registry.npmjs.org"})
 }
 
 // TestRootGoModDownload: the go command downloads a module from the fake
@@ -78,7 +80,7 @@ echo "marker=$(grep -o '`+goMarker+`' /tmp/gopath/pkg/mod/`+goModule+`@`+goVersi
 	recs := e.records()
 	for _, suffix := range []string{".info", ".mod", ".zip"} {
 		found := false
-		for _, r := range find(recs, match{kind: "http", decision: "allow", host: "proxy.golang.org", method: "GET"}) {
+		for _, r := range find(recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "proxy.golang.org", method: "GET"}) {
 			if strings.HasSuffix(r.Path, "/@v/"+goVersion+suffix) {
 				found = true
 			}
@@ -138,6 +140,6 @@ git push -q origin HEAD:main; echo "push_exit=$?"
 		t.Errorf("main moved from %s to %s: the push landed", headBefore, headAfter)
 	}
 	recs := e.records()
-	mustFind(t, recs, match{kind: "http", decision: "allow", host: "github.com", method: "POST", path: "/" + gitRepoPath + "/git-upload-pack"})
-	mustFind(t, recs, match{kind: "http", decision: "deny", host: "github.com", method: "GET", path: "/" + gitRepoPath + "/info/refs"})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "github.com", method: "POST", path: "/" + gitRepoPath + "/git-upload-pack"})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: "github.com", method: "GET", path: "/" + gitRepoPath + "/info/refs"})
 }

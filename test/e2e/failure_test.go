@@ -14,20 +14,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/test/poll"
 )
-
-// waitFor polls cond until it holds or the deadline passes. It synchronizes on
-// an observable condition, never on elapsed time.
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // proc identifies a process across pid reuse: pid and start time.
 type proc struct {
@@ -110,7 +98,7 @@ func TestRootKilledAirlockLeavesNoEgress(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = exec.Command("ip", "netns", "delete", "airlock-"+id).Run()
 	})
-	waitFor(t, "the sandbox's curls to reach pypi.org", time.Minute, func() bool {
+	poll.Until(t, time.Minute, "the sandbox's curls to reach pypi.org", func() bool {
 		return snap(w.pypi).sub(before).requests >= 2
 	})
 	procs := descendants(cmd.Process.Pid)
@@ -128,7 +116,7 @@ func TestRootKilledAirlockLeavesNoEgress(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("airlock: got %v, want killed by SIGKILL\n%s", err, out.String())
 	}
-	waitFor(t, "every sandbox process to die", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "every sandbox process to die", func() bool {
 		for _, p := range procs {
 			if p.alive() {
 				return false
@@ -208,7 +196,7 @@ func TestRootBrokenPolicyExits2(t *testing.T) {
 		t.Errorf("the command ran despite the broken policy (%s: %v)", marker, err)
 	}
 	if _, err := os.Stat(e.audit); err == nil {
-		mustNotFind(t, e.records(), match{kind: "exec"})
+		mustNotFind(t, e.records(), match{kind: audit.KindExec})
 	}
 }
 
@@ -216,7 +204,7 @@ func TestRootBrokenPolicyExits2(t *testing.T) {
 func execEnd(t *testing.T, recs []audit.Record) audit.Record {
 	t.Helper()
 	for _, r := range recs {
-		if r.Kind == "exec" && r.Exec != nil && r.Exec.Phase == "end" {
+		if r.Kind == audit.KindExec && r.Exec != nil && r.Exec.Phase == audit.ExecEnd {
 			return r
 		}
 	}

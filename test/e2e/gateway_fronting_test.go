@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // TestRootConnectTunnelFronting (issue 16 item 1) from inside a sandbox, on
@@ -102,14 +104,14 @@ true
 	}
 
 	recs := e.records()
-	mustFind(t, recs, match{kind: "http", decision: "deny", host: "other.example.test", path: "/steal"})
-	mustFind(t, recs, match{kind: "http", decision: "allow", host: "other.example.test", path: "/pinned"})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: "other.example.test", path: "/steal"})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "other.example.test", path: "/pinned"})
 	var fronting, raw bool
-	for _, r := range find(recs, match{kind: "connect", host: "other.example.test"}) {
-		if r.Port == 443 && r.Decision == "deny" && len(r.Reasons) > 0 && r.Reasons[len(r.Reasons)-1].ID == "host_mismatch" {
+	for _, r := range find(recs, match{kind: audit.KindConnect, host: "other.example.test"}) {
+		if r.Port == 443 && r.Decision == audit.DecisionDeny && len(r.Reasons) > 0 && r.Reasons[len(r.Reasons)-1].ID == "host_mismatch" {
 			fronting = true
 		}
-		if r.Port == 7 && r.Decision == "allow" && string(r.Extra["carries"]) == `"tcp"` {
+		if r.Port == 7 && r.Decision == audit.DecisionAllow && string(r.Extra["carries"]) == `"tcp"` {
 			raw = true
 		}
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
@@ -122,30 +122,7 @@ func (e *env) sh(flags []string, script string, hostEnv ...string) result {
 // records reads the audit log.
 func (e *env) records() []audit.Record {
 	e.t.Helper()
-	return readAudit(e.t, e.audit)
-}
-
-func readAudit(t testing.TB, path string) []audit.Record {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("audit log: %v", err)
-	}
-	defer f.Close()
-	var out []audit.Record
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var r audit.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("audit line %d: %v", len(out)+1, err)
-		}
-		out = append(out, r)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return audittest.ReadLog(e.t, e.audit)
 }
 
 // match selects audit records.

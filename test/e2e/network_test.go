@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
 )
 
 // kv parses the "key=value" lines a sandbox script prints.
@@ -66,14 +68,14 @@ echo "evil_exit=$?"
 	}
 
 	recs := e.records()
-	mustFind(t, recs, match{kind: "connect", decision: "allow", host: "pypi.org"})
-	mustFind(t, recs, match{kind: "http", decision: "allow", host: "pypi.org", method: "GET", path: "/simple/"})
-	post := mustFind(t, recs, match{kind: "http", decision: "deny", host: "pypi.org", method: "POST"})
+	mustFind(t, recs, match{kind: audit.KindConnect, decision: audit.DecisionAllow, host: "pypi.org"})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "pypi.org", method: "GET", path: "/simple/"})
+	post := mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: "pypi.org", method: "POST"})
 	if post.Status != http.StatusForbidden {
 		t.Errorf("denied POST audit status: got %d, want 403", post.Status)
 	}
-	mustFind(t, recs, match{kind: "connect", decision: "deny", host: "evil.example"})
-	mustNotFind(t, recs, match{decision: "allow", host: "evil.example"})
+	mustFind(t, recs, match{kind: audit.KindConnect, decision: audit.DecisionDeny, host: "evil.example"})
+	mustNotFind(t, recs, match{decision: audit.DecisionAllow, host: "evil.example"})
 }
 
 // TestRootCurlTransparent: with the proxy variables ignored (--noproxy '*'),
@@ -126,12 +128,12 @@ true
 		t.Errorf("pypi.org received %d GET /simple/, want 2 (TLS and plain HTTP)", got)
 	}
 	recs := e.records()
-	if n := len(find(recs, match{kind: "http", decision: "allow", host: "pypi.org", method: "GET"})); n != 2 {
+	if n := len(find(recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "pypi.org", method: "GET"})); n != 2 {
 		t.Errorf("got %d allowed GET records for pypi.org, want 2\n%s", n, dump(recs))
 	}
-	mustFind(t, recs, match{decision: "deny", host: ip})
-	mustNotFind(t, recs, match{decision: "allow", host: ip})
-	mustNotFind(t, recs, match{decision: "allow", host: "evil.example"})
+	mustFind(t, recs, match{decision: audit.DecisionDeny, host: ip})
+	mustNotFind(t, recs, match{decision: audit.DecisionAllow, host: ip})
+	mustNotFind(t, recs, match{decision: audit.DecisionAllow, host: "evil.example"})
 }
 
 // TestRootDNSFiltered: DNS to any server is answered by the filter. Allowed
@@ -172,12 +174,12 @@ getent hosts evil.example >/dev/null; echo "getent_denied=$?"
 		t.Errorf("the fake resolver got no query for allowed pypi.org: the filter did not forward it")
 	}
 	recs := e.records()
-	d := mustFind(t, recs, match{kind: "dns", decision: "deny", qname: secretName})
+	d := mustFind(t, recs, match{kind: audit.KindDNS, decision: audit.DecisionDeny, qname: secretName})
 	if d.RCode != "NXDOMAIN" {
 		t.Errorf("denied query rcode: got %q, want NXDOMAIN", d.RCode)
 	}
-	mustFind(t, recs, match{kind: "dns", decision: "deny", qname: "tcp.exfil.example"})
-	mustFind(t, recs, match{kind: "dns", decision: "allow", qname: "pypi.org"})
+	mustFind(t, recs, match{kind: audit.KindDNS, decision: audit.DecisionDeny, qname: "tcp.exfil.example"})
+	mustFind(t, recs, match{kind: audit.KindDNS, decision: audit.DecisionAllow, qname: "pypi.org"})
 }
 
 // TestRootUDPAndICMPDropped: datagrams and pings to a fake host never arrive.

@@ -6,24 +6,15 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 )
-
-// hasReason reports whether r carries the reason id.
-func hasReason(r audit.Record, id string) bool {
-	for _, x := range r.Reasons {
-		if x.ID == id {
-			return true
-		}
-	}
-	return false
-}
 
 // mustDenyWith fails unless a deny record of kind for host:port carries the
 // reason id.
 func mustDenyWith(t *testing.T, recs []audit.Record, kind, host string, port int, id string) {
 	t.Helper()
-	for _, r := range find(recs, match{kind: kind, decision: "deny", host: host}) {
-		if r.Port == port && hasReason(r, id) {
+	for _, r := range find(recs, match{kind: kind, decision: audit.DecisionDeny, host: host}) {
+		if r.Port == port && audittest.HasReason(r, id) {
 			return
 		}
 	}
@@ -116,22 +107,22 @@ true
 	}
 
 	recs := e.records()
-	mustDenyWith(t, recs, "connect", "pypi.org", 4444, "port_not_allowed")
-	mustDenyWith(t, recs, "connect", "pypi.org", 53, "dns_port")
-	mustDenyWith(t, recs, "connect", "pypi.org", 853, "dns_port")
-	mustDenyWith(t, recs, "http", "pypi.org", 4444, "port_not_allowed")
-	mustDenyWith(t, recs, "tls", "pypi.org", 4444, "port_not_allowed")
-	mustDenyWith(t, recs, "tls", "pypi.org", 853, "dns_port")
+	mustDenyWith(t, recs, audit.KindConnect, "pypi.org", 4444, "port_not_allowed")
+	mustDenyWith(t, recs, audit.KindConnect, "pypi.org", 53, "dns_port")
+	mustDenyWith(t, recs, audit.KindConnect, "pypi.org", 853, "dns_port")
+	mustDenyWith(t, recs, audit.KindHTTP, "pypi.org", 4444, "port_not_allowed")
+	mustDenyWith(t, recs, audit.KindTLS, "pypi.org", 4444, "port_not_allowed")
+	mustDenyWith(t, recs, audit.KindTLS, "pypi.org", 853, "dns_port")
 	for _, p := range []string{"/acme/tiny.git/git-upload-pack", "/simple/body-probe/"} {
-		r := mustFind(t, recs, match{kind: "http", decision: "deny", host: "pypi.org", path: p})
+		r := mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: "pypi.org", path: p})
 		want := "read_only_body"
 		if strings.HasSuffix(p, "git-upload-pack") {
 			want = "git_fetch_not_git_host"
 		}
-		if !hasReason(r, want) || r.Status != http.StatusForbidden {
+		if !audittest.HasReason(r, want) || r.Status != http.StatusForbidden {
 			t.Errorf("%s: got reasons %+v status %d, want %s and 403", p, r.Reasons, r.Status, want)
 		}
 	}
-	mustFind(t, recs, match{kind: "http", decision: "allow", host: "pypi.org", method: "GET", path: "/simple/"})
-	mustNotFind(t, recs, match{decision: "allow", host: ip})
+	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "pypi.org", method: "GET", path: "/simple/"})
+	mustNotFind(t, recs, match{decision: audit.DecisionAllow, host: ip})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/secrets"
 )
 
@@ -84,17 +85,17 @@ true
 	}
 
 	recs := e.records()
-	inj := mustFind(t, recs, match{kind: "http", decision: "allow", host: "api.example.test", method: "GET"})
+	inj := mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "api.example.test", method: "GET"})
 	if len(inj.Secrets) != 1 || inj.Secrets[0].ID != "api-token" || inj.Secrets[0].Fingerprint == "" {
 		t.Errorf("injected request's audit secrets: got %+v, want one api-token with a fingerprint", inj.Secrets)
 	}
 	for _, host := range []string{"pypi.org", "other.example.test"} {
-		for _, r := range find(recs, match{kind: "http", decision: "deny", host: host}) {
+		for _, r := range find(recs, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: host}) {
 			if len(r.Flags) == 0 {
 				t.Errorf("denied placeholder to %s %s: no flag in the audit record %+v", host, r.Path, r)
 			}
 		}
-		if len(find(recs, match{kind: "http", decision: "deny", host: host})) == 0 {
+		if len(find(recs, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: host})) == 0 {
 			t.Errorf("no denied http record for %s\n%s", host, dump(recs))
 		}
 	}

@@ -13,5 +13,5 @@
 //
 // Entry point: New.
 //
-// test/fakenet must never import: any other airlock package.
+// test/fakenet must never import: any other airlock package but test/tcptest.
 package fakenet

@@ -24,10 +24,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netns"
+
+	"github.com/airlock-dev/airlock/test/tcptest"
 )
 
 // Net is one fake internet.
@@ -147,9 +150,17 @@ func (n *Net) create(idx int) error {
 	n.Unused = netip.MustParseAddr(fmt.Sprintf("198.19.%d.250", idx))
 	n.hostLink = fmt.Sprintf("alk-i%d-h", idx)
 	peer := fmt.Sprintf("alk-i%d-p", idx)
+	// Another process may pick idx at the same moment: making the namespace
+	// (O_EXCL) and then the host link decides who owns idx, and a loser
+	// removes only what it made itself.
+	if err := run("ip", "netns", "add", name); err != nil {
+		return err
+	}
+	if err := run("ip", "link", "add", n.hostLink, "type", "veth", "peer", "name", peer, "netns", name); err != nil {
+		_ = run("ip", "netns", "delete", name)
+		return err
+	}
 	steps := [][]string{
-		{"ip", "netns", "add", name},
-		{"ip", "link", "add", n.hostLink, "type", "veth", "peer", "name", peer, "netns", name},
 		{"ip", "addr", "add", n.HostAddr.String() + "/24", "dev", n.hostLink},
 		{"ip", "link", "set", n.hostLink, "up"},
 		{"ip", "-n", name, "link", "set", "lo", "up"},
@@ -279,6 +290,44 @@ func (n *Net) SetRecord(name string, ip netip.Addr) {
 	n.mu.Unlock()
 }
 
+// Start is New for a test: it fails t on an error and closes the fake
+// internet when t ends.
+func Start(t testing.TB) *Net {
+	t.Helper()
+	n, err := New()
+	if err != nil {
+		t.Fatalf("fakenet: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// Host is AddHost with the default handler for a test: it fails t on an
+// error.
+func (n *Net) Host(t testing.TB, names ...string) *Host {
+	t.Helper()
+	h, err := n.AddHost(names, nil)
+	if err != nil {
+		t.Fatalf("fakenet: host %v: %v", names, err)
+	}
+	return h
+}
+
+// Get sends one raw HTTP/1.1 GET for path to addr (IP:PORT, dialed from the
+// calling thread's network namespace) naming host, and returns what came back
+// until the server closed (at most 5 s), or the dial's error.
+func Get(addr, host, path string) (string, error) {
+	c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+	b, _ := io.ReadAll(c)
+	return string(b), nil
+}
+
 // AddHost starts a server answering for names on a new address. handler may be
 // nil for a default that answers "hello from <host>".
 func (n *Net) AddHost(names []string, handler http.Handler) (*Host, error) {
@@ -402,17 +451,10 @@ func (l *countingListener) Accept() (net.Conn, error) {
 }
 
 func echoTCP(l net.Listener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-			_, _ = io.Copy(c, io.LimitReader(c, 1<<20))
-		}()
-	}
+	tcptest.Serve(l, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		_, _ = io.Copy(c, io.LimitReader(c, 1<<20))
+	})
 }
 
 func countUDP(c net.PacketConn, n *atomic.Int64) {
@@ -440,9 +482,6 @@ func (n *Net) ICMPEchoRequests() (int64, error) {
 	}
 	return 0, errors.New("fakenet: icmp counter rule not found")
 }
-
-// CAPEM is the PEM of the CA that signed every fake server's certificate.
-func (n *Net) CAPEM() []byte { return n.caPEM }
 
 // CAPool returns a pool holding only the fake CA.
 func (n *Net) CAPool() *x509.CertPool {

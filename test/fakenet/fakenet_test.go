@@ -3,14 +3,18 @@ package fakenet
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/test/roottest"
 	"github.com/miekg/dns"
+
+	"github.com/airlock-dev/airlock/test/roottest"
 )
 
 func TestRootFakenet(t *testing.T) {
@@ -76,5 +80,56 @@ func TestRootFakenet(t *testing.T) {
 	conn.Close()
 	if h.PortConns(4444) != 1 || h.Conns() != 2 || h.PortConns(22) != 0 {
 		t.Fatalf("got port 4444 conns %d, all conns %d, want 1 and 2", h.PortConns(4444), h.Conns())
+	}
+}
+
+// TestRootConcurrentCreateKeepsTheWinner: processes that pick the same subnet
+// at once must leave the one that got it alone. Regression: create checked
+// that the namespace was free, then made it, and a loser of that race tore
+// down the winner's namespace and link (a concurrent test's fake internet
+// vanished mid-test: "Cannot open network namespace alk-inet-N").
+func TestRootConcurrentCreateKeepsTheWinner(t *testing.T) {
+	roottest.Require(t)
+	idx := -1
+	for i := 249; i >= 20; i-- { // a free index, from the top (New starts low)
+		if _, err := os.Stat(fmt.Sprintf("/run/netns/alk-inet-%d", i)); err != nil {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		t.Skip("no free fake internet index")
+	}
+	const racers = 6
+	nets := make([]*Net, racers)
+	errs := make([]error, racers)
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for i := range racers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			nets[i] = &Net{}
+			start.Wait()
+			errs[i] = nets[i].create(idx)
+		}()
+	}
+	start.Done()
+	done.Wait()
+	var winners []*Net
+	for i, n := range nets {
+		if errs[i] == nil {
+			winners = append(winners, n)
+			t.Cleanup(func() { n.destroy() })
+		}
+	}
+	if len(winners) != 1 {
+		t.Fatalf("got %d creators of alk-inet-%d, want exactly 1; errors: %v", len(winners), idx, errs)
+	}
+	if _, err := os.Stat("/run/netns/" + winners[0].Name); err != nil {
+		t.Fatalf("the winner's namespace is gone: %v", err)
+	}
+	if err := run("ip", "link", "show", winners[0].hostLink); err != nil {
+		t.Fatalf("the winner's link is gone: %v", err)
 	}
 }

@@ -6,5 +6,5 @@
 //
 // Entry point: main (flags in main.go); scripts/demo.sh runs it.
 //
-// test/cmd/fakenet must never import: any other airlock package but test/fakenet.
+// test/cmd/fakenet must never import: any other airlock package but test/fakenet, test/tcptest.
 package main

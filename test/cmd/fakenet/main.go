@@ -20,7 +20,7 @@ func main() {
 	if *dir == "" {
 		log.Fatal("fakenet: --dir is required")
 	}
-	fakenet.Clean()
+	fakenet.CleanStale() // never another live process's fake internet (a test running meanwhile)
 	n, err := fakenet.New()
 	if err != nil {
 		log.Fatal(err)
