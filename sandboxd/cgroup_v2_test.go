@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -100,7 +101,7 @@ func TestCgroupV2MissingControllerIsAnError(t *testing.T) {
 	}
 	parent := randName(fmt.Sprintf("airlock-test-%d-", os.Getpid()))
 	t.Cleanup(func() { _ = os.Remove(filepath.Join(root, parent)) })
-	_, err = New(Config{CgroupRoot: root, CgroupMode: CgroupV2, CgroupParent: parent, StateDir: t.TempDir(), PoolSize: -1}, &memAudit{}, nil)
+	_, err = New(Config{CgroupRoot: root, CgroupMode: CgroupV2, CgroupParent: parent, StateDir: t.TempDir(), PoolSize: -1}, &audittest.Log{}, nil)
 	hasMem := strings.Contains(" "+strings.TrimSpace(string(avail))+" ", " memory ")
 	switch {
 	case hasMem && err != nil:
@@ -239,7 +240,7 @@ func TestCgroupV2Executor(t *testing.T) {
 	if res.ExitCode != 3 || string(res.Stdout) != "hi\n" {
 		t.Errorf("got exit %d stdout %q, want 3 %q", res.ExitCode, res.Stdout, "hi\n")
 	}
-	if n := len(au.records()); n != 2 {
+	if n := len(au.Records()); n != 2 {
 		t.Errorf("audit records: got %d, want 2", n)
 	}
 

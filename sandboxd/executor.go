@@ -11,6 +11,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
+)
+
+// Keys of the operational log only this package writes (oplog has the
+// shared ones).
+const (
+	uidKey  = "uid"  // a sandbox's uid
+	slotKey = "slot" // a slot id (the cgroup's name)
+	jobKey  = "job"  // an exec's or files operation's id in its sandbox
 )
 
 // Executor makes sandboxes (Prepare, Start, Create) and runs one-shot
@@ -39,10 +48,7 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 	if log == nil {
 		return nil, errors.New("sandboxd: an audit logger is required")
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	lg := logger.With("component", "sandboxd")
+	lg := oplog.For(logger, "sandboxd")
 	cgm, err := newCgroupManager(cfg.CgroupRoot, cfg.CgroupMode, cfg.CgroupParent, cfg.AllowMissingControllers)
 	if err != nil {
 		return nil, err

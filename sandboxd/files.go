@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // Files in and out of a sandbox as tar streams. Each operation runs in the
@@ -265,7 +267,7 @@ func (s *Sandbox) waitFiles(ctx context.Context, j *job) (*exitEvent, error) {
 	case <-ctx.Done():
 	}
 	if err := s.signalJob(j.id, int(unix.SIGKILL)); err != nil {
-		s.lg.Error("kill files job", "job", j.id, "err", err)
+		s.lg.Error("kill files job", jobKey, j.id, oplog.ErrorKey, err)
 	}
 	select {
 	case ev := <-j.exit:

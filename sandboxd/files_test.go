@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/test/poll"
 )
 
 // tarOf builds a tar stream of hs; a regular file's content is body[name].
@@ -281,9 +283,9 @@ print(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for mustExec(t, s, ExecSpec{Argv: sh("test -e /workspace/evilfile && echo ok")}).Stdout == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the swapper to start", func() bool {
+		return mustExec(t, s, ExecSpec{Argv: sh("test -e /workspace/evilfile && echo ok")}).Stdout != nil
+	})
 	var landed, refusedN, got, gotRefused int
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // outputGrace is how long an exec's output is still read after its command
@@ -215,7 +216,7 @@ func (s *Sandbox) exec(ctx context.Context, x ExecSpec, o execOptions) (*Process
 	}
 	p.oomBefore = s.slot.cg.oomKills()
 	if o.audit {
-		if err := s.e.log.Log(&audit.Record{ID: p.recordID("start"), Sandbox: sid, Kind: "exec", Decision: "allow",
+		if err := s.e.log.Log(&audit.Record{ID: p.recordID("start"), Sandbox: sid, Kind: audit.KindExec, Decision: audit.DecisionAllow,
 			Exec: &audit.Exec{Phase: "start", Argv: x.Argv}}); err != nil {
 			p.pipes.closeChild()
 			p.pipes.closeOwn()
@@ -333,7 +334,7 @@ func (p *Process) kill() {
 		err = p.s.signalJob(p.j.id, int(unix.SIGKILL))
 	}
 	if err != nil {
-		p.s.lg.Error("kill exec", "exec", p.j.id, "err", err)
+		p.s.lg.Error("kill exec", jobKey, p.j.id, oplog.ErrorKey, err)
 	}
 }
 
@@ -408,13 +409,13 @@ func (p *Process) auditEnd() {
 		code := r.ExitCode
 		x.ExitCode = &code
 	}
-	rec := &audit.Record{ID: p.recordID("end"), Sandbox: p.sandboxID, Kind: "exec", Decision: "allow", Exec: x}
+	rec := &audit.Record{ID: p.recordID("end"), Sandbox: p.sandboxID, Kind: audit.KindExec, Decision: audit.DecisionAllow, Exec: x}
 	if p.err != nil {
-		rec.Decision = "error"
+		rec.Decision = audit.DecisionError
 		rec.Error = p.err.Error()
 	}
 	if err := p.s.e.log.Log(rec); err != nil {
-		p.s.lg.Error("audit end record refused", "exec", p.j.id, "err", err)
+		p.s.lg.Error("audit end record refused", jobKey, p.j.id, oplog.ErrorKey, err)
 	}
 }
 

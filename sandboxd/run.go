@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // emptyWait bounds how long a killed sandbox's processes may take to leave its
@@ -42,8 +43,8 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 	}
 	id := sb.ID()
 	res := &Result{ID: id, UID: sb.UID()}
-	lg := e.lg.With("sandbox", id, "uid", res.UID)
-	if err := e.log.Log(&audit.Record{ID: id + "/start", Sandbox: id, Kind: "exec", Decision: "allow",
+	lg := e.lg.With(oplog.SandboxKey, id, uidKey, res.UID)
+	if err := e.log.Log(&audit.Record{ID: id + "/start", Sandbox: id, Kind: audit.KindExec, Decision: audit.DecisionAllow,
 		Exec: &audit.Exec{Phase: "start", Argv: spec.Argv}}); err != nil {
 		e.destroyRun(sb, lg)
 		return nil, fmt.Errorf("sandboxd: audit start record refused, not running: %w", err)
@@ -64,7 +65,7 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 		lvl = slog.LevelError
 	}
 	lg.Log(ctx, lvl, "sandbox finished", "exit", res.ExitStatus(), "timed_out", res.TimedOut,
-		"oom", res.OOMKilled, "wall", res.Wall, "err", runErr)
+		"oom", res.OOMKilled, "wall", res.Wall, oplog.ErrorKey, runErr)
 	var ee *ExecError
 	if runErr != nil && !errors.As(runErr, &ee) && !errors.Is(runErr, context.Canceled) && !errors.Is(runErr, context.DeadlineExceeded) {
 		return nil, runErr
@@ -100,7 +101,7 @@ func (e *Executor) runOnce(ctx context.Context, t0 time.Time, sb *Sandbox, spec 
 
 func (e *Executor) destroyRun(sb *Sandbox, lg *slog.Logger) {
 	if _, err := sb.Destroy(context.Background()); err != nil {
-		lg.Error("sandbox cleanup failed", "err", err)
+		lg.Error("sandbox cleanup failed", oplog.ErrorKey, err)
 	}
 }
 
@@ -114,12 +115,12 @@ func (e *Executor) auditEnd(id string, r *Result, runErr error) {
 		code := r.ExitCode
 		x.ExitCode = &code
 	}
-	rec := &audit.Record{ID: id + "/end", Sandbox: id, Kind: "exec", Decision: "allow", Exec: x}
+	rec := &audit.Record{ID: id + "/end", Sandbox: id, Kind: audit.KindExec, Decision: audit.DecisionAllow, Exec: x}
 	if runErr != nil {
-		rec.Decision = "error"
+		rec.Decision = audit.DecisionError
 		rec.Error = runErr.Error()
 	}
 	if err := e.log.Log(rec); err != nil {
-		e.lg.Error("audit end record refused", "sandbox", id, "err", err)
+		e.lg.Error("audit end record refused", oplog.SandboxKey, id, oplog.ErrorKey, err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // A Sandbox is one long-lived sandbox: init as PID 1 of its namespaces, in
@@ -202,7 +204,7 @@ func (e *Executor) prepare(ctx context.Context, spec PrepareSpec, early *StartSp
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{e: e, slot: sl, spec: spec, lg: e.lg.With("slot", sl.id, "uid", sl.uid),
+	s := &Sandbox{e: e, slot: sl, spec: spec, lg: e.lg.With(slotKey, sl.id, uidKey, sl.uid),
 		gone: make(chan struct{}), dead: make(chan struct{}), readerDone: make(chan struct{}), stderrDone: make(chan struct{}),
 		destroyed: make(chan struct{}), state: statePrepared, pending: map[uint64]*request{}, jobs: map[string]*job{}, id: sl.id}
 	s.hostHidden = e.hostHidden(spec.Hidden)
@@ -215,7 +217,7 @@ func (e *Executor) prepare(ctx context.Context, spec PrepareSpec, early *StartSp
 	}
 	if err := s.prepare(ctx, lim); err != nil {
 		if _, derr := s.Destroy(context.Background()); derr != nil {
-			s.lg.Error("sandbox cleanup failed", "err", derr)
+			s.lg.Error("sandbox cleanup failed", oplog.ErrorKey, derr)
 		}
 		return nil, err
 	}
@@ -235,7 +237,7 @@ func (e *Executor) Create(ctx context.Context, ps PrepareSpec, ss StartSpec) (*S
 	}
 	if err := s.Start(ctx, ss); err != nil {
 		if _, derr := s.Destroy(context.Background()); derr != nil {
-			s.lg.Error("sandbox cleanup failed", "err", derr)
+			s.lg.Error("sandbox cleanup failed", oplog.ErrorKey, derr)
 		}
 		return nil, err
 	}
@@ -491,7 +493,7 @@ func (s *Sandbox) destroy() {
 	}
 	u, err := s.slot.cg.usage()
 	if err != nil {
-		s.lg.Error("cgroup counters unreadable", "err", err)
+		s.lg.Error("cgroup counters unreadable", oplog.ErrorKey, err)
 	}
 	s.final = u
 	s.fail(fmt.Errorf("%w: destroyed", ErrSandboxGone))
@@ -514,7 +516,7 @@ func (s *Sandbox) destroy() {
 	}
 	s.destroyErr = errors.Join(errs...)
 	if s.destroyErr != nil {
-		s.lg.Error("sandbox destroy failed", "err", s.destroyErr)
+		s.lg.Error("sandbox destroy failed", oplog.ErrorKey, s.destroyErr)
 	}
 }
 
@@ -524,7 +526,7 @@ func (s *Sandbox) destroy() {
 func (s *Sandbox) killAll() {
 	s.killMu.Lock()
 	if err := s.slot.cg.kill(); err != nil {
-		s.lg.Error("cgroup kill failed", "err", err)
+		s.lg.Error("cgroup kill failed", oplog.ErrorKey, err)
 	}
 	s.killMu.Unlock()
 	s.killInit()
@@ -632,7 +634,7 @@ func (s *Sandbox) readLoop() {
 		}
 		if err != nil {
 			err = fmt.Errorf("%w: init broke the control protocol: %v", ErrSandboxGone, err)
-			s.lg.Error("sandbox killed", "err", err)
+			s.lg.Error("sandbox killed", oplog.ErrorKey, err)
 			s.killAll()
 			s.fail(err)
 			return
@@ -659,7 +661,7 @@ func (s *Sandbox) initExited() {
 		err = fmt.Errorf("%w: init exited unexpectedly (%v)", ErrSandboxGone, s.initErr)
 	default:
 	}
-	s.lg.Error("sandbox lost", "err", err)
+	s.lg.Error("sandbox lost", oplog.ErrorKey, err)
 	s.fail(err)
 }
 

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/test/poll"
 )
 
 // newSandbox creates a started sandbox destroyed at the end of the test, and
@@ -98,7 +100,7 @@ func TestSandboxExecStreamsOutput(t *testing.T) {
 	if err := p.Signal(syscall.SIGTERM); !errors.Is(err, os.ErrProcessDone) {
 		t.Errorf("Signal after the end: got %v, want os.ErrProcessDone", err)
 	}
-	recs := au.records()
+	recs := au.Records()
 	if len(recs) != 2 || recs[0].ID != "alk-stream/"+p.ID()+"/start" || recs[1].ID != "alk-stream/"+p.ID()+"/end" ||
 		recs[1].Exec.Signal != "SIGTERM" || recs[0].Sandbox != "alk-stream" {
 		t.Errorf("audit records: got %+v", recs)
@@ -398,7 +400,7 @@ func TestSandboxPrepareThenStart(t *testing.T) {
 	if u, _, _ := ownerOf(t, filepath.Join(ws, "new")); u != 0 {
 		t.Errorf("host owner of a file the sandbox made: got %d, want 0 (the workspace's owner)", u)
 	}
-	if recs := au.records(); len(recs) != 2 || recs[0].Sandbox != "alk-started" {
+	if recs := au.Records(); len(recs) != 2 || recs[0].Sandbox != "alk-started" {
 		t.Errorf("audit records: got %+v", recs)
 	}
 }
@@ -564,14 +566,7 @@ func TestSandboxAtItsPidsLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		cur, max, _ := s.slot.cg.pidsNow()
-		if cur >= max-1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Within(3*time.Second, func() bool { cur, max, _ := s.slot.cg.pidsNow(); return cur >= max-1 })
 	_, err = s.Exec(t.Context(), ExecSpec{Argv: []string{"true"}})
 	if err == nil || !strings.Contains(err.Error(), "pids limit") {
 		t.Errorf("exec at the limit: got %v, want a refusal naming the pids limit", err)
@@ -584,16 +579,11 @@ func TestSandboxAtItsPidsLimit(t *testing.T) {
 		t.Fatal("init died")
 	default:
 	}
-	for i := 0; ; i++ { // the killed bomb's tasks leave within moments
+	// The killed bomb's tasks leave within moments.
+	poll.Until(t, 5*time.Second, "an exec to run after the bomb", func() bool {
 		_, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"true"}})
-		if err == nil {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("exec after the bomb: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // TestSandboxReapsOrphans: processes an exec left behind that end are
@@ -602,13 +592,8 @@ func TestSandboxReapsOrphans(t *testing.T) {
 	e, _ := newTestExecutor(t, nil)
 	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
 	mustExec(t, s, ExecSpec{Argv: sh("for i in 1 2 3 4 5; do (sleep 0.1 &) ; done")})
-	var out string
-	for i := 0; i < 50; i++ {
-		out = string(mustExec(t, s, ExecSpec{Argv: sh("ps -eo stat=,args= | grep -c '^Z' ; ps -eo args= | grep -c '^sleep 0.1'")}).Stdout)
-		if out == "0\n0\n" {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Errorf("zombies and sleepers: got %q, want none of either", out)
+	poll.Until(t, 5*time.Second, "no zombie and no sleeper left", func() bool {
+		out := mustExec(t, s, ExecSpec{Argv: sh("ps -eo stat=,args= | grep -c '^Z' ; ps -eo args= | grep -c '^sleep 0.1'")}).Stdout
+		return string(out) == "0\n0\n"
+	})
 }
