@@ -717,12 +717,16 @@ func (s *Sandbox) newJob(kind string) *job {
 // cannot be made ends (the sandbox with it).
 const pidsReserve = 4
 
+// ErrPidsLimit is wrapped by the error of an exec or files operation refused
+// because the sandbox is at its pids limit.
+var ErrPidsLimit = errors.New("sandboxd: the sandbox is at its pids limit")
+
 // pidsRoom refuses a job while the sandbox is at its pids limit (a fork bomb
 // of its own filled it).
 func (s *Sandbox) pidsRoom() error {
 	cur, max, ok := s.slot.cg.pidsNow()
 	if ok && cur+pidsReserve > max {
-		return fmt.Errorf("sandboxd: the sandbox is at its pids limit (%d of %d tasks, init's included): nothing can start until some end", cur, max)
+		return fmt.Errorf("%w (%d of %d tasks, init's included): nothing can start until some end", ErrPidsLimit, cur, max)
 	}
 	return nil
 }

@@ -568,7 +568,7 @@ func TestSandboxAtItsPidsLimit(t *testing.T) {
 	}
 	poll.Within(3*time.Second, func() bool { cur, max, _ := s.slot.cg.pidsNow(); return cur >= max-1 })
 	_, err = s.Exec(t.Context(), ExecSpec{Argv: []string{"true"}})
-	if err == nil || !strings.Contains(err.Error(), "pids limit") {
+	if !errors.Is(err, ErrPidsLimit) {
 		t.Errorf("exec at the limit: got %v, want a refusal naming the pids limit", err)
 	}
 	if res, err := p.Wait(); err != nil || !res.TimedOut {
