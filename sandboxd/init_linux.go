@@ -98,12 +98,14 @@ func runInit() int {
 		fmt.Fprintf(os.Stderr, "airlock: sandbox init: prctl dumpable: %v\n", err)
 		return 1
 	}
-	// Signals a host process sends init are caught and dropped (Go would exit
-	// on them); a job's thread may be signalled by the sandbox's code, which
-	// must not end init that way. Caught, not ignored: ignored dispositions
-	// would pass to the jobs through execve.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE)
+	// Every catchable signal is caught and dropped: while a job's thread runs
+	// as the sandbox uid, the sandbox's code may signal it (tgkill), and Go
+	// ends a program on SIGTERM, SIGABRT, SIGILL, SIGTRAP, SIGSYS... A host
+	// process that wants init gone sends SIGKILL. Caught, not ignored:
+	// ignored dispositions would pass to the jobs through execve. (A fault
+	// the kernel raises still crashes init, as it must.)
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs)
 	go func() {
 		for range sigs {
 		}

@@ -597,3 +597,54 @@ func TestSandboxReapsOrphans(t *testing.T) {
 		return string(out) == "0\n0\n"
 	})
 }
+
+// TestInitSurvivesSignalsFromSandbox: while execs start (their job threads
+// briefly run as the sandbox uid, so the sandbox may signal them), code in
+// the sandbox sends every signal 1-31 to those threads; init catches them
+// all (SIGKILL and SIGSTOP from inside its namespace the kernel drops) and
+// lives on. Regression: a Go program dies of an unexpected SIGABRT, SIGILL,
+// SIGTRAP, SIGSYS..., and init caught only a few.
+func TestInitSurvivesSignalsFromSandbox(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	attacker := `import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+uid, sent, end = os.getuid(), 0, time.time() + 8
+sigs = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]
+while time.time() < end and not os.path.exists('/tmp/stop'):
+    try:
+        tids = os.listdir('/proc/1/task')
+    except OSError:
+        continue
+    for t in tids:
+        try:
+            st = open('/proc/1/task/%s/status' % t).read()
+        except OSError:
+            continue
+        if ('\nUid:\t%d\t' % uid) in st:
+            for sig in sigs:
+                if libc.syscall(234, 1, int(t), sig) == 0:
+                    sent += 1
+print(sent)
+`
+	p, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"python3", "-c", attacker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 60; i++ {
+		if _, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"true"}}); err != nil {
+			t.Fatalf("exec %d: %v", i, err)
+		}
+	}
+	mustExec(t, s, ExecSpec{Argv: []string{"touch", "/tmp/stop"}})
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("init died")
+	default:
+	}
+	t.Logf("signals delivered to init's job threads: %s", strings.TrimSpace(string(res.Stdout)))
+}
