@@ -14,8 +14,8 @@ import (
 // Layout: check the architecture (anything but native x86_64, including x32 and the
 // i386 int 0x80 entry, kills the process), then one two-instruction test per denied
 // syscall, ENOSYS for clone3 and openat2, then the argument checks: setuid/setgid
-// mode bits (chmod, open and mknod families), socket, socketpair and clone; then
-// allow.
+// mode bits (chmod, open and mknod families), clone, prlimit64 on another process,
+// socket and socketpair; then allow.
 //
 // AF_NETLINK is denied along with every family other than AF_UNIX, AF_INET and
 // AF_INET6. glibc's getaddrinfo uses a NETLINK_ROUTE socket only for AI_ADDRCONFIG
@@ -29,6 +29,7 @@ const (
 	seccompOffArch = 4
 	seccompOffArg0 = 16 // low 32 bits on little-endian
 	seccompOffArg1 = 24
+	seccompOffArg2 = 32
 
 	x32SyscallBit = 0x40000000
 
@@ -165,6 +166,20 @@ func seccompProgram(allowOpenat2 bool) ([]bpf.RawInstruction, error) {
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_CLONE, SkipTrue: 4},
 		bpf.LoadAbsolute{Off: seccompOffArg0, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: namespaceCloneFlags, SkipTrue: 1},
+		bpf.RetConstant{Val: retAllow},
+		bpf.RetConstant{Val: retEPERM})
+
+	// prlimit64 on another process with a new limit: init's job threads run
+	// as the sandbox uid for a moment, and limits are process-wide, so the
+	// sandbox could lower init's (setrlimit is prlimit64 on pid 0: allowed).
+	prog = append(prog,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_PRLIMIT64, SkipTrue: 8},
+		bpf.LoadAbsolute{Off: seccompOffArg0, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 4},
+		bpf.LoadAbsolute{Off: seccompOffArg2, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0, SkipTrue: 3},
+		bpf.LoadAbsolute{Off: seccompOffArg2 + 4, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0, SkipTrue: 1},
 		bpf.RetConstant{Val: retAllow},
 		bpf.RetConstant{Val: retEPERM})
 

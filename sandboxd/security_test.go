@@ -73,6 +73,8 @@ func TestEscapesDenied(t *testing.T) {
 		{"chroot", py("err(libc.chroot(b'/tmp'))"), "EPERM"},
 		{"pivot_root", py("err(libc.syscall(155, b'/tmp', b'/tmp'))"), "EPERM"},
 		{"open_tree", py("err(libc.syscall(428, -100, b'/tmp', 1))"), "EPERM"},
+		{"prlimit another process", py("c = subprocess.Popen(['sleep', '5'])\nl = (ctypes.c_ulong * 2)(64, 64)\nerr(libc.syscall(302, c.pid, 7, l, None))\nc.kill()"), "EPERM"},
+		{"setrlimit self allowed", sh("ulimit -n 100 && ulimit -n"), "100"},
 		{"unix socket allowed", py("socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print('OK')"), "OK"},
 		{"inet6 socket allowed", py("socket.socket(socket.AF_INET6, socket.SOCK_STREAM); print('OK')"), "OK"},
 		{"capabilities all zero", sh("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' ' | tr '\\n' ';'"),
