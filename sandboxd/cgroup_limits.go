@@ -22,6 +22,16 @@ import (
 // offered. Counters from memory.oom_control, memory.max_usage_in_bytes,
 // pids.events and cpuacct.usage.
 
+// The pids limit must leave init room: init makes a thread for every job, and
+// a Go program whose thread cannot be made aborts (the sandbox with it). The
+// sandbox's cgroup gets Limits.Pids plus initPidsOverhead; the sandbox's own
+// processes get Limits.Pids: on v1 in the jobs child of the pids cgroup,
+// where init moves each job's thread before it forks (a thread can have a v1
+// cgroup of its own); on v2, where a domain cgroup holds whole processes, as
+// RLIMIT_NPROC of the sandbox's uid, which no other process has. On v2 the
+// cgroup's pids.events then counts only init running out, so PidsLimitHit
+// is not reported there (a threaded pids subtree would give it).
+
 // cpuPeriod is the CFS period (µs) both hierarchies' quotas are written against.
 const cpuPeriod = 100000
 
@@ -30,9 +40,9 @@ const cpuPeriod = 100000
 type limitWriter struct {
 	cg       *cgroup
 	warnings []string
-	// The values both hierarchies write.
-	mem, pids string
-	quota     int64
+	// The values both hierarchies write; jobsPids goes to the v1 jobs child.
+	mem, pids, jobsPids string
+	quota               int64
 }
 
 // apply writes the limits. warnings name each limit that is not enforced because
@@ -44,7 +54,7 @@ func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
 	}
 	w := &limitWriter{cg: cg, quota: quota,
 		mem:  strconv.FormatInt(l.Memory, 10),
-		pids: strconv.FormatInt(l.Pids+initPidsOverhead, 10)}
+		pids: strconv.FormatInt(l.Pids+initPidsOverhead, 10), jobsPids: strconv.FormatInt(l.Pids, 10)}
 	if cg.v2 {
 		err = w.applyV2(l)
 	} else {
@@ -156,6 +166,11 @@ func (w *limitWriter) applyV1(l Limits) error {
 	if err := w.applyPids(w.cg.dirs["pids"]); err != nil {
 		return err
 	}
+	if w.cg.jobs != "" {
+		if err := w.set(w.cg.jobs, "pids.max", w.jobsPids); err != nil {
+			return err
+		}
+	}
 	if len(l.IO) == 0 {
 		return nil
 	}
@@ -188,24 +203,30 @@ func (w *limitWriter) applyPids(dir string) error {
 	return w.unenforced("pids", "pids limit "+w.pids+" (RLIMIT_NPROC stays as a backstop)")
 }
 
-// pidsNow reads the cgroup's task count and limit; ok is false without a
-// pids controller or when they cannot be read.
-func (cg *cgroup) pidsNow() (current, max int64, ok bool) {
+// jobsPids reads the task count and limit of the cgroup the sandbox's jobs
+// are in (the v1 jobs child, else the sandbox's cgroup) and how many tasks
+// below the limit a new job needs: 1 in the jobs child (its thread), 4 in a
+// cgroup shared with init (init makes the thread, see pidsReserve). ok is
+// false without a pids controller or when they cannot be read.
+func (cg *cgroup) jobsPids() (current, max, reserve int64, ok bool) {
 	if !cg.m.have["pids"] {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	d := cg.dirs[""]
-	if !cg.v2 {
+	d, reserve := cg.dirs[""], int64(pidsReserve)
+	switch {
+	case cg.jobs != "":
+		d, reserve = cg.jobs, 1
+	case !cg.v2:
 		d = cg.dirs["pids"]
 	}
 	current, err := readInt(filepath.Join(d, "pids.current"))
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	if max, err = readInt(filepath.Join(d, "pids.max")); err != nil {
-		return 0, 0, false // "max": unlimited
+		return 0, 0, 0, false // "max": unlimited
 	}
-	return current, max, true
+	return current, max, reserve, true
 }
 
 // oomKills reads the cgroup's OOM kill counter (0 without a memory
@@ -264,6 +285,9 @@ func (cg *cgroup) usage() (Usage, error) {
 	}
 	if m.have["pids"] {
 		u.PidsLimitHits = get(filepath.Join(pidsDir, "pids.events"), "max")
+		if cg.jobs != "" {
+			u.PidsLimitHits += get(filepath.Join(cg.jobs, "pids.events"), "max")
+		}
 		u.Pids = num(filepath.Join(pidsDir, "pids.current"))
 	} else if ps, err := cg.pids(); err == nil {
 		u.Pids = int64(len(ps))

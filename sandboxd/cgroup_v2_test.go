@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/test/poll"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -389,4 +390,52 @@ func TestCgroupV2Sandbox(t *testing.T) {
 
 func tarBytes(t *testing.T) []byte {
 	return tarOf(t, []*tar.Header{file("hello")}, map[string]string{"hello": "hi there"}).Bytes()
+}
+
+// TestCgroupV2PidsLimitByRlimit: on v2 a job cannot be moved to a cgroup of
+// its own apart from init, so the sandbox's task limit is RLIMIT_NPROC of
+// its (unique) uid, exactly Limits.Pids, and init keeps the rest of
+// pids.max. A fork bomb never holds more than Pids tasks, an exec meanwhile
+// is refused with an error naming the limit, and init lives.
+func TestCgroupV2PidsLimitByRlimit(t *testing.T) {
+	root := cgroup2Root(t)
+	e, _ := newTestExecutor(t, func(c *Config) {
+		c.CgroupRoot, c.CgroupMode, c.AllowMissingControllers = root, CgroupV2, LimitControllers
+	})
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{Limits: Limits{Pids: 16}})
+	bomb := "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
+	p, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"python3", "-c", bomb}, Timeout: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := func() int {
+		n := 0
+		for _, pid := range uidProcs(t, s.UID()) {
+			b, _ := os.ReadFile("/proc/" + pid + "/status")
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "Threads:" {
+					k, _ := strconv.Atoi(f[1])
+					n += k
+				}
+			}
+		}
+		return n
+	}
+	poll.Until(t, 5*time.Second, "the bomb to reach the limit", func() bool { return tasks() >= 15 })
+	for i := 0; i < 20; i++ {
+		if n := tasks(); n > 16 {
+			t.Errorf("the sandbox holds %d tasks, more than its limit 16", n)
+		}
+	}
+	if _, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"/bin/true"}}); err == nil || !strings.Contains(err.Error(), "process limit") {
+		t.Errorf("exec at the limit: got %v, want an error naming the process limit", err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("init died")
+	default:
+	}
+	if res, err := p.Wait(); err != nil || !res.TimedOut {
+		t.Errorf("bomb: got %+v %v, want timed out", res, err)
+	}
 }

@@ -78,6 +78,13 @@ func (s *initServer) runJob(seq uint64, j *initJob, spec *jobSpec, st *startRequ
 		if unix.Gettid() == unix.Getpid() {
 			return 0, &jobFailure{err: errors.New("a job on init's main thread: refusing to drop its privileges")}
 		}
+		// Into the jobs cgroup (v1 pids), whose limit is the sandbox's, first:
+		// the cgroup namespace below is rooted there.
+		if s.jobsTasks >= 0 {
+			if _, err := unix.Write(s.jobsTasks, []byte(strconv.Itoa(unix.Gettid()))); err != nil {
+				return 0, &jobFailure{err: fmt.Errorf("move the job's thread into the jobs cgroup: %w", err)}
+			}
+		}
 		// Private working directory and cgroup namespace for this thread
 		// (init's chdir would otherwise race with other jobs').
 		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWCGROUP); err != nil {
@@ -155,12 +162,13 @@ func (s *initServer) becomeAndFork(spec *jobSpec, st *startRequest, fds []int) (
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
-	if err != nil {
-		code = 126
-		if errors.Is(err, unix.ENOENT) {
-			code = 127
-		}
-		return 0, &jobFailure{code: code, err: fmt.Errorf("exec %s: %w", x.Argv[0], err)}
+	switch {
+	case errors.Is(err, unix.EAGAIN):
+		return setup(fmt.Errorf("exec %s: the sandbox is at its process limit: %w", x.Argv[0], err))
+	case errors.Is(err, unix.ENOENT):
+		return 0, &jobFailure{code: 127, err: fmt.Errorf("exec %s: %w", x.Argv[0], err)}
+	case err != nil:
+		return 0, &jobFailure{code: 126, err: fmt.Errorf("exec %s: %w", x.Argv[0], err)}
 	}
 	return pid, nil
 }

@@ -67,6 +67,8 @@ type initServer struct {
 	// execFilter and filesFilter are the seccomp filters of execs and of
 	// the files stage, assembled once.
 	execFilter, filesFilter seccompFilter
+	// jobsTasks is the v1 pids jobs cgroup's tasks file (-1: none).
+	jobsTasks int
 
 	jobs   map[int]*initJob    // by pid
 	byID   map[string]*initJob // by id, while registered or starting
@@ -115,7 +117,7 @@ func runInit() int {
 		fmt.Fprintf(os.Stderr, "airlock: sandbox init: %v\n", err)
 		return 1
 	}
-	s := &initServer{ch: ch, jobs: map[int]*initJob{}, byID: map[string]*initJob{}, forked: make(chan struct{}, 1)}
+	s := &initServer{ch: ch, jobs: map[int]*initJob{}, byID: map[string]*initJob{}, forked: make(chan struct{}, 1), jobsTasks: -1}
 	if err := s.configure(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: sandbox init: %v\n", err)
 		return 1
@@ -249,7 +251,8 @@ func (s *initServer) handle(m *message, fds []int) {
 // startSandbox applies a start request: tmpfs sizes, the workspace tree (the
 // one fd, closed here), the masks below it.
 func (s *initServer) startSandbox(req *startRequest, fds []int) error {
-	defer closeFDs(fds)
+	all := fds
+	defer func() { closeFDs(all) }()
 	if req.TmpSize != s.cfg.TmpSize || req.TmpInodes != s.cfg.TmpInodes {
 		if err := s.fs.resizeTmpfs(req.TmpSize, req.TmpInodes); err != nil {
 			return err
@@ -257,7 +260,11 @@ func (s *initServer) startSandbox(req *startRequest, fds []int) error {
 	}
 	wsFD := -1
 	if req.Workspace {
-		wsFD = fds[0]
+		wsFD, fds = fds[0], fds[1:]
+	}
+	if req.JobsCgroup {
+		// Kept (close-on-exec) for every job; start closes the others.
+		s.jobsTasks, fds[0] = fds[0], -1
 	}
 	return s.fs.attachWorkspace(wsFD, req.WorkspaceTarget, req.Hidden)
 }

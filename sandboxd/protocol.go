@@ -24,7 +24,7 @@ import (
 // reply repeats:
 //
 //	config (once, first)      -> ready | setup_error
-//	start  (once, [workspace tree fd]) -> ok | error
+//	start  (once, [workspace tree fd], [jobs cgroup tasks fd]) -> ok | error
 //	exec   (stdin, stdout, stderr fds) -> started {pid, session} | exec_error {code} | error
 //	files  (stdin, stdout, stderr fds) -> started | error
 //	signal                   -> ok | error
@@ -139,6 +139,9 @@ type startRequest struct {
 	// Hidden are masked after the workspace is attached (hidden host paths
 	// inside it, at their place under the target).
 	Hidden []string `json:"hidden,omitempty"`
+	// JobsCgroup says an fd (after the workspace's) is the v1 tasks file
+	// of the cgroup init moves each job's thread into before it forks.
+	JobsCgroup bool `json:"jobs_cgroup,omitempty"`
 	// Rlimits of every job.
 	NoFile uint64 `json:"nofile"`
 	FSize  int64  `json:"fsize"`
@@ -403,7 +406,10 @@ func checkToInit(m *message, nfds int) error {
 	case msgStart:
 		want := 0
 		if m.Start != nil && m.Start.Workspace {
-			want = 1
+			want++
+		}
+		if m.Start != nil && m.Start.JobsCgroup {
+			want++
 		}
 		if err := checkShape(m, "start", nfds, want); err != nil {
 			return err

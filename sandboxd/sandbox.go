@@ -338,7 +338,7 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 		}
 	}
 	req := &startRequest{TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes, NoFile: lim.NoFile, FSize: lim.FSize,
-		NProc: 2*(lim.Pids+initPidsOverhead) + 64} // NProc: a backstop behind pids.max
+		NProc: s.nproc(lim)}
 	workDir := s.e.cfg.Home
 	if s.workspace != "" {
 		workDir = s.workspace
@@ -354,6 +354,15 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 		req.Workspace, req.WorkspaceTarget, req.Hidden = true, target, ws.masks
 		fds = []int{ws.fd}
 		workDir = target
+	}
+	tasks, err := s.slot.cg.openJobsTasks()
+	if err != nil {
+		return err
+	}
+	if tasks != nil {
+		defer tasks.Close()
+		req.JobsCgroup = true
+		fds = append(fds, int(tasks.Fd()))
 	}
 	r, err := s.send(&message{Type: msgStart, Start: req}, fds...)
 	if err != nil {
@@ -373,6 +382,18 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 	s.lim, s.env, s.workDir = lim, s.e.baseEnv(&spec, s.spec.CABundle != ""), workDir
 	s.mu.Unlock()
 	return nil
+}
+
+// nproc is the jobs' RLIMIT_NPROC. The sandbox uid is its own, so it counts
+// exactly the sandbox's tasks. Where its jobs share a pids cgroup with init
+// (v2), it is the pids limit itself, which leaves init the initPidsOverhead
+// tasks of pids.max for its threads; with a v1 jobs child, the child's
+// pids.max binds and this is a backstop.
+func (s *Sandbox) nproc(lim Limits) int64 {
+	if s.slot.cg.jobs != "" {
+		return 2*(lim.Pids+initPidsOverhead) + 64
+	}
+	return lim.Pids
 }
 
 // applyLimits writes lim into the cgroup.
@@ -712,21 +733,21 @@ func (s *Sandbox) newJob(kind string) *job {
 	return &job{id: kind + strconv.Itoa(s.nextJob), exit: make(chan *exitEvent, 1)}
 }
 
-// pidsReserve is how many tasks below its pids limit a sandbox must be for a
-// job to start: init makes a thread for it, and a Go program whose thread
-// cannot be made ends (the sandbox with it).
+// pidsReserve is how many tasks below a pids limit it shares with its jobs
+// (v2) init must be for a job to start: init makes a thread for it, and a Go
+// program whose thread cannot be made ends (the sandbox with it).
 const pidsReserve = 4
 
 // ErrPidsLimit is wrapped by the error of an exec or files operation refused
 // because the sandbox is at its pids limit.
 var ErrPidsLimit = errors.New("sandboxd: the sandbox is at its pids limit")
 
-// pidsRoom refuses a job while the sandbox is at its pids limit (a fork bomb
-// of its own filled it).
+// pidsRoom refuses a job while the sandbox's jobs are at their pids limit (a
+// fork bomb of its own filled it): it could not fork.
 func (s *Sandbox) pidsRoom() error {
-	cur, max, ok := s.slot.cg.pidsNow()
-	if ok && cur+pidsReserve > max {
-		return fmt.Errorf("%w (%d of %d tasks, init's included): nothing can start until some end", ErrPidsLimit, cur, max)
+	cur, max, reserve, ok := s.slot.cg.jobsPids()
+	if ok && cur+reserve > max {
+		return fmt.Errorf("%w (%d of %d tasks): nothing can start until some end", ErrPidsLimit, cur, max)
 	}
 	return nil
 }

@@ -566,7 +566,7 @@ func TestSandboxAtItsPidsLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Within(3*time.Second, func() bool { cur, max, _ := s.slot.cg.pidsNow(); return cur >= max-1 })
+	poll.Within(3*time.Second, func() bool { cur, max, _, _ := s.slot.cg.jobsPids(); return cur >= max-1 })
 	_, err = s.Exec(t.Context(), ExecSpec{Argv: []string{"true"}})
 	if !errors.Is(err, ErrPidsLimit) {
 		t.Errorf("exec at the limit: got %v, want a refusal naming the pids limit", err)
@@ -647,4 +647,72 @@ print(sent)
 	default:
 	}
 	t.Logf("signals delivered to init's job threads: %s", strings.TrimSpace(string(res.Stdout)))
+}
+
+// TestInitKeepsPidsHeadroom (regression: init shared the pids limit with the
+// sandbox's processes, so a fork bomb that filled it left init unable to make
+// the thread the next job or its own runtime needed, and a Go program that
+// cannot make a thread aborts: the sandbox died, and Run's fork bomb test
+// failed with "init exited unexpectedly"). On v1 every job is born in the
+// jobs child of the pids cgroup, whose limit is the sandbox's; init, in the
+// parent, keeps initPidsOverhead tasks. While a bomb holds the jobs' limit,
+// init still starts a job's thread (the fork fails, with an error saying
+// why) and lives.
+func TestInitKeepsPidsHeadroom(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	if e.cgm.v2 || !e.cgm.have["pids"] {
+		t.Skip("the jobs child is a v1 pids hierarchy's (v2: RLIMIT_NPROC is the sandbox's limit)")
+	}
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{Limits: Limits{Pids: 16}})
+	bomb := "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
+	p, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"python3", "-c", bomb}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupV1Of(p, s); got != filepath.Join(strings.TrimPrefix(s.slot.cg.dirs["pids"], e.cgm.root+"/pids"), jobsCgroup) {
+		t.Errorf("the exec's pids cgroup: got %q, want the jobs child", got)
+	}
+	poll.Until(t, 5*time.Second, "the bomb to fill the jobs' limit", func() bool {
+		cur, max, _, _ := s.slot.cg.jobsPids()
+		return cur >= max
+	})
+	for i := 0; i < 10; i++ {
+		r, err := s.sendJob(&message{Type: msgExec, Exec: &execRequest{ID: "h" + strconv.Itoa(i), Argv: []string{"/bin/true"}, Dir: "/"}},
+			s.newJob("h"), devNull(t), devNull(t), devNull(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.await(t.Context(), r)
+		if err != nil {
+			t.Fatalf("job %d: %v", i, err)
+		}
+		if m.Type != msgError || !strings.Contains(m.Error, "process limit") {
+			t.Errorf("job %d at the limit: got %+v, want a refusal naming the process limit", i, m)
+		}
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("init died")
+	default:
+	}
+	if res, err := p.Wait(); err != nil || !res.TimedOut {
+		t.Errorf("bomb: got %+v %v, want timed out", res, err)
+	}
+}
+
+// cgroupV1Of returns the v1 pids cgroup of an exec's process, found among
+// the sandbox's processes by its audit session.
+func cgroupV1Of(p *Process, s *Sandbox) string {
+	ps, _ := s.slot.cg.pids()
+	for _, pid := range ps {
+		if n, ok := auditSession(pid); ok && n == p.session {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "pids" {
+					return f[2]
+				}
+			}
+		}
+	}
+	return ""
 }
