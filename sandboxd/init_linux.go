@@ -80,6 +80,25 @@ type initJob struct {
 	pid int
 }
 
+// fatalSignals are the signals 1-31 Go ends a program on when they are not
+// caught: all but SIGKILL and SIGSTOP (not catchable; the kernel drops them
+// when they come from inside init's namespace) and the ones Go itself
+// ignores or uses (SIGCHLD, SIGURG, SIGWINCH, SIGPROF) or leaves at a
+// harmless default (SIGCONT, SIGTSTP, SIGTTIN, SIGTTOU). Catching SIGCHLD
+// would wake init once per process that ends.
+func fatalSignals() []os.Signal {
+	var out []os.Signal
+	for sig := unix.Signal(1); sig <= 31; sig++ {
+		switch sig {
+		case unix.SIGKILL, unix.SIGSTOP, unix.SIGCHLD, unix.SIGURG, unix.SIGWINCH, unix.SIGPROF,
+			unix.SIGCONT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+			continue
+		}
+		out = append(out, sig)
+	}
+	return out
+}
+
 // runInit is PID 1 of the sandbox.
 func runInit() int {
 	if os.Getpid() != 1 {
@@ -100,14 +119,14 @@ func runInit() int {
 		fmt.Fprintf(os.Stderr, "airlock: sandbox init: prctl dumpable: %v\n", err)
 		return 1
 	}
-	// Every catchable signal is caught and dropped: while a job's thread runs
+	// Every signal Go would end init on is caught and dropped: while a job's thread runs
 	// as the sandbox uid, the sandbox's code may signal it (tgkill), and Go
 	// ends a program on SIGTERM, SIGABRT, SIGILL, SIGTRAP, SIGSYS... A host
 	// process that wants init gone sends SIGKILL. Caught, not ignored:
 	// ignored dispositions would pass to the jobs through execve. (A fault
 	// the kernel raises still crashes init, as it must.)
 	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs)
+	signal.Notify(sigs, fatalSignals()...)
 	go func() {
 		for range sigs {
 		}
