@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,6 +90,21 @@ type Daemon struct {
 	closers  []func() error
 	// keepState is set at Close when namespaces are left for a later Recover.
 	keepState bool
+
+	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
+	// and egress counters, the events tap, the registry, the warm pool and
+	// the seams they are built on.
+	acct      *accounts
+	tap       tap
+	reg       *registry
+	pool      *warmPool
+	exe       executor
+	net       network
+	metrics   *metrics
+	host      hostBounds
+	home      string
+	heartbeat time.Duration
+	stopping  atomic.Bool
 }
 
 // New builds every part, in dependency order, and undoes what it built if a
@@ -162,6 +178,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
+	d.initSandboxes(o)
 	if err := eng.wait(); err != nil {
 		return nil, err
 	}
@@ -326,7 +343,7 @@ func (d *Daemon) Tally() *audit.Tally { return d.tally }
 // MetricsHandler serves the gateway's and the DNS filter's Prometheus metrics;
 // mount it on a host listener no sandbox can reach.
 func (d *Daemon) MetricsHandler() http.Handler {
-	return promhttp.HandlerFor(prometheus.Gatherers{d.gw.Registry(), d.dns.Registry()}, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(prometheus.Gatherers{d.gw.Registry(), d.dns.Registry(), d.metrics.reg}, promhttp.HandlerOpts{})
 }
 
 // Engine is the policy engine (for reload on SIGHUP).
