@@ -146,9 +146,9 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 	d.closers = append(d.closers, d.writer.Close)
 	// Every record passes the accounts (owner, egress counters) and then the
 	// tap (events streams) before the writer.
-	t := newLocalTap(d.writer)
-	d.tap = t
-	d.acct = newAccounts(t)
+	var next audit.Logger
+	next, d.tap = newTap(d.writer)
+	d.acct = newAccounts(next)
 	d.tally = audit.NewTally(d.acct)
 	// The budget's last summaries are written before the writer closes
 	// (closers run last first).
@@ -194,7 +194,7 @@ func (d *Daemon) placeholderInName() func(sb policy.Sandbox, name string) (reaso
 	}
 	inj := d.secrets
 	return func(sb policy.Sandbox, name string) (string, string, bool) {
-		err := inj.CheckName(secrets.Sandbox(sb), name)
+		err := inj.CheckName(secrets.Sandbox{ID: sb.ID, Labels: sb.Labels}, name)
 		if err == nil {
 			return "", "", false
 		}
@@ -285,12 +285,10 @@ func (d *Daemon) initSandboxes(o Options) {
 	d.host = readHostBounds()
 	d.home = defaultHome
 	d.heartbeat = DefaultHeartbeat
-	d.net = realNetwork{d.netns}
-	if d.exec != nil {
-		d.exe = newRealExecutor(d.exec)
-	}
+	var poolable bool
+	d.net, d.exe, poolable = seams(d.netns, d.exec)
 	poolSize := d.cfg.Sandbox.PoolSize
-	if d.exe == nil || !realPoolable() {
+	if d.exe == nil || !poolable {
 		poolSize = 0
 	}
 	d.pool = newWarmPool(poolSize, d.net, d.exe, d.prepareSpec, d.log)

@@ -55,8 +55,8 @@ func newFakeWorld(t *testing.T, edit ...func(*config.Config)) *fakeWorld {
 	}
 	w := &fakeWorld{t: t, exe: &fakeExecutor{t: t}, net: newFakeNetwork(), audit: &audittest.Log{}}
 	d := &Daemon{log: slog.New(slog.DiscardHandler), cfg: cfg, proxyURL: "http://127.0.0.1:3128"}
-	tp := newLocalTap(w.audit)
-	d.tap, d.acct = tp, newAccounts(tp)
+	next, tp := newTap(w.audit)
+	d.tap, d.acct = tp, newAccounts(next)
 	d.tally = audit.NewTally(d.acct)
 	d.reg, d.home, d.heartbeat = newRegistry(), defaultHome, DefaultHeartbeat
 	d.host = hostBounds{memory: 8 << 30, cpus: 4}

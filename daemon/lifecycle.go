@@ -107,10 +107,10 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 // is ready, else both made now.
 func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, error) {
 	psb := policy.Sandbox{ID: sb.id, Labels: sb.labels}
-	setSandboxPolicy(&psb, sb.params.mode, sb.params.allow)
+	setSandboxPolicy(&psb, sb.params)
 	ss := startSpec{ID: sb.id, Limits: sb.params.limits, Env: append([]string(nil), sb.params.env...), Proxy: d.proxyURL}
 	if d.secrets != nil {
-		ph, err := d.secrets.Placeholders(secrets.Sandbox(psb))
+		ph, err := d.secrets.Placeholders(secrets.Sandbox{ID: psb.ID, Labels: psb.Labels})
 		if err != nil {
 			return nil, err
 		}

@@ -90,6 +90,13 @@ const defaultHome = "/home/sandbox"
 // kept only in the daemon's own accounts.
 func setOwner(r *audit.Record, owner string) { _, _ = r, owner }
 
+// newTap puts the events tap in front of next: records go to the returned
+// Logger.
+func newTap(next audit.Logger) (audit.Logger, tap) {
+	t := newLocalTap(next)
+	return t, t
+}
+
 // PENDING(audit): audit.NewTap (svc-core). localTap is the same contract:
 // a Logger that hands every accepted record to the subscribers of its
 // sandbox, never blocking Log on a slow one (it loses records, counted).
@@ -199,7 +206,11 @@ const kindSandbox = "sandbox"
 // PENDING(policy): policy.Sandbox.Mode and Allow (svc-core). Until they exist
 // a sandbox's own mode and allow entries are recorded and reported but the
 // daemon's policy decides.
-func setSandboxPolicy(sb *policy.Sandbox, mode string, allow []string) { _, _, _ = sb, mode, allow }
+type allowList = []string
+
+func parseAllow(entries []string) (allowList, error) { return entries, nil }
+
+func setSandboxPolicy(sb *policy.Sandbox, p *createParams) { _, _ = sb, p }
 
 // PENDING(netns): TakePooled and CreateFrom (svc-core). Until they exist the
 // pool is off and every sandbox's namespace is made by Create.
@@ -219,11 +230,11 @@ func (n realNetwork) Create(ctx context.Context, sb policy.Sandbox) (*netns.Sand
 
 func (n realNetwork) Teardown(ctx context.Context, id string) error { return n.m.Teardown(ctx, id) }
 
-func realPoolable() bool { return false }
-
-// PENDING(sandboxd): the long-lived sandbox API. Until it is on main there
-// is no real executor for the API's sandboxes.
-func newRealExecutor(*sandboxd.Executor) executor { return nil }
+// seams are the real network and executor (PENDING(sandboxd): none yet),
+// and whether the pool can be filled.
+func seams(m *netns.Manager, _ *sandboxd.Executor) (network, executor, bool) {
+	return realNetwork{m}, nil, false
+}
 
 type execError struct {
 	Msg  string

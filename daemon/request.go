@@ -59,6 +59,7 @@ type createParams struct {
 	mode        string // as asked: "" is the daemon's
 	shownMode   string // the mode in force
 	allow       []string
+	allowList   allowList // allow, parsed by the policy's parser
 	idleTimeout time.Duration
 	maxLifetime time.Duration
 }
@@ -73,6 +74,7 @@ func (d *Daemon) validateCreate(req *api.CreateSandboxRequest) (*createParams, *
 		return nil, e
 	}
 	var e *api.Error
+	var err error
 	if p.limits, p.resolved, e = d.resolveLimits(req.Limits); e != nil {
 		return nil, e
 	}
@@ -93,6 +95,9 @@ func (d *Daemon) validateCreate(req *api.CreateSandboxRequest) (*createParams, *
 	}
 	if e := validateAllow(req.Allow); e != nil {
 		return nil, e
+	}
+	if p.allowList, err = parseAllow(req.Allow); err != nil {
+		return nil, apiErr(api.CodeInvalidField, "allow", "allow: %v", err)
 	}
 	sc := d.cfg.Sandbox
 	p.maxLifetime = time.Duration(sc.MaxLifetime)
