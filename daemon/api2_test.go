@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/sandboxd"
 )
 
 func tarOf(t testing.TB, files map[string]string) []byte {
@@ -84,7 +86,7 @@ func TestFiles(t *testing.T) {
 		})
 	}
 	// $HOME is a root too.
-	if r := c.do(t, "PUT", base+"?path="+defaultHome, bytes.NewReader(tarOf(t, map[string]string{"h": "x"}))); r.status != 200 {
+	if r := c.do(t, "PUT", base+"?path="+sandboxd.DefaultHome, bytes.NewReader(tarOf(t, map[string]string{"h": "x"}))); r.status != 200 {
 		t.Fatalf("put in $HOME: %d %s", r.status, r.body)
 	}
 	// A tar entry that climbs out is the executor's to refuse; the daemon
@@ -253,6 +255,13 @@ func TestEgressCounters(t *testing.T) {
 		r.Sandbox = sb.ID
 		if err := w.d.acct.Log(r); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Each carries its sandbox's owner (the daemon's stamp: gateway, DNS
+	// filter, netns and executor know no owners).
+	for _, r := range w.audit.Match(func(r audit.Record) bool { return r.Sandbox == sb.ID }) {
+		if r.Owner != strconv.Itoa(alice) {
+			t.Fatalf("record %s/%s has owner %q, want %d", r.Kind, r.Decision, r.Owner, alice)
 		}
 	}
 	var got api.Sandbox

@@ -146,9 +146,8 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 	d.closers = append(d.closers, d.writer.Close)
 	// Every record passes the accounts (owner, egress counters) and then the
 	// tap (events streams) before the writer.
-	var next audit.Logger
-	next, d.tap = newTap(d.writer)
-	d.acct = newAccounts(next)
+	d.tap = audit.NewTap(d.writer)
+	d.acct = newAccounts(d.tap)
 	d.tally = audit.NewTally(d.acct)
 	// The budget's last summaries are written before the writer closes
 	// (closers run last first).
@@ -283,12 +282,17 @@ func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
 func (d *Daemon) initSandboxes(o Options) {
 	d.reg = newRegistry()
 	d.host = readHostBounds()
-	d.home = defaultHome
+	d.home = sandboxd.DefaultHome
+	if o.Executor != nil && o.Executor.Home != "" {
+		d.home = o.Executor.Home
+	}
 	d.heartbeat = DefaultHeartbeat
-	var poolable bool
-	d.net, d.exe, poolable = seams(d.netns, d.exec)
-	poolSize := d.cfg.Sandbox.PoolSize
-	if d.exe == nil || !poolable {
+	d.net = netnsNetwork{d.netns}
+	if d.exec != nil {
+		d.exe = sandboxdExecutor{d.exec}
+	}
+	poolSize := max(d.cfg.Sandbox.PoolSize, 0)
+	if d.exe == nil {
 		poolSize = 0
 	}
 	d.pool = newWarmPool(poolSize, d.net, d.exe, d.prepareSpec, d.log)

@@ -95,7 +95,7 @@ type Daemon struct {
 	// and egress counters, the events tap, the registry, the warm pool and
 	// the seams they are built on.
 	acct      *accounts
-	tap       tap
+	tap       *audit.Tap
 	reg       *registry
 	pool      *warmPool
 	exe       executor

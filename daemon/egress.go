@@ -107,7 +107,7 @@ func (a *accounts) stamp(r *audit.Record) *account {
 	}
 	acc := a.get(r.Sandbox)
 	if acc != nil {
-		setOwner(r, strconv.Itoa(acc.owner))
+		r.Owner = strconv.Itoa(acc.owner)
 	}
 	return acc
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/sandboxd"
 )
 
 // frameWriteTimeout is how long one frame may wait for a client that does
@@ -171,7 +172,7 @@ func (d *Daemon) finishExec(ctx context.Context, sb *sandbox, x *execEntry, proc
 	switch {
 	case err == nil:
 		fw.frame(api.Frame{Type: api.FrameExit, Result: ar})
-	case errors.Is(err, errSandboxGone):
+	case errors.Is(err, sandboxd.ErrSandboxGone):
 		fw.frame(api.Frame{Type: api.FrameError, Error: apiErr(api.CodeConflict, "", "sandbox %s ended while the exec ran", sb.id)})
 	case ctx.Err() != nil:
 		// The client is gone (or stopped reading): nobody to tell.
@@ -183,9 +184,9 @@ func (d *Daemon) finishExec(ctx context.Context, sb *sandbox, x *execEntry, proc
 // execStartError maps why an exec could not be tried.
 func execStartError(id string, err error) *api.Error {
 	switch {
-	case errors.Is(err, errSandboxGone):
+	case errors.Is(err, sandboxd.ErrSandboxGone):
 		return apiErr(api.CodeConflict, "", "sandbox %s has ended", id)
-	case errors.Is(err, errPidsLimit):
+	case errors.Is(err, sandboxd.ErrPidsLimit):
 		return apiErr(api.CodeLimit, "", "%v", err)
 	case errors.Is(err, context.Canceled):
 		return apiErr(api.CodeUnavailable, "", "exec: %v", err)

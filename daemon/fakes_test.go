@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/sandboxd"
 )
 
 // fakeExecutor runs sandboxes' commands as ordinary host processes of the
@@ -104,7 +105,7 @@ func (b *fakeBox) Exec(ctx context.Context, x execSpec) (process, error) {
 	b.mu.Lock()
 	if b.destroyed {
 		b.mu.Unlock()
-		return nil, errSandboxGone
+		return nil, sandboxd.ErrSandboxGone
 	}
 	b.nextID++
 	id := fmt.Sprintf("x%d", b.nextID)
@@ -190,10 +191,10 @@ func (b *fakeBox) PutFiles(ctx context.Context, dir string, r io.Reader) (filesR
 			return res, nil
 		}
 		if err != nil {
-			return res, fmt.Errorf("put: %w: %v", errBadArchive, err)
+			return res, fmt.Errorf("put: %w: %v", sandboxd.ErrBadArchive, err)
 		}
 		if strings.Contains(h.Name, "..") || strings.HasPrefix(h.Name, "/") {
-			return res, fmt.Errorf("put %s: %w", h.Name, errInvalidPath)
+			return res, fmt.Errorf("put %s: %w", h.Name, sandboxd.ErrInvalidPath)
 		}
 		data, err := io.ReadAll(tr)
 		if err != nil {
@@ -212,7 +213,7 @@ func (b *fakeBox) GetFiles(ctx context.Context, path string, w io.Writer) error 
 	data, ok := b.files[path]
 	b.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("get %s: %w", path, errNotFound)
+		return fmt.Errorf("get %s: %w", path, sandboxd.ErrNotFound)
 	}
 	tw := tar.NewWriter(w)
 	if err := tw.WriteHeader(&tar.Header{Name: filepath.Base(path), Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
@@ -338,7 +339,7 @@ loop:
 	p.res = res
 	switch {
 	case p.gone.Load():
-		p.err = errSandboxGone
+		p.err = sandboxd.ErrSandboxGone
 	case ctxErr != nil:
 		p.err = ctxErr
 	}
@@ -356,10 +357,11 @@ type fakeNetwork struct {
 	created   map[string]bool
 	torn      map[string]int
 	fromPool  map[string]bool
+	policies  map[string]policy.Sandbox // what each sandbox is served with
 }
 
 func newFakeNetwork() *fakeNetwork {
-	return &fakeNetwork{created: map[string]bool{}, torn: map[string]int{}, fromPool: map[string]bool{}}
+	return &fakeNetwork{created: map[string]bool{}, torn: map[string]int{}, fromPool: map[string]bool{}, policies: map[string]policy.Sandbox{}}
 }
 
 type fakePooledNet struct {
@@ -390,14 +392,14 @@ func (n *fakeNetwork) CreateFrom(ctx context.Context, sb policy.Sandbox, p poole
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.created[sb.ID], n.fromPool[sb.ID] = true, true
+	n.created[sb.ID], n.fromPool[sb.ID], n.policies[sb.ID] = true, true, sb
 	return &netns.Sandbox{ID: sb.ID, Labels: sb.Labels, Path: fp.path}, nil
 }
 
 func (n *fakeNetwork) Create(ctx context.Context, sb policy.Sandbox) (*netns.Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.created[sb.ID] = true
+	n.created[sb.ID], n.policies[sb.ID] = true, sb
 	return &netns.Sandbox{ID: sb.ID, Labels: sb.Labels, Path: "/run/netns/airlock-" + sb.ID}, nil
 }
 
@@ -406,6 +408,13 @@ func (n *fakeNetwork) Teardown(ctx context.Context, id string) error {
 	defer n.mu.Unlock()
 	n.torn[id]++
 	return nil
+}
+
+func (n *fakeNetwork) policy(id string) (policy.Sandbox, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sb, ok := n.policies[id]
+	return sb, ok
 }
 
 func (n *fakeNetwork) tornDown(id string) int {

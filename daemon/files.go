@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/sandboxd"
 )
 
 // filesPath checks the path query parameter of a files request: absolute,
@@ -95,15 +96,15 @@ func (d *Daemon) apiGetFiles(w http.ResponseWriter, r *http.Request) {
 // filesError maps the executor's files errors.
 func filesError(id string, err error) *api.Error {
 	switch {
-	case errors.Is(err, errInvalidPath):
+	case errors.Is(err, sandboxd.ErrInvalidPath):
 		return apiErr(api.CodeInvalidPath, "path", "%v", err)
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, sandboxd.ErrNotFound):
 		return apiErr(api.CodeNotFound, "path", "%v", err)
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, sandboxd.ErrTooLarge):
 		return apiErr(api.CodeTooLarge, "", "%v", err)
-	case errors.Is(err, errBadArchive):
+	case errors.Is(err, sandboxd.ErrBadArchive):
 		return apiErr(api.CodeBadRequest, "body", "%v", err)
-	case errors.Is(err, errSandboxGone):
+	case errors.Is(err, sandboxd.ErrSandboxGone):
 		return apiErr(api.CodeConflict, "", "sandbox %s has ended", id)
 	}
 	return apiErr(api.CodeInternal, "", "%v", err)
@@ -124,7 +125,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 			n, err := b.r.Read(one[:])
 			if n > 0 {
 				b.over = true
-				return 0, errTooLarge
+				return 0, sandboxd.ErrTooLarge
 			}
 			if err != nil {
 				return 0, err

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/poll"
 )
 
@@ -55,10 +56,10 @@ func newFakeWorld(t *testing.T, edit ...func(*config.Config)) *fakeWorld {
 	}
 	w := &fakeWorld{t: t, exe: &fakeExecutor{t: t}, net: newFakeNetwork(), audit: &audittest.Log{}}
 	d := &Daemon{log: slog.New(slog.DiscardHandler), cfg: cfg, proxyURL: "http://127.0.0.1:3128"}
-	next, tp := newTap(w.audit)
-	d.tap, d.acct = tp, newAccounts(next)
+	d.tap = audit.NewTap(w.audit)
+	d.acct = newAccounts(d.tap)
 	d.tally = audit.NewTally(d.acct)
-	d.reg, d.home, d.heartbeat = newRegistry(), defaultHome, DefaultHeartbeat
+	d.reg, d.home, d.heartbeat = newRegistry(), sandboxd.DefaultHome, DefaultHeartbeat
 	d.host = hostBounds{memory: 8 << 30, cpus: 4}
 	d.exe, d.net = w.exe, w.net
 	d.pool = newWarmPool(max(cfg.Sandbox.PoolSize, 0), d.net, d.exe, d.prepareSpec, d.log)

@@ -107,7 +107,7 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 // is ready, else both made now.
 func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, error) {
 	psb := policy.Sandbox{ID: sb.id, Labels: sb.labels}
-	setSandboxPolicy(&psb, sb.params)
+	psb.Mode, psb.Allow = policy.Mode(sb.params.mode), sb.params.allowList
 	ss := startSpec{ID: sb.id, Limits: sb.params.limits, Env: append([]string(nil), sb.params.env...), Proxy: d.proxyURL}
 	if d.secrets != nil {
 		ph, err := d.secrets.Placeholders(secrets.Sandbox{ID: psb.ID, Labels: psb.Labels})
@@ -309,6 +309,6 @@ func (d *Daemon) lifecycleRecord(sb *sandbox, reason string, u *api.Usage) *audi
 		put("age_ms", time.Since(sb.created).Milliseconds())
 		put("usage", u)
 	}
-	return &audit.Record{ID: sb.id + "/" + phase, Sandbox: sb.id, Kind: kindSandbox, Decision: audit.DecisionAllow,
+	return &audit.Record{ID: sb.id + "/" + phase, Sandbox: sb.id, Kind: audit.KindSandbox, Decision: audit.DecisionAllow,
 		Reasons: []audit.Reason{{ID: reason, Msg: msg}}, Extra: extra}
 }

@@ -17,7 +17,7 @@ import (
 func endRecord(t *testing.T, w *fakeWorld, id, reason string) audit.Record {
 	t.Helper()
 	return w.audit.Wait(t, "the "+reason+" record of "+id, func(r audit.Record) bool {
-		return r.Kind == kindSandbox && r.Sandbox == id && audittest.HasReason(r, reason)
+		return r.Kind == audit.KindSandbox && r.Sandbox == id && audittest.HasReason(r, reason)
 	})
 }
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -59,7 +60,7 @@ type createParams struct {
 	mode        string // as asked: "" is the daemon's
 	shownMode   string // the mode in force
 	allow       []string
-	allowList   allowList // allow, parsed by the policy's parser
+	allowList   *policy.AllowList // allow, parsed by the policy's parser
 	idleTimeout time.Duration
 	maxLifetime time.Duration
 }
@@ -74,7 +75,6 @@ func (d *Daemon) validateCreate(req *api.CreateSandboxRequest) (*createParams, *
 		return nil, e
 	}
 	var e *api.Error
-	var err error
 	if p.limits, p.resolved, e = d.resolveLimits(req.Limits); e != nil {
 		return nil, e
 	}
@@ -93,11 +93,8 @@ func (d *Daemon) validateCreate(req *api.CreateSandboxRequest) (*createParams, *
 	default:
 		return nil, apiErr(api.CodeInvalidField, "mode", "mode: %q is not one of enforce, report (or empty for the daemon's %s)", req.Mode, d.cfg.Policy.Mode)
 	}
-	if e := validateAllow(req.Allow); e != nil {
+	if p.allowList, e = parseAllow(req.Allow); e != nil {
 		return nil, e
-	}
-	if p.allowList, err = parseAllow(req.Allow); err != nil {
-		return nil, apiErr(api.CodeInvalidField, "allow", "allow: %v", err)
 	}
 	sc := d.cfg.Sandbox
 	p.maxLifetime = time.Duration(sc.MaxLifetime)
@@ -205,18 +202,26 @@ func validateAbsPath(field, p string) *api.Error {
 	return nil
 }
 
-// validateAllow checks the spelling of extra allow entries (the policy's
-// parser names a bad entry again when the sandbox is served).
-func validateAllow(allow []string) *api.Error {
+// parseAllow parses a sandbox's own allow entries with the policy's parser
+// (--allow's spellings); a bad one is refused naming it and its index.
+func parseAllow(allow []string) (*policy.AllowList, *api.Error) {
 	if len(allow) > maxAllow {
-		return apiErr(api.CodeInvalidField, "allow", "allow: %d entries, at most %d", len(allow), maxAllow)
+		return nil, apiErr(api.CodeInvalidField, "allow", "allow: %d entries, at most %d", len(allow), maxAllow)
 	}
+	l, err := policy.NewAllowList(allow)
+	if err == nil {
+		return l, nil
+	}
+	// Which one: only on this error path is each entry parsed alone.
 	for i, a := range allow {
-		if a == "" || len(a) > 260 || strings.ContainsAny(a, " \t\r\n/\x00@") {
-			return apiErr(api.CodeInvalidField, fmt.Sprintf("allow[%d]", i), "allow[%d]: %.80q is not a host, host:port, *.domain or **.domain", i, a)
+		if _, perr := policy.NewAllowList([]string{a}); perr != nil {
+			if inner := errors.Unwrap(perr); inner != nil {
+				perr = inner
+			}
+			return nil, apiErr(api.CodeInvalidField, fmt.Sprintf("allow[%d]", i), "allow[%d]: %.80q: %v", i, a, perr)
 		}
 	}
-	return nil
+	return nil, apiErr(api.CodeInvalidField, "allow", "allow: %v", err)
 }
 
 // execParams is a validated POST .../exec.

@@ -3,7 +3,10 @@ package daemon
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/poll"
 )
 
@@ -34,9 +38,12 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Fatalf("timeouts %d %d", sb.IdleTimeoutMS, sb.MaxLifetimeMS)
 	}
 	// The create is audited before anything is built, with the owner.
-	w.audit.Wait(t, "the create record", func(r audit.Record) bool {
-		return r.Kind == kindSandbox && r.Sandbox == sb.ID && audittest.HasReason(r, ReasonCreated)
+	created := w.audit.Wait(t, "the create record", func(r audit.Record) bool {
+		return r.Kind == audit.KindSandbox && r.Sandbox == sb.ID && audittest.HasReason(r, ReasonCreated)
 	})
+	if created.Owner != strconv.Itoa(alice) {
+		t.Fatalf("create record's owner %q, want %d", created.Owner, alice)
+	}
 
 	r := c.json(t, "GET", "/v1/sandboxes/"+sb.ID, "")
 	var got api.Sandbox
@@ -67,10 +74,10 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Fatalf("inspect after delete: %d, want 404", r.status)
 	}
 	rec := w.audit.Wait(t, "the end record", func(r audit.Record) bool {
-		return r.Kind == kindSandbox && r.Sandbox == sb.ID && audittest.HasReason(r, ReasonDeleted)
+		return r.Kind == audit.KindSandbox && r.Sandbox == sb.ID && audittest.HasReason(r, ReasonDeleted)
 	})
-	if rec.Decision != audit.DecisionAllow {
-		t.Fatalf("end record %+v", rec)
+	if rec.Decision != audit.DecisionAllow || rec.Owner != strconv.Itoa(alice) {
+		t.Fatalf("end record %+v, want decision allow, owner %d", rec, alice)
 	}
 }
 
@@ -174,6 +181,8 @@ func TestCreateValidation(t *testing.T) {
 		{"bad env", `{"env": ["NOEQUALS"]}`, api.CodeInvalidField, "env[0]"},
 		{"empty label", `{"labels": {"": "x"}}`, api.CodeInvalidField, "labels"},
 		{"bad allow", `{"allow": ["http://x/y"]}`, api.CodeInvalidField, "allow[0]"},
+		{"bad allow port", `{"allow": ["pypi.org", "files.example:99999"]}`, api.CodeInvalidField, "allow[1]"},
+		{"bad allow wildcard", `{"allow": ["pypi.org", "x*.example"]}`, api.CodeInvalidField, "allow[1]"},
 		{"relative workspace", `{"workspace": "src"}`, api.CodeInvalidPath, "workspace"},
 		{"dotdot workspace", `{"workspace": "/tmp/../etc"}`, api.CodeInvalidPath, "workspace"},
 		{"missing workspace", `{"workspace": "/nonexistent/alk-ws"}`, api.CodeInvalidField, "workspace"},
@@ -232,7 +241,7 @@ func TestCreateRefusedWhileUnavailable(t *testing.T) {
 func TestCreateRecordRefusedNothingBuilt(t *testing.T) {
 	w := newFakeWorld(t)
 	w.audit.Refuse(func(r *audit.Record) error {
-		if r.Kind == kindSandbox {
+		if r.Kind == audit.KindSandbox {
 			return errAuditDown
 		}
 		return nil
@@ -266,7 +275,7 @@ func TestStartFailureCleansUp(t *testing.T) {
 		t.Fatal("the box of a failed start was not destroyed")
 	}
 	rec := w.audit.Wait(t, "the failed end record", func(r audit.Record) bool {
-		return r.Kind == kindSandbox && audittest.HasReason(r, ReasonFailed)
+		return r.Kind == audit.KindSandbox && audittest.HasReason(r, ReasonFailed)
 	})
 	if w.net.tornDown(rec.Sandbox) != 1 {
 		t.Fatal("the namespace of a failed start was not torn down")
@@ -524,5 +533,39 @@ func TestDeleteEndsRunningExecs(t *testing.T) {
 	last := frames[len(frames)-1]
 	if last.Type != api.FrameError || last.Error == nil || last.Error.Code != api.CodeConflict {
 		t.Fatalf("last frame %+v, want an error frame", last)
+	}
+}
+
+// TestCreateSandboxPolicy: a sandbox's own mode and allow entries are what
+// its namespace is served with (the gateway and the DNS filter decide with
+// that policy.Sandbox), whether it came from the pool or was made for the
+// create; without them the daemon's policy is all there is.
+func TestCreateSandboxPolicy(t *testing.T) {
+	for _, pool := range []int{-1, 1} {
+		t.Run(fmt.Sprintf("pool %d", pool), func(t *testing.T) {
+			w := newFakeWorld(t, func(c *config.Config) { c.Sandbox.PoolSize = pool })
+			if pool > 0 {
+				poll.Until(t, 10*time.Second, "the pool to fill", func() bool { return w.d.pool.depth() == pool })
+			}
+			c := w.client(alice)
+			sb := c.create(t, `{"mode": "report", "allow": ["PyPI.org", "files.example:8443"]}`)
+			got, ok := w.net.policy(sb.ID)
+			if !ok {
+				t.Fatalf("sandbox %s was never served", sb.ID)
+			}
+			if got.Mode != policy.ModeReport || !slices.Equal(got.Allow.Entries(), []string{"files.example:8443", "pypi.org"}) {
+				t.Fatalf("served with mode %q allow %v, want report [files.example:8443 pypi.org]", got.Mode, got.Allow.Entries())
+			}
+			w.net.mu.Lock()
+			fromPool := w.net.fromPool[sb.ID]
+			w.net.mu.Unlock()
+			if fromPool != (pool > 0) {
+				t.Fatalf("from the pool: %v, want %v", fromPool, pool > 0)
+			}
+			plain := c.create(t, `{}`)
+			if got, _ := w.net.policy(plain.ID); got.Mode != "" || got.Allow != nil {
+				t.Fatalf("a sandbox that asked for nothing is served with mode %q allow %v", got.Mode, got.Allow.Entries())
+			}
+		})
 	}
 }

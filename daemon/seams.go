@@ -5,9 +5,9 @@ import (
 	"io"
 	"syscall"
 
-	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/sandboxd"
 )
 
 // The seams the daemon's sandboxes are built on, owned here so the API and
@@ -61,14 +61,13 @@ type pooledNet interface {
 	Discard() error
 }
 
-// tap hands accepted audit records of one sandbox to a subscriber (the
-// events stream).
-type tap interface {
-	Subscribe(sandboxID string, buffer int) subscription
-}
-
-type subscription interface {
-	C() <-chan audit.Record
-	Dropped() int64
-	Close()
-}
+// The executor's types, spelled short where the seams use them.
+type (
+	prepareSpec = sandboxd.PrepareSpec
+	startSpec   = sandboxd.StartSpec
+	execSpec    = sandboxd.ExecSpec
+	execResult  = sandboxd.ExecResult
+	execError   = sandboxd.ExecError
+	usage       = sandboxd.Usage
+	filesResult = sandboxd.FilesResult
+)
