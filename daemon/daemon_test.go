@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if sandboxd.IsStage() {
 		sandboxd.InitMain()
 	}
+	if os.Getenv(unprivSocketEnv) != "" {
+		os.Exit(unprivClient()) // TestRootSandboxOwners' other user
+	}
 	os.Exit(m.Run())
 }
 

@@ -130,6 +130,7 @@ func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, erro
 			d.undoBuild(sb.id, pb.box)
 			return nil, err
 		}
+		d.metrics.fromPool.Inc()
 		return pb.box, nil
 	}
 	ns, err := d.net.Create(ctx, psb)

@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	reg       *prometheus.Registry
 	created   prometheus.Counter
+	fromPool  prometheus.Counter
 	ended     *prometheus.CounterVec
 	execStart prometheus.Histogram
 	execWall  prometheus.Histogram
@@ -22,6 +23,8 @@ func newMetrics(active, poolDepth func() float64) *metrics {
 		reg: prometheus.NewRegistry(),
 		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_sandboxes_created_total",
 			Help: "Sandboxes created through the API (POST /v1/sandboxes and /v1/run)."}),
+		fromPool: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_sandboxes_from_pool_total",
+			Help: "Sandboxes created from a prepared sandbox of the warm pool (the rest were built for their create)."}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_sandboxes_ended_total",
 			Help: "Sandboxes ended, by reason: deleted, idle_timeout, max_lifetime, daemon_stopped, failed."}, []string{"reason"}),
 		execStart: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_exec_start_seconds",
@@ -38,7 +41,7 @@ func newMetrics(active, poolDepth func() float64) *metrics {
 	for _, r := range []string{ReasonDeleted, ReasonIdleTimeout, ReasonMaxLifetime, ReasonDaemonStopped, ReasonFailed} {
 		m.ended.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.created, m.ended, m.execStart, m.execWall, m.oomKills, m.timeouts,
+	m.reg.MustRegister(m.created, m.fromPool, m.ended, m.execStart, m.execWall, m.oomKills, m.timeouts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_sandboxes_active", Help: "Sandboxes alive now."}, active),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_sandbox_pool_depth", Help: "Prepared sandboxes waiting in the warm pool."}, poolDepth))
 	return m
