@@ -33,6 +33,8 @@ type fakeExecutor struct {
 	failPrepare atomic.Bool
 	// startErr makes Start fail.
 	startErr atomic.Pointer[error]
+	// oomKills is what every sandbox's cgroup says at its end.
+	oomKills atomic.Int64
 
 	mu    sync.Mutex
 	boxes []*fakeBox
@@ -242,7 +244,7 @@ func (b *fakeBox) Destroy(ctx context.Context) (usage, error) {
 	if !already {
 		close(b.done)
 	}
-	return usage{CPU: 7 * time.Millisecond, PeakMemory: 3 << 20}, nil
+	return usage{CPU: 7 * time.Millisecond, PeakMemory: 3 << 20, OOMKills: b.e.oomKills.Load()}, nil
 }
 
 func (b *fakeBox) Done() <-chan struct{} { return b.done }
