@@ -42,7 +42,7 @@ type apiRoot struct {
 // made for the test (alk-g<pid>).
 func newAPIRoot(t *testing.T, edit ...func(*config.Config)) *apiRoot {
 	t.Helper()
-	d, n, cfg, _ := newTestDaemon(t, edit...)
+	d, n, cfg, _ := newTestDaemonPool(t, true, edit...)
 	a := &apiRoot{d: d, n: n, cfg: cfg}
 	a.group, a.gid = systemGroup(t, "alk-g"+strconv.Itoa(os.Getpid()))
 	a.sock = filepath.Join(searchableTempDir(t), "api.sock")

@@ -292,7 +292,7 @@ func (d *Daemon) initSandboxes(o Options) {
 		d.exe = sandboxdExecutor{d.exec}
 	}
 	poolSize := max(d.cfg.Sandbox.PoolSize, 0)
-	if d.exe == nil {
+	if d.exe == nil || !o.Pool {
 		poolSize = 0
 	}
 	d.pool = newWarmPool(poolSize, d.net, d.exe, d.prepareSpec, d.log)

@@ -59,6 +59,10 @@ type Options struct {
 	Recover netns.RecoverPolicy
 	// Executor overrides the executor's config (tests set Exe and InitArgs).
 	Executor *sandboxd.Config
+	// Pool keeps Config.Sandbox.PoolSize sandboxes prepared for the API's
+	// creates (airlock serve). Without it there is no warm pool: a single
+	// `airlock run` would only pay for sandboxes nobody takes.
+	Pool bool
 	// NoExecutor builds no executor (airlock attach serves a namespace whose
 	// processes someone else runs); Run then fails.
 	NoExecutor bool
@@ -178,7 +182,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
-	d.initSandboxes(o)
 	if err := eng.wait(); err != nil {
 		return nil, err
 	}
@@ -186,6 +189,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
 		return nil, fmt.Errorf("recover namespaces: %w", err)
 	}
+	// The warm pool starts filling only after Recover: Recover removes the
+	// pool namespaces its manager does not know yet, and a fill under way
+	// makes its namespace before the manager records it.
+	d.initSandboxes(o)
 	return d, nil
 }
 

@@ -45,7 +45,9 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("oom kills %v, want 2", got)
 	}
 	idle := c.create(t, `{"idle_timeout": "1s"}`)
-	life := c.create(t, `{"max_lifetime": "1s"}`)
+	// Its idle timeout would be 1s too (at most its lifetime): the
+	// lifetime must be what ends it.
+	life := c.create(t, `{"max_lifetime": "1s", "idle_timeout": "1h"}`)
 	for _, tt := range []struct{ id, reason string }{{idle.ID, ReasonIdleTimeout}, {life.ID, ReasonMaxLifetime}, {sb.ID, ReasonDeleted}} {
 		sample := fmt.Sprintf("airlock_sandboxes_ended_total{reason=%q}", tt.reason)
 		poll.Until(t, 10*time.Second, sample, func() bool { return m(sample) == 1 })
