@@ -505,8 +505,10 @@ func testRootEgressEvents(t *testing.T, a *apiRoot) {
 	if first, err := ev.Next(); err != nil || first.Type != "sandbox" || first.Sandbox == nil || first.Sandbox.ID != sb.ID {
 		t.Fatalf("first event %+v, %v; want the sandbox", first, err)
 	}
+	// An evaluation over policy's 100 ms deadline (a loaded machine, -race)
+	// is a fail-closed deny that never reaches pypi.org: up to three tries.
 	out := a.mustRun(t, sb.ID, "sh", "-c",
-		"curl -sS --max-time 20 -o /dev/null -w '%{http_code} ' https://pypi.org/simple/; curl -sS --max-time 20 -o /dev/null -w '%{http_code}' https://evil.example/; exit 0")
+		"for i in 1 2 3; do c=$(curl -sS --max-time 20 -o /dev/null -w '%{http_code}' https://pypi.org/simple/); [ \"$c\" = 200 ] && break; done; echo -n \"$c \"; curl -sS --max-time 20 -o /dev/null -w '%{http_code}' https://evil.example/; exit 0")
 	if !strings.HasPrefix(out, "200 ") || strings.HasSuffix(out, "200") {
 		t.Fatalf("curl codes %q, want pypi.org 200 and evil.example refused", out)
 	}
@@ -540,7 +542,7 @@ func testRootEgressEvents(t *testing.T, a *apiRoot) {
 	}
 	// Another sandbox allowed evil.example gets there; this one still not.
 	other := a.create(t, api.CreateSandboxRequest{Allow: []string{"evil.example"}})
-	if out := a.mustRun(t, other.ID, "curl", "-sS", "--max-time", "20", "https://evil.example/x"); !strings.Contains(out, "hello from evil.example") {
+	if out := a.mustRun(t, other.ID, "sh", "-c", "for i in 1 2 3; do curl -fsS --max-time 20 https://evil.example/x && break; done; exit 0"); !strings.Contains(out, "hello from evil.example") {
 		t.Fatalf("the sandbox allowed evil.example got %q", out)
 	}
 	if got := evil.Requests(); got != 1 {
