@@ -152,3 +152,42 @@ func BenchmarkReserveLog(b *testing.B) {
 	bu.Close()
 	w.Close()
 }
+
+// nopLogger accepts every record.
+type nopLogger struct{}
+
+func (nopLogger) Log(*Record) error { return nil }
+
+// BenchmarkTapLog is what a Tap adds to each Log, in parallel: with no
+// subscriber, with one for another sandbox, and with one for the record's
+// sandbox that reads everything.
+func BenchmarkTapLog(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		sub  string
+	}{{"none", ""}, {"other-sandbox", "sb-2"}, {"same-sandbox", "sb-1"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			tap := NewTap(nopLogger{})
+			if tc.sub != "" {
+				s := tap.Subscribe(tc.sub, 1024)
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for range s.C() {
+					}
+				}()
+				defer func() { s.Close(); <-done }()
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := benchRecord()
+				for pb.Next() {
+					if err := tap.Log(r); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

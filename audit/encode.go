@@ -36,6 +36,7 @@ func appendBody(dst []byte, r *Record) []byte {
 		dst = append(dst, `,"sandbox":`...)
 		dst = appendString(dst, r.Sandbox)
 	}
+	dst = appendStrField(dst, `,"owner":`, r.Owner)
 	dst = append(dst, `,"kind":`...)
 	dst = appendString(dst, r.Kind)
 	dst = appendStrField(dst, `,"decision":`, r.Decision)

@@ -162,7 +162,16 @@ func syncDir(path string) error {
 }
 
 // open opens the live file and sets seq and prev from the chain's last line.
-func (w *Writer) open() error {
+// It returns what it found of a writer that did not close the log (see
+// recoverCrash).
+func (w *Writer) open() (*crashSigns, error) {
+	signs := &crashSigns{}
+	err := w.openLive(signs)
+	return signs, err
+}
+
+// openLive is open's work.
+func (w *Writer) openLive(signs *crashSigns) error {
 	path := w.cfg.File
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, DefaultFileMode)
 	if err != nil {
@@ -185,14 +194,16 @@ func (w *Writer) open() error {
 		return fmt.Errorf("audit: read tail of %s: %w", path, err)
 	}
 	if ti.lastEnd < ti.size {
-		if err := w.cutTornTail(f, ti); err != nil {
+		saved, err := w.cutTornTail(f, ti)
+		if err != nil {
 			f.Close()
 			return err
 		}
+		signs.tornBytes, signs.tornSaved = int(ti.size-ti.lastEnd), saved
 	}
 	w.f, w.size = f, ti.lastEnd
 	last := ti.lastLine
-	from := path
+	from, fromEnd := path, ti.lastEnd
 	if last == nil {
 		// An empty live file continues the newest rotated sibling's chain.
 		rotated, err := RotatedFiles(path)
@@ -202,7 +213,7 @@ func (w *Writer) open() error {
 		}
 		if n := len(rotated); n > 0 {
 			from = rotated[n-1]
-			if last, err = lastWholeLine(from); err != nil {
+			if last, fromEnd, err = lastWholeLine(from); err != nil {
 				f.Close()
 				return err
 			}
@@ -214,12 +225,14 @@ func (w *Writer) open() error {
 		return syncDir(path)
 	}
 	var head struct {
-		Seq uint64 `json:"seq"`
+		Seq  uint64 `json:"seq"`
+		Kind string `json:"kind"`
 	}
 	if err := json.Unmarshal(last, &head); err != nil || head.Seq == 0 {
 		f.Close()
 		return fmt.Errorf("audit: %s: last line is not a valid record (%v); run `airlock audit verify` and move the file aside", from, err)
 	}
+	signs.tailFile, signs.tailEnd, signs.tailKind = from, fromEnd, head.Kind
 	w.seq = head.Seq
 	sum := sha256.Sum256(last)
 	hex.Encode(w.prev[:], sum[:])
@@ -252,43 +265,45 @@ func lockLive(f *os.File, path string) error {
 	return nil
 }
 
-func lastWholeLine(path string) ([]byte, error) {
+// lastWholeLine returns path's last whole line and the offset just past it.
+func lastWholeLine(path string) ([]byte, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
+		return nil, 0, fmt.Errorf("audit: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
+		return nil, 0, fmt.Errorf("audit: %w", err)
 	}
 	ti, err := readTail(f, st.Size())
 	if err != nil {
-		return nil, fmt.Errorf("audit: read tail of %s: %w", path, err)
+		return nil, 0, fmt.Errorf("audit: read tail of %s: %w", path, err)
 	}
-	return ti.lastLine, nil
+	return ti.lastLine, ti.lastEnd, nil
 }
 
 // cutTornTail copies the bytes after the last newline (a line a crash cut short)
 // to <file>.torn-<UTC time>, then truncates the live file to its last whole line.
-func (w *Writer) cutTornTail(f *os.File, ti tailInfo) error {
+// It returns the copy's name.
+func (w *Writer) cutTornTail(f *os.File, ti tailInfo) (string, error) {
 	torn := make([]byte, ti.size-ti.lastEnd)
 	if _, err := f.ReadAt(torn, ti.lastEnd); err != nil {
-		return fmt.Errorf("audit: read torn tail: %w", err)
+		return "", fmt.Errorf("audit: read torn tail: %w", err)
 	}
 	name := w.cfg.File + ".torn-" + time.Now().UTC().Format("20060102T150405.000000000Z")
 	if err := writeFileSync(name, torn); err != nil {
-		return fmt.Errorf("audit: save torn tail: %w", err)
+		return "", fmt.Errorf("audit: save torn tail: %w", err)
 	}
 	if err := f.Truncate(ti.lastEnd); err != nil {
-		return fmt.Errorf("audit: truncate torn tail: %w", err)
+		return "", fmt.Errorf("audit: truncate torn tail: %w", err)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("audit: sync after truncate: %w", err)
+		return "", fmt.Errorf("audit: sync after truncate: %w", err)
 	}
 	w.log.Warn("audit file had a torn last line (crash mid-write); moved it aside",
 		"torn_bytes", len(torn), "saved_to", name, "kept_bytes", ti.lastEnd)
-	return nil
+	return name, nil
 }
 
 func writeFileSync(name string, b []byte) error {

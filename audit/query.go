@@ -13,7 +13,9 @@ import (
 
 // Filter selects records in Query. Zero fields match everything.
 type Filter struct {
-	Sandbox  string
+	Sandbox string
+	// Owner matches Record.Owner, the decimal uid of the sandbox's owner.
+	Owner    string
 	Kind     string // checkpoints are skipped unless Kind is "checkpoint"
 	Decision string
 	// Host matches Record.Host (or, when that is empty, QName without its
@@ -30,6 +32,7 @@ func (f *Filter) Match(r *Record) bool {
 		return false
 	}
 	if f.Sandbox != "" && r.Sandbox != f.Sandbox ||
+		f.Owner != "" && r.Owner != f.Owner ||
 		f.Kind != "" && r.Kind != f.Kind ||
 		f.Decision != "" && r.Decision != f.Decision ||
 		!f.Since.IsZero() && r.TS.Before(f.Since) ||

@@ -25,6 +25,9 @@ func TestQuery(t *testing.T) {
 		if i%3 == 2 {
 			r.Host, r.QName = "", "evil.example."
 		}
+		if i%4 == 0 {
+			r.Owner = "1000"
+		}
 		if err := w.Log(r); err != nil {
 			t.Fatal(err)
 		}
@@ -43,6 +46,9 @@ func TestQuery(t *testing.T) {
 	}{
 		{"all", Filter{}, 60},
 		{"sandbox", Filter{Sandbox: "sb-1"}, 20},
+		{"owner", Filter{Owner: "1000"}, 15},
+		{"owner and sandbox", Filter{Owner: "1000", Sandbox: "sb-0"}, 5},
+		{"other owner", Filter{Owner: "0"}, 0},
 		{"kind", Filter{Kind: KindConnect}, 20},
 		{"decision", Filter{Decision: DecisionDeny}, 30},
 		{"host exact", Filter{Host: "pypi.org"}, 20},

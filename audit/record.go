@@ -9,36 +9,39 @@ import (
 // Prev are set by the writer; callers fill the rest. Fields that do not apply
 // stay zero and are omitted.
 type Record struct {
-	Seq        uint64    `json:"seq"`
-	TS         time.Time `json:"ts"`
-	Prev       string    `json:"prev"`
-	ID         string    `json:"id"`
-	Sandbox    string    `json:"sandbox,omitempty"`
-	Kind       string    `json:"kind"`               // one of the Kind* constants
-	Decision   string    `json:"decision,omitempty"` // DecisionAllow, DecisionDeny or DecisionError
-	Mode       string    `json:"mode,omitempty"`
-	Reasons    []Reason  `json:"reasons,omitempty"`
-	PolicyRev  string    `json:"policy_rev,omitempty"`
-	Host       string    `json:"host,omitempty"`
-	Port       int       `json:"port,omitempty"`
-	IP         string    `json:"ip,omitempty"`
-	Protocol   string    `json:"protocol,omitempty"`
-	Method     string    `json:"method,omitempty"`
-	Path       string    `json:"path,omitempty"`
-	Query      []string  `json:"query,omitempty"` // keys only, never values
-	Status     int       `json:"status,omitempty"`
-	BytesUp    int64     `json:"bytes_up,omitempty"`
-	BytesDown  int64     `json:"bytes_down,omitempty"`
-	DurationMS float64   `json:"duration_ms,omitempty"`
-	Secrets    []Secret  `json:"secrets,omitempty"`
-	QName      string    `json:"qname,omitempty"`
-	QType      string    `json:"qtype,omitempty"`
-	RCode      string    `json:"rcode,omitempty"`
-	Answers    []Answer  `json:"answers,omitempty"`
-	Upstream   string    `json:"upstream,omitempty"`
-	Flags      []string  `json:"flags,omitempty"`
-	Error      string    `json:"error,omitempty"`
-	Exec       *Exec     `json:"exec,omitempty"`
+	Seq     uint64    `json:"seq"`
+	TS      time.Time `json:"ts"`
+	Prev    string    `json:"prev"`
+	ID      string    `json:"id"`
+	Sandbox string    `json:"sandbox,omitempty"`
+	// Owner is the decimal uid of the caller that created the sandbox (the
+	// daemon stamps it, by sandbox id, on every record of the sandbox).
+	Owner      string   `json:"owner,omitempty"`
+	Kind       string   `json:"kind"`               // one of the Kind* constants
+	Decision   string   `json:"decision,omitempty"` // DecisionAllow, DecisionDeny or DecisionError
+	Mode       string   `json:"mode,omitempty"`
+	Reasons    []Reason `json:"reasons,omitempty"`
+	PolicyRev  string   `json:"policy_rev,omitempty"`
+	Host       string   `json:"host,omitempty"`
+	Port       int      `json:"port,omitempty"`
+	IP         string   `json:"ip,omitempty"`
+	Protocol   string   `json:"protocol,omitempty"`
+	Method     string   `json:"method,omitempty"`
+	Path       string   `json:"path,omitempty"`
+	Query      []string `json:"query,omitempty"` // keys only, never values
+	Status     int      `json:"status,omitempty"`
+	BytesUp    int64    `json:"bytes_up,omitempty"`
+	BytesDown  int64    `json:"bytes_down,omitempty"`
+	DurationMS float64  `json:"duration_ms,omitempty"`
+	Secrets    []Secret `json:"secrets,omitempty"`
+	QName      string   `json:"qname,omitempty"`
+	QType      string   `json:"qtype,omitempty"`
+	RCode      string   `json:"rcode,omitempty"`
+	Answers    []Answer `json:"answers,omitempty"`
+	Upstream   string   `json:"upstream,omitempty"`
+	Flags      []string `json:"flags,omitempty"`
+	Error      string   `json:"error,omitempty"`
+	Exec       *Exec    `json:"exec,omitempty"`
 	// Checkpoint is set only on KindCheckpoint records written by the writer.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Extra carries kind-specific detail that has no field of its own. Never put a
@@ -71,6 +74,11 @@ const (
 	// failure: the log was unavailable from when to when, and how many records
 	// were refused meanwhile.
 	KindOutage = "audit_outage"
+	// KindCrashRecovered is the record a writer appends at open when the
+	// previous writer died without closing the log: how many records it left
+	// after its last checkpoint (seq from..through) and the torn line it was
+	// writing, if any. A checkpoint covering them follows.
+	KindCrashRecovered = "crash_recovered"
 )
 
 // Decisions as records spell them.

@@ -157,7 +157,7 @@ func (w *Writer) checkDiskHead(f *os.File, end int64) error {
 		}
 		if n := len(rotated); n > 0 {
 			from = rotated[n-1]
-			if last, err = lastWholeLine(from); err != nil {
+			if last, _, err = lastWholeLine(from); err != nil {
 				return err
 			}
 		}

@@ -56,7 +56,7 @@ func TestWriterRedactsCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &Record{
-		Kind: KindHTTP, Host: "api.example", Method: "GET",
+		Kind: KindHTTP, Host: "api.example", Method: "GET", Sandbox: "sb-1", Owner: "1000",
 		Path:  "/v1/items?token=QUERYSECRET&page=2",
 		Query: []string{"page"},
 		Extra: map[string]json.RawMessage{
@@ -95,6 +95,9 @@ func TestWriterRedactsCredentials(t *testing.T) {
 	got := decodeLine(t, readLines(t, cfg.File)[0])
 	if got.Path != "/v1/items" || !reflect.DeepEqual(got.Query, []string{"page", "token"}) {
 		t.Errorf("path/query: got %q %q, want /v1/items [page token]", got.Path, got.Query)
+	}
+	if got.Sandbox != "sb-1" || got.Owner != "1000" {
+		t.Errorf("sandbox/owner: got %q %q, want sb-1 1000 kept by redaction", got.Sandbox, got.Owner)
 	}
 	if string(got.Extra["harmless"]) != `{"user_agent":"curl/8"}` {
 		t.Errorf("harmless extra changed: %s", got.Extra["harmless"])

@@ -96,7 +96,7 @@ func (w *Writer) prune() {
 	if len(del) == 0 {
 		return
 	}
-	last, err := lastWholeLine(del[len(del)-1])
+	last, _, err := lastWholeLine(del[len(del)-1])
 	var head struct {
 		Seq uint64 `json:"seq"`
 	}

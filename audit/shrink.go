@@ -21,7 +21,8 @@ const TruncatedKey = "airlock_truncated_bytes"
 
 // shrink returns a copy of r whose strings and lists are cut to the shrink
 // bounds, with Extra replaced by {TruncatedKey: size}. Everything a query
-// filters on (sandbox, kind, decision, host) is kept as far as the bounds allow.
+// filters on (sandbox, owner, kind, decision, host) is kept as far as the
+// bounds allow.
 func shrink(r *Record, size int) *Record {
 	c := *r
 	cut := func(s string) string {
@@ -40,7 +41,7 @@ func shrink(r *Record, size int) *Record {
 		}
 		return out
 	}
-	for _, p := range []*string{&c.ID, &c.Sandbox, &c.Kind, &c.Decision, &c.Mode, &c.PolicyRev, &c.Host, &c.IP,
+	for _, p := range []*string{&c.ID, &c.Sandbox, &c.Owner, &c.Kind, &c.Decision, &c.Mode, &c.PolicyRev, &c.Host, &c.IP,
 		&c.Protocol, &c.Method, &c.Path, &c.QName, &c.QType, &c.RCode, &c.Upstream, &c.Error} {
 		*p = cut(*p)
 	}

@@ -121,7 +121,10 @@ type Stats struct {
 }
 
 // New opens (or creates) cfg.File, recovers a torn tail, continues the chain
-// and starts the writer goroutine. logger may be nil.
+// and starts the writer goroutine. When the previous writer did not close the
+// file (a torn line, or with a signing key records after the last
+// checkpoint), New first appends a crash_recovered record and a checkpoint
+// covering them (see recoverCrash). logger may be nil.
 func New(cfg Config, logger *slog.Logger) (*Writer, error) {
 	return newWriter(cfg, logger, writerHooks{})
 }
@@ -158,7 +161,8 @@ func newWriter(cfg Config, logger *slog.Logger, hooks writerHooks) (*Writer, err
 	} else {
 		w.log.Warn("audit checkpoints disabled: no signing_key_file; a rewrite of the whole chain would go unnoticed")
 	}
-	if err := w.open(); err != nil {
+	signs, err := w.open()
+	if err != nil {
 		return nil, err
 	}
 	st, err := w.f.Stat()
@@ -168,6 +172,10 @@ func newWriter(cfg Config, logger *slog.Logger, hooks writerHooks) (*Writer, err
 	}
 	w.fileInfo, w.onDisk = st, w.size
 	w.diskSeq, w.diskPrev = w.seq, w.prev
+	if err := w.recoverCrash(signs); err != nil {
+		w.f.Close()
+		return nil, err
+	}
 	go w.run()
 	return w, nil
 }
@@ -264,7 +272,7 @@ func checkCallerRecord(r *Record) error {
 		return errors.New("audit: nil record")
 	}
 	switch r.Kind {
-	case KindCheckpoint, KindRetention, KindOutage:
+	case KindCheckpoint, KindRetention, KindOutage, KindCrashRecovered:
 		return fmt.Errorf("audit: kind %q is reserved for the writer", r.Kind)
 	}
 	return nil

@@ -393,8 +393,18 @@ func TestWriterCrashMidWrite(t *testing.T) {
 	if err != nil {
 		t.Fatalf("verify after reopen: %v", err)
 	}
-	if rep.Records != 8 || rep.LastSeq != uint64(len(whole)+2) {
-		t.Fatalf("report: got %+v, want 8 records ending at seq %d", rep, len(whole)+2)
+	// After the 8 whole lines: the crash_recovered record, its checkpoint,
+	// the new record and the closing checkpoint.
+	if rep.Records != 9 || rep.LastSeq != uint64(len(whole)+4) {
+		t.Fatalf("report: got %+v, want 9 records ending at seq %d", rep, len(whole)+4)
+	}
+	crash := decodeLine(t, readLines(t, cfg.File)[len(whole)])
+	var tornBytes int
+	var savedTo string
+	json.Unmarshal(crash.Extra[CrashTornBytes], &tornBytes)
+	json.Unmarshal(crash.Extra[CrashTornSavedTo], &savedTo)
+	if crash.Kind != KindCrashRecovered || tornBytes != len(partial) || !strings.HasPrefix(savedTo, cfg.File+".torn-") || crash.Extra[CrashUnsignedRecords] != nil {
+		t.Fatalf("got %+v, want a crash_recovered record naming the %d torn bytes and no unsigned records", crash, len(partial))
 	}
 	torn, _ := filepath.Glob(cfg.File + ".torn-*")
 	if len(torn) != 1 {
@@ -418,9 +428,12 @@ func TestWriterCrashOnlyTornLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, pub := writeRecords(t, cfg, 2)
-	rep, err := VerifyFiles(VerifyOptions{PublicKey: pub}, cfg.File)
-	if err != nil || rep.FirstSeq != 1 || rep.Records != 2 {
-		t.Fatalf("verify: got %+v, %v; want a fresh chain of 2 records", rep, err)
+	rep, err := VerifyFiles(VerifyOptions{PublicKey: pub, Complete: true}, cfg.File)
+	if err != nil || rep.FirstSeq != 1 || rep.Records != 3 {
+		t.Fatalf("verify: got %+v, %v; want a fresh chain of a crash_recovered record and 2 records", rep, err)
+	}
+	if first := decodeLine(t, readLines(t, cfg.File)[0]); first.Kind != KindCrashRecovered || first.Seq != 1 {
+		t.Fatalf("got first line %+v, want the crash_recovered record", first)
 	}
 }
 
@@ -702,7 +715,7 @@ func TestWriterShrinksOversizedRecord(t *testing.T) {
 		keys[i] = fmt.Sprintf("k%06d", i)
 	}
 	huge := &Record{
-		Sandbox: "sb-1", Kind: KindHTTP, Decision: DecisionDeny, Host: "evil.example",
+		Sandbox: "sb-1", Owner: "1000", Kind: KindHTTP, Decision: DecisionDeny, Host: "evil.example",
 		Path:  "/" + strings.Repeat("\x01\n\xff", MaxLineSize/12),
 		Query: keys,
 		Extra: map[string]json.RawMessage{"blob": json.RawMessage(`"` + strings.Repeat("a", MaxLineSize) + `"`)},
@@ -728,9 +741,9 @@ func TestWriterShrinksOversizedRecord(t *testing.T) {
 	if err := json.Unmarshal(lines[0], &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Sandbox != "sb-1" || got.Host != "evil.example" || got.Decision != DecisionDeny || len(got.Query) != shrinkList {
-		t.Fatalf("shrunk record: got sandbox %q host %q decision %q %d query keys; want sb-1 evil.example deny %d",
-			got.Sandbox, got.Host, got.Decision, len(got.Query), shrinkList)
+	if got.Sandbox != "sb-1" || got.Owner != "1000" || got.Host != "evil.example" || got.Decision != DecisionDeny || len(got.Query) != shrinkList {
+		t.Fatalf("shrunk record: got sandbox %q owner %q host %q decision %q %d query keys; want sb-1 1000 evil.example deny %d",
+			got.Sandbox, got.Owner, got.Host, got.Decision, len(got.Query), shrinkList)
 	}
 	if _, ok := got.Extra[TruncatedKey]; !ok || len(got.Extra) != 1 {
 		t.Fatalf("extra: got %v, want only %s", got.Extra, TruncatedKey)

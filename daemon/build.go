@@ -189,7 +189,7 @@ func (d *Daemon) placeholderInName() func(sb policy.Sandbox, name string) (reaso
 	}
 	inj := d.secrets
 	return func(sb policy.Sandbox, name string) (string, string, bool) {
-		err := inj.CheckName(secrets.Sandbox(sb), name)
+		err := inj.CheckName(secrets.Sandbox{ID: sb.ID, Labels: sb.Labels}, name)
 		if err == nil {
 			return "", "", false
 		}

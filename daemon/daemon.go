@@ -395,7 +395,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	}()
 	env := append([]string(nil), t.Env...)
 	if d.secrets != nil {
-		ph, err := d.secrets.Placeholders(secrets.Sandbox(sb))
+		ph, err := d.secrets.Placeholders(secrets.Sandbox{ID: sb.ID, Labels: sb.Labels})
 		if err != nil {
 			return nil, err
 		}

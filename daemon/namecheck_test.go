@@ -34,7 +34,7 @@ bindings:
 		t.Fatal(err)
 	}
 	sb := policy.Sandbox{ID: "sb-1"}
-	ph, err := inj.Placeholders(secrets.Sandbox(sb))
+	ph, err := inj.Placeholders(secrets.Sandbox{ID: sb.ID, Labels: sb.Labels})
 	if err != nil || ph["API_KEY"] == "" {
 		t.Fatalf("placeholders: got %v, %v", ph, err)
 	}

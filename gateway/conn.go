@@ -109,19 +109,22 @@ type connReader struct {
 	limit    int  // remaining header bytes when limited
 	limited  bool // reading a header block
 	progress time.Duration
-	until    time.Time // bound: reads fail once it passes; zero when unbounded
-	expired  bool      // a read failed because until passed
+	// until and expired are atomic: on the explicit proxy, http.Server's
+	// background read calls Read while the handler bounds and unbounds.
+	until   atomic.Int64 // bound: unix nanos after which reads fail; 0 when unbounded
+	expired atomic.Bool  // a read failed because until passed
 }
 
 // bound makes every read until unbound fail once t passes.
 func (r *connReader) bound(t time.Time) {
-	r.until, r.expired = t, false
+	r.until.Store(t.UnixNano())
+	r.expired.Store(false)
 	r.c.SetReadDeadline(t)
 }
 
 // unbound lifts bound's deadline.
 func (r *connReader) unbound() {
-	r.until = time.Time{}
+	r.until.Store(0)
 	r.c.SetReadDeadline(time.Time{})
 }
 
@@ -137,15 +140,15 @@ func (r *connReader) Read(p []byte) (int, error) {
 		}
 	} else if r.progress > 0 {
 		d := time.Now().Add(r.progress)
-		if !r.until.IsZero() && r.until.Before(d) {
-			d = r.until
+		if u := r.until.Load(); u != 0 && u < d.UnixNano() {
+			d = time.Unix(0, u)
 		}
 		r.c.SetReadDeadline(d)
 	}
 	n, err := r.c.Read(p)
 	r.limit -= n
-	if err != nil && !r.until.IsZero() && isTimeout(err) && !time.Now().Before(r.until) {
-		r.expired = true
+	if u := r.until.Load(); err != nil && u != 0 && isTimeout(err) && time.Now().UnixNano() >= u {
+		r.expired.Store(true)
 	}
 	return n, err
 }

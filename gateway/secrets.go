@@ -47,7 +47,9 @@ const (
 	ReasonSecretResponse    = "secret_response_refused" // a response that cannot be scrubbed (502)
 )
 
-func sandboxOf(rc *reqCtx) secrets.Sandbox { return secrets.Sandbox(rc.cc.sb.info) }
+func sandboxOf(rc *reqCtx) secrets.Sandbox {
+	return secrets.Sandbox{ID: rc.cc.sb.info.ID, Labels: rc.cc.sb.info.Labels}
+}
 
 // secretsErr maps an error of package secrets onto the gateway's denial or
 // failure, with the status secrets.HTTPStatus gives: a *secrets.Denial becomes a
@@ -117,7 +119,7 @@ func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
 		defer rd.unbound()
 	}
 	err := inj.Check(sandboxOf(rc), rc.req)
-	if err != nil && rd.expired {
+	if err != nil && rd.expired.Load() {
 		return &denial{reason: ReasonBodyScanTimeout, status: http.StatusRequestTimeout,
 			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
 	}

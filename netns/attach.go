@@ -75,7 +75,8 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	path := m.nsPath(sb.ID)
 	// A first state file before anything is touched, so Recover finds the bind
 	// mount if the process dies before the full state is written.
-	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: m.backend, Attached: true, Source: nsPath}
+	st := m.newState(sb, originAttached)
+	st.Source = nsPath
 	if err := m.writeState(st); err != nil {
 		return nil, err
 	}
@@ -158,7 +159,7 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	if err != nil {
 		return nil, err
 	}
-	s = &Sandbox{ID: sb.ID, Labels: maps.Clone(sb.Labels), Path: path, Attached: true, Source: nsPath, Own: own}
+	s = &Sandbox{ID: sb.ID, Labels: maps.Clone(sb.Labels), Path: path, Attached: true, Source: nsPath, Own: own, info: sb}
 	if err := m.serve(s); err != nil {
 		return nil, err
 	}

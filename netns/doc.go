@@ -6,10 +6,12 @@
 // filter, and logs and drops everything else (written as "drop" audit
 // records). Attach gives a namespace made by someone else (a container's, a
 // VM's) the same listeners and rules and restores it on Detach; state files let
-// Recover re-attach or remove what a crashed gateway left.
+// Recover re-attach attached namespaces a crashed gateway left and remove the
+// ones it had created. The pool keeps namespaces ready; TakePooled hands one
+// out for a sandbox to be prepared in, CreateFrom gives it to the sandbox.
 //
-// Entry points: New, (*Manager).Create, Attach, Detach, Teardown, Recover,
-// Close. The listeners go to a caller-owned Server (package daemon glues in
+// Entry points: New, (*Manager).Create, TakePooled, CreateFrom, Attach,
+// Detach, Teardown, Recover, Close. The listeners go to a caller-owned Server (package daemon glues in
 // the gateway and the DNS filter). Rules, attach, recovery, the pool and the
 // capabilities a sandbox must never hold: docs/ARCHITECTURE.md, "Network
 // model".

@@ -62,6 +62,7 @@ type Sandbox struct {
 	// Own are the gateway's addresses as the sandbox sees them.
 	Own []netip.Addr
 
+	info  policy.Sandbox // what the Server is told: id, labels, mode, allow
 	ls    Listeners
 	drops *dropReader
 }
@@ -90,7 +91,8 @@ type Manager struct {
 	poolStop  chan struct{}
 	poolDone  chan struct{}
 	poolSeq   atomic.Uint64
-	poolNames sync.Map // path -> struct{} for pool namespaces this Manager made
+	poolNames sync.Map             // path -> struct{} for pool namespaces this Manager made, ready or taken
+	taken     map[*Pooled]struct{} // handed out by TakePooled, not yet used; guarded by mu
 }
 
 // New returns a Manager. It does no kernel work until the first Create, Attach or
@@ -115,6 +117,7 @@ func New(cfg Config, srv Server, al audit.Logger, logger *slog.Logger) (*Manager
 		log:       oplog.For(logger, "netns"),
 		ipt:       execRunner{timeout: cfg.ExecTimeout},
 		sandboxes: map[string]*Sandbox{},
+		taken:     map[*Pooled]struct{}{},
 		poolStop:  make(chan struct{}),
 		poolDone:  make(chan struct{}),
 	}
@@ -193,7 +196,7 @@ func (m *Manager) Create(ctx context.Context, sb policy.Sandbox) (*Sandbox, erro
 		return nil, err
 	}
 	path := m.nsPath(sb.ID)
-	s, err := m.create(ctx, sb, path)
+	s, err := m.create(ctx, sb, path, nil)
 	if err != nil {
 		m.release(sb.ID)
 		m.log.Error("create sandbox namespace", oplog.SandboxKey, sb.ID, oplog.ErrorKey, err)
@@ -206,7 +209,9 @@ func (m *Manager) Create(ctx context.Context, sb policy.Sandbox) (*Sandbox, erro
 	return s, nil
 }
 
-func (m *Manager) create(ctx context.Context, sb policy.Sandbox, path string) (s *Sandbox, err error) {
+// create makes sb's namespace at path (from the pooled namespace p when
+// given, else from the pool when one is ready, else a new one) and serves it.
+func (m *Manager) create(ctx context.Context, sb policy.Sandbox, path string, p *Pooled) (s *Sandbox, err error) {
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -217,15 +222,21 @@ func (m *Manager) create(ctx context.Context, sb policy.Sandbox, path string) (s
 	}()
 	// The state file comes first, so that whatever a crash leaves from here on
 	// is found by Recover.
-	st := &state{ID: sb.ID, Labels: sb.Labels, Backend: m.backend}
 	if err := m.step("state"); err != nil {
 		return nil, err
 	}
-	if err := m.writeState(st); err != nil {
+	if err := m.writeState(m.newState(sb, originCreated)); err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { m.removeState(sb.ID) })
-	if !m.claimPooled(path) {
+	if p != nil {
+		if err := m.step("namespace"); err != nil {
+			return nil, err
+		}
+		if err := m.movePooled(p.path, path); err != nil {
+			return nil, err
+		}
+	} else if !m.claimPooled(path) {
 		if err := m.step("namespace"); err != nil {
 			return nil, err
 		}
@@ -246,6 +257,7 @@ func (m *Manager) create(ctx context.Context, sb policy.Sandbox, path string) (s
 		Labels: maps.Clone(sb.Labels),
 		Path:   path,
 		Own:    []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()},
+		info:   sb,
 	}
 	if err := m.serve(s); err != nil {
 		return nil, err
@@ -298,7 +310,8 @@ func (m *Manager) serve(s *Sandbox) error {
 	if err != nil {
 		return err
 	}
-	sb := policy.Sandbox{ID: s.ID, Labels: maps.Clone(s.Labels)}
+	sb := s.info
+	sb.ID, sb.Labels = s.ID, maps.Clone(s.Labels)
 	if err := m.step("serve"); err != nil {
 		ls.Close()
 		nl.Close()
@@ -383,9 +396,11 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	return m.Teardown(ctx, id)
 }
 
-// Close stops the pool (removing its namespaces) and stops serving every sandbox,
+// Close stops the pool (removing its namespaces, and those TakePooled handed
+// out that were neither used nor discarded) and stops serving every sandbox,
 // but leaves sandbox namespaces and rules in place, as a crash would: their
-// sandboxes have no way out until a Manager's Recover re-attaches them.
+// sandboxes have no way out until a Manager's Recover re-attaches (attached
+// ones) or removes them.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -400,13 +415,20 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.sandboxes = map[string]*Sandbox{}
+	taken := make([]*Pooled, 0, len(m.taken))
+	for p := range m.taken {
+		taken = append(taken, p)
+	}
 	m.mu.Unlock()
+	var errs []error
+	for _, p := range taken {
+		errs = append(errs, p.Discard())
+	}
 	for _, s := range live {
 		m.stopServing(s)
 	}
 	close(m.poolStop)
 	<-m.poolDone
-	var errs []error
 	if m.pool != nil {
 		for {
 			select {

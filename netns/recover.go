@@ -33,12 +33,17 @@ type RecoverResult struct {
 }
 
 // Recover finds the namespaces a crashed gateway left: every sandbox with a
-// state file in StateDir that this Manager does not manage. It re-attaches them
-// (same id, labels and rules, new listeners) or removes them, per p. A namespace
-// whose state file cannot be read is removed (for an attached one only the bind
-// mount goes; its drop rules stay, so it stays closed). Pool namespaces of this
-// process that the pool no longer tracks, and of processes that no longer run,
-// are removed. Namespaces of other Managers (other StateDirs) are never touched.
+// state file in StateDir that this Manager does not manage. A namespace it
+// created (Create, CreateFrom) served a sandbox of the process that died, so
+// it is removed whatever p says. An attached one (Attach: someone else's
+// namespace, which outlives the gateway) is re-attached with RecoverReattach
+// (same id, labels, mode and allow list, its rules put back and verified, new
+// listeners) or restored and let go with RecoverRemove. A namespace whose
+// state file cannot be read is removed (for an attached one only the bind
+// mount goes; its drop rules stay, so it stays closed). Pool namespaces of
+// this process that it no longer tracks, and of processes that no longer run,
+// are removed. Namespaces of other Managers (other StateDirs) are never
+// touched.
 func (m *Manager) Recover(ctx context.Context, p RecoverPolicy) (RecoverResult, error) {
 	var res RecoverResult
 	if p != RecoverReattach && p != RecoverRemove {
@@ -125,9 +130,10 @@ func (m *Manager) stalePool(name, path string) bool {
 	return errors.Is(err, unix.ESRCH)
 }
 
-// recoverOne re-attaches or removes one leftover namespace. It returns the
-// sandbox when re-attached, and whether the namespace was removed (or, for an
-// attached one, restored and released).
+// recoverOne re-attaches (an attached namespace, with RecoverReattach) or
+// removes one leftover namespace. It returns the sandbox when re-attached, and
+// whether the namespace was removed (or, for an attached one, restored and
+// released).
 func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPolicy) (*Sandbox, bool, error) {
 	st, stErr := m.readState(id)
 	remove := func() (*Sandbox, bool, error) {
@@ -147,9 +153,18 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		m.log.Warn("recover: no usable state, removing", oplog.SandboxKey, id, oplog.ErrorKey, stErr)
 		return remove()
 	}
-	if p == RecoverRemove || (st.Attached && !st.Saved) {
-		// An attach that died before changing anything is simply let go.
+	origin, _ := st.origin() // readState checked it
+	if p == RecoverRemove || origin == originCreated || !st.Saved && origin == originAttached {
+		// A namespace this manager created served a sandbox of the process
+		// that died: nothing will run in it again. An attach that died
+		// before changing anything is simply let go.
+		m.log.Info("recover: removing", oplog.SandboxKey, id, "origin", origin)
 		return remove()
+	}
+	info, err := st.sandbox()
+	if err != nil {
+		s, removed, rerr := remove()
+		return s, removed, errors.Join(err, rerr)
 	}
 	h, err := vnetns.GetFromPath(path)
 	if err != nil {
@@ -157,50 +172,30 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		return s, removed, errors.Join(err, rerr)
 	}
 	defer h.Close()
-	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: st.Attached, Source: st.Source}
-	if st.Attached {
-		// Put the namespace back as it was, then attach again from scratch.
-		if st.AddedIsland {
-			if has, herr := hasDefaultRoute(h); herr == nil && !has {
-				err = configureIsland(h, m.cfg.islandAddr(), false)
-			}
+	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: true, Source: st.Source, info: info}
+	// Put the namespace back as it was, then attach again from scratch.
+	if st.AddedIsland {
+		if has, herr := hasDefaultRoute(h); herr == nil && !has {
+			err = configureIsland(h, m.cfg.islandAddr(), false)
 		}
-		if err == nil {
-			err = m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false)
+	}
+	if err == nil {
+		err = m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false)
+	}
+	if err == nil {
+		err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(true).render(), true)
+	}
+	if err == nil {
+		err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true))
+	}
+	if err == nil {
+		var links []string
+		if links, err = linkNames(h); err == nil {
+			err = writeSysctls(h, attachSysctls(links))
 		}
-		if err == nil {
-			err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(true).render(), true)
-		}
-		if err == nil {
-			err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true))
-		}
-		if err == nil {
-			var links []string
-			if links, err = linkNames(h); err == nil {
-				err = writeSysctls(h, attachSysctls(links))
-			}
-		}
-		if err == nil {
-			s.Own, err = nsAddrs(h)
-		}
-	} else {
-		// A crash while the namespace was being made can leave it without lo up,
-		// its address or route.
-		if has, herr := hasDefaultRoute(h); herr != nil {
-			err = herr
-		} else if !has {
-			err = configureIsland(h, m.cfg.islandAddr(), true)
-		}
-		if err != nil {
-		} else if err = writeSysctls(h, islandSysctls); err == nil {
-			if err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(false).render(), false); err == nil {
-				err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(false))
-			}
-			if err == nil {
-				err = writeSysctls(h, islandConntrackSysctls)
-			}
-		}
-		s.Own = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()}
+	}
+	if err == nil {
+		s.Own, err = nsAddrs(h)
 	}
 	if err == nil {
 		err = m.serve(s)
@@ -209,7 +204,7 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		_, removed, rerr := remove()
 		return nil, removed, errors.Join(err, rerr)
 	}
-	m.log.Info("recover: re-attached", oplog.SandboxKey, id, "attached", st.Attached)
+	m.log.Info("recover: re-attached", oplog.SandboxKey, id)
 	return s, false, nil
 }
 

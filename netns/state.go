@@ -4,22 +4,41 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/airlock-dev/airlock/oplog"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// Origins of a managed namespace (state.Origin).
+const (
+	// originCreated: the manager made the namespace (Create, CreateFrom) for
+	// a sandbox it runs; it dies with that sandbox, so Recover removes it.
+	originCreated = "created"
+	// originAttached: someone else made it (Attach); it outlives the gateway,
+	// so Recover re-attaches it (RecoverReattach) or restores and lets it go.
+	originAttached = "attached"
 )
 
 // state is what survives a crash, one JSON file per sandbox in StateDir.
 type state struct {
-	ID           string            `json:"id"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	Backend      string            `json:"backend"`
-	Attached     bool              `json:"attached,omitempty"`
-	Source       string            `json:"source,omitempty"`
-	SavedRules   string            `json:"saved_rules,omitempty"`
-	SavedSysctls []sysctl          `json:"saved_sysctls,omitempty"`
+	ID      string            `json:"id"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Backend string            `json:"backend"`
+	// Origin says who made the namespace: originCreated or originAttached.
+	// A file written before the field existed has none; see origin.
+	Origin string `json:"origin,omitempty"`
+	// Mode and Allow are the sandbox's own policy mode and allow entries, so
+	// a re-attached sandbox is decided as before the crash.
+	Mode         policy.Mode `json:"mode,omitempty"`
+	Allow        []string    `json:"allow,omitempty"`
+	Attached     bool        `json:"attached,omitempty"`
+	Source       string      `json:"source,omitempty"`
+	SavedRules   string      `json:"saved_rules,omitempty"`
+	SavedSysctls []sysctl    `json:"saved_sysctls,omitempty"`
 	// AddedIsland says Attach added the island address and default route (the
 	// namespace had no default route), so detaching removes them.
 	AddedIsland bool `json:"added_island,omitempty"`
@@ -63,7 +82,50 @@ func (m *Manager) readState(id string) (*state, error) {
 	if st.Backend != IPTablesNFT && st.Backend != IPTablesLegacy {
 		return nil, fmt.Errorf("state %s: backend %q", m.statePath(id), st.Backend)
 	}
+	if _, err := st.origin(); err != nil {
+		return nil, fmt.Errorf("state %s: %w", m.statePath(id), err)
+	}
 	return &st, nil
+}
+
+// newState is the first state of a sandbox: who it is and who made its
+// namespace.
+func (m *Manager) newState(sb policy.Sandbox, origin string) *state {
+	return &state{
+		ID: sb.ID, Labels: maps.Clone(sb.Labels), Backend: m.backend, Origin: origin,
+		Mode: sb.Mode, Allow: sb.Allow.Entries(), Attached: origin == originAttached,
+	}
+}
+
+// origin says who made the namespace. A state file written before Origin
+// existed is read by Attached, which Attach has always set in its very first
+// state write, before it touched anything, and which nothing else ever set:
+// without it the file was written by Create for a namespace Create made
+// (named NamePrefix+id, bind-mounted under RunDir like every managed one).
+// Origin and Attached that disagree make the file unusable: Recover then only
+// removes the bind mount, so an attached namespace keeps its drop rules
+// (closed) and a created one is gone.
+func (st *state) origin() (string, error) {
+	switch {
+	case st.Origin == "" && st.Attached:
+		return originAttached, nil
+	case st.Origin == "":
+		return originCreated, nil
+	case st.Origin != originCreated && st.Origin != originAttached:
+		return "", fmt.Errorf("origin %q is not %s or %s", st.Origin, originCreated, originAttached)
+	case (st.Origin == originAttached) != st.Attached:
+		return "", fmt.Errorf("origin %q disagrees with attached=%v", st.Origin, st.Attached)
+	}
+	return st.Origin, nil
+}
+
+// sandbox is the policy identity a re-attached namespace is served with.
+func (st *state) sandbox() (policy.Sandbox, error) {
+	allow, err := policy.NewAllowList(st.Allow)
+	if err != nil {
+		return policy.Sandbox{}, err
+	}
+	return policy.Sandbox{ID: st.ID, Labels: maps.Clone(st.Labels), Mode: st.Mode, Allow: allow}, nil
 }
 
 func (m *Manager) removeState(id string) {

@@ -185,3 +185,78 @@ func BenchmarkDecideConstantPolicy(b *testing.B) {
 	slices.Sort(cpu)
 	b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "p50-cpu-ns")
 }
+
+// benchAllowP50 remembers the 1-entry p50 per request and cache setting so
+// the 10,000-entry run can report the ratio.
+var benchAllowP50 = map[string]float64{}
+
+// BenchmarkDecideSandboxAllow is one decision for a sandbox with its own allow
+// list of 1 or 10,000 entries (the default policy, no --allow hosts), for a
+// host on the list (allowed, every kind: a POST with a body) and one not on it
+// (denied). The list is looked up by key, so the 10,000-entry run reports its
+// p50 as a ratio to the 1-entry run's: it should be about 1.
+func BenchmarkDecideSandboxAllow(b *testing.B) {
+	reqs := []struct {
+		name    string
+		host    func(n int) string
+		allowed bool
+	}{
+		{"listed-post", func(n int) string { return fmt.Sprintf("h%d.own.example", n/2) }, true},
+		{"unlisted-connect", func(int) string { return "x.evil.example" }, false},
+	}
+	for _, req := range reqs {
+		for _, cached := range []bool{false, true} {
+			for _, n := range []int{1, 10_000} {
+				b.Run(fmt.Sprintf("req=%s/entries=%d/cached=%v", req.name, n, cached), func(b *testing.B) {
+					entries := make([]string, n)
+					for i := range entries {
+						entries[i] = fmt.Sprintf("h%d.own.example", i)
+					}
+					list, err := NewAllowList(entries)
+					if err != nil {
+						b.Fatal(err)
+					}
+					size := -1
+					if cached {
+						size = DefaultCacheSize
+					}
+					e, err := New(Config{CacheSize: size, EvalTimeout: 5 * time.Second}, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					in := &Input{
+						Kind:        KindConnect,
+						Sandbox:     Sandbox{ID: "sb-1", Labels: map[string]string{"agent": "coder"}, Allow: list},
+						Destination: Destination{Host: req.host(n), Port: 443},
+					}
+					if req.allowed {
+						in.Kind = KindHTTP
+						in.HTTP = &HTTP{Method: "POST", Scheme: "https", Path: "/upload", Headers: map[string]string{"user-agent": "curl/8"}, BodySize: 100}
+					}
+					p50 := benchLoop(b, e, in, req.allowed)
+					key := fmt.Sprintf("%s/cached=%v", req.name, cached)
+					if n == 1 {
+						benchAllowP50[key] = p50
+					} else if base := benchAllowP50[key]; base > 0 {
+						b.ReportMetric(p50/base, "ratio-10k/1")
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkNewAllowList is what building a 10,000-entry list costs, once per
+// sandbox.
+func BenchmarkNewAllowList(b *testing.B) {
+	entries := make([]string, 10_000)
+	for i := range entries {
+		entries[i] = fmt.Sprintf("h%d.own.example", i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NewAllowList(entries); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -164,12 +164,17 @@ func (e *Engine) load(ctx context.Context) (*snapshot, error) {
 }
 
 // Decide evaluates data.airlock.decision for in. It never fails open: any
-// failure is a deny with reason policy_error and Err set. in is not modified;
-// Suffixes and Attributes are filled on a copy.
+// failure (an unknown Sandbox.Mode too) is a deny with reason policy_error and
+// Err set. The decision's mode is the policy's own (report or enforce rules),
+// else the sandbox's Mode, else Config.Mode. in is not modified; Suffixes and
+// Attributes are filled on a copy.
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	s := e.cur.Load()
 	if in == nil {
 		return e.fail(s, errors.New("nil input"))
+	}
+	if err := in.Sandbox.Mode.check(); err != nil {
+		return e.fail(s, err)
 	}
 	x := prepare(in)
 	var key string
@@ -209,6 +214,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	d, err := parseResult(rs)
 	if err != nil {
 		return e.fail(s, err)
+	}
+	if d.Mode == "" {
+		d.Mode = x.Sandbox.Mode // the policy did not say: the sandbox's, else the engine's
 	}
 	if d.Mode == "" {
 		d.Mode = e.cfg.Mode

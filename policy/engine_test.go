@@ -444,8 +444,8 @@ func TestCache(t *testing.T) {
 func TestUsedInputFields(t *testing.T) {
 	e := newEngine(t, Config{})
 	got := e.cur.Load().used
-	if got.all || !got.kind || !got.destination || !got.http || got.sandbox || got.tls || got.dns || got.at {
-		t.Fatalf("default policy: got %+v, want kind, destination, http only", got)
+	if got.all || !got.kind || !got.destination || !got.http || !got.sandbox || got.tls || got.dns || got.at {
+		t.Fatalf("default policy: got %+v, want kind, sandbox (its allow list), destination, http only", got)
 	}
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\nallow if count(object.keys(input)) > 100\n"})

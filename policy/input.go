@@ -33,6 +33,15 @@ type Input struct {
 type Sandbox struct {
 	ID     string            `json:"id"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Mode is this sandbox's mode: ModeEnforce, ModeReport, or empty for the
+	// engine's (Config.Mode). A policy's own report/enforce rules still win
+	// (enforce over report), and a policy error is never let through. Any
+	// other value is a policy_error deny.
+	Mode Mode `json:"mode,omitempty"`
+	// Allow holds hosts reachable from this sandbox only, with --allow's
+	// meaning (NewAllowList). The library's allowed_host matches them with the
+	// port rules of data.airlock.hosts.allow; a policy's deny rules still win.
+	Allow *AllowList `json:"allow,omitempty"`
 }
 
 // Destination is the normalized target. Host is the output of hostname.Normalize
@@ -121,7 +130,8 @@ type Decision struct {
 	Reasons    []Reason `json:"reasons,omitempty"`
 	MITM       bool     `json:"mitm,omitempty"`
 	HTTPStatus int      `json:"http_status,omitempty"`
-	// Mode is the mode this decision was taken in (global, or per sandbox from policy).
+	// Mode is the mode this decision was taken in: the policy's own (report or
+	// enforce rules), else the sandbox's (Sandbox.Mode), else the global one.
 	Mode Mode `json:"mode"`
 	// Rev is the policy revision that decided.
 	Rev string `json:"policy_rev"`

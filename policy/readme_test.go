@@ -48,6 +48,16 @@ func TestReadmeExamples(t *testing.T) {
 			if d := e.Decide(context.Background(), portIn(KindConnect, "api.openai.com", 4444)); d.Allowed {
 				t.Fatalf("host_in policy: got %+v, want api.openai.com:4444 denied", d)
 			}
+		case strings.Contains(src, "sandbox_allowed_host"):
+			own := mustAllow("api.example.com")
+			ci := sbIn("sb-ci", own, "", KindConnect, "api.example.com", 443)
+			ci.Sandbox.Labels = map[string]string{"pool": "ci"}
+			if d := e.Decide(context.Background(), ci); d.Allowed || reasonIDs(d) != "no_own_hosts" {
+				t.Fatalf("no_own_hosts policy: got %+v, want the ci sandbox's own host denied", d)
+			}
+			if d := e.Decide(context.Background(), sbIn("sb-dev", own, "", KindConnect, "api.example.com", 443)); !d.Allowed {
+				t.Fatalf("no_own_hosts policy: got %+v, want another sandbox's own host allowed", d)
+			}
 		case strings.Contains(src, "dns_port_optin"):
 			if d := e.Decide(context.Background(), portIn(KindTCP, "10.0.0.53", 53)); !d.Allowed {
 				t.Fatalf("dns_port_optin policy: got %+v, want 10.0.0.53:53 allowed", d)

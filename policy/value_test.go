@@ -35,6 +35,12 @@ func TestParseInput(t *testing.T) {
 		{"blank", " \n", "empty, want one JSON object"},
 		{"truncated", `{"kind":"http",`, "truncated"},
 		{"null", `null`, "kind"},
+		{"sandbox mode and allow object", `{"kind":"tls","sandbox":{"id":"s","mode":"report","allow":{"a.example":true,"b.example":{"ports":[8443,"*"]}}},"destination":{"host":"a.example","port":443}}`, ""},
+		{"sandbox allow entries", `{"kind":"tls","sandbox":{"id":"s","allow":["a.example","b.example:22"]},"destination":{"host":"a.example","port":443}}`, ""},
+		{"bad sandbox mode", `{"kind":"tls","sandbox":{"id":"s","mode":"audit"},"destination":{"host":"a.example","port":443}}`, "sandbox.mode"},
+		{"bad sandbox allow entry", `{"kind":"tls","sandbox":{"id":"s","allow":["a.example:0"]},"destination":{"host":"a.example","port":443}}`, "allow[0]"},
+		{"bad sandbox allow value", `{"kind":"tls","sandbox":{"id":"s","allow":{"a.example":"yes"}},"destination":{"host":"a.example","port":443}}`, "a.example"},
+		{"sandbox allow not a list", `{"kind":"tls","sandbox":{"id":"s","allow":"a.example"},"destination":{"host":"a.example","port":443}}`, "allow"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,7 +65,7 @@ func TestCacheKeyDistinguishesEveryField(t *testing.T) {
 	base := func() *Input {
 		return &Input{
 			Kind:        KindHTTP,
-			Sandbox:     Sandbox{ID: "s", Labels: map[string]string{"a": "b"}},
+			Sandbox:     Sandbox{ID: "s", Labels: map[string]string{"a": "b"}, Mode: ModeEnforce, Allow: mustAllow("a.example")},
 			Destination: Destination{Host: "h.example", Port: 443, Suffixes: []string{"h.example", "example"}, IP: "198.18.0.1", Protocol: "tcp"},
 			HTTP:        &HTTP{Method: "GET", Scheme: "https", Path: "/p", Query: map[string][]string{"q": {"1"}}, Headers: map[string]string{"h": "v"}},
 			TLS:         &TLS{SNI: "h.example"},
@@ -71,6 +77,10 @@ func TestCacheKeyDistinguishesEveryField(t *testing.T) {
 		"sandbox id":  func(in *Input) { in.Sandbox.ID = "t" },
 		"label value": func(in *Input) { in.Sandbox.Labels["a"] = "c" },
 		"label key":   func(in *Input) { in.Sandbox.Labels = map[string]string{"b": "b"} },
+		"mode":        func(in *Input) { in.Sandbox.Mode = ModeReport },
+		"no allow":    func(in *Input) { in.Sandbox.Allow = nil },
+		"allow entry": func(in *Input) { in.Sandbox.Allow = mustAllow(in.Sandbox.Allow.Entries()[0] + ":8443") },
+		"allow more":  func(in *Input) { in.Sandbox.Allow = mustAllow("a.example", "b.example") },
 		"host":        func(in *Input) { in.Destination.Host = "i.example" },
 		"port":        func(in *Input) { in.Destination.Port = 444 },
 		"suffixes":    func(in *Input) { in.Destination.Suffixes = []string{"h.example"} },
@@ -104,6 +114,7 @@ func TestCacheKeyDistinguishesEveryField(t *testing.T) {
 	}
 	a, b := base(), base()
 	b.Sandbox.Labels = map[string]string{"a": "b"}
+	b.Sandbox.Allow = mustAllow("A.example.", "a.example")
 	if cacheKey(a) != cacheKey(b) {
 		t.Fatal("got different keys for equal inputs")
 	}
@@ -139,6 +150,8 @@ func FuzzParseInput(f *testing.F) {
 		`{"kind":"tls","sandbox":{"id":"s"},"destination":{"host":"xn--bcher-kva.example","port":443,"ip":"198.18.0.1"},"tls":{"sni":"xn--bcher-kva.example","intercepted":true}}`,
 		`{"kind":"tcp","sandbox":{"id":"s"},"destination":{"host":"0x7f.1","port":22,"protocol":"tcp"}}`,
 		`{"kind":"connect","sandbox":{"id":"s"},"destination":{"host":"[::1]","port":443,"suffixes":[]}}`,
+		`{"kind":"tcp","sandbox":{"id":"s","mode":"report","allow":{"**.x.example":true,"2001:db8::1":{"ports":[22,"*"]}}},"destination":{"host":"a.x.example","port":22}}`,
+		`{"kind":"tls","sandbox":{"id":"s","allow":["a.example:53","[2001:db8::1]:8443","*.b.example"]},"destination":{"host":"a.example","port":53}}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -19,7 +19,7 @@ func TestRunEcho(t *testing.T) {
 	if !strings.Contains(string(res.Stderr), "err") {
 		t.Errorf("stderr: got %q", res.Stderr)
 	}
-	recs := au.records()
+	recs := au.Records()
 	if len(recs) != 2 || recs[0].Exec.Phase != "start" || recs[1].Exec.Phase != "end" || *recs[1].Exec.ExitCode != 3 {
 		t.Errorf("audit records: got %+v", recs)
 	}

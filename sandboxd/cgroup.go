@@ -74,7 +74,15 @@ type cgroup struct {
 	name string
 	dirs map[string]string // controller or "" -> cgroup dir
 	uniq []string          // distinct dirs, for mkdir/rmdir
+	// jobs is, on v1 with a pids controller, the child of the pids cgroup
+	// every job's process is born in (init moves the job's thread there
+	// before it forks): the sandbox's pids limit binds there, and init, in
+	// the parent, keeps initPidsOverhead tasks no job can take. "" otherwise.
+	jobs string
 }
+
+// jobsCgroup names the jobs child (v1 pids hierarchy).
+const jobsCgroup = "jobs"
 
 func newCgroupManager(root string, mode CgroupMode, parent string, allowMissing []string) (*cgroupManager, error) {
 	m := &cgroupManager{root: root, dirs: map[string]string{}, parent: parent, have: map[string]bool{},
@@ -194,7 +202,11 @@ func swapOn() bool {
 
 func (m *cgroupManager) create(name string) (*cgroup, error) {
 	cg := m.open(name)
-	for _, d := range cg.uniq {
+	dirs := cg.uniq
+	if cg.jobs != "" {
+		dirs = append(append([]string{}, dirs...), cg.jobs)
+	}
+	for _, d := range dirs {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			cg.remove()
 			return nil, fmt.Errorf("sandboxd: create cgroup %s: %w", d, err)
@@ -231,6 +243,9 @@ func (m *cgroupManager) open(name string) *cgroup {
 			seen[d] = true
 			cg.uniq = append(cg.uniq, d)
 		}
+	}
+	if d, ok := cg.dirs["pids"]; ok && !m.v2 {
+		cg.jobs = filepath.Join(d, jobsCgroup)
 	}
 	return cg
 }
@@ -308,10 +323,15 @@ func (cg *cgroup) pids() ([]int, error) {
 	return out, errors.Join(errs...)
 }
 
-// remove deletes the cgroup directories, waiting briefly for exiting tasks.
+// remove deletes the cgroup directories (the jobs child first), waiting
+// briefly for exiting tasks.
 func (cg *cgroup) remove() error {
 	var errs []error
-	for _, d := range cg.uniq {
+	dirs := cg.uniq
+	if cg.jobs != "" {
+		dirs = append([]string{cg.jobs}, dirs...)
+	}
+	for _, d := range dirs {
 		var err error
 		for i := 0; i < 200; i++ {
 			err = unix.Rmdir(d)
@@ -329,6 +349,18 @@ func (cg *cgroup) remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// openJobsTasks opens the jobs child's tasks file for init (nil without one).
+func (cg *cgroup) openJobsTasks() (*os.File, error) {
+	if cg.jobs == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(filepath.Join(cg.jobs, "tasks"), os.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxd: open the jobs cgroup: %w", err)
+	}
+	return f, nil
 }
 
 func writeFile(path, v string) error {

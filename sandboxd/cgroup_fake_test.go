@@ -126,22 +126,34 @@ func TestCgroupV2FakeCounters(t *testing.T) {
 	}
 	cg := fakeCgroup(t, m)
 	writeFiles(t, cg.dirs[""], map[string]string{
-		"memory.events": "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 7\n",
-		"pids.events":   "max 5\n",
-		"memory.peak":   "67104768\n",
-		"cpu.stat":      "usage_usec 250000\nuser_usec 200000\nsystem_usec 50000\n",
+		"memory.events":  "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 7\n",
+		"pids.events":    "max 5\n",
+		"memory.peak":    "67104768\n",
+		"memory.current": "1048576\n",
+		"pids.current":   "3\n",
+		"cpu.stat":       "usage_usec 250000\nuser_usec 200000\nsystem_usec 50000\n",
 	})
-	st := cg.stats()
-	if st.readError != nil {
-		t.Fatalf("readError: %v", st.readError)
+	u, err := cg.usage()
+	if err != nil {
+		t.Fatalf("usage: %v", err)
 	}
-	if st.OOMKills != 1 || st.PidsMax != 5 || st.Peak != 67104768 || st.CPU != 250*time.Millisecond {
-		t.Errorf("got %+v, want oom 1 pids 5 peak 67104768 cpu 250ms", st)
+	want := Usage{CPU: 250 * time.Millisecond, Memory: 1 << 20, PeakMemory: 67104768, Pids: 3, OOMKills: 1, PidsLimitHits: 5}
+	if u != want {
+		t.Errorf("got %+v, want %+v", u, want)
+	}
+	if n := cg.oomKills(); n != 1 {
+		t.Errorf("oomKills: got %d, want 1", n)
+	}
+	// No jobs child on v2: a new job is checked against the shared count,
+	// keeping room for init's thread.
+	writeFiles(t, cg.dirs[""], map[string]string{"pids.max": "20\n"})
+	if cur, max, reserve, ok := cg.jobsPids(); !ok || cur != 3 || max != 20 || reserve != pidsReserve || cg.jobs != "" {
+		t.Errorf("jobsPids: got %d %d %d %v (jobs %q), want 3 20 %d true", cur, max, reserve, ok, cg.jobs, pidsReserve)
 	}
 	// A counter file that cannot be read is reported, not taken as zero silently.
 	os.Remove(filepath.Join(cg.dirs[""], "memory.events"))
-	if st := cg.stats(); st.readError == nil || !strings.Contains(st.readError.Error(), "memory.events") {
-		t.Errorf("missing memory.events: got readError %v, want it named", st.readError)
+	if _, err := cg.usage(); err == nil || !strings.Contains(err.Error(), "memory.events") {
+		t.Errorf("missing memory.events: got %v, want it named", err)
 	}
 }
 
@@ -180,9 +192,9 @@ func TestCgroupV2FakeMissingController(t *testing.T) {
 		t.Errorf("io limit without io: got %v, want an error naming the io controller", err)
 	}
 	// Counters of a missing controller are not read (no error for memory.events).
-	writeFiles(t, cg.dirs[""], map[string]string{"pids.events": "max 0\n", "cpu.stat": "usage_usec 7\n"})
-	if st := cg.stats(); st.readError != nil || st.CPU != 7*time.Microsecond {
-		t.Errorf("stats: got %+v", st)
+	writeFiles(t, cg.dirs[""], map[string]string{"pids.events": "max 0\n", "pids.current": "1\n", "cpu.stat": "usage_usec 7\n"})
+	if u, err := cg.usage(); err != nil || u.CPU != 7*time.Microsecond || u.Memory != 0 || u.OOMKills != 0 {
+		t.Errorf("usage: got %+v %v, want cpu 7us and no memory counters", u, err)
 	}
 }
 
@@ -267,9 +279,11 @@ func TestCgroupV1FakeLimitsAndCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFiles(t, cg.dirs["memory"], map[string]string{"memory.limit_in_bytes": "", "memory.memsw.limit_in_bytes": "",
-		"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "memory.max_usage_in_bytes": "1234\n"})
+		"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "memory.max_usage_in_bytes": "1234\n",
+		"memory.usage_in_bytes": "999\n"})
 	writeFiles(t, cg.dirs["cpu"], map[string]string{"cpu.cfs_period_us": "", "cpu.cfs_quota_us": ""})
-	writeFiles(t, cg.dirs["pids"], map[string]string{"pids.max": "", "pids.events": "max 2\n"})
+	writeFiles(t, cg.dirs["pids"], map[string]string{"pids.max": "", "pids.events": "max 2\n", "pids.current": "4\n"})
+	writeFiles(t, cg.jobs, map[string]string{"pids.max": "", "pids.events": "max 5\n", "pids.current": "3\n"})
 	writeFiles(t, cg.dirs["cpuacct"], map[string]string{"cpuacct.usage": "5000000\n"})
 	writeFiles(t, cg.dirs["blkio"], map[string]string{"blkio.throttle.read_bps_device": "", "blkio.throttle.write_iops_device": ""})
 	warns, err := cg.apply(Limits{Memory: 32 << 20, CPUs: 0.5, Pids: 8, IO: []IOLimit{{Device: "8:0", ReadBPS: 4096, WriteIOPS: 9}}})
@@ -280,14 +294,25 @@ func TestCgroupV1FakeLimitsAndCounters(t *testing.T) {
 		"memory/airlock/airlock-fake/memory.memsw.limit_in_bytes=33554432",
 		"cpu/airlock/airlock-fake/cpu.cfs_period_us=100000", "cpu/airlock/airlock-fake/cpu.cfs_quota_us=50000",
 		"pids/airlock/airlock-fake/pids.max=" + itoa(8+initPidsOverhead),
+		"pids/airlock/airlock-fake/jobs/pids.max=8",
 		"blkio/airlock/airlock-fake/blkio.throttle.read_bps_device=8:0 4096",
 		"blkio/airlock/airlock-fake/blkio.throttle.write_iops_device=8:0 9"}
 	if strings.Join(wl.writes, "\n") != strings.Join(want, "\n") {
 		t.Errorf("writes:\ngot  %q\nwant %q", wl.writes, want)
 	}
-	st := cg.stats()
-	if st.readError != nil || st.OOMKills != 3 || st.PidsMax != 2 || st.Peak != 1234 || st.CPU != 5*time.Millisecond {
-		t.Errorf("stats: got %+v", st)
+	u, err := cg.usage()
+	if wantU := (Usage{CPU: 5 * time.Millisecond, Memory: 999, PeakMemory: 1234, Pids: 4, OOMKills: 3, PidsLimitHits: 2 + 5}); err != nil || u != wantU {
+		t.Errorf("usage: got %+v %v, want %+v", u, err, wantU)
+	}
+	// Jobs are born in the jobs child of the pids hierarchy: its limit is the
+	// sandbox's, its count what a new job is checked against.
+	writeFileT := func(p, v string) { writeFiles(t, filepath.Dir(p), map[string]string{filepath.Base(p): v}) }
+	writeFileT(filepath.Join(cg.jobs, "pids.max"), "8\n")
+	if cur, max, reserve, ok := cg.jobsPids(); !ok || cur != 3 || max != 8 || reserve != 1 {
+		t.Errorf("jobsPids: got %d %d %d %v, want 3 8 1 true", cur, max, reserve, ok)
+	}
+	if cg.jobs != filepath.Join(cg.dirs["pids"], jobsCgroup) {
+		t.Errorf("jobs: got %q", cg.jobs)
 	}
 	// Without memsw, swappiness 0 and a warning.
 	os.Remove(filepath.Join(cg.dirs["memory"], "memory.memsw.limit_in_bytes"))
@@ -313,6 +338,7 @@ func TestCgroupV1FakeMissingController(t *testing.T) {
 	}
 	writeFiles(t, cg.dirs["cpu"], map[string]string{"cpu.cfs_period_us": "", "cpu.cfs_quota_us": ""})
 	writeFiles(t, cg.dirs["pids"], map[string]string{"pids.max": ""})
+	writeFiles(t, cg.jobs, map[string]string{"pids.max": ""})
 	warns, err := cg.apply(Limits{Memory: 32 << 20, CPUs: 1, Pids: 8})
 	if err != nil || len(warns) != 1 || !strings.Contains(warns[0], "NOT enforced") {
 		t.Errorf("got %q %v", warns, err)

@@ -36,6 +36,22 @@ func (cg *cgroup) kill() error {
 
 // freezeKill freezes the cgroup so nothing can fork, SIGKILLs every task, thaws.
 func (cg *cgroup) freezeKill() error {
+	return cg.whileFrozen(func() error {
+		ps, err := cg.pids()
+		for _, p := range ps {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		if err != nil {
+			return fmt.Errorf("sandboxd: list cgroup %s: %w", cg.name, err)
+		}
+		return nil
+	})
+}
+
+// whileFrozen runs fn with every process of the cgroup frozen (v2
+// cgroup.freeze, v1 the freezer controller), so none can fork or exit
+// meanwhile; signals fn sends are delivered once they thaw.
+func (cg *cgroup) whileFrozen(fn func() error) error {
 	var freeze, frozen func() error
 	var thaw func() error
 	if cg.v2 {
@@ -69,18 +85,11 @@ func (cg *cgroup) freezeKill() error {
 		return fmt.Errorf("sandboxd: freeze cgroup %s: %w", cg.name, err)
 	}
 	waitFor(func() bool { return frozen() == nil })
-	ps, err := cg.pids()
-	for _, p := range ps {
-		_ = unix.Kill(p, unix.SIGKILL)
-	}
-	// SIGKILL is delivered to frozen tasks once they thaw.
+	err := fn()
 	if terr := thaw(); terr != nil {
 		return fmt.Errorf("sandboxd: thaw cgroup %s: %w", cg.name, terr)
 	}
-	if err != nil {
-		return fmt.Errorf("sandboxd: list cgroup %s: %w", cg.name, err)
-	}
-	return nil
+	return err
 }
 
 // populated reports whether any process is left: v2 reads cgroup.events (which

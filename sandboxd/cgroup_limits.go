@@ -22,6 +22,16 @@ import (
 // offered. Counters from memory.oom_control, memory.max_usage_in_bytes,
 // pids.events and cpuacct.usage.
 
+// The pids limit must leave init room: init makes a thread for every job, and
+// a Go program whose thread cannot be made aborts (the sandbox with it). The
+// sandbox's cgroup gets Limits.Pids plus initPidsOverhead; the sandbox's own
+// processes get Limits.Pids: on v1 in the jobs child of the pids cgroup,
+// where init moves each job's thread before it forks (a thread can have a v1
+// cgroup of its own); on v2, where a domain cgroup holds whole processes, as
+// RLIMIT_NPROC of the sandbox's uid, which no other process has. On v2 the
+// cgroup's pids.events then counts only init running out, so PidsLimitHit
+// is not reported there (a threaded pids subtree would give it).
+
 // cpuPeriod is the CFS period (µs) both hierarchies' quotas are written against.
 const cpuPeriod = 100000
 
@@ -30,9 +40,9 @@ const cpuPeriod = 100000
 type limitWriter struct {
 	cg       *cgroup
 	warnings []string
-	// The values both hierarchies write.
-	mem, pids string
-	quota     int64
+	// The values both hierarchies write; jobsPids goes to the v1 jobs child.
+	mem, pids, jobsPids string
+	quota               int64
 }
 
 // apply writes the limits. warnings name each limit that is not enforced because
@@ -44,7 +54,7 @@ func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
 	}
 	w := &limitWriter{cg: cg, quota: quota,
 		mem:  strconv.FormatInt(l.Memory, 10),
-		pids: strconv.FormatInt(l.Pids+initPidsOverhead, 10)}
+		pids: strconv.FormatInt(l.Pids+initPidsOverhead, 10), jobsPids: strconv.FormatInt(l.Pids, 10)}
 	if cg.v2 {
 		err = w.applyV2(l)
 	} else {
@@ -156,6 +166,11 @@ func (w *limitWriter) applyV1(l Limits) error {
 	if err := w.applyPids(w.cg.dirs["pids"]); err != nil {
 		return err
 	}
+	if w.cg.jobs != "" {
+		if err := w.set(w.cg.jobs, "pids.max", w.jobsPids); err != nil {
+			return err
+		}
+	}
 	if len(l.IO) == 0 {
 		return nil
 	}
@@ -188,18 +203,55 @@ func (w *limitWriter) applyPids(dir string) error {
 	return w.unenforced("pids", "pids limit "+w.pids+" (RLIMIT_NPROC stays as a backstop)")
 }
 
-// cgroupStats are the counters read at the end of a run. A counter whose
-// controller is missing reads 0.
-type cgroupStats struct {
-	OOMKills  int64
-	PidsMax   int64
-	Peak      int64
-	CPU       time.Duration
-	readError error
+// jobsPids reads the task count and limit of the cgroup the sandbox's jobs
+// are in (the v1 jobs child, else the sandbox's cgroup) and how many tasks
+// below the limit a new job needs: 1 in the jobs child (its thread), 4 in a
+// cgroup shared with init (init makes the thread, see pidsReserve). ok is
+// false without a pids controller or when they cannot be read.
+func (cg *cgroup) jobsPids() (current, max, reserve int64, ok bool) {
+	if !cg.m.have["pids"] {
+		return 0, 0, 0, false
+	}
+	d, reserve := cg.dirs[""], int64(pidsReserve)
+	switch {
+	case cg.jobs != "":
+		d, reserve = cg.jobs, 1
+	case !cg.v2:
+		d = cg.dirs["pids"]
+	}
+	current, err := readInt(filepath.Join(d, "pids.current"))
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	if max, err = readInt(filepath.Join(d, "pids.max")); err != nil {
+		return 0, 0, 0, false // "max": unlimited
+	}
+	return current, max, reserve, true
 }
 
-func (cg *cgroup) stats() cgroupStats {
-	var s cgroupStats
+// oomKills reads the cgroup's OOM kill counter (0 without a memory
+// controller or when unreadable).
+func (cg *cgroup) oomKills() int64 {
+	if !cg.m.have["memory"] {
+		return 0
+	}
+	if cg.v2 {
+		n, _ := readKeyed(filepath.Join(cg.dirs[""], "memory.events"), "oom_kill")
+		return n
+	}
+	n, _ := readKeyed(filepath.Join(cg.dirs["memory"], "memory.oom_control"), "oom_kill")
+	return n
+}
+
+// usage reads the cgroup's counters. A counter whose controller is missing
+// reads 0; pids without a pids controller is the number of processes.
+//
+// v2: cpu.stat usage_usec, memory.current, memory.peak (Linux >= 5.19),
+// memory.events oom_kill, pids.current, pids.events max. v1: cpuacct.usage,
+// memory.usage_in_bytes, memory.max_usage_in_bytes, memory.oom_control
+// oom_kill, pids.current, pids.events max.
+func (cg *cgroup) usage() (Usage, error) {
+	var u Usage
 	var errs []error
 	get := func(path, key string) int64 {
 		v, err := readKeyed(path, key)
@@ -208,34 +260,45 @@ func (cg *cgroup) stats() cgroupStats {
 		}
 		return v
 	}
-	m := cg.m
-	if cg.v2 {
-		d := cg.dirs[""]
-		if m.have["memory"] {
-			s.OOMKills = get(filepath.Join(d, "memory.events"), "oom_kill")
-			s.Peak, _ = readInt(filepath.Join(d, "memory.peak")) // Linux >= 5.19
-		}
-		if m.have["pids"] {
-			s.PidsMax = get(filepath.Join(d, "pids.events"), "max")
-		}
-		s.CPU = time.Duration(get(filepath.Join(d, "cpu.stat"), "usage_usec")) * time.Microsecond
-	} else {
-		if m.have["memory"] {
-			s.OOMKills = get(filepath.Join(cg.dirs["memory"], "memory.oom_control"), "oom_kill")
-			var err error
-			if s.Peak, err = readInt(filepath.Join(cg.dirs["memory"], "memory.max_usage_in_bytes")); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if m.have["pids"] {
-			s.PidsMax = get(filepath.Join(cg.dirs["pids"], "pids.events"), "max")
-		}
-		ns, err := readInt(filepath.Join(cg.dirs["cpuacct"], "cpuacct.usage"))
+	num := func(path string) int64 {
+		v, err := readInt(path)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		s.CPU = time.Duration(ns)
+		return v
 	}
-	s.readError = errors.Join(errs...)
-	return s
+	m := cg.m
+	memDir, pidsDir := cg.dirs[""], cg.dirs[""]
+	if !cg.v2 {
+		memDir, pidsDir = cg.dirs["memory"], cg.dirs["pids"]
+	}
+	if m.have["memory"] {
+		if cg.v2 {
+			u.OOMKills = get(filepath.Join(memDir, "memory.events"), "oom_kill")
+			u.Memory = num(filepath.Join(memDir, "memory.current"))
+			u.PeakMemory, _ = readInt(filepath.Join(memDir, "memory.peak")) // Linux >= 5.19
+		} else {
+			u.OOMKills = get(filepath.Join(memDir, "memory.oom_control"), "oom_kill")
+			u.Memory = num(filepath.Join(memDir, "memory.usage_in_bytes"))
+			u.PeakMemory = num(filepath.Join(memDir, "memory.max_usage_in_bytes"))
+		}
+	}
+	if m.have["pids"] {
+		u.PidsLimitHits = get(filepath.Join(pidsDir, "pids.events"), "max")
+		if cg.jobs != "" {
+			u.PidsLimitHits += get(filepath.Join(cg.jobs, "pids.events"), "max")
+		}
+		u.Pids = num(filepath.Join(pidsDir, "pids.current"))
+	} else if ps, err := cg.pids(); err == nil {
+		u.Pids = int64(len(ps))
+	}
+	if cg.v2 {
+		u.CPU = time.Duration(get(filepath.Join(cg.dirs[""], "cpu.stat"), "usage_usec")) * time.Microsecond
+	} else {
+		u.CPU = time.Duration(num(filepath.Join(cg.dirs["cpuacct"], "cpuacct.usage")))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return u, fmt.Errorf("sandboxd: cgroup %s counters: %w", cg.name, err)
+	}
+	return u, nil
 }

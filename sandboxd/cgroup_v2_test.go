@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -17,6 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/test/poll"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -99,7 +102,7 @@ func TestCgroupV2MissingControllerIsAnError(t *testing.T) {
 	}
 	parent := randName(fmt.Sprintf("airlock-test-%d-", os.Getpid()))
 	t.Cleanup(func() { _ = os.Remove(filepath.Join(root, parent)) })
-	_, err = New(Config{CgroupRoot: root, CgroupMode: CgroupV2, CgroupParent: parent, StateDir: t.TempDir(), PoolSize: -1}, &memAudit{}, nil)
+	_, err = New(Config{CgroupRoot: root, CgroupMode: CgroupV2, CgroupParent: parent, StateDir: t.TempDir(), PoolSize: -1}, &audittest.Log{}, nil)
 	hasMem := strings.Contains(" "+strings.TrimSpace(string(avail))+" ", " memory ")
 	switch {
 	case hasMem && err != nil:
@@ -238,7 +241,7 @@ func TestCgroupV2Executor(t *testing.T) {
 	if res.ExitCode != 3 || string(res.Stdout) != "hi\n" {
 		t.Errorf("got exit %d stdout %q, want 3 %q", res.ExitCode, res.Stdout, "hi\n")
 	}
-	if n := len(au.records()); n != 2 {
+	if n := len(au.Records()); n != 2 {
 		t.Errorf("audit records: got %d, want 2", n)
 	}
 
@@ -347,5 +350,92 @@ func TestCgroupV2WaitEmptyWakesOnExit(t *testing.T) {
 	}
 	if err := cg.waitEmpty(0); err != nil {
 		t.Fatalf("waitEmpty on an empty cgroup with no time left: %v", err)
+	}
+}
+
+// TestCgroupV2Sandbox runs a long-lived sandbox in v2 mode on the real
+// cgroup2 hierarchy: init born in its cgroup, an exec's timeout freezing the
+// cgroup (cgroup.freeze) to kill the exec's session while another exec's
+// process lives on, files in and out, usage from cpu.stat and the process
+// count, and Destroy through cgroup.kill leaving no process or cgroup.
+func TestCgroupV2Sandbox(t *testing.T) {
+	root := cgroup2Root(t)
+	e, _ := newTestExecutor(t, func(c *Config) {
+		c.CgroupRoot, c.CgroupMode, c.AllowMissingControllers = root, CgroupV2, LimitControllers
+	})
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	if got, want := cgroupOf(s.init.Pid), strings.TrimPrefix(s.slot.cg.dirs[""], root); got != want {
+		t.Errorf("init in cgroup %q, want %q", got, want)
+	}
+	mustExec(t, s, ExecSpec{Argv: sh("setsid sleep 981 >/dev/null 2>&1 < /dev/null &")})
+	res := mustExec(t, s, ExecSpec{Argv: sh("setsid sleep 982 >/dev/null 2>&1 < /dev/null & exec sleep 983"), Timeout: time.Second})
+	if !res.TimedOut {
+		t.Errorf("got %+v, want timed out", res)
+	}
+	if out := string(mustExec(t, s, ExecSpec{Argv: sh("ps -eo args | grep '^sleep 98' | sort")}).Stdout); out != "sleep 981\n" {
+		t.Errorf("sleepers: got %q, want only the other exec's", out)
+	}
+	if _, err := s.PutFiles(t.Context(), "/workspace", strings.NewReader(string(tarBytes(t)))); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := s.GetFiles(t.Context(), "/workspace/hello", &out); err != nil || !strings.Contains(out.String(), "hi there") {
+		t.Errorf("get: %v %q", err, out.String())
+	}
+	u, err := s.Usage()
+	if err != nil || u.CPU <= 0 || u.Pids < 2 {
+		t.Errorf("usage: got %+v %v, want cpu and init plus the sleeper", u, err)
+	}
+}
+
+func tarBytes(t *testing.T) []byte {
+	return tarOf(t, []*tar.Header{file("hello")}, map[string]string{"hello": "hi there"}).Bytes()
+}
+
+// TestCgroupV2PidsLimitByRlimit: on v2 a job cannot be moved to a cgroup of
+// its own apart from init, so the sandbox's task limit is RLIMIT_NPROC of
+// its (unique) uid, exactly Limits.Pids, and init keeps the rest of
+// pids.max. A fork bomb never holds more than Pids tasks, an exec meanwhile
+// is refused with an error naming the limit, and init lives.
+func TestCgroupV2PidsLimitByRlimit(t *testing.T) {
+	root := cgroup2Root(t)
+	e, _ := newTestExecutor(t, func(c *Config) {
+		c.CgroupRoot, c.CgroupMode, c.AllowMissingControllers = root, CgroupV2, LimitControllers
+	})
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{Limits: Limits{Pids: 16}})
+	bomb := "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
+	p, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"python3", "-c", bomb}, Timeout: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := func() int {
+		n := 0
+		for _, pid := range uidProcs(t, s.UID()) {
+			b, _ := os.ReadFile("/proc/" + pid + "/status")
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "Threads:" {
+					k, _ := strconv.Atoi(f[1])
+					n += k
+				}
+			}
+		}
+		return n
+	}
+	poll.Until(t, 5*time.Second, "the bomb to reach the limit", func() bool { return tasks() >= 15 })
+	for i := 0; i < 20; i++ {
+		if n := tasks(); n > 16 {
+			t.Errorf("the sandbox holds %d tasks, more than its limit 16", n)
+		}
+	}
+	if _, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"/bin/true"}}); err == nil || !strings.Contains(err.Error(), "process limit") {
+		t.Errorf("exec at the limit: got %v, want an error naming the process limit", err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("init died")
+	default:
+	}
+	if res, err := p.Wait(); err != nil || !res.TimedOut {
+		t.Errorf("bomb: got %+v %v, want timed out", res, err)
 	}
 }

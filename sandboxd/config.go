@@ -19,6 +19,11 @@ const (
 	DefaultPoolSize     = 4
 	DefaultHostname     = "sandbox"
 	DefaultHome         = "/home/sandbox"
+	// DefaultWorkspaceDir is where a sandbox without a bound workspace gets
+	// an empty one (api.WorkspaceDir).
+	DefaultWorkspaceDir = "/workspace"
+	// DefaultMaxUpload bounds the file content one PutFiles writes.
+	DefaultMaxUpload = 1 << 30
 
 	DefaultMemory    = 512 << 20
 	DefaultCPUs      = 1.0
@@ -108,6 +113,13 @@ type Config struct {
 	// Home is $HOME inside the sandbox; its parent directory gets a tmpfs. Default
 	// /home/sandbox.
 	Home string
+	// WorkspaceDir is where a prepared sandbox has its empty workspace, a
+	// tmpfs of its own sized like /tmp. Its mount point is made on the host
+	// root (root-owned, empty) when missing. Default /workspace.
+	WorkspaceDir string
+	// MaxUpload bounds the bytes of file content one PutFiles writes (past it:
+	// ErrTooLarge). Default 1 GiB.
+	MaxUpload int64
 	// Limits are the defaults for Spec.Limits fields left zero.
 	Limits Limits
 }
@@ -253,6 +265,12 @@ func (c *Config) applyDefaults() {
 	if c.Home == "" {
 		c.Home = DefaultHome
 	}
+	if c.WorkspaceDir == "" {
+		c.WorkspaceDir = DefaultWorkspaceDir
+	}
+	if c.MaxUpload == 0 {
+		c.MaxUpload = DefaultMaxUpload
+	}
 	c.Limits = c.Limits.withDefaults(Limits{
 		Memory: DefaultMemory, CPUs: DefaultCPUs, Pids: DefaultPids, Timeout: DefaultTimeout,
 		TmpSize: DefaultTmpSize, TmpInodes: DefaultTmpInodes, NoFile: DefaultNoFile,
@@ -287,13 +305,20 @@ func (c *Config) validate() error {
 	if filepath.Base(c.CgroupParent) != c.CgroupParent || c.CgroupParent == "." || c.CgroupParent == ".." {
 		return fmt.Errorf("sandboxd: cgroup_parent %q: want a single directory name", c.CgroupParent)
 	}
-	for _, p := range []struct{ name, v string }{{"exe", c.Exe}, {"cgroup_root", c.CgroupRoot}, {"state_dir", c.StateDir}, {"home", c.Home}} {
+	for _, p := range []struct{ name, v string }{{"exe", c.Exe}, {"cgroup_root", c.CgroupRoot}, {"state_dir", c.StateDir}, {"home", c.Home},
+		{"workspace_dir", c.WorkspaceDir}} {
 		if !filepath.IsAbs(p.v) {
 			return fmt.Errorf("sandboxd: %s %q: want an absolute path", p.name, p.v)
 		}
 	}
 	if filepath.Dir(c.Home) == "/" {
 		return fmt.Errorf("sandboxd: home %q: want a path below a top-level directory (its parent gets a tmpfs)", c.Home)
+	}
+	if w := filepath.Clean(c.WorkspaceDir); w == "/" || within(c.Home, w) || within(w, c.Home) {
+		return fmt.Errorf("sandboxd: workspace_dir %q: want a directory other than / that neither holds nor lies in home %q", c.WorkspaceDir, c.Home)
+	}
+	if c.MaxUpload < 1 {
+		return fmt.Errorf("sandboxd: max_upload %d: want >= 1", c.MaxUpload)
 	}
 	for _, h := range c.HiddenPaths {
 		if !filepath.IsAbs(h) {
@@ -335,6 +360,24 @@ func (l Limits) withDefaults(d Limits) Limits {
 		l.IO = d.IO
 	}
 	return l
+}
+
+// cgroupLimits are the limits the cgroup holds.
+func (l Limits) cgroupLimits() (memory int64, cpus float64, pids int64, io []IOLimit) {
+	return l.Memory, l.CPUs, l.Pids, l.IO
+}
+
+// cgroupEqual reports whether l and o put the same limits in a cgroup.
+func (l Limits) cgroupEqual(o Limits) bool {
+	if l.Memory != o.Memory || l.CPUs != o.CPUs || l.Pids != o.Pids || len(l.IO) != len(o.IO) {
+		return false
+	}
+	for i := range l.IO {
+		if l.IO[i] != o.IO[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func (l Limits) validate() error {

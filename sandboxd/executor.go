@@ -1,22 +1,29 @@
 package sandboxd
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
 )
 
-// Executor runs commands in sandboxes. It is safe for concurrent use.
+// Keys of the operational log only this package writes (oplog has the
+// shared ones).
+const (
+	uidKey  = "uid"  // a sandbox's uid
+	slotKey = "slot" // a slot id (the cgroup's name)
+	jobKey  = "job"  // an exec's or files operation's id in its sandbox
+)
+
+// Executor makes sandboxes (Prepare, Start, Create) and runs one-shot
+// commands in them (Run). It is safe for concurrent use.
 type Executor struct {
 	cfg  Config
 	cgm  *cgroupManager
@@ -27,13 +34,9 @@ type Executor struct {
 	// through, so no host socket is connectable (hostview_linux.go). Its
 	// helper process (3-5 ms) runs while the caller goes on setting up.
 	rootNS *usernsFuture
+	// idmaps are the user namespaces workspaces are idmapped through.
+	idmaps *idmapCache
 }
-
-// ExecError reports a command that could not be started (not found, not
-// executable); Run returns it together with a Result whose ExitCode is 127 or 126.
-type ExecError struct{ Msg string }
-
-func (e *ExecError) Error() string { return "sandboxd: " + e.Msg }
 
 // New validates cfg, prepares the cgroup parent, removes stale sandboxes left by
 // dead executors and starts the slot pool. log receives the exec audit records.
@@ -45,10 +48,7 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 	if log == nil {
 		return nil, errors.New("sandboxd: an audit logger is required")
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	lg := logger.With("component", "sandboxd")
+	lg := oplog.For(logger, "sandboxd")
 	cgm, err := newCgroupManager(cfg.CgroupRoot, cfg.CgroupMode, cfg.CgroupParent, cfg.AllowMissingControllers)
 	if err != nil {
 		return nil, err
@@ -61,7 +61,7 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns()}, nil
+	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns(), idmaps: newIdmapCache()}, nil
 }
 
 // Close destroys the idle pool slots.
@@ -70,104 +70,94 @@ func (e *Executor) Close() error {
 	if f, nerr := e.rootNS.get(); nerr == nil {
 		f.Close()
 	}
+	e.idmaps.close()
 	return err
 }
 
 // CgroupV2 reports whether the executor uses the unified hierarchy.
 func (e *Executor) CgroupV2() bool { return e.cgm.v2 }
 
-// Run runs spec to completion. The returned error is non-nil when the sandbox could
-// not be built or the audit start record could not be written (nothing ran), when
-// ctx ended (the tree was killed; the Result is still returned), or with an
-// *ExecError when the command could not be executed.
-func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
-	t0 := time.Now()
-	if err := spec.validate(); err != nil {
-		return nil, err
+// initConfig builds the configuration init receives for a sandbox running as
+// uid.
+func (e *Executor) initConfig(spec *PrepareSpec, uid int) (*initConfig, error) {
+	hidden := append(append([]string{}, e.cfg.HiddenPaths...), spec.Hidden...)
+	if spec.rootFS == "" {
+		// Hide what a path points at too, so a symlink cannot be a way around.
+		hidden = e.hostHidden(spec.Hidden)
 	}
-	if _, err := e.rootNS.get(); err != nil {
-		return nil, err
+	var mnt unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &mnt); err != nil {
+		return nil, fmt.Errorf("sandboxd: read own mount namespace: %w", err)
 	}
-	lim := spec.Limits.withDefaults(e.cfg.Limits)
-	if err := lim.validate(); err != nil {
-		return nil, err
+	icfg := &initConfig{
+		HostMountNS: [2]uint64{uint64(mnt.Dev), mnt.Ino},
+		Hostname:    e.cfg.Hostname, RootFS: spec.rootFS, CABundle: spec.CABundle, Hidden: hidden, Home: e.cfg.Home,
+		TmpSize: spec.TmpSize, TmpInodes: spec.TmpInodes, FreshNet: spec.NetNS == "",
+		UID: uid, GID: uid, InitArgs: e.cfg.InitArgs,
 	}
-	s, err := e.pool.get()
-	if err != nil {
-		return nil, err
+	if icfg.InitArgs == nil {
+		icfg.InitArgs = []string{}
 	}
-	id := spec.ID
-	if id == "" {
-		id = s.id
-	}
-	res := &Result{ID: id, UID: s.uid}
-	lg := e.lg.With("sandbox", id, "uid", s.uid)
-	defer func() {
-		if err := s.destroy(); err != nil {
-			lg.Error("sandbox cleanup failed", "err", err)
+	if !spec.noWorkspace {
+		if err := ensureMountPoint(e.cfg.WorkspaceDir, e.cfg.Home); err != nil {
+			return nil, err
 		}
-	}()
-	warns, err := s.cg.apply(lim)
-	for _, w := range warns {
-		lg.Warn("cgroup limit weakened", "reason", w)
+		icfg.WorkspaceDir = e.cfg.WorkspaceDir
 	}
-	if err != nil {
+	src := "/"
+	if spec.rootFS != "" {
+		// The mount table names real paths.
+		var err error
+		if src, err = filepath.EvalSymlinks(spec.rootFS); err != nil {
+			return nil, fmt.Errorf("sandboxd: spec.rootfs %s: %w", spec.rootFS, err)
+		}
+	}
+	var err error
+	if icfg.Mounts, err = viewMounts(src, icfg); err != nil {
 		return nil, err
 	}
-	icfg, err := e.initConfig(&spec, lim, s)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.log.Log(&audit.Record{ID: id + "/start", Sandbox: id, Kind: "exec", Decision: "allow",
-		Exec: &audit.Exec{Phase: "start", Argv: spec.Argv}}); err != nil {
-		return nil, fmt.Errorf("sandboxd: audit start record refused, not running: %w", err)
-	}
-	runErr := e.run(ctx, t0, &spec, lim, s, icfg, res, lg)
-	res.Wall = time.Since(t0)
-	st := s.cg.stats()
-	if st.readError != nil {
-		lg.Error("cgroup counters unreadable", "err", st.readError)
-	}
-	res.OOMKilled = st.OOMKills > 0
-	res.PidsLimitHit = st.PidsMax > 0
-	res.PeakMemory = st.Peak
-	res.CPU = st.CPU
-	e.auditEnd(id, res, runErr)
-	lvl := slog.LevelInfo
-	if runErr != nil {
-		lvl = slog.LevelError
-	}
-	lg.Log(ctx, lvl, "sandbox finished", "exit", res.ExitStatus(), "timed_out", res.TimedOut,
-		"oom", res.OOMKilled, "wall", res.Wall, "err", runErr)
-	var ee *ExecError
-	if runErr != nil && !errors.As(runErr, &ee) && !errors.Is(runErr, context.Canceled) && !errors.Is(runErr, context.DeadlineExceeded) {
-		return nil, runErr
-	}
-	return res, runErr
+	return icfg, nil
 }
 
-func (e *Executor) auditEnd(id string, r *Result, runErr error) {
-	x := &audit.Exec{Phase: "end", TimedOut: r.TimedOut, OOMKilled: r.OOMKilled, PidsLimit: r.PidsLimitHit,
-		WallMS: float64(r.Wall) / 1e6, CPUMS: float64(r.CPU) / 1e6, PeakMemory: r.PeakMemory,
-		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, Truncated: r.Truncated}
-	if r.Signal != 0 {
-		x.Signal = unix.SignalName(syscall.Signal(r.Signal))
-	} else {
-		code := r.ExitCode
-		x.ExitCode = &code
+// hostHidden returns the hidden host paths (Config.HiddenPaths and extra)
+// and what each resolves to.
+func (e *Executor) hostHidden(extra []string) []string {
+	hidden := append(append([]string{}, e.cfg.HiddenPaths...), extra...)
+	out := append([]string{}, hidden...)
+	for _, h := range hidden {
+		if r, err := filepath.EvalSymlinks(h); err == nil && r != h {
+			out = append(out, r)
+		}
 	}
-	rec := &audit.Record{ID: id + "/end", Sandbox: id, Kind: "exec", Decision: "allow", Exec: x}
-	if runErr != nil {
-		rec.Decision = "error"
-		rec.Error = runErr.Error()
-	}
-	if err := e.log.Log(rec); err != nil {
-		e.lg.Error("audit end record refused", "sandbox", id, "err", err)
-	}
+	return out
 }
 
-// initConfig builds the configuration init receives.
-func (e *Executor) initConfig(spec *Spec, lim Limits, s *slot) (*initConfig, error) {
+// ensureMountPoint makes sure the empty workspace's mount point exists on
+// the host root (the sandbox sees the host root read-only, so init cannot
+// make it): a root-owned, empty 0755 directory, made once. Inside a tree the
+// sandbox covers with a tmpfs of its own (/tmp, $HOME's parent...), init
+// makes it instead.
+func ensureMountPoint(dir, home string) error {
+	if underTmpfs(dir, filepath.Dir(home)) {
+		return nil
+	}
+	st, err := os.Lstat(dir)
+	switch {
+	case err == nil && !st.IsDir():
+		return fmt.Errorf("sandboxd: workspace_dir %s on the host is a %v, not a directory: the empty workspace is mounted over it", dir, st.Mode().Type())
+	case err == nil:
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("sandboxd: workspace_dir %s: %w", dir, err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("sandboxd: create %s on the host (the mount point of the empty workspace): %w", dir, err)
+	}
+	return nil
+}
+
+// baseEnv is the environment every exec of a sandbox starts from.
+func (e *Executor) baseEnv(spec *StartSpec, caBundle bool) []string {
 	env := []string{"PATH=" + SandboxPath, "HOME=" + e.cfg.Home, "USER=sandbox", "LOGNAME=sandbox"}
 	for _, k := range e.cfg.EnvAllow {
 		if v, ok := os.LookupEnv(k); ok {
@@ -184,80 +174,12 @@ func (e *Executor) initConfig(spec *Spec, lim Limits, s *slot) (*initConfig, err
 		}
 		env = append(env, "NO_PROXY="+np, "no_proxy="+np)
 	}
-	if spec.CABundle != "" {
+	if caBundle {
 		for _, k := range CAEnvVars {
 			env = append(env, k+"="+SystemCABundle)
 		}
 	}
-	env = dedupeEnv(append(env, spec.Env...))
-	hidden := append(append([]string{}, e.cfg.HiddenPaths...), spec.Hidden...)
-	// Host paths of the hidden paths, and what they point at.
-	hostHidden := append([]string{}, hidden...)
-	for _, h := range hidden {
-		if r, err := filepath.EvalSymlinks(h); err == nil && r != h {
-			hostHidden = append(hostHidden, r)
-		}
-	}
-	if spec.RootFS == "" {
-		// Hide what a path points at too, so a symlink cannot be a way around.
-		hidden = hostHidden
-	}
-	ws := spec.WorkspaceTarget
-	if ws == "" {
-		ws = spec.Workspace
-	}
-	wsHost := spec.Workspace
-	if wsHost != "" {
-		// The workspace is a second view of host files: it must not be or lie inside
-		// a hidden path, and a hidden path inside it is hidden at its place under the
-		// target too. The resolved path is what init mounts.
-		var err error
-		if wsHost, err = filepath.EvalSymlinks(spec.Workspace); err != nil {
-			return nil, fmt.Errorf("sandboxd: spec.workspace %s: %w", spec.Workspace, err)
-		}
-		for _, h := range hostHidden {
-			if within(wsHost, h) {
-				return nil, fmt.Errorf("sandboxd: spec.workspace %s is inside hidden path %s", spec.Workspace, h)
-			}
-			if within(h, wsHost) {
-				rel, _ := filepath.Rel(wsHost, h)
-				hidden = append(hidden, filepath.Join(ws, rel))
-			}
-		}
-	}
-	dir := spec.Dir
-	if dir == "" {
-		dir = e.cfg.Home
-		if spec.Workspace != "" {
-			dir = ws
-		}
-	}
-	nproc := 2*(lim.Pids+initPidsOverhead) + 64 // backstop behind pids.max
-	var mnt unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/mnt", &mnt); err != nil {
-		return nil, fmt.Errorf("sandboxd: read own mount namespace: %w", err)
-	}
-	icfg := &initConfig{
-		HostMountNS: [2]uint64{uint64(mnt.Dev), mnt.Ino},
-		Hostname:    e.cfg.Hostname, RootFS: spec.RootFS, Workspace: wsHost, WorkspaceTarget: ws,
-		CABundle: spec.CABundle, Hidden: hidden, Home: e.cfg.Home, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
-		FreshNet: spec.NetNS == "",
-		Exec: execConfig{Argv: spec.Argv, Env: env, Dir: dir, UID: s.uid, GID: s.uid,
-			NoFile: lim.NoFile, FSize: lim.FSize, NProc: nproc},
-	}
-	src := "/"
-	if spec.RootFS != "" {
-		// The mount table names real paths.
-		var err error
-		if src, err = filepath.EvalSymlinks(spec.RootFS); err != nil {
-			return nil, fmt.Errorf("sandboxd: spec.rootfs %s: %w", spec.RootFS, err)
-		}
-	}
-	var err error
-	if icfg.Mounts, err = viewMounts(src, icfg); err != nil {
-		return nil, err
-	}
-	return icfg, nil
+	return dedupeEnv(append(env, spec.Env...))
 }
 
 // within reports whether path p is base or lies below it.

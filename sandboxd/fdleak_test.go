@@ -162,7 +162,7 @@ func TestRunClosesFDsWhenFDsRunOut(t *testing.T) {
 					if err == nil {
 						t.Logf("%d runs failed for want of an fd before one succeeded:\n%s", failures, strings.Join(reasons, "\n"))
 						all := strings.Join(reasons, "\n")
-						for _, step := range []string{"pipes for init", "start init"} {
+						for _, step := range []string{"control socket for init", "start init"} {
 							if !strings.Contains(all, step) {
 								t.Errorf("no attempt failed at %q: the sweep missed a step", step)
 							}

@@ -5,32 +5,33 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// The filesystem view, built by init as root in its own mount namespace:
+// The filesystem view, built by init as root in its own mount namespace when
+// it gets its config (Prepare):
 //
-//  1. every host-side source (root or RootFS, workspace, CA bundle) is cloned as a
+//  1. every host-side source (root or RootFS, CA bundle) is cloned as a
 //     detached mount (tree) with open_tree before anything covers it: the root
 //     and each mount below it one by one, each read-only, nosuid, nodev and
 //     idmapped so that no host socket is connectable through it (mounts that
 //     cannot be idmapped are left out; hostview_linux.go);
 //  2. the root is attached on a private staging tmpfs with its mounts in place,
 //     and pivot_root'ed into; the old root is detached, so host paths are gone;
-//  3. fresh /proc (masked), minimal /dev, empty read-only /sys, tmpfs /tmp, $HOME
-//     and /var/tmp, an empty /run, the workspace, resolv.conf, the CA bundle and
-//     the hidden-path masks are mounted inside, targets resolved inside the new
-//     root.
+//  3. fresh /proc (masked), minimal /dev, empty read-only /sys, tmpfs /tmp, $HOME,
+//     /var/tmp and the empty workspace, an empty /run, resolv.conf, the CA bundle
+//     and the hidden-path masks are mounted inside, targets resolved inside the
+//     new root.
 //
-// The workspace is an idmapped mount (see idmapWorkspace): the sandbox uid and gid
-// act as the workspace directory's owner, so the sandbox can write a root- or
-// user-owned directory without a chown on the host, and what it creates belongs to
-// that owner on the host. The seccomp filter refuses setuid and setgid mode bits, so
+// Start then resizes the tmpfs mounts if the user's limits differ and attaches
+// the user's workspace: a tree the executor cloned (open_tree) and idmapped in
+// its own mount namespace (workspace.go) and sent as an fd, so init never
+// resolves a host path after its pivot. The sandbox uid and gid act as the
+// workspace directory's owner, so the sandbox can write a root- or user-owned
+// directory without a chown on the host, and what it creates belongs to that
+// owner on the host. The seccomp filter refuses setuid and setgid mode bits, so
 // nothing the sandbox creates there becomes a setuid binary of the owner.
 //
 // Needs Linux >= 5.12 (open_tree, move_mount, mount_setattr); older kernels fail
@@ -50,9 +51,58 @@ var (
 	procReadOnly = []string{"/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs"}
 )
 
-func setupSandbox(cfg *initConfig) error {
+// fsState is what init keeps of the filesystem it built: the tmpfs mounts
+// whose size the start request may change, and the roots the files stage
+// works below.
+type fsState struct {
+	cfg        *initConfig
+	homeParent string
+	tmpfs      []tmpfsMount
+	homeRoot   int // O_PATH fd of $HOME
+	wsRoot     int // O_PATH fd of the workspace (the tmpfs one, or the bound tree after start); -1 for none
+}
+
+// tmpfsMount is one of the sandbox's sized tmpfs mounts.
+type tmpfsMount struct {
+	path, source string
+	flags        uintptr
+	mode         string
+}
+
+// mount mounts it with size and inode limits.
+func (t tmpfsMount) mount(size, inodes int64) error {
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=%s", size, inodes, t.mode)
+	if err := unix.Mount(t.source, t.path, "tmpfs", t.flags, opts); err != nil {
+		return fmt.Errorf("mount %s tmpfs (%s): %w", t.path, opts, err)
+	}
+	return nil
+}
+
+// mountTmpfs mounts t with the config's size and remembers it for resizing.
+func (f *fsState) mountTmpfs(t tmpfsMount) error {
+	if err := t.mount(f.cfg.TmpSize, f.cfg.TmpInodes); err != nil {
+		return err
+	}
+	f.tmpfs = append(f.tmpfs, t)
+	return nil
+}
+
+// resizeTmpfs remounts every sized tmpfs with new limits (a fresh sandbox
+// uses almost none of them).
+func (f *fsState) resizeTmpfs(size, inodes int64) error {
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d", size, inodes)
+	for _, t := range f.tmpfs {
+		if err := unix.Mount("", t.path, "", unix.MS_REMOUNT|t.flags, opts); err != nil {
+			return fmt.Errorf("remount %s tmpfs (%s): %w", t.path, opts, err)
+		}
+	}
+	return nil
+}
+
+func setupSandbox(cfg *initConfig) (*fsState, error) {
+	f := &fsState{cfg: cfg, homeParent: filepath.Dir(cfg.Home), homeRoot: -1, wsRoot: -1}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
+		return nil, fmt.Errorf("make mounts private: %w", err)
 	}
 	src := "/"
 	if cfg.RootFS != "" {
@@ -60,62 +110,113 @@ func setupSandbox(cfg *initConfig) error {
 	}
 	view, err := cloneHostView(src, fdRootUserns, cfg.Mounts)
 	if err != nil {
-		return fmt.Errorf("clone root %s: %w", src, err)
+		return nil, fmt.Errorf("clone root %s: %w", src, err)
 	}
 	defer view.close()
 	unix.Close(fdRootUserns)
-	wsFD := -1
-	var wsOwner unix.Stat_t
-	if cfg.Workspace != "" {
-		if wsFD, err = cloneTree(cfg.Workspace, true, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
-			return fmt.Errorf("clone workspace %s: %w", cfg.Workspace, err)
-		}
-		defer unix.Close(wsFD)
-		if err := unix.Fstat(wsFD, &wsOwner); err != nil {
-			return fmt.Errorf("stat workspace %s: %w", cfg.Workspace, err)
-		}
-	}
 	caFD := -1
 	if cfg.CABundle != "" {
 		if caFD, err = cloneTree(cfg.CABundle, false, roAttrs); err != nil {
-			return fmt.Errorf("clone ca bundle %s: %w", cfg.CABundle, err)
+			return nil, fmt.Errorf("clone ca bundle %s: %w", cfg.CABundle, err)
 		}
 		defer unix.Close(caFD)
 	}
-	// Staging: a private tmpfs holding resolv.conf and the new root's mount point.
+	rcFD, err := enterView(view)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rcFD)
+	if err := f.mountSystem(); err != nil {
+		return nil, err
+	}
+	if err := f.mountHome(); err != nil {
+		return nil, err
+	}
+	targets := []string{"/etc/resolv.conf"}
+	if caFD >= 0 {
+		targets = append(targets, SystemCABundle)
+	}
+	runtimeDirs, err := f.maskRuntimeDirs(targets)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.MoveMount(rcFD, "", unix.AT_FDCWD, "/etc/resolv.conf", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
+		return nil, fmt.Errorf("mount /etc/resolv.conf (it must exist in the sandbox root): %w", err)
+	}
+	if caFD >= 0 {
+		if err := unix.MoveMount(caFD, "", unix.AT_FDCWD, SystemCABundle, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
+			return nil, fmt.Errorf("mount ca bundle over %s (it must exist in the sandbox root): %w", SystemCABundle, err)
+		}
+	}
+	if err := sealRuntimeDirs(runtimeDirs); err != nil {
+		return nil, err
+	}
+	if err := f.mountEmptyWorkspace(); err != nil {
+		return nil, err
+	}
+	for _, h := range cfg.Hidden {
+		if err := maskPath(h); err != nil {
+			return nil, fmt.Errorf("hide %s: %w", h, err)
+		}
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return nil, fmt.Errorf("sethostname: %w", err)
+	}
+	if cfg.FreshNet {
+		if err := loopbackUp(); err != nil {
+			return nil, err
+		}
+	}
+	if f.homeRoot, err = unix.Open(cfg.Home, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+		return nil, fmt.Errorf("open home %s: %w", cfg.Home, err)
+	}
+	return f, nil
+}
+
+// enterView attaches the host view on a private staging tmpfs, which also
+// holds the sandbox's resolv.conf (returned as a detached mount), pivots
+// into it and detaches the old root: no host path is reachable afterwards.
+func enterView(view *hostView) (int, error) {
 	if err := unix.Mount("airlock-stage", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64k,mode=700"); err != nil {
-		return fmt.Errorf("mount staging tmpfs: %w", err)
+		return -1, fmt.Errorf("mount staging tmpfs: %w", err)
 	}
 	rc := filepath.Join(stagingDir, "resolv.conf")
 	if err := os.WriteFile(rc, []byte(resolvConf), 0o644); err != nil {
-		return fmt.Errorf("write resolv.conf: %w", err)
+		return -1, fmt.Errorf("write resolv.conf: %w", err)
 	}
 	rcFD, err := cloneTree(rc, false, roAttrs)
 	if err != nil {
-		return fmt.Errorf("clone resolv.conf: %w", err)
+		return -1, fmt.Errorf("clone resolv.conf: %w", err)
 	}
-	defer unix.Close(rcFD)
+	fail := func(err error) (int, error) {
+		unix.Close(rcFD)
+		return -1, err
+	}
 	newRoot := filepath.Join(stagingDir, "root")
 	if err := os.Mkdir(newRoot, 0o755); err != nil {
-		return err
+		return fail(err)
 	}
 	if err := view.attach(newRoot); err != nil {
-		return err
+		return fail(err)
 	}
 	if err := unix.Chdir(newRoot); err != nil {
-		return err
+		return fail(err)
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
+		return fail(fmt.Errorf("pivot_root: %w", err))
 	}
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach old root: %w", err)
+		return fail(fmt.Errorf("detach old root: %w", err))
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return err
+		return fail(err)
 	}
+	return rcFD, nil
+}
 
-	if err := setupDev(cfg); err != nil {
+// mountSystem mounts /dev, /proc, an empty /sys and /tmp.
+func (f *fsState) mountSystem() error {
+	if err := f.setupDev(); err != nil {
 		return err
 	}
 	if err := setupProc(); err != nil {
@@ -125,78 +226,90 @@ func setupSandbox(cfg *initConfig) error {
 	if err := unix.Mount("airlock-nosys", "/sys", "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=555"); err != nil {
 		return fmt.Errorf("mount empty /sys: %w", err)
 	}
-	tmpOpts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=1777", cfg.TmpSize, cfg.TmpInodes)
-	if err := unix.Mount("airlock-tmp", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
-		return fmt.Errorf("mount /tmp tmpfs (%s): %w", tmpOpts, err)
+	return f.mountTmpfs(tmpfsMount{path: "/tmp", source: "airlock-tmp", flags: unix.MS_NOSUID | unix.MS_NODEV, mode: "1777"})
+}
+
+// mountHome mounts a tmpfs over $HOME's parent, makes $HOME owned by the
+// sandbox uid and masks /root.
+func (f *fsState) mountHome() error {
+	cfg := f.cfg
+	if st, err := os.Stat(f.homeParent); err != nil || !st.IsDir() {
+		return fmt.Errorf("home %s: parent %s is not a directory in the sandbox root", cfg.Home, f.homeParent)
 	}
-	homeParent := filepath.Dir(cfg.Home)
-	if st, err := os.Stat(homeParent); err != nil || !st.IsDir() {
-		return fmt.Errorf("home %s: parent %s is not a directory in the sandbox root", cfg.Home, homeParent)
-	}
-	homeOpts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=755", cfg.TmpSize, cfg.TmpInodes)
-	if err := unix.Mount("airlock-home", homeParent, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, homeOpts); err != nil {
-		return fmt.Errorf("mount %s tmpfs (%s): %w", homeParent, homeOpts, err)
+	if err := f.mountTmpfs(tmpfsMount{path: f.homeParent, source: "airlock-home", flags: unix.MS_NOSUID | unix.MS_NODEV, mode: "755"}); err != nil {
+		return err
 	}
 	if err := os.Mkdir(cfg.Home, 0o700); err != nil {
 		return fmt.Errorf("create home: %w", err)
 	}
-	if err := os.Chown(cfg.Home, cfg.Exec.UID, cfg.Exec.GID); err != nil {
+	if err := os.Chown(cfg.Home, cfg.UID, cfg.GID); err != nil {
 		return fmt.Errorf("chown home: %w", err)
 	}
-	if st, err := os.Stat("/root"); err == nil && st.IsDir() && homeParent != "/root" {
+	if st, err := os.Stat("/root"); err == nil && st.IsDir() && f.homeParent != "/root" {
 		if err := unix.Mount("airlock-mask", "/root", "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=700"); err != nil {
 			return fmt.Errorf("mask /root: %w", err)
 		}
 	}
-	targets := []string{"/etc/resolv.conf"}
-	if caFD >= 0 {
-		targets = append(targets, SystemCABundle)
+	return nil
+}
+
+// mountEmptyWorkspace mounts the empty workspace, a tmpfs owned by the
+// sandbox uid, when the config asks for one.
+func (f *fsState) mountEmptyWorkspace() error {
+	d := f.cfg.WorkspaceDir
+	if d == "" {
+		return nil
 	}
-	runtimeDirs, err := maskRuntimeDirs(cfg, targets)
+	if st, err := os.Lstat(d); err != nil || !st.IsDir() {
+		return fmt.Errorf("workspace %s is not a directory in the sandbox root", d)
+	}
+	if err := f.mountTmpfs(tmpfsMount{path: d, source: "airlock-workspace", flags: unix.MS_NOSUID | unix.MS_NODEV, mode: "755"}); err != nil {
+		return err
+	}
+	if err := os.Chown(d, f.cfg.UID, f.cfg.GID); err != nil {
+		return fmt.Errorf("chown workspace %s: %w", d, err)
+	}
+	fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return fmt.Errorf("open workspace %s: %w", d, err)
 	}
-	if wsFD >= 0 {
-		t := cfg.WorkspaceTarget
-		if underTmpfs(t, homeParent) {
-			if err := os.MkdirAll(t, 0o755); err != nil {
-				return fmt.Errorf("create workspace target %s: %w", t, err)
-			}
-		}
-		if st, err := os.Stat(t); err != nil || !st.IsDir() {
-			return fmt.Errorf("workspace_target %s is not a directory in the sandbox root", t)
-		}
-		if err := idmapWorkspace(wsFD, cfg.Workspace, int(wsOwner.Uid), int(wsOwner.Gid), cfg.Exec.UID, cfg.Exec.GID); err != nil {
-			return err
-		}
-		if err := unix.MoveMount(wsFD, "", unix.AT_FDCWD, t, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
-			return fmt.Errorf("attach workspace at %s: %w", t, err)
-		}
+	f.wsRoot = fd
+	return nil
+}
+
+// attachWorkspace moves the detached workspace tree treeFD (made and
+// idmapped by the executor in its own mount namespace: init never resolves a
+// host path after its pivot) to target, masks the hidden paths below it and
+// makes it the files stage's workspace root. treeFD < 0 means no workspace.
+func (f *fsState) attachWorkspace(treeFD int, target string, hidden []string) error {
+	if treeFD < 0 {
+		return nil
 	}
-	if err := unix.MoveMount(rcFD, "", unix.AT_FDCWD, "/etc/resolv.conf", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
-		return fmt.Errorf("mount /etc/resolv.conf (it must exist in the sandbox root): %w", err)
-	}
-	if caFD >= 0 {
-		if err := unix.MoveMount(caFD, "", unix.AT_FDCWD, SystemCABundle, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
-			return fmt.Errorf("mount ca bundle over %s (it must exist in the sandbox root): %w", SystemCABundle, err)
+	inWS := f.cfg.WorkspaceDir != "" && within(target, f.cfg.WorkspaceDir) && target != f.cfg.WorkspaceDir
+	if underTmpfs(target, f.homeParent) || inWS {
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return fmt.Errorf("create workspace target %s: %w", target, err)
 		}
 	}
-	if err := sealRuntimeDirs(runtimeDirs); err != nil {
-		return err
+	if st, err := os.Stat(target); err != nil || !st.IsDir() {
+		return fmt.Errorf("workspace_target %s is not a directory in the sandbox root", target)
 	}
-	for _, h := range cfg.Hidden {
+	if err := unix.MoveMount(treeFD, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
+		return fmt.Errorf("attach workspace at %s: %w", target, err)
+	}
+	for _, h := range hidden {
 		if err := maskPath(h); err != nil {
 			return fmt.Errorf("hide %s: %w", h, err)
 		}
 	}
-	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		return fmt.Errorf("sethostname: %w", err)
+	fd, err := unix.Open(target, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workspace %s: %w", target, err)
 	}
-	if cfg.FreshNet {
-		if err := loopbackUp(); err != nil {
-			return err
-		}
+	if f.wsRoot >= 0 {
+		unix.Close(f.wsRoot)
 	}
+	f.wsRoot = fd
 	return nil
 }
 
@@ -236,7 +349,7 @@ func underTmpfs(p, homeParent string) bool {
 	return false
 }
 
-func setupDev(cfg *initConfig) error {
+func (f *fsState) setupDev() error {
 	_ = unix.Unmount("/dev", unix.MNT_DETACH)
 	if err := unix.Mount("airlock-dev", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=755"); err != nil {
 		return fmt.Errorf("mount /dev tmpfs: %w", err)
@@ -267,9 +380,8 @@ func setupDev(cfg *initConfig) error {
 	if err := unix.Mount("airlock-devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("mount devpts: %w", err)
 	}
-	shmOpts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=1777", cfg.TmpSize, cfg.TmpInodes)
-	if err := unix.Mount("airlock-shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, shmOpts); err != nil {
-		return fmt.Errorf("mount /dev/shm: %w", err)
+	if err := f.mountTmpfs(tmpfsMount{path: "/dev/shm", source: "airlock-shm", flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, mode: "1777"}); err != nil {
+		return err
 	}
 	if err := unix.Mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("remount /dev read-only: %w", err)
@@ -344,69 +456,4 @@ func loopbackUp() error {
 		return fmt.Errorf("lo up: %w", err)
 	}
 	return nil
-}
-
-// idmapWorkspace makes the detached workspace tree fd an idmapped mount in which
-// files owned by ownerUID/ownerGID on disk appear as uid/gid, and files uid/gid
-// creates land on disk as ownerUID/ownerGID. Other on-disk owners appear as the
-// overflow id (nobody) and cannot be written through ownership. It must run after
-// the sandbox's /proc is mounted (the helper's maps are written through it) and
-// before the tree is attached (an attached mount cannot be idmapped).
-func idmapWorkspace(treeFD int, path string, ownerUID, ownerGID, uid, gid int) error {
-	nsFD, err := idmapUserns(ownerUID, ownerGID, uid, gid)
-	if err != nil {
-		return fmt.Errorf("workspace %s: user namespace for the idmapped mount: %w", path, err)
-	}
-	defer unix.Close(nsFD)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsFD)}
-	if err := unix.MountSetattr(treeFD, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		var fs unix.Statfs_t
-		_ = unix.Fstatfs(treeFD, &fs)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSYS) {
-			return fmt.Errorf("workspace %s: the filesystem (statfs type %#x) or one of its submounts does not support idmapped mounts, "+
-				"so the sandbox (uid %d) cannot be made its owner (uid %d); use a workspace on ext4, xfs, btrfs or tmpfs (Linux >= 6.3): %w",
-				path, fs.Type, uid, ownerUID, err)
-		}
-		return fmt.Errorf("workspace %s: idmap mount: %w", path, err)
-	}
-	return nil
-}
-
-// idmapUserns returns an fd for a new user namespace whose uid_map is
-// "ownerUID uid 1" and gid_map "ownerGID gid 1". The namespace needs a process to
-// be born: a child of this process is cloned into it and traced, so it stops at
-// its execve before running a single instruction of the program, and is killed and
-// reaped once its namespace is open.
-func idmapUserns(ownerUID, ownerGID, uid, gid int) (int, error) {
-	// The tracer is this thread; it stays locked until the child is reaped.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	pid, err := syscall.ForkExec("/proc/self/exe", []string{"airlock-idmap"}, &syscall.ProcAttr{
-		Env: []string{},
-		Sys: &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: ownerUID, HostID: uid, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: ownerGID, HostID: gid, Size: 1}},
-			Ptrace:      true,
-			Pdeathsig:   unix.SIGKILL,
-		},
-	})
-	if err != nil {
-		return -1, fmt.Errorf("clone helper: %w", err)
-	}
-	defer func() {
-		_ = unix.Kill(pid, unix.SIGKILL)
-		for {
-			var ws unix.WaitStatus
-			if _, err := unix.Wait4(pid, &ws, 0, nil); err == unix.EINTR || (err == nil && !ws.Exited() && !ws.Signaled()) {
-				continue
-			}
-			return
-		}
-	}()
-	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open helper user namespace: %w", err)
-	}
-	return fd, nil
 }

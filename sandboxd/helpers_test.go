@@ -11,27 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
-
-type memAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-}
-
-func (m *memAudit) Log(r *audit.Record) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recs = append(m.recs, *r)
-	return nil
-}
-
-func (m *memAudit) records() []audit.Record {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]audit.Record(nil), m.recs...)
-}
 
 var uidBaseSeq = struct {
 	sync.Mutex
@@ -40,7 +22,7 @@ var uidBaseSeq = struct {
 
 // newTestExecutor builds an executor with a cgroup parent and uid range of its own,
 // so concurrent test processes never meet.
-func newTestExecutor(t testing.TB, mod func(*Config)) (*Executor, *memAudit) {
+func newTestExecutor(t testing.TB, mod func(*Config)) (*Executor, *audittest.Log) {
 	t.Helper()
 	roottest.Require(t)
 	uidBaseSeq.Lock()
@@ -60,7 +42,7 @@ func newTestExecutor(t testing.TB, mod func(*Config)) (*Executor, *memAudit) {
 	if mod != nil {
 		mod(&cfg)
 	}
-	au := &memAudit{}
+	au := &audittest.Log{}
 	e, err := New(cfg, au, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		t.Fatalf("New: %v", err)

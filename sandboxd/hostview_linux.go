@@ -231,11 +231,14 @@ func inTrees(rel string, trees []string) bool {
 
 // coveredTrees lists the trees of the sandbox's view that its own mounts cover
 // whole, relative to the root: /proc, /sys, /dev, /tmp, /run, /var/run,
-// /var/tmp, $HOME's parent, /root and the hidden paths (setupSandbox masks
-// each of them that exists).
+// /var/tmp, $HOME's parent, /root, the empty workspace and the hidden paths
+// (setupSandbox masks each of them that exists).
 func coveredTrees(cfg *initConfig) []string {
 	trees := []string{"proc", "sys", "dev", "tmp", "run", "var/run", "var/tmp", "root"}
-	for _, p := range append([]string{filepath.Dir(cfg.Home)}, cfg.Hidden...) {
+	for _, p := range append([]string{filepath.Dir(cfg.Home), cfg.WorkspaceDir}, cfg.Hidden...) {
+		if p == "" {
+			continue
+		}
 		if r := strings.TrimPrefix(filepath.Clean(p), "/"); r != "" {
 			trees = append(trees, r)
 		}
@@ -316,7 +319,7 @@ const (
 // a link into /run) and a writable one over /var/tmp, then makes sure the
 // targets the sandbox's resolv.conf and CA bundle are mounted over exist. The
 // /run tmpfs is made read-only by sealRuntimeDirs once those mounts are made.
-func maskRuntimeDirs(cfg *initConfig, mountTargets []string) (sealed []string, err error) {
+func (f *fsState) maskRuntimeDirs(mountTargets []string) (sealed []string, err error) {
 	for _, d := range []string{runDir, varRunDir} {
 		st, err := os.Lstat(d)
 		if err != nil || !st.IsDir() {
@@ -328,9 +331,8 @@ func maskRuntimeDirs(cfg *initConfig, mountTargets []string) (sealed []string, e
 		sealed = append(sealed, d)
 	}
 	if st, err := os.Lstat(varTmpDir); err == nil && st.IsDir() {
-		opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=1777", cfg.TmpSize, cfg.TmpInodes)
-		if err := unix.Mount("airlock-vartmp", varTmpDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return nil, fmt.Errorf("mount %s tmpfs (%s): %w", varTmpDir, opts, err)
+		if err := f.mountTmpfs(tmpfsMount{path: varTmpDir, source: "airlock-vartmp", flags: unix.MS_NOSUID | unix.MS_NODEV, mode: "1777"}); err != nil {
+			return nil, err
 		}
 	}
 	for _, t := range mountTargets {

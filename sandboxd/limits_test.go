@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/audit/audittest"
 )
 
 // uidProcs lists host processes whose real or effective uid is uid.
@@ -167,7 +169,7 @@ func TestStaleCgroupsReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer live.destroy()
-	e2, err := New(e.cfg, &memAudit{}, nil)
+	e2, err := New(e.cfg, &audittest.Log{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +199,7 @@ func TestCgroupLimitFailureNeverRuns(t *testing.T) {
 	if _, err := os.Stat(ws + "/ran"); err == nil {
 		t.Errorf("the command ran")
 	}
-	if n := len(au.records()); n != 0 {
+	if n := len(au.Records()); n != 0 {
 		t.Errorf("audit records: got %d, want none (nothing started)", n)
 	}
 }

@@ -14,8 +14,8 @@ import (
 // Layout: check the architecture (anything but native x86_64, including x32 and the
 // i386 int 0x80 entry, kills the process), then one two-instruction test per denied
 // syscall, ENOSYS for clone3 and openat2, then the argument checks: setuid/setgid
-// mode bits (chmod, open and mknod families), socket, socketpair and clone; then
-// allow.
+// mode bits (chmod, open and mknod families), clone, prlimit64 on another process,
+// socket and socketpair; then allow.
 //
 // AF_NETLINK is denied along with every family other than AF_UNIX, AF_INET and
 // AF_INET6. glibc's getaddrinfo uses a NETLINK_ROUTE socket only for AI_ADDRCONFIG
@@ -29,6 +29,7 @@ const (
 	seccompOffArch = 4
 	seccompOffArg0 = 16 // low 32 bits on little-endian
 	seccompOffArg1 = 24
+	seccompOffArg2 = 32
 
 	x32SyscallBit = 0x40000000
 
@@ -113,8 +114,10 @@ const createFlags = unix.O_CREAT | (unix.O_TMPFILE &^ unix.O_DIRECTORY)
 // allowedSocketFamilies are the only address families socket(2) may create.
 var allowedSocketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6}
 
-// seccompProgram assembles the filter.
-func seccompProgram() ([]bpf.RawInstruction, error) {
+// seccompProgram assembles the filter. allowOpenat2 lets openat2 through: the
+// files stage resolves every path with it. It cannot be hijacked by the
+// sandbox's code (see filesRealID) and clears setuid and setgid bits itself.
+func seccompProgram(allowOpenat2 bool) ([]bpf.RawInstruction, error) {
 	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: seccompOffArch, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AUDIT_ARCH_X86_64, SkipTrue: 1},
@@ -133,9 +136,12 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 	// mode in a struct; callers fall back to openat, whose mode is checked.
 	prog = append(prog,
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_CLONE3, SkipTrue: 1},
-		bpf.RetConstant{Val: retNOSYS},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_OPENAT2, SkipTrue: 1},
 		bpf.RetConstant{Val: retNOSYS})
+	if !allowOpenat2 {
+		prog = append(prog,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_OPENAT2, SkipTrue: 1},
+			bpf.RetConstant{Val: retNOSYS})
+	}
 
 	// No setuid or setgid file: each mode-setting call is denied when its mode has
 	// S_ISUID or S_ISGID (for the open family only when it creates).
@@ -163,6 +169,20 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 		bpf.RetConstant{Val: retAllow},
 		bpf.RetConstant{Val: retEPERM})
 
+	// prlimit64 on another process with a new limit: init's job threads run
+	// as the sandbox uid for a moment, and limits are process-wide, so the
+	// sandbox could lower init's (setrlimit is prlimit64 on pid 0: allowed).
+	prog = append(prog,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_PRLIMIT64, SkipTrue: 8},
+		bpf.LoadAbsolute{Off: seccompOffArg0, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 4},
+		bpf.LoadAbsolute{Off: seccompOffArg2, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0, SkipTrue: 3},
+		bpf.LoadAbsolute{Off: seccompOffArg2 + 4, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0, SkipTrue: 1},
+		bpf.RetConstant{Val: retAllow},
+		bpf.RetConstant{Val: retEPERM})
+
 	// socket and socketpair: family allow-list, then no raw or packet types.
 	sock := []bpf.Instruction{bpf.LoadAbsolute{Off: seccompOffArg0, Size: 4}}
 	n := len(allowedSocketFamilies)
@@ -187,22 +207,30 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 	return bpf.Assemble(prog)
 }
 
-// loadSeccomp installs the filter on the calling thread, which must be locked and
-// must already have no_new_privs set. Only this thread is filtered: it is init's
-// command thread, which forks the command (the child inherits the filter and
-// keeps it through execve) and then exits.
-func loadSeccomp() error {
-	raw, err := seccompProgram()
+// seccompFilter is an assembled filter, ready to load.
+type seccompFilter []unix.SockFilter
+
+// newSeccompFilter assembles the filter (once per init: each job loads it).
+func newSeccompFilter(allowOpenat2 bool) (seccompFilter, error) {
+	raw, err := seccompProgram(allowOpenat2)
 	if err != nil {
-		return fmt.Errorf("assemble seccomp filter: %w", err)
+		return nil, fmt.Errorf("assemble seccomp filter: %w", err)
 	}
-	filters := make([]unix.SockFilter, len(raw))
+	filters := make(seccompFilter, len(raw))
 	for i, r := range raw {
 		filters[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
-	fprog := unix.SockFprog{Len: uint16(len(filters)), Filter: &filters[0]}
+	return filters, nil
+}
+
+// load installs the filter on the calling thread, which must be locked and
+// must already have no_new_privs set. Only this thread is filtered: it is one of
+// init's job threads, which forks the job (the child inherits the filter and
+// keeps it through execve) and then exits.
+func (f seccompFilter) load() error {
+	fprog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
 	_, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(filters)
+	runtime.KeepAlive(f)
 	if errno != 0 {
 		return fmt.Errorf("load seccomp filter: %w", errno)
 	}

@@ -22,7 +22,7 @@ func seccompData(arch, nr uint32, args ...uint32) []byte {
 }
 
 func TestSeccompFilter(t *testing.T) {
-	raw, err := seccompProgram()
+	raw, err := seccompProgram(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +63,9 @@ func TestSeccompFilter(t *testing.T) {
 		{"socketpair unix", seccompData(x86, unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM), retAllow},
 		{"socketpair netlink", seccompData(x86, unix.SYS_SOCKETPAIR, unix.AF_NETLINK, unix.SOCK_DGRAM), retEPERM},
 		{"openat2 nosys", seccompData(x86, unix.SYS_OPENAT2), retNOSYS},
+		{"setrlimit (prlimit64 self)", seccompData(x86, unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, 0x7ffe0000, 0), retAllow},
+		{"getrlimit of another", seccompData(x86, unix.SYS_PRLIMIT64, 42, unix.RLIMIT_NOFILE, 0, 0), retAllow},
+		{"prlimit64 another, new limit", seccompData(x86, unix.SYS_PRLIMIT64, 42, unix.RLIMIT_NOFILE, 0x7ffe0000, 0), retEPERM},
 		{"chmod 0755", seccompData(x86, unix.SYS_CHMOD, 0, 0o755), retAllow},
 		{"chmod setuid", seccompData(x86, unix.SYS_CHMOD, 0, 0o4755), retEPERM},
 		{"chmod setgid", seccompData(x86, unix.SYS_CHMOD, 0, 0o2755), retEPERM},
@@ -93,9 +96,34 @@ func TestSeccompFilter(t *testing.T) {
 			}
 		})
 	}
+	// A new limit at an address whose low 32 bits are 0 is still a new limit.
+	high := seccompData(x86, unix.SYS_PRLIMIT64, 42, unix.RLIMIT_NOFILE, 0, 0)
+	binary.BigEndian.PutUint32(high[16+8*2+4:], 1)
+	if got, _ := vm.Run(high); uint32(got) != retEPERM {
+		t.Errorf("prlimit64 another, new limit above 4 GiB: got %#x, want EPERM", uint32(got))
+	}
 	for _, s := range deniedSyscalls {
 		if got, _ := vm.Run(seccompData(x86, s.nr)); uint32(got) != retEPERM {
 			t.Errorf("%s: got %#x, want EPERM", s.name, uint32(got))
+		}
+	}
+	// The files stage's filter differs only in letting openat2 through.
+	raw2, err := seccompProgram(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts2, _ := bpf.Disassemble(raw2)
+	files, err := bpf.NewVM(insts2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		want := tc.want
+		if tc.name == "openat2 nosys" {
+			want = retAllow
+		}
+		if got, _ := files.Run(tc.data); uint32(got) != want {
+			t.Errorf("files stage filter, %s: got %#x, want %#x", tc.name, uint32(got), want)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func randName(prefix string) string {
 // hostDir makes a directory on the host root filesystem (not /tmp or
 // /var/tmp, which the sandbox covers with tmpfs mounts of its own) and removes
 // it at the end.
-func hostDir(t *testing.T, mode os.FileMode) string {
+func hostDir(t testing.TB, mode os.FileMode) string {
 	t.Helper()
 	d := filepath.Join("/var/lib", randName("airlock-test-"))
 	if err := os.Mkdir(d, mode); err != nil {
@@ -73,6 +73,8 @@ func TestEscapesDenied(t *testing.T) {
 		{"chroot", py("err(libc.chroot(b'/tmp'))"), "EPERM"},
 		{"pivot_root", py("err(libc.syscall(155, b'/tmp', b'/tmp'))"), "EPERM"},
 		{"open_tree", py("err(libc.syscall(428, -100, b'/tmp', 1))"), "EPERM"},
+		{"prlimit another process", py("c = subprocess.Popen(['sleep', '5'])\nl = (ctypes.c_ulong * 2)(64, 64)\nerr(libc.syscall(302, c.pid, 7, l, None))\nc.kill()"), "EPERM"},
+		{"setrlimit self allowed", sh("ulimit -n 100 && ulimit -n"), "100"},
 		{"unix socket allowed", py("socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print('OK')"), "OK"},
 		{"inet6 socket allowed", py("socket.socket(socket.AF_INET6, socket.SOCK_STREAM); print('OK')"), "OK"},
 		{"capabilities all zero", sh("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' ' | tr '\\n' ';'"),

@@ -7,6 +7,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/test/roottest"
 )
 
 func ownerOf(t *testing.T, p string) (uid, gid int, mode os.FileMode) {
@@ -185,5 +189,44 @@ func TestSetupFailureNeverRuns(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
 		t.Errorf("the command ran")
+	}
+}
+
+// TestIdmapCacheReusesAndEvicts: a workspace's user namespace is made once
+// per (owner, sandbox uid) and reused; past the cache's size the least
+// recently used one is closed.
+func TestIdmapCacheReusesAndEvicts(t *testing.T) {
+	roottest.Require(t)
+	c := newIdmapCache()
+	c.max = 2
+	t.Cleanup(c.close)
+	ino := func(key [4]int) uint64 {
+		var ino uint64
+		if err := c.with(key, func(fd int) {
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				t.Fatal(err)
+			}
+			ino = st.Ino
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ino
+	}
+	a, b := [4]int{0, 0, 300001, 300001}, [4]int{4242, 4242, 300001, 300001}
+	first := ino(a)
+	if again := ino(a); again != first {
+		t.Errorf("second use of %v: got namespace %d, want the cached %d", a, again, first)
+	}
+	if ino(b) == first {
+		t.Errorf("another owner got the same namespace")
+	}
+	ino(a)                            // a is now the most recently used
+	ino([4]int{1, 1, 300002, 300002}) // evicts b
+	if _, ok := c.byKey[b]; ok || len(c.byKey) != 2 {
+		t.Errorf("after eviction: got %d entries (b kept: %v), want 2 without b", len(c.byKey), ok)
+	}
+	if again := ino(a); again != first {
+		t.Errorf("a evicted instead of b")
 	}
 }

@@ -1,8 +1,9 @@
 # The default policy (always loaded; embedded in the binary): the hosts of the
 # active presets are package registries, reachable read-only on the ports their
 # preset names (443 and 80 unless it says otherwise); hosts given with --allow
-# are reachable for everything on the ports named (443 and 80 for a bare HOST);
-# all else is denied by the library.
+# are reachable for everything on the ports named (443 and 80 for a bare HOST),
+# and so are the hosts on the asking sandbox's own allow list
+# (input.sandbox.allow, same values); all else is denied by the library.
 #
 # The active presets are data.airlock.config.presets (default: all of them;
 # `airlock run --preset NAME` narrows the list, --preset none empties it). The
@@ -54,7 +55,8 @@ allow if {
 	airlock.registry_host
 }
 
-# Hosts given with --allow: every kind and method.
+# Hosts given with --allow, or on the sandbox's own allow list: every kind and
+# method.
 allow if airlock.allowed_host
 
 # Registry TLS is intercepted so the read-only rule sees each request's method.
@@ -96,8 +98,8 @@ refusal contains {
 	count(ports) > 0
 }
 
-# listed_ports: every port a preset or --allow entry names for the destination
-# host, whatever the destination port. (Looked up only for a port other than
+# listed_ports: every port a preset, --allow or sandbox allow entry names for
+# the destination host, whatever the destination port. (Looked up only for a port other than
 # 443 and 80, so a deny of an unlisted host on 443 costs no more than before;
 # a host listed on other ports only is refused on 443 with default_deny.)
 listed_ports contains p if {
@@ -108,6 +110,11 @@ listed_ports contains p if {
 listed_ports contains p if {
 	some k in airlock.host_keys
 	some p in entry_ports(data.airlock.hosts.allow[k])
+}
+
+listed_ports contains p if {
+	some k in airlock.host_keys
+	some p in entry_ports(input.sandbox.allow[k])
 }
 
 entry_ports(e) := airlock.default_ports if {

@@ -200,3 +200,48 @@ test_registry_post_keeps_default_deny if {
 	reason_ids(http("POST", "pypi.org", "/legacy/")) == ["default_deny"]
 	reason_ids(at("connect", "evil.example", 4444)) == ["default_deny"]
 }
+
+own(x, allow) := object.union(x, {"sandbox": {"id": "sb-a", "allow": allow}})
+
+test_sandbox_allow_every_kind_for_that_sandbox_only if {
+	a := {"api.example.com": true, "**.corp.example": true, "203.0.113.7": {"ports": [22]}}
+	allowed(own(http("DELETE", "api.example.com", "/x"), a))
+	allowed(own(with_http(http("POST", "api.example.com", "/"), {"body_size": 10}), a))
+	allowed(own(req("connect", "a.b.corp.example"), a))
+	not airlock.decision.mitm with input as own(req("connect", "a.b.corp.example"), a)
+	allowed(own(at("tcp", "203.0.113.7", 22), a))
+	not allowed(own(req("connect", "corp.example"), a))
+
+	# Another sandbox, without the list or with another one, is denied.
+	not allowed(http("DELETE", "api.example.com", "/x"))
+	not allowed(own(http("DELETE", "api.example.com", "/x"), {"other.example": true}))
+	reason_ids(req("connect", "a.b.corp.example")) == ["default_deny"]
+}
+
+test_sandbox_allow_ports if {
+	a := {"api.example.com": {"ports": [8443]}, "db.example.com": {"ports": ["*"]}, "web.example.com": true}
+	allowed(own(at("tcp", "api.example.com", 8443), a))
+	not allowed(own(at("tcp", "api.example.com", 443), a))
+	d := airlock.decision with input as own(at("tcp", "api.example.com", 4444), a)
+	d.reasons == [{"id": "port_not_allowed", "msg": "api.example.com is reachable on port(s) 8443, not 4444"}]
+	allowed(own(at("tcp", "db.example.com", 5432), a))
+	reason_ids(own(at("tcp", "db.example.com", 53), a)) == ["dns_port"]
+	allowed(own(at("connect", "web.example.com", 80), a))
+	reason_ids(own(at("connect", "web.example.com", 22), a)) == ["port_not_allowed"]
+	allowed(own(at("dns", "api.example.com", 53), a))
+}
+
+test_sandbox_allow_opens_a_registry_fully if {
+	# pypi.org on the sandbox's list: every method, not intercepted, as --allow.
+	a := {"pypi.org": true}
+	allowed(own(http("POST", "pypi.org", "/legacy/"), a))
+	not airlock.decision.mitm with input as own(req("connect", "pypi.org"), a)
+	airlock.decision.mitm with input as req("connect", "pypi.org")
+}
+
+test_deny_wins_over_sandbox_allow if {
+	d := airlock.decision with input as own(req("connect", "api.example.com"), {"api.example.com": true})
+		with data.airlock.egress.deny as {{"id": "no", "msg": "never"}}
+	not d.allowed
+	d.reasons == [{"id": "no", "msg": "never"}]
+}

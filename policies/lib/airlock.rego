@@ -55,7 +55,8 @@ default_ports := {443, 80}
 
 # dns_ports carry DNS. A connection to one (kinds connect, tls, tcp, http) is
 # denied with reason dns_port, whatever allows it, unless a rule names the
-# port: dns_port_optin contains PORT in airlock.egress, or --allow HOST:PORT.
+# port: dns_port_optin contains PORT in airlock.egress, or --allow HOST:PORT
+# (or HOST:PORT on the sandbox's own allow list).
 # Questions to the DNS filter (kind dns) are not connections and pass as ever.
 dns_ports := {53, 853}
 
@@ -107,8 +108,9 @@ registry_host if port_ok(data.airlock.hosts.registry[input.destination.host])
 
 registry_host if port_ok(data.airlock.hosts.registry[host_keys[_]])
 
-# allowed_host: the destination was given with --allow (full access), on the
-# port it names (443 and 80 for a bare HOST, every port for HOST:*).
+# allowed_host: the destination was given with --allow (full access), or is on
+# this sandbox's own allow list (sandbox_allowed_host), on the port it names
+# (443 and 80 for a bare HOST, every port for HOST:*).
 allowed_host if {
 	on_default_port
 	e := data.airlock.hosts.allow[input.destination.host]
@@ -118,6 +120,21 @@ allowed_host if {
 allowed_host if port_ok(data.airlock.hosts.allow[input.destination.host])
 
 allowed_host if port_ok(data.airlock.hosts.allow[host_keys[_]])
+
+allowed_host if sandbox_allowed_host
+
+# sandbox_allowed_host: the destination is on the asking sandbox's own allow
+# list, input.sandbox.allow (set when the sandbox was created; the same keys
+# and values as data.airlock.hosts.allow), on a port its entry names. A
+# policy's deny rules still win; a policy can tell these hosts apart from
+# --allow ones by this rule.
+sandbox_allowed_host if {
+	on_default_port
+	e := input.sandbox.allow[input.destination.host]
+	e == true
+}
+
+sandbox_allowed_host if port_ok(input.sandbox.allow[host_keys[_]])
 
 # git_host: the destination serves git, so a read-only rule may allow git's
 # fetch (POST .../git-upload-pack) to it: a preset entry says "git": true, or
@@ -152,6 +169,11 @@ _dns_port_named if input.destination.port in data.airlock.egress.dns_port_optin
 _dns_port_named if {
 	some k in host_keys
 	input.destination.port in data.airlock.hosts.allow[k].ports
+}
+
+_dns_port_named if {
+	some k in host_keys
+	input.destination.port in input.sandbox.allow[k].ports
 }
 
 _dns_port_reasons := [{

@@ -364,3 +364,63 @@ test_deny_wins_over_refusals if {
 		with data.airlock.egress.deny as {{"id": "no", "msg": "never"}}
 	d.reasons == [{"id": "no", "msg": "never"}]
 }
+
+# A sandbox's own allow list (input.sandbox.allow): keyed and valued like
+# data.airlock.hosts.allow, with the same port rules, for that sandbox only.
+own(kind, host, port, allow) := {"kind": kind, "sandbox": {"id": "sb-a", "allow": allow}, "destination": {"host": host, "port": port}}
+
+own_allow := {
+	"api.example": true,
+	"*.one.example": true,
+	"**.many.example": true,
+	"alt.example": {"ports": [8443]},
+	"any.example": {"ports": ["*"]},
+	"resolver.example": {"ports": [53]},
+	"off.example": false,
+}
+
+test_sandbox_allowed_host_exact_and_wildcards if {
+	airlock.sandbox_allowed_host with input as own("tls", "api.example", 443, own_allow)
+	airlock.sandbox_allowed_host with input as own("connect", "api.example", 80, own_allow)
+	airlock.sandbox_allowed_host with input as own("tls", "a.one.example", 443, own_allow)
+	airlock.sandbox_allowed_host with input as own("tls", "a.b.many.example", 443, own_allow)
+	not airlock.sandbox_allowed_host with input as own("tls", "a.b.one.example", 443, own_allow)
+	not airlock.sandbox_allowed_host with input as own("tls", "x.api.example", 443, own_allow)
+	not airlock.sandbox_allowed_host with input as own("tls", "off.example", 443, own_allow)
+	airlock.allowed_host with input as own("tls", "api.example", 443, own_allow) with data.airlock.hosts.allow as {}
+}
+
+test_sandbox_allowed_host_checks_the_port if {
+	not airlock.sandbox_allowed_host with input as own("connect", "api.example", 4444, own_allow)
+	airlock.sandbox_allowed_host with input as own("tcp", "alt.example", 8443, own_allow)
+	not airlock.sandbox_allowed_host with input as own("tcp", "alt.example", 443, own_allow)
+	airlock.sandbox_allowed_host with input as own("tcp", "any.example", 5432, own_allow)
+	airlock.sandbox_allowed_host with input as own("dns", "alt.example", 53, own_allow)
+}
+
+test_sandbox_allow_is_the_sandboxs_own if {
+	# Sandbox A's list names the host; sandbox B (no list, or another list)
+	# does not, with --allow empty.
+	airlock.allowed_host with input as own("connect", "api.example", 443, own_allow) with data.airlock.hosts.allow as {}
+	not airlock.sandbox_allowed_host with input as req("connect", "api.example")
+	not airlock.sandbox_allowed_host with input as own("connect", "api.example", 443, {"other.example": true})
+	not airlock.allowed_host with input as req("connect", "api.example") with data.airlock.hosts.allow as {}
+}
+
+test_sandbox_allow_dns_port_only_when_named if {
+	d := airlock.decision with input as own("tcp", "resolver.example", 53, own_allow) with data.airlock.egress.allow as true
+	d.allowed
+	d.reasons == [{"id": "dns_port_optin", "msg": "port 53 opened by a rule that names it"}]
+	not airlock.decision.allowed with input as own("tcp", "resolver.example", 853, own_allow) with data.airlock.egress.allow as true
+	w := airlock.decision with input as own("tcp", "any.example", 53, own_allow) with data.airlock.egress.allow as true
+	w.reasons[0].id == "dns_port"
+	x := airlock.decision with input as own("connect", "api.example", 853, own_allow) with data.airlock.egress.allow as true
+	x.reasons[0].id == "dns_port"
+}
+
+test_sandbox_mode_is_not_the_librarys if {
+	# The engine applies input.sandbox.mode; the decision document carries a
+	# mode only when a rule of the policy sets one.
+	d := airlock.decision with input as object.union(get("x.example", "/"), {"sandbox": {"id": "sb-a", "mode": "report"}})
+	not "mode" in object.keys(d)
+}

@@ -1,0 +1,184 @@
+package audit
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultTapBuffer is a subscription's buffer when Subscribe is given none.
+const DefaultTapBuffer = 256
+
+// Tap is a Logger that hands every record the next logger accepted to the
+// subscribers of its sandbox, so a live view (the daemon's events stream) sees
+// what the log holds as it is written. Log, Reserve and Err pass through;
+// a record is delivered only after the next logger accepted it (a refused
+// record never reaches a subscriber). Delivery never blocks a caller: a
+// subscriber whose buffer is full loses the record, and Dropped counts it.
+// A delivered record is redacted exactly as the writer redacts it, and has no
+// Seq or Prev (the writer assigns them later); a zero TS is set to the time
+// of delivery. Safe for concurrent use.
+type Tap struct {
+	next Logger
+
+	mu   sync.RWMutex
+	subs map[string][]*Subscription // by sandbox id
+}
+
+var (
+	_ Reserver    = (*Tap)(nil)
+	_ Health      = (*Tap)(nil)
+	_ Reservation = (*tapReservation)(nil)
+)
+
+// NewTap wraps next.
+func NewTap(next Logger) *Tap {
+	return &Tap{next: next, subs: map[string][]*Subscription{}}
+}
+
+// Subscription receives the records of one sandbox (Record.Sandbox equal to
+// the id given to Subscribe) from the moment Subscribe returns.
+type Subscription struct {
+	tap     *Tap
+	sandbox string
+	dropped atomic.Int64
+
+	mu     sync.Mutex // guards closed against the close of c
+	closed bool
+	c      chan Record
+}
+
+// Subscribe starts delivering sandboxID's records into a buffer of buffer
+// records (DefaultTapBuffer when buffer < 1). The caller must Close the
+// subscription when done.
+func (t *Tap) Subscribe(sandboxID string, buffer int) *Subscription {
+	if buffer < 1 {
+		buffer = DefaultTapBuffer
+	}
+	s := &Subscription{tap: t, sandbox: sandboxID, c: make(chan Record, buffer)}
+	t.mu.Lock()
+	t.subs[sandboxID] = append(t.subs[sandboxID], s)
+	t.mu.Unlock()
+	return s
+}
+
+// C is the channel records arrive on. It is closed by Close.
+func (s *Subscription) C() <-chan Record { return s.c }
+
+// Dropped is how many records this subscription lost because its buffer was
+// full.
+func (s *Subscription) Dropped() int64 { return s.dropped.Load() }
+
+// Close stops delivery and closes C. It is safe to call more than once and
+// concurrently with Log.
+func (s *Subscription) Close() {
+	t := s.tap
+	t.mu.Lock()
+	list := t.subs[s.sandbox]
+	for i, x := range list {
+		if x == s {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(t.subs, s.sandbox)
+	} else {
+		t.subs[s.sandbox] = list
+	}
+	t.mu.Unlock()
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.c)
+	}
+	s.mu.Unlock()
+}
+
+// deliver offers r without waiting.
+func (s *Subscription) deliver(r *Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	select {
+	case s.c <- *r:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+// Log passes r on and, when the next logger accepted it, delivers it.
+func (t *Tap) Log(r *Record) error {
+	if err := t.next.Log(r); err != nil {
+		return err
+	}
+	t.publish(r)
+	return nil
+}
+
+// Reserve passes through to the next logger's Reserve; the reservation
+// delivers its record once the next reservation accepted it. A next logger
+// that cannot reserve is an error (fail closed), as for Tally.
+func (t *Tap) Reserve() (Reservation, error) {
+	rs, ok := t.next.(Reserver)
+	if !ok {
+		return nil, fmt.Errorf("audit: %T cannot reserve room for a record", t.next)
+	}
+	res, err := rs.Reserve()
+	if err != nil {
+		return nil, err
+	}
+	return &tapReservation{t: t, next: res}, nil
+}
+
+type tapReservation struct {
+	t    *Tap
+	next Reservation
+}
+
+func (r *tapReservation) Log(rec *Record) error {
+	if err := r.next.Log(rec); err != nil {
+		return err
+	}
+	r.t.publish(rec)
+	return nil
+}
+
+func (r *tapReservation) Cancel() { r.next.Cancel() }
+
+// Err passes on the next logger's health (see Writer.Err).
+func (t *Tap) Err() error {
+	if h, ok := t.next.(Health); ok {
+		return h.Err()
+	}
+	return nil
+}
+
+// publish delivers r to its sandbox's subscribers. With none (the common
+// case) it costs a map lookup under a read lock.
+func (t *Tap) publish(r *Record) {
+	if r == nil {
+		return
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	list := t.subs[r.Sandbox]
+	if len(list) == 0 {
+		return
+	}
+	c := redact(r)
+	if c == r {
+		cp := *r
+		c = &cp
+	}
+	c.Seq, c.Prev, c.Checkpoint = 0, "", nil
+	if c.TS.IsZero() {
+		c.TS = time.Now().UTC()
+	}
+	for _, s := range list {
+		s.deliver(c)
+	}
+}

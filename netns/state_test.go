@@ -1,0 +1,78 @@
+package netns
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// TestStateOrigin: who made a namespace, from a state file of this version
+// or one written before Origin existed.
+func TestStateOrigin(t *testing.T) {
+	tests := []struct {
+		name, json string
+		want       string // "" for an unusable state
+	}{
+		{"created", `{"id":"a","backend":"legacy","origin":"created"}`, originCreated},
+		{"attached", `{"id":"a","backend":"legacy","origin":"attached","attached":true,"saved":true}`, originAttached},
+		{"old created", `{"id":"a","backend":"legacy"}`, originCreated},
+		{"old attached", `{"id":"a","backend":"legacy","attached":true,"source":"/proc/1/ns/net","saved":true}`, originAttached},
+		{"old attach before save", `{"id":"a","backend":"legacy","attached":true}`, originAttached},
+		{"origin attached without attached", `{"id":"a","backend":"legacy","origin":"attached"}`, ""},
+		{"origin created but attached", `{"id":"a","backend":"legacy","origin":"created","attached":true}`, ""},
+		{"unknown origin", `{"id":"a","backend":"legacy","origin":"pool"}`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var st state
+			if err := json.Unmarshal([]byte(tc.json), &st); err != nil {
+				t.Fatal(err)
+			}
+			got, err := st.origin()
+			if tc.want == "" {
+				if err == nil {
+					t.Fatalf("got %q, want an error", got)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v, want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestNewStateKeepsPolicyIdentity: the state of a sandbox keeps its mode and
+// allow list, and gives them back when it is re-attached.
+func TestNewStateKeepsPolicyIdentity(t *testing.T) {
+	m := &Manager{backend: IPTablesLegacy}
+	allow, err := policy.NewAllowList([]string{"b.example:22", "a.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := policy.Sandbox{ID: "x", Labels: map[string]string{"k": "v"}, Mode: policy.ModeReport, Allow: allow}
+	for _, origin := range []string{originCreated, originAttached} {
+		st := m.newState(sb, origin)
+		b, _ := json.Marshal(st)
+		var back state
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if o, err := back.origin(); err != nil || o != origin {
+			t.Fatalf("origin: got %q, %v, want %q", o, err, origin)
+		}
+		got, err := back.sandbox()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != "x" || got.Labels["k"] != "v" || got.Mode != policy.ModeReport || strings.Join(got.Allow.Entries(), ",") != "a.example,b.example:22" {
+			t.Fatalf("got %+v (allow %v), want the sandbox back", got, got.Allow.Entries())
+		}
+	}
+	bad := state{ID: "x", Allow: []string{"a.example:0"}}
+	if _, err := bad.sandbox(); err == nil {
+		t.Fatal("got a sandbox from a state with a bad allow entry, want an error")
+	}
+}
