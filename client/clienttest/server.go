@@ -463,7 +463,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(200)
 	fl := w.(http.Flusher)
-	fmt.Fprint(w, ": ping\n\n")
+	// As the daemon does: a comment, then the sandbox's state now.
+	s.mu.Lock()
+	now := sb.view()
+	s.mu.Unlock()
+	b, _ := json.Marshal(api.Event{Sandbox: &now})
+	fmt.Fprintf(w, ": ping\n\nevent: sandbox\ndata: %s\n\n", b)
 	fl.Flush()
 	for {
 		select {

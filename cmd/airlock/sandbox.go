@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -136,8 +137,8 @@ func runSandboxCreate(cmd *cobra.Command, o createOptions) error {
 		return usageError("%v", err)
 	}
 	req := api.CreateSandboxRequest{
-		Labels: labels,
-		Limits: api.Limits{Memory: o.memory, CPUs: o.cpus, Pids: o.pids, TmpSize: o.tmpSize, ExecTimeout: o.execTimeout},
+		Labels:    labels,
+		Limits:    api.Limits{Memory: o.memory, CPUs: o.cpus, Pids: o.pids, TmpSize: o.tmpSize, ExecTimeout: o.execTimeout},
 		Workspace: ws, Env: o.env, Mode: o.mode, Allow: o.allow,
 		IdleTimeout: o.idleTimeout, MaxLifetime: o.maxLifetime,
 	}
@@ -244,15 +245,16 @@ func labelList(labels map[string]string) string {
 }
 
 func newSandboxInspectCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "inspect ID",
-		Short: "Print a sandbox as JSON: state, limits, usage now, egress counters",
-		Long: `inspect prints what the daemon knows of one sandbox now, as JSON (the API's
-Sandbox object): state, owner, labels, limits in force, workspace, mode and
-extra allowed hosts, age and idle time, execs, CPU, memory and pids now, and its
-egress decisions (allowed, denied by kind).`,
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect [--json] ID",
+		Short: "Show one sandbox: state, limits, usage now, egress counters",
+		Long: `inspect prints what the daemon knows of one sandbox now, one field a line:
+state, owner, labels, limits in force, workspace, mode and extra allowed hosts,
+age and idle time, execs, CPU, memory and pids now, and its egress decisions
+(allowed, denied by kind). --json prints the API's Sandbox object instead.`,
 		Example: `  airlock sandbox inspect sb-1a2b3c
-  airlock sandbox inspect sb-1a2b3c | jq .usage`,
+  airlock sandbox inspect --json sb-1a2b3c | jq .usage`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := newClient(cmd)
@@ -261,9 +263,62 @@ egress decisions (allowed, denied by kind).`,
 			if err != nil {
 				return apiFailure(err, exitFailed)
 			}
-			return printJSON(cmd.OutOrStdout(), sb)
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), sb)
+			}
+			return printSandboxFields(cmd.OutOrStdout(), sb)
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sandbox as JSON (the API's Sandbox object)")
+	return cmd
+}
+
+// printSandboxFields writes sb as a two-column table, one field a line.
+func printSandboxFields(w io.Writer, sb *api.Sandbox) error {
+	ms := func(n int64) string {
+		if n == 0 {
+			return "-"
+		}
+		return msDuration(n)
+	}
+	orDash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	state := sb.State
+	if sb.EndReason != "" {
+		state += " (" + sb.EndReason + ")"
+	}
+	l, u := sb.Limits, sb.Usage
+	rows := [][2]string{
+		{"ID", sb.ID},
+		{"State", state},
+		{"Owner", strconv.Itoa(sb.Owner)},
+		{"Labels", labelList(sb.Labels)},
+		{"Workspace", orDash(sb.Workspace)},
+		{"WorkDir", sb.WorkDir},
+		{"Mode", sb.Mode},
+		{"Allow", orDash(strings.Join(sb.Allow, ","))},
+		{"Created", sb.CreatedAt.Local().Format(time.RFC3339)},
+		{"Age", msDuration(sb.AgeMS)},
+		{"Idle", msDuration(sb.IdleMS)},
+		{"Idle timeout", ms(sb.IdleTimeoutMS)},
+		{"Max lifetime", ms(sb.MaxLifetimeMS)},
+		{"Limits", fmt.Sprintf("memory %s, cpus %g, pids %d, tmp %s, exec timeout %s", config.Size(l.MemoryBytes), l.CPUs,
+			l.Pids, config.Size(l.TmpSizeBytes), ms(l.ExecTimeoutMS))},
+		{"Execs", fmt.Sprintf("%d running, %d in all", sb.ExecsRunning, sb.ExecsTotal)},
+		{"Usage", fmt.Sprintf("cpu %s, memory %s (peak %s), pids %d, oom kills %d",
+			time.Duration(u.CPUMS*1e6).Round(time.Millisecond), config.Size(u.MemoryBytes), config.Size(u.MemoryPeakBytes),
+			u.Pids, u.OOMKills)},
+		{"Egress", egressText(sb.Egress)},
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], oneLine(r[1]))
+	}
+	return tw.Flush()
 }
 
 func newSandboxRmCmd() *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
@@ -50,6 +51,17 @@ The daemon keeps no history of a sandbox's decisions; the audit log has them all
 func runSandboxLogs(ctx context.Context, cmd *cobra.Command, id string, follow, asJSON bool) error {
 	c := newClient(cmd)
 	defer c.Close()
+	if !follow {
+		// The state now, without a stream: nothing to wait for.
+		sb, err := c.GetSandbox(ctx, id)
+		if err != nil {
+			return apiFailure(err, exitFailed)
+		}
+		printEvent(cmd.OutOrStdout(), client.Event{Type: client.EventSandbox, Event: api.Event{Sandbox: sb}}, asJSON)
+		return nil
+	}
+	// The stream's first event is the sandbox's state now; it ends after
+	// the sandbox has stopped.
 	es, err := c.Events(ctx, id)
 	if err != nil {
 		return apiFailure(err, exitFailed)
@@ -64,21 +76,23 @@ func runSandboxLogs(ctx context.Context, cmd *cobra.Command, id string, follow, 
 			}
 			return &exitError{Code: exitFailed, Msg: err.Error()}
 		}
-		if asJSON {
-			b, _ := json.Marshal(ev.Event)
-			fmt.Fprintf(out, "%s\n", b)
-		} else {
-			fmt.Fprintln(out, eventLine(ev))
-		}
+		printEvent(out, ev, asJSON)
 		if ev.Dropped > dropped {
 			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %d events were dropped (read too slowly)\n", ev.Dropped-dropped)
 			dropped = ev.Dropped
 		}
-		if !follow {
-			return nil
-		}
 	}
 	return nil
+}
+
+// printEvent writes ev as a line for people, or its data as one JSON line.
+func printEvent(w io.Writer, ev client.Event, asJSON bool) {
+	if asJSON {
+		b, _ := json.Marshal(ev.Event)
+		fmt.Fprintf(w, "%s\n", b)
+		return
+	}
+	fmt.Fprintln(w, eventLine(ev))
 }
 
 // eventLine is one event as a line for people.
@@ -162,4 +176,3 @@ func oneLine(s string) string {
 		return c
 	}, s)
 }
-

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -17,11 +18,18 @@ import (
 	"github.com/airlock-dev/airlock/test/poll"
 )
 
+// cliTimeout bounds one command of a test.
+const cliTimeout = 60 * time.Second
+
 // cli runs `airlock ARGS...` in this process with stdin and returns stdout,
 // stderr and the exit status.
 func cli(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	root := newRootCmd()
+	// A command that hangs fails its test instead of the whole run.
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	root.SetContext(ctx)
 	var out, errb bytes.Buffer
 	root.SetIn(strings.NewReader(stdin))
 	root.SetOut(&out)
@@ -57,7 +65,7 @@ func TestSandboxCommands(t *testing.T) {
 	other := mustCreate(t, run, "--label", "agent=other")
 
 	out, _, code := run("", "sandbox", "ls", "--label", "agent=coder")
-	if code != 0 || !strings.Contains(out, id) || strings.Contains(out, other) || !strings.Contains(out, "agent=coder") {
+	if code != 0 || !strings.HasPrefix(out, "ID ") || !strings.Contains(out, id) || strings.Contains(out, other) || !strings.Contains(out, "agent=coder") {
 		t.Errorf("ls --label: exit %d\n%s", code, out)
 	}
 	out, _, _ = run("", "sandbox", "ls", "--json")
@@ -65,7 +73,13 @@ func TestSandboxCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 2 {
 		t.Errorf("ls --json: got %d sandboxes, %v\n%s", len(list), err, out)
 	}
-	out, _, _ = run("", "sandbox", "inspect", id)
+	out, _, code = run("", "sandbox", "inspect", id)
+	for _, want := range []string{"ID:", id, "State:", "running", "Labels:", "agent=coder", "memory 64M", "Egress:", "0 allowed, 0 denied"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("inspect: exit %d, want %q in\n%s", code, want, out)
+		}
+	}
+	out, _, _ = run("", "sandbox", "inspect", "--json", id)
 	var sb api.Sandbox
 	if err := json.Unmarshal([]byte(out), &sb); err != nil || sb.ID != id || sb.Limits.MemoryBytes != 64<<20 {
 		t.Errorf("inspect: got %+v, %v", sb, err)
@@ -226,9 +240,10 @@ func TestSandboxLogsFollow(t *testing.T) {
 	}
 	out := <-done
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], "deny  connect evil.example:443 host_not_allowed") ||
-		!strings.Contains(lines[1], "stopped (deleted)") {
-		t.Errorf("got %q, want the decision and the end", lines)
+	if len(lines) != 3 || !strings.Contains(lines[0], id+" running") ||
+		!strings.Contains(lines[1], "deny  connect evil.example:443 host_not_allowed") ||
+		!strings.Contains(lines[2], "stopped (deleted)") {
+		t.Errorf("got %q, want the state, the decision and the end", lines)
 	}
 }
 
