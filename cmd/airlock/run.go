@@ -171,25 +171,17 @@ func loadRunConfig(cmd *cobra.Command, o runOptions) (config.Config, error) {
 }
 
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
-	var viaDaemon error // why the daemon was not used
-	switch flag := inProcessFlag(cmd); {
-	case o.noDaemon:
-		viaDaemon = &inProcessRequest{"--no-daemon asks for it"}
-	case flag != "":
-		viaDaemon = &inProcessRequest{"--" + flag + " configures a gateway of run's own"}
-	default:
-		c := newClient(cmd)
+	c, inProcess := chooseDaemon(cmd, o)
+	if c != nil {
 		defer c.Close()
-		if viaDaemon = probeDaemon(cmd.Context(), c); viaDaemon == nil {
-			return runViaDaemon(cmd, c, o, argv)
-		}
+		return runViaDaemon(cmd, c, o, argv)
 	}
 	cfg, err := loadRunConfig(cmd, o)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
 	if os.Geteuid() != 0 {
-		return &exitError{Code: 2, Msg: notRootMessage(viaDaemon)}
+		return &exitError{Code: 2, Msg: notRootMessage(inProcess)}
 	}
 	// Denials are in the summary and the audit log; stderr gets failures only,
 	// unless -v asks for every decision.

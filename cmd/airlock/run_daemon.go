@@ -38,6 +38,23 @@ func inProcessFlag(cmd *cobra.Command) string {
 	return ""
 }
 
+// chooseDaemon returns a client of the daemon run should use, or nil and why
+// run works in-process instead (a flag asks for it, or no daemon answers).
+func chooseDaemon(cmd *cobra.Command, o runOptions) (*client.Client, error) {
+	if o.noDaemon {
+		return nil, &inProcessRequest{"--no-daemon asks for it"}
+	}
+	if flag := inProcessFlag(cmd); flag != "" {
+		return nil, &inProcessRequest{"--" + flag + " configures a gateway of run's own"}
+	}
+	c := newClient(cmd)
+	if err := probeDaemon(cmd.Context(), c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
 // probeDaemon returns nil when a daemon answers on the client's socket (even
 // with an error: it is there), else why not.
 func probeDaemon(ctx context.Context, c *client.Client) error {

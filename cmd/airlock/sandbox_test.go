@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -270,5 +273,83 @@ func TestSandboxHelp(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "Examples:") {
 			t.Errorf("sandbox %s --help: exit %d, %q %q", sub, code, out, errs)
 		}
+	}
+}
+
+// cliStreaming runs `airlock ARGS...` in the background with its stdout and
+// stderr written to pipes as they come; the exit status arrives on the
+// returned channel.
+func cliStreaming(t *testing.T, args ...string) (stdout, stderr *bufio.Reader, code <-chan int) {
+	t.Helper()
+	root := newRootCmd()
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	root.SetContext(ctx)
+	or, ow := io.Pipe()
+	er, ew := io.Pipe()
+	root.SetIn(strings.NewReader(""))
+	root.SetOut(ow)
+	root.SetErr(ew)
+	done, finished := make(chan int, 1), make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer cancel()
+		c := execute(root, args)
+		ow.Close()
+		ew.Close()
+		done <- c
+	}()
+	t.Cleanup(func() {
+		cancel()
+		go io.Copy(io.Discard, or)
+		go io.Copy(io.Discard, er)
+		<-finished
+	})
+	return bufio.NewReader(or), bufio.NewReader(er), done
+}
+
+// TestSandboxExecStreams: exec writes the command's output as it is
+// produced, stdout and stderr apart, while the command still runs.
+func TestSandboxExecStreams(t *testing.T) {
+	srv, run := fakeCLI(t)
+	id := mustCreate(t, run)
+	out, errs, code := cliStreaming(t, "--socket", srv.Socket, "sandbox", "exec", id, "--",
+		"sh", "-c", "echo first; echo warn >&2; exec sleep 60")
+	if line, err := out.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("stdout: got %q, %v; want first", line, err)
+	}
+	if line, err := errs.ReadString('\n'); err != nil || line != "warn\n" {
+		t.Fatalf("stderr: got %q, %v; want warn", line, err)
+	}
+	if n := srv.Running(id); n != 1 {
+		t.Fatalf("got %d execs running while the output was read, want 1", n)
+	}
+	if _, errs, c := run("", "sandbox", "rm", id); c != 0 {
+		t.Fatalf("rm: exit %d, %s", c, errs)
+	}
+	if c := <-code; c != 128+int(syscall.SIGKILL) {
+		t.Errorf("exec of a removed sandbox: got exit %d, want %d (killed)", c, 128+int(syscall.SIGKILL))
+	}
+}
+
+// TestSandboxExecForwardsInterrupt: the first interrupt is passed to the
+// command, which may handle it and decide the exit status.
+func TestSandboxExecForwardsInterrupt(t *testing.T) {
+	srv, run := fakeCLI(t)
+	id := mustCreate(t, run)
+	out, _, code := cliStreaming(t, "--socket", srv.Socket, "sandbox", "exec", id, "--",
+		"sh", "-c", `trap 'echo got INT; exit 5' INT; echo ready; while :; do sleep 0.05; done`)
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("got %q, %v; want ready", line, err)
+	}
+	// exec has registered for SIGINT before it reads output, so this one
+	// goes to it, not to the test process.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := out.ReadString('\n'); err != nil || line != "got INT\n" {
+		t.Errorf("got %q, %v; want the command's trap output", line, err)
+	}
+	if c := <-code; c != 5 {
+		t.Errorf("got exit %d, want 5 (the command's)", c)
 	}
 }
