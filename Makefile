@@ -21,8 +21,13 @@ build: ## Build bin/airlock with the version stamped
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
 
 .PHONY: test
-test: deps ## Run every test with -race (root tests run for real as root, skip otherwise)
+test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python as root
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-python; else echo "test: test-python skipped (it needs root to run airlock serve)"; fi
+
+.PHONY: test-python
+test-python: deps build ## Run the Python client's tests (clients/python) against a real daemon, bin/airlock serve (root)
+	cd clients/python && AIRLOCK_BIN=$(CURDIR)/$(BIN) /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
 
 .PHONY: test-root
 test-root: deps ## Run only the root tests, failing instead of skipping when not root

@@ -393,9 +393,13 @@ func TestEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer es.Close()
+	ev, err := es.Next()
+	if err != nil || ev.Type != client.EventSandbox || ev.Sandbox == nil || ev.Sandbox.State != api.StateRunning {
+		t.Fatalf("first event: got %+v, %v; want the sandbox's state now", ev, err)
+	}
 	poll.Until(t, 5*time.Second, "the subscription", func() bool { return srv.Subscribers(sb.ID) == 1 })
 	srv.Emit(sb.ID, client.EventDecision, api.Event{Record: map[string]any{"kind": "connect", "decision": "deny", "host": "evil.example"}})
-	ev, err := es.Next()
+	ev, err = es.Next()
 	if err != nil || ev.Type != client.EventDecision || ev.Record["host"] != "evil.example" {
 		t.Fatalf("got %+v, %v; want the decision", ev, err)
 	}
@@ -424,6 +428,9 @@ func TestEventsContextEnds(t *testing.T) {
 	es, err := c.Events(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ev, err := es.Next(); err != nil || ev.Type != client.EventSandbox {
+		t.Fatalf("first event: got %+v, %v; want the sandbox's state", ev, err)
 	}
 	done := make(chan error, 1)
 	go func() {

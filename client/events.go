@@ -43,8 +43,9 @@ type EventStream struct {
 	once sync.Once
 }
 
-// Events opens the events stream of sandbox id. An unknown sandbox is an
-// error here, before any event.
+// Events opens the events stream of sandbox id. Its first event is the
+// sandbox's state now ("sandbox"); it ends after the sandbox has stopped. An
+// unknown sandbox is an error here, before any event.
 func (c *Client) Events(ctx context.Context, id string) (*EventStream, error) {
 	resp, err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "events")})
 	if err != nil {

@@ -63,13 +63,13 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest, eio E
 	}
 	defer s.Close()
 	if eio.Stdin == nil {
-		return s.copyOutput(eio.Stdout, eio.Stderr)
+		return s.Wait(eio.Stdout, eio.Stderr)
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stdinDone := make(chan error, 1)
 	go func() { stdinDone <- s.Stdin(sctx, eio.Stdin) }()
-	res, err := s.copyOutput(eio.Stdout, eio.Stderr)
+	res, err := s.Wait(eio.Stdout, eio.Stderr)
 	// The exec has ended (or its stream failed). The daemon answers a stdin
 	// call when its exec ends; one that has not answered within stdinGrace
 	// is cancelled.
@@ -261,9 +261,9 @@ func (s *ExecStream) Signal(ctx context.Context, sig string) error {
 	return s.c.Signal(ctx, s.sandbox, s.execID, sig)
 }
 
-// copyOutput writes the stream's output to stdout and stderr (nil discards)
-// until the exit frame and returns the result.
-func (s *ExecStream) copyOutput(stdout, stderr io.Writer) (*api.ExecResult, error) {
+// Wait writes the stream's remaining output to stdout and stderr (nil
+// discards) as it arrives, until the exit frame, and returns the result.
+func (s *ExecStream) Wait(stdout, stderr io.Writer) (*api.ExecResult, error) {
 	for f, err := range s.Frames() {
 		if err != nil {
 			return nil, err

@@ -16,6 +16,8 @@ have git || need+=(git)
 # The e2e tests run pip, node and npm inside sandboxes, whose uid cannot read
 # root's home: they must be the system ones.
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+# The Python client's tests (make test-python) run with Debian's pytest.
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)
 [ -x /usr/bin/node ] || need+=(nodejs)
 have ping || need+=(iputils-ping)
 have openssl || need+=(openssl)

@@ -32,6 +32,7 @@ type Server struct {
 	sandboxes map[string]*sandbox
 	seq       int
 	requests  []string
+	created   []api.CreateSandboxRequest
 	wg        sync.WaitGroup // execs' processes
 }
 
@@ -129,6 +130,14 @@ func (s *Server) Requests() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.requests...)
+}
+
+// Created returns every sandbox request accepted so far (POST /v1/sandboxes,
+// and the sandbox part of POST /v1/run).
+func (s *Server) Created() []api.CreateSandboxRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]api.CreateSandboxRequest(nil), s.created...)
 }
 
 // Dir returns the host directory standing for sandbox id's workspace.
@@ -329,6 +338,7 @@ func (s *Server) newSandbox(req api.CreateSandboxRequest) (*sandbox, *api.Error)
 	sb.Sandbox.Usage.Pids = 1
 	sb.env = append([]string(nil), req.Env...)
 	s.sandboxes[sb.ID] = sb
+	s.created = append(s.created, req)
 	return sb, nil
 }
 
@@ -463,7 +473,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(200)
 	fl := w.(http.Flusher)
-	fmt.Fprint(w, ": ping\n\n")
+	// As the daemon does: a comment, then the sandbox's state now.
+	s.mu.Lock()
+	now := sb.view()
+	s.mu.Unlock()
+	b, _ := json.Marshal(api.Event{Sandbox: &now})
+	fmt.Fprintf(w, ": ping\n\nevent: sandbox\ndata: %s\n\n", b)
 	fl.Flush()
 	for {
 		select {

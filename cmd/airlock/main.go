@@ -4,6 +4,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/airlock-dev/airlock/client"
 )
 
 func main() {
@@ -11,6 +13,10 @@ func main() {
 }
 
 func run(args []string) int {
+	return execute(newRootCmd(), args)
+}
+
+func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "airlock",
 		Short:         "Egress gateway and executor for AI-agent sandboxes",
@@ -25,6 +31,14 @@ func run(args []string) int {
 	root.AddCommand(newAttachCmd())
 	root.AddCommand(newRunCmd())
 	root.AddCommand(newServeCmd())
+	root.AddCommand(newSandboxCmd())
+	root.PersistentFlags().String(socketFlag, "", "the daemon's API socket (default $"+client.SocketEnv+", else "+client.DefaultSocket+")")
+	return root
+}
+
+// execute runs the command tree on args and returns the exit status, with
+// the error printed to the tree's stderr.
+func execute(root *cobra.Command, args []string) int {
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		var ec exitCoder

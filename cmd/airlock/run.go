@@ -41,6 +41,7 @@ type runOptions struct {
 	labels    []string
 	verbose   bool
 	quiet     bool
+	noDaemon  bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -54,11 +55,22 @@ process, disk and time limits. HTTP(S) goes through policy (the embedded default
 package registries read-only, everything else denied), DNS is filtered, every
 other packet is dropped, and every decision is written to the audit log.
 
+When a daemon (airlock serve) answers on its socket (--socket, $AIRLOCK_SOCKET,
+default /run/airlock/airlock.sock), run asks it for the sandbox instead, so any
+member of the daemon's group can use it without root: the daemon's policy,
+secrets and audit log apply, and the limits, --allow, --mode, --label, --env
+and --workspace flags go with the request. Flags that configure a gateway of
+its own (--config, --policy, --preset, --secrets, --audit, --id) and
+--no-daemon make run work in-process, which needs root.
+
 It exits with the command's exit code (124 on timeout, 137 on OOM kill, 128+n on
 signal n) and prints an egress summary to stderr. Its own failures have codes of
 their own, so they are never mistaken for the command's: 2 for a usage or
-configuration error (nothing ran), 125 when the sandbox could not be set up, 127
-when the command could not be executed.`,
+configuration error (nothing ran), 125 when the sandbox could not be set up, 126
+or 127 when the command could not be executed.`,
+		Example: `  airlock run -- pip install requests
+  airlock run --allow api.openai.com --memory 1G --timeout 10m -- python agent.py
+  sudo airlock run --no-daemon --policy ./policies --workspace "$PWD" -- npm test`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return &exitError{Code: 2, Msg: "run: missing command (airlock run [flags] -- COMMAND [ARG...])"}
@@ -89,6 +101,7 @@ when the command could not be executed.`,
 	f.StringArrayVar(&o.labels, "label", nil, "sandbox label KEY=VALUE for policy and secret bindings (repeatable)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every decision to stderr")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no egress summary")
+	f.BoolVar(&o.noDaemon, "no-daemon", false, "run in-process (root) even when a daemon answers")
 	return cmd
 }
 
@@ -158,12 +171,17 @@ func loadRunConfig(cmd *cobra.Command, o runOptions) (config.Config, error) {
 }
 
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
+	c, inProcess := chooseDaemon(cmd, o)
+	if c != nil {
+		defer c.Close()
+		return runViaDaemon(cmd, c, o, argv)
+	}
 	cfg, err := loadRunConfig(cmd, o)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
 	if os.Geteuid() != 0 {
-		return &exitError{Code: 2, Msg: "run: needs root (network namespaces, cgroups and the sandbox's own uid)"}
+		return &exitError{Code: 2, Msg: notRootMessage(inProcess)}
 	}
 	// Denials are in the summary and the audit log; stderr gets failures only,
 	// unless -v asks for every decision.

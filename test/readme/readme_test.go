@@ -52,7 +52,7 @@ func TestReadmeExamples(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	var yamls, regos, cmds int
+	var yamls, regos, cmds, pythons int
 	for _, b := range readmeBlocks(t) {
 		switch b.lang {
 		case "yaml":
@@ -75,6 +75,14 @@ func TestReadmeExamples(t *testing.T) {
 			if _, err := policy.New(policy.Config{Dir: dir}, nil); err != nil {
 				t.Errorf("README.md:%d policy example: %v", b.line, err)
 			}
+		case "python":
+			// Compiled here; TestRootReadmePython runs it against a daemon.
+			pythons++
+			cmd := exec.Command("/usr/bin/python3", "-c", "import ast, sys; ast.parse(sys.stdin.read())")
+			cmd.Stdin = strings.NewReader(b.text)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("README.md:%d python example: %v\n%s", b.line, err, out)
+			}
 		case "sh":
 			for i, line := range strings.Split(b.text, "\n") {
 				if c := checkCommand(t, bin, line); c {
@@ -85,8 +93,8 @@ func TestReadmeExamples(t *testing.T) {
 			}
 		}
 	}
-	if yamls < 2 || regos < 1 || cmds < 8 {
-		t.Fatalf("checked %d yaml, %d rego, %d commands: the README lost its examples", yamls, regos, cmds)
+	if yamls < 2 || regos < 1 || cmds < 8 || pythons < 1 {
+		t.Fatalf("checked %d yaml, %d rego, %d commands, %d python: the README lost its examples", yamls, regos, cmds, pythons)
 	}
 }
 
@@ -124,7 +132,8 @@ func checkCommand(t *testing.T, bin, line string) bool {
 
 func isSubcommand(w string) bool {
 	switch w {
-	case "run", "serve", "attach", "policy", "audit", "ca", "version", "test", "check", "eval", "verify", "query", "tail", "init", "show", "pubkey":
+	case "run", "serve", "attach", "policy", "audit", "ca", "version", "test", "check", "eval", "verify", "query", "tail", "init", "show", "pubkey",
+		"sandbox", "create", "exec", "cp", "ls", "inspect", "logs", "rm":
 		return true
 	}
 	return false

@@ -1,0 +1,22 @@
+"""Python client of airlock's daemon API (`airlock serve` on its unix
+socket): sandboxes, streaming exec, files as tar streams, the events stream
+and one-shot run. Standard library only, Python 3.9+.
+
+    from airlock_client import Client
+    with Client().sandbox(labels={"agent": "demo"}) as sb:
+        print(sb.run(["echo", "hello"]).stdout)
+"""
+
+from .client import (DEFAULT_SOCKET, SOCKET_ENV, Client, EventStream, ExecStream, FilesStream,
+                     SandboxSession)
+from .errors import AirlockError, APIError, ConnectionError, NotFound, StreamError
+from .files import UnsafeTarError, extract_tar, write_tar
+from .types import (Completed, Egress, Event, ExecInfo, ExecResult, FilesResult, Health, Limits, Output,
+                    RunResult, Sandbox, Started, Usage)
+
+__all__ = [
+    "DEFAULT_SOCKET", "SOCKET_ENV", "Client", "EventStream", "ExecStream", "FilesStream", "SandboxSession",
+    "AirlockError", "APIError", "ConnectionError", "NotFound", "StreamError", "UnsafeTarError",
+    "extract_tar", "write_tar", "Completed", "Egress", "Event", "ExecInfo", "ExecResult", "FilesResult",
+    "Health", "Limits", "Output", "RunResult", "Sandbox", "Started", "Usage",
+]

@@ -1,0 +1,244 @@
+"""The client against a real daemon (root): lifecycle, streaming exec, stdin,
+concurrent execs, files and their escape attempts, events, run, errors."""
+
+import io
+import os
+import tarfile
+import threading
+import time
+
+import pytest
+
+from airlock_client import (APIError, Client, ConnectionError, ExecResult, NotFound, Output, Started)
+
+
+def wait_until(what, cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_health_and_openapi(client):
+    h = client.health()
+    assert h.policy_rev and h.audit == "ok"
+    doc = client.openapi()
+    assert doc["openapi"].startswith("3.")
+    assert "/v1/sandboxes/{id}/exec" in doc["paths"]
+
+
+def test_lifecycle(client):
+    sb = client.create_sandbox(labels={"agent": "py-lifecycle"}, memory="64M", pids=64, exec_timeout=30,
+                               env={"GREETING": "hi"}, idle_timeout="10m")
+    try:
+        assert sb.id and sb.state == "running"
+        assert sb.limits.memory_bytes == 64 << 20 and sb.limits.pids == 64
+        assert sb.limits.exec_timeout_ms == 30000 and sb.idle_timeout_ms == 600000
+        assert sb.labels == {"agent": "py-lifecycle"} and sb.workdir == "/workspace"
+        assert sb.created_at is not None and sb.created_at.tzinfo is not None
+        other = client.create_sandbox(labels={"agent": "py-other"})
+        try:
+            ids = [s.id for s in client.list_sandboxes({"agent": "py-lifecycle"})]
+            assert ids == [sb.id]
+            assert {sb.id, other.id} <= {s.id for s in client.list_sandboxes()}
+        finally:
+            client.delete_sandbox(other.id)
+        got = client.get_sandbox(sb.id)
+        assert got.id == sb.id and got.usage.pids >= 1
+        assert client.run_command(sb.id, ["sh", "-c", "echo $GREETING"]).stdout == b"hi\n"
+    finally:
+        final = client.delete_sandbox(sb.id)
+    assert final.state == "stopped" and final.end_reason == "deleted"
+    with pytest.raises(NotFound) as e:
+        client.get_sandbox(sb.id)
+    assert e.value.code == "not_found" and sb.id in e.value.message
+
+
+def test_exec_frames(sandbox):
+    frames = list(sandbox.exec(["sh", "-c", "echo out; echo err >&2; exit 3"]))
+    assert isinstance(frames[0], Started) and frames[0].exec_id and frames[0].pid > 0
+    assert isinstance(frames[-1], ExecResult)
+    res = frames[-1]
+    assert res.exit_status == 3 and res.exit_code == 3 and not res.timed_out and res.wall_ms > 0
+    out = b"".join(f.data for f in frames if isinstance(f, Output) and f.stream == "stdout")
+    err = b"".join(f.data for f in frames if isinstance(f, Output) and f.stream == "stderr")
+    assert (out, err) == (b"out\n", b"err\n")
+    assert res.stdout_bytes == 4 and res.stderr_bytes == 4
+
+
+def test_exec_streams_before_the_end(client, sandbox):
+    """Output arrives while the command still runs; closing the stream
+    kills the command."""
+    s = sandbox.exec(["sh", "-c", "echo first; exec sleep 60"])
+    it = iter(s)
+    assert isinstance(next(it), Started)
+    f = next(it)
+    assert isinstance(f, Output) and f.data == b"first\n"
+    running = [x for x in client.execs(sandbox.id) if x.exec_id == s.exec_id]
+    assert running and running[0].running
+    s.close()
+    wait_until("the exec to be killed after the disconnect",
+               lambda: not [x for x in client.execs(sandbox.id) if x.exec_id == s.exec_id and x.running])
+
+
+def test_exec_stdin(sandbox):
+    assert sandbox.run(["wc", "-l"], stdin=b"a\nb\nc\n").stdout.strip() == b"3"
+    chunks = (f"line {i}\n".encode() for i in range(100))
+    done = sandbox.run(["sh", "-c", "wc -l; cat >/dev/null"], stdin=chunks)
+    assert done.stdout.strip() == b"100" and done.exit_status == 0
+    assert sandbox.run(["cat"], stdin=io.BytesIO(b"x" * 300000)).stdout == b"x" * 300000
+
+
+def test_exec_results(sandbox):
+    missing = sandbox.run(["/no/such/command"])
+    assert missing.exit_status == 127 and missing.result.error
+    timed = sandbox.run(["sleep", "30"], timeout=0.5)
+    assert timed.exit_status == 124 and timed.result.timed_out
+
+
+def test_exec_signal(sandbox):
+    s = sandbox.exec(["sh", "-c", "trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done"])
+    it = iter(s)
+    next(it)
+    assert next(it).data == b"ready\n"
+    s.signal("TERM")
+    rest = list(it)
+    assert b"".join(f.data for f in rest if isinstance(f, Output) and f.stream == "stdout") == b"got TERM\n"
+    assert s.result.exit_status == 7
+
+
+def test_exec_concurrent(sandbox):
+    n = 4
+    outs = [None] * n
+
+    def one(i):
+        outs[i] = sandbox.run(["sh", "-c", f"touch /tmp/s.{i}; while [ $(ls /tmp/s.* | wc -l) -lt {n} ]; "
+                                           f"do sleep 0.02; done; echo {i}"], timeout=30).stdout
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert outs == [f"{i}\n".encode() for i in range(n)]
+
+
+def test_exec_errors(client, sandbox):
+    with pytest.raises(NotFound) as e:
+        client.exec("sb-does-not-exist", ["true"])
+    assert e.value.code == "not_found"
+    with pytest.raises(APIError) as e:
+        sandbox.exec([])
+    assert e.value.code == "invalid_field" and e.value.field == "argv"
+    with pytest.raises(APIError) as e:
+        sandbox.exec(["true"], cwd="relative/dir")
+    assert e.value.code in ("invalid_field", "invalid_path") and "cwd" in (e.value.field + e.value.message)
+
+
+def test_files_round_trip(tmp_path, sandbox):
+    src = tmp_path / "proj"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "f.txt").write_text("content")
+    (src / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    os.chmod(src / "run.sh", 0o755)
+    os.symlink("sub/f.txt", src / "link")
+    res = sandbox.upload(str(src), "/workspace")
+    assert res.files >= 4 and res.bytes == len("content") + len("#!/bin/sh\necho ran\n")
+    assert sandbox.run(["cat", "/workspace/proj/link"]).stdout == b"content"
+    assert sandbox.run(["/workspace/proj/run.sh"]).stdout == b"ran\n"
+    sandbox.run(["sh", "-c", "mkdir -p out && echo result > out/r.txt"], cwd="/workspace")
+    dst = tmp_path / "back"
+    sandbox.download("/workspace/out", str(dst))
+    assert (dst / "out" / "r.txt").read_text() == "result\n"
+    sandbox.download("/workspace/proj", str(dst))
+    assert os.readlink(dst / "proj" / "link") == "sub/f.txt"
+    assert os.stat(dst / "proj" / "run.sh").st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("path", ["/workspace/../etc", "/etc", "relative", "/workspace/a/../../etc"])
+def test_files_path_escapes_refused(client, sandbox, path):
+    with pytest.raises(APIError) as e:
+        client.get_files(sandbox.id, path).read()
+    assert e.value.code in ("invalid_path", "not_found"), e.value
+    with pytest.raises(APIError) as e:
+        client.put_files(sandbox.id, path, _tar({"x.txt": b"x"}))
+    assert e.value.code in ("invalid_path", "not_found"), e.value
+
+
+def test_files_tar_escapes_refused(client, sandbox):
+    for name in ["../escape.txt", "/abs.txt"]:
+        with pytest.raises(APIError) as e:
+            client.put_files(sandbox.id, "/workspace", _tar({name: b"x"}))
+        assert e.value.status is not None and 400 <= e.value.status < 500, e.value
+    # A symlink planted in the workspace is never followed by a later entry.
+    client.put_files(sandbox.id, "/workspace", _tar({}, links={"etc": "/etc"}))
+    with pytest.raises(APIError):
+        client.put_files(sandbox.id, "/workspace", _tar({"etc/airlock-pwned": b"x"}))
+    with pytest.raises(APIError):
+        client.get_files(sandbox.id, "/workspace/etc/passwd").read()
+    assert not os.path.exists("/etc/airlock-pwned")
+
+
+def _tar(files, links=None):
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w") as tf:
+        for name, data in files.items():
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.linkname = tarfile.SYMTYPE, target
+            tf.addfile(ti)
+    return b.getvalue()
+
+
+def test_events(client):
+    sb = client.create_sandbox(labels={"agent": "py-events"})
+    events = client.events(sb.id)
+    it = iter(events)
+    first = next(it)
+    assert first.type == "sandbox" and first.sandbox.id == sb.id and first.sandbox.state == "running"
+    # A lookup the policy refuses is audited as a decision of this sandbox.
+    client.run_command(sb.id, ["python3", "-c",
+                                "import socket\ntry: socket.getaddrinfo('evil.example', 443)\nexcept Exception: pass"],
+                       timeout=30)
+    got = []
+
+    def read():
+        for ev in it:
+            got.append(ev)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    wait_until("a decision event", lambda: any(e.type == "decision" for e in got))
+    client.delete_sandbox(sb.id)
+    reader.join(30)
+    assert not reader.is_alive(), "the events stream did not end after the delete"
+    decisions = [e.record for e in got if e.type == "decision"]
+    assert any("evil.example" in str(r.get("qname", "")) + str(r.get("host", "")) for r in decisions), decisions
+    assert got[-1].type == "sandbox" and got[-1].sandbox.state == "stopped"
+
+
+def test_run(client):
+    r = client.run(["sh", "-c", "cat; echo err >&2; exit 2"], stdin="from stdin", labels={"agent": "py-run"},
+                   timeout="30s")
+    assert r.result.exit_status == 2 and r.stdout == "from stdin" and r.stderr == "err\n" and r.id
+    with pytest.raises(NotFound):
+        client.get_sandbox(r.id)
+
+
+def test_bad_requests_name_the_field(client):
+    cases = [({"mode": "audit"}, "mode"), ({"memory": "1K"}, "limits.memory"), ({"env": {"": "x"}}, "env")]
+    for kwargs, field in cases:
+        with pytest.raises(APIError) as e:
+            client.create_sandbox(**kwargs)
+        assert e.value.code in ("invalid_field", "bad_request") and field in (e.value.field + e.value.message), \
+            (kwargs, e.value)
+
+
+def test_daemon_not_running(tmp_path):
+    sock = str(tmp_path / "none.sock")
+    with pytest.raises(ConnectionError) as e:
+        Client(sock).health()
+    assert sock in str(e.value) and "airlock serve" in str(e.value)

@@ -1,0 +1,97 @@
+"""What needs no daemon: safe extraction of downloaded tar streams, packing
+uploads, error decoding."""
+
+import io
+import os
+import stat
+import tarfile
+
+import pytest
+
+from airlock_client import APIError, NotFound, UnsafeTarError, extract_tar, write_tar
+from airlock_client.errors import api_error
+
+
+def tar_of(entries):
+    """entries: (name, kind, payload, mode); kind file, dir, sym, fifo, hard."""
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w") as tf:
+        for name, kind, payload, mode in entries:
+            ti = tarfile.TarInfo(name)
+            ti.mode = mode
+            if kind == "file":
+                ti.size = len(payload)
+                tf.addfile(ti, io.BytesIO(payload))
+                continue
+            ti.type = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "fifo": tarfile.FIFOTYPE,
+                       "hard": tarfile.LNKTYPE}[kind]
+            if kind in ("sym", "hard"):
+                ti.linkname = payload
+            tf.addfile(ti)
+    b.seek(0)
+    return b
+
+
+@pytest.mark.parametrize("name,entries", [
+    ("dotdot", [("../outside.txt", "file", b"x", 0o644)]),
+    ("dotdot inside", [("a/../../outside.txt", "file", b"x", 0o644)]),
+    ("absolute", [("/tmp/alk-py-outside.txt", "file", b"x", 0o644)]),
+    ("through a symlink in the stream", [("link", "sym", "..", 0o777), ("link/outside.txt", "file", b"x", 0o644)]),
+    ("fifo", [("fifo", "fifo", None, 0o644)]),
+    ("hard link", [("hard", "hard", "/etc/passwd", 0o644)]),
+])
+def test_extract_refuses(tmp_path, name, entries):
+    dst = tmp_path / "dst"
+    with pytest.raises(UnsafeTarError):
+        extract_tar(tar_of(entries), str(dst))
+    assert not (tmp_path / "outside.txt").exists()
+    assert not os.path.exists("/tmp/alk-py-outside.txt")
+
+
+def test_extract_never_follows_an_existing_symlink(tmp_path):
+    dst, outside = tmp_path / "dst", tmp_path / "outside"
+    dst.mkdir()
+    outside.mkdir()
+    os.symlink(str(outside), dst / "d")
+    os.symlink(str(outside / "f"), dst / "f")
+    with pytest.raises(UnsafeTarError):
+        extract_tar(tar_of([("d/x", "file", b"x", 0o644)]), str(dst))
+    # A file entry replaces a symlink of its name; it never writes through it.
+    extract_tar(tar_of([("f", "file", b"new", 0o644)]), str(dst))
+    assert os.listdir(outside) == []
+    assert (dst / "f").read_bytes() == b"new" and not os.path.islink(dst / "f")
+
+
+def test_extract_drops_setuid_and_keeps_links(tmp_path):
+    dst = tmp_path / "dst"
+    res = extract_tar(tar_of([("d", "dir", None, 0o755), ("d/run", "file", b"#!", 0o6755),
+                              ("d/link", "sym", "/etc/passwd", 0o777)]), str(dst))
+    assert res.files == 3 and res.bytes == 2
+    assert stat.S_IMODE(os.stat(dst / "d" / "run").st_mode) == 0o755
+    assert os.readlink(dst / "d" / "link") == "/etc/passwd"
+
+
+def test_write_tar(tmp_path):
+    src = tmp_path / "proj"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "f").write_bytes(b"data")
+    os.symlink("/etc/passwd", src / "link")
+    with write_tar(str(src)) as f:
+        with tarfile.open(fileobj=f) as tf:
+            got = {m.name: m for m in tf.getmembers()}
+    assert set(got) == {"proj", "proj/sub", "proj/sub/f", "proj/link"}
+    assert got["proj/link"].issym() and got["proj/link"].linkname == "/etc/passwd"
+    os.mkfifo(src / "fifo")
+    with pytest.raises(UnsafeTarError, match="fifo"):
+        write_tar(str(src))
+    with pytest.raises(FileNotFoundError):
+        write_tar(str(tmp_path / "missing"))
+
+
+def test_api_error_decoding():
+    e = api_error(400, {"code": "invalid_field", "message": "mode: bad", "field": "mode"})
+    assert isinstance(e, APIError) and (e.code, e.field, e.status) == ("invalid_field", "mode", 400)
+    assert isinstance(api_error(404, {"code": "not_found", "message": "no sandbox"}), NotFound)
+    legacy = api_error(503, {"error": "shutting down"})
+    assert (legacy.code, legacy.message) == ("unavailable", "shutting down")
+    assert api_error(502, None, "bad gateway").code == "internal"

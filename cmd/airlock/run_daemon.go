@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/config"
+)
+
+// inProcessFlags are run's flags only a gateway of run's own can honour;
+// any of them makes run work in-process.
+var inProcessFlags = []string{"config", "policy", "preset", "secrets", "audit", "id"}
+
+// Bounds of run's talk with a daemon.
+const (
+	probeTimeout  = 2 * time.Second  // does a daemon answer?
+	deleteTimeout = 30 * time.Second // removing the sandbox at the end
+	eventsDrain   = 5 * time.Second  // -v: the last decisions after the delete
+)
+
+// inProcessFlag names the first in-process-only flag given, or "".
+func inProcessFlag(cmd *cobra.Command) string {
+	for _, f := range inProcessFlags {
+		if cmd.Flags().Changed(f) {
+			return f
+		}
+	}
+	return ""
+}
+
+// chooseDaemon returns a client of the daemon run should use, or nil and why
+// run works in-process instead (a flag asks for it, or no daemon answers).
+func chooseDaemon(cmd *cobra.Command, o runOptions) (*client.Client, error) {
+	if o.noDaemon {
+		return nil, &inProcessRequest{"--no-daemon asks for it"}
+	}
+	if flag := inProcessFlag(cmd); flag != "" {
+		return nil, &inProcessRequest{"--" + flag + " configures a gateway of run's own"}
+	}
+	c := newClient(cmd)
+	if err := probeDaemon(cmd.Context(), c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// probeDaemon returns nil when a daemon answers on the client's socket (even
+// with an error: it is there), else why not.
+func probeDaemon(ctx context.Context, c *client.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err := c.Health(ctx)
+	if err == nil || client.Code(err) != "" {
+		return nil
+	}
+	return err
+}
+
+// inProcessRequest is a flag that makes run work in-process.
+type inProcessRequest struct{ why string }
+
+func (e *inProcessRequest) Error() string { return e.why }
+
+// notRootMessage is run's refusal for a caller that is not root, saying why
+// no daemon was used and what to do.
+func notRootMessage(why error) string {
+	const need = "run: running in-process needs root (network namespaces, cgroups and the sandbox's own uid)"
+	var ipr *inProcessRequest
+	if errors.As(why, &ipr) {
+		return fmt.Sprintf("%s: %v; without it run uses the daemon (airlock serve), whose policy applies", need, why)
+	}
+	return fmt.Sprintf("%s, and no daemon answers: %v.\nStart one (sudo airlock serve) and have your user added to its group "+
+		"(api.group, default airlock: sudo usermod -aG airlock $USER), or run as root", need, why)
+}
+
+// daemonCreateRequest is the sandbox run asks the daemon for.
+func daemonCreateRequest(cmd *cobra.Command, o runOptions) (api.CreateSandboxRequest, error) {
+	labels, err := parseLabels(o.labels)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
+	}
+	ws, err := absWorkspace(o.workspace)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
+	}
+	req := api.CreateSandboxRequest{Labels: labels, Workspace: ws, Env: o.env, Mode: o.mode, Allow: o.allow}
+	f := cmd.Flags()
+	if f.Changed("memory") {
+		req.Limits.Memory = o.memory
+	}
+	if f.Changed("cpus") {
+		req.Limits.CPUs = o.cpus
+	}
+	if f.Changed("pids") {
+		req.Limits.Pids = int64(o.pids)
+	}
+	if f.Changed("timeout") {
+		req.Limits.ExecTimeout = o.timeout
+	}
+	if f.Changed("tmp-size") {
+		req.Limits.TmpSize = o.tmpSize
+	}
+	return req, nil
+}
+
+// runViaDaemon is run through a daemon: create, exec with the output
+// streamed and stdin sent, delete, then the summary from the sandbox's final
+// counters.
+func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []string) error {
+	req, err := daemonCreateRequest(cmd, o)
+	if err != nil {
+		return &exitError{Code: 2, Msg: err.Error()}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sb, err := c.CreateSandbox(ctx, req)
+	if err != nil {
+		return apiFailure(err, exitSetupFailed)
+	}
+	var decisions chan struct{}
+	if o.verbose {
+		decisions = printDecisions(ctx, c, sb.ID, cmd.ErrOrStderr())
+	}
+	res, execErr := c.Exec(ctx, sb.ID, api.ExecRequest{Argv: argv}, client.ExecIO{
+		Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
+	defer cancel()
+	final, delErr := c.DeleteSandbox(dctx, sb.ID)
+	if decisions != nil {
+		select {
+		case <-decisions:
+		case <-time.After(eventsDrain):
+		}
+	}
+	var se *client.StdinError
+	switch {
+	case errors.As(execErr, &se):
+		fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", execErr)
+	case execErr != nil && ctx.Err() != nil && cmd.Context().Err() == nil:
+		return &exitError{Code: exitInterrupted, Msg: "run: interrupted; the command was killed and sandbox " + sb.ID + " removed"}
+	case execErr != nil:
+		return apiFailure(execErr, exitSetupFailed)
+	}
+	if delErr != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: removing sandbox %s: %v\n", sb.ID, delErr)
+		final = sb
+	}
+	if !o.quiet {
+		writeDaemonSummary(cmd.ErrOrStderr(), res, final)
+	}
+	return execExit(res)
+}
+
+// printDecisions prints the sandbox's decisions to w as the daemon audits
+// them, until the stream ends (after the sandbox is deleted) or ctx does; the
+// channel is closed then.
+func printDecisions(ctx context.Context, c *client.Client, id string, w io.Writer) chan struct{} {
+	done := make(chan struct{})
+	es, err := c.Events(ctx, id)
+	if err != nil {
+		fmt.Fprintln(w, "airlock: -v: no events stream:", err)
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		defer es.Close()
+		for ev, err := range es.All() {
+			if err != nil {
+				return
+			}
+			if ev.Record != nil {
+				fmt.Fprintln(w, "airlock:", decisionLine(ev.Record))
+			}
+		}
+	}()
+	return done
+}
+
+// writeDaemonSummary is run's closing lines for a sandbox of the daemon: how
+// the command ended, its egress counters, its usage.
+func writeDaemonSummary(w io.Writer, res *api.ExecResult, sb *api.Sandbox) {
+	switch {
+	case res.TimedOut:
+		fmt.Fprintf(w, "airlock: timed out after %s; the command's processes were killed\n",
+			time.Duration(sb.Limits.ExecTimeoutMS)*time.Millisecond)
+	case res.OOMKilled:
+		fmt.Fprintf(w, "airlock: out of memory (limit %s); the command was killed\n", config.Size(sb.Limits.MemoryBytes))
+	}
+	fmt.Fprintf(w, "airlock: egress summary: %s\n", egressText(sb.Egress))
+	fmt.Fprintf(w, "airlock: exit %d, wall %s, cpu %s, peak memory %s, sandbox %s\n", res.ExitStatus,
+		time.Duration(res.WallMS*1e6).Round(time.Millisecond), time.Duration(res.CPUMS*1e6).Round(time.Millisecond),
+		config.Size(res.PeakMemory), sb.ID)
+}

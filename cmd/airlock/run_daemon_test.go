@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/client/clienttest"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/test/roottest"
+)
+
+// mainEnv makes the test binary run the CLI on its arguments instead of the
+// tests (TestMain), so a test can run `airlock` as another user.
+const mainEnv = "AIRLOCK_TEST_CLI_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestRunViaDaemon: with a daemon answering, run creates a sandbox, streams
+// the command's output and stdin through an exec, removes the sandbox and
+// exits with the command's status; the flags go with the create request.
+func TestRunViaDaemon(t *testing.T) {
+	srv, cli := fakeCLI(t)
+	ws := t.TempDir()
+	out, errs, code := cli("two\nlines\n", "run", "--label", "agent=coder", "--memory", "64M", "--timeout", "1m",
+		"--allow", "api.example", "--mode", "report", "--env", "GREETING=hi", "--workspace", ws, "--",
+		"sh", "-c", `echo "$GREETING"; wc -l; echo oops >&2; exit 3`)
+	if code != 3 || out != "hi\n2\n" || !strings.HasPrefix(errs, "oops\n") {
+		t.Errorf("got exit %d, %q, %q; want 3, %q, oops", code, out, errs, "hi\n2\n")
+	}
+	for _, want := range []string{"egress summary: 0 allowed, 0 denied", "exit 3", "sandbox sb-1"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("summary: want %q in %q", want, errs)
+		}
+	}
+	created := srv.Created()
+	if len(created) != 1 {
+		t.Fatalf("got %d sandboxes created, want 1", len(created))
+	}
+	got := created[0]
+	if got.Labels["agent"] != "coder" || got.Limits.Memory != 64<<20 || got.Limits.ExecTimeout != config.Duration(60e9) ||
+		strings.Join(got.Allow, ",") != "api.example" || got.Mode != "report" || got.Workspace != ws ||
+		strings.Join(got.Env, ",") != "GREETING=hi" {
+		t.Errorf("create request: got %+v", got)
+	}
+	wantReqs := []string{"GET /v1/health", "POST /v1/sandboxes", "POST /v1/sandboxes/sb-1/exec",
+		"PUT /v1/sandboxes/sb-1/execs/x1/stdin", "DELETE /v1/sandboxes/sb-1"}
+	reqs := strings.Join(srv.Requests(), "\n")
+	for _, w := range wantReqs {
+		if !strings.Contains(reqs, w) {
+			t.Errorf("requests: want %q in\n%s", w, reqs)
+		}
+	}
+	if n := len(srv.Created()); n != 1 || srv.Dir("sb-1") != "" {
+		t.Errorf("after run: sandbox sb-1 still exists (dir %q)", srv.Dir("sb-1"))
+	}
+}
+
+// TestRunViaDaemonStatus: run's exit status through a daemon is the
+// command's, and its own failures keep their codes.
+func TestRunViaDaemonStatus(t *testing.T) {
+	_, cli := fakeCLI(t)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"success", []string{"--", "true"}, 0, "exit 0"},
+		{"not found", []string{"--", "/no/such/command"}, 127, "/no/such/command"},
+		{"timed out", []string{"--timeout", "100ms", "--", "sleep", "30"}, 124, "timed out"},
+		{"verbose ends with the sandbox", []string{"-v", "--", "true"}, 0, "exit 0"},
+		{"quiet", []string{"-q", "--", "sh", "-c", "exit 4"}, 4, ""},
+		{"daemon refuses a field", []string{"--mode", "audit", "--", "true"}, exitUsage, "mode"},
+		{"daemon refuses a limit", []string{"--memory", "1K", "--", "true"}, exitUsage, "limits.memory"},
+		{"bad label", []string{"--label", "nokey", "--", "true"}, exitUsage, "--label"},
+		{"missing command", nil, exitUsage, "missing command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errs, code := cli("", append([]string{"run"}, tt.args...)...)
+			if code != tt.code || !strings.Contains(errs, tt.msg) {
+				t.Errorf("got exit %d, %q; want %d naming %q", code, errs, tt.code, tt.msg)
+			}
+		})
+	}
+}
+
+// TestRunInProcessFlagsSkipDaemon: flags only a gateway of run's own can
+// honour, and --no-daemon, make run work in-process even when a daemon
+// answers: the daemon sees no request.
+func TestRunInProcessFlagsSkipDaemon(t *testing.T) {
+	srv, cli := fakeCLI(t)
+	for _, flags := range [][]string{
+		{"--no-daemon"},
+		{"--policy", filepath.Join(t.TempDir(), "none")},
+		{"--audit", filepath.Join(t.TempDir(), "a.jsonl")},
+		{"--config", filepath.Join(t.TempDir(), "none.yaml")},
+	} {
+		// --timeout 0s is refused by the in-process config check before
+		// anything runs, so nothing needs root.
+		args := append(append([]string{"run"}, flags...), "--timeout", "0s", "--", "true")
+		_, errs, code := cli("", args...)
+		if code != exitUsage || errs == "" {
+			t.Errorf("%v: got exit %d, %q; want 2", flags, code, errs)
+		}
+	}
+	if reqs := srv.Requests(); len(reqs) != 0 {
+		t.Errorf("the daemon saw %v, want nothing", reqs)
+	}
+}
+
+// TestRunFallsBackInProcess: with no daemon answering, run works in-process:
+// its own config checks apply (a daemon would take --timeout 0s as its
+// default).
+func TestRunFallsBackInProcess(t *testing.T) {
+	dead := filepath.Join(t.TempDir(), "none.sock")
+	_, errs, code := cli(t, "", "--socket", dead, "run", "--timeout", "0s", "--", "true")
+	if code != exitUsage || !strings.Contains(errs, "limits.timeout") {
+		t.Errorf("got exit %d, %q; want 2 naming limits.timeout", code, errs)
+	}
+}
+
+// TestRunNotRootMessage: without a daemon, a caller that is not root is told
+// why (the socket and what failed) and what to do.
+func TestRunNotRootMessage(t *testing.T) {
+	dead := filepath.Join(t.TempDir(), "none.sock")
+	c := client.New(dead)
+	defer c.Close()
+	why := probeDaemon(t.Context(), c)
+	if why == nil {
+		t.Fatal("probe of a missing socket: got nil, want an error")
+	}
+	msg := notRootMessage(why)
+	for _, want := range []string{"needs root", "no daemon answers", dead, "airlock serve", "usermod -aG airlock"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("want %q in %q", want, msg)
+		}
+	}
+	msg = notRootMessage(&inProcessRequest{"--no-daemon asks for it"})
+	if !strings.Contains(msg, "--no-daemon") || !strings.Contains(msg, "uses the daemon") {
+		t.Errorf("got %q, want --no-daemon named and the daemon offered", msg)
+	}
+}
+
+// TestRootRunAsUserThroughDaemon: a user who is not root runs `airlock run`
+// through a daemon whose socket it may use, and gets a clear refusal naming
+// the socket when no daemon answers (it never tries to build a sandbox).
+func TestRootRunAsUserThroughDaemon(t *testing.T) {
+	roottest.Require(t)
+	srv := clienttest.New(t)
+	// The fake's socket directory is private; open it to the test user as
+	// the daemon's group would.
+	if err := os.Chmod(filepath.Dir(srv.Socket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(srv.Socket, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	bin := userBinary(t)
+	out, errs, code := runAsNobody(t, bin, "--socket", srv.Socket, "run", "--", "sh", "-c", "echo hello")
+	if code != 0 || !strings.HasPrefix(out, "hello\n") {
+		t.Errorf("through the daemon: got exit %d, %q, %q; want 0, hello", code, out, errs)
+	}
+	if len(srv.Created()) != 1 {
+		t.Errorf("got %d sandboxes created, want 1", len(srv.Created()))
+	}
+
+	dead := filepath.Join(t.TempDir(), "none.sock")
+	_, errs, code = runAsNobody(t, bin, "--socket", dead, "run", "--", "true")
+	if code != exitUsage || !strings.Contains(errs, "needs root") || !strings.Contains(errs, dead) ||
+		!strings.Contains(errs, "airlock serve") {
+		t.Errorf("no daemon: got exit %d, %q; want 2 naming root, the socket and airlock serve", code, errs)
+	}
+}
+
+// userBinary copies the test binary where another user can run it.
+func userBinary(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "alk-cli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	bin := filepath.Join(dir, "airlock")
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// runAsNobody runs the CLI in bin as uid and gid 65534.
+func runAsNobody(t *testing.T, bin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Env = []string{mainEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), errb.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	}
+	t.Fatalf("running %s as nobody: %v", bin, err)
+	return "", "", 0
+}
