@@ -239,6 +239,27 @@ type AttachRequest struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
+// Attached is what POST /v1/attach returns.
+type Attached struct {
+	ID   string `json:"id"`
+	Path string `json:"path"` // where airlock keeps the namespace bound
+}
+
+// PolicyRev is what POST /v1/policy/reload returns: the revision in force.
+type PolicyRev struct {
+	PolicyRev string `json:"policy_rev"`
+}
+
+// SummaryRow is one entry of GET /v1/summary: decisions of one kind about
+// one destination since the daemon started.
+type SummaryRow struct {
+	Decision string `json:"decision"`
+	Kind     string `json:"kind"`
+	Host     string `json:"host"`
+	Port     int    `json:"port,omitempty"`
+	Count    int    `json:"count"`
+}
+
 // Health is what GET /v1/health returns.
 type Health struct {
 	PolicyRev string   `json:"policy_rev"`
@@ -260,14 +281,15 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
 // Stable error codes.
 const (
-	CodeBadRequest   = "bad_request"    // 400: malformed JSON, unknown field, trailing data
-	CodeInvalidField = "invalid_field"  // 400: a field's value is refused (Field says which)
-	CodeInvalidPath  = "invalid_path"   // 400: a files path outside the workspace or $HOME, or unsafe
-	CodeNotFound     = "not_found"      // 404: no such sandbox/exec visible to the caller
-	CodeForbidden    = "forbidden"      // 403: the caller may not do this (root only, workspace not owned)
-	CodeConflict     = "conflict"       // 409: the sandbox is stopping or stopped
-	CodeTooLarge     = "too_large"      // 413: a body or upload over its limit
-	CodeLimit        = "limit_exceeded" // 429: too many sandboxes/execs for the daemon or caller
-	CodeUnavailable  = "unavailable"    // 503: the daemon cannot take it now (audit log down, low disk, shutting down)
-	CodeInternal     = "internal"       // 500
+	CodeBadRequest    = "bad_request"    // 400: malformed JSON, unknown field, trailing data
+	CodeInvalidField  = "invalid_field"  // 400: a field's value is refused (Field says which)
+	CodeInvalidPath   = "invalid_path"   // 400: a files path outside the workspace or $HOME, or unsafe
+	CodeNotFound      = "not_found"      // 404: no such sandbox/exec visible to the caller
+	CodeForbidden     = "forbidden"      // 403: the caller may not do this (root only, workspace not owned)
+	CodeConflict      = "conflict"       // 409: the sandbox is stopping or stopped
+	CodeTooLarge      = "too_large"      // 413: a body or upload over its limit
+	CodeLimit         = "limit_exceeded" // 429: too many sandboxes/execs for the daemon or caller
+	CodeUnprocessable = "unprocessable"  // 422: understood but cannot be done (a policy that does not compile, a namespace that cannot be attached)
+	CodeUnavailable   = "unavailable"    // 503: the daemon cannot take it now (audit log down, low disk, shutting down)
+	CodeInternal      = "internal"       // 500
 )

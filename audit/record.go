@@ -60,6 +60,9 @@ const (
 	KindDrop    = "drop"    // a packet the sandbox's namespace dropped (netns)
 	KindExec    = "exec"    // a sandboxed command's start or end (Record.Exec)
 	KindClose   = "close"   // a tunnel's end: bytes, duration, a mid-stream denial
+	// KindSandbox is a daemon sandbox's creation or end (decision allow; the
+	// reason says why it ended: deleted, idle_timeout, max_lifetime, ...).
+	KindSandbox = "sandbox"
 	// KindSummary is a Budget's count of the requests a sandbox made while
 	// over its audit budget (see ReasonAuditSummary, SummaryRequestsKey).
 	KindSummary = "summary"

@@ -32,7 +32,32 @@ const (
 	DefaultTimeout       = 10 * time.Minute
 	DefaultTmpSize       = 256 << 20
 	DefaultAPISocket     = "/run/airlock/airlock.sock"
+	DefaultAPIGroup      = "airlock"
 	DefaultMetricsListen = "127.0.0.1:9464"
+
+	// The daemon's sandboxes (airlock serve). A warm pool of two covers an
+	// agent platform opening sandboxes one at a time without holding much idle
+	// (each pooled sandbox is a namespace, an init and a cgroup).
+	DefaultPoolSize = 2
+	// An agent session that stops calling for half an hour has ended; a day
+	// bounds one that never stops.
+	DefaultIdleTimeout = 30 * time.Minute
+	DefaultMaxLifetime = 24 * time.Hour
+	// DefaultMaxUpload bounds one file upload's tar stream: a workspace of
+	// sources fits, a disk image does not.
+	DefaultMaxUpload = 1 << 30
+	// DefaultMaxSandboxes is well under the executor's 1000 sandbox uids and
+	// what a small host's memory holds at the default 512M limit when most
+	// sandboxes idle; one owner may hold an eighth of them, so one runaway
+	// agent platform leaves room for seven others.
+	DefaultMaxSandboxes         = 128
+	DefaultMaxSandboxesPerOwner = 16
+
+	// Bounds of the sandbox keys.
+	MaxPoolSize       = 64
+	MaxMaxLifetime    = 30 * 24 * time.Hour
+	MinSandboxTimeout = time.Second
+	MaxSandboxes      = 1000 // the executor's default uid range
 )
 
 // Config is the whole file.
@@ -143,7 +168,8 @@ type Limits struct {
 	TmpSize Size     `yaml:"tmp_size"`
 }
 
-// Sandbox describes the sandbox `airlock run` creates.
+// Sandbox describes the sandbox `airlock run` creates (labels, workspace,
+// env) and the daemon's sandboxes (the rest).
 type Sandbox struct {
 	// Labels are matched by policy (input.sandbox.labels) and secret bindings.
 	Labels map[string]string `yaml:"labels"`
@@ -151,12 +177,62 @@ type Sandbox struct {
 	Workspace string `yaml:"workspace"`
 	// Env lists extra KEY=VALUE pairs for the command.
 	Env []string `yaml:"env"`
+	// PoolSize sandboxes are kept ready (namespace, listeners' rules, cgroup,
+	// init waiting) so a create only hands one out. 0 means the default (2);
+	// -1 turns the pool off.
+	PoolSize int `yaml:"pool_size"`
+	// IdleTimeout ends a sandbox with no exec running and no API call for it
+	// this long; a create may ask for another, up to MaxLifetime.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxLifetime ends a sandbox this long after it was created whatever it
+	// does; a create may ask for less, never more.
+	MaxLifetime Duration `yaml:"max_lifetime"`
+	// MaxUpload bounds the tar stream of one file upload.
+	MaxUpload Size `yaml:"max_upload"`
+	// MaxSandboxes bounds the daemon's live sandboxes; MaxSandboxesPerOwner
+	// those of one caller other than root.
+	MaxSandboxes         int `yaml:"max_sandboxes"`
+	MaxSandboxesPerOwner int `yaml:"max_sandboxes_per_owner"`
 }
 
 // API is the daemon's control socket (never reachable from a sandbox).
 type API struct {
 	Socket string `yaml:"socket"`
+	// Group owns the socket (mode 0660): its members may create and use
+	// sandboxes of their own. Absent means DefaultAPIGroup; "" means root
+	// only (mode 0600). A name or a numeric gid.
+	Group string `yaml:"group"`
+	// groupSet: the file named group (so "" is kept, not defaulted).
+	groupSet bool
 }
+
+// UnmarshalYAML tells an absent group (the default) from an empty one (root
+// only).
+func (a *API) UnmarshalYAML(n *yaml.Node) error {
+	var raw struct {
+		Socket string  `yaml:"socket"`
+		Group  *string `yaml:"group"`
+	}
+	// n.Decode does not inherit the file decoder's KnownFields: check here.
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i].Value; k != "socket" && k != "group" {
+				return fmt.Errorf("line %d: field %s not found in type config.API", n.Content[i].Line, k)
+			}
+		}
+	}
+	if err := n.Decode(&raw); err != nil {
+		return err
+	}
+	a.Socket = raw.Socket
+	if raw.Group != nil {
+		a.Group, a.groupSet = *raw.Group, true
+	}
+	return nil
+}
+
+// SetGroup sets Group explicitly ("" is root only), as a flag would.
+func (a *API) SetGroup(g string) { a.Group, a.groupSet = g, true }
 
 // Metrics is the Prometheus listener, on the host side only.
 type Metrics struct {
@@ -259,6 +335,10 @@ func (c *Config) applyDefaults() {
 	if c.API.Socket == "" {
 		c.API.Socket = DefaultAPISocket
 	}
+	if !c.API.groupSet {
+		c.API.Group, c.API.groupSet = DefaultAPIGroup, true
+	}
+	c.Sandbox.applyDefaults()
 	if c.Metrics.Listen == "" {
 		c.Metrics.Listen = DefaultMetricsListen
 	}
@@ -327,17 +407,79 @@ func (c *Config) Validate() error {
 	if c.Limits.TmpSize < 4096 {
 		return fmt.Errorf("limits.tmp_size: %s is below the 4096-byte minimum", c.Limits.TmpSize)
 	}
-	for k := range c.Sandbox.Labels {
+	if err := c.Sandbox.validate(); err != nil {
+		return err
+	}
+	if !validGroup(c.API.Group) {
+		return fmt.Errorf("api.group: %q is not a group name or a numeric gid (\"\" means root only)", c.API.Group)
+	}
+	return nil
+}
+
+func (s *Sandbox) applyDefaults() {
+	if s.PoolSize == 0 {
+		s.PoolSize = DefaultPoolSize
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = Duration(DefaultIdleTimeout)
+	}
+	if s.MaxLifetime == 0 {
+		s.MaxLifetime = Duration(DefaultMaxLifetime)
+	}
+	if s.MaxUpload == 0 {
+		s.MaxUpload = DefaultMaxUpload
+	}
+	if s.MaxSandboxes == 0 {
+		s.MaxSandboxes = DefaultMaxSandboxes
+	}
+	if s.MaxSandboxesPerOwner == 0 {
+		s.MaxSandboxesPerOwner = min(DefaultMaxSandboxesPerOwner, s.MaxSandboxes)
+	}
+}
+
+func (s *Sandbox) validate() error {
+	for k := range s.Labels {
 		if k == "" {
 			return errors.New("sandbox.labels: empty label name")
 		}
 	}
-	for i, kv := range c.Sandbox.Env {
+	for i, kv := range s.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("sandbox.env[%d]: %q is not KEY=VALUE", i, kv)
 		}
 	}
+	switch {
+	case s.PoolSize < -1 || s.PoolSize > MaxPoolSize:
+		return fmt.Errorf("sandbox.pool_size: %d is not between 1 and %d (-1 turns the pool off)", s.PoolSize, MaxPoolSize)
+	case time.Duration(s.MaxLifetime) < MinSandboxTimeout || time.Duration(s.MaxLifetime) > MaxMaxLifetime:
+		return fmt.Errorf("sandbox.max_lifetime: %s is not between %s and %s", s.MaxLifetime, MinSandboxTimeout, MaxMaxLifetime)
+	case time.Duration(s.IdleTimeout) < MinSandboxTimeout || s.IdleTimeout > s.MaxLifetime:
+		return fmt.Errorf("sandbox.idle_timeout: %s is not between %s and sandbox.max_lifetime (%s)", s.IdleTimeout, MinSandboxTimeout, s.MaxLifetime)
+	case s.MaxUpload < 4096:
+		return fmt.Errorf("sandbox.max_upload: %s is below the 4096-byte minimum", s.MaxUpload)
+	case s.MaxSandboxes < 1 || s.MaxSandboxes > MaxSandboxes:
+		return fmt.Errorf("sandbox.max_sandboxes: %d is not between 1 and %d", s.MaxSandboxes, MaxSandboxes)
+	case s.MaxSandboxesPerOwner < 1 || s.MaxSandboxesPerOwner > s.MaxSandboxes:
+		return fmt.Errorf("sandbox.max_sandboxes_per_owner: %d is not between 1 and sandbox.max_sandboxes (%d)", s.MaxSandboxesPerOwner, s.MaxSandboxes)
+	}
 	return nil
+}
+
+// validGroup accepts "" (root only), a numeric gid or a POSIX-style group
+// name (letters, digits, '_', '-', '.', not starting with '-', at most 32).
+func validGroup(g string) bool {
+	if g == "" {
+		return true
+	}
+	if len(g) > 32 || g[0] == '-' {
+		return false
+	}
+	for _, r := range g {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *Audit) validate() error {

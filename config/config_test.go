@@ -97,6 +97,56 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "nan audit gateway_rate", yaml: "audit: {gateway_rate: .nan}", wantErr: "audit.gateway_rate"},
 		{name: "negative audit gateway_burst", yaml: "audit: {gateway_burst: -1}", wantErr: "audit.gateway_burst"},
 		{name: "tiny audit max_size", yaml: "audit: {max_size: 100}", wantErr: "audit.max_size"},
+		{name: "daemon defaults", yaml: "", check: func(t *testing.T, c Config) {
+			s := c.Sandbox
+			if c.API.Group != "airlock" || s.PoolSize != 2 || time.Duration(s.IdleTimeout) != 30*time.Minute ||
+				time.Duration(s.MaxLifetime) != 24*time.Hour || s.MaxUpload != 1<<30 || s.MaxSandboxes != 128 || s.MaxSandboxesPerOwner != 16 {
+				t.Fatalf("got api %+v sandbox %+v, want the documented defaults", c.API, s)
+			}
+		}},
+		{name: "api group root only", yaml: `api: {group: ""}`, check: func(t *testing.T, c Config) {
+			if c.API.Group != "" {
+				t.Fatalf("api.group: got %q, want \"\" kept (root only), not the default", c.API.Group)
+			}
+		}},
+		{name: "api group named", yaml: "api: {group: agents, socket: /run/x.sock}", check: func(t *testing.T, c Config) {
+			if c.API.Group != "agents" || c.API.Socket != "/run/x.sock" {
+				t.Fatalf("got %+v", c.API)
+			}
+		}},
+		{name: "api group numeric", yaml: "api: {group: \"1234\"}", check: func(t *testing.T, c Config) {
+			if c.API.Group != "1234" {
+				t.Fatalf("got %+v", c.API)
+			}
+		}},
+		{name: "bad api group", yaml: "api: {group: \"a b\"}", wantErr: "api.group"},
+		{name: "unknown api field", yaml: "api: {grop: x}", wantErr: "field grop not found"},
+		{name: "sandbox keys", yaml: "sandbox: {pool_size: 5, idle_timeout: 1m, max_lifetime: 2h, max_upload: 64M, max_sandboxes: 10, max_sandboxes_per_owner: 3}", check: func(t *testing.T, c Config) {
+			s := c.Sandbox
+			if s.PoolSize != 5 || time.Duration(s.IdleTimeout) != time.Minute || time.Duration(s.MaxLifetime) != 2*time.Hour ||
+				s.MaxUpload != 64<<20 || s.MaxSandboxes != 10 || s.MaxSandboxesPerOwner != 3 {
+				t.Fatalf("got %+v", s)
+			}
+		}},
+		{name: "pool off", yaml: "sandbox: {pool_size: -1}", check: func(t *testing.T, c Config) {
+			if c.Sandbox.PoolSize != -1 {
+				t.Fatalf("pool_size: got %d, want -1 (off)", c.Sandbox.PoolSize)
+			}
+		}},
+		{name: "per owner follows a small max", yaml: "sandbox: {max_sandboxes: 4}", check: func(t *testing.T, c Config) {
+			if c.Sandbox.MaxSandboxesPerOwner != 4 {
+				t.Fatalf("max_sandboxes_per_owner: got %d, want 4", c.Sandbox.MaxSandboxesPerOwner)
+			}
+		}},
+		{name: "bad pool size", yaml: "sandbox: {pool_size: -2}", wantErr: "sandbox.pool_size"},
+		{name: "huge pool size", yaml: "sandbox: {pool_size: 1000}", wantErr: "sandbox.pool_size"},
+		{name: "idle over lifetime", yaml: "sandbox: {idle_timeout: 3h, max_lifetime: 2h}", wantErr: "sandbox.idle_timeout"},
+		{name: "tiny idle", yaml: "sandbox: {idle_timeout: 1ms}", wantErr: "sandbox.idle_timeout"},
+		{name: "huge lifetime", yaml: "sandbox: {max_lifetime: 10000h}", wantErr: "sandbox.max_lifetime"},
+		{name: "tiny upload", yaml: "sandbox: {max_upload: 10}", wantErr: "sandbox.max_upload"},
+		{name: "too many sandboxes", yaml: "sandbox: {max_sandboxes: 5000}", wantErr: "sandbox.max_sandboxes"},
+		{name: "per owner over max", yaml: "sandbox: {max_sandboxes: 4, max_sandboxes_per_owner: 5}", wantErr: "sandbox.max_sandboxes_per_owner"},
+		{name: "negative per owner", yaml: "sandbox: {max_sandboxes_per_owner: -1}", wantErr: "sandbox.max_sandboxes_per_owner"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

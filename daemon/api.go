@@ -2,214 +2,337 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/policy"
-	"github.com/airlock-dev/airlock/sandboxd"
 )
 
-// maxAPIBody bounds a request body on the control API.
-const maxAPIBody = 1 << 20
-
-// RunRequest is the body of POST /v1/run. Sizes and durations use the config
-// file's spellings ("512M", "30s").
-type RunRequest struct {
-	ID        string            `json:"id,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Argv      []string          `json:"argv"`
-	Env       []string          `json:"env,omitempty"`
-	Workspace string            `json:"workspace,omitempty"`
-	Stdin     string            `json:"stdin,omitempty"`
-	Limits    struct {
-		Memory  config.Size     `json:"memory,omitempty"`
-		CPUs    float64         `json:"cpus,omitempty"`
-		Pids    int64           `json:"pids,omitempty"`
-		Timeout config.Duration `json:"timeout,omitempty"`
-		TmpSize config.Size     `json:"tmp_size,omitempty"`
-	} `json:"limits"`
+// route is one entry of the API: the mux serves exactly these, and the
+// OpenAPI document's test compares its paths with them.
+type route struct {
+	method, path string
+	handle       http.HandlerFunc
+	rootOnly     bool
 }
 
-// RunResponse is the result of POST /v1/run.
-type RunResponse struct {
-	ID           string  `json:"id"`
-	ExitStatus   int     `json:"exit_status"` // 124 timeout, 137 OOM, 128+n signal, else the exit code
-	ExitCode     int     `json:"exit_code"`
-	Signal       int     `json:"signal,omitempty"`
-	TimedOut     bool    `json:"timed_out"`
-	OOMKilled    bool    `json:"oom_killed"`
-	PidsLimitHit bool    `json:"pids_limit_hit"`
-	WallMS       float64 `json:"wall_ms"`
-	CPUMS        float64 `json:"cpu_ms"`
-	PeakMemory   int64   `json:"peak_memory"`
-	Stdout       string  `json:"stdout"`
-	Stderr       string  `json:"stderr"`
-	Truncated    bool    `json:"truncated"`
+func (d *Daemon) routes() []route {
+	return []route{
+		{method: "GET", path: "/v1/openapi.json", handle: d.apiOpenAPI},
+		{method: "GET", path: "/v1/health", handle: d.apiHealth},
+		{method: "POST", path: "/v1/sandboxes", handle: d.apiCreate},
+		{method: "GET", path: "/v1/sandboxes", handle: d.apiList},
+		{method: "GET", path: "/v1/sandboxes/{id}", handle: d.apiGet},
+		{method: "DELETE", path: "/v1/sandboxes/{id}", handle: d.apiDelete},
+		{method: "POST", path: "/v1/sandboxes/{id}/exec", handle: d.apiExec},
+		{method: "GET", path: "/v1/sandboxes/{id}/execs", handle: d.apiExecs},
+		{method: "PUT", path: "/v1/sandboxes/{id}/execs/{exec_id}/stdin", handle: d.apiStdin},
+		{method: "POST", path: "/v1/sandboxes/{id}/execs/{exec_id}/signal", handle: d.apiSignal},
+		{method: "PUT", path: "/v1/sandboxes/{id}/files", handle: d.apiPutFiles},
+		{method: "GET", path: "/v1/sandboxes/{id}/files", handle: d.apiGetFiles},
+		{method: "GET", path: "/v1/sandboxes/{id}/events", handle: d.apiEvents},
+		{method: "POST", path: "/v1/run", handle: d.apiRun},
+		{method: "POST", path: "/v1/attach", handle: d.apiAttach, rootOnly: true},
+		{method: "DELETE", path: "/v1/attach/{id}", handle: d.apiDetach, rootOnly: true},
+		{method: "POST", path: "/v1/policy/reload", handle: d.apiReload, rootOnly: true},
+		{method: "GET", path: "/v1/summary", handle: d.apiSummary},
+	}
 }
 
-// AttachRequest is the body of POST /v1/attach.
-type AttachRequest struct {
-	ID     string            `json:"id"`
-	NetNS  string            `json:"netns"`
-	Labels map[string]string `json:"labels,omitempty"`
-}
-
-type apiError struct {
-	Error string `json:"error"`
-}
-
-// Handler is the control API (HTTP+JSON). Serve it only on a unix socket that
-// no sandbox can reach:
-//
-//	GET    /v1/health          policy revision and managed sandboxes
-//	POST   /v1/run             run a command in a new sandbox, wait, return its result
-//	POST   /v1/attach          serve an existing namespace (a container's, a VM's)
-//	DELETE /v1/attach/{id}     restore it as it was
-//	POST   /v1/policy/reload   reload the policy (a failing reload keeps the old one)
-//	GET    /v1/summary         decisions by destination since start
+// Handler is the control API (HTTP+JSON; the routes, their bodies and
+// errors are api/openapi.json). Serve it only on the unix socket ListenAPI
+// makes, with ConnContext: every request acts as the uid of its
+// connection's peer, and a request without one is refused.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/health", d.apiHealth)
-	mux.HandleFunc("POST /v1/run", d.apiRun)
-	mux.HandleFunc("POST /v1/attach", d.apiAttach)
-	mux.HandleFunc("DELETE /v1/attach/{id}", d.apiDetach)
-	mux.HandleFunc("POST /v1/policy/reload", d.apiReload)
-	mux.HandleFunc("GET /v1/summary", d.apiSummary)
-	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeErr(w http.ResponseWriter, status int, err error) {
-	writeJSON(w, status, apiError{Error: err.Error()})
-}
-
-// decode reads one JSON object strictly: unknown fields and trailing data are
-// errors that name the problem.
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxAPIBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("request body: %w", err)
+	rs := d.routes()
+	for _, rt := range rs {
+		mux.HandleFunc(rt.method+" "+rt.path, d.guard(rt))
 	}
-	if dec.More() {
-		return errors.New("request body: more than one JSON value")
-	}
-	return nil
-}
-
-func (d *Daemon) apiHealth(w http.ResponseWriter, _ *http.Request) {
-	ids := d.netns.IDs()
-	if ids == nil {
-		ids = []string{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"policy_rev": d.engine.Rev(), "sandboxes": ids})
-}
-
-func (d *Daemon) apiRun(w http.ResponseWriter, r *http.Request) {
-	var req RunRequest
-	if err := decode(r, &req); err != nil {
-		writeErr(w, http.StatusBadRequest, err)
-		return
-	}
-	if len(req.Argv) == 0 {
-		writeErr(w, http.StatusBadRequest, errors.New("argv: missing command"))
-		return
-	}
-	if req.ID != "" {
-		if err := netns.ValidateID(req.ID); err != nil {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("id: %w", err))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			noRoute(w, r, mux, rs)
 			return
 		}
-	}
-	res, err := d.Run(r.Context(), Task{
-		ID:        req.ID,
-		Labels:    req.Labels,
-		Argv:      req.Argv,
-		Env:       req.Env,
-		Workspace: req.Workspace,
-		Stdin:     strings.NewReader(req.Stdin),
-		Limits: sandboxd.Limits{
-			Memory:  int64(req.Limits.Memory),
-			CPUs:    req.Limits.CPUs,
-			Pids:    req.Limits.Pids,
-			Timeout: time.Duration(req.Limits.Timeout),
-			TmpSize: int64(req.Limits.TmpSize),
-		},
+		mux.ServeHTTP(w, r)
 	})
-	if err != nil {
-		status := http.StatusInternalServerError
-		var ee *sandboxd.ExecError
+}
+
+// guard refuses a request whose caller is unknown, and one to a root-only
+// route from anyone else.
+func (d *Daemon) guard(rt route) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, ok := callerFrom(r.Context())
 		switch {
-		case errors.As(err, &ee):
-			status = http.StatusUnprocessableEntity
-		case errors.Is(err, ErrLowDiskSpace):
-			status = http.StatusServiceUnavailable
+		case !ok:
+			writeError(w, apiErr(api.CodeForbidden, "", "the caller could not be identified: use the API's unix socket"))
+		case rt.rootOnly && !c.root():
+			writeError(w, apiErr(api.CodeForbidden, "", "%s %s: root only", rt.method, rt.path))
+		default:
+			rt.handle(w, r)
 		}
-		writeErr(w, status, err)
+	}
+}
+
+// noRoute answers a request no route takes: 405 naming the methods the path
+// has, or 404.
+func noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, rs []route) {
+	var allow []string
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+		if slices.ContainsFunc(rs, func(rt route) bool { return rt.method == m }) {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, p := mux.Handler(probe); p != "" {
+				allow = append(allow, m)
+			}
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeJSON(w, http.StatusMethodNotAllowed, apiErr(api.CodeBadRequest, "", "%s %s: method not allowed (%s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
 		return
 	}
-	writeJSON(w, http.StatusOK, RunResponse{
-		ID: res.ID, ExitStatus: res.ExitStatus(), ExitCode: res.ExitCode, Signal: res.Signal,
-		TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, PidsLimitHit: res.PidsLimitHit,
-		WallMS: float64(res.Wall) / 1e6, CPUMS: float64(res.CPU) / 1e6, PeakMemory: res.PeakMemory,
-		Stdout: string(res.Stdout), Stderr: string(res.Stderr), Truncated: res.Truncated,
-	})
+	writeError(w, apiErr(api.CodeNotFound, "", "no route %s %s", r.Method, r.URL.Path))
+}
+
+// visible is the request's {id} sandbox when the caller may see it; any
+// other is not found, whether it exists or not.
+func (d *Daemon) visible(r *http.Request) (*sandbox, *api.Error) {
+	c, _ := callerFrom(r.Context())
+	id := r.PathValue("id")
+	sb, ok := d.reg.get(id)
+	if !ok || !c.may(sb.owner) {
+		return nil, apiErr(api.CodeNotFound, "id", "no sandbox %.80q", id)
+	}
+	return sb, nil
+}
+
+func (d *Daemon) apiOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(api.OpenAPI())
+}
+
+func (d *Daemon) apiHealth(w http.ResponseWriter, r *http.Request) {
+	c, _ := callerFrom(r.Context())
+	h := api.Health{Sandboxes: []string{}, PoolDepth: d.pool.depth(), Audit: "ok"}
+	if d.engine != nil {
+		h.PolicyRev = d.engine.Rev()
+	}
+	if err := d.acct.Err(); err != nil {
+		h.Audit = err.Error()
+	}
+	for _, sb := range d.reg.all() {
+		if c.may(sb.owner) {
+			h.Sandboxes = append(h.Sandboxes, sb.id)
+		}
+	}
+	if c.root() && d.netns != nil {
+		for _, id := range d.netns.IDs() {
+			if !slices.Contains(h.Sandboxes, id) {
+				h.Sandboxes = append(h.Sandboxes, id)
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+// apiCreate is POST /v1/sandboxes.
+func (d *Daemon) apiCreate(w http.ResponseWriter, r *http.Request) {
+	c, _ := callerFrom(r.Context())
+	var req api.CreateSandboxRequest
+	if e := decodeBody(r, &req, true); e != nil {
+		writeError(w, e)
+		return
+	}
+	p, e := d.validateCreate(&req)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sb, e := d.createSandbox(r.Context(), c, p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusCreated, d.sandboxView(sb))
+}
+
+// apiList is GET /v1/sandboxes[?label=k=v ...]: the caller's sandboxes
+// (root: all) that carry every label asked for.
+func (d *Daemon) apiList(w http.ResponseWriter, r *http.Request) {
+	c, _ := callerFrom(r.Context())
+	want := map[string]string{}
+	for _, kv := range r.URL.Query()["label"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			writeError(w, apiErr(api.CodeInvalidField, "label", "label: %.80q is not KEY=VALUE", kv))
+			return
+		}
+		want[k] = v
+	}
+	out := []api.Sandbox{}
+	for _, sb := range d.reg.all() {
+		if !c.may(sb.owner) || !hasLabels(sb.labels, want) {
+			continue
+		}
+		out = append(out, *d.sandboxView(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Daemon) apiGet(w http.ResponseWriter, r *http.Request) {
+	sb, e := d.visible(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, d.sandboxView(sb))
+}
+
+// apiDelete is DELETE /v1/sandboxes/{id}: every process killed, namespace,
+// cgroup and tmpfs removed; the sandbox as it ended, with its final usage.
+func (d *Daemon) apiDelete(w http.ResponseWriter, r *http.Request) {
+	sb, e := d.visible(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, d.endSandbox(sb, ReasonDeleted))
+}
+
+// apiRun is POST /v1/run: a sandbox created for one exec, which is waited
+// for, and deleted.
+func (d *Daemon) apiRun(w http.ResponseWriter, r *http.Request) {
+	c, _ := callerFrom(r.Context())
+	var req api.RunRequest
+	if e := decodeBody(r, &req, false); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := validateArgv(req.Argv); e != nil {
+		writeError(w, e)
+		return
+	}
+	p, e := d.validateCreate(&api.CreateSandboxRequest{Labels: req.Labels, Limits: req.Limits, Workspace: req.Workspace,
+		Env: req.Env, Mode: req.Mode, Allow: req.Allow})
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sb, e := d.createSandbox(r.Context(), c, p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	resp, e := d.runOnce(r.Context(), sb, req)
+	final := d.endSandbox(sb, ReasonDeleted)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	resp.Egress = final.Egress
+	sb.mu.Lock()
+	resp.PidsLimitHit = sb.finalRaw.PidsLimitHits > 0
+	sb.mu.Unlock()
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// runOnce runs POST /v1/run's command in sb and waits for it.
+func (d *Daemon) runOnce(ctx context.Context, sb *sandbox, req api.RunRequest) (*api.RunResponse, *api.Error) {
+	if e := sb.beginExec(); e != nil {
+		return nil, e
+	}
+	defer sb.endExec()
+	x := newExecEntry(req.Argv, false)
+	spec := execSpec{Argv: req.Argv, Stdin: strings.NewReader(req.Stdin)}
+	proc, err := sb.box.Exec(ctx, spec)
+	var ee *execError
+	if errors.As(err, &ee) {
+		return &api.RunResponse{ID: sb.id, ExecResult: api.ExecResult{ExitStatus: ee.Code, ExitCode: ee.Code, Error: ee.Msg}}, nil
+	}
+	if err != nil {
+		return nil, execStartError(sb.id, err)
+	}
+	x.id = proc.ID()
+	sb.addExec(x)
+	res, err := proc.Wait()
+	if err != nil && res == nil {
+		return nil, execStartError(sb.id, err)
+	}
+	ar := apiResult(res)
+	x.finish(ar)
+	sb.finishExec(x.id)
+	d.metrics.execDone(ar)
+	if err != nil {
+		return nil, apiErr(api.CodeUnavailable, "", "run: %v", err)
+	}
+	return &api.RunResponse{ID: sb.id, ExecResult: *ar, Stdout: string(res.Stdout), Stderr: string(res.Stderr), Truncated: res.Truncated}, nil
 }
 
 func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
-	var req AttachRequest
-	if err := decode(r, &req); err != nil {
-		writeErr(w, http.StatusBadRequest, err)
+	var req api.AttachRequest
+	if e := decodeBody(r, &req, false); e != nil {
+		writeError(w, e)
 		return
 	}
 	if req.NetNS == "" {
-		writeErr(w, http.StatusBadRequest, errors.New("netns: required (/var/run/netns/NAME or /proc/PID/ns/net)"))
+		writeError(w, apiErr(api.CodeInvalidField, "netns", "netns: required (/var/run/netns/NAME or /proc/PID/ns/net)"))
 		return
 	}
 	if err := netns.ValidateID(req.ID); err != nil {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("id: %w", err))
+		writeError(w, apiErr(api.CodeInvalidField, "id", "id: %v", err))
+		return
+	}
+	if e := validateLabels(req.Labels); e != nil {
+		writeError(w, e)
 		return
 	}
 	if _, ok := d.netns.Get(req.ID); ok {
-		writeErr(w, http.StatusConflict, fmt.Errorf("id: sandbox %s already exists", req.ID))
+		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
+		return
+	}
+	if _, ok := d.reg.get(req.ID); ok {
+		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
 		return
 	}
 	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels}, req.NetNS)
 	if err != nil {
-		status := http.StatusUnprocessableEntity
+		code := api.CodeUnprocessable
 		if errors.Is(err, ErrLowDiskSpace) {
-			status = http.StatusServiceUnavailable
+			code = api.CodeUnavailable
 		}
-		writeErr(w, status, err)
+		writeError(w, apiErr(code, "", "%v", err))
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]string{"id": sb.ID, "path": sb.Path})
+	writeJSON(w, http.StatusCreated, api.Attached{ID: sb.ID, Path: sb.Path})
 }
 
 func (d *Daemon) apiDetach(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	sb, ok := d.netns.Get(id)
 	if !ok || !sb.Attached {
-		writeErr(w, http.StatusNotFound, fmt.Errorf("no attached sandbox %q", id))
+		writeError(w, apiErr(api.CodeNotFound, "id", "no attached sandbox %.80q", id))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := d.Detach(ctx, id); err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		writeError(w, apiErr(api.CodeInternal, "", "%v", err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -217,16 +340,25 @@ func (d *Daemon) apiDetach(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) apiReload(w http.ResponseWriter, r *http.Request) {
 	if err := d.engine.Reload(r.Context()); err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": err.Error(), "policy_rev": d.engine.Rev()})
+		writeError(w, apiErr(api.CodeUnprocessable, "", "policy reload failed, revision %s stays in force: %v", d.engine.Rev(), err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"policy_rev": d.engine.Rev()})
+	writeJSON(w, http.StatusOK, api.PolicyRev{PolicyRev: d.engine.Rev()})
 }
 
-func (d *Daemon) apiSummary(w http.ResponseWriter, _ *http.Request) {
-	rows := d.tally.Rows()
-	if rows == nil {
-		rows = []audit.TallyRow{}
+// apiSummary is GET /v1/summary: decisions by destination since the daemon
+// started; a caller other than root sees its own sandboxes' only.
+func (d *Daemon) apiSummary(w http.ResponseWriter, r *http.Request) {
+	c, _ := callerFrom(r.Context())
+	var rows []audit.TallyRow
+	if c.root() {
+		rows = d.tally.Rows()
+	} else {
+		rows = d.acct.ownerRows(c.uid)
 	}
-	writeJSON(w, http.StatusOK, rows)
+	out := make([]api.SummaryRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, api.SummaryRow{Decision: r.Decision, Kind: r.Kind, Host: r.Host, Port: r.Port, Count: r.Count})
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -12,7 +12,8 @@ import (
 func apiCall(t *testing.T, h http.Handler, method, path, body string) (int, map[string]any) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	h.ServeHTTP(rec, req.WithContext(withCaller(req.Context(), caller{uid: 0})))
 	var out map[string]any
 	if rec.Body.Len() > 0 {
 		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
@@ -22,8 +23,10 @@ func apiCall(t *testing.T, h http.Handler, method, path, body string) (int, map[
 	return rec.Code, out
 }
 
-func TestRootAPI(t *testing.T) {
-	d, n, _, _ := newTestDaemon(t)
+// TestRootAPIAdmin: the root-only routes against a real daemon: attach,
+// detach, reload, summary, health and the metrics listener.
+func TestRootAPIAdmin(t *testing.T) {
+	d, _, _, _ := newTestDaemon(t)
 	t.Cleanup(func() { d.Close() })
 	h := d.Handler()
 
@@ -32,31 +35,7 @@ func TestRootAPI(t *testing.T) {
 		t.Fatalf("health: %d %v", code, out)
 	}
 
-	code, out = apiCall(t, h, "POST", "/v1/run", `{"argv": ["sh", "-c", "curl -sS --max-time 20 https://pypi.org/x; curl -sS --max-time 20 -o /dev/null -w %{http_code} https://evil.example/; exit 7"], "limits": {"timeout": "60s", "memory": "256M"}}`)
-	if code != 200 || out["exit_status"] != float64(7) || !strings.Contains(out["stdout"].(string), "hello from pypi.org /x") || !strings.Contains(out["stderr"].(string), "CONNECT tunnel failed, response 403") {
-		t.Fatalf("run: %d %v", code, out)
-	}
-	if n.evil.Conns() != 0 {
-		t.Fatalf("evil.example saw %d connections through the API's sandbox, want 0", n.evil.Conns())
-	}
-
-	bad := []struct{ name, body, want string }{
-		{"unknown field", `{"argv": ["true"], "bogus": 1}`, `unknown field "bogus"`},
-		{"no command", `{"argv": []}`, "argv: missing command"},
-		{"bad size", `{"argv": ["true"], "limits": {"memory": "12Q"}}`, `unknown unit "Q"`},
-		{"bad id", `{"argv": ["true"], "id": "../x"}`, "id:"},
-		{"two values", `{"argv": ["true"]} {}`, "more than one"},
-	}
-	for _, tt := range bad {
-		t.Run(tt.name, func(t *testing.T) {
-			code, out := apiCall(t, h, "POST", "/v1/run", tt.body)
-			if code != 400 || !strings.Contains(out["error"].(string), tt.want) {
-				t.Fatalf("got %d %v, want 400 naming %q", code, out, tt.want)
-			}
-		})
-	}
-
-	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-x", "netns": "/nonexistent"}`); code != 422 {
+	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-x", "netns": "/nonexistent"}`); code != 422 || out["code"] != "unprocessable" {
 		t.Fatalf("attach of a missing namespace: %d %v, want 422", code, out)
 	}
 	if code, _ := apiCall(t, h, "DELETE", "/v1/attach/nope", ""); code != 404 {
@@ -84,19 +63,16 @@ func TestRootAPI(t *testing.T) {
 	if code, out := apiCall(t, h, "POST", "/v1/policy/reload", ""); code != 200 || out["policy_rev"] == "" {
 		t.Fatalf("reload: %d %v", code, out)
 	}
-	// The metrics listener serves both parts: the run above moved the gateway's
-	// decisions and the DNS filter's queries.
+	// The metrics listener serves every part's registry.
 	mrec := httptest.NewRecorder()
 	d.MetricsHandler().ServeHTTP(mrec, httptest.NewRequest("GET", "/metrics", nil))
-	for _, want := range []string{"airlock_gateway_decisions_total", "airlock_dns_"} {
+	for _, want := range []string{"airlock_gateway_", "airlock_dns_", "airlock_sandboxes_active", "airlock_sandbox_pool_depth"} {
 		if !strings.Contains(mrec.Body.String(), want) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/summary", nil))
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"Host":"evil.example"`) {
-		t.Fatalf("summary: %d %s", rec.Code, rec.Body.String())
+	if code, _ := apiCall(t, h, "GET", "/v1/policy/reload", ""); code != 405 {
+		t.Fatalf("GET of a POST route: %d, want 405", code)
 	}
 }
 

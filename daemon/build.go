@@ -144,7 +144,11 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 	}
 	d.writer = w
 	d.closers = append(d.closers, d.writer.Close)
-	d.tally = audit.NewTally(d.writer)
+	// Every record passes the accounts (owner, egress counters) and then the
+	// tap (events streams) before the writer.
+	d.tap = audit.NewTap(d.writer)
+	d.acct = newAccounts(d.tap)
+	d.tally = audit.NewTally(d.acct)
 	// The budget's last summaries are written before the writer closes
 	// (closers run last first).
 	d.budget, err = audit.NewBudget(audit.BudgetConfig{Rate: cfg.Audit.GatewayRate, Burst: cfg.Audit.GatewayBurst}, d.tally, d.log)
@@ -269,4 +273,34 @@ func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
 	d.exec = e
 	d.closers = append(d.closers, d.exec.Close)
 	return nil
+}
+
+// initSandboxes builds what the API's sandboxes need: the registry, the
+// metrics, the executor and network seams and the warm pool. Its closer
+// ends every sandbox (daemon_stopped) and empties the pool before the
+// executor and the namespaces close.
+func (d *Daemon) initSandboxes(o Options) {
+	d.reg = newRegistry()
+	d.host = readHostBounds()
+	d.home = sandboxd.DefaultHome
+	if o.Executor != nil && o.Executor.Home != "" {
+		d.home = o.Executor.Home
+	}
+	d.heartbeat = DefaultHeartbeat
+	d.net = netnsNetwork{d.netns}
+	if d.exec != nil {
+		d.exe = sandboxdExecutor{d.exec}
+	}
+	poolSize := max(d.cfg.Sandbox.PoolSize, 0)
+	if d.exe == nil || !o.Pool {
+		poolSize = 0
+	}
+	d.pool = newWarmPool(poolSize, d.net, d.exe, d.prepareSpec, d.log)
+	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
+	d.closers = append(d.closers, func() error {
+		d.stopping.Store(true)
+		d.endAll(ReasonDaemonStopped)
+		d.pool.close()
+		return nil
+	})
 }

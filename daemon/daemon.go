@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +59,10 @@ type Options struct {
 	Recover netns.RecoverPolicy
 	// Executor overrides the executor's config (tests set Exe and InitArgs).
 	Executor *sandboxd.Config
+	// Pool keeps Config.Sandbox.PoolSize sandboxes prepared for the API's
+	// creates (airlock serve). Without it there is no warm pool: a single
+	// `airlock run` would only pay for sandboxes nobody takes.
+	Pool bool
 	// NoExecutor builds no executor (airlock attach serves a namespace whose
 	// processes someone else runs); Run then fails.
 	NoExecutor bool
@@ -89,6 +94,21 @@ type Daemon struct {
 	closers  []func() error
 	// keepState is set at Close when namespaces are left for a later Recover.
 	keepState bool
+
+	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
+	// and egress counters, the events tap, the registry, the warm pool and
+	// the seams they are built on.
+	acct      *accounts
+	tap       *audit.Tap
+	reg       *registry
+	pool      *warmPool
+	exe       executor
+	net       network
+	metrics   *metrics
+	host      hostBounds
+	home      string
+	heartbeat time.Duration
+	stopping  atomic.Bool
 }
 
 // New builds every part, in dependency order, and undoes what it built if a
@@ -169,6 +189,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
 		return nil, fmt.Errorf("recover namespaces: %w", err)
 	}
+	// The warm pool starts filling only after Recover: Recover removes the
+	// pool namespaces its manager does not know yet, and a fill under way
+	// makes its namespace before the manager records it.
+	d.initSandboxes(o)
 	return d, nil
 }
 
@@ -326,7 +350,7 @@ func (d *Daemon) Tally() *audit.Tally { return d.tally }
 // MetricsHandler serves the gateway's and the DNS filter's Prometheus metrics;
 // mount it on a host listener no sandbox can reach.
 func (d *Daemon) MetricsHandler() http.Handler {
-	return promhttp.HandlerFor(prometheus.Gatherers{d.gw.Registry(), d.dns.Registry()}, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(prometheus.Gatherers{d.gw.Registry(), d.dns.Registry(), d.metrics.reg}, promhttp.HandlerOpts{})
 }
 
 // Engine is the policy engine (for reload on SIGHUP).

@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if sandboxd.IsStage() {
 		sandboxd.InitMain()
 	}
+	if os.Getenv(unprivSocketEnv) != "" {
+		os.Exit(unprivClient()) // TestRootSandboxOwners' other user
+	}
 	os.Exit(m.Run())
 }
 
@@ -73,6 +76,12 @@ type testNet struct {
 // and evil.example on it; the caller closes the daemon.
 func newTestDaemon(t *testing.T, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config, string) {
 	t.Helper()
+	return newTestDaemonPool(t, false, edit...)
+}
+
+// newTestDaemonPool is newTestDaemon, with the warm pool when pool is set.
+func newTestDaemonPool(t *testing.T, pool bool, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config, string) {
+	t.Helper()
 	roottest.Require(t)
 	n := fakenet.Start(t)
 	pypi, evil := n.Host(t, "pypi.org"), n.Host(t, "evil.example")
@@ -90,7 +99,7 @@ func newTestDaemon(t *testing.T, edit ...func(*config.Config)) (*Daemon, *testNe
 		e(&cfg)
 	}
 	runDir := filepath.Join(dir, "run")
-	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: runDir,
+	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: runDir, Pool: pool,
 		Executor: &sandboxd.Config{InitArgs: []string{}}})
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +113,10 @@ func newTestDaemon(t *testing.T, edit ...func(*config.Config)) (*Daemon, *testNe
 func TestRootRun(t *testing.T) {
 	d, n, cfg, runDir := newTestDaemon(t)
 	pypi, evil := n.pypi, n.evil
+	// A daemon for one task prepares no pooled sandboxes (Options.Pool).
+	if d.pool.size != 0 {
+		t.Fatalf("pool of %d for a single run, want none", d.pool.size)
+	}
 	closed := false
 	t.Cleanup(func() {
 		if !closed {

@@ -11,8 +11,14 @@
 // the audit log's filesystem, namespace, placeholders, exec, teardown. It
 // decides nothing about traffic itself.
 //
-// Entry points: New, (*Daemon).Run, Attach, Detach, Handler, Close. The build
-// order step by step: docs/ARCHITECTURE.md, "Daemon and command line".
+// It also holds the sandboxes of the API: a registry of long-lived sandboxes by
+// owner (the uid SO_PEERCRED gives each connection), a warm pool of prepared
+// ones, their lifetimes, execs, files, events and metrics, built on seams over
+// the executor (sandboxd) and the namespaces (netns).
+//
+// Entry points: New, (*Daemon).Run, Attach, Detach, Handler, ListenAPI,
+// ConnContext, Shutdown, Close. The build order step by step and the sandbox
+// API: docs/ARCHITECTURE.md, "Daemon and command line".
 //
 // daemon must never import: cmd/airlock, bench/..., netns/netnstest, test/....
 package daemon

@@ -32,7 +32,6 @@ type Server struct {
 	sandboxes map[string]*sandbox
 	seq       int
 	requests  []string
-	srv       *http.Server
 	wg        sync.WaitGroup // execs' processes
 }
 

@@ -23,15 +23,21 @@ import (
 
 func newServeCmd() *cobra.Command {
 	var cfgPath, socket, runDir string
+	var drain time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve --config airlock.yaml",
 		Short: "Run the gateway, DNS filter and executor as a daemon with an HTTP+JSON API on a unix socket",
-		Long: `serve keeps one airlock running: sandboxes are started (POST /v1/run) and
-existing namespaces attached (POST /v1/attach) through the API on a unix socket
-(api.socket, mode 0600, never reachable from a sandbox). Metrics are served on
-metrics.listen on the host. SIGHUP reloads the policy; a failing reload keeps the
-old one. On SIGINT or SIGTERM attached namespaces are left closed (no way out)
-and re-attached by the next serve with the same --run-dir.`,
+		Long: `serve keeps one airlock running: sandboxes are created, used and deleted
+(/v1/sandboxes), commands run once (POST /v1/run) and existing namespaces
+attached (POST /v1/attach) through the API on a unix socket (api.socket, never
+reachable from a sandbox). The socket is mode 0660 owned by api.group (default
+airlock): its members call the API as themselves and see only their own
+sandboxes; with api.group "" it is 0600, root only. The API is described by
+GET /v1/openapi.json. Metrics are served on metrics.listen on the host. SIGHUP
+reloads the policy; a failing reload keeps the old one. On SIGINT or SIGTERM
+new sandboxes are refused, running execs get --drain-timeout to finish, then
+every sandbox is killed and removed; attached namespaces are left closed (no
+way out) and re-attached by the next serve with the same --run-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(cfgPath)
@@ -41,16 +47,17 @@ and re-attached by the next serve with the same --run-dir.`,
 			if socket != "" {
 				cfg.API.Socket = socket
 			}
-			return runServe(cmd, cfg, cfgPath, runDir)
+			return runServe(cmd, cfg, cfgPath, runDir, drain)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "airlock.yaml (default: built-in defaults)")
 	cmd.Flags().StringVar(&socket, "socket", "", "API unix socket (overrides api.socket)")
 	cmd.Flags().StringVar(&runDir, "run-dir", filepath.Join(daemon.DefaultRunDir, "serve"), "state kept across restarts (namespaces to re-attach)")
+	cmd.Flags().DurationVar(&drain, "drain-timeout", 30*time.Second, "how long running execs may go on after SIGTERM before they are killed")
 	return cmd
 }
 
-func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string) error {
+func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, drain time.Duration) error {
 	if os.Geteuid() != 0 {
 		return &exitError{Code: 2, Msg: "serve: needs root"}
 	}
@@ -58,13 +65,13 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string) err
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: cfgPath, RunDir: runDir,
-		EphemeralCA: true, Recover: netns.RecoverReattach, Logger: logger})
+		EphemeralCA: true, Recover: netns.RecoverReattach, Pool: true, Logger: logger})
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
 	defer d.Close()
 
-	apiLn, err := listenUnix(cfg.API.Socket)
+	apiLn, err := daemon.ListenAPI(cfg.API.Socket, cfg.API.Group)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
@@ -73,38 +80,25 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string) err
 		apiLn.Close()
 		return &exitError{Code: 2, Msg: fmt.Sprintf("metrics.listen: %v", err)}
 	}
-	// Requests in flight (a long /v1/run) end with the daemon: their context is
-	// cancelled, which kills their sandboxes and tears their namespaces down.
+	// Requests in flight end with the daemon: their context is cancelled once
+	// the drain is over, which kills what they still run.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	api := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	api := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ConnContext: daemon.ConnContext, BaseContext: func(net.Listener) context.Context { return baseCtx }}
 	metrics := &http.Server{Handler: d.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- api.Serve(apiLn) }()
 	go func() { errc <- metrics.Serve(metricsLn) }()
-	logger.Info("serving", "socket", cfg.API.Socket, "metrics", metricsLn.Addr().String(), "iptables", d.Backend())
+	logger.Info("serving", "socket", cfg.API.Socket, "group", cfg.API.Group, "metrics", metricsLn.Addr().String(), "iptables", d.Backend())
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	var serveErr error
-loop:
-	for {
-		select {
-		case <-hup:
-			if err := d.Engine().Reload(ctx); err != nil {
-				logger.Error("policy reload failed; the previous policy stays in force", oplog.ErrorKey, err)
-			} else {
-				logger.Info("policy reloaded", oplog.PolicyRevKey, d.Engine().Rev())
-			}
-		case err := <-errc:
-			serveErr = err
-			break loop
-		case <-ctx.Done():
-			break loop
-		}
+	serveErr := serveUntilStopped(ctx, d, errc, logger)
+	// Stop: no new sandbox, running execs drain, then every sandbox ends.
+	dctx, dcancel := context.WithTimeout(context.Background(), drain)
+	if err := d.Shutdown(dctx); err != nil {
+		logger.Warn("drain", oplog.ErrorKey, err)
 	}
+	dcancel()
 	cancelBase()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -117,26 +111,24 @@ loop:
 	return nil
 }
 
-// listenUnix listens on a unix socket only root can use, replacing a stale
-// socket file but never a live one.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("api.socket: %w", err)
+// serveUntilStopped reloads the policy on SIGHUP until ctx ends (SIGINT,
+// SIGTERM) or a server fails.
+func serveUntilStopped(ctx context.Context, d *daemon.Daemon, errc <-chan error, logger *slog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			if err := d.Engine().Reload(ctx); err != nil {
+				logger.Error("policy reload failed; the previous policy stays in force", oplog.ErrorKey, err)
+			} else {
+				logger.Info("policy reloaded", oplog.PolicyRevKey, d.Engine().Rev())
+			}
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
 	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("api.socket %s: another airlock is serving it", path)
-	}
-	_ = os.Remove(path)
-	// The directory is 0700 and the socket 0600 after the chmod; before it the
-	// umask leaves it without group or other write, which connect needs.
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("api.socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("api.socket: %w", err)
-	}
-	return ln, nil
 }

@@ -1,0 +1,245 @@
+package daemon
+
+import (
+	"encoding/json"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// accounts is the audit Logger in front of the writer that knows which
+// sandbox belongs to whom: it stamps every record of a daemon sandbox with
+// its owner's uid (audit.Record.Owner) and, once the record is accepted,
+// counts it into the sandbox's egress counters and its owner's tally (the
+// rows GET /v1/summary shows a caller who is not root). Gateway, DNS filter,
+// netns and executor records all pass through it, so none of them needs to
+// know owners.
+type accounts struct {
+	next audit.Logger
+
+	mu       sync.RWMutex
+	sandbox  map[string]*account
+	byOwner  map[int]*audit.Tally
+	discards audit.Logger
+}
+
+var (
+	_ audit.Reserver = (*accounts)(nil)
+	_ audit.Health   = (*accounts)(nil)
+)
+
+// account is one sandbox's owner and egress counters.
+type account struct {
+	owner   int
+	tally   *audit.Tally // the owner's
+	allowed atomic.Int64
+	denied  atomic.Int64
+
+	mu     sync.Mutex
+	byKind map[string]int64
+}
+
+func newAccounts(next audit.Logger) *accounts {
+	return &accounts{next: next, sandbox: map[string]*account{}, byOwner: map[int]*audit.Tally{}, discards: discard{}}
+}
+
+// open starts accounting sandbox id to owner. Call it before anything can
+// log a record of the sandbox.
+func (a *accounts) open(id string, owner int) *account {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.byOwner[owner]
+	if t == nil {
+		t = audit.NewTally(a.discards)
+		a.byOwner[owner] = t
+	}
+	acc := &account{owner: owner, tally: t, byKind: map[string]int64{}}
+	a.sandbox[id] = acc
+	return acc
+}
+
+// close stops accounting id, once nothing can log a record of it any more
+// (its namespace is torn down and its executor sandbox destroyed).
+func (a *accounts) close(id string) {
+	a.mu.Lock()
+	delete(a.sandbox, id)
+	a.mu.Unlock()
+}
+
+func (a *accounts) get(id string) *account {
+	if id == "" {
+		return nil
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.sandbox[id]
+}
+
+// ownerRows are the summary rows of owner's sandboxes since the daemon
+// started.
+func (a *accounts) ownerRows(owner int) []audit.TallyRow {
+	a.mu.RLock()
+	t := a.byOwner[owner]
+	a.mu.RUnlock()
+	if t == nil {
+		return nil
+	}
+	return t.Rows()
+}
+
+func (a *accounts) Log(r *audit.Record) error {
+	acc := a.stamp(r)
+	err := a.next.Log(r)
+	if err == nil && acc != nil {
+		acc.count(r)
+	}
+	return err
+}
+
+// stamp sets r's owner when it is a record of an accounted sandbox.
+func (a *accounts) stamp(r *audit.Record) *account {
+	if r == nil {
+		return nil
+	}
+	acc := a.get(r.Sandbox)
+	if acc != nil {
+		r.Owner = strconv.Itoa(acc.owner)
+	}
+	return acc
+}
+
+func (a *accounts) Reserve() (audit.Reservation, error) {
+	rs, ok := a.next.(audit.Reserver)
+	if !ok {
+		return nil, errNoReserve{a.next}
+	}
+	res, err := rs.Reserve()
+	if err != nil {
+		return nil, err
+	}
+	return &accountedReservation{a: a, next: res}, nil
+}
+
+func (a *accounts) Err() error {
+	if h, ok := a.next.(audit.Health); ok {
+		return h.Err()
+	}
+	return nil
+}
+
+type accountedReservation struct {
+	a    *accounts
+	next audit.Reservation
+}
+
+func (r *accountedReservation) Log(rec *audit.Record) error {
+	acc := r.a.stamp(rec)
+	err := r.next.Log(rec)
+	if err == nil && acc != nil {
+		acc.count(rec)
+	}
+	return err
+}
+
+func (r *accountedReservation) Cancel() { r.next.Cancel() }
+
+type errNoReserve struct{ l audit.Logger }
+
+func (e errNoReserve) Error() string {
+	return "daemon: the audit logger cannot reserve room for a record"
+}
+
+type discard struct{}
+
+func (discard) Log(*audit.Record) error { return nil }
+
+// count adds an accepted record to the counters: one decision for an
+// ordinary record, as many as a summary record stands for (the budget's
+// refused requests by kind, the DNS filter's queries by decision, netns's
+// suppressed drops).
+func (acc *account) count(r *audit.Record) {
+	if r.Decision == "" || !egressKind(r.Kind) {
+		return
+	}
+	_ = acc.tally.Log(r)
+	n := extraInt(r, audit.SummaryRequestsKey) + extraInt(r, audit.SummaryQueriesKey) + extraInt(r, audit.SummarySuppressedKey)
+	if n == 0 {
+		if r.Decision == audit.DecisionAllow {
+			acc.allowed.Add(1)
+		} else {
+			acc.deny(map[string]int64{r.Kind: 1})
+		}
+		return
+	}
+	byDecision := extraCounts(r, audit.SummaryByDecisionKey)
+	if byDecision == nil {
+		byDecision = map[string]int64{r.Decision: n}
+	}
+	acc.allowed.Add(byDecision[audit.DecisionAllow])
+	denied := n - byDecision[audit.DecisionAllow]
+	if denied <= 0 {
+		return
+	}
+	byKind := extraCounts(r, summaryByKindKey)
+	if byKind == nil {
+		byKind = map[string]int64{r.Kind: denied}
+	}
+	acc.deny(byKind)
+}
+
+// summaryByKindKey is where a Budget summary counts its requests by kind.
+const summaryByKindKey = "by_kind"
+
+func (acc *account) deny(byKind map[string]int64) {
+	acc.mu.Lock()
+	defer acc.mu.Unlock()
+	for k, v := range byKind {
+		acc.denied.Add(v)
+		acc.byKind[k] += v
+	}
+}
+
+// egress reports the counters.
+func (acc *account) egress() api.Egress {
+	acc.mu.Lock()
+	defer acc.mu.Unlock()
+	return api.Egress{Allowed: acc.allowed.Load(), Denied: acc.denied.Load(), DeniedByKind: maps.Clone(acc.byKind)}
+}
+
+// egressKind: records that are egress decisions (not an exec, a tunnel's
+// close, the writer's own, or a sandbox's lifecycle).
+func egressKind(kind string) bool {
+	switch kind {
+	case audit.KindHTTP, audit.KindConnect, audit.KindTLS, audit.KindTCP, audit.KindDNS, audit.KindDrop, audit.KindSummary:
+		return true
+	}
+	return false
+}
+
+func extraInt(r *audit.Record, key string) int64 {
+	raw, ok := r.Extra[key]
+	if !ok {
+		return 0
+	}
+	var n int64
+	if json.Unmarshal(raw, &n) != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+func extraCounts(r *audit.Record, key string) map[string]int64 {
+	raw, ok := r.Extra[key]
+	if !ok {
+		return nil
+	}
+	var m map[string]int64
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m
+}

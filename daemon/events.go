@@ -1,0 +1,119 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
+)
+
+// DefaultHeartbeat is how often an idle events stream gets a comment, so
+// clients and proxies can tell a quiet stream from a dead one.
+const DefaultHeartbeat = 15 * time.Second
+
+// eventBuffer is how many records an events subscriber may fall behind
+// before it loses some (counted in Event.Dropped).
+const eventBuffer = 1024
+
+// SSE event types.
+const (
+	eventDecision = "decision"
+	eventSandbox  = "sandbox"
+)
+
+// apiEvents is GET /v1/sandboxes/{id}/events: server-sent events of the
+// sandbox's audit records as they are accepted ("decision") and its
+// lifecycle changes ("sandbox"), the current state first; the stream ends
+// after the sandbox has stopped.
+func (d *Daemon) apiEvents(w http.ResponseWriter, r *http.Request) {
+	sb, e := d.visible(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sb.touch()
+	sub := d.tap.Subscribe(sb.id, eventBuffer)
+	defer sub.Close()
+	changes, stop := sb.watch()
+	defer stop()
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if sw.event(eventSandbox, api.Event{Sandbox: d.sandboxView(sb)}) != nil {
+		return
+	}
+	tick := time.NewTicker(d.heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case rec := <-sub.C():
+			if sw.record(rec, sub.Dropped()) != nil {
+				return
+			}
+		case v := <-changes:
+			if sw.event(eventSandbox, api.Event{Sandbox: &v}) != nil {
+				return
+			}
+		case <-sb.ended:
+			// Every record of the sandbox was logged before it stopped.
+		drain:
+			for {
+				select {
+				case rec := <-sub.C():
+					if sw.record(rec, sub.Dropped()) != nil {
+						return
+					}
+				default:
+					break drain
+				}
+			}
+			_ = sw.event(eventSandbox, api.Event{Sandbox: d.sandboxView(sb), Dropped: sub.Dropped()})
+			return
+		case <-tick.C:
+			if sw.write(": ping\n\n") != nil {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (s *sseWriter) record(rec audit.Record, dropped int64) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	return s.event(eventDecision, api.Event{Record: m, Dropped: dropped})
+}
+
+func (s *sseWriter) event(typ string, ev api.Event) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return s.write(fmt.Sprintf("event: %s\ndata: %s\n\n", typ, b))
+}
+
+func (s *sseWriter) write(text string) error {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(frameWriteTimeout))
+	if _, err := s.w.Write([]byte(text)); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}

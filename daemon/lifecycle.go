@@ -1,0 +1,315 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/oplog"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
+)
+
+// endTimeout bounds the destruction of one sandbox (its executor sandbox,
+// then its namespace).
+const endTimeout = 30 * time.Second
+
+// admit refuses a new sandbox while the daemon cannot take one: stopping,
+// the audit log refusing records or its filesystem low on space, no
+// executor.
+func (d *Daemon) admit() *api.Error {
+	if d.stopping.Load() {
+		return apiErr(api.CodeUnavailable, "", "the daemon is stopping")
+	}
+	if d.exe == nil {
+		return apiErr(api.CodeUnavailable, "", "this airlock has no executor for sandboxes")
+	}
+	if err := d.acct.Err(); err != nil {
+		return apiErr(api.CodeUnavailable, "", "the audit log refuses records: %v", err)
+	}
+	if err := d.checkFreeSpace(); err != nil {
+		return apiErr(api.CodeUnavailable, "", "%v", err)
+	}
+	return nil
+}
+
+// createSandbox makes a running sandbox for c: its namespace served, its
+// init started with the request's id, limits, workspace and environment.
+// It is audited (kind sandbox, reason created) before anything is built.
+func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (*sandbox, *api.Error) {
+	if e := d.admit(); e != nil {
+		return nil, e
+	}
+	sc := d.cfg.Sandbox
+	if e := d.reg.reserve(c.uid, sc.MaxSandboxes, sc.MaxSandboxesPerOwner, c.root()); e != nil {
+		return nil, e
+	}
+	added := false
+	defer func() {
+		if !added {
+			d.reg.unreserve(c.uid)
+		}
+	}()
+	var ws *os.File
+	if p.workspace != "" {
+		var e *api.Error
+		if ws, e = openWorkspace(p.workspace, c); e != nil {
+			return nil, e
+		}
+		defer ws.Close()
+	}
+	id, err := d.newSandboxID()
+	if err != nil {
+		return nil, apiErr(api.CodeInternal, "", "sandbox id: %v", err)
+	}
+	sb := newSandbox(id, c.uid, p, time.Now())
+	sb.acct = d.acct.open(id, c.uid)
+	if err := d.acct.Log(d.lifecycleRecord(sb, ReasonCreated, nil)); err != nil {
+		d.acct.close(id)
+		return nil, apiErr(api.CodeUnavailable, "", "the audit log refused the sandbox's record: %v", err)
+	}
+	b, err := d.build(ctx, sb, ws)
+	if err != nil {
+		d.log.Error("create sandbox", oplog.SandboxKey, id, oplog.ErrorKey, err)
+		if d.secrets != nil {
+			d.secrets.Forget(id)
+		}
+		final := api.Usage{}
+		sb.endReason = ReasonFailed
+		if lerr := d.acct.Log(d.lifecycleRecord(sb, ReasonFailed, &final)); lerr != nil {
+			d.log.Error("audit sandbox end", oplog.SandboxKey, id, oplog.ErrorKey, lerr)
+		}
+		d.acct.close(id)
+		d.metrics.ended.WithLabelValues(ReasonFailed).Inc()
+		if errors.Is(err, context.Canceled) {
+			return nil, apiErr(api.CodeUnavailable, "", "create sandbox: %v", err)
+		}
+		return nil, apiErr(api.CodeInternal, "", "create sandbox: %v", err)
+	}
+	sb.box, sb.workDir = b, b.WorkDir()
+	d.reg.add(sb)
+	added = true
+	d.metrics.created.Inc()
+	sb.armTimers(func(reason string) { d.endSandbox(sb, reason) })
+	go d.monitor(sb)
+	return sb, nil
+}
+
+// build gives sb its namespace and executor sandbox: a pooled pair when one
+// is ready, else both made now.
+func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, error) {
+	psb := policy.Sandbox{ID: sb.id, Labels: sb.labels}
+	psb.Mode, psb.Allow = policy.Mode(sb.params.mode), sb.params.allowList
+	ss := startSpec{ID: sb.id, Limits: sb.params.limits, Env: append([]string(nil), sb.params.env...), Proxy: d.proxyURL}
+	if d.secrets != nil {
+		ph, err := d.secrets.Placeholders(secrets.Sandbox{ID: psb.ID, Labels: psb.Labels})
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range ph {
+			ss.Env = append(ss.Env, k+"="+v)
+		}
+	}
+	if ws != nil {
+		ss.Workspace, ss.WorkspaceTarget = fdPath(ws), sb.params.workspace
+	}
+	if pb := d.pool.take(); pb != nil {
+		if _, err := d.net.CreateFrom(ctx, psb, pb.net); err != nil {
+			pb.discard(d.log)
+			return nil, fmt.Errorf("sandbox network: %w", err)
+		}
+		if err := pb.box.Start(ctx, ss); err != nil {
+			d.undoBuild(sb.id, pb.box)
+			return nil, err
+		}
+		d.metrics.fromPool.Inc()
+		return pb.box, nil
+	}
+	ns, err := d.net.Create(ctx, psb)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox network: %w", err)
+	}
+	b, err := d.exe.Create(ctx, d.prepareSpec(ns.Path), ss)
+	if err != nil {
+		d.undoBuild(sb.id, nil)
+		return nil, err
+	}
+	return b, nil
+}
+
+// undoBuild destroys what a failed build made.
+func (d *Daemon) undoBuild(id string, b box) {
+	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+	defer cancel()
+	if b != nil {
+		if _, err := b.Destroy(ctx); err != nil {
+			d.log.Error("destroy sandbox", oplog.SandboxKey, id, oplog.ErrorKey, err)
+		}
+	}
+	if err := d.net.Teardown(ctx, id); err != nil {
+		d.log.Error("teardown", oplog.SandboxKey, id, oplog.ErrorKey, err)
+	}
+}
+
+// prepareSpec is what every sandbox is prepared with (pooled or not).
+func (d *Daemon) prepareSpec(netnsPath string) prepareSpec {
+	return prepareSpec{NetNS: netnsPath, CABundle: d.caBundle, Hidden: d.hidden, TmpSize: int64(d.cfg.Limits.TmpSize)}
+}
+
+// monitor ends a sandbox whose init died on its own.
+func (d *Daemon) monitor(sb *sandbox) {
+	select {
+	case <-sb.box.Done():
+		d.endSandbox(sb, ReasonFailed)
+	case <-sb.ended:
+	}
+}
+
+// endSandbox ends sb for reason: every process killed, the executor sandbox
+// (cgroup, mounts) destroyed, the namespace torn down, the end audited with
+// the final usage. It returns the sandbox as it ended; a second call waits
+// for the first.
+func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
+	if !sb.beginEnd(reason) {
+		<-sb.ended
+		return sb.view(api.Usage{})
+	}
+	sb.notify(sb.view(d.usageNow(sb)))
+	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+	defer cancel()
+	u, err := sb.box.Destroy(ctx)
+	if err != nil {
+		d.log.Error("destroy sandbox", oplog.SandboxKey, sb.id, oplog.ErrorKey, err)
+	}
+	if err := d.net.Teardown(ctx, sb.id); err != nil {
+		d.log.Error("teardown", oplog.SandboxKey, sb.id, oplog.ErrorKey, err)
+	}
+	if d.secrets != nil {
+		d.secrets.Forget(sb.id)
+	}
+	final := apiUsage(u)
+	if err := d.acct.Log(d.lifecycleRecord(sb, reason, &final)); err != nil {
+		d.log.Error("audit sandbox end", oplog.SandboxKey, sb.id, oplog.ErrorKey, err)
+	}
+	d.acct.close(sb.id)
+	sb.stopped(u, final)
+	d.reg.remove(sb)
+	d.metrics.ended.WithLabelValues(reason).Inc()
+	if final.OOMKills > 0 {
+		d.metrics.oomKills.Add(float64(final.OOMKills))
+	}
+	return sb.view(final)
+}
+
+// endAll ends every sandbox for reason, at once.
+func (d *Daemon) endAll(reason string) {
+	var wg sync.WaitGroup
+	for _, sb := range d.reg.all() {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.endSandbox(sb, reason) }()
+	}
+	wg.Wait()
+}
+
+// Shutdown stops the daemon's sandboxes gracefully: no new sandbox is
+// accepted (503), running execs may finish until ctx ends, then every
+// sandbox is ended (daemon_stopped) and the pool emptied. Close does the
+// same without waiting.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.stopping.Store(true)
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var err error
+wait:
+	for d.reg.runningExecs() > 0 {
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("drain: %d execs still running, killed: %w", d.reg.runningExecs(), ctx.Err())
+			break wait
+		case <-t.C:
+		}
+	}
+	d.endAll(ReasonDaemonStopped)
+	d.pool.close()
+	return err
+}
+
+// usageNow reads a running sandbox's usage (zero when it cannot).
+func (d *Daemon) usageNow(sb *sandbox) api.Usage {
+	if sb.box == nil {
+		return api.Usage{}
+	}
+	u, err := sb.box.Usage()
+	if err != nil {
+		return api.Usage{}
+	}
+	return apiUsage(u)
+}
+
+// sandboxView is the API's picture of sb now.
+func (d *Daemon) sandboxView(sb *sandbox) *api.Sandbox {
+	sb.mu.Lock()
+	live := sb.state != api.StateStopped
+	sb.mu.Unlock()
+	var u api.Usage
+	if live {
+		u = d.usageNow(sb)
+	}
+	v := sb.view(u)
+	return &v
+}
+
+func apiUsage(u usage) api.Usage {
+	return api.Usage{CPUMS: float64(u.CPU) / 1e6, MemoryBytes: u.Memory, MemoryPeakBytes: u.PeakMemory, Pids: u.Pids, OOMKills: u.OOMKills}
+}
+
+// newSandboxID is "sb-" and 12 random hex digits, not in use.
+func (d *Daemon) newSandboxID() (string, error) {
+	for range 8 {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", err
+		}
+		id := "sb-" + hex.EncodeToString(b[:])
+		if _, taken := d.reg.get(id); !taken {
+			return id, nil
+		}
+	}
+	return "", errors.New("no free id")
+}
+
+// lifecycleRecord is the audit record of a sandbox's creation (u nil) or
+// end: kind sandbox, decision allow, the reason; what it was created with,
+// or its final usage.
+func (d *Daemon) lifecycleRecord(sb *sandbox, reason string, u *api.Usage) *audit.Record {
+	extra := map[string]json.RawMessage{}
+	put := func(k string, v any) { extra[k], _ = json.Marshal(v) }
+	phase, msg := "end", "sandbox ended: "+reason
+	if u == nil {
+		phase, msg = "create", "sandbox created"
+		p := sb.params
+		put("labels", sb.labels)
+		put("limits", p.resolved)
+		put("workspace", p.workspace)
+		put("mode", p.mode)
+		put("allow", p.allow)
+		put("idle_timeout_ms", sb.idleTimeout.Milliseconds())
+		put("max_lifetime_ms", sb.maxLifetime.Milliseconds())
+	} else {
+		sb.mu.Lock()
+		put("execs", sb.execsTotal)
+		sb.mu.Unlock()
+		put("age_ms", time.Since(sb.created).Milliseconds())
+		put("usage", u)
+	}
+	return &audit.Record{ID: sb.id + "/" + phase, Sandbox: sb.id, Kind: audit.KindSandbox, Decision: audit.DecisionAllow,
+		Reasons: []audit.Reason{{ID: reason, Msg: msg}}, Extra: extra}
+}

@@ -1,0 +1,211 @@
+package daemon
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/test/poll"
+)
+
+func endRecord(t *testing.T, w *fakeWorld, id, reason string) audit.Record {
+	t.Helper()
+	return w.audit.Wait(t, "the "+reason+" record of "+id, func(r audit.Record) bool {
+		return r.Kind == audit.KindSandbox && r.Sandbox == id && audittest.HasReason(r, reason)
+	})
+}
+
+// TestIdleTimeout: a sandbox with nothing running and no API call for its
+// idle timeout ends (audited); a running exec keeps it alive.
+func TestIdleTimeout(t *testing.T) {
+	w := newFakeWorld(t)
+	c := w.client(alice)
+	busy := c.create(t, `{"idle_timeout": "1s"}`)
+	idle := c.create(t, `{"idle_timeout": "1s"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := c.startExec(t, ctx, busy.ID, api.ExecRequest{Argv: []string{"sleep", "3"}})
+	s.next(t)
+	endRecord(t, w, idle.ID, ReasonIdleTimeout)
+	if _, ok := w.d.reg.get(idle.ID); ok {
+		t.Fatal("the idle sandbox is still registered")
+	}
+	if _, ok := w.d.reg.get(busy.ID); !ok {
+		t.Fatal("a sandbox with a running exec ended for idleness")
+	}
+	lastResult(t, s.rest(t))
+	// Once its exec is over, the busy one idles out too.
+	endRecord(t, w, busy.ID, ReasonIdleTimeout)
+	if n := w.d.metricValue(t, "airlock_sandboxes_ended_total", ReasonIdleTimeout); n != 2 {
+		t.Fatalf("ended by idle_timeout: %v, want 2", n)
+	}
+}
+
+func TestMaxLifetime(t *testing.T) {
+	w := newFakeWorld(t)
+	c := w.client(alice)
+	sb := c.create(t, `{"max_lifetime": "1s", "idle_timeout": "1s"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := c.startExec(t, ctx, sb.ID, api.ExecRequest{Argv: []string{"sleep", "60"}})
+	s.next(t)
+	rec := endRecord(t, w, sb.ID, ReasonMaxLifetime)
+	if rec.Decision != audit.DecisionAllow {
+		t.Fatalf("record %+v", rec)
+	}
+	frames := s.rest(t)
+	if last := frames[len(frames)-1]; last.Type != api.FrameError {
+		t.Fatalf("the exec's last frame %+v, want error (its sandbox ended)", last)
+	}
+}
+
+// TestSandboxDiesOnItsOwn: a sandbox whose init died is ended (failed),
+// torn down and audited.
+func TestSandboxDiesOnItsOwn(t *testing.T) {
+	w := newFakeWorld(t)
+	sb := w.client(alice).create(t, `{}`)
+	w.exe.all()[0].die()
+	endRecord(t, w, sb.ID, ReasonFailed)
+	poll.Until(t, 5*time.Second, "the namespace torn down", func() bool { return w.net.tornDown(sb.ID) == 1 })
+}
+
+// TestWarmPool: creates take prepared sandboxes from the pool, which
+// refills; none is handed out twice (the fake fails a second Start or a
+// second CreateFrom of one namespace).
+func TestWarmPool(t *testing.T) {
+	w := newFakeWorld(t, func(c *config.Config) { c.Sandbox.PoolSize = 2 })
+	poll.Until(t, 5*time.Second, "the pool filled", func() bool { return w.d.pool.depth() == 2 })
+	c := w.client(alice)
+	var ids []string
+	for range 5 {
+		ids = append(ids, c.create(t, `{}`).ID)
+	}
+	w.net.mu.Lock()
+	fromPool := len(w.net.fromPool)
+	w.net.mu.Unlock()
+	if fromPool < 2 {
+		t.Fatalf("%d of 5 creates took a pooled sandbox, want at least the 2 ready", fromPool)
+	}
+	poll.Until(t, 5*time.Second, "the pool refilled", func() bool { return w.d.pool.depth() == 2 })
+	var h api.Health
+	c.json(t, "GET", "/v1/health", "").decode(t, &h)
+	if h.PoolDepth != 2 {
+		t.Fatalf("health pool_depth %d, want 2", h.PoolDepth)
+	}
+	for _, id := range ids {
+		c.json(t, "DELETE", "/v1/sandboxes/"+id, "")
+	}
+	for _, b := range w.exe.all() {
+		b.mu.Lock()
+		starts := b.starts
+		b.mu.Unlock()
+		if starts > 1 {
+			t.Fatalf("a sandbox was started %d times", starts)
+		}
+	}
+	if got := w.d.metricValue(t, "airlock_sandbox_pool_depth", ""); got != 2 {
+		t.Fatalf("pool depth metric %v, want 2", got)
+	}
+	w.d.pool.close()
+	if w.d.pool.depth() != 0 {
+		t.Fatal("pool not emptied at close")
+	}
+	w.net.mu.Lock()
+	discarded := w.net.discarded
+	w.net.mu.Unlock()
+	if discarded != 2 {
+		t.Fatalf("%d pooled namespaces discarded at close, want 2", discarded)
+	}
+}
+
+// TestWarmPoolRetries: a pool whose prepare fails keeps trying (backing
+// off) and creates still work cold meanwhile.
+func TestWarmPoolRetries(t *testing.T) {
+	w := newFakeWorld(t, func(c *config.Config) { c.Sandbox.PoolSize = 1 })
+	w.exe.failPrepare.Store(true)
+	w.d.pool.refill()
+	time.Sleep(50 * time.Millisecond)
+	w.exe.failPrepare.Store(false)
+	poll.Until(t, 10*time.Second, "the pool filled after failures", func() bool { return w.d.pool.depth() == 1 })
+}
+
+// TestShutdownDrains: stopping refuses new sandboxes at once, lets running
+// execs finish until the deadline, then ends every sandbox.
+func TestShutdownDrains(t *testing.T) {
+	w := newFakeWorld(t)
+	c := w.client(alice)
+	sb := c.create(t, `{}`)
+	long := c.create(t, `{}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	short := c.startExec(t, ctx, sb.ID, api.ExecRequest{Argv: []string{"sleep", "0.3"}})
+	short.next(t)
+	done := make(chan error, 1)
+	go func() { done <- w.d.Shutdown(context.Background()) }()
+	poll.Until(t, 5*time.Second, "stopping", func() bool { return w.d.stopping.Load() })
+	if r := c.json(t, "POST", "/v1/sandboxes", `{}`); r.status != 503 {
+		t.Fatalf("create while stopping: %d, want 503", r.status)
+	}
+	if res := lastResult(t, short.rest(t)); res.ExitStatus != 0 {
+		t.Fatalf("the drained exec: %+v, want it to finish", res)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	endRecord(t, w, sb.ID, ReasonDaemonStopped)
+	endRecord(t, w, long.ID, ReasonDaemonStopped)
+
+	// Past the deadline: killed.
+	w2 := newFakeWorld(t)
+	c2 := w2.client(alice)
+	sb2 := c2.create(t, `{}`)
+	s := c2.startExec(t, ctx, sb2.ID, api.ExecRequest{Argv: []string{"sleep", "60"}})
+	s.next(t)
+	dctx, dcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer dcancel()
+	if err := w2.d.Shutdown(dctx); err == nil || !strings.Contains(err.Error(), "still running") {
+		t.Fatalf("shutdown past its deadline: %v, want it to say what it killed", err)
+	}
+	frames := s.rest(t)
+	if last := frames[len(frames)-1]; last.Type != api.FrameError {
+		t.Fatalf("the killed exec's last frame %+v", last)
+	}
+}
+
+// metricValue reads one sample of the daemon's metrics (label: the value of
+// the only label, or "").
+func (d *Daemon) metricValue(t testing.TB, name, label string) float64 {
+	t.Helper()
+	mfs, err := d.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != label) {
+				continue
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("no metric %s{%s}", name, label)
+	return 0
+}
+
+var _ = httptest.NewRecorder

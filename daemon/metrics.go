@@ -1,0 +1,56 @@
+package daemon
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-dev/airlock/api"
+)
+
+// metrics are the daemon's own: its sandboxes, the pool and the execs.
+type metrics struct {
+	reg       *prometheus.Registry
+	created   prometheus.Counter
+	fromPool  prometheus.Counter
+	ended     *prometheus.CounterVec
+	execStart prometheus.Histogram
+	execWall  prometheus.Histogram
+	oomKills  prometheus.Counter
+	timeouts  prometheus.Counter
+}
+
+func newMetrics(active, poolDepth func() float64) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_sandboxes_created_total",
+			Help: "Sandboxes created through the API (POST /v1/sandboxes and /v1/run)."}),
+		fromPool: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_sandboxes_from_pool_total",
+			Help: "Sandboxes created from a prepared sandbox of the warm pool (the rest were built for their create)."}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_sandboxes_ended_total",
+			Help: "Sandboxes ended, by reason: deleted, idle_timeout, max_lifetime, daemon_stopped, failed."}, []string{"reason"}),
+		execStart: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_exec_start_seconds",
+			Help:    "From an exec request to its command running.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1}}),
+		execWall: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_exec_seconds",
+			Help:    "Wall time of execs, from start to exit.",
+			Buckets: prometheus.ExponentialBuckets(.001, 4, 12)}),
+		oomKills: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_sandbox_oom_kills_total",
+			Help: "Processes the OOM killer ended, counted from each sandbox's cgroup when it ends."}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_exec_timeouts_total",
+			Help: "Execs killed at their timeout."}),
+	}
+	for _, r := range []string{ReasonDeleted, ReasonIdleTimeout, ReasonMaxLifetime, ReasonDaemonStopped, ReasonFailed} {
+		m.ended.WithLabelValues(r)
+	}
+	m.reg.MustRegister(m.created, m.fromPool, m.ended, m.execStart, m.execWall, m.oomKills, m.timeouts,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_sandboxes_active", Help: "Sandboxes alive now."}, active),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_sandbox_pool_depth", Help: "Prepared sandboxes waiting in the warm pool."}, poolDepth))
+	return m
+}
+
+// execDone counts an exec's end.
+func (m *metrics) execDone(r *api.ExecResult) {
+	m.execWall.Observe(r.WallMS / 1e3)
+	if r.TimedOut {
+		m.timeouts.Inc()
+	}
+}

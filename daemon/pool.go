@@ -1,0 +1,188 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
+)
+
+// Pool refill back-off after a failure: from poolRetryMin doubling to
+// poolRetryMax, so a broken host is retried without a hot loop.
+const (
+	poolRetryMin = 100 * time.Millisecond
+	poolRetryMax = 30 * time.Second
+	// poolPrepareTimeout bounds one pooled sandbox's preparation.
+	poolPrepareTimeout = 2 * time.Minute
+)
+
+// warmPool keeps size sandboxes prepared ahead of the creates that will take
+// them: a namespace with its rules (netns TakePooled) and an executor
+// sandbox whose init waits in it (Prepare). A create takes one and gives it
+// its id, limits, workspace and environment; the pool refills in the
+// background. A pooled sandbox serves exactly one create: it is destroyed
+// with that sandbox, never handed out again.
+type warmPool struct {
+	size    int
+	net     network
+	exe     executor
+	prepare func(netns string) prepareSpec
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	ready  []*pooled
+	closed bool
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// pooled is one prepared sandbox and its namespace.
+type pooled struct {
+	net pooledNet
+	box box
+}
+
+// discard destroys a pooled sandbox that will never be handed out.
+func (p *pooled) discard(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.box.Destroy(ctx); err != nil {
+		log.Error("pool: destroy", oplog.ErrorKey, err)
+	}
+	if err := p.net.Discard(); err != nil {
+		log.Error("pool: discard namespace", oplog.ErrorKey, err)
+	}
+}
+
+// newWarmPool starts filling a pool of size (0: no pool).
+func newWarmPool(size int, net network, exe executor, prepare func(string) prepareSpec, log *slog.Logger) *warmPool {
+	p := &warmPool{size: size, net: net, exe: exe, prepare: prepare, log: log,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if size <= 0 {
+		close(p.done)
+		return p
+	}
+	go p.fill()
+	p.refill()
+	return p
+}
+
+// depth is how many sandboxes are ready now.
+func (p *warmPool) depth() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
+// take hands out a ready sandbox (nil when none is) and starts a refill.
+func (p *warmPool) take() *pooled {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.ready) > 0 {
+		pb := p.ready[0]
+		p.ready = p.ready[1:]
+		p.refill()
+		select {
+		case <-pb.box.Done(): // its init died while it waited
+			go pb.discard(p.log)
+			continue
+		default:
+		}
+		return pb
+	}
+	return nil
+}
+
+func (p *warmPool) refill() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fill prepares sandboxes until the pool is full, whenever kicked.
+func (p *warmPool) fill() {
+	defer close(p.done)
+	retry := poolRetryMin
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick:
+		}
+		for p.depth() < p.size {
+			pb, err := p.make()
+			if err != nil {
+				p.log.Error("pool: prepare a sandbox", oplog.ErrorKey, err)
+				select {
+				case <-p.stop:
+					return
+				case <-time.After(retry):
+				}
+				retry = min(2*retry, poolRetryMax)
+				continue
+			}
+			retry = poolRetryMin
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				pb.discard(p.log)
+				return
+			}
+			p.ready = append(p.ready, pb)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// make prepares one sandbox in a pooled namespace.
+func (p *warmPool) make() (*pooled, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), poolPrepareTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	n, err := p.net.TakePooled(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := p.exe.Prepare(ctx, p.prepare(n.Path()))
+	if err != nil {
+		if derr := n.Discard(); derr != nil {
+			p.log.Error("pool: discard namespace", oplog.ErrorKey, derr)
+		}
+		return nil, err
+	}
+	return &pooled{net: n, box: b}, nil
+}
+
+// close stops the refills and destroys the sandboxes still waiting.
+func (p *warmPool) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.done
+		return
+	}
+	p.closed = true
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	if p.size > 0 {
+		close(p.stop)
+	}
+	<-p.done
+	var wg sync.WaitGroup
+	for _, pb := range ready {
+		wg.Add(1)
+		go func() { defer wg.Done(); pb.discard(p.log) }()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,281 @@
+package daemon
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/sandboxd"
+)
+
+// Bounds of what a request may ask for. Past them a value is absurd, not
+// merely large, and is refused naming the field.
+const (
+	maxPids        = 1_000_000
+	maxExecTimeout = 24 * time.Hour
+	minMemory      = 4 << 20
+	minTmpSize     = 4096
+	maxLabels      = 64
+	maxLabelKey    = 63
+	maxLabelValue  = 256
+	maxEnv         = 1024
+	maxEnvEntry    = 128 << 10
+	maxArgv        = 4096
+	maxAllow       = 10_000
+	maxPathLen     = 4096
+)
+
+// hostBounds are the machine's size, the ceiling of a sandbox's limits.
+type hostBounds struct {
+	memory int64
+	cpus   int
+}
+
+func readHostBounds() hostBounds {
+	b := hostBounds{cpus: runtime.NumCPU()}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		b.memory = int64(si.Totalram) * int64(si.Unit)
+	}
+	return b
+}
+
+// createParams is a validated POST /v1/sandboxes (or the create half of POST
+// /v1/run).
+type createParams struct {
+	labels      map[string]string
+	limits      sandboxd.Limits
+	resolved    api.ResolvedLimits
+	workspace   string
+	env         []string
+	mode        string // as asked: "" is the daemon's
+	shownMode   string // the mode in force
+	allow       []string
+	allowList   *policy.AllowList // allow, parsed by the policy's parser
+	idleTimeout time.Duration
+	maxLifetime time.Duration
+}
+
+// validateCreate checks a create request against the host and the config.
+func (d *Daemon) validateCreate(req *api.CreateSandboxRequest) (*createParams, *api.Error) {
+	p := &createParams{labels: req.Labels, env: req.Env, allow: req.Allow}
+	if e := validateLabels(req.Labels); e != nil {
+		return nil, e
+	}
+	if e := validateEnv("env", req.Env); e != nil {
+		return nil, e
+	}
+	var e *api.Error
+	if p.limits, p.resolved, e = d.resolveLimits(req.Limits); e != nil {
+		return nil, e
+	}
+	if req.Workspace != "" {
+		if e := validateAbsPath("workspace", req.Workspace); e != nil {
+			return nil, e
+		}
+		p.workspace = filepath.Clean(req.Workspace)
+	}
+	switch req.Mode {
+	case "", string(policy.ModeEnforce), string(policy.ModeReport):
+		p.mode, p.shownMode = req.Mode, req.Mode
+		if p.shownMode == "" {
+			p.shownMode = d.cfg.Policy.Mode
+		}
+	default:
+		return nil, apiErr(api.CodeInvalidField, "mode", "mode: %q is not one of enforce, report (or empty for the daemon's %s)", req.Mode, d.cfg.Policy.Mode)
+	}
+	if p.allowList, e = parseAllow(req.Allow); e != nil {
+		return nil, e
+	}
+	sc := d.cfg.Sandbox
+	p.maxLifetime = time.Duration(sc.MaxLifetime)
+	if req.MaxLifetime != 0 {
+		if e := durationIn("max_lifetime", req.MaxLifetime, config.MinSandboxTimeout, p.maxLifetime, "sandbox.max_lifetime"); e != nil {
+			return nil, e
+		}
+		p.maxLifetime = time.Duration(req.MaxLifetime)
+	}
+	p.idleTimeout = min(time.Duration(sc.IdleTimeout), p.maxLifetime)
+	if req.IdleTimeout != 0 {
+		if e := durationIn("idle_timeout", req.IdleTimeout, config.MinSandboxTimeout, time.Duration(sc.MaxLifetime), "sandbox.max_lifetime"); e != nil {
+			return nil, e
+		}
+		p.idleTimeout = time.Duration(req.IdleTimeout)
+	}
+	return p, nil
+}
+
+func durationIn(field string, v config.Duration, lo, hi time.Duration, hiName string) *api.Error {
+	if time.Duration(v) < lo || time.Duration(v) > hi {
+		return apiErr(api.CodeInvalidField, field, "%s: %s is not between %s and %s (%s)", field, v, lo, hiName, hi)
+	}
+	return nil
+}
+
+// resolveLimits fills a request's zero limits from the config and refuses
+// absurd ones: more memory or tmpfs than the host has, more CPUs than it
+// has, over a million tasks, an exec timeout over a day.
+func (d *Daemon) resolveLimits(l api.Limits) (sandboxd.Limits, api.ResolvedLimits, *api.Error) {
+	c := d.cfg.Limits
+	lim := sandboxd.Limits{Memory: int64(c.Memory), CPUs: c.CPUs, Pids: int64(c.Pids), Timeout: time.Duration(c.Timeout), TmpSize: int64(c.TmpSize)}
+	hb := d.host
+	if l.Memory != 0 {
+		if l.Memory < minMemory || (hb.memory > 0 && int64(l.Memory) > hb.memory) {
+			return lim, api.ResolvedLimits{}, apiErr(api.CodeInvalidField, "limits.memory", "limits.memory: %s is not between 4M and the host's memory (%s)", l.Memory, config.Size(hb.memory))
+		}
+		lim.Memory = int64(l.Memory)
+	}
+	if l.CPUs != 0 {
+		if !(l.CPUs >= 0.01 && l.CPUs <= float64(hb.cpus)) {
+			return lim, api.ResolvedLimits{}, apiErr(api.CodeInvalidField, "limits.cpus", "limits.cpus: %v is not between 0.01 and the host's %d", l.CPUs, hb.cpus)
+		}
+		lim.CPUs = l.CPUs
+	}
+	if l.Pids != 0 {
+		if l.Pids < 1 || l.Pids > maxPids {
+			return lim, api.ResolvedLimits{}, apiErr(api.CodeInvalidField, "limits.pids", "limits.pids: %d is not between 1 and %d", l.Pids, maxPids)
+		}
+		lim.Pids = l.Pids
+	}
+	if l.TmpSize != 0 {
+		if l.TmpSize < minTmpSize || (hb.memory > 0 && int64(l.TmpSize) > hb.memory) {
+			return lim, api.ResolvedLimits{}, apiErr(api.CodeInvalidField, "limits.tmp_size", "limits.tmp_size: %s is not between 4096 bytes and the host's memory (%s)", l.TmpSize, config.Size(hb.memory))
+		}
+		lim.TmpSize = int64(l.TmpSize)
+	}
+	if l.ExecTimeout != 0 {
+		if e := durationIn("limits.exec_timeout", l.ExecTimeout, time.Millisecond, maxExecTimeout, "a day"); e != nil {
+			return lim, api.ResolvedLimits{}, e
+		}
+		lim.Timeout = time.Duration(l.ExecTimeout)
+	}
+	return lim, api.ResolvedLimits{MemoryBytes: lim.Memory, CPUs: lim.CPUs, Pids: lim.Pids, TmpSizeBytes: lim.TmpSize,
+		ExecTimeoutMS: lim.Timeout.Milliseconds()}, nil
+}
+
+func validateLabels(labels map[string]string) *api.Error {
+	if len(labels) > maxLabels {
+		return apiErr(api.CodeInvalidField, "labels", "labels: %d labels, at most %d", len(labels), maxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > maxLabelKey || strings.ContainsAny(k, "\x00=") {
+			return apiErr(api.CodeInvalidField, "labels", "labels: name %q is not 1-%d characters without '=' or NUL", k, maxLabelKey)
+		}
+		if len(v) > maxLabelValue || strings.ContainsRune(v, 0) {
+			return apiErr(api.CodeInvalidField, "labels."+k, "labels.%s: value over %d bytes or with a NUL", k, maxLabelValue)
+		}
+	}
+	return nil
+}
+
+func validateEnv(field string, env []string) *api.Error {
+	if len(env) > maxEnv {
+		return apiErr(api.CodeInvalidField, field, "%s: %d entries, at most %d", field, len(env), maxEnv)
+	}
+	for i, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || len(kv) > maxEnvEntry || strings.ContainsRune(kv, 0) {
+			return apiErr(api.CodeInvalidField, fmt.Sprintf("%s[%d]", field, i), "%s[%d]: %.40q is not KEY=VALUE (at most %d bytes, no NUL)", field, i, kv, maxEnvEntry)
+		}
+	}
+	return nil
+}
+
+func validateAbsPath(field, p string) *api.Error {
+	if !strings.HasPrefix(p, "/") || len(p) > maxPathLen || strings.ContainsRune(p, 0) {
+		return apiErr(api.CodeInvalidPath, field, "%s: %.80q is not an absolute path (at most %d bytes, no NUL)", field, p, maxPathLen)
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == ".." {
+			return apiErr(api.CodeInvalidPath, field, "%s: %.80q has a '..' component", field, p)
+		}
+	}
+	return nil
+}
+
+// parseAllow parses a sandbox's own allow entries with the policy's parser
+// (--allow's spellings); a bad one is refused naming it and its index.
+func parseAllow(allow []string) (*policy.AllowList, *api.Error) {
+	if len(allow) > maxAllow {
+		return nil, apiErr(api.CodeInvalidField, "allow", "allow: %d entries, at most %d", len(allow), maxAllow)
+	}
+	l, err := policy.NewAllowList(allow)
+	if err == nil {
+		return l, nil
+	}
+	// Which one: only on this error path is each entry parsed alone.
+	for i, a := range allow {
+		if _, perr := policy.NewAllowList([]string{a}); perr != nil {
+			if inner := errors.Unwrap(perr); inner != nil {
+				perr = inner
+			}
+			return nil, apiErr(api.CodeInvalidField, fmt.Sprintf("allow[%d]", i), "allow[%d]: %.80q: %v", i, a, perr)
+		}
+	}
+	return nil, apiErr(api.CodeInvalidField, "allow", "allow: %v", err)
+}
+
+// execParams is a validated POST .../exec.
+type execParams struct {
+	argv, env []string
+	cwd       string
+	stdin     []byte
+	stream    bool
+	timeout   time.Duration
+}
+
+func validateExec(req *api.ExecRequest) (*execParams, *api.Error) {
+	p := &execParams{argv: req.Argv, env: req.Env, cwd: req.Cwd, stream: req.StdinStream, timeout: time.Duration(req.Timeout)}
+	if e := validateArgv(req.Argv); e != nil {
+		return nil, e
+	}
+	if e := validateEnv("env", req.Env); e != nil {
+		return nil, e
+	}
+	if req.Cwd != "" {
+		if e := validateAbsPath("cwd", req.Cwd); e != nil {
+			e.Code = api.CodeInvalidField
+			return nil, e
+		}
+	}
+	if req.Stdin != "" {
+		if req.StdinStream {
+			return nil, apiErr(api.CodeInvalidField, "stdin", "stdin: give the whole input or stdin_stream, not both")
+		}
+		b, err := base64.StdEncoding.DecodeString(req.Stdin)
+		if err != nil {
+			return nil, apiErr(api.CodeInvalidField, "stdin", "stdin: not base64 (standard encoding): %v", err)
+		}
+		p.stdin = b
+	}
+	if req.Timeout != 0 {
+		if e := durationIn("timeout", req.Timeout, time.Millisecond, maxExecTimeout, "a day"); e != nil {
+			return nil, e
+		}
+	}
+	return p, nil
+}
+
+func validateArgv(argv []string) *api.Error {
+	if len(argv) == 0 || argv[0] == "" {
+		return apiErr(api.CodeInvalidField, "argv", "argv: missing command")
+	}
+	if len(argv) > maxArgv {
+		return apiErr(api.CodeInvalidField, "argv", "argv: %d arguments, at most %d", len(argv), maxArgv)
+	}
+	for i, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			return apiErr(api.CodeInvalidField, fmt.Sprintf("argv[%d]", i), "argv[%d]: contains NUL", i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,354 @@
+package daemon
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+)
+
+// Why a sandbox ended (api.Sandbox.EndReason and the reason of its audit
+// record of kind sandbox).
+const (
+	ReasonCreated       = "created"
+	ReasonDeleted       = "deleted"
+	ReasonIdleTimeout   = "idle_timeout"
+	ReasonMaxLifetime   = "max_lifetime"
+	ReasonDaemonStopped = "daemon_stopped"
+	// ReasonFailed: the sandbox's init died on its own, or it could not be
+	// started.
+	ReasonFailed = "failed"
+)
+
+// keptExecs is how many finished execs a sandbox lists (GET .../execs).
+const keptExecs = 64
+
+// maxRunningExecs bounds the execs running at once in one sandbox (its pids
+// limit bounds their processes; this bounds the daemon's work for them).
+const maxRunningExecs = 64
+
+// sandbox is one of the daemon's long-lived sandboxes: who owns it, what it
+// was created with, its executor sandbox, its execs and its timers.
+type sandbox struct {
+	id          string
+	owner       int
+	labels      map[string]string
+	params      *createParams
+	workDir     string
+	created     time.Time
+	box         box
+	acct        *account
+	idleTimeout time.Duration
+	maxLifetime time.Duration
+
+	mu         sync.Mutex
+	state      string
+	endReason  string
+	lastActive time.Time
+	running    int
+	execsTotal int64
+	execs      map[string]*execEntry // running, and finished ones still listed
+	finished   []string              // ids of finished execs, oldest first
+	idle, life *time.Timer
+	final      *api.Usage
+	finalRaw   usage
+	watchers   map[chan api.Sandbox]struct{}
+	ended      chan struct{} // closed once stopped
+}
+
+func newSandbox(id string, owner int, p *createParams, now time.Time) *sandbox {
+	return &sandbox{
+		id: id, owner: owner, labels: p.labels, params: p, created: now,
+		idleTimeout: p.idleTimeout, maxLifetime: p.maxLifetime,
+		state: api.StateRunning, lastActive: now,
+		execs: map[string]*execEntry{}, watchers: map[chan api.Sandbox]struct{}{},
+		ended: make(chan struct{}),
+	}
+}
+
+// armTimers starts the idle and lifetime timers; expire is called (on its
+// own goroutine) with the reason when one fires.
+func (s *sandbox) armTimers(expire func(reason string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.life = time.AfterFunc(s.maxLifetime, func() { expire(ReasonMaxLifetime) })
+	s.idle = time.AfterFunc(s.idleTimeout, func() {
+		if s.idleNow() {
+			expire(ReasonIdleTimeout)
+		}
+	})
+}
+
+// idleNow reports whether the idle timeout has really passed: a timer that
+// fired while an exec started or an API call came is stale.
+func (s *sandbox) idleNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == api.StateRunning && s.running == 0 && time.Since(s.lastActive) >= s.idleTimeout
+}
+
+// touch records an API call for the sandbox: the idle timeout starts again.
+func (s *sandbox) touch() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastActive = time.Now()
+	if s.running == 0 && s.idle != nil && s.state == api.StateRunning {
+		s.idle.Reset(s.idleTimeout)
+	}
+}
+
+// beginExec counts an exec about to start, or says why none may.
+func (s *sandbox) beginExec() *api.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != api.StateRunning {
+		return apiErr(api.CodeConflict, "", "sandbox %s is %s", s.id, s.state)
+	}
+	if s.running >= maxRunningExecs {
+		return apiErr(api.CodeLimit, "", "sandbox %s runs %d execs already, at most %d at once", s.id, s.running, maxRunningExecs)
+	}
+	s.running++
+	s.execsTotal++
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	return nil
+}
+
+// endExec counts an exec that is over (or never started); the idle timeout
+// starts when the last one ends.
+func (s *sandbox) endExec() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	s.lastActive = time.Now()
+	if s.running == 0 && s.idle != nil && s.state == api.StateRunning {
+		s.idle.Reset(s.idleTimeout)
+	}
+}
+
+// addExec lists a started exec.
+func (s *sandbox) addExec(x *execEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.execs[x.id] = x
+}
+
+// finishExec moves an exec to the finished list, forgetting the oldest
+// past keptExecs.
+func (s *sandbox) finishExec(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished = append(s.finished, id)
+	for len(s.finished) > keptExecs {
+		delete(s.execs, s.finished[0])
+		s.finished = s.finished[1:]
+	}
+}
+
+func (s *sandbox) exec(id string) (*execEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, ok := s.execs[id]
+	return x, ok
+}
+
+// execList is GET .../execs: running first (by start), then finished.
+func (s *sandbox) execList() []api.Exec {
+	s.mu.Lock()
+	xs := slices.Collect(maps.Values(s.execs))
+	s.mu.Unlock()
+	out := make([]api.Exec, 0, len(xs))
+	for _, x := range xs {
+		out = append(out, x.view())
+	}
+	slices.SortFunc(out, func(a, b api.Exec) int {
+		if a.Running != b.Running {
+			if a.Running {
+				return -1
+			}
+			return 1
+		}
+		return a.StartedAt.Compare(b.StartedAt)
+	})
+	return out
+}
+
+// beginEnd moves a running sandbox to stopping with reason; false when it
+// was not running (another end is under way or done).
+func (s *sandbox) beginEnd(reason string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != api.StateRunning {
+		return false
+	}
+	s.state, s.endReason = api.StateStopping, reason
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	if s.life != nil {
+		s.life.Stop()
+	}
+	return true
+}
+
+// stopped records the end and wakes whoever waits for it.
+func (s *sandbox) stopped(raw usage, final api.Usage) {
+	s.mu.Lock()
+	s.state, s.final, s.finalRaw = api.StateStopped, &final, raw
+	s.mu.Unlock()
+	close(s.ended)
+}
+
+// view is the API's picture of the sandbox; u is its usage now.
+func (s *sandbox) view(u api.Usage) api.Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	v := api.Sandbox{
+		ID: s.id, State: s.state, Owner: s.owner, Labels: s.labels, Limits: s.params.resolved,
+		Workspace: s.params.workspace, WorkDir: s.workDir, Mode: s.params.shownMode, Allow: s.params.allow,
+		CreatedAt: s.created, AgeMS: now.Sub(s.created).Milliseconds(),
+		IdleTimeoutMS: s.idleTimeout.Milliseconds(), MaxLifetimeMS: s.maxLifetime.Milliseconds(),
+		EndReason: s.endReason, ExecsRunning: int64(s.running), ExecsTotal: s.execsTotal, Usage: u,
+	}
+	if s.running == 0 && s.state == api.StateRunning {
+		v.IdleMS = now.Sub(s.lastActive).Milliseconds()
+	}
+	if s.final != nil {
+		v.Usage = *s.final
+	}
+	if s.acct != nil {
+		v.Egress = s.acct.egress()
+	}
+	if v.Egress.DeniedByKind == nil {
+		v.Egress.DeniedByKind = map[string]int64{}
+	}
+	return v
+}
+
+// watch subscribes to the sandbox's lifecycle changes; the channel gets the
+// sandbox as it is after each change (a slow reader misses some, never the
+// last: stopped is also signalled by ended).
+func (s *sandbox) watch() (chan api.Sandbox, func()) {
+	c := make(chan api.Sandbox, 4)
+	s.mu.Lock()
+	s.watchers[c] = struct{}{}
+	s.mu.Unlock()
+	return c, func() {
+		s.mu.Lock()
+		delete(s.watchers, c)
+		s.mu.Unlock()
+	}
+}
+
+func (s *sandbox) notify(v api.Sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.watchers {
+		select {
+		case c <- v:
+		default:
+		}
+	}
+}
+
+// registry holds the daemon's live sandboxes.
+type registry struct {
+	mu       sync.Mutex
+	byID     map[string]*sandbox
+	pending  int         // creates under way
+	perOwner map[int]int // live and pending, by owner
+}
+
+func newRegistry() *registry {
+	return &registry{byID: map[string]*sandbox{}, perOwner: map[int]int{}}
+}
+
+// reserve counts a create under way against the limits, or says which one
+// it is over.
+func (r *registry) reserve(owner, maxAll, maxOwner int, root bool) *api.Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.byID)+r.pending >= maxAll {
+		return apiErr(api.CodeLimit, "", "the daemon holds %d sandboxes, sandbox.max_sandboxes is %d", len(r.byID)+r.pending, maxAll)
+	}
+	if !root && r.perOwner[owner] >= maxOwner {
+		return apiErr(api.CodeLimit, "", "uid %d holds %d sandboxes, sandbox.max_sandboxes_per_owner is %d", owner, r.perOwner[owner], maxOwner)
+	}
+	r.pending++
+	r.perOwner[owner]++
+	return nil
+}
+
+// unreserve gives back a reservation whose create failed.
+func (r *registry) unreserve(owner int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending--
+	r.dropOwner(owner)
+}
+
+// add turns a reservation into a live sandbox.
+func (r *registry) add(s *sandbox) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending--
+	r.byID[s.id] = s
+}
+
+func (r *registry) remove(s *sandbox) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID[s.id] == s {
+		delete(r.byID, s.id)
+		r.dropOwner(s.owner)
+	}
+}
+
+func (r *registry) dropOwner(owner int) {
+	if r.perOwner[owner]--; r.perOwner[owner] <= 0 {
+		delete(r.perOwner, owner)
+	}
+}
+
+func (r *registry) get(id string) (*sandbox, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.byID[id]
+	return s, ok
+}
+
+// all lists the sandboxes, oldest first.
+func (r *registry) all() []*sandbox {
+	r.mu.Lock()
+	out := slices.Collect(maps.Values(r.byID))
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b *sandbox) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	return out
+}
+
+func (r *registry) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byID)
+}
+
+// runningExecs counts the execs running in every sandbox.
+func (r *registry) runningExecs() int {
+	n := 0
+	for _, s := range r.all() {
+		s.mu.Lock()
+		n += s.running
+		s.mu.Unlock()
+	}
+	return n
+}
