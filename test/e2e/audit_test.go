@@ -16,10 +16,17 @@ import (
 // auditVerify runs `airlock audit verify FILE` and returns its exit code and output.
 func auditVerify(t *testing.T, file string) (int, string) {
 	t.Helper()
+	return auditVerifyArgs(t, file)
+}
+
+// auditVerifyArgs runs `airlock audit verify ARGS...` and returns its exit
+// code and output.
+func auditVerifyArgs(t *testing.T, args ...string) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, w.bin, "audit", "verify", file)
+	cmd := exec.CommandContext(ctx, w.bin, append([]string{"audit", "verify"}, args...)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	var ee *exec.ExitError
