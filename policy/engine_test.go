@@ -24,8 +24,15 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
+// newEngine builds an engine closed when t ends. A zero EvalTimeout becomes
+// 10s: the default 100ms is a production bound that a -race run on a loaded
+// 2-core machine can pass (a fail-closed deny where the test wants a
+// decision); tests of the deadline set their own.
 func newEngine(t *testing.T, cfg Config) *Engine {
 	t.Helper()
+	if cfg.EvalTimeout == 0 {
+		cfg.EvalTimeout = 10 * time.Second
+	}
 	e, err := New(cfg, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
