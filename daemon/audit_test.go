@@ -117,7 +117,7 @@ func TestRootResolverAddressRefused(t *testing.T) {
 		"curl -sS --noproxy '*' --max-time 20 -o /dev/null -w '%{http_code} ' http://" + resolverIP + "/",
 		"exit 0",
 	}, "; ")
-	res, err := d.Run(context.Background(), Task{ID: "alk-daemon-resolver", Argv: []string{"sh", "-c", script}, Stdout: &stdout})
+	res, err := d.Run(context.Background(), Task{ID: uniqueID("alk-daemon-resolver"), Argv: []string{"sh", "-c", script}, Stdout: &stdout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,8 @@ func TestRootGatewayBudgetWired(t *testing.T) {
 	})
 	const requests = 60
 	var stdout bytes.Buffer
-	res, err := d.Run(context.Background(), Task{ID: "alk-daemon-budget", Argv: []string{"sh", "-c",
+	id := uniqueID("alk-daemon-budget")
+	res, err := d.Run(context.Background(), Task{ID: id, Argv: []string{"sh", "-c",
 		fmt.Sprintf("curl -s --max-time 60 -o /dev/null -w '%%{http_code} ' 'http://evil.example/[1-%d]'; exit 0", requests)}, Stdout: &stdout})
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +158,7 @@ func TestRootGatewayBudgetWired(t *testing.T) {
 	individual, summarized := 0, 0
 	for _, r := range audittest.ReadLog(t, cfg.Audit.File) {
 		switch {
-		case r.Sandbox != "alk-daemon-budget":
+		case r.Sandbox != id:
 		case r.Kind == audit.KindSummary:
 			var c int
 			_ = json.Unmarshal(r.Extra[audit.SummaryRequestsKey], &c)
@@ -201,22 +202,23 @@ func TestRootLowDiskSpaceRefusesSandboxes(t *testing.T) {
 	if err := os.WriteFile(filler, make([]byte, 6<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := d.Run(context.Background(), Task{ID: "alk-daemon-lowdisk", Argv: []string{"true"}})
+	lowID := uniqueID("alk-daemon-lowdisk")
+	_, err := d.Run(context.Background(), Task{ID: lowID, Argv: []string{"true"}})
 	var le *LowDiskSpaceError
 	if !errors.As(err, &le) || !errors.Is(err, ErrLowDiskSpace) || le.Mount != dir || le.Need != 4<<20 || le.Free >= le.Need ||
 		!strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "audit.min_free 4M") {
 		t.Fatalf("run with the audit filesystem nearly full: got %v, want a LowDiskSpaceError naming %s and the numbers", err, dir)
 	}
-	if _, err := os.Stat("/run/netns/airlock-alk-daemon-lowdisk"); !os.IsNotExist(err) {
+	if _, err := os.Stat("/run/netns/airlock-" + lowID); !os.IsNotExist(err) {
 		t.Fatalf("a namespace was made for a refused sandbox: %v", err)
 	}
-	if _, err := d.Attach(context.Background(), policy.Sandbox{ID: "alk-daemon-lowdisk-a"}, filepath.Join(t.TempDir(), "no-such-netns")); !errors.Is(err, ErrLowDiskSpace) {
+	if _, err := d.Attach(context.Background(), policy.Sandbox{ID: uniqueID("alk-daemon-lowdisk-a")}, filepath.Join(t.TempDir(), "no-such-netns")); !errors.Is(err, ErrLowDiskSpace) {
 		t.Fatalf("attach with the audit filesystem nearly full: got %v, want ErrLowDiskSpace", err)
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.Run(context.Background(), Task{ID: "alk-daemon-lowdisk", Argv: []string{"true"}})
+	res, err := d.Run(context.Background(), Task{ID: uniqueID("alk-daemon-lowdisk"), Argv: []string{"true"}})
 	if err != nil || res.ExitStatus() != 0 {
 		t.Fatalf("run with room again: got %v, %v; want exit 0", res, err)
 	}

@@ -124,7 +124,8 @@ func TestRootRun(t *testing.T) {
 		}
 	})
 	var stdout, stderr bytes.Buffer
-	res, err := d.Run(context.Background(), Task{ID: "alk-daemon-run", Argv: []string{"sh", "-c",
+	runID := uniqueID("alk-daemon-run")
+	res, err := d.Run(context.Background(), Task{ID: runID, Argv: []string{"sh", "-c",
 		"curl -sS --max-time 20 https://pypi.org/simple/ && curl -sS --max-time 20 -o /dev/null -w '%{http_code}' https://evil.example/ ; exit 0"},
 		Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
@@ -139,7 +140,7 @@ func TestRootRun(t *testing.T) {
 	if evil.Conns() != 0 {
 		t.Fatalf("evil.example saw %d connections, want 0", evil.Conns())
 	}
-	if _, err := os.Stat("/run/netns/airlock-alk-daemon-run"); !os.IsNotExist(err) {
+	if _, err := os.Stat("/run/netns/airlock-" + runID); !os.IsNotExist(err) {
 		t.Fatalf("namespace left behind: %v", err)
 	}
 	if err := d.Close(); err != nil {
@@ -186,7 +187,7 @@ func TestRootOwnAddressRefused(t *testing.T) {
 		}
 	}()
 	var stdout bytes.Buffer
-	res, err := d.Run(context.Background(), Task{ID: "alk-daemon-own", Argv: []string{"sh", "-c",
+	res, err := d.Run(context.Background(), Task{ID: uniqueID("alk-daemon-own"), Argv: []string{"sh", "-c",
 		"curl -sS --max-time 20 -o /dev/null -w '%{http_code}' http://host.example/; echo; curl -sS --noproxy '*' --max-time 20 -o /dev/null -w '%{http_code}' http://host.example/; exit 0"},
 		Stdout: &stdout})
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -273,4 +275,13 @@ func pidAlive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// uniqueID is prefix with a random suffix: a root test's sandbox id, so the
+// same test run from two checkouts at once (or a stale namespace left by a
+// killed run) never collides on /run/netns/airlock-<id>.
+func uniqueID(prefix string) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
 }
