@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/policy/policytest"
 )
@@ -295,4 +296,39 @@ func TestSOCKS5SlowClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// addrType is the ATYP of a greeting-then-request input, or 0.
+func addrType(b []byte) byte {
+	if len(b) < 2 || len(b) < 2+int(b[1])+4 {
+		return 0
+	}
+	return b[2+int(b[1])+3]
+}
+
+// FuzzSOCKSHandshake: whatever a client sends, the handshake returns a
+// target that splits as host:port, or a denial; it never panics, and it
+// answers at most the method selection and nothing past it.
+func FuzzSOCKSHandshake(f *testing.F) {
+	f.Add(append(append([]byte{}, socksGreeting...), socksRequest(socksCmdConnect, socksAtypDomain, []byte("pypi.org"), 443)...))
+	f.Add(append(append([]byte{}, socksGreeting...), socksRequest(socksCmdConnect, socksAtypIPv6, net.ParseIP("::1").To16(), 22)...))
+	f.Add([]byte{socksVersion, 0})
+	f.Add([]byte{socksVersion, 1, 0, socksVersion, 2, 0, socksAtypIPv4, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var out bytes.Buffer
+		rc := &reqCtx{}
+		target, err := socksHandshake(rc, bufio.NewReader(bytes.NewReader(b)), bufio.NewWriter(&out))
+		if err == nil {
+			// A target from an address always splits back to it; one from a
+			// domain name is left to normalizeConnect to refuse.
+			if _, _, serr := hostname.SplitHostPort(target, 0); serr != nil && !strings.HasSuffix(target, ":0") && addrType(b) != socksAtypDomain {
+				t.Fatalf("address target %q does not split: %v", target, serr)
+			}
+		} else if _, ok := err.(*denial); !ok {
+			t.Fatalf("error %v is not a denial", err)
+		}
+		if out.Len() > 2 {
+			t.Fatalf("handshake wrote %x, want at most the method selection", out.Bytes())
+		}
+	})
 }
