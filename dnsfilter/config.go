@@ -20,22 +20,24 @@ import (
 
 // Defaults applied by New to zero-valued Config fields.
 const (
-	DefaultMinTTL            = 30 * time.Second
-	DefaultMaxTTL            = time.Hour
-	DefaultTimeout           = 2 * time.Second
-	DefaultPolicyTimeout     = time.Second
-	DefaultCacheSize         = 10000
-	DefaultDecisionCacheSize = 4096
-	DefaultRateLimit         = 200.0 // queries per second per sandbox
-	DefaultRateBurst         = 1000
-	DefaultUniqueNames       = 100 // distinct names per registered domain per window
-	DefaultUniqueWindow      = time.Minute
-	DefaultLongLabel         = 40  // labels longer than this are flagged
-	DefaultEntropy           = 3.5 // bits per character
-	DefaultEntropyMinLen     = 16  // shorter labels are not scored for entropy
-	DefaultPTRDomain         = "airlock.internal"
-	DefaultEDNSSize          = 1232 // the DNS flag day 2020 size, for upstream and replies
-	DefaultMaxTCPConns       = 64   // per sandbox
+	DefaultMinTTL             = 30 * time.Second
+	DefaultMaxTTL             = time.Hour
+	DefaultTimeout            = 2 * time.Second
+	DefaultPolicyTimeout      = time.Second
+	DefaultCacheSize          = 10000
+	DefaultDecisionCacheSize  = 4096
+	DefaultRateLimit          = 200.0 // queries per second per sandbox
+	DefaultRateBurst          = 1000
+	DefaultUniqueNames        = 100 // distinct names per registered domain per window
+	DefaultUniqueWindow       = time.Minute
+	DefaultLongLabel          = 40  // labels longer than this are flagged
+	DefaultEntropy            = 3.5 // bits per character
+	DefaultEntropyMinLen      = 16  // shorter labels are not scored for entropy
+	DefaultPTRDomain          = "airlock.internal"
+	DefaultEDNSSize           = 1232  // the DNS flag day 2020 size, for upstream and replies
+	DefaultMaxTCPConns        = 64    // per sandbox
+	DefaultNameMemoPerSandbox = 4096  // addresses remembered per sandbox (NameFor)
+	DefaultNameMemoTotal      = 65536 // addresses remembered for all sandboxes together
 
 	DefaultAuditRate            = 200.0 // individual audit records per second per sandbox
 	DefaultAuditBurst           = 1000
@@ -137,6 +139,14 @@ type Config struct {
 	// MaxTCPConns bounds each sandbox's open TCP connections to the filter;
 	// further connections wait in the listener's backlog.
 	MaxTCPConns int
+	// NameMemoPerSandbox and NameMemoTotal bound the addresses the filter
+	// remembers having answered (NameFor, which the gateway decides a raw TCP
+	// connection to a bare address by): per sandbox and for all sandboxes
+	// together. Past either bound the oldest entries are dropped; a
+	// connection to an address whose entry was dropped is decided as the
+	// bare address (fail closed).
+	NameMemoPerSandbox int
+	NameMemoTotal      int
 	// PTRDomain is the zone of the names given for a sandbox's own addresses:
 	// PTR of an own address answers "<sandbox-id>.<PTRDomain>.".
 	PTRDomain string
@@ -221,6 +231,12 @@ func (c Config) compile() (*compiled, error) {
 	if c.MaxTCPConns == 0 {
 		c.MaxTCPConns = DefaultMaxTCPConns
 	}
+	if c.NameMemoPerSandbox == 0 {
+		c.NameMemoPerSandbox = DefaultNameMemoPerSandbox
+	}
+	if c.NameMemoTotal == 0 {
+		c.NameMemoTotal = DefaultNameMemoTotal
+	}
 	if c.PTRDomain == "" {
 		c.PTRDomain = DefaultPTRDomain
 	}
@@ -275,6 +291,12 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if c.MaxTCPConns < 0 {
 		bad("max_tcp_conns", c.MaxTCPConns, "a positive number of connections")
+	}
+	if c.NameMemoPerSandbox < 0 {
+		bad("name_memo_per_sandbox", c.NameMemoPerSandbox, "a positive number of addresses")
+	}
+	if c.NameMemoTotal < 0 {
+		bad("name_memo_total", c.NameMemoTotal, "a positive number of addresses")
 	}
 	if c.UniqueNames < 0 {
 		bad("unique_names", c.UniqueNames, "a positive number of names")

@@ -8,7 +8,8 @@
 // gateway dials with; LookupForSandbox charges the gateway's lookups to the
 // sandbox's own DNS limits.
 //
-// Entry points: New, (*Filter).ServeSandbox, StopSandbox, Shutdown, Resolver.
+// Entry points: New, (*Filter).ServeSandbox, StopSandbox, Shutdown, Resolver,
+// NameFor (the name a sandbox was answered for an address, for raw TCP).
 // The query path, query types, flags, resolver and audit
 // budget: docs/ARCHITECTURE.md, "DNS filter".
 //

@@ -33,6 +33,7 @@ type Filter struct {
 	log     *slog.Logger
 	res     *Resolver
 	metrics *metrics      // the filter's own Prometheus registry and series
+	memo    *nameMemo     // address -> name answered, per sandbox (NameFor)
 	revOf   func() string // current policy revision, nil if the decider cannot say
 
 	idPrefix string
@@ -82,6 +83,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, logger *slog.Logger) 
 		cfg: c, dec: dec, alog: log, log: logger, res: res, metrics: m,
 		idPrefix:  "dns-" + hex.EncodeToString(b[:]) + "-",
 		sandboxes: make(map[string]*sandboxServer),
+		memo:      newNameMemo(c.NameMemoPerSandbox, c.NameMemoTotal),
 	}
 	res.owner = f
 	if r, ok := dec.(Revisioner); ok && c.DecisionCacheSize > 0 {
@@ -146,8 +148,8 @@ func (f *Filter) ServeSandbox(sb policy.Sandbox, own []netip.Addr, udp net.Packe
 	return nil
 }
 
-// StopSandbox stops answering the sandbox and closes its sockets. Unknown ids are
-// ignored.
+// StopSandbox stops answering the sandbox, closes its sockets and forgets the
+// addresses it was answered (NameFor). Unknown ids are ignored.
 func (f *Filter) StopSandbox(id string) {
 	f.mu.Lock()
 	s := f.sandboxes[id]
@@ -160,6 +162,7 @@ func (f *Filter) StopSandbox(id string) {
 			f.log.Error("stop sandbox", oplog.SandboxKey, id, oplog.ErrorKey, err)
 		}
 		s.sum.close()
+		f.memo.forget(s)
 	}
 }
 
@@ -177,6 +180,7 @@ func (f *Filter) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		s.sum.close()
+		f.memo.forget(s)
 	}
 	return errors.Join(errs...)
 }

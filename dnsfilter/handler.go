@@ -335,8 +335,13 @@ func (q *query) verdict() (decision string, reasons []audit.Reason, errMsg strin
 	return decision, reasons, errMsg
 }
 
-// write sends the reply.
+// write sends the reply. The addresses of a successful answer are remembered
+// first (NameFor), so a connection the sandbox makes as soon as it reads the
+// reply finds its name.
 func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcode int, rrs []dns.RR) {
+	if rcode == dns.RcodeSuccess && len(rrs) > 0 && q.name != "" {
+		s.remember(q.name, rrs, q.start)
+	}
 	size := dns.MaxMsgSize
 	opt := req.IsEdns0()
 	if q.proto == "udp" {

@@ -150,6 +150,13 @@ type env struct {
 
 func newEnv(t *testing.T, cfg Config, up *fakeUpstream, dec policy.Decider, own ...netip.Addr) *env {
 	t.Helper()
+	return newEnvWith(t, cfg, up, dec, nil, own...)
+}
+
+// newEnvWith is newEnv with before called on the Filter before it serves
+// (to replace its clock).
+func newEnvWith(t *testing.T, cfg Config, up *fakeUpstream, dec policy.Decider, before func(*Filter), own ...netip.Addr) *env {
+	t.Helper()
 	if cfg.Upstreams == nil {
 		cfg.Upstreams = []string{up.addr}
 	}
@@ -163,6 +170,9 @@ func newEnv(t *testing.T, cfg Config, up *fakeUpstream, dec policy.Decider, own 
 		t.Fatalf("New: %v", err)
 	}
 	e.f = f
+	if before != nil {
+		before(f)
+	}
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 type dialer struct {
 	res     Resolver
 	sres    SandboxResolver // res, when it charges lookups to a sandbox
+	namer   SandboxNamer    // res, when it remembers the names it answered a sandbox
 	guard   *ipguard.Guard
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	timeout time.Duration
@@ -26,6 +27,7 @@ type dialer struct {
 func newDialer(res Resolver, guard *ipguard.Guard, dial func(ctx context.Context, network, addr string) (net.Conn, error), timeout time.Duration) *dialer {
 	d := &dialer{res: res, guard: guard, dial: dial, timeout: timeout}
 	d.sres, _ = res.(SandboxResolver)
+	d.namer, _ = res.(SandboxNamer)
 	if d.dial == nil {
 		nd := &net.Dialer{KeepAlive: 30 * time.Second}
 		d.dial = nd.DialContext
@@ -103,4 +105,13 @@ func (d *dialer) lookup(ctx context.Context, sandboxID, host string) ([]netip.Ad
 		return nil, deny(r.Reason(), "resolve %s for sandbox %s: %v", host, sandboxID, err)
 	}
 	return nil, fail(ReasonResolve, http.StatusBadGateway, fmt.Errorf("resolve %s: %w", host, err))
+}
+
+// nameFor returns the name the sandbox sandboxID resolved to addr, while the
+// answer's TTL lasts, when the Resolver remembers it (SandboxNamer).
+func (d *dialer) nameFor(sandboxID string, addr netip.Addr) (string, bool) {
+	if d.namer == nil {
+		return "", false
+	}
+	return d.namer.NameFor(sandboxID, addr)
 }

@@ -1,6 +1,7 @@
 // Package gateway is airlock's filtering HTTP/HTTPS proxy: the explicit proxy
-// (plain HTTP in absolute form and CONNECT, through goproxy), the transparent
-// listener that receives connections redirected inside a sandbox's namespace,
+// (plain HTTP in absolute form and CONNECT, through goproxy; SOCKS5 CONNECT),
+// the transparent listener that receives connections redirected inside a
+// sandbox's namespace (raw TCP decided by the name the sandbox resolved),
 // TLS interception where policy or a secret binding asks for it, and the
 // guarded dialer with its per-sandbox upstream pool.
 //
@@ -14,8 +15,8 @@
 //
 // Entry points: New, (*Gateway).ServeSandbox, StopSandbox, Shutdown. It talks
 // to policy through policy.Decider, to audit through audit.Logger (and
-// audit.Reserver), to DNS through Resolver and SandboxResolver, to secrets
-// through Injector. Each stage, the CONNECT content rules and transparent
+// audit.Reserver), to DNS through Resolver, SandboxResolver and SandboxNamer,
+// to secrets through Injector. Each stage, the CONNECT content rules and transparent
 // sniffing: docs/ARCHITECTURE.md, "Gateway pipeline".
 //
 // gateway must never import: config, dnsfilter, netns, sandboxd, daemon,

@@ -65,6 +65,7 @@ type explicitConn struct {
 	bodyLeft int64         // request body bytes not yet handed out; -1: chunked, unknown
 	held     bool          // the request's bytes are all out: hand out nothing more
 	hijacked bool          // http.Server handed the connection over
+	started  bool          // the first byte was read (SOCKS5 or HTTP); read by http.Server's goroutine only
 	cur      *explicitReq  // the request being served
 	unhold   chan struct{} // closed when http.Server aborts its pending read
 	closed   sync.Once
@@ -250,6 +251,15 @@ func (c *explicitConn) readHead() error {
 	s.cc.idle.Store(false)
 	if g.isDraining() {
 		return io.EOF
+	}
+	if first := !c.started; first {
+		c.started = true
+		if b, _ := s.br.Peek(1); b[0] == socksVersion {
+			// A SOCKS5 client (socks.go): served here, in place of the
+			// connection's first request; http.Server then sees it end.
+			c.serveSOCKS()
+			return io.EOF
+		}
 	}
 	c.Conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
 	pr, err := peekHTTPRequest(s.br, min(g.cfg.MaxHeaderBytes, s.br.Size()))

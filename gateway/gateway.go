@@ -361,3 +361,16 @@ type SandboxResolver interface {
 	Resolver
 	LookupForSandbox(ctx context.Context, sandboxID, host string) ([]netip.Addr, error)
 }
+
+// SandboxNamer is a Resolver that also remembers, per sandbox, which name it
+// answered that sandbox's DNS question with which address, for the answer's
+// TTL. The gateway decides a transparently captured raw TCP connection (kind
+// tcp: neither TLS nor HTTP) to such an address by that name and its port, and
+// dials an address it resolves for the name itself (LookupForSandbox, ipguard),
+// never the original destination as it is. An address the sandbox was never
+// answered (ok false) is decided as the bare address. The gateway uses it
+// whenever its Resolver implements this interface; dnsfilter's Resolver does.
+type SandboxNamer interface {
+	Resolver
+	NameFor(sandboxID string, addr netip.Addr) (name string, ok bool)
+}

@@ -75,6 +75,12 @@ func (d *recordingDialer) DialContext(ctx context.Context, network, addr string)
 	return nd.DialContext(ctx, network, addr)
 }
 
+func (d *recordingDialer) dialedAddrs() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.dialed...)
+}
+
 func (d *recordingDialer) refusedAddrs() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -233,6 +239,12 @@ func newHarness(t testing.TB, dec policy.Decider, names map[string][]netip.Addr,
 // newHarnessLogger is newHarness with the gateway's operational logger.
 func newHarnessLogger(t testing.TB, dec policy.Decider, names map[string][]netip.Addr, pki *testPKI, logger *slog.Logger, opts ...harnessOpt) *harness {
 	t.Helper()
+	return newHarnessResolver(t, dec, &fakeResolver{names: names}, pki, logger, opts...)
+}
+
+// newHarnessResolver is newHarness with the gateway's Resolver given.
+func newHarnessResolver(t testing.TB, dec policy.Decider, res Resolver, pki *testPKI, logger *slog.Logger, opts ...harnessOpt) *harness {
+	t.Helper()
 	h := &harness{dec: dec, log: &audittest.Log{}, dialer: &recordingDialer{allowed: map[string]bool{}}, pki: pki}
 	cfg := Config{
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
@@ -253,7 +265,7 @@ func newHarnessLogger(t testing.TB, dec policy.Decider, names map[string][]netip
 	for _, o := range opts {
 		o(&cfg)
 	}
-	g, err := New(cfg, dec, h.log, &fakeResolver{names: names}, logger)
+	g, err := New(cfg, dec, h.log, res, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

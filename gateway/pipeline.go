@@ -44,6 +44,8 @@ type reqCtx struct {
 	sni     string
 	origDst netip.AddrPort
 	carries policy.Kind // CONNECT: what the tunnel turned out to carry (tls, http, tcp)
+	named   bool        // kind tcp: host is the name the sandbox resolved to origDst
+	socks   bool        // a SOCKS5 CONNECT (socks.go): answered in SOCKS, decided as kind connect
 
 	// HTTP.
 	req       *http.Request
@@ -163,8 +165,14 @@ func (g *Gateway) normalize(rc *reqCtx) error {
 		rc.port = int(rc.origDst.Port())
 		return g.claimTunnel(rc)
 	case policy.KindTCP:
+		// Decided by the name the sandbox resolved to the address, if the DNS
+		// filter answered it one (dial then resolves the name again); else as
+		// the bare address.
 		rc.ip = rc.origDst.Addr().Unmap()
 		rc.host = rc.ip.String()
+		if name, ok := g.dialer.nameFor(rc.cc.sb.info.ID, rc.ip); ok {
+			rc.host, rc.named = name, true
+		}
 		rc.port = int(rc.origDst.Port())
 		return g.claimTunnel(rc)
 	}
@@ -431,6 +439,15 @@ func (g *Gateway) writeRecord(rc *reqCtx, r *audit.Record) error {
 // possible (TLS passthrough, raw TCP, a response already begun) it closes.
 func (g *Gateway) refuse(rc *reqCtx) {
 	status, reason := refusalOf(rc.err)
+	if rc.socks {
+		if !rc.responded {
+			rc.status = status
+			writeSOCKSReply(rc.sess.bw, socksReplyOf(rc.err))
+			rc.responded = true
+		}
+		rc.cc.nc.Close()
+		return
+	}
 	if rc.responded || rc.sess == nil {
 		rc.cc.nc.Close()
 		return
@@ -559,6 +576,14 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 	if rc.carries != "" {
 		r.Extra = map[string]json.RawMessage{"carries": json.RawMessage(strconv.Quote(string(rc.carries)))}
 	}
+	if rc.named {
+		// The host is the name the sandbox resolved; this is the address it
+		// connected to (r.IP is the one dialed).
+		extra(r, "original_ip", rc.origDst.Addr().Unmap().String())
+	}
+	if rc.socks {
+		extra(r, "proxy_protocol", "socks5")
+	}
 	if rc.decided {
 		r.Mode = string(rc.dec.Mode)
 		r.PolicyRev = rc.dec.Rev
@@ -600,6 +625,14 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 	}
 	boundText(r)
 	return r
+}
+
+// extra sets one string field of the record's Extra.
+func extra(r *audit.Record, key, val string) {
+	if r.Extra == nil {
+		r.Extra = map[string]json.RawMessage{}
+	}
+	r.Extra[key] = json.RawMessage(strconv.Quote(val))
 }
 
 // boundText cuts the record's free-text fields: messages and errors can

@@ -29,7 +29,11 @@ import (
 //     allows kind tcp to the destination (decideCarried).
 func (g *Gateway) relayConnect(rc *reqCtx) error {
 	s := rc.sess
-	s.bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
+	if rc.socks {
+		writeSOCKSReply(s.bw, socksSucceeded)
+	} else {
+		s.bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
+	}
 	if err := s.bw.Flush(); err != nil {
 		return fail(ReasonUpstream, http.StatusBadGateway, err)
 	}

@@ -45,7 +45,11 @@ type Sandbox struct {
 }
 
 // Destination is the normalized target. Host is the output of hostname.Normalize
-// (or a canonical IP literal); Suffixes is hostname.Suffixes(Host).
+// (or a canonical IP literal); Suffixes is hostname.Suffixes(Host). For kind
+// tcp (a raw connection the transparent listener captured), Host is the name
+// the DNS filter last answered the sandbox with the destination address,
+// while that answer's TTL lasts, and IP is that address; without such an
+// answer Host is the address itself.
 type Destination struct {
 	Host     string   `json:"host"`
 	Port     int      `json:"port"`

@@ -58,6 +58,29 @@ func TestReadmeExamples(t *testing.T) {
 			if d := e.Decide(context.Background(), sbIn("sb-dev", own, "", KindConnect, "api.example.com", 443)); !d.Allowed {
 				t.Fatalf("no_own_hosts policy: got %+v, want another sandbox's own host allowed", d)
 			}
+		case strings.Contains(src, "tcp_hosts"):
+			tcpAt := func(host string, port int) *Input {
+				in := portIn(KindTCP, host, port)
+				in.Destination.Protocol = "tcp"
+				return in
+			}
+			for _, c := range []struct {
+				in   *Input
+				want bool
+			}{
+				{tcpAt("github.com", 22), true},
+				{tcpAt("db.corp.example", 5432), true},
+				{portIn(KindDNS, "db.corp.example", 53), true},
+				{tcpAt("db.corp.example", 5433), false},
+				{tcpAt("github.com", 2222), false},
+				{tcpAt("140.82.112.3", 22), false},
+				{tcpAt("evil.example", 22), false},
+				{portIn(KindDNS, "evil.example", 53), false},
+			} {
+				if d := e.Decide(context.Background(), c.in); d.Allowed != c.want {
+					t.Fatalf("tcp_hosts policy: %s %s:%d got %+v, want allowed %v", c.in.Kind, c.in.Destination.Host, c.in.Destination.Port, d, c.want)
+				}
+			}
 		case strings.Contains(src, "dns_port_optin"):
 			if d := e.Decide(context.Background(), portIn(KindTCP, "10.0.0.53", 53)); !d.Allowed {
 				t.Fatalf("dns_port_optin policy: got %+v, want 10.0.0.53:53 allowed", d)

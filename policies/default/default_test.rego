@@ -151,6 +151,37 @@ test_allow_host_port if {
 	airlock.decision.allowed with input as at("dns", "api.example.com", 53) with data.airlock.hosts as h
 }
 
+# Raw TCP by name (issue 12): the gateway decides a raw TCP connection to an
+# address the DNS filter answered the sandbox with the name it resolved as
+# destination.host (destination.ip is the address it connected to), so
+# --allow HOST:PORT opens raw TCP to that name and port only.
+tcp_named(host, ip, port) := {
+	"kind": "tcp", "sandbox": {"id": "sb-1"},
+	"destination": {"host": host, "port": port, "ip": ip, "protocol": "tcp"},
+}
+
+test_tcp_by_resolved_name if {
+	h := {"registry": {"github.com": {"ports": [443, 80], "git": true}}, "allow": {"github.com": {"ports": [22]}, "db.corp.example": {"ports": [5432]}, "140.82.112.9": {"ports": [22]}}}
+	airlock.decision.allowed with input as tcp_named("github.com", "140.82.112.3", 22) with data.airlock.hosts as h
+	airlock.decision.allowed with input as tcp_named("db.corp.example", "198.51.100.20", 5432) with data.airlock.hosts as h
+
+	# Another port of the name: refused, naming the port it is open on.
+	d := airlock.decision with input as tcp_named("db.corp.example", "198.51.100.20", 5433) with data.airlock.hosts as h
+	d.reasons == [{"id": "port_not_allowed", "msg": "db.corp.example is reachable on port(s) 5432, not 5433"}]
+
+	# A registry is never raw TCP, on its own ports either.
+	not airlock.decision.allowed with input as tcp_named("github.com", "140.82.112.3", 443) with data.airlock.hosts as h
+
+	# An address no name was answered for is decided as the address: denied
+	# unless an entry names the address itself.
+	reason_ids(tcp_named("140.82.112.3", "140.82.112.3", 22)) == ["default_deny"] with data.airlock.hosts as h
+	airlock.decision.allowed with input as tcp_named("140.82.112.9", "140.82.112.9", 22) with data.airlock.hosts as h
+
+	# When a name is known it decides: an entry for the address does not
+	# open another name's connection to it.
+	not airlock.decision.allowed with input as tcp_named("evil.example", "140.82.112.9", 22) with data.airlock.hosts as h
+}
+
 test_allow_host_dns_port_named if {
 	h := {"registry": {}, "allow": {"resolver.example": {"ports": [53]}}}
 	d := airlock.decision with input as at("tcp", "resolver.example", 53) with data.airlock.hosts as h
