@@ -122,6 +122,7 @@ var _ Server = (*testServer)(nil)
 // (dnsfilter must never import gateway, so the check lives here, where both
 // are glued together as package daemon does.)
 var _ gateway.SandboxResolver = (*dnsfilter.Resolver)(nil)
+var _ gateway.SandboxNamer = (*dnsfilter.Resolver)(nil)
 
 func (s *testServer) Serve(sb policy.Sandbox, own []netip.Addr, ls Listeners) error {
 	if err := s.dns.ServeSandbox(sb, own, ls.DNSUDP, ls.DNSTCP); err != nil {
