@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -277,9 +278,10 @@ func TestSandboxHelp(t *testing.T) {
 }
 
 // cliStreaming runs `airlock ARGS...` in the background with its stdout and
-// stderr written to pipes as they come; the exit status arrives on the
-// returned channel.
-func cliStreaming(t *testing.T, args ...string) (stdout, stderr *bufio.Reader, code <-chan int) {
+// stderr read line by line as they come (each pipe drained on its own, so the
+// command never blocks writing one while the test waits on the other); the
+// exit status arrives on the returned channel.
+func cliStreaming(t *testing.T, args ...string) (stdout, stderr *lineReader, code <-chan int) {
 	t.Helper()
 	root := newRootCmd()
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
@@ -298,13 +300,56 @@ func cliStreaming(t *testing.T, args ...string) (stdout, stderr *bufio.Reader, c
 		ew.Close()
 		done <- c
 	}()
+	stdout, stderr = readLines(or), readLines(er)
 	t.Cleanup(func() {
 		cancel()
-		go io.Copy(io.Discard, or)
-		go io.Copy(io.Discard, er)
+		or.Close()
+		er.Close()
 		<-finished
 	})
-	return bufio.NewReader(or), bufio.NewReader(er), done
+	return stdout, stderr, done
+}
+
+// lineReader hands out the lines a pipe carries, read by its own goroutine.
+type lineReader struct{ c chan string }
+
+// lineBuffer is how many unread lines a lineReader holds before its pipe's
+// writer waits.
+const lineBuffer = 1024
+
+func readLines(r io.Reader) *lineReader {
+	l := &lineReader{c: make(chan string, lineBuffer)}
+	go func() {
+		defer close(l.c)
+		br := bufio.NewReader(r)
+		for {
+			s, err := br.ReadString('\n')
+			if s != "" {
+				l.c <- s
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return l
+}
+
+// ReadString returns the next line (delim must be '\n'), or io.EOF once the
+// pipe is closed, or an error when none comes within cliTimeout.
+func (l *lineReader) ReadString(delim byte) (string, error) {
+	if delim != '\n' {
+		return "", fmt.Errorf("lineReader reads lines only")
+	}
+	select {
+	case s, ok := <-l.c:
+		if !ok {
+			return "", io.EOF
+		}
+		return s, nil
+	case <-time.After(cliTimeout):
+		return "", fmt.Errorf("no line within %s", cliTimeout)
+	}
 }
 
 // TestSandboxExecStreams: exec writes the command's output as it is
