@@ -113,11 +113,11 @@ const (
 // parentHarness is a gateway whose upstream is p. Its guard allows only the
 // fake internet's 198.18.0.0/15, not loopback: the parent (on loopback) is
 // reachable only as the parent.
-func parentHarness(t *testing.T, p *testParent, dec *policytest.Decider, names map[string][]netip.Addr, logs *bytes.Buffer, pki *testPKI, opts ...harnessOpt) *harness {
+func parentHarness(t *testing.T, p *testParent, dec *policytest.Decider, names map[string][]netip.Addr, logs *lockedBuffer, pki *testPKI, opts ...harnessOpt) *harness {
 	t.Helper()
 	var logger *slog.Logger
 	if logs != nil {
-		logger = slog.New(slog.NewJSONHandler(&lockedWriter{w: logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	all := append([]harnessOpt{func(c *Config) {
 		c.AllowCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}
@@ -129,20 +129,27 @@ func parentHarness(t *testing.T, p *testParent, dec *policytest.Decider, names m
 	return h
 }
 
-type lockedWriter struct {
+// lockedBuffer collects the gateway's log lines.
+type lockedBuffer struct {
 	mu sync.Mutex
-	w  *bytes.Buffer
+	b  bytes.Buffer
 }
 
-func (l *lockedWriter) Write(b []byte) (int, error) {
+func (l *lockedBuffer) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(b)
+	return l.b.Write(b)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // noCredential fails if the parent's credential appears in any audit record
 // or log line.
-func noCredential(t *testing.T, h *harness, logs *bytes.Buffer) {
+func noCredential(t *testing.T, h *harness, logs *lockedBuffer) {
 	t.Helper()
 	for _, r := range h.log.Records() {
 		b, _ := json.Marshal(r)
@@ -150,8 +157,11 @@ func noCredential(t *testing.T, h *harness, logs *bytes.Buffer) {
 			t.Fatalf("audit record carries the parent's credential: %s", b)
 		}
 	}
-	if logs != nil && (strings.Contains(logs.String(), parentSecret) || strings.Contains(logs.String(), "YWxpY2U6")) {
-		t.Fatalf("log carries the parent's credential: %s", logs.String())
+	if logs == nil {
+		return
+	}
+	if out := logs.String(); out == "" || strings.Contains(out, parentSecret) || strings.Contains(out, "YWxpY2U6") {
+		t.Fatalf("log is empty or carries the parent's credential: %s", out)
 	}
 }
 
@@ -170,7 +180,7 @@ func TestParentProxyCarriesEveryKind(t *testing.T) {
 		"plain.example:80": plain.addr, "plain2.example:80": plain.addr, "tun.example:443": secure.addr,
 		"api.example:443": secure.addr, "198.18.0.10:7000": raw,
 	})
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	dec := policytest.Allow("plain.example", "plain2.example", "tun.example", "api.example", "198.18.0.10").Intercept("api.example")
 	h := parentHarness(t, p, dec, nil, &logs, pki)
 
@@ -211,6 +221,8 @@ func TestParentProxyCarriesEveryKind(t *testing.T) {
 		t.Fatalf("transparent tcp: got %q", got)
 	}
 
+	// Every connection's last record is written before the checks below.
+	h.log.Wait(t, "tcp close", func(r audit.Record) bool { return r.Kind == audit.KindClose && r.Host == "198.18.0.10" })
 	targets, auths := p.seen()
 	want := []string{"CONNECT plain.example:80", "CONNECT tun.example:443", "CONNECT api.example:443",
 		"CONNECT plain2.example:80", "CONNECT tun.example:443", "CONNECT 198.18.0.10:7000"}
@@ -343,7 +355,7 @@ func TestParentProxyNoProxyDirect(t *testing.T) {
 func TestParentProxyFailsClosed(t *testing.T) {
 	up := newUpstream(t, nil, nil)
 	p := newTestParent(t, map[string]string{"plain.example:80": up.addr})
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	h := parentHarness(t, p, policytest.Allow("plain.example"), names("plain.example"), &logs, nil)
 	h.allowUpstreams(up) // a fallback to direct would reach it
 	tests := []struct {
