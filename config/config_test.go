@@ -40,6 +40,18 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "bad size", yaml: "limits: {memory: 12Q}", wantErr: `unknown unit "Q"`},
 		{name: "bad duration", yaml: "limits: {timeout: soon}", wantErr: "want e.g. 30s"},
 		{name: "bad cidr", yaml: "upstream: {allow_cidrs: [10.0.0.0/33]}", wantErr: "upstream.allow_cidrs[0]"},
+		{name: "parent proxy", yaml: "upstream: {proxy: 'http://proxy.corp:3128', no_proxy: [internal.corp, '*.corp', .lan, 10.0.0.0/8, 192.0.2.1], proxy_auth_secret: corp-proxy}\nsecrets: {file: /etc/airlock/secrets.yaml}", check: func(t *testing.T, c Config) {
+			if c.Upstream.Proxy != "http://proxy.corp:3128" || len(c.Upstream.NoProxy) != 5 || c.Upstream.ProxyAuthSecret != "corp-proxy" {
+				t.Fatalf("got %+v", c.Upstream)
+			}
+		}},
+		{name: "parent proxy with credentials", yaml: "upstream: {proxy: 'http://alice:pw@proxy.corp:3128'}", wantErr: "upstream.proxy: the URL carries credentials; put \"user:password\" in a secret of the secrets file"},
+		{name: "parent proxy scheme", yaml: "upstream: {proxy: 'socks5://proxy.corp:1080'}", wantErr: "upstream.proxy: \"socks5://proxy.corp:1080\": scheme must be http or https"},
+		{name: "parent proxy path", yaml: "upstream: {proxy: 'http://proxy.corp:3128/x'}", wantErr: "upstream.proxy: "},
+		{name: "parent proxy no host", yaml: "upstream: {proxy: 'http://'}", wantErr: "upstream.proxy: "},
+		{name: "no_proxy entry", yaml: "upstream: {proxy: 'http://p:3128', no_proxy: ['a b']}", wantErr: "upstream.no_proxy[0]"},
+		{name: "no_proxy without proxy", yaml: "upstream: {no_proxy: [x.corp]}", wantErr: "upstream.no_proxy and upstream.proxy_auth_secret need upstream.proxy"},
+		{name: "proxy secret without secrets file", yaml: "upstream: {proxy: 'http://p:3128', proxy_auth_secret: corp}", wantErr: "upstream.proxy_auth_secret"},
 		{name: "upstream name", yaml: "dns: {upstreams: [dns.google:53]}", wantErr: "dns.upstreams[0]"},
 		{name: "dot upstream", yaml: "dns: {upstreams: [\"tls://9.9.9.9:853#dns.quad9.net\"]}", check: func(t *testing.T, c Config) {}},
 		{name: "dot without name", yaml: "dns: {upstreams: [\"tls://9.9.9.9:853\"]}", wantErr: "SERVERNAME"},

@@ -229,6 +229,17 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 	if d.secrets != nil {
 		gwCfg.Injector = d.secrets
 	}
+	gwCfg.ParentProxy, gwCfg.ParentNoProxy = cfg.Upstream.Proxy, cfg.Upstream.NoProxy
+	if id := cfg.Upstream.ProxyAuthSecret; id != "" {
+		if d.secrets == nil {
+			return fmt.Errorf("upstream.proxy_auth_secret: %q needs secrets.file", id)
+		}
+		auth, err := d.secrets.ProxyAuthorization(id)
+		if err != nil {
+			return fmt.Errorf("upstream.proxy_auth_secret: %w", err)
+		}
+		gwCfg.ParentAuth = auth
+	}
 	gw, err := gateway.New(gwCfg, dec, d.budget, d.dns.Resolver(), d.log)
 	if err != nil {
 		return err

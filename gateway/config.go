@@ -41,6 +41,21 @@ type Config struct {
 	AllowCIDRs []netip.Prefix
 	// OwnAddrs are the gateway's own addresses; they are always refused.
 	OwnAddrs []netip.Addr
+	// ParentProxy is the URL of a parent (egress) proxy, http://host[:port] or
+	// https://host[:port], no credentials (config upstream.proxy). When set,
+	// every upstream connection goes through it as CONNECT origin:port, after
+	// policy allowed the origin; the origin name is sent as it is, for the
+	// parent to resolve. A name here is resolved once, by New. Empty: direct.
+	ParentProxy string
+	// ParentNoProxy lists origins dialed directly, with every check of a
+	// direct dial (config upstream.no_proxy): host names, "*.x" or ".x" for
+	// names under x, addresses and CIDRs (matched against IP-literal origins).
+	ParentNoProxy []string
+	// ParentAuth returns the Proxy-Authorization value sent to the parent on
+	// each CONNECT (and only there); nil sends none. The value is never logged
+	// or audited.
+	ParentAuth func(ctx context.Context) (string, error)
+
 	// UpstreamCAFile is an optional PEM bundle trusted for upstream TLS in
 	// addition to the system roots (config upstream.ca_file).
 	UpstreamCAFile string
@@ -171,6 +186,9 @@ func (c *Config) validate() error {
 		if d.v < 0 {
 			return fmt.Errorf("gateway: %s %v: must be positive", d.name, d.v)
 		}
+	}
+	if c.ParentProxy == "" && (len(c.ParentNoProxy) > 0 || c.ParentAuth != nil) {
+		return fmt.Errorf("gateway: parent_no_proxy and parent_auth need parent_proxy")
 	}
 	for _, p := range c.AllowCIDRs {
 		if !p.IsValid() {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/ipguard"
 )
 
@@ -22,6 +24,19 @@ type dialer struct {
 	guard   *ipguard.Guard
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	timeout time.Duration
+
+	// parent, when set, carries every dial but those to ParentNoProxy
+	// origins (parent.go); parentTLS is the config for an https parent.
+	parent    *parentProxy
+	parentTLS func(serverName string) *tls.Config
+}
+
+// dialed says where a dial went: ip is the origin's address when the
+// gateway knows it (it dialed it, or the origin is an IP literal), parent the
+// parent proxy's host:port when the connection goes through it.
+type dialed struct {
+	ip     netip.Addr
+	parent string
 }
 
 func newDialer(res Resolver, guard *ipguard.Guard, dial func(ctx context.Context, network, addr string) (net.Conn, error), timeout time.Duration) *dialer {
@@ -36,11 +51,41 @@ func newDialer(res Resolver, guard *ipguard.Guard, dial func(ctx context.Context
 }
 
 // dialHost connects to host (a normalized name or canonical IP literal) on port
-// for the sandbox sandboxID. It returns the address dialed, or on refusal the
-// first address refused.
-func (d *dialer) dialHost(ctx context.Context, sandboxID, host string, port int) (net.Conn, netip.Addr, error) {
+// for the sandbox sandboxID: through the parent proxy when one is configured
+// and host is not in its no_proxy list, else directly. It returns where it
+// went: the address dialed (or on refusal the first address refused), and
+// the parent's host:port when it went through the parent.
+func (d *dialer) dialHost(ctx context.Context, sandboxID, host string, port int) (net.Conn, dialed, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
+	if d.parent == nil {
+		c, ip, err := d.dialDirect(ctx, sandboxID, host, port)
+		return c, dialed{ip: ip}, err
+	}
+	if err := d.parent.refuseAsOrigin(host); err != nil {
+		return nil, dialed{}, err
+	}
+	if d.parent.noProxy.match(host) {
+		c, ip, err := d.dialDirect(ctx, sandboxID, host, port)
+		return c, dialed{ip: ip}, err
+	}
+	// The origin is not resolved here: the parent resolves the name. An IP
+	// literal is checked with the guard as a direct dial would be.
+	var at dialed
+	if ip, ok := hostname.ParseIP(host); ok {
+		at.ip = ip
+		if err := d.guard.Check(ip); err != nil {
+			return nil, at, deny(ReasonForbiddenAddress, "%s: %v", host, err)
+		}
+	}
+	at.parent = d.parent.hostPort
+	c, err := d.dialParent(ctx, host, port)
+	return c, at, err
+}
+
+// dialDirect resolves host (unless it is an IP literal), checks every
+// candidate address with the guard and dials the first that connects.
+func (d *dialer) dialDirect(ctx context.Context, sandboxID, host string, port int) (net.Conn, netip.Addr, error) {
 	var addrs []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{ip}
@@ -60,7 +105,11 @@ func (d *dialer) dialHost(ctx context.Context, sandboxID, host string, port int)
 		lastIP     netip.Addr
 	)
 	for _, a := range addrs {
-		if err := d.guard.Check(a); err != nil {
+		err := d.guard.Check(a)
+		if err == nil && d.parent != nil && d.parent.isAddr(a) {
+			err = fmt.Errorf("address %s refused: the parent proxy's address", a)
+		}
+		if err != nil {
 			if !refused.IsValid() {
 				refused, refusedErr = a, err
 			}

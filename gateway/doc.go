@@ -9,7 +9,7 @@
 // in (*Gateway).serve (pipeline.go), in this order:
 //
 //	normalize -> screen (secrets) -> decide (policy) -> reserve (audit room)
-//	  -> inject (secrets) -> dial (resolve, ipguard) -> relay
+//	  -> inject (secrets) -> dial (resolve, ipguard; or CONNECT via the parent proxy) -> relay
 //	refuse: the one place that answers a refusal
 //	finish: the one deferred call that writes the audit record
 //

@@ -8,23 +8,25 @@ import (
 
 // Reason ids the gateway itself gives (policy gives its own).
 const (
-	ReasonHostMismatch     = "host_mismatch"          // CONNECT/URL/Host/SNI disagree, or change on a connection
-	ReasonBadRequest       = "bad_request"            // unparsable or unsupported request
-	ReasonBadDestination   = "bad_destination"        // host or port failed normalization
-	ReasonForbiddenAddress = "destination_forbidden"  // every resolved address refused by the guard
-	ReasonMITMUnavailable  = "mitm_unavailable"       // policy asked for interception but no CA is configured
-	ReasonConnLimit        = "connection_limit"       // per-sandbox connection cap
-	ReasonTunnelLimit      = "tunnel_limit"           // per-sandbox tunnel cap
-	ReasonAuditUnavailable = "audit_unavailable"      // the audit logger refused a record
-	ReasonInjectFailed     = "secret_injection_error" // the Injector refused
-	ReasonOriginalDst      = "no_original_destination"
-	ReasonUpstream         = "upstream_error"
-	ReasonResolve          = "resolve_error"
-	ReasonUpstreamTLS      = "upstream_tls_error"
-	ReasonTimeout          = "upstream_timeout"
-	ReasonShuttingDown     = "shutting_down"
-	ReasonTooManyParams    = "too_many_query_params" // more than max_query_params query parameters
-	ReasonBodyScanTimeout  = "body_scan_timeout"     // the body the secrets check reads did not arrive in time
+	ReasonHostMismatch      = "host_mismatch"          // CONNECT/URL/Host/SNI disagree, or change on a connection
+	ReasonBadRequest        = "bad_request"            // unparsable or unsupported request
+	ReasonBadDestination    = "bad_destination"        // host or port failed normalization
+	ReasonForbiddenAddress  = "destination_forbidden"  // every resolved address refused by the guard
+	ReasonMITMUnavailable   = "mitm_unavailable"       // policy asked for interception but no CA is configured
+	ReasonConnLimit         = "connection_limit"       // per-sandbox connection cap
+	ReasonTunnelLimit       = "tunnel_limit"           // per-sandbox tunnel cap
+	ReasonAuditUnavailable  = "audit_unavailable"      // the audit logger refused a record
+	ReasonInjectFailed      = "secret_injection_error" // the Injector refused
+	ReasonOriginalDst       = "no_original_destination"
+	ReasonUpstream          = "upstream_error"
+	ReasonResolve           = "resolve_error"
+	ReasonUpstreamTLS       = "upstream_tls_error"
+	ReasonTimeout           = "upstream_timeout"
+	ReasonShuttingDown      = "shutting_down"
+	ReasonTooManyParams     = "too_many_query_params"    // more than max_query_params query parameters
+	ReasonBodyScanTimeout   = "body_scan_timeout"        // the body the secrets check reads did not arrive in time
+	ReasonParentUnavailable = "parent_proxy_unavailable" // the parent proxy could not be reached or did not answer
+	ReasonParentRefused     = "parent_proxy_refused"     // the parent proxy answered the CONNECT with a non-2xx status
 )
 
 // denial is a refusal decided by the gateway or by policy. It is distinct from a

@@ -102,6 +102,13 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 	}
 	guard := ipguard.New(cfg.AllowCIDRs, cfg.OwnAddrs)
 	g.dialer = newDialer(res, guard, cfg.DialFunc, cfg.DialTimeout)
+	if cfg.ParentProxy != "" {
+		p, err := newParentProxy(&cfg, res)
+		if err != nil {
+			return nil, err
+		}
+		g.dialer.parent, g.dialer.parentTLS = p, g.parentTLS
+	}
 	g.pool = newUpstreamPool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)
 	if cfg.CACertFile != "" {
 		ca, err := LoadCA(cfg.CACertFile, cfg.CAKeyFile)
@@ -346,6 +353,12 @@ func (g *Gateway) upstreamTLS(host string) *tls.Config {
 		NextProtos: []string{"http/1.1"},
 		MinVersion: tls.VersionTLS12,
 	}
+}
+
+// parentTLS returns the client config for an https parent proxy: verified
+// against the same roots as upstreams.
+func (g *Gateway) parentTLS(host string) *tls.Config {
+	return &tls.Config{ServerName: host, RootCAs: g.rootsUp.get(), MinVersion: tls.VersionTLS12}
 }
 
 // SandboxResolver is a Resolver that charges each lookup to the sandbox it is

@@ -292,7 +292,7 @@ func (s *httpSession) upstream(rc *reqCtx, fresh bool) error {
 		s.untrack = s.cc.track(u.nc)
 	}
 	rc.up = s.up
-	rc.ip = s.up.ip
+	rc.ip, rc.parent = s.up.ip, s.up.parent
 	return nil
 }
 
@@ -302,10 +302,8 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, erro
 	if key.tls {
 		g.rootsUp.load() // parses while the name resolves and the connection opens
 	}
-	c, ip, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, key.host, key.port)
-	if ip.IsValid() {
-		rc.ip = ip
-	}
+	c, at, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, key.host, key.port)
+	rc.dialedAt(at)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +322,9 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, erro
 		}
 		c = tc
 	}
-	return newUpstreamConn(key, c, ip), nil
+	u := newUpstreamConn(key, c, at.ip)
+	u.parent = at.parent
+	return u, nil
 }
 
 // hopHeaders are removed in both directions (RFC 9110 section 7.6.1).

@@ -46,6 +46,7 @@ type reqCtx struct {
 	carries policy.Kind // CONNECT: what the tunnel turned out to carry (tls, http, tcp)
 	named   bool        // kind tcp: host is the name the sandbox resolved to origDst
 	socks   bool        // a SOCKS5 CONNECT (socks.go): answered in SOCKS, decided as kind connect
+	parent  string      // the parent proxy's host:port, when the dial went through it
 
 	// HTTP.
 	req       *http.Request
@@ -354,15 +355,23 @@ func (g *Gateway) dial(rc *reqCtx) error {
 			return nil // each inner request dials
 		}
 	}
-	c, ip, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, rc.host, rc.port)
-	if ip.IsValid() {
-		rc.ip = ip
-	}
+	c, at, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, rc.host, rc.port)
+	rc.dialedAt(at)
 	if err != nil {
 		return err
 	}
 	rc.upRaw = c
 	return nil
+}
+
+// dialedAt records where a dial went.
+func (rc *reqCtx) dialedAt(at dialed) {
+	if at.ip.IsValid() {
+		rc.ip = at.ip
+	}
+	if at.parent != "" {
+		rc.parent = at.parent
+	}
 }
 
 // relay moves the bytes.
@@ -552,6 +561,7 @@ func closeRecord(rc *reqCtx) *audit.Record {
 	r.Kind = audit.KindClose
 	r.BytesUp, r.BytesDown = rc.bytesUp, rc.bytesDown
 	r.DurationMS = float64(time.Since(rc.start).Microseconds()) / 1000
+	parentExtra(r, rc)
 	if rc.err != nil {
 		r.Error = rc.err.Error()
 	}
@@ -584,6 +594,7 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 	if rc.socks {
 		extra(r, "proxy_protocol", "socks5")
 	}
+	parentExtra(r, rc)
 	if rc.decided {
 		r.Mode = string(rc.dec.Mode)
 		r.PolicyRev = rc.dec.Rev
@@ -625,6 +636,19 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 	}
 	boundText(r)
 	return r
+}
+
+// parentExtra names the parent proxy a connection went through (host:port,
+// never its credential) and, when it refused, its status.
+func parentExtra(r *audit.Record, rc *reqCtx) {
+	if rc.parent == "" {
+		return
+	}
+	extra(r, "parent_proxy", rc.parent)
+	var pe *parentError
+	if errors.As(rc.err, &pe) {
+		r.Extra["parent_status"] = json.RawMessage(strconv.Itoa(pe.status))
+	}
 }
 
 // extra sets one string field of the record's Extra.

@@ -31,6 +31,7 @@ type upstreamConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	ip     netip.Addr
+	parent string // the parent proxy's host:port, when the connection goes through it
 	used   bool
 	idleAt time.Time
 }

@@ -84,6 +84,7 @@ func (g *Gateway) connectHTTP(rc *reqCtx) error {
 	cnt := &countConn{Conn: outer.conn}
 	s := g.newPinnedSession(rc.cc, cnt, head, rc.host, rc.port)
 	s.up = newUpstreamConn(upstreamKey{sb: rc.cc.sb, host: rc.host, port: rc.port}, rc.upRaw, rc.ip)
+	s.up.parent = rc.parent
 	s.untrack = rc.cc.track(rc.upRaw)
 	rc.upRaw = nil
 	s.loop(policy.KindHTTP)
