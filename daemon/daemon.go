@@ -89,6 +89,7 @@ type Daemon struct {
 	netns    *netns.Manager
 	exec     *sandboxd.Executor
 	caBundle string
+	trustDir string // sandboxd.WriteTrustDir's forms of caBundle; "" when it is empty
 	hidden   []string
 	proxyURL string
 	closers  []func() error
@@ -169,7 +170,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildGateway(o.Gateway, cfg, allow, own, caCert, caKey, eng.dec); err != nil {
 		return nil, err
 	}
-	if d.caBundle, err = d.writeBundle(caCert, cfg.Upstream.CAFile); err != nil {
+	if d.caBundle, d.trustDir, err = d.writeBundle(caCert, cfg.Upstream.CAFile); err != nil {
 		return nil, err
 	}
 	if err := d.buildNetns(); err != nil {
@@ -218,8 +219,9 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 
 // writeBundle writes the trust bundle sandboxes get: the system roots, the
 // interception CA and the operator's upstream CA (so tunnels that are not
-// intercepted to an internal registry verify too).
-func (d *Daemon) writeBundle(caCert, upstreamCA string) (string, error) {
+// intercepted to an internal registry verify too); and beside it the same
+// roots as a hashed directory and a Java truststore (sandboxd.WriteTrustDir).
+func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, err error) {
 	var b []byte
 	for _, p := range []string{systemBundle, caCert, upstreamCA} {
 		if p == "" {
@@ -230,7 +232,7 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (string, error) {
 			if p == systemBundle && errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			return "", fmt.Errorf("ca bundle: %w", err)
+			return "", "", fmt.Errorf("ca bundle: %w", err)
 		}
 		b = append(b, pem...)
 		if len(b) > 0 && b[len(b)-1] != '\n' {
@@ -239,9 +241,16 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (string, error) {
 	}
 	path := filepath.Join(d.runDir, "ca-bundle.pem")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", fmt.Errorf("ca bundle: %w", err)
+		return "", "", fmt.Errorf("ca bundle: %w", err)
 	}
-	return path, nil
+	if len(b) == 0 {
+		return path, "", nil
+	}
+	trust := filepath.Join(d.runDir, "trust")
+	if _, err := sandboxd.WriteTrustDir(trust, b); err != nil {
+		return "", "", err
+	}
+	return path, trust, nil
 }
 
 func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
@@ -435,6 +444,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		NetNS:     ns.Path,
 		Workspace: t.Workspace,
 		CABundle:  d.caBundle,
+		TrustDir:  d.trustDir,
 		Proxy:     d.proxyURL,
 		Hidden:    d.hidden,
 		Stdin:     t.Stdin,

@@ -161,7 +161,7 @@ func (d *Daemon) undoBuild(id string, b box) {
 
 // prepareSpec is what every sandbox is prepared with (pooled or not).
 func (d *Daemon) prepareSpec(netnsPath string) prepareSpec {
-	return prepareSpec{NetNS: netnsPath, CABundle: d.caBundle, Hidden: d.hidden, TmpSize: int64(d.cfg.Limits.TmpSize)}
+	return prepareSpec{NetNS: netnsPath, CABundle: d.caBundle, TrustDir: d.trustDir, Hidden: d.hidden, TmpSize: int64(d.cfg.Limits.TmpSize)}
 }
 
 // monitor ends a sandbox whose init died on its own.

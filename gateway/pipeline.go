@@ -212,8 +212,10 @@ func (g *Gateway) decide(rc *reqCtx) error {
 		return err
 	}
 	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
-		rc.mitm = d.MITM
-		if !rc.mitm && g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(sandboxOf(rc), rc.host, rc.port) {
+		// Passthrough wins over everything that would intercept, placeholders
+		// included (policy.Decision.Passthrough).
+		rc.mitm = d.MITM && !d.Passthrough
+		if !rc.mitm && !d.Passthrough && g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(sandboxOf(rc), rc.host, rc.port) {
 			rc.mitm = true
 		}
 		if rc.mitm && g.leaves == nil {

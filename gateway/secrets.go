@@ -25,7 +25,8 @@ import (
 //   - ScrubResponse on the upstream's response to an injected request before a
 //     byte of it reaches the sandbox. Redirects are never followed.
 //   - HoldsPlaceholders and NewStreamGuard: a sandbox that may hold a
-//     placeholder has every TLS tunnel intercepted (NeedsMITM says so), and
+//     placeholder has every TLS tunnel intercepted (NeedsMITM says so) but
+//     those policy marks passthrough (policy.Decision.Passthrough), and
 //     what it sends on a stream that is not parsed as HTTP (a raw TCP tunnel,
 //     a websocket after its upgrade) is checked chunk by chunk.
 type Injector interface {

@@ -312,6 +312,12 @@ func parseResult(rs rego.ResultSet) (Decision, error) {
 				return Decision{}, fmt.Errorf("decision.mitm is %T, want boolean", v)
 			}
 			d.MITM = b
+		case "passthrough":
+			b, ok := v.(bool)
+			if !ok {
+				return Decision{}, fmt.Errorf("decision.passthrough is %T, want boolean", v)
+			}
+			d.Passthrough = b
 		case "http_status":
 			n, ok := v.(json.Number)
 			if !ok {
@@ -357,6 +363,9 @@ func parseResult(rs rego.ResultSet) (Decision, error) {
 	}
 	if !d.Allowed && len(d.Reasons) == 0 {
 		return Decision{}, errors.New("decision denies without a reason")
+	}
+	if d.Passthrough && d.MITM {
+		return Decision{}, errors.New("decision has both mitm and passthrough")
 	}
 	return d, nil
 }

@@ -209,6 +209,8 @@ func TestFailClosed(t *testing.T) {
 		{"missing key", "package airlock\n\ndecision := {\"allowed\": true, \"reasons\": []}\n", 0, "lacks"},
 		{"unknown key", "package airlock\n\ndecision := {\"allowed\": true, \"reasons\": [], \"mitm\": false, \"http_status\": 0, \"extra\": 1}\n", 0, "unknown key"},
 		{"bad mode", "package airlock\n\ndecision := {\"allowed\": true, \"reasons\": [], \"mitm\": false, \"http_status\": 0, \"mode\": \"off\"}\n", 0, "decision.mode"},
+		{"passthrough wrong type", "package airlock\n\ndecision := {\"allowed\": true, \"reasons\": [], \"mitm\": false, \"passthrough\": 1, \"http_status\": 0}\n", 0, "decision.passthrough"},
+		{"passthrough with mitm", "package airlock\n\ndecision := {\"allowed\": true, \"reasons\": [], \"mitm\": true, \"passthrough\": true, \"http_status\": 0}\n", 0, "both mitm and passthrough"},
 		{"deny without reason", "package airlock\n\ndecision := {\"allowed\": false, \"reasons\": [], \"mitm\": false, \"http_status\": 403}\n", 0, "without a reason"},
 		{"eval error: conflict", "package airlock\n\ndecision := {\"allowed\": true} if input.kind == \"http\"\n\ndecision := {\"allowed\": false} if input.destination.port == 443\n", 0, "conflict"},
 		{"deadline", `package airlock
@@ -538,5 +540,34 @@ func TestCheck(t *testing.T) {
 		if !strings.Contains(joined, want) {
 			t.Fatalf("got problems:\n%s\nwant one at %s", joined, want)
 		}
+	}
+}
+
+// TestPassthroughDecision: a user policy's passthrough rule reaches the
+// Decision for an allowed tls or connect to a registry the default policy
+// intercepts (mitm off), and only for the hosts it names.
+func TestPassthroughDecision(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\npassthrough if input.destination.host == \"pypi.org\"\n"})
+	e := newEngine(t, Config{Dir: dir})
+	tests := []struct {
+		name                  string
+		kind                  Kind
+		host                  string
+		passthrough, mitm, ok bool
+	}{
+		{"tls to the named host", KindTLS, "pypi.org", true, false, true},
+		{"connect to the named host", KindConnect, "pypi.org", true, false, true},
+		{"another registry stays intercepted", KindTLS, "files.pythonhosted.org", false, true, true},
+		{"a denied host gets none", KindTLS, "evil.example", false, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &Input{Kind: tc.kind, Sandbox: Sandbox{ID: "s"}, Destination: Destination{Host: tc.host, Port: 443}}
+			d := e.Decide(context.Background(), in)
+			if d.Allowed != tc.ok || d.Passthrough != tc.passthrough || d.MITM != tc.mitm || d.Err != nil {
+				t.Errorf("got allowed=%v passthrough=%v mitm=%v err=%v, want %v %v %v", d.Allowed, d.Passthrough, d.MITM, d.Err, tc.ok, tc.passthrough, tc.mitm)
+			}
+		})
 	}
 }

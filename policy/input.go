@@ -130,10 +130,15 @@ const ReasonPolicyError = "policy_error"
 // Decision is what data.airlock.decision evaluated to, plus what the engine adds.
 type Decision struct {
 	// Allowed is what the policy said (what enforce mode does).
-	Allowed    bool     `json:"allowed"`
-	Reasons    []Reason `json:"reasons,omitempty"`
-	MITM       bool     `json:"mitm,omitempty"`
-	HTTPStatus int      `json:"http_status,omitempty"`
+	Allowed bool     `json:"allowed"`
+	Reasons []Reason `json:"reasons,omitempty"`
+	MITM    bool     `json:"mitm,omitempty"`
+	// Passthrough: the allowed connect or tls is tunneled end to end, never
+	// intercepted, not even for a sandbox that holds secret placeholders (so
+	// nothing is injected into it); it wins over MITM. For clients that pin a
+	// certificate or carry compiled-in roots.
+	Passthrough bool `json:"passthrough,omitempty"`
+	HTTPStatus  int  `json:"http_status,omitempty"`
 	// Mode is the mode this decision was taken in: the policy's own (report or
 	// enforce rules), else the sandbox's (Sandbox.Mode), else the global one.
 	Mode Mode `json:"mode"`

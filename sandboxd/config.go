@@ -57,9 +57,10 @@ var DefaultEnvAllow = []string{"TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ"}
 // keys, secrets, state, audit log and daemon socket.
 var DefaultHiddenPaths = []string{"/etc/airlock", "/run/airlock", "/var/lib/airlock", "/var/log/airlock"}
 
-// CAEnvVars are set to the CA bundle path when Spec.CABundle is given.
+// CAEnvVars are set to the CA bundle path when Spec.CABundle is given (which
+// runtime reads which: docs/TRUST.md).
 var CAEnvVars = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT",
-	"NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO"}
+	"NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO", "AWS_CA_BUNDLE", "DENO_CERT"}
 
 // CgroupMode selects the cgroup hierarchy.
 type CgroupMode string
@@ -177,6 +178,9 @@ type Spec struct {
 	// CABundle is the merged trust bundle mounted over SystemCABundle; the CA
 	// environment variables point at it.
 	CABundle string
+	// TrustDir is a directory WriteTrustDir built from the same bundle, mounted
+	// read-only at SandboxTrustDir; TrustEnv points SSL_CERT_DIR and Java at it.
+	TrustDir string
 	// Proxy is the proxy URL for HTTP_PROXY, HTTPS_PROXY and ALL_PROXY (both cases).
 	Proxy string
 	// NoProxy is NO_PROXY (both cases). Default "localhost,127.0.0.1,::1" when Proxy
@@ -415,7 +419,7 @@ func (s *Spec) validate() error {
 		return errors.New("sandboxd: spec.argv: want a command")
 	}
 	for _, p := range []struct{ name, v string }{{"netns", s.NetNS}, {"workspace", s.Workspace},
-		{"workspace_target", s.WorkspaceTarget}, {"rootfs", s.RootFS}, {"ca_bundle", s.CABundle}, {"dir", s.Dir}} {
+		{"workspace_target", s.WorkspaceTarget}, {"rootfs", s.RootFS}, {"ca_bundle", s.CABundle}, {"trust_dir", s.TrustDir}, {"dir", s.Dir}} {
 		if p.v != "" && !filepath.IsAbs(p.v) {
 			return fmt.Errorf("sandboxd: spec.%s %q: want an absolute path", p.name, p.v)
 		}

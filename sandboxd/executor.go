@@ -91,7 +91,7 @@ func (e *Executor) initConfig(spec *PrepareSpec, uid int) (*initConfig, error) {
 	}
 	icfg := &initConfig{
 		HostMountNS: [2]uint64{uint64(mnt.Dev), mnt.Ino},
-		Hostname:    e.cfg.Hostname, RootFS: spec.rootFS, CABundle: spec.CABundle, Hidden: hidden, Home: e.cfg.Home,
+		Hostname:    e.cfg.Hostname, RootFS: spec.rootFS, CABundle: spec.CABundle, TrustDir: spec.TrustDir, Hidden: hidden, Home: e.cfg.Home,
 		TmpSize: spec.TmpSize, TmpInodes: spec.TmpInodes, FreshNet: spec.NetNS == "",
 		UID: uid, GID: uid, InitArgs: e.cfg.InitArgs,
 	}
@@ -157,7 +157,7 @@ func ensureMountPoint(dir, home string) error {
 }
 
 // baseEnv is the environment every exec of a sandbox starts from.
-func (e *Executor) baseEnv(spec *StartSpec, caBundle bool) []string {
+func (e *Executor) baseEnv(spec *StartSpec, caBundle, trustDir bool) []string {
 	env := []string{"PATH=" + SandboxPath, "HOME=" + e.cfg.Home, "USER=sandbox", "LOGNAME=sandbox"}
 	for _, k := range e.cfg.EnvAllow {
 		if v, ok := os.LookupEnv(k); ok {
@@ -178,6 +178,9 @@ func (e *Executor) baseEnv(spec *StartSpec, caBundle bool) []string {
 		for _, k := range CAEnvVars {
 			env = append(env, k+"="+SystemCABundle)
 		}
+	}
+	if trustDir {
+		env = append(env, TrustEnv()...)
 	}
 	return dedupeEnv(append(env, spec.Env...))
 }

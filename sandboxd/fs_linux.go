@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -13,7 +14,7 @@ import (
 // The filesystem view, built by init as root in its own mount namespace when
 // it gets its config (Prepare):
 //
-//  1. every host-side source (root or RootFS, CA bundle) is cloned as a
+//  1. every host-side source (root or RootFS, CA bundle, trust dir) is cloned as a
 //     detached mount (tree) with open_tree before anything covers it: the root
 //     and each mount below it one by one, each read-only, nosuid, nodev and
 //     idmapped so that no host socket is connectable through it (mounts that
@@ -21,9 +22,9 @@ import (
 //  2. the root is attached on a private staging tmpfs with its mounts in place,
 //     and pivot_root'ed into; the old root is detached, so host paths are gone;
 //  3. fresh /proc (masked), minimal /dev, empty read-only /sys, tmpfs /tmp, $HOME,
-//     /var/tmp and the empty workspace, an empty /run, resolv.conf, the CA bundle
-//     and the hidden-path masks are mounted inside, targets resolved inside the
-//     new root.
+//     /var/tmp and the empty workspace, an empty /run, resolv.conf, the CA bundle,
+//     the trust directory (at SandboxTrustDir in that /run) and the hidden-path
+//     masks are mounted inside, targets resolved inside the new root.
 //
 // Start then resizes the tmpfs mounts if the user's limits differ and attaches
 // the user's workspace: a tree the executor cloned (open_tree) and idmapped in
@@ -121,6 +122,13 @@ func setupSandbox(cfg *initConfig) (*fsState, error) {
 		}
 		defer unix.Close(caFD)
 	}
+	trustFD := -1
+	if cfg.TrustDir != "" {
+		if trustFD, err = cloneTree(cfg.TrustDir, false, roAttrs); err != nil {
+			return nil, fmt.Errorf("clone trust dir %s: %w", cfg.TrustDir, err)
+		}
+		defer unix.Close(trustFD)
+	}
 	rcFD, err := enterView(view)
 	if err != nil {
 		return nil, err
@@ -148,6 +156,9 @@ func setupSandbox(cfg *initConfig) (*fsState, error) {
 			return nil, fmt.Errorf("mount ca bundle over %s (it must exist in the sandbox root): %w", SystemCABundle, err)
 		}
 	}
+	if err := mountTrustDir(trustFD, runtimeDirs); err != nil {
+		return nil, err
+	}
 	if err := sealRuntimeDirs(runtimeDirs); err != nil {
 		return nil, err
 	}
@@ -171,6 +182,24 @@ func setupSandbox(cfg *initConfig) (*fsState, error) {
 		return nil, fmt.Errorf("open home %s: %w", cfg.Home, err)
 	}
 	return f, nil
+}
+
+// mountTrustDir attaches the cloned trust directory (trustFD, -1 for none) at
+// SandboxTrustDir, made in the fresh /run before it is sealed read-only.
+func mountTrustDir(trustFD int, fresh []string) error {
+	if trustFD < 0 {
+		return nil
+	}
+	if !slices.Contains(fresh, runDir) {
+		return fmt.Errorf("mount trust dir at %s: %s is not a directory in the sandbox root", SandboxTrustDir, runDir)
+	}
+	if err := os.Mkdir(SandboxTrustDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", SandboxTrustDir, err)
+	}
+	if err := unix.MoveMount(trustFD, "", unix.AT_FDCWD, SandboxTrustDir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount trust dir at %s: %w", SandboxTrustDir, err)
+	}
+	return nil
 }
 
 // enterView attaches the host view on a private staging tmpfs, which also

@@ -106,6 +106,7 @@ type initConfig struct {
 	Hostname  string   `json:"hostname"`
 	RootFS    string   `json:"rootfs,omitempty"`
 	CABundle  string   `json:"ca_bundle,omitempty"`
+	TrustDir  string   `json:"trust_dir,omitempty"`
 	Hidden    []string `json:"hidden,omitempty"`
 	Home      string   `json:"home"`
 	TmpSize   int64    `json:"tmp_size"`
@@ -516,7 +517,7 @@ func (c *initConfig) check() error {
 	if c.TmpSize < 4096 || c.TmpInodes < 16 {
 		return fmt.Errorf("config: tmp_size %d tmp_inodes %d: too small", c.TmpSize, c.TmpInodes)
 	}
-	for _, p := range append([]string{c.RootFS, c.CABundle, c.WorkspaceDir}, c.Hidden...) {
+	for _, p := range append([]string{c.RootFS, c.CABundle, c.TrustDir, c.WorkspaceDir}, c.Hidden...) {
 		if p != "" && !filepath.IsAbs(p) {
 			return fmt.Errorf("config: path %q: want an absolute path", p)
 		}

@@ -113,6 +113,9 @@ type PrepareSpec struct {
 	// CABundle is the merged trust bundle mounted over SystemCABundle; the CA
 	// environment variables point at it.
 	CABundle string
+	// TrustDir is a directory WriteTrustDir built, mounted read-only at
+	// SandboxTrustDir; TrustEnv points SSL_CERT_DIR and Java at it.
+	TrustDir string
 	// Hidden paths are masked in addition to Config.HiddenPaths.
 	Hidden []string
 	// TmpSize and TmpInodes size each tmpfs (/tmp, $HOME's parent, /var/tmp,
@@ -379,7 +382,7 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 	if spec.ID != "" {
 		s.id = spec.ID
 	}
-	s.lim, s.env, s.workDir = lim, s.e.baseEnv(&spec, s.spec.CABundle != ""), workDir
+	s.lim, s.env, s.workDir = lim, s.e.baseEnv(&spec, s.spec.CABundle != "", s.spec.TrustDir != ""), workDir
 	s.mu.Unlock()
 	return nil
 }
@@ -770,7 +773,7 @@ func (s *Sandbox) settings() (id string, lim Limits, env []string, workDir strin
 }
 
 func (s *PrepareSpec) validate() error {
-	for _, p := range []struct{ name, v string }{{"netns", s.NetNS}, {"ca_bundle", s.CABundle}, {"rootfs", s.rootFS}} {
+	for _, p := range []struct{ name, v string }{{"netns", s.NetNS}, {"ca_bundle", s.CABundle}, {"trust_dir", s.TrustDir}, {"rootfs", s.rootFS}} {
 		if p.v != "" && !filepath.IsAbs(p.v) {
 			return fmt.Errorf("sandboxd: prepare.%s %q: want an absolute path", p.name, p.v)
 		}

@@ -21,6 +21,10 @@ have git || need+=(git)
 [ -x /usr/bin/node ] || need+=(nodejs)
 have ping || need+=(iputils-ping)
 have openssl || need+=(openssl)
+# The e2e Java test runs `java Fetch.java` (the source launcher needs only the
+# JRE's jdk.compiler module, which Debian's headless JRE ships); sandboxd's
+# truststore test runs keytool from the same package.
+[ -x /usr/bin/java ] && have keytool || need+=(default-jre-headless)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -4,7 +4,8 @@
 # airlock.defaults (the embedded default policy) into data.airlock.decision:
 #
 #   {"allowed": bool, "reasons": [{"id", "msg"}], "mitm": bool,
-#    "http_status": int, "mode": "enforce" | "report"  (mode only when set)}
+#    "http_status": int, "mode": "enforce" | "report"  (mode only when set),
+#    "passthrough": true  (only when set)}
 #
 # Rules a policy may define in package airlock.egress:
 #   allow                     true when the request may pass
@@ -16,6 +17,12 @@
 #   git_host                  this request's registry host serves git: the
 #                             default policy allows git's fetch to it
 #   mitm                      intercept TLS so each inner request is checked
+#   passthrough               never intercept this allowed connect or tls, not
+#                             even for a sandbox holding secret placeholders:
+#                             its TLS is tunneled end to end, so no secret is
+#                             injected into it and no inner request is seen
+#                             (for clients that pin or carry their own roots);
+#                             it wins over mitm
 #   http_status := n          status the gateway answers a denied request with
 #   report                    this request's decision is only reported
 #   enforce                   this request's decision is enforced, even when the
@@ -250,7 +257,14 @@ _mode_field := {"mode": "enforce"} if {
 	data.airlock.egress.report == true
 } else := {}
 
-decision := object.union(_verdict, _mode_field)
+decision := object.union(object.union(_verdict, _mode_field), _passthrough_field)
+
+# passthrough applies to an allowed connect or tls only, and turns mitm off.
+_passthrough_field := {"passthrough": true, "mitm": false} if {
+	input.kind in {"connect", "tls"}
+	data.airlock.egress.passthrough == true
+	_verdict.allowed
+} else := {}
 
 # One else chain: the first branch that holds is the verdict, and no later
 # branch is evaluated.

@@ -136,6 +136,35 @@ test_mitm_only_when_allowed if {
 		with data.airlock.defaults.mitm as true
 }
 
+# passthrough: an allowed connect or tls is tunneled end to end (mitm off,
+# even over the default policy's registry interception); a denied one, an
+# http request and a policy without the rule get no passthrough key at all.
+test_passthrough if {
+	d := airlock.decision with input as req("tls", "pinned.example")
+		with data.airlock.defaults.allow as true
+		with data.airlock.defaults.mitm as true
+		with data.airlock.egress.passthrough as true
+	d == {"allowed": true, "reasons": [], "mitm": false, "passthrough": true, "http_status": 0}
+	c := airlock.decision with input as req("connect", "pinned.example")
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.mitm as true
+		with data.airlock.egress.passthrough as true
+	c.passthrough
+	not c.mitm
+	not airlock.decision.passthrough with input as req("tls", "pinned.example")
+		with data.airlock.egress.passthrough as true
+		with data.airlock.hosts as {"registry": {}, "allow": {}}
+	not airlock.decision.passthrough with input as get("pinned.example", "/")
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.passthrough as true
+	not airlock.decision.passthrough with input as req("tls", "pinned.example")
+		with data.airlock.egress.allow as true
+	airlock.decision.mitm with input as req("tls", "registry.example")
+		with data.airlock.defaults.allow as true
+		with data.airlock.defaults.mitm as true
+		with data.airlock.egress.passthrough as false
+}
+
 test_mode_report if {
 	d := airlock.decision with input as get("x.example", "/") with data.airlock.egress.report as true
 	d.mode == "report"
