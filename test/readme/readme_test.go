@@ -57,7 +57,9 @@ func TestReadmeExamples(t *testing.T) {
 		switch b.lang {
 		case "yaml":
 			yamls++
-			if strings.Contains(b.text, "bindings:") {
+			// A secrets file: bindings, or a list of secrets (the
+			// config's secrets key is a map).
+			if strings.Contains(b.text, "bindings:") || strings.HasPrefix(b.text, "secrets:\n  -") {
 				if _, err := secrets.Parse([]byte(b.text)); err != nil {
 					t.Errorf("README.md:%d secrets example: %v", b.line, err)
 				}
