@@ -120,7 +120,7 @@ func BenchmarkSandboxLifecycle(b *testing.B) {
 	d := f.serve(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	var got []float64
+	var got, create, execd, del []float64
 	b.ResetTimer()
 	for i := 0; i < b.N && i < lifecycleCap; i++ {
 		b.StopTimer()
@@ -131,16 +131,24 @@ func BenchmarkSandboxLifecycle(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		t1 := time.Now()
 		if err := execTrue(ctx, d.C, sb.ID); err != nil {
 			b.Fatal(err)
 		}
+		t2 := time.Now()
 		if _, err := d.C.DeleteSandbox(ctx, sb.ID); err != nil {
 			b.Fatal(err)
 		}
-		got = append(got, ms(time.Since(t0)))
+		t3 := time.Now()
+		got = append(got, ms(t3.Sub(t0)))
+		create, execd, del = append(create, ms(t1.Sub(t0))), append(execd, ms(t2.Sub(t1))), append(del, ms(t3.Sub(t2)))
 	}
 	b.StopTimer()
 	reportLatency(b, "create-exec-delete", got, directTrue(b, len(got)))
+	// Where it goes: each step's p50.
+	b.ReportMetric(percentile(create, 0.5), "create-p50-ms")
+	b.ReportMetric(percentile(execd, 0.5), "first-exec-p50-ms")
+	b.ReportMetric(percentile(del, 0.5), "delete-p50-ms")
 }
 
 // BenchmarkSandboxExec: exec /bin/true in one existing sandbox through the
