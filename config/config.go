@@ -58,7 +58,10 @@ const (
 	MaxPoolSize       = 64
 	MaxMaxLifetime    = 30 * 24 * time.Hour
 	MinSandboxTimeout = time.Second
-	MaxSandboxes      = 1000 // the executor's default uid range
+	// MaxEvalTimeout bounds policy.eval_timeout: every request waits for its
+	// decision.
+	MaxEvalTimeout = 10 * time.Second
+	MaxSandboxes   = 1000 // the executor's default uid range
 )
 
 // Config is the whole file.
@@ -87,6 +90,10 @@ type Policy struct {
 	Presets []string `yaml:"presets"`
 	// Allow adds hosts (or *.x / **.x patterns) to the allowlist.
 	Allow []string `yaml:"allow"`
+	// EvalTimeout bounds one policy evaluation; a slower one is a
+	// fail-closed policy_error deny. 0 means the engine's default (100ms);
+	// at most MaxEvalTimeout.
+	EvalTimeout Duration `yaml:"eval_timeout"`
 }
 
 // DNS configures the filtering resolver.
@@ -361,6 +368,9 @@ func (c *Config) Validate() error {
 	case "enforce", "report":
 	default:
 		return fmt.Errorf("policy.mode: %q is not one of enforce, report", c.Policy.Mode)
+	}
+	if t := time.Duration(c.Policy.EvalTimeout); t < 0 || t > MaxEvalTimeout {
+		return fmt.Errorf("policy.eval_timeout: %s is not between 0 (the default, 100ms) and %s", t, MaxEvalTimeout)
 	}
 	for i, u := range c.DNS.Upstreams {
 		addr := u

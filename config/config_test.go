@@ -37,6 +37,13 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		// Upstream TLS is always verified: there is no key to turn it off.
 		{name: "no insecure upstream tls", yaml: "upstream: {insecure_skip_verify: true}", wantErr: "field insecure_skip_verify not found"},
 		{name: "bad mode", yaml: "policy: {mode: audit}", wantErr: "policy.mode"},
+		{name: "eval timeout", yaml: "policy: {eval_timeout: 2s}", check: func(t *testing.T, c Config) {
+			if time.Duration(c.Policy.EvalTimeout) != 2*time.Second {
+				t.Fatalf("got %v, want 2s", c.Policy.EvalTimeout)
+			}
+		}},
+		{name: "eval timeout too long", yaml: "policy: {eval_timeout: 1m}", wantErr: "policy.eval_timeout: 1m0s is not between"},
+		{name: "eval timeout negative", yaml: "policy: {eval_timeout: -1s}", wantErr: `duration "-1s": negative`},
 		{name: "bad size", yaml: "limits: {memory: 12Q}", wantErr: `unknown unit "Q"`},
 		{name: "bad duration", yaml: "limits: {timeout: soon}", wantErr: "want e.g. 30s"},
 		{name: "bad cidr", yaml: "upstream: {allow_cidrs: [10.0.0.0/33]}", wantErr: "upstream.allow_cidrs[0]"},

@@ -83,11 +83,12 @@ func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
 	b := &engineBuild{d: d, dec: newEngineRef(), c: make(chan engineResult, 1)}
 	go func() {
 		e, err := policy.New(policy.Config{
-			Dir:        cfg.Policy.Dir,
-			Mode:       policy.Mode(cfg.Policy.Mode),
-			Presets:    cfg.Policy.Presets,
-			AllowHosts: cfg.Policy.Allow,
-			Watch:      cfg.Policy.Dir != "",
+			Dir:         cfg.Policy.Dir,
+			Mode:        policy.Mode(cfg.Policy.Mode),
+			Presets:     cfg.Policy.Presets,
+			AllowHosts:  cfg.Policy.Allow,
+			EvalTimeout: time.Duration(cfg.Policy.EvalTimeout),
+			Watch:       cfg.Policy.Dir != "",
 		}, d.log)
 		b.c <- engineResult{e, err}
 	}()

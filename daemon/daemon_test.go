@@ -95,6 +95,10 @@ func newTestDaemonPool(t *testing.T, pool bool, edit ...func(*config.Config)) (*
 	cfg.Upstream.CAFile = filepath.Join(dir, "upstream-ca.pem")
 	cfg.Audit.File = filepath.Join(dir, "audit.jsonl")
 	cfg.CA.Cert, cfg.CA.Key = filepath.Join(dir, "none.pem"), filepath.Join(dir, "none.key")
+	// The default 100ms evaluation deadline is for production; a -race run
+	// on a loaded 2-core machine passes it now and then, and the fail-closed
+	// policy_error deny (decision "error") is not what these tests count.
+	cfg.Policy.EvalTimeout = config.Duration(config.MaxEvalTimeout)
 	for _, e := range edit {
 		e(&cfg)
 	}
