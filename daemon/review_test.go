@@ -1,11 +1,18 @@
 package daemon
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/poll"
 )
 
 // TestReportModeRefusedForUnprivilegedCaller: a caller other than root cannot
@@ -47,4 +54,68 @@ func TestReportModeRefusedForUnprivilegedCaller(t *testing.T) {
 	if sb := rw.client(alice).create(t, `{"mode": "report"}`); sb.Mode != string(policy.ModeReport) {
 		t.Fatalf("on a reporting daemon alice's report sandbox shows mode %q", sb.Mode)
 	}
+}
+
+// TestEventStreamsBounded: each events stream holds a subscription whose
+// buffer is eventBuffer records (about half a MiB, allocated at once) in the
+// daemon that also runs the gateway, so a caller opening streams without end
+// could exhaust the daemon's memory and take every caller's sandboxes down.
+// Past maxEventStreams on one sandbox a stream is refused 429 before it
+// subscribes; a closed stream gives its place back.
+func TestEventStreamsBounded(t *testing.T) {
+	w := newFakeWorld(t)
+	c := w.client(alice)
+	sb := c.create(t, `{}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := func() *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/v1/sandboxes/"+sb.ID+"/events", nil)
+		resp, err := c.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var streams []*http.Response
+	defer func() {
+		for _, r := range streams {
+			r.Body.Close()
+		}
+	}()
+	for i := range maxEventStreams {
+		r := open()
+		streams = append(streams, r)
+		if r.StatusCode != 200 {
+			t.Fatalf("stream %d: got %d, want 200", i, r.StatusCode)
+		}
+		if e := readSSE(bufio.NewScanner(r.Body)); e == nil || e.typ != eventSandbox {
+			t.Fatalf("stream %d: first event %+v", i, e)
+		}
+	}
+	for i := range 3 {
+		r := open()
+		if r.StatusCode != 429 {
+			r.Body.Close()
+			t.Fatalf("stream %d past the cap: got %d, want 429", maxEventStreams+i, r.StatusCode)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		var e api.Error
+		_ = json.Unmarshal(b, &e)
+		if e.Code != api.CodeLimit {
+			t.Fatalf("stream %d past the cap: got %s, want code limit", maxEventStreams+i, b)
+		}
+	}
+	streams[0].Body.Close()
+	streams = streams[1:]
+	poll.Until(t, 10*time.Second, "a closed stream's place given back", func() bool {
+		r := open()
+		if r.StatusCode == 200 {
+			streams = append(streams, r)
+			return true
+		}
+		r.Body.Close()
+		return false
+	})
 }
