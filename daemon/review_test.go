@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/poll"
+	"github.com/airlock-dev/airlock/test/roottest"
 )
 
 // TestReportModeRefusedForUnprivilegedCaller: a caller other than root cannot
@@ -118,4 +121,54 @@ func TestEventStreamsBounded(t *testing.T) {
 		r.Body.Close()
 		return false
 	})
+}
+
+// TestRootWorkspaceOwnerChecked: a caller other than root may bind only a
+// directory it owns, judged on the directory the daemon opened (not on the
+// path): /tmp (world-writable, root's), a directory of another user, and
+// the caller's own symlink to either are refused 403 naming workspace, with
+// nothing built; its own directory, through a symlink or not, is bound.
+func TestRootWorkspaceOwnerChecked(t *testing.T) {
+	roottest.Require(t)
+	base := t.TempDir()
+	mine := filepath.Join(base, "alice-ws")
+	theirs := filepath.Join(base, "bob-ws")
+	links := filepath.Join(base, "alice-links")
+	for _, d := range []struct {
+		path string
+		uid  int
+	}{{mine, alice}, {theirs, bob}, {links, alice}} {
+		if err := os.Mkdir(d.path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d.path, d.uid, d.uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, target := range map[string]string{"to-tmp": "/tmp", "to-bob": theirs, "to-mine": mine} {
+		if err := os.Symlink(target, filepath.Join(links, name)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(filepath.Join(links, name), alice, alice); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := newFakeWorld(t)
+	a := w.client(alice)
+	for _, ws := range []string{"/tmp", theirs, "/", filepath.Join(links, "to-tmp"), filepath.Join(links, "to-bob")} {
+		body, _ := json.Marshal(api.CreateSandboxRequest{Workspace: ws})
+		r := a.json(t, "POST", "/v1/sandboxes", string(body))
+		if e := r.apiError(t); r.status != 403 || e.Code != api.CodeForbidden || e.Field != "workspace" {
+			t.Errorf("alice binds %s: got %d %+v, want 403 forbidden naming workspace", ws, r.status, e)
+		}
+	}
+	if n := w.exe.prepared.Load(); n != 0 {
+		t.Fatalf("%d sandboxes prepared for refused workspaces, want 0", n)
+	}
+	for _, ws := range []string{mine, filepath.Join(links, "to-mine")} {
+		body, _ := json.Marshal(api.CreateSandboxRequest{Workspace: ws})
+		if sb := a.create(t, string(body)); sb.Workspace != ws {
+			t.Fatalf("alice's sandbox shows workspace %q, want %q", sb.Workspace, ws)
+		}
+	}
 }
