@@ -150,7 +150,7 @@ func (d *Daemon) apiCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	p, e := d.validateCreate(&req)
+	p, e := d.validateCreate(c, &req)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -228,7 +228,7 @@ func (d *Daemon) apiRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	p, e := d.validateCreate(&api.CreateSandboxRequest{Labels: req.Labels, Limits: req.Limits, Workspace: req.Workspace,
+	p, e := d.validateCreate(c, &api.CreateSandboxRequest{Labels: req.Labels, Limits: req.Limits, Workspace: req.Workspace,
 		Env: req.Env, Mode: req.Mode, Allow: req.Allow})
 	if e != nil {
 		writeError(w, e)

@@ -18,6 +18,10 @@ const DefaultHeartbeat = 15 * time.Second
 // before it loses some (counted in Event.Dropped).
 const eventBuffer = 1024
 
+// maxEventStreams bounds the events streams open on one sandbox at once:
+// each holds eventBuffer records in the daemon.
+const maxEventStreams = 4
+
 // SSE event types.
 const (
 	eventDecision = "decision"
@@ -35,6 +39,11 @@ func (d *Daemon) apiEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb.touch()
+	if e := sb.beginStream(); e != nil {
+		writeError(w, e)
+		return
+	}
+	defer sb.endStream()
 	sub := d.tap.Subscribe(sb.id, eventBuffer)
 	defer sub.Close()
 	changes, stop := sb.watch()

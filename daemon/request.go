@@ -65,8 +65,9 @@ type createParams struct {
 	maxLifetime time.Duration
 }
 
-// validateCreate checks a create request against the host and the config.
-func (d *Daemon) validateCreate(req *api.CreateSandboxRequest) (*createParams, *api.Error) {
+// validateCreate checks a create request of caller c against the host and
+// the config.
+func (d *Daemon) validateCreate(c caller, req *api.CreateSandboxRequest) (*createParams, *api.Error) {
 	p := &createParams{labels: req.Labels, env: req.Env, allow: req.Allow}
 	if e := validateLabels(req.Labels); e != nil {
 		return nil, e
@@ -92,6 +93,10 @@ func (d *Daemon) validateCreate(req *api.CreateSandboxRequest) (*createParams, *
 		}
 	default:
 		return nil, apiErr(api.CodeInvalidField, "mode", "mode: %q is not one of enforce, report (or empty for the daemon's %s)", req.Mode, d.cfg.Policy.Mode)
+	}
+	// Report lets what policy denies pass: only root may turn enforcement off.
+	if p.shownMode == string(policy.ModeReport) && d.cfg.Policy.Mode != string(policy.ModeReport) && !c.root() {
+		return nil, apiErr(api.CodeForbidden, "mode", "mode: report lets denied requests out; only root may ask for it on a daemon that enforces")
 	}
 	if p.allowList, e = parseAllow(req.Allow); e != nil {
 		return nil, e

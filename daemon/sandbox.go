@@ -49,6 +49,7 @@ type sandbox struct {
 	endReason  string
 	lastActive time.Time
 	running    int
+	streams    int // events streams open
 	execsTotal int64
 	execs      map[string]*execEntry // running, and finished ones still listed
 	finished   []string              // ids of finished execs, oldest first
@@ -116,6 +117,24 @@ func (s *sandbox) beginExec() *api.Error {
 		s.idle.Stop()
 	}
 	return nil
+}
+
+// beginStream counts an events stream about to subscribe, or refuses one
+// past maxEventStreams.
+func (s *sandbox) beginStream() *api.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams >= maxEventStreams {
+		return apiErr(api.CodeLimit, "", "sandbox %s has %d events streams open, at most %d at once", s.id, s.streams, maxEventStreams)
+	}
+	s.streams++
+	return nil
+}
+
+func (s *sandbox) endStream() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams--
 }
 
 // endExec counts an exec that is over (or never started); the idle timeout

@@ -547,7 +547,7 @@ func TestCreateSandboxPolicy(t *testing.T) {
 			if pool > 0 {
 				poll.Until(t, 10*time.Second, "the pool to fill", func() bool { return w.d.pool.depth() == pool })
 			}
-			c := w.client(alice)
+			c := w.client(0) // root: mode report is root's on an enforcing daemon
 			sb := c.create(t, `{"mode": "report", "allow": ["PyPI.org", "files.example:8443"]}`)
 			got, ok := w.net.policy(sb.ID)
 			if !ok {
