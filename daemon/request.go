@@ -101,6 +101,11 @@ func (d *Daemon) validateCreate(c caller, req *api.CreateSandboxRequest) (*creat
 	if p.allowList, e = parseAllow(req.Allow); e != nil {
 		return nil, e
 	}
+	if !c.root() {
+		if e := callerAllowBounded(req.Allow); e != nil {
+			return nil, e
+		}
+	}
 	sc := d.cfg.Sandbox
 	p.maxLifetime = time.Duration(sc.MaxLifetime)
 	if req.MaxLifetime != 0 {
@@ -202,6 +207,29 @@ func validateAbsPath(field, p string) *api.Error {
 	for _, c := range strings.Split(p, "/") {
 		if c == ".." {
 			return apiErr(api.CodeInvalidPath, field, "%s: %.80q has a '..' component", field, p)
+		}
+	}
+	return nil
+}
+
+// callerAllowBounded refuses, for a caller other than root, a wildcard
+// entry over a whole top-level domain ("*.com", "**.org:*"): a handful of
+// them would open nearly every host, which is turning enforcement off by
+// another name. A wildcard must keep at least two labels ("*.example.com").
+// The entries have already been parsed (parseAllow).
+func callerAllowBounded(allow []string) *api.Error {
+	for i, a := range allow {
+		host := a
+		if h, _, ok := strings.Cut(a, ":"); ok && !strings.HasPrefix(a, "[") {
+			host = h
+		}
+		rest, wild := strings.CutPrefix(host, "**.")
+		if !wild {
+			rest, wild = strings.CutPrefix(host, "*.")
+		}
+		if wild && !strings.Contains(strings.Trim(rest, "."), ".") {
+			return apiErr(api.CodeForbidden, fmt.Sprintf("allow[%d]", i),
+				"allow[%d]: %.80q covers a whole top-level domain; only root may ask for it (name at least two labels, as in *.example.com)", i, a)
 		}
 	}
 	return nil

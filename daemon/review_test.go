@@ -172,3 +172,27 @@ func TestRootWorkspaceOwnerChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestTopLevelWildcardAllowRefusedForUnprivilegedCaller: a caller other than
+// root could open nearly every host with a few per-sandbox allow entries such
+// as "*.com:*"; a wildcard over a whole top-level domain is root's.
+func TestTopLevelWildcardAllowRefusedForUnprivilegedCaller(t *testing.T) {
+	w := newFakeWorld(t)
+	a, root := w.client(alice), w.client(0)
+	for _, entry := range []string{"*.com", "**.org", "*.com:*", "**.net:443", "*.io."} {
+		body := `{"allow": ["pypi.org", "` + entry + `"]}`
+		r := a.json(t, "POST", "/v1/sandboxes", body)
+		if e := r.apiError(t); r.status != 403 || e.Code != api.CodeForbidden || e.Field != "allow[1]" {
+			t.Errorf("alice %s: got %d %+v, want 403 forbidden naming allow[1]", body, r.status, e)
+		}
+	}
+	if n := w.exe.prepared.Load(); n != 0 {
+		t.Fatalf("%d sandboxes prepared for refused allow entries, want 0", n)
+	}
+	if sb := a.create(t, `{"allow": ["*.example.com", "**.example.org:*", "api.example.net:8443"]}`); len(sb.Allow) != 3 {
+		t.Fatalf("alice's bounded wildcards: got allow %v", sb.Allow)
+	}
+	if sb := root.create(t, `{"allow": ["*.com"]}`); len(sb.Allow) != 1 {
+		t.Fatalf("root's top-level wildcard: got allow %v", sb.Allow)
+	}
+}
