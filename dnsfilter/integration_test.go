@@ -45,7 +45,8 @@ func TestWithRealPolicyAndAudit(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "dns.rego"), []byte(integrationPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.New(policy.Config{Dir: dir, Presets: []string{policy.PresetNone}}, nil)
+	// A generous deadline: see gateway's TestRealPolicyEngine.
+	eng, err := policy.New(policy.Config{Dir: dir, Presets: []string{policy.PresetNone}, EvalTimeout: 10 * time.Second}, nil)
 	if err != nil {
 		t.Fatalf("policy.New: %v", err)
 	}

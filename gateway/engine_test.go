@@ -17,7 +17,10 @@ import (
 // TestRealPolicyEngine runs the gateway with policy.New: an allowed host passes,
 // anything else gets the engine's deny reason, audited with its revision.
 func TestRealPolicyEngine(t *testing.T) {
-	eng, err := policy.New(policy.Config{AllowHosts: []string{"pypi.org:*"}, Presets: []string{policy.PresetNone}}, nil)
+	// A generous deadline: the default 100ms is a production bound a -race
+	// run on a loaded machine can pass (a fail-closed deny this test does not
+	// expect).
+	eng, err := policy.New(policy.Config{AllowHosts: []string{"pypi.org:*"}, Presets: []string{policy.PresetNone}, EvalTimeout: 10 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
