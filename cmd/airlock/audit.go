@@ -252,38 +252,40 @@ func parseWhen(flag, s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%s %q: want an RFC 3339 time (2025-06-01T12:00:00Z) or a duration ago (30m, 24h)", flag, s)
 }
 
-func tableRow(r *audit.Record) string {
-	dest := r.Host
+// recordCells describes r for a table or a log line: its destination (host or
+// DNS name, with the port), request (method and path, DNS type and answer
+// code, or the exec), HTTP status and first reason.
+func recordCells(r *audit.Record) (dest, req, status, reason string) {
+	dest = r.Host
 	if dest == "" {
 		dest = r.QName
 	}
 	if r.Port != 0 {
 		dest += ":" + strconv.Itoa(r.Port)
 	}
-	req := strings.TrimSpace(r.Method + " " + r.Path)
+	req = strings.TrimSpace(r.Method + " " + r.Path)
 	if r.QType != "" {
 		req = strings.TrimSpace(r.QType + " " + r.RCode)
 	}
 	if r.Exec != nil {
 		req = "exec " + r.Exec.Phase + " " + strings.Join(r.Exec.Argv, " ")
 	}
-	status := ""
 	if r.Status != 0 {
 		status = strconv.Itoa(r.Status)
 	}
-	reason := r.Error
+	reason = r.Error
 	if len(r.Reasons) > 0 {
 		reason = r.Reasons[0].ID
 	}
+	return dest, req, status, reason
+}
+
+func tableRow(r *audit.Record) string {
+	dest, req, status, reason := recordCells(r)
 	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, r.Decision, dest, req, status, reason}
 	for i, c := range cells {
 		// One record per row: no tabs or newlines from logged values.
-		cells[i] = strings.Map(func(c rune) rune {
-			if c == '\t' || c == '\n' || c == '\r' {
-				return ' '
-			}
-			return c
-		}, c)
+		cells[i] = oneLine(c)
 		if cells[i] == "" {
 			cells[i] = "-"
 		}

@@ -137,28 +137,7 @@ func decisionLine(m map[string]any) string {
 		return string(b)
 	}
 	cells := []string{r.TS.Local().Format("15:04:05.000"), fmt.Sprintf("%-5s", r.Decision), fmt.Sprintf("%-7s", r.Kind)}
-	dest := r.Host
-	if dest == "" {
-		dest = r.QName
-	}
-	if r.Port != 0 {
-		dest += ":" + strconv.Itoa(r.Port)
-	}
-	req := strings.TrimSpace(r.Method + " " + r.Path)
-	if r.QType != "" {
-		req = strings.TrimSpace(r.QType + " " + r.RCode)
-	}
-	if r.Exec != nil {
-		req = "exec " + r.Exec.Phase + " " + strings.Join(r.Exec.Argv, " ")
-	}
-	status := ""
-	if r.Status != 0 {
-		status = strconv.Itoa(r.Status)
-	}
-	reason := r.Error
-	if len(r.Reasons) > 0 {
-		reason = r.Reasons[0].ID
-	}
+	dest, req, status, reason := recordCells(&r)
 	for _, c := range []string{dest, req, status, reason} {
 		if c != "" {
 			cells = append(cells, oneLine(c))
