@@ -224,30 +224,7 @@ func readError(resp *http.Response) error {
 	if msg == "" {
 		msg = resp.Status
 	}
-	return &api.Error{Code: codeOfStatus(resp.StatusCode), Message: msg}
-}
-
-// codeOfStatus is the api code the contract gives each status.
-func codeOfStatus(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return api.CodeBadRequest
-	case http.StatusUnprocessableEntity:
-		return api.CodeInvalidField
-	case http.StatusNotFound:
-		return api.CodeNotFound
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return api.CodeForbidden
-	case http.StatusConflict:
-		return api.CodeConflict
-	case http.StatusRequestEntityTooLarge:
-		return api.CodeTooLarge
-	case http.StatusTooManyRequests:
-		return api.CodeLimit
-	case http.StatusServiceUnavailable:
-		return api.CodeUnavailable
-	}
-	return api.CodeInternal
+	return &api.Error{Code: api.CodeOf(resp.StatusCode), Message: msg}
 }
 
 // sandboxPath is the path of a sandbox's route, the id escaped.

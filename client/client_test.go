@@ -164,7 +164,7 @@ func TestErrorBodies(t *testing.T) {
 		message string
 	}{
 		{"api error", 409, `{"code":"conflict","message":"sandbox is stopping"}`, api.CodeConflict, "sandbox is stopping"},
-		{"legacy error", 422, `{"error":"argv: missing command"}`, api.CodeInvalidField, "argv: missing command"},
+		{"legacy error", 422, `{"error":"argv: missing command"}`, api.CodeUnprocessable, "argv: missing command"},
 		{"text", 503, "overloaded\n", api.CodeUnavailable, "overloaded"},
 		{"empty", 500, "", api.CodeInternal, "500 Internal Server Error"},
 		{"too many", 429, "", api.CodeLimit, "429"},

@@ -80,7 +80,7 @@ func TestFiles(t *testing.T) {
 			}
 			r := c.do(t, tt.method, base+tt.query, body)
 			e := r.apiError(t)
-			if r.status != codeStatus(tt.code) || e.Code != tt.code || e.Field != tt.field {
+			if r.status != api.StatusOf(tt.code) || e.Code != tt.code || e.Field != tt.field {
 				t.Fatalf("got %d %+v, want %s naming %q", r.status, e, tt.code, tt.field)
 			}
 		})

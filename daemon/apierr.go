@@ -17,29 +17,6 @@ import (
 // maxAPIBody bounds a JSON request body on the control API.
 const maxAPIBody = 1 << 20
 
-// codeStatus is the HTTP status of each api error code (api's Code* comments).
-func codeStatus(code string) int {
-	switch code {
-	case api.CodeBadRequest, api.CodeInvalidField, api.CodeInvalidPath:
-		return http.StatusBadRequest
-	case api.CodeNotFound:
-		return http.StatusNotFound
-	case api.CodeForbidden:
-		return http.StatusForbidden
-	case api.CodeConflict:
-		return http.StatusConflict
-	case api.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case api.CodeLimit:
-		return http.StatusTooManyRequests
-	case api.CodeUnprocessable:
-		return http.StatusUnprocessableEntity
-	case api.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
 // apiErr builds an api.Error; field may be "".
 func apiErr(code, field, format string, args ...any) *api.Error {
 	return &api.Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
@@ -52,7 +29,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *api.Error) {
-	writeJSON(w, codeStatus(e.Code), e)
+	writeJSON(w, api.StatusOf(e.Code), e)
 }
 
 // decodeBody reads one JSON object from r's body into v strictly: at most

@@ -191,8 +191,8 @@ func TestCreateValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := c.json(t, "POST", "/v1/sandboxes", tt.body)
 			e := r.apiError(t)
-			if r.status != codeStatus(tt.code) || e.Code != tt.code || e.Field != tt.field {
-				t.Fatalf("got %d %+v, want %d %s naming %q", r.status, e, codeStatus(tt.code), tt.code, tt.field)
+			if r.status != api.StatusOf(tt.code) || e.Code != tt.code || e.Field != tt.field {
+				t.Fatalf("got %d %+v, want %d %s naming %q", r.status, e, api.StatusOf(tt.code), tt.code, tt.field)
 			}
 		})
 	}
@@ -408,7 +408,7 @@ func TestExecValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := c.json(t, "POST", "/v1/sandboxes/"+sb.ID+"/exec", tt.body)
 			e := r.apiError(t)
-			if r.status != codeStatus(tt.code) || e.Code != tt.code || e.Field != tt.field {
+			if r.status != api.StatusOf(tt.code) || e.Code != tt.code || e.Field != tt.field {
 				t.Fatalf("got %d %+v, want %s naming %q", r.status, e, tt.code, tt.field)
 			}
 		})

@@ -12,6 +12,7 @@ FORBIDDEN = "forbidden"
 CONFLICT = "conflict"
 TOO_LARGE = "too_large"
 LIMIT_EXCEEDED = "limit_exceeded"
+UNPROCESSABLE = "unprocessable"
 UNAVAILABLE = "unavailable"
 INTERNAL = "internal"
 
@@ -22,7 +23,7 @@ _CODE_OF_STATUS = {
     404: NOT_FOUND,
     409: CONFLICT,
     413: TOO_LARGE,
-    422: INVALID_FIELD,
+    422: UNPROCESSABLE,
     429: LIMIT_EXCEEDED,
     503: UNAVAILABLE,
 }
