@@ -15,29 +15,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/test/proxytest"
 )
 
-// testParent is a counting CONNECT proxy on loopback: it records every
-// connection, CONNECT target and Proxy-Authorization it sees, and forwards a
-// target only to the loopback address routes names for it (anything else is
-// answered 502, never dialed).
+// testParent is a counting CONNECT proxy on loopback (test/proxytest) that
+// forwards a target only to the loopback address routes names for it
+// (anything else is answered 502, never dialed).
 type testParent struct {
-	ln     net.Listener
-	addr   string
-	port   int
-	conns  atomic.Int64
-	status atomic.Int64 // the answer to every CONNECT; 0 means 200
-	routes map[string]string
-
-	mu      sync.Mutex
-	targets []string
-	auths   []string
+	*proxytest.Parent
+	ln   net.Listener // closed to kill the parent
+	addr string
+	port int
 }
 
 func newTestParent(t *testing.T, routes map[string]string) *testParent {
@@ -48,59 +41,16 @@ func newTestParent(t *testing.T, routes map[string]string) *testParent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &testParent{ln: ln, addr: ln.Addr().String(), routes: routes}
+	p := &testParent{ln: ln, addr: ln.Addr().String()}
 	p.port = int(netip.MustParseAddrPort(p.addr).Port())
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.conns.Add(1)
-			go p.serve(c)
+	p.Parent = proxytest.Serve(t, ln, func(target string) (net.Conn, error) {
+		to, ok := routes[target]
+		if !ok {
+			return nil, fmt.Errorf("no route for %s", target)
 		}
-	}()
+		return net.DialTimeout("tcp", to, 5*time.Second)
+	})
 	return p
-}
-
-func (p *testParent) serve(c net.Conn) {
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return
-	}
-	p.mu.Lock()
-	p.targets = append(p.targets, req.Method+" "+req.RequestURI)
-	p.auths = append(p.auths, req.Header.Get("Proxy-Authorization"))
-	p.mu.Unlock()
-	if st := int(p.status.Load()); st != 0 {
-		fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nProxy-Authenticate: Basic realm=\"corp\"\r\nContent-Length: 0\r\n\r\n", st, http.StatusText(st))
-		return
-	}
-	to, ok := p.routes[req.RequestURI]
-	if req.Method != http.MethodConnect || !ok {
-		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	up, err := net.DialTimeout("tcp", to, 5*time.Second)
-	if err != nil {
-		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	defer up.Close()
-	c.SetDeadline(time.Time{})
-	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-	go func() { io.Copy(up, br); closeWrite(up) }()
-	io.Copy(c, up)
-}
-
-func (p *testParent) seen() (targets, auths []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.targets...), append([]string(nil), p.auths...)
 }
 
 // The parent's credential in these tests: a sentinel that must appear in
@@ -223,7 +173,7 @@ func TestParentProxyCarriesEveryKind(t *testing.T) {
 
 	// Every connection's last record is written before the checks below.
 	h.log.Wait(t, "tcp close", func(r audit.Record) bool { return r.Kind == audit.KindClose && r.Host == "198.18.0.10" })
-	targets, auths := p.seen()
+	targets, auths := p.Seen()
 	want := []string{"CONNECT plain.example:80", "CONNECT tun.example:443", "CONNECT api.example:443",
 		"CONNECT plain2.example:80", "CONNECT tun.example:443", "CONNECT 198.18.0.10:7000"}
 	if strings.Join(targets, ",") != strings.Join(want, ",") {
@@ -312,10 +262,10 @@ func TestParentProxyDenied(t *testing.T) {
 	}
 	c.Close()
 	h.log.Wait(t, "transparent deny", func(r audit.Record) bool { return r.Kind == "tcp" && r.Decision == audit.DecisionDeny })
-	if n := p.conns.Load(); n != 0 {
+	if n := p.Conns.Load(); n != 0 {
 		t.Fatalf("parent saw %d connections, want 0", n)
 	}
-	if got, _ := p.seen(); len(got) != 0 {
+	if got, _ := p.Seen(); len(got) != 0 {
 		t.Fatalf("parent saw %v, want nothing", got)
 	}
 	if got := h.dialer.dialedAddrs(); len(got) != 0 {
@@ -341,8 +291,8 @@ func TestParentProxyNoProxyDirect(t *testing.T) {
 	if resp.StatusCode != 200 || up.reqs.Load() != 1 {
 		t.Fatalf("got %d %q, upstream requests %d", resp.StatusCode, body, up.reqs.Load())
 	}
-	if p.conns.Load() != 0 {
-		t.Fatalf("parent saw %d connections, want 0", p.conns.Load())
+	if p.Conns.Load() != 0 {
+		t.Fatalf("parent saw %d connections, want 0", p.Conns.Load())
 	}
 	if got := h.dialer.dialedAddrs(); len(got) != 1 || got[0] != up.addr {
 		t.Fatalf("dialed %v, want only %s", got, up.addr)
@@ -373,7 +323,7 @@ func TestParentProxyFailsClosed(t *testing.T) {
 			if tt.status < 0 {
 				p.ln.Close()
 			}
-			p.status.Store(int64(tt.status))
+			p.Status.Store(int64(tt.status))
 			for _, raw := range []string{
 				"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\n\r\n",
 				"CONNECT plain.example:80 HTTP/1.1\r\n\r\n",

@@ -1,104 +1,45 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/test/fakenet"
+	"github.com/airlock-dev/airlock/test/proxytest"
 )
 
-// parentProxy is a counting CONNECT proxy inside the fake internet: it
-// records every connection, CONNECT target and Proxy-Authorization, and
-// forwards only to fake-internet hosts, by the name the fake resolver knows.
-type parentProxy struct {
-	n     *fakenet.Net
-	conns atomic.Int64
-
-	mu      sync.Mutex
-	targets []string
-	auths   []string
-}
-
-func startParentProxy(t *testing.T, n *fakenet.Net, h *fakenet.Host, port int) *parentProxy {
+// startParentProxy serves a counting CONNECT proxy (test/proxytest) on h's
+// port inside the fake internet; it forwards only to fake-internet hosts, by
+// the name the fake resolver knows.
+func startParentProxy(t *testing.T, n *fakenet.Net, h *fakenet.Host, port int) *proxytest.Parent {
 	t.Helper()
 	l, err := n.Listen(h, port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	p := &parentProxy{n: n}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.conns.Add(1)
-			go p.serve(c)
+	return proxytest.Serve(t, l, func(target string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(target)
+		if err != nil {
+			return nil, err
 		}
-	}()
-	return p
-}
-
-func (p *parentProxy) serve(c net.Conn) {
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(60 * time.Second))
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return
-	}
-	p.mu.Lock()
-	p.targets = append(p.targets, req.Method+" "+req.RequestURI)
-	p.auths = append(p.auths, req.Header.Get("Proxy-Authorization"))
-	p.mu.Unlock()
-	refuse := func() { io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n") }
-	host, port, err := net.SplitHostPort(req.RequestURI)
-	pn, perr := strconv.Atoi(port)
-	if req.Method != http.MethodConnect || err != nil || perr != nil {
-		refuse()
-		return
-	}
-	ip, ok := p.n.Lookup(host)
-	if !ok {
-		refuse()
-		return
-	}
-	up, err := p.n.Dial(netip.AddrPortFrom(ip, uint16(pn)))
-	if err != nil {
-		refuse()
-		return
-	}
-	defer up.Close()
-	c.SetDeadline(time.Time{})
-	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-	go func() {
-		io.Copy(up, br)
-		if tc, ok := up.(*net.TCPConn); ok {
-			tc.CloseWrite()
+		pn, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, err
 		}
-	}()
-	io.Copy(c, up)
-}
-
-func (p *parentProxy) seen() (targets, auths []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.targets...), append([]string(nil), p.auths...)
+		ip, ok := n.Lookup(host)
+		if !ok {
+			return nil, fmt.Errorf("%s is not in the fake internet", host)
+		}
+		return n.Dial(netip.AddrPortFrom(ip, uint16(pn)))
+	})
 }
 
 // TestRootParentProxy is issue 12 item 3 from inside `airlock run`: with
@@ -152,7 +93,7 @@ true
 	wantKV(t, m, "parent_name", "403", res)
 	wantKV(t, m, "parent_ip", "403", res)
 
-	targets, auths := p.seen()
+	targets, auths := p.Seen()
 	want := map[string]bool{"CONNECT pypi.org:443": true, "CONNECT other.example.test:443": true, "CONNECT pypi.org:80": true}
 	got := map[string]bool{}
 	for _, x := range targets {
@@ -170,7 +111,7 @@ true
 			t.Errorf("CONNECT %s carried Proxy-Authorization %q, want the secret's", targets[i], a)
 		}
 	}
-	if n := p.conns.Load(); n != int64(len(targets)) {
+	if n := p.Conns.Load(); n != int64(len(targets)) {
 		t.Errorf("parent: %d connections for %d CONNECTs: a connection that asked nothing", n, len(targets))
 	}
 	if d := snap(w.evil).sub(evilBefore); d.conns != 0 || d.requests != 0 {
