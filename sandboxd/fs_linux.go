@@ -26,7 +26,7 @@ import (
 //     and pivot_root'ed into; the old root is detached, so host paths are gone;
 //  3. fresh /proc (masked), minimal /dev, empty read-only /sys, tmpfs /tmp, $HOME,
 //     /var/tmp and the empty workspace, an empty /run, resolv.conf, passwd and
-//     group naming the sandbox uid (SandboxUser), the CA bundle,
+//     group naming the sandbox uid (SandboxUser), hosts naming the hostname, the CA bundle,
 //     the trust directory (at SandboxTrustDir in that /run) and the hidden-path
 //     masks are mounted inside, targets resolved inside the new root.
 //
@@ -217,40 +217,39 @@ func mountTrustDir(trustFD int, fresh []string) error {
 // (detached, read-only) before the pivot, to mount over the root's own.
 type stagedFiles struct {
 	resolv int
-	// passwd and group are -1 when the root has no such file.
-	passwd, group int
+	etc    []stagedEtc // passwd, group, hosts: those the root has
+}
+
+type stagedEtc struct {
+	path string
+	fd   int
 }
 
 func (s *stagedFiles) close() {
-	for _, fd := range []int{s.resolv, s.passwd, s.group} {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
+	if s.resolv >= 0 {
+		unix.Close(s.resolv)
+	}
+	for _, f := range s.etc {
+		unix.Close(f.fd)
 	}
 }
 
-// mountIdentity mounts the staged /etc/passwd and /etc/group, which name the
-// sandbox uid, over the root's.
+// mountIdentity mounts the staged /etc/passwd, /etc/group and /etc/hosts over
+// the root's.
 func (s *stagedFiles) mountIdentity() error {
-	for _, m := range []struct {
-		fd   int
-		path string
-	}{{s.passwd, "/etc/passwd"}, {s.group, "/etc/group"}} {
-		if m.fd < 0 {
-			continue
-		}
-		if err := unix.MoveMount(m.fd, "", unix.AT_FDCWD, m.path, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
-			return fmt.Errorf("mount %s: %w", m.path, err)
+	for _, f := range s.etc {
+		if err := unix.MoveMount(f.fd, "", unix.AT_FDCWD, f.path, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
+			return fmt.Errorf("mount %s: %w", f.path, err)
 		}
 	}
 	return nil
 }
 
 // enterView attaches the host view on a private staging tmpfs, which also
-// holds the sandbox's resolv.conf, passwd and group (cloned before the pivot),
-// pivots into it and detaches the old root.
+// holds the sandbox's resolv.conf, passwd, group and hosts (cloned before the
+// pivot), pivots into it and detaches the old root.
 func enterView(view *hostView, cfg *initConfig) (*stagedFiles, error) {
-	s := &stagedFiles{resolv: -1, passwd: -1, group: -1}
+	s := &stagedFiles{resolv: -1}
 	fail := func(err error) (*stagedFiles, error) {
 		s.close()
 		return nil, err
@@ -269,7 +268,7 @@ func enterView(view *hostView, cfg *initConfig) (*stagedFiles, error) {
 	if err := view.attach(newRoot); err != nil {
 		return fail(err)
 	}
-	if s.passwd, s.group, err = stageIdentity(newRoot, cfg); err != nil {
+	if err := s.stageIdentity(newRoot, cfg); err != nil {
 		return fail(err)
 	}
 	if err := unix.Chdir(newRoot); err != nil {
@@ -303,33 +302,53 @@ func stageFile(name string, data []byte) (int, error) {
 
 // stageIdentity stages the root's /etc/passwd and /etc/group with an entry
 // for the sandbox uid (SandboxUser, home cfg.Home), so tools that look their
-// user up (ssh, whoami, getpass) work. A root without the file gets none (-1).
-func stageIdentity(root string, cfg *initConfig) (passwd, group int, err error) {
-	passwd, group = -1, -1
+// user up (ssh, whoami, getpass) work, and its /etc/hosts with the sandbox's
+// hostname on loopback, so a lookup of it never reaches the DNS filter. A file
+// the root does not have is left out.
+func (s *stagedFiles) stageIdentity(root string, cfg *initConfig) error {
 	uid := strconv.Itoa(cfg.UID)
-	files := []struct {
+	for _, f := range []struct {
 		name string
-		line string
-		fd   *int
+		edit func([]byte) []byte
 	}{
-		{"passwd", SandboxUser + ":x:" + uid + ":" + uid + ":airlock sandbox:" + cfg.Home + ":/bin/sh", &passwd},
-		{"group", SandboxUser + ":x:" + uid + ":", &group},
-	}
-	for _, f := range files {
+		{"passwd", func(b []byte) []byte {
+			return withEntry(b, SandboxUser+":x:"+uid+":"+uid+":airlock sandbox:"+cfg.Home+":/bin/sh", uid)
+		}},
+		{"group", func(b []byte) []byte { return withEntry(b, SandboxUser+":x:"+uid+":", uid) }},
+		{"hosts", func(b []byte) []byte { return withHostname(b, cfg.Hostname) }},
+	} {
 		cur, err := readInRoot(root, "etc/"+f.name)
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
 		if err != nil {
-			closeAll(passwd, group)
-			return -1, -1, fmt.Errorf("read /etc/%s of the sandbox root: %w", f.name, err)
+			return fmt.Errorf("read /etc/%s of the sandbox root: %w", f.name, err)
 		}
-		if *f.fd, err = stageFile(f.name, withEntry(cur, f.line, uid)); err != nil {
-			closeAll(passwd, group)
-			return -1, -1, err
+		fd, err := stageFile(f.name, f.edit(cur))
+		if err != nil {
+			return err
+		}
+		s.etc = append(s.etc, stagedEtc{path: "/etc/" + f.name, fd: fd})
+	}
+	return nil
+}
+
+// withHostname returns the hosts file cur with name on 127.0.1.1 (as Debian
+// names its own host), unless cur already maps it.
+func withHostname(cur []byte, name string) []byte {
+	for _, l := range strings.Split(string(cur), "\n") {
+		if i := strings.IndexByte(l, '#'); i >= 0 {
+			l = l[:i]
+		}
+		if f := strings.Fields(l); len(f) > 1 && slices.Contains(f[1:], name) {
+			return cur
 		}
 	}
-	return passwd, group, nil
+	out := append([]byte(nil), cur...)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, "127.0.1.1\t"+name+"\n"...)
 }
 
 // withEntry returns the passwd or group file cur with every entry named
@@ -367,14 +386,6 @@ func readInRoot(root, rel string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is not a regular file", rel)
 	}
 	return io.ReadAll(io.LimitReader(f, maxIdentityFile))
-}
-
-func closeAll(fds ...int) {
-	for _, fd := range fds {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
 }
 
 // mountSystem mounts /dev, /proc, an empty /sys and /tmp.

@@ -11,15 +11,16 @@ import (
 
 // TestSandboxUserHasName: the sandbox uid has a name, a home and a group
 // (ssh refuses to start without one: "No user exists for uid"), the root's
-// own entries are kept, and the host's /etc/passwd is not changed.
+// own entries are kept, the hostname resolves to loopback from /etc/hosts
+// (never a DNS query), and the host's /etc/passwd is not changed.
 func TestSandboxUserHasName(t *testing.T) {
 	e, _ := newTestExecutor(t, nil)
 	before, err := os.ReadFile("/etc/passwd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := mustRun(t, e, Spec{Argv: sh(`id -un; id -gn; getent passwd "$(id -u)" | cut -d: -f6; getent passwd root | cut -d: -f1,3; grep -c '^sandbox:' /etc/passwd`)})
-	want := SandboxUser + "\n" + SandboxUser + "\n" + DefaultHome + "\nroot:0\n1\n"
+	res := mustRun(t, e, Spec{Argv: sh(`id -un; id -gn; getent passwd "$(id -u)" | cut -d: -f6; getent passwd root | cut -d: -f1,3; grep -c '^sandbox:' /etc/passwd; getent hosts "$(hostname)"`)})
+	want := SandboxUser + "\n" + SandboxUser + "\n" + DefaultHome + "\nroot:0\n1\n127.0.1.1       " + DefaultHostname + "\n"
 	if got := string(res.Stdout); got != want {
 		t.Errorf("got %q, want %q (stderr %q)", got, want, res.Stderr)
 	}
@@ -65,6 +66,24 @@ func TestWithEntry(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := string(withEntry([]byte(tc.cur), line, strconv.Itoa(100007))); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWithHostname(t *testing.T) {
+	for _, tc := range []struct {
+		name, cur, want string
+	}{
+		{"added", "127.0.0.1\tlocalhost\n", "127.0.0.1\tlocalhost\n127.0.1.1\talk-box\n"},
+		{"no trailing newline", "127.0.0.1 localhost", "127.0.0.1 localhost\n127.0.1.1\talk-box\n"},
+		{"already mapped", "10.0.0.1 x alk-box\n", "10.0.0.1 x alk-box\n"},
+		{"only in a comment", "# 10.0.0.1 alk-box\n", "# 10.0.0.1 alk-box\n127.0.1.1\talk-box\n"},
+		{"empty", "", "127.0.1.1\talk-box\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(withHostname([]byte(tc.cur), "alk-box")); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
