@@ -40,6 +40,9 @@ const (
 
 	// SystemCABundle is where the merged CA bundle is mounted.
 	SystemCABundle = "/etc/ssl/certs/ca-certificates.crt"
+	// SandboxUser names the sandbox uid (and gid) in the /etc/passwd and
+	// /etc/group the sandbox sees: the root's files plus this entry.
+	SandboxUser = "sandbox"
 
 	// initPidsOverhead is added to Limits.Pids for init's Go runtime threads,
 	// so --pids N leaves N tasks to the command.

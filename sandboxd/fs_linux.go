@@ -1,11 +1,14 @@
 package sandboxd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -22,7 +25,8 @@ import (
 //  2. the root is attached on a private staging tmpfs with its mounts in place,
 //     and pivot_root'ed into; the old root is detached, so host paths are gone;
 //  3. fresh /proc (masked), minimal /dev, empty read-only /sys, tmpfs /tmp, $HOME,
-//     /var/tmp and the empty workspace, an empty /run, resolv.conf, the CA bundle,
+//     /var/tmp and the empty workspace, an empty /run, resolv.conf, passwd and
+//     group naming the sandbox uid (SandboxUser), hosts naming the hostname, the CA bundle,
 //     the trust directory (at SandboxTrustDir in that /run) and the hidden-path
 //     masks are mounted inside, targets resolved inside the new root.
 //
@@ -41,6 +45,9 @@ import (
 const (
 	stagingDir = "/tmp" // any directory that exists on the host root; private to us
 	resolvConf = "nameserver 127.0.0.1\noptions edns0 trust-ad\n"
+	// maxIdentityFile bounds the root's passwd and group files read for the
+	// sandbox's copies (which live on the 1 MiB staging tmpfs).
+	maxIdentityFile = 256 << 10
 )
 
 // Masked /proc files (bound to /dev/null) and directories (empty read-only tmpfs).
@@ -129,11 +136,12 @@ func setupSandbox(cfg *initConfig) (*fsState, error) {
 		}
 		defer unix.Close(trustFD)
 	}
-	rcFD, err := enterView(view)
+	staged, err := enterView(view, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(rcFD)
+	defer staged.close()
+	rcFD := staged.resolv
 	if err := f.mountSystem(); err != nil {
 		return nil, err
 	}
@@ -155,6 +163,9 @@ func setupSandbox(cfg *initConfig) (*fsState, error) {
 		if err := unix.MoveMount(caFD, "", unix.AT_FDCWD, SystemCABundle, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
 			return nil, fmt.Errorf("mount ca bundle over %s (it must exist in the sandbox root): %w", SystemCABundle, err)
 		}
+	}
+	if err := staged.mountIdentity(); err != nil {
+		return nil, err
 	}
 	if err := mountTrustDir(trustFD, runtimeDirs); err != nil {
 		return nil, err
@@ -202,30 +213,62 @@ func mountTrustDir(trustFD int, fresh []string) error {
 	return nil
 }
 
+// stagedFiles are the files init writes on the staging tmpfs and clones
+// (detached, read-only) before the pivot, to mount over the root's own.
+type stagedFiles struct {
+	resolv int
+	etc    []stagedEtc // passwd, group, hosts: those the root has
+}
+
+type stagedEtc struct {
+	path string
+	fd   int
+}
+
+func (s *stagedFiles) close() {
+	if s.resolv >= 0 {
+		unix.Close(s.resolv)
+	}
+	for _, f := range s.etc {
+		unix.Close(f.fd)
+	}
+}
+
+// mountIdentity mounts the staged /etc/passwd, /etc/group and /etc/hosts over
+// the root's.
+func (s *stagedFiles) mountIdentity() error {
+	for _, f := range s.etc {
+		if err := unix.MoveMount(f.fd, "", unix.AT_FDCWD, f.path, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
+			return fmt.Errorf("mount %s: %w", f.path, err)
+		}
+	}
+	return nil
+}
+
 // enterView attaches the host view on a private staging tmpfs, which also
-// holds the sandbox's resolv.conf (returned as a detached mount), pivots
-// into it and detaches the old root: no host path is reachable afterwards.
-func enterView(view *hostView) (int, error) {
-	if err := unix.Mount("airlock-stage", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64k,mode=700"); err != nil {
-		return -1, fmt.Errorf("mount staging tmpfs: %w", err)
+// holds the sandbox's resolv.conf, passwd, group and hosts (cloned before the
+// pivot), pivots into it and detaches the old root.
+func enterView(view *hostView, cfg *initConfig) (*stagedFiles, error) {
+	s := &stagedFiles{resolv: -1}
+	fail := func(err error) (*stagedFiles, error) {
+		s.close()
+		return nil, err
 	}
-	rc := filepath.Join(stagingDir, "resolv.conf")
-	if err := os.WriteFile(rc, []byte(resolvConf), 0o644); err != nil {
-		return -1, fmt.Errorf("write resolv.conf: %w", err)
+	if err := unix.Mount("airlock-stage", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=700"); err != nil {
+		return fail(fmt.Errorf("mount staging tmpfs: %w", err))
 	}
-	rcFD, err := cloneTree(rc, false, roAttrs)
-	if err != nil {
-		return -1, fmt.Errorf("clone resolv.conf: %w", err)
-	}
-	fail := func(err error) (int, error) {
-		unix.Close(rcFD)
-		return -1, err
+	var err error
+	if s.resolv, err = stageFile("resolv.conf", []byte(resolvConf)); err != nil {
+		return fail(err)
 	}
 	newRoot := filepath.Join(stagingDir, "root")
 	if err := os.Mkdir(newRoot, 0o755); err != nil {
 		return fail(err)
 	}
 	if err := view.attach(newRoot); err != nil {
+		return fail(err)
+	}
+	if err := s.stageIdentity(newRoot, cfg); err != nil {
 		return fail(err)
 	}
 	if err := unix.Chdir(newRoot); err != nil {
@@ -240,7 +283,109 @@ func enterView(view *hostView) (int, error) {
 	if err := unix.Chdir("/"); err != nil {
 		return fail(err)
 	}
-	return rcFD, nil
+	return s, nil
+}
+
+// stageFile writes name on the staging tmpfs and returns a detached read-only
+// clone of it.
+func stageFile(name string, data []byte) (int, error) {
+	p := filepath.Join(stagingDir, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		return -1, fmt.Errorf("write %s: %w", name, err)
+	}
+	fd, err := cloneTree(p, false, roAttrs)
+	if err != nil {
+		return -1, fmt.Errorf("clone %s: %w", name, err)
+	}
+	return fd, nil
+}
+
+// stageIdentity stages the root's /etc/passwd and /etc/group with an entry
+// for the sandbox uid (SandboxUser, home cfg.Home), so tools that look their
+// user up (ssh, whoami, getpass) work, and its /etc/hosts with the sandbox's
+// hostname on loopback, so a lookup of it never reaches the DNS filter. A file
+// the root does not have is left out.
+func (s *stagedFiles) stageIdentity(root string, cfg *initConfig) error {
+	uid := strconv.Itoa(cfg.UID)
+	for _, f := range []struct {
+		name string
+		edit func([]byte) []byte
+	}{
+		{"passwd", func(b []byte) []byte {
+			return withEntry(b, SandboxUser+":x:"+uid+":"+uid+":airlock sandbox:"+cfg.Home+":/bin/sh", uid)
+		}},
+		{"group", func(b []byte) []byte { return withEntry(b, SandboxUser+":x:"+uid+":", uid) }},
+		{"hosts", func(b []byte) []byte { return withHostname(b, cfg.Hostname) }},
+	} {
+		cur, err := readInRoot(root, "etc/"+f.name)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read /etc/%s of the sandbox root: %w", f.name, err)
+		}
+		fd, err := stageFile(f.name, f.edit(cur))
+		if err != nil {
+			return err
+		}
+		s.etc = append(s.etc, stagedEtc{path: "/etc/" + f.name, fd: fd})
+	}
+	return nil
+}
+
+// withHostname returns the hosts file cur with name on 127.0.1.1 (as Debian
+// names its own host), unless cur already maps it.
+func withHostname(cur []byte, name string) []byte {
+	for _, l := range strings.Split(string(cur), "\n") {
+		if i := strings.IndexByte(l, '#'); i >= 0 {
+			l = l[:i]
+		}
+		if f := strings.Fields(l); len(f) > 1 && slices.Contains(f[1:], name) {
+			return cur
+		}
+	}
+	out := append([]byte(nil), cur...)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, "127.0.1.1\t"+name+"\n"...)
+}
+
+// withEntry returns the passwd or group file cur with every entry named
+// SandboxUser or numbered id replaced by line.
+func withEntry(cur []byte, line, id string) []byte {
+	var b bytes.Buffer
+	for _, l := range strings.Split(string(cur), "\n") {
+		f := strings.SplitN(l, ":", 4)
+		if l == "" || (len(f) >= 3 && (f[0] == SandboxUser || f[2] == id)) {
+			continue
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	b.WriteString(line)
+	b.WriteByte('\n')
+	return b.Bytes()
+}
+
+// readInRoot reads the regular file rel of the tree at root, resolving every
+// symlink inside that tree (a root's /etc/passwd -> /host/file stays inside).
+func readInRoot(root, rel string) ([]byte, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rfd)
+	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", rel)
+	}
+	return io.ReadAll(io.LimitReader(f, maxIdentityFile))
 }
 
 // mountSystem mounts /dev, /proc, an empty /sys and /tmp.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -416,23 +417,9 @@ print('var/tmp', sorted(os.listdir('/var/tmp')))
 // inside its empty /run, and the root's own file under /run is not shown.
 func TestResolvConfAndCAThroughRunSymlinks(t *testing.T) {
 	e, _ := newTestExecutor(t, nil)
-	root := hostDir(t, 0o755)
-	for _, d := range []string{"usr", "etc/ssl/certs", "run/systemd/resolve", "tmp", "home", "proc", "sys", "dev", "var/tmp"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := unix.Mount("/usr", filepath.Join(root, "usr"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(filepath.Join(root, "usr"), unix.MNT_DETACH) })
-	for l, target := range map[string]string{"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin",
+	root := minimalRoot(t, map[string]string{
 		"etc/resolv.conf":  "../run/systemd/resolve/stub-resolv.conf",
-		SystemCABundle[1:]: "/run/airlock-test-ca/bundle.pem"} {
-		if err := os.Symlink(target, filepath.Join(root, l)); err != nil {
-			t.Fatal(err)
-		}
-	}
+		SystemCABundle[1:]: "/run/airlock-test-ca/bundle.pem"})
 	if err := os.WriteFile(filepath.Join(root, "run/systemd/resolve/stub-resolv.conf"), []byte("nameserver 192.0.2.53\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -445,4 +432,29 @@ func TestResolvConfAndCAThroughRunSymlinks(t *testing.T) {
 	if got := string(res.Stdout); got != want {
 		t.Errorf("got %q, want %q (stderr %q)", got, want, res.Stderr)
 	}
+}
+
+// minimalRoot makes a sandbox root from the host's /usr (bind-mounted) with
+// the directories a sandbox needs, the usual /bin -> usr/bin links and the
+// extra symlinks given (path in the root -> target).
+func minimalRoot(t *testing.T, links map[string]string) string {
+	t.Helper()
+	root := hostDir(t, 0o755)
+	for _, d := range []string{"usr", "etc/ssl/certs", "run/systemd/resolve", "tmp", "home", "proc", "sys", "dev", "var/tmp"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("/usr", filepath.Join(root, "usr"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(filepath.Join(root, "usr"), unix.MNT_DETACH) })
+	all := map[string]string{"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"}
+	maps.Copy(all, links)
+	for l, target := range all {
+		if err := os.Symlink(target, filepath.Join(root, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }

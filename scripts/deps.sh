@@ -21,6 +21,10 @@ have git || need+=(git)
 [ -x /usr/bin/node ] || need+=(nodejs)
 have ping || need+=(iputils-ping)
 have openssl || need+=(openssl)
+# The e2e git-over-SSH test runs Debian's ssh in a sandbox and `sshd -i` (one per
+# accepted connection, no daemon) in the fake internet.
+have ssh && have ssh-keygen || need+=(openssh-client)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
 # The e2e Java test runs `java Fetch.java` (the source launcher needs only the
 # JRE's jdk.compiler module, which Debian's headless JRE ships); sandboxd's
 # truststore test runs keytool from the same package.
