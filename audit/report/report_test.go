@@ -1,0 +1,183 @@
+package report_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	stdhtml "html"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/report"
+	"github.com/airlock-dev/airlock/audit/report/reporttest"
+)
+
+// want is what reporttest.Records holds, counted by hand.
+var want = map[string]report.Counts{
+	"sb-build":   {Allowed: 4, Denied: 2, BytesUp: 2700, BytesDown: 155000},
+	"sb-agent":   {Allowed: 2, Denied: 72, BytesUp: 3100, BytesDown: 17000},
+	"sb-scraper": {Allowed: 1, Denied: 100, Errors: 1, BytesUp: 100, BytesDown: 2000},
+}
+
+var wantTotals = report.Counts{Allowed: 7, Denied: 174, Errors: 1, BytesUp: 5900, BytesDown: 174000}
+
+func buildFixture(t *testing.T, cfg report.Config) (*report.Report, reporttest.Fixture) {
+	t.Helper()
+	fx := reporttest.Write(t, t.TempDir())
+	pemBytes, err := os.ReadFile(fx.PubKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PublicKey == nil {
+		if cfg.PublicKey, err = audit.ParsePublicKey(pemBytes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Files = []string{fx.Log}
+	cfg.Now = func() time.Time { return reporttest.Base.Add(time.Hour) }
+	rep, err := report.Build(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, fx
+}
+
+func TestReportFixtureNumbers(t *testing.T) {
+	rep, _ := buildFixture(t, report.Config{})
+	v := rep.Verification
+	if !v.OK || !v.SignaturesChecked || v.Records != len(reporttest.Records())+1 || v.Unsigned != 0 {
+		t.Fatalf("verification: got %+v, want ok, signed, %d records, none unsigned", v, len(reporttest.Records())+1)
+	}
+	if len(rep.Sandboxes) != len(want) {
+		t.Fatalf("got %d sandbox rows %+v, want %d", len(rep.Sandboxes), rep.Sandboxes, len(want))
+	}
+	for _, row := range rep.Sandboxes {
+		if row.Counts != want[row.Key] {
+			t.Errorf("sandbox %s: got %+v, want %+v", row.Key, row.Counts, want[row.Key])
+		}
+	}
+	if rep.Totals != wantTotals {
+		t.Errorf("totals: got %+v, want %+v", rep.Totals, wantTotals)
+	}
+	var tl report.Counts
+	for _, r := range rep.Timeline.Rows {
+		dec := rep.Cells.Dict.Decision[r[3]]
+		switch dec {
+		case audit.DecisionAllow:
+			tl.Allowed += r[4]
+		case audit.DecisionDeny:
+			tl.Denied += r[4]
+		default:
+			tl.Errors += r[4]
+		}
+		tl.BytesUp += r[5]
+		tl.BytesDown += r[6]
+	}
+	if tl != wantTotals || rep.Timeline.BucketSeconds != 1 || rep.Timeline.Buckets != 171 {
+		t.Errorf("timeline: got %+v in %d buckets of %ds, want %+v in 171 of 1s", tl, rep.Timeline.Buckets, rep.Timeline.BucketSeconds, wantTotals)
+	}
+	if got := rep.Scope.Records; got != int64(len(reporttest.Records())+1) {
+		t.Errorf("scope records: got %d, want %d", got, len(reporttest.Records())+1)
+	}
+	checkTables(t, rep)
+}
+
+func checkTables(t *testing.T, rep *report.Report) {
+	t.Helper()
+	wantDenied := []report.DeniedRow{
+		{Destination: report.Summarized, Reason: audit.ReasonAuditSummary, Count: 100, Sandboxes: 1},
+		{Destination: report.Summarized, Reason: "dns_audit_summary", Count: 40, Sandboxes: 1},
+		{Destination: report.Summarized, Reason: "drop_summary", Count: 25, Sandboxes: 1},
+	}
+	if len(rep.TopDenied) != 13 {
+		t.Errorf("top denied: got %d rows %+v, want 13", len(rep.TopDenied), rep.TopDenied)
+	}
+	for i, w := range wantDenied {
+		if i >= len(rep.TopDenied) || rep.TopDenied[i] != w {
+			t.Errorf("top denied %d: got %+v, want %+v", i, rep.TopDenied, w)
+		}
+	}
+	wantSecret := report.SecretUse{Sandbox: "sb-agent", ID: "openai_key", Version: "v3", Fingerprint: "hmac-sha256:ab12cd34ef56",
+		Where: "header", Destination: "api.openai.com:443", Decision: "allow", Count: 2,
+		First: reporttest.Base.Add(20 * time.Second), Last: reporttest.Base.Add(80 * time.Second)}
+	if len(rep.Secrets) != 1 || rep.Secrets[0] != wantSecret {
+		t.Errorf("secrets: got %+v, want [%+v]", rep.Secrets, wantSecret)
+	}
+	if d := rep.DNS; d.Queries != 44 || d.Flagged != 2 {
+		t.Errorf("dns: got %d queries, %d flagged, want 44, 2", d.Queries, d.Flagged)
+	}
+	wantFlags := []report.FlagRow{
+		{Sandbox: "sb-agent", Flag: "high_entropy", Count: 42, Summarized: 40},
+		{Sandbox: "sb-agent", Flag: "many_unique_names", Count: 12, Summarized: 12},
+		{Sandbox: "sb-agent", Flag: "long_label", Count: 1},
+	}
+	if !equalJSON(rep.DNS.ByFlag, wantFlags) {
+		t.Errorf("dns flags: got %+v, want %+v", rep.DNS.ByFlag, wantFlags)
+	}
+	if n := rep.DNS.Names; len(n) != 1 || n[0].Domain != "tunnel.example" || n[0].Count != 2 || n[0].Denied != 2 || n[0].Distinct != 2 ||
+		strings.Join(n[0].Flags, ",") != "high_entropy,long_label" {
+		t.Errorf("dns names: got %+v, want tunnel.example x2 denied, 2 names", n)
+	}
+	if !equalJSON(rep.Drops, []report.DropRow{{Sandbox: "sb-agent", Logged: 1, Suppressed: 25}}) {
+		t.Errorf("drops: got %+v", rep.Drops)
+	}
+	if b := rep.Budgets; len(b) != 2 || b[0].Sandbox != "sb-agent" || b[0].Source != report.SourceDNS || b[0].Events != 40 ||
+		b[1].Sandbox != "sb-scraper" || b[1].Events != 100 || !b[1].Final || b[1].ByReason["not_allowlisted"] != 100 {
+		t.Errorf("budgets: got %+v, want sb-agent dns 40, sb-scraper gateway 100 final", b)
+	}
+	if e := rep.Events; len(e) != 1 || e[0].Kind != audit.KindCrashRecovered || !strings.Contains(e[0].Detail, "unsigned") {
+		t.Errorf("events: got %+v, want the crash_recovered record", e)
+	}
+}
+
+func equalJSON(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+// TestReportHTMLEmbedsTheJSON: the page carries exactly the bytes --format
+// json writes, so the two cannot disagree, and the headline numbers are in
+// the page's markup for a reader without script.
+func TestReportHTMLEmbedsTheJSON(t *testing.T) {
+	rep, _ := buildFixture(t, report.Config{})
+	var js, page bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	html := page.String()
+	embedded := `<script type="application/json" id="report-data">` + strings.TrimSuffix(js.String(), "\n") + `</script>`
+	if !strings.Contains(html, embedded) {
+		t.Fatalf("the page does not embed the JSON output verbatim")
+	}
+	for sb, c := range want {
+		re := regexp.MustCompile(`<tr data-key="` + sb + `"><td data-col="key">` + sb + `</td><td class="num" data-col="allowed" data-v="(\d+)">[^<]*</td><td class="num[^"]*" data-col="denied" data-v="(\d+)">`)
+		m := re.FindStringSubmatch(html)
+		if m == nil || m[1] != itoa(c.Allowed) || m[2] != itoa(c.Denied) {
+			t.Errorf("sandbox row %s in the page: got %v, want allowed %d denied %d", sb, m, c.Allowed, c.Denied)
+		}
+	}
+	for _, s := range []string{`data-k="denied"><span class="v" data-v="174">174</span>`, "Chain verified:", "signed through seq", `data-ok="true"`} {
+		if !strings.Contains(html, s) {
+			t.Errorf("the page lacks %q", s)
+		}
+	}
+	// The fixture logs a destination that is markup (reporttest.XSSHost):
+	// it must stay text, and the page must forbid itself any fetch.
+	if strings.Contains(html, "<img") {
+		t.Errorf("the page contains <img: a logged value became markup")
+	}
+	if !strings.Contains(stdhtml.UnescapeString(html), `content="default-src 'none'; script-src 'sha256-`) {
+		t.Errorf("the page lacks its Content-Security-Policy (default-src 'none', script by hash)")
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
