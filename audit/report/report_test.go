@@ -181,3 +181,45 @@ func TestReportHTMLEmbedsTheJSON(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestSummarize(t *testing.T) {
+	fx := reporttest.Write(t, t.TempDir())
+	tests := []struct {
+		name   string
+		by     string
+		filter audit.Filter
+		want   []report.Row
+	}{
+		{"by sandbox", report.BySandbox, audit.Filter{}, []report.Row{
+			{Key: "sb-scraper", Counts: want["sb-scraper"]}, {Key: "sb-agent", Counts: want["sb-agent"]}, {Key: "sb-build", Counts: want["sb-build"]}}},
+		{"by host, one sandbox", report.ByHost, audit.Filter{Sandbox: "sb-build"}, []report.Row{
+			{Key: "files.pythonhosted.org:443", Counts: report.Counts{Allowed: 1, BytesUp: 400, BytesDown: 120000}},
+			{Key: "github.com:443", Counts: report.Counts{Allowed: 1, BytesUp: 2000, BytesDown: 30000}},
+			{Key: "pypi.org:443", Counts: report.Counts{Allowed: 1, BytesUp: 300, BytesDown: 5000}},
+			{Key: "evil.example", Counts: report.Counts{Denied: 1}},
+			{Key: "evil.example:443", Counts: report.Counts{Denied: 1}},
+			{Key: "pypi.org", Counts: report.Counts{Allowed: 1}},
+		}},
+		{"by kind, denials", report.ByKind, audit.Filter{Decision: audit.DecisionDeny, Sandbox: "sb-agent"}, []report.Row{
+			{Key: "dns", Counts: report.Counts{Denied: 42}}, {Key: "drop", Counts: report.Counts{Denied: 26}},
+			{Key: "http", Counts: report.Counts{Denied: 2}}, {Key: "connect", Counts: report.Counts{Denied: 1}}, {Key: "tcp", Counts: report.Counts{Denied: 1}}}},
+		{"by reason", report.ByReason, audit.Filter{Sandbox: "sb-scraper"}, []report.Row{
+			{Key: audit.ReasonAuditSummary, Counts: report.Counts{Denied: 100}},
+			{Key: "allowlist", Counts: report.Counts{Allowed: 1, BytesUp: 100, BytesDown: 2000}},
+			{Key: "upstream_error", Counts: report.Counts{Errors: 1}}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := report.Summarize(context.Background(), []string{fx.Log}, tc.filter, tc.by)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalJSON(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if _, err := report.Summarize(context.Background(), []string{fx.Log}, audit.Filter{}, "path"); err == nil || !strings.Contains(err.Error(), `"path"`) {
+		t.Errorf("by path: got %v, want an error naming it", err)
+	}
+}
