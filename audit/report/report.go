@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/airlock-dev/airlock/audit"
 )
 
@@ -204,31 +202,36 @@ type Event struct {
 	Detail string    `json:"detail"`
 }
 
-// Build verifies cfg.Files as one chain and, at the same time, aggregates the
-// records that match the selection in one streaming pass. A broken chain is
-// reported in Verification, not returned as an error: the page must say so.
-// The error is for files that cannot be read or records that are not JSON.
+// Build verifies cfg.Files as one chain and, in the same pass (each record
+// is decoded once, by audit.Verify), aggregates the records that match the
+// selection. A broken chain is reported in Verification, not returned as an
+// error: the page must say so; the records are then aggregated again by
+// audit.Query, which reads past the break. The error is for files that cannot
+// be read or records that are not JSON.
 func Build(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.applyDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	f := audit.Filter{Sandbox: cfg.Sandbox, Since: cfg.Since, Until: cfg.Until}
 	agg := newAggregator(&cfg)
-	var ver Verification
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		ver = verify(&cfg)
-		return nil
+	ver := verify(&cfg, func(r *audit.Record) {
+		if f.Match(r) {
+			agg.add(r)
+		}
 	})
-	g.Go(func() error {
-		f := audit.Filter{Sandbox: cfg.Sandbox, Since: cfg.Since, Until: cfg.Until}
-		return audit.Query(gctx, cfg.Files, f, func(r *audit.Record) error {
+	if !ver.OK {
+		agg = newAggregator(&cfg)
+		err := audit.Query(ctx, cfg.Files, f, func(r *audit.Record) error {
 			agg.add(r)
 			return nil
 		})
-	})
-	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("report: %w", err)
+		if err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	rep := agg.finish()
 	rep.Version = FormatVersion
@@ -239,9 +242,10 @@ func Build(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// verify runs audit.VerifyFiles and notes what it did not check.
-func verify(cfg *Config) Verification {
-	opts := audit.VerifyOptions{PublicKey: cfg.PublicKey, Partial: cfg.Partial, MaxUnsigned: cfg.MaxUnsigned}
+// verify runs audit.VerifyFiles, passing each record to each, and notes what
+// it did not check.
+func verify(cfg *Config, each func(r *audit.Record)) Verification {
+	opts := audit.VerifyOptions{PublicKey: cfg.PublicKey, Partial: cfg.Partial, MaxUnsigned: cfg.MaxUnsigned, Each: each}
 	if cfg.PublicKey == nil {
 		opts.MaxUnsigned = -1
 	}

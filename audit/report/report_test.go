@@ -223,3 +223,36 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("by path: got %v, want an error naming it", err)
 	}
 }
+
+// TestReportBrokenChainCountsEveryRecord: a chain broken early still gets
+// every readable record aggregated (the verifying pass stops at the break;
+// the report reads on), and the verification says where it broke.
+func TestReportBrokenChainCountsEveryRecord(t *testing.T) {
+	fx := reporttest.Write(t, t.TempDir())
+	b, err := os.ReadFile(fx.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	// Line 3 is sb-build's first http record: allowed becomes denied.
+	if !strings.Contains(lines[2], `"host":"pypi.org"`) {
+		t.Fatalf("line 3 is %s, want pypi.org's http record", lines[2])
+	}
+	lines[2] = strings.Replace(lines[2], `"decision":"allow"`, `"decision":"deny"`, 1)
+	if err := os.WriteFile(fx.Log, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := report.Build(context.Background(), report.Config{Files: []string{fx.Log}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verification.OK || !strings.Contains(rep.Verification.Error, "audit.jsonl:4: prev mismatch") {
+		t.Errorf("verification: got %+v, want the break at line 4", rep.Verification)
+	}
+	wantTampered := wantTotals
+	wantTampered.Allowed--
+	wantTampered.Denied++
+	if rep.Totals != wantTampered || rep.Scope.Records != int64(len(reporttest.Records())+1) {
+		t.Errorf("got totals %+v of %d records, want %+v of %d", rep.Totals, rep.Scope.Records, wantTampered, len(reporttest.Records())+1)
+	}
+}

@@ -4,5 +4,5 @@
 //
 // Entry points: Write, WriteLarge.
 //
-// audit/report/reporttest must never import: any other airlock package but audit.
+// audit/report/reporttest must never import: any other airlock package but audit, oplog.
 package reporttest
