@@ -83,3 +83,58 @@ func TestReportLargeLog(t *testing.T) {
 		t.Errorf("report took %s, want under %s", took, largeMaxTime)
 	}
 }
+
+// envBenchRecords sets BenchmarkReportBuild's log size (default 100000).
+const envBenchRecords = "AIRLOCK_REPORT_BENCH_RECORDS"
+
+// BenchmarkReportBuild measures Build and WriteHTML over a generated signed
+// log (verified with the key): records/s, the page's size, and the ratio to
+// audit.VerifyFiles alone over the same log in the same run (the report's
+// cost over the verification it includes).
+func BenchmarkReportBuild(b *testing.B) {
+	n, _ := strconv.Atoi(os.Getenv(envBenchRecords))
+	if n <= 0 {
+		n = 100000
+	}
+	dir := b.TempDir()
+	fx := reporttest.WriteLarge(b, dir, n)
+	pemBytes, err := os.ReadFile(fx.PubKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, err := audit.ParsePublicKey(pemBytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var size int
+	var verify time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		vstart := time.Now()
+		if _, err := audit.VerifyFiles(audit.VerifyOptions{PublicKey: pub}, fx.Log); err != nil {
+			b.Fatal(err)
+		}
+		verify += time.Since(vstart)
+		b.StartTimer()
+		rep, err := report.Build(context.Background(), report.Config{Files: []string{fx.Log}, PublicKey: pub})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var cw countWriter
+		if err := rep.WriteHTML(&cw); err != nil {
+			b.Fatal(err)
+		}
+		size = int(cw)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(size), "page-bytes")
+	b.ReportMetric(b.Elapsed().Seconds()/verify.Seconds(), "x-verify")
+}
+
+type countWriter int
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	*c += countWriter(len(p))
+	return len(p), nil
+}

@@ -163,3 +163,42 @@ func TestAuditQueryCSVFormulas(t *testing.T) {
 		t.Errorf("bytes_up: got %q, want 5", got)
 	}
 }
+
+// TestReadmeAuditReportExamples runs the README's audit report and query --by
+// lines for real against the fixture log (test/readme only parses flags).
+func TestReadmeAuditReportExamples(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	fx := reporttest.Write(t, dir)
+	ran := 0
+	for _, line := range strings.Split(string(readme), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if !strings.HasPrefix(line, "airlock audit report ") && !(strings.HasPrefix(line, "airlock audit query ") && strings.Contains(line, " --by ")) {
+			continue
+		}
+		r := strings.NewReplacer("/var/log/airlock/audit.jsonl", fx.Log, "audit.pub", fx.PubKey, "report.html", filepath.Join(dir, "report.html"))
+		args := strings.Fields(r.Replace(line))[2:]
+		out, err := runAudit(t, args...)
+		if err != nil {
+			t.Fatalf("README: %s: %v", line, err)
+		}
+		ran++
+		switch args[0] {
+		case "report":
+			page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+			if err != nil || !strings.Contains(string(page), `data-ok="true" data-signatures="true"`) {
+				t.Errorf("README: %s: got a page of %d bytes (%v), want one with the chain and signatures verified", line, len(page), err)
+			}
+		case "query":
+			if !strings.HasPrefix(out, "host,allowed,denied,errors,bytes_up,bytes_down\n") || !strings.Contains(out, "\npastebin.com:443,0,2,0,0,0\n") {
+				t.Errorf("README: %s: got %q, want the CSV by host with pastebin.com:443 denied twice", line, out)
+			}
+		}
+	}
+	if ran != 2 {
+		t.Fatalf("ran %d README audit report/query --by lines, want 2", ran)
+	}
+}
