@@ -240,6 +240,21 @@ func TestBrowserReport(t *testing.T) {
 	checkSandboxes(t, "sb-agent from 10:01:40", s.Sandboxes, map[string]report.Counts{"sb-agent": late})
 	checkTotals(t, "sb-agent from 10:01:40", s.Totals, late)
 
+	// Reset, then only denials: nothing allowed or failed anywhere.
+	if err := chromedp.Do(tab, chromedp.Click("#f-reset")); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	checkTotals(t, "after reset", read(t, tab).Totals, wantTotals)
+	choose(t, tab, "f-decision", "deny")
+	s = read(t, tab)
+	denials := map[string]report.Counts{}
+	for sb, c := range want {
+		denials[sb] = report.Counts{Denied: c.Denied}
+	}
+	checkSandboxes(t, "decision deny", s.Sandboxes, denials)
+	checkTotals(t, "decision deny", s.Totals, report.Counts{Denied: wantTotals.Denied})
+	choose(t, tab, "f-sandbox", "sb-agent")
+
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)

@@ -258,7 +258,7 @@ func (a *aggregator) scopeNotes(s *Scope, tl *Timeline) {
 	if len(a.folded) > 0 {
 		s.Folded = a.folded
 		for _, k := range sortedKeys(a.folded) {
-			s.Notes = append(s.Notes, fmt.Sprintf("folded %s: %d (bounded tables; see caps)", k, a.folded[k]))
+			s.Notes = append(s.Notes, fmt.Sprintf("folded %s: %d records or events counted into an (other) row or left out of a bounded table (see caps)", k, a.folded[k]))
 		}
 	}
 }

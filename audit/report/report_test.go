@@ -256,3 +256,35 @@ func TestReportBrokenChainCountsEveryRecord(t *testing.T) {
 		t.Errorf("got totals %+v of %d records, want %+v of %d", rep.Totals, rep.Scope.Records, wantTampered, len(reporttest.Records())+1)
 	}
 }
+
+// TestReportBoundsFoldWithoutLoss: past each bound rows fold into (other)
+// rows and wider buckets, the scope says so, and no request or byte is lost.
+func TestReportBoundsFoldWithoutLoss(t *testing.T) {
+	rep, _ := buildFixture(t, report.Config{MaxCells: 5, MaxSandboxes: 2, MaxBuckets: 10, TopN: 3})
+	if rep.Totals != wantTotals {
+		t.Errorf("totals: got %+v, want %+v", rep.Totals, wantTotals)
+	}
+	if got := rep.Timeline.BucketSeconds; got != 30 || rep.Timeline.Buckets > 10 {
+		t.Errorf("timeline: got %d buckets of %ds, want at most 10 of 30s", rep.Timeline.Buckets, got)
+	}
+	var n int64
+	for _, r := range rep.Timeline.Rows {
+		n += r[4]
+	}
+	if n != wantTotals.Allowed+wantTotals.Denied+wantTotals.Errors {
+		t.Errorf("timeline counts %d requests, want %d", n, wantTotals.Allowed+wantTotals.Denied+wantTotals.Errors)
+	}
+	keys := map[string]bool{}
+	for _, r := range rep.Sandboxes {
+		keys[r.Key] = true
+	}
+	if len(rep.Sandboxes) != 3 || !keys[report.OtherSandboxes] {
+		t.Errorf("sandboxes: got %+v, want two and %q", rep.Sandboxes, report.OtherSandboxes)
+	}
+	if len(rep.Destinations) != 4 || rep.Destinations[3].Key != report.Other {
+		t.Errorf("destinations: got %+v, want the top 3 and %q", rep.Destinations, report.Other)
+	}
+	if rep.Scope.Folded["cells"] == 0 || rep.Scope.Folded["sandboxes"] == 0 || !strings.Contains(strings.Join(rep.Scope.Notes, "\n"), "folded cells") {
+		t.Errorf("scope: got folded %v, notes %q; want cells and sandboxes folded, and said", rep.Scope.Folded, rep.Scope.Notes)
+	}
+}
