@@ -134,8 +134,10 @@ func checkCommand(t *testing.T, bin, line string) bool {
 
 func isSubcommand(w string) bool {
 	switch w {
-	case "run", "serve", "attach", "policy", "audit", "ca", "version", "test", "check", "eval", "verify", "query", "tail", "init", "show", "pubkey", "report",
+	case "run", "serve", "attach", "policy", "audit", "ca", "version", "test", "check", "eval", "verify", "query", "tail", "init", "show", "pubkey",
 		"sandbox", "create", "exec", "cp", "ls", "inspect", "logs", "rm":
+		return true
+	case "report": // airlock audit report
 		return true
 	}
 	return false
