@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/oplog"
@@ -42,6 +44,8 @@ type Gateway struct {
 	pool    *upstreamPool
 	leaves  *leafCache // nil without a CA
 	rootsUp *upstreamRoots
+	h2srv   *http2.Server    // sandbox-facing HTTP/2 (h2.go)
+	h2tr    *http2.Transport // HTTP/2 upstreams
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -109,6 +113,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		}
 		g.dialer.parent, g.dialer.parentTLS = p, g.parentTLS
 	}
+	g.h2srv, g.h2tr = g.h2Server(), g.h2Transport()
 	g.pool = newUpstreamPool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)
 	if cfg.CACertFile != "" {
 		ca, err := LoadCA(cfg.CACertFile, cfg.CAKeyFile)
@@ -345,12 +350,18 @@ func (r *upstreamRoots) get() *x509.CertPool {
 	return r.pool
 }
 
-// upstreamTLS returns the client config for a verified upstream TLS connection.
-func (g *Gateway) upstreamTLS(host string) *tls.Config {
+// upstreamTLS returns the client config for a verified upstream TLS
+// connection; h2 is offered before http/1.1 when offerH2 (the sandbox's
+// client spoke HTTP/2).
+func (g *Gateway) upstreamTLS(host string, offerH2 bool) *tls.Config {
+	protos := []string{"http/1.1"}
+	if offerH2 {
+		protos = []string{http2.NextProtoTLS, "http/1.1"}
+	}
 	return &tls.Config{
 		ServerName: host,
 		RootCAs:    g.rootsUp.get(),
-		NextProtos: []string{"http/1.1"},
+		NextProtos: protos,
 		MinVersion: tls.VersionTLS12,
 	}
 }

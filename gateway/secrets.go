@@ -114,6 +114,9 @@ func (g *Gateway) screen(rc *reqCtx) error {
 // body that dribbles in slowly is refused (408, body_scan_timeout) instead
 // of holding the scan open, and nothing has been sent upstream.
 func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
+	if st := rc.sess.h2; st != nil {
+		return g.checkStream(rc, inj, st)
+	}
 	rd := &rc.sess.rd
 	if b := rc.req.Body; b != nil && b != http.NoBody {
 		rd.bound(time.Now().Add(g.cfg.BodyScanTimeout))
@@ -121,6 +124,23 @@ func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
 	}
 	err := inj.Check(sandboxOf(rc), rc.req)
 	if err != nil && rd.expired.Load() {
+		return &denial{reason: ReasonBodyScanTimeout, status: http.StatusRequestTimeout,
+			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
+	}
+	return secretsErr(err)
+}
+
+// checkStream is checkRequest on an HTTP/2 stream: the deadline is the
+// stream's own (the connection carries other streams).
+func (g *Gateway) checkStream(rc *reqCtx, inj Injector, st *h2Stream) error {
+	var until time.Time
+	if b := rc.req.Body; b != nil && b != http.NoBody {
+		until = time.Now().Add(g.cfg.BodyScanTimeout)
+		st.rctl.SetReadDeadline(until)
+		defer st.rctl.SetReadDeadline(time.Time{})
+	}
+	err := inj.Check(sandboxOf(rc), rc.req)
+	if err != nil && !until.IsZero() && !time.Now().Before(until) {
 		return &denial{reason: ReasonBodyScanTimeout, status: http.StatusRequestTimeout,
 			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
 	}
