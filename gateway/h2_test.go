@@ -1,0 +1,124 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/policy/policytest"
+)
+
+// h2Client is an HTTP/2 client that reaches HTTPS origins through the
+// harness's explicit proxy (CONNECT), trusting the interception CA.
+func (h *harness) h2Client() *http.Client {
+	pu, _ := url.Parse("http://" + h.explicit)
+	tr := &http.Transport{
+		Proxy:             http.ProxyURL(pu),
+		TLSClientConfig:   &tls.Config{RootCAs: h.pki.mitmCAPool},
+		ForceAttemptHTTP2: true,
+	}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// trailerHandler answers with the protocol it was spoken to in, a body and a
+// trailer, after reading the request body.
+func trailerHandler(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	w.Header().Set("Trailer", "X-Checksum")
+	w.Header().Set("X-Proto", r.Proto)
+	fmt.Fprintf(w, "%s %s body=%q", r.Method, r.URL.Path, b)
+	w.(http.Flusher).Flush()
+	w.Header().Set("X-Checksum", "sum-"+r.URL.Path)
+}
+
+// An h2 client through interception reaches an h2 upstream and an
+// HTTP/1.1-only upstream; every stream is one request through the
+// pipeline (one audit record each, kind http, http_version 2), a denied
+// stream gets the refusal while the next stream on the same connection goes
+// on, the denied path never reaches the upstream, and trailers pass.
+func TestH2Interception(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		upH2      bool
+		wantProto string
+	}{
+		{"h2 upstream", true, "HTTP/2.0"},
+		{"http/1.1-only upstream", false, "HTTP/1.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pki := newTestPKI(t)
+			cert := pki.leaf(t, "api.example")
+			var denied atomic.Int64
+			up := newUpstreamProto(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/secret" {
+					denied.Add(1)
+				}
+				trailerHandler(w, r)
+			}), &cert, tc.upH2)
+			h := newHarness(t, policytest.Allow("api.example").Intercept("api.example").DenyPaths("/secret"), names("api.example"), pki)
+			h.allowUpstreams(up)
+			c := h.h2Client()
+			base := fmt.Sprintf("https://api.example:%d", up.port)
+			for i, p := range []string{"/a", "/secret", "/b"} {
+				resp, err := c.Post(base+p, "text/plain", strings.NewReader("hi"))
+				if err != nil {
+					t.Fatalf("%s: %v", p, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.ProtoMajor != 2 {
+					t.Fatalf("%s: got %s to the sandbox, want HTTP/2", p, resp.Proto)
+				}
+				if p == "/secret" {
+					if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Airlock-Reason") != policytest.ReasonPathDenied {
+						t.Fatalf("%s: got %d %q (reason %q), want 403 %s", p, resp.StatusCode, body, resp.Header.Get("X-Airlock-Reason"), policytest.ReasonPathDenied)
+					}
+					continue
+				}
+				if resp.StatusCode != 200 || resp.Header.Get("X-Proto") != tc.wantProto || !strings.Contains(string(body), `body="hi"`) {
+					t.Fatalf("request %d %s: got %d %q proto %q, want 200 over %s", i, p, resp.StatusCode, body, resp.Header.Get("X-Proto"), tc.wantProto)
+				}
+				if got := resp.Trailer.Get("X-Checksum"); got != "sum-"+p {
+					t.Fatalf("%s: trailer got %q, want %q", p, got, "sum-"+p)
+				}
+			}
+			if denied.Load() != 0 {
+				t.Fatalf("upstream saw %d requests for the denied path, want 0", denied.Load())
+			}
+			if up.reqs.Load() != 2 {
+				t.Fatalf("upstream saw %d requests, want 2", up.reqs.Load())
+			}
+			for _, p := range []string{"/a", "/secret", "/b"} {
+				recs := h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && r.Path == p })
+				if len(recs) != 1 {
+					t.Fatalf("%s: got %d audit records, want 1", p, len(recs))
+				}
+				r := recs[0]
+				want := audit.DecisionAllow
+				if p == "/secret" {
+					want = audit.DecisionDeny
+				}
+				if r.Decision != want || r.Method != "POST" || r.Host != "api.example" || string(r.Extra["http_version"]) != `"2"` {
+					t.Fatalf("%s: record %+v, want %s POST api.example http_version 2", p, r, want)
+				}
+			}
+			// One connection carried the three streams: one CONNECT.
+			if n := len(h.log.Match(func(r audit.Record) bool { return r.Kind == "connect" })); n != 1 {
+				t.Fatalf("got %d connect records, want 1 (streams on one connection)", n)
+			}
+			if got := h.dialer.refusedAddrs(); len(got) != 0 {
+				t.Fatalf("dialer refused %v", got)
+			}
+		})
+	}
+}
+
+var _ = audittest.HasReason
