@@ -49,11 +49,11 @@ type reqCtx struct {
 	parent  string      // the parent proxy's host:port, when the dial went through it
 
 	// HTTP.
-	req       *http.Request
-	scheme    string
-	status    int
-	keepAlive bool // the client connection may carry another request
-	grpcStatus int // an HTTP/2 gRPC call refused with this grpc-status
+	req        *http.Request
+	scheme     string
+	status     int
+	keepAlive  bool // the client connection may carry another request
+	grpcStatus int  // an HTTP/2 gRPC call refused with this grpc-status
 
 	// Raw inputs of the transparent listener (tls, tcp).
 	br *bufio.Reader // holds the peeked bytes

@@ -36,7 +36,7 @@ type upstreamConn struct {
 	parent string // the parent proxy's host:port, when the connection goes through it
 	used   bool
 	idleAt time.Time
-	proto  string             // the protocol TLS negotiated ("h2", "http/1.1" or "")
+	proto  string            // the protocol TLS negotiated ("h2", "http/1.1" or "")
 	h2     *http2.ClientConn // an HTTP/2 upstream: shared by one client connection's streams, never pooled
 }
 
