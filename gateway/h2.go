@@ -279,11 +279,9 @@ func (s *httpSession) forwardH2(rc *reqCtx) error {
 	if resp.ContentLength < 0 {
 		h.Del("Content-Length")
 	}
+	// The header goes out with the first body bytes, or with END_STREAM
+	// when there are none: a gRPC trailers-only answer stays one frame.
 	w.WriteHeader(resp.StatusCode)
-	if err := s.h2.rctl.Flush(); err != nil {
-		s.dropUpstream()
-		return fail(ReasonUpstream, http.StatusBadGateway, err)
-	}
 	if err := s.h2.copyBody(rc, resp.Body); err != nil {
 		s.dropUpstream()
 		return err
