@@ -258,6 +258,16 @@ func (timeoutError) Timeout() bool { return true }
 // stream: header, body as it arrives (flushed chunk by chunk, so gRPC
 // streams flow both ways), then trailers.
 func (s *httpSession) forwardH2(rc *reqCtx) error {
+	if u := s.up; u != nil {
+		// An HTTP/1.1 upstream has no stream to reset: a stream the client
+		// cancels (or a connection that ends) cuts its exchange short at once.
+		stop := context.AfterFunc(rc.req.Context(), func() { u.nc.SetDeadline(time.Unix(1, 0)) })
+		defer func() {
+			if !stop() {
+				s.dropUpstream() // the deadline may have hit it: never reuse
+			}
+		}()
+	}
 	x, err := s.sendUpstream(rc)
 	if err != nil {
 		return err

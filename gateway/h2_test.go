@@ -4,16 +4,19 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/secrets"
 )
 
 // h2Client is an HTTP/2 client that reaches HTTPS origins through the
@@ -121,4 +124,72 @@ func TestH2Interception(t *testing.T) {
 	}
 }
 
-var _ = audittest.HasReason
+// Secrets on HTTP/2 streams, as on HTTP/1.1: the credential is injected on
+// each allowed stream (the upstream sees it) and the upstream's echo of it
+// in a header, the body or a trailer never reaches the sandbox.
+func TestH2SecretsInjectedAndScrubbed(t *testing.T) {
+	for _, upH2 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("upstream h2 %v", upH2), func(t *testing.T) {
+			pki := newTestPKI(t)
+			cert := pki.leaf(t, "scrub.example")
+			var got atomic.Value
+			up := newUpstreamProto(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				v := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+				got.Store(v)
+				w.Header().Set("Trailer", "X-T")
+				w.Header().Set("X-Echo", v)
+				for i := 0; i < len(v); i += 3 { // split across frames
+					w.Write([]byte(v[i:min(i+3, len(v))]))
+					w.(http.Flusher).Flush()
+				}
+				w.Header().Set("X-T", v)
+			}), &cert, upH2)
+			inj := bearerInjector(t, "scrub.example", up.port)
+			h := newHarness(t, policytest.Allow("scrub.example"), names("scrub.example"), pki, func(c *Config) { c.Injector = inj })
+			h.allowUpstreams(up)
+			c := h.h2Client()
+			for i := range 2 { // two streams on one connection
+				resp, err := c.Get(fmt.Sprintf("https://scrub.example:%d/x%d", up.port, i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				all := fmt.Sprintf("%v %s %v", resp.Header, body, resp.Trailer)
+				if resp.ProtoMajor != 2 {
+					t.Fatalf("got %s, want HTTP/2 to the sandbox", resp.Proto)
+				}
+				if v, _ := got.Load().(string); v != secretCanary {
+					t.Fatalf("upstream got credential %q, want the injected secret", v)
+				}
+				if carriesCanary(all) {
+					t.Fatalf("the sandbox saw a form of the secret:\n%s", all)
+				}
+				if strings.Count(all, audit.Redacted) < 3 {
+					t.Fatalf("want the header, body and trailer scrubbed, got:\n%s", all)
+				}
+			}
+			recs := h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && len(r.Secrets) == 1 })
+			if len(recs) != 2 {
+				t.Fatalf("got %d http records naming the secret, want 2 (one per stream)", len(recs))
+			}
+		})
+	}
+}
+
+// bearerInjector binds a secret (secretCanary) as Authorization: Bearer to
+// host:port for sb-test.
+func bearerInjector(t *testing.T, host string, port int) *secrets.Injector {
+	t.Helper()
+	vf := filepath.Join(t.TempDir(), "v")
+	os.WriteFile(vf, []byte(secretCanary), 0o600)
+	cfg, err := secrets.Parse([]byte(fmt.Sprintf("secrets:\n  - id: api\n    file: %s\nbindings:\n  - secret: api\n    sandboxes: {ids: [sb-test]}\n    host: %s\n    port: %d\n    template: \"Bearer {{value}}\"\n", vf, host, port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := secrets.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inj
+}
