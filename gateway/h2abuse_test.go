@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -43,18 +45,7 @@ func dialRawH2(t testing.TB, addr string, read bool, settings ...http2.Setting) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	r := &rawH2{t: t, c: c, frames: make(chan gotFrame, 1<<16), done: make(chan struct{})}
-	r.fr = http2.NewFramer(c, c)
-	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	r.enc = hpack.NewEncoder(&r.hbuf)
-	io.WriteString(c, h2Preface)
-	if err := r.fr.WriteSettings(settings...); err != nil {
-		t.Fatal(err)
-	}
-	if read {
-		go r.readLoop()
-	}
-	return r
+	return rawH2On(t, c, read, settings...)
 }
 
 func (r *rawH2) readLoop() {
@@ -458,4 +449,87 @@ func TestH2StalledStream(t *testing.T) {
 		t.Fatalf("%d upstream connections still open after the stalled stream was reset", n)
 	}
 	goroutinesSettle(t, base, 30)
+}
+
+// Regression: plaintext that starts with the HTTP/2 preface was not HTTP/1.x
+// to the sniffer, so a transparently captured h2c connection (or one inside
+// a CONNECT) was decided as raw TCP and relayed unparsed: a policy that
+// allows TCP to the address, or the CONNECT's destination, let every h2c
+// request through unseen by HTTP rules. Now each stream is decided as kind
+// http on its own.
+func TestH2CIsDecidedPerStream(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dial func(t *testing.T, h *harness, up *upstream) net.Conn
+	}{
+		{"transparent", func(t *testing.T, h *harness, up *upstream) net.Conn {
+			h.origDst.Store(netip.MustParseAddrPort(up.addr))
+			c, err := net.DialTimeout("tcp", h.transp, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}},
+		{"inside CONNECT", func(t *testing.T, h *harness, up *upstream) net.Conn {
+			c, err := connectVia(context.Background(), h.explicit, fmt.Sprintf("ok.example:%d", up.port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t, nil, nil)
+			// TCP to the upstream's address is allowed: raw relaying would pass.
+			h := newHarness(t, policytest.Allow("ok.example", "127.0.0.1").DenyPaths("/secret"), names("ok.example"), nil)
+			h.allowUpstreams(up)
+			c := tc.dial(t, h, up)
+			t.Cleanup(func() { c.Close() })
+			r := rawH2On(t, c, true)
+			auth := fmt.Sprintf("ok.example:%d", up.port)
+			r.get(1, auth, "/secret")
+			if f := r.waitFor(1, "refusal", isHeaders); f.status != "403" {
+				t.Fatalf("denied path over h2c: got %s, want 403", f.status)
+			}
+			if up.reqs.Load() != 0 || up.bytesIn.Load() != 0 {
+				t.Fatalf("upstream saw %d requests, %d bytes; want 0", up.reqs.Load(), up.bytesIn.Load())
+			}
+			r.get(3, auth, "/fine")
+			if f := r.waitFor(3, "response", isHeaders); f.status != "200" {
+				t.Fatalf("allowed path over h2c: got %s, want 200", f.status)
+			}
+			r.get(5, "ok.example:1", "/fine")
+			if f := r.waitFor(5, "refusal", isHeaders); f.status != "403" {
+				t.Fatalf("stream naming another port: got %s, want 403", f.status)
+			}
+			if up.reqs.Load() != 1 {
+				t.Fatalf("upstream saw %d requests, want 1", up.reqs.Load())
+			}
+			for _, p := range []string{"/secret", "/fine"} {
+				if n := len(h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && r.Path == p })); n < 1 {
+					t.Fatalf("%s: no kind http record", p)
+				}
+			}
+			if n := len(h.log.Match(func(r audit.Record) bool { return r.Kind == "tcp" })); n != 0 {
+				t.Fatalf("got %d kind tcp records, want 0 (decided as raw TCP)", n)
+			}
+		})
+	}
+}
+
+// rawH2On starts the raw client on an open connection.
+func rawH2On(t testing.TB, c net.Conn, read bool, settings ...http2.Setting) *rawH2 {
+	t.Helper()
+	r := &rawH2{t: t, c: c, frames: make(chan gotFrame, 1<<16), done: make(chan struct{})}
+	r.fr = http2.NewFramer(c, c)
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	r.enc = hpack.NewEncoder(&r.hbuf)
+	io.WriteString(c, h2Preface)
+	if err := r.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	if read {
+		go r.readLoop()
+	}
+	return r
 }
