@@ -161,7 +161,8 @@ type abuseSetup struct {
 	slow    *upstream
 	ok      *upstream
 	release chan struct{}
-	slowA   string // authority of slow.example
+	gone    atomic.Int64 // slow.example requests whose client went away
+	slowA   string       // authority of slow.example
 	okA     string
 }
 
@@ -172,6 +173,7 @@ func newAbuseSetup(t *testing.T, opts ...harnessOpt) *abuseSetup {
 		select {
 		case <-a.release:
 		case <-r.Context().Done():
+			a.gone.Add(1)
 		case <-time.After(20 * time.Second):
 		}
 		io.WriteString(w, "slow done")
@@ -532,4 +534,55 @@ func rawH2On(t testing.TB, c net.Conn, read bool, settings ...http2.Setting) *ra
 		go r.readLoop()
 	}
 	return r
+}
+
+// The gateway's own reset accounting: streams cancelled one at a time, each
+// only after its request reached the upstream (a policy decision, an audit
+// record and an upstream exchange each), never trip x/net's queue-based
+// rapid-reset guard; past H2MaxResetBurst the gateway closes the connection.
+func TestH2SlowResetsCloseTheConnection(t *testing.T) {
+	a := newAbuseSetup(t, func(c *Config) { c.H2MaxResetBurst, c.H2MaxResetsPerSecond = 5, 1 })
+	r := dialRawH2(t, a.h.explicit, true)
+	const maxStreams = 50
+	sent := 0
+	for id := uint32(1); sent < maxStreams && !r.closedByGateway(); id += 2 {
+		if err := r.get(id, a.slowA, "/slow-reset"); err != nil {
+			break
+		}
+		waitCount(t, "the request upstream", &a.slow.reqs, int64(sent+1))
+		if err := r.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+			break
+		}
+		waitCount(t, "the upstream to see the cancel", &a.gone, int64(sent+1))
+		sent++
+	}
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("connection still open after %d cancelled streams (burst 5)", sent)
+	}
+	if sent >= maxStreams {
+		t.Fatalf("all %d cancelled streams were taken (no reset limit)", sent)
+	}
+	t.Logf("closed after %d cancelled streams", sent)
+	a.stillServes(t)
+}
+
+// A stream the client cancels ends its upstream exchange at once, also on an
+// HTTP/1.1 upstream (which has no stream to reset), while the client's
+// connection stays open.
+func TestH2ResetStreamCancelsUpstream(t *testing.T) {
+	a := newAbuseSetup(t)
+	r := dialRawH2(t, a.h.explicit, true)
+	r.get(1, a.slowA, "/cancel-me")
+	waitCount(t, "the request upstream", &a.slow.reqs, 1)
+	r.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	waitCount(t, "the upstream to see the client go", &a.gone, 1)
+	if r.closedByGateway() {
+		t.Fatal("one cancelled stream closed the connection")
+	}
+	r.get(3, a.okA, "/after")
+	if f := r.waitFor(3, "response", isHeaders); f.status != "200" {
+		t.Fatalf("next stream: got %s, want 200", f.status)
+	}
 }
