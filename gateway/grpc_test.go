@@ -6,10 +6,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
 )
 
 // grpcEcho is a gRPC upstream with a hand-written service (no generated
@@ -35,6 +38,7 @@ type grpcEcho struct {
 	port int
 	mu   sync.Mutex
 	seen map[string]int
+	chat []string // every Chat message received
 }
 
 const (
@@ -62,6 +66,12 @@ func echoUnary(prefix string) func(any, context.Context, func(any) error, grpc.U
 	}
 }
 
+func (e *grpcEcho) chatSeen() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.chat...)
+}
+
 var echoDesc = grpc.ServiceDesc{
 	ServiceName: "airlock.test.Echo",
 	HandlerType: (*any)(nil),
@@ -71,13 +81,19 @@ var echoDesc = grpc.ServiceDesc{
 	},
 	Streams: []grpc.StreamDesc{{
 		StreamName: "Chat", ServerStreams: true, ClientStreams: true,
-		Handler: func(_ any, s grpc.ServerStream) error {
+		Handler: func(srv any, s grpc.ServerStream) error {
+			e, _ := srv.(*grpcEcho)
 			for {
 				in := new(wrapperspb.StringValue)
 				if err := s.RecvMsg(in); err == io.EOF {
 					return nil
 				} else if err != nil {
 					return err
+				}
+				if e != nil {
+					e.mu.Lock()
+					e.chat = append(e.chat, in.Value)
+					e.mu.Unlock()
 				}
 				if err := s.SendMsg(wrapperspb.String("chat " + in.Value)); err != nil {
 					return err
@@ -100,7 +116,7 @@ func newGRPCEcho(t testing.TB, cert tls.Certificate) *grpcEcho {
 			return ctx, nil
 		}),
 	)
-	srv.RegisterService(&echoDesc, struct{}{})
+	srv.RegisterService(&echoDesc, e)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -256,5 +272,58 @@ func TestGRPCThroughInterception(t *testing.T) {
 				t.Fatalf("%s: record %+v, want %s POST grpc_status %q", tc.name, r, tc.decision, tc.grpc)
 			}
 		}
+	}
+}
+
+// A gRPC stream of a sandbox that holds placeholders: its messages are
+// checked as they stream (the body is not buffered before policy, which
+// would hold a bidirectional stream until body_scan_timeout), and a message
+// carrying the placeholder ends the stream, flagged, without reaching the
+// server.
+func TestGRPCStreamOfSandboxWithPlaceholders(t *testing.T) {
+	pki := newTestPKI(t)
+	echo := newGRPCEcho(t, pki.leaf(t, "api.example"))
+	vf := filepath.Join(t.TempDir(), "v")
+	os.WriteFile(vf, []byte(secretCanary), 0o600)
+	cfg, err := secrets.Parse([]byte(fmt.Sprintf("secrets:\n  - id: api\n    file: %s\nbindings:\n  - secret: api\n    sandboxes: {ids: [sb-test]}\n    host: api.example\n    port: %d\n    header: X-Api-Key\n    template: \"{{value}}\"\n    mode: placeholder\n    placeholder_env: API_KEY\n", vf, echo.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := secrets.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, _ := inj.Placeholders(secrets.Sandbox{ID: "sb-test"})
+	ph := env["API_KEY"]
+	h := newHarness(t, grpcEngine(t), names("api.example"), pki, func(c *Config) { c.Injector = inj; c.BodyScanTimeout = 3 * time.Second })
+	h.dialer.allow(echo.addr)
+	cc := grpcClientVia(t, h, "api.example", echo.port)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := cc.NewStream(ctx, &echoDesc.Streams[0], echoChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.SendMsg(wrapperspb.String("first")); err != nil {
+		t.Fatal(err)
+	}
+	in := new(wrapperspb.StringValue)
+	if err := stream.RecvMsg(in); err != nil || in.Value != "chat first" {
+		t.Fatalf("first message: got %q, %v, want an answer before the stream ends", in.Value, err)
+	}
+	stream.SendMsg(wrapperspb.String("leak " + ph))
+	if err := stream.RecvMsg(in); err == nil {
+		t.Fatalf("message with the placeholder: got answer %q, want the stream ended", in.Value)
+	}
+	for _, m := range echo.chatSeen() {
+		if strings.Contains(m, ph) {
+			t.Fatalf("the server received the placeholder: %q", m)
+		}
+	}
+	r := h.log.Wait(t, "flagged chat record", func(r audit.Record) bool {
+		return r.Kind == "http" && r.Path == echoChat && slices.Contains(r.Flags, secrets.FlagPlaceholderLeak)
+	})
+	if r.Decision != audit.DecisionDeny {
+		t.Fatalf("record %+v: want a deny", r)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/secrets"
 )
 
 // HTTP/2 on a sandbox's connection: an intercepted TLS connection whose client
@@ -72,6 +73,10 @@ type h2Stream struct {
 	rctl   *http.ResponseController
 	abort  bool               // the response had begun when the stream failed: reset it
 	cancel context.CancelFunc // ends the upstream request
+	// streamed: a gRPC body, checked for placeholders as it streams, through
+	// guard when the sandbox holds placeholders (checkStream).
+	streamed bool
+	guard    *secrets.StreamGuard
 }
 
 // h2Server is the x/net server with the gateway's limits.
@@ -256,8 +261,19 @@ func (timeoutError) Timeout() bool { return true }
 
 // forwardH2 sends rc's request upstream and relays the response on the
 // stream: header, body as it arrives (flushed chunk by chunk, so gRPC
-// streams flow both ways), then trailers.
+// streams flow both ways), then trailers. A streamed body whose guard found
+// a placeholder ends the stream with that flagged denial.
 func (s *httpSession) forwardH2(rc *reqCtx) error {
+	err := s.relayH2(rc)
+	if g := s.h2.guard; g != nil && g.Err() != nil {
+		s.dropUpstream()
+		return secretsErr(g.Err())
+	}
+	return err
+}
+
+// relayH2 is forwardH2's exchange.
+func (s *httpSession) relayH2(rc *reqCtx) error {
 	if u := s.up; u != nil {
 		// An HTTP/1.1 upstream has no stream to reset: a stream the client
 		// cancels (or a connection that ends) cuts its exchange short at once.

@@ -131,8 +131,23 @@ func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
 }
 
 // checkStream is checkRequest on an HTTP/2 stream: the deadline is the
-// stream's own (the connection carries other streams).
+// stream's own (the connection carries other streams). A gRPC call's body is
+// not buffered before policy: its messages may wait for the server's answers
+// (a bidirectional stream), so, as a websocket's frames, it is checked chunk
+// by chunk as it streams (streamedBody), and everything else of the request
+// before policy.
 func (g *Gateway) checkStream(rc *reqCtx, inj Injector, st *h2Stream) error {
+	if isGRPC(rc.req) {
+		if err := secretsErr(withoutBody(rc.req, func() error { return inj.Check(sandboxOf(rc), rc.req) })); err != nil {
+			return err
+		}
+		st.streamed = true
+		if guard := g.streamGuard(rc, false); guard != nil {
+			st.guard = guard
+			rc.req.Body = guardedBody{guardedReader{r: rc.req.Body, guard: guard}, rc.req.Body}
+		}
+		return nil
+	}
 	var until time.Time
 	if b := rc.req.Body; b != nil && b != http.NoBody {
 		until = time.Now().Add(g.cfg.BodyScanTimeout)
@@ -145,6 +160,20 @@ func (g *Gateway) checkStream(rc *reqCtx, inj Injector, st *h2Stream) error {
 			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
 	}
 	return secretsErr(err)
+}
+
+// withoutBody runs fn with req's body set aside (NoBody), then restores it.
+func withoutBody(req *http.Request, fn func() error) error {
+	body, n := req.Body, req.ContentLength
+	req.Body, req.ContentLength = http.NoBody, 0
+	defer func() { req.Body, req.ContentLength = body, n }()
+	return fn()
+}
+
+// guardedBody is a request body read through a StreamGuard.
+type guardedBody struct {
+	guardedReader
+	io.Closer
 }
 
 // screenRaw looks for a placeholder in the raw parts of a request whose
@@ -188,7 +217,17 @@ func (g *Gateway) inject(rc *reqCtx) error {
 		return nil
 	}
 	outgoingURL(rc)
-	a, err := inj.Inject(context.Background(), sandboxOf(rc), rc.req)
+	var a *secrets.Applied
+	do := func() (err error) {
+		a, err = inj.Inject(context.Background(), sandboxOf(rc), rc.req)
+		return err
+	}
+	var err error
+	if st := rc.sess.h2; st != nil && st.streamed {
+		err = withoutBody(rc.req, do) // checked as it streams (checkStream)
+	} else {
+		err = do()
+	}
 	if err != nil {
 		return secretsErr(err)
 	}
