@@ -35,6 +35,7 @@ const (
 	DefaultH2ConnWindow           = 4 << 20
 	DefaultH2MaxResetsPerSecond   = 50
 	DefaultH2MaxResetBurst        = 200
+	DefaultH2MaxStreamsPerSandbox = 1024
 
 	// MaxLeafTTL bounds LeafTTL: an intercepted leaf certificate never lives longer.
 	MaxLeafTTL = 72 * time.Hour
@@ -132,6 +133,10 @@ type Config struct {
 	// more than this rate, the connection is closed (rapid reset).
 	H2MaxResetsPerSecond int
 	H2MaxResetBurst      int
+	// H2MaxStreamsPerSandbox bounds the HTTP/2 streams a sandbox has in
+	// flight over all its connections (each is a request being served); a
+	// stream past it is refused (429, stream_limit).
+	H2MaxStreamsPerSandbox int
 
 	// Injector adds credentials to allowed intercepted requests; nil means none.
 	Injector Injector
@@ -179,6 +184,7 @@ func (c *Config) applyDefaults() {
 	setInt(&c.H2ConnWindow, DefaultH2ConnWindow)
 	setInt(&c.H2MaxResetsPerSecond, DefaultH2MaxResetsPerSecond)
 	setInt(&c.H2MaxResetBurst, DefaultH2MaxResetBurst)
+	setInt(&c.H2MaxStreamsPerSandbox, DefaultH2MaxStreamsPerSandbox)
 }
 
 func (c *Config) validate() error {
@@ -197,6 +203,7 @@ func (c *Config) validate() error {
 		{"max_idle_conns", c.MaxIdleConns}, {"leaf_cache_size", c.LeafCacheSize},
 		{"max_query_params", c.MaxQueryParams}, {"h2_max_concurrent_streams", c.H2MaxConcurrentStreams},
 		{"h2_max_resets_per_second", c.H2MaxResetsPerSecond}, {"h2_max_reset_burst", c.H2MaxResetBurst},
+		{"h2_max_streams_per_sandbox", c.H2MaxStreamsPerSandbox},
 	}
 	for _, p := range pos {
 		if p.v < 0 {

@@ -64,6 +64,7 @@ type sandbox struct {
 	listeners []net.Listener
 	conns     atomic.Int64
 	tunnels   atomic.Int64
+	streams   atomic.Int64 // HTTP/2 streams being served
 	mu        sync.Mutex
 	live      map[*clientConn]struct{}
 	stopped   bool

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
@@ -584,5 +585,47 @@ func TestH2ResetStreamCancelsUpstream(t *testing.T) {
 	r.get(3, a.okA, "/after")
 	if f := r.waitFor(3, "response", isHeaders); f.status != "200" {
 		t.Fatalf("next stream: got %s, want 200", f.status)
+	}
+}
+
+// Streams count against their sandbox over all its connections: past
+// H2MaxStreamsPerSandbox a stream is refused (429 stream_limit, audited,
+// never sent upstream), and another sandbox is served.
+func TestH2StreamsPerSandbox(t *testing.T) {
+	a := newAbuseSetup(t, func(c *Config) { c.H2MaxConcurrentStreams, c.H2MaxStreamsPerSandbox = 2, 3 })
+	r1 := dialRawH2(t, a.h.explicit, true)
+	r2 := dialRawH2(t, a.h.explicit, true)
+	r1.get(1, a.slowA, "/held")
+	r1.get(3, a.slowA, "/held")
+	r2.get(1, a.slowA, "/held")
+	waitCount(t, "three held requests", &a.slow.reqs, 3)
+	r2.get(3, a.slowA, "/past-cap")
+	if f := r2.waitFor(3, "refusal", isHeaders); f.status != "429" {
+		t.Fatalf("stream past the sandbox's cap: got %s, want 429", f.status)
+	}
+	if n := a.slow.reqs.Load(); n != 3 {
+		t.Fatalf("upstream saw %d requests, want 3", n)
+	}
+	rec := a.h.log.Wait(t, "stream_limit record", func(r audit.Record) bool { return r.Path == "/past-cap" })
+	if rec.Decision != audit.DecisionDeny || len(rec.Reasons) == 0 || rec.Reasons[0].ID != ReasonStreamLimit {
+		t.Fatalf("record %+v: want a deny with reason %s", rec, ReasonStreamLimit)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.h.g.ServeSandbox(policy.Sandbox{ID: "sb-other"}, l, nil); err != nil {
+		t.Fatal(err)
+	}
+	other := dialRawH2(t, l.Addr().String(), true)
+	other.get(1, a.okA, "/other-sandbox")
+	if f := other.waitFor(1, "response", isHeaders); f.status != "200" {
+		t.Fatalf("another sandbox: got %s, want 200", f.status)
+	}
+	close(a.release)
+	for _, id := range []uint32{1, 3} {
+		if f := r1.waitFor(id, "response", isHeaders); f.status != "200" {
+			t.Fatalf("held stream %d: got %s, want 200", id, f.status)
+		}
 	}
 }
