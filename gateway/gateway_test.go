@@ -315,7 +315,8 @@ func TestMITM(t *testing.T) {
 	})
 }
 
-// mitmConn opens an intercepted tunnel and returns the inner TLS connection.
+// mitmConn opens an intercepted tunnel and returns the inner TLS connection,
+// speaking HTTP/1.1 (HTTP/2 inside interception: h2_test.go).
 func mitmConn(t *testing.T, h *harness, pki *testPKI, host string, port int) (*tls.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", h.explicit)
@@ -327,7 +328,7 @@ func mitmConn(t *testing.T, h *harness, pki *testPKI, host string, port int) (*t
 	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != 200 {
 		t.Fatalf("connect: %v %v", r, err)
 	}
-	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: host, RootCAs: pki.mitmCAPool, NextProtos: []string{"h2", "http/1.1"}})
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: host, RootCAs: pki.mitmCAPool, NextProtos: []string{"http/1.1"}})
 	tc.SetDeadline(time.Now().Add(5 * time.Second))
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/ipguard"
@@ -428,15 +430,29 @@ func TestRedTeamMITM(t *testing.T) {
 		return c, br, resp.StatusCode
 	}
 
-	t.Run("ALPN h2 only is never negotiated", func(t *testing.T) {
+	t.Run("ALPN h2: every stream goes through the pipeline", func(t *testing.T) {
 		c, br, st := connect(t, h.explicit)
 		defer c.Close()
 		if st != 200 {
 			t.Fatalf("connect: %d", st)
 		}
 		tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "pypi.org", RootCAs: pki.mitmCAPool, NextProtos: []string{"h2"}})
-		if err := tc.Handshake(); err == nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
-			t.Fatal("h2 negotiated inside interception")
+		if err := tc.Handshake(); err != nil || tc.ConnectionState().NegotiatedProtocol != "h2" {
+			t.Fatalf("handshake: %v, ALPN %q, want h2", err, tc.ConnectionState().NegotiatedProtocol)
+		}
+		cc, err := (&http2.Transport{}).NewClientConn(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := tlsUp.reqs.Load()
+		req, _ := http.NewRequest("GET", fmt.Sprintf("https://evil.example:%d/", tlsUp.port), nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Airlock-Reason") != ReasonHostMismatch || tlsUp.reqs.Load() != before {
+			t.Fatalf("stream naming another host: got %d %q, upstream +%d; want 403 %s, 0", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), tlsUp.reqs.Load()-before, ReasonHostMismatch)
 		}
 	})
 	t.Run("no SNI, client certificate: pinned to the CONNECT host", func(t *testing.T) {
