@@ -48,7 +48,6 @@ func TestExplicitHTTP(t *testing.T) {
 		{"deny path", "GET http://pypi.org:" + p + "/secret HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n", 403, policytest.ReasonPathDenied, 0},
 		{"fronting Host header", "GET http://pypi.org:" + p + "/ HTTP/1.1\r\nHost: evil.example:" + p + "\r\n\r\n", 403, ReasonHostMismatch, 0},
 		{"origin form", "GET / HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n", 403, ReasonBadRequest, 0},
-		{"h2c prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 403, ReasonBadRequest, 0},
 		{"bad host", "GET http://pypi..org:" + p + "/ HTTP/1.1\r\nHost: pypi..org:" + p + "\r\n\r\n", 403, ReasonBadDestination, 0},
 	}
 	for _, tc := range tests {

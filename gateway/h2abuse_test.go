@@ -27,14 +27,15 @@ import (
 // abuse cases: frames are written as given, and every frame the gateway
 // sends is read by a goroutine into frames until the connection ends.
 type rawH2 struct {
-	t      testing.TB
-	c      net.Conn
-	fr     *http2.Framer
-	hbuf   bytes.Buffer
-	enc    *hpack.Encoder
-	frames chan gotFrame
-	done   chan struct{} // closed when the gateway ended the connection
-	err    error         // why reading ended (after done)
+	t       testing.TB
+	c       net.Conn
+	fr      *http2.Framer
+	hbuf    bytes.Buffer
+	enc     *hpack.Encoder
+	frames  chan gotFrame
+	pending []gotFrame    // read, not yet asked for
+	done    chan struct{} // closed when the gateway ended the connection
+	err     error         // why reading ended (after done)
 }
 
 // dialRawH2 opens an h2c connection to the explicit proxy and sends the
@@ -113,21 +114,34 @@ func (r *rawH2) get(id uint32, authority, path string) error {
 }
 
 // waitFor returns the first frame on stream id that match accepts, or fails
-// after 10 s.
+// after 10 s. Frames it passes over are kept for later calls.
 func (r *rawH2) waitFor(id uint32, what string, match func(gotFrame) bool) gotFrame {
 	r.t.Helper()
+	take := func(f gotFrame) bool {
+		if f.stream == id && match(f) {
+			return true
+		}
+		r.pending = append(r.pending, f)
+		return false
+	}
+	for i, f := range r.pending {
+		if f.stream == id && match(f) {
+			r.pending = append(r.pending[:i], r.pending[i+1:]...)
+			return f
+		}
+	}
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case f := <-r.frames:
-			if f.stream == id && match(f) {
+			if take(f) {
 				return f
 			}
 		case <-r.done:
 			for {
 				select {
 				case f := <-r.frames:
-					if f.stream == id && match(f) {
+					if take(f) {
 						return f
 					}
 					continue

@@ -127,7 +127,6 @@ func TestRedTeamExplicitProxy(t *testing.T) {
 		{"CONNECT without port", "CONNECT pypi.org HTTP/1.1\r\n\r\n", false, 0},
 		{"HTTP/1.0 without Host", "GET http://" + ok + "/ HTTP/1.0\r\n\r\n", false, 0},
 		{"HTTP/0.9", "GET http://" + ok + "/\r\n\r\n", false, 0},
-		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", false, 0},
 		{"Expect 100-continue to a denied host", "POST http://" + evil + "/ HTTP/1.1\r\nHost: " + evil + "\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", false, 0},
 		{"unknown Expect", "POST http://" + ok + "/ HTTP/1.1\r\nHost: " + ok + "\r\nExpect: 200-ok\r\nContent-Length: 0\r\n\r\n", false, 0},
 		{"websocket to a denied host", get("http://"+evil+"/ws", evil, "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"), false, 0},
