@@ -20,7 +20,6 @@ import (
 
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
-	"github.com/airlock-dev/airlock/secrets"
 )
 
 // HTTP/2 on a sandbox's connection: an intercepted TLS connection whose client
@@ -74,9 +73,18 @@ type h2Stream struct {
 	abort  bool               // the response had begun when the stream failed: reset it
 	cancel context.CancelFunc // ends the upstream request
 	// streamed: a gRPC body, checked for placeholders as it streams, through
-	// guard when the sandbox holds placeholders (checkStream).
+	// a StreamGuard when the sandbox holds placeholders (checkStream).
 	streamed bool
-	guard    *secrets.StreamGuard
+	// What the upstream read of the request body, on its own goroutine when
+	// it is HTTP/2: bytes, and the first error (a guard's denial).
+	sent    atomic.Int64
+	bodyErr *bodyErrBox
+}
+
+// h2Body is a stream's request body as it goes upstream.
+type h2Body struct {
+	atomicCountReader
+	io.Closer
 }
 
 // h2Server is the x/net server with the gateway's limits.
@@ -100,11 +108,12 @@ func (g *Gateway) h2Server() *http2.Server {
 // connection is made by dialUpstream and handed to NewClientConn).
 func (g *Gateway) h2Transport() *http2.Transport {
 	return &http2.Transport{
-		MaxHeaderListSize: uint32(g.cfg.MaxHeaderBytes),
-		MaxReadFrameSize:  uint32(g.cfg.H2MaxReadFrameSize),
-		ReadIdleTimeout:   g.cfg.IdleTimeout,
-		PingTimeout:       g.cfg.HandshakeTimeout,
-		WriteByteTimeout:  g.cfg.IdleTimeout,
+		MaxHeaderListSize:  uint32(g.cfg.MaxHeaderBytes),
+		DisableCompression: true, // Accept-Encoding goes upstream as the sandbox sent it
+		MaxReadFrameSize:   uint32(g.cfg.H2MaxReadFrameSize),
+		ReadIdleTimeout:    g.cfg.IdleTimeout,
+		PingTimeout:        g.cfg.HandshakeTimeout,
+		WriteByteTimeout:   g.cfg.IdleTimeout,
 	}
 }
 
@@ -272,9 +281,13 @@ func (timeoutError) Timeout() bool { return true }
 // a placeholder ends the stream with that flagged denial.
 func (s *httpSession) forwardH2(rc *reqCtx) error {
 	err := s.relayH2(rc)
-	if g := s.h2.guard; g != nil && g.Err() != nil {
-		s.dropUpstream()
-		return secretsErr(g.Err())
+	rc.bytesUp = s.h2.sent.Load()
+	if b := s.h2.bodyErr; b != nil {
+		var d *denial
+		if serr := secretsErr(b.get()); errors.As(serr, &d) {
+			s.dropUpstream()
+			return serr // the guard cut the body off before a placeholder left
+		}
 	}
 	return err
 }

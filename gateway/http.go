@@ -436,13 +436,19 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 	req.Close = false
 	req.RequestURI = ""
 	replayable := req.Body == nil || req.Body == http.NoBody
-	var bodyErr error
+	bodyErrs := &bodyErrBox{}
 	if !replayable {
-		var body io.Reader = bodyErrReader{req.Body, &bodyErr}
-		if rc.viaProxy {
+		var body io.Reader = bodyErrReader{req.Body, bodyErrs}
+		switch {
+		case rc.viaProxy:
 			body = progressReader{r: body, c: s.conn, timeout: g.cfg.IdleTimeout}
+		case s.h2 != nil:
+			s.h2.bodyErr = bodyErrs
+			req.Body = h2Body{atomicCountReader{body, &s.h2.sent}, req.Body}
 		}
-		req.Body = countReadCloser{countReader{body, &rc.bytesUp}, req.Body}
+		if s.h2 == nil {
+			req.Body = countReadCloser{countReader{body, &rc.bytesUp}, req.Body}
+		}
 	}
 
 	var resp *http.Response
@@ -461,7 +467,7 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 			break
 		}
 		s.dropUpstream()
-		if bodyErr != nil {
+		if bodyErr := bodyErrs.get(); bodyErr != nil {
 			// A streamed body scan cut the request off before a placeholder left.
 			var d *denial
 			if serr := secretsErr(bodyErr); errors.As(serr, &d) {

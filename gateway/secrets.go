@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/hostname"
@@ -143,7 +145,6 @@ func (g *Gateway) checkStream(rc *reqCtx, inj Injector, st *h2Stream) error {
 		}
 		st.streamed = true
 		if guard := g.streamGuard(rc, false); guard != nil {
-			st.guard = guard
 			rc.req.Body = guardedBody{guardedReader{r: rc.req.Body, guard: guard}, rc.req.Body}
 		}
 		return nil
@@ -168,6 +169,19 @@ func withoutBody(req *http.Request, fn func() error) error {
 	req.Body, req.ContentLength = http.NoBody, 0
 	defer func() { req.Body, req.ContentLength = body, n }()
 	return fn()
+}
+
+// atomicCountReader counts bytes read through it into an atomic counter (an
+// HTTP/2 upstream reads a request body on its own goroutine).
+type atomicCountReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c atomicCountReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // guardedBody is a request body read through a StreamGuard.
@@ -254,17 +268,38 @@ func (g *Gateway) scrub(rc *reqCtx, resp *http.Response) error {
 // bodyErrReader remembers the first error other than EOF its body returned:
 // http.Request.Write hides it behind an unexported wrapper, and a
 // *secrets.Denial from a streamed body scan must come back out as a denial.
+// The box is locked: an HTTP/2 upstream reads the body on its own goroutine.
 type bodyErrReader struct {
 	r   io.Reader
-	err *error
+	err *bodyErrBox
 }
 
 func (b bodyErrReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err != nil && *b.err == nil && err != io.EOF {
-		*b.err = err
+	if err != nil && err != io.EOF {
+		b.err.set(err)
 	}
 	return n, err
+}
+
+// bodyErrBox holds the first error a request body returned.
+type bodyErrBox struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (b *bodyErrBox) set(err error) {
+	b.mu.Lock()
+	if b.err == nil {
+		b.err = err
+	}
+	b.mu.Unlock()
+}
+
+func (b *bodyErrBox) get() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // streamGuard returns the placeholder guard for what rc's sandbox sends on an
