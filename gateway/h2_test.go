@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -192,4 +193,45 @@ func bearerInjector(t *testing.T, host string, port int) *secrets.Injector {
 		t.Fatal(err)
 	}
 	return inj
+}
+
+// HTTP/2 upstream through the parent proxy: the h2 connection to the origin
+// is a CONNECT through the parent, as every upstream connection is, and the
+// parent sees only what policy allowed.
+func TestH2ThroughParentProxy(t *testing.T) {
+	pki := newTestPKI(t)
+	cert := pki.leaf(t, "api.example")
+	up := newUpstreamProto(t, http.HandlerFunc(trailerHandler), &cert, true)
+	p := newTestParent(t, map[string]string{fmt.Sprintf("api.example:%d", up.port): up.addr})
+	h := parentHarness(t, p, policytest.Allow("api.example").Intercept("api.example").DenyPaths("/secret"), nil, nil, pki)
+	c := h.h2Client()
+	for _, path := range []string{"/a", "/secret", "/b"} {
+		resp, err := c.Get(fmt.Sprintf("https://api.example:%d%s", up.port, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		want := 200
+		if path == "/secret" {
+			want = 403
+		}
+		if resp.StatusCode != want || resp.ProtoMajor != 2 {
+			t.Fatalf("%s: got %d %s, want %d over HTTP/2", path, resp.StatusCode, resp.Proto, want)
+		}
+		if want == 200 && resp.Header.Get("X-Proto") != "HTTP/2.0" {
+			t.Fatalf("%s: upstream spoke %q, want HTTP/2.0", path, resp.Header.Get("X-Proto"))
+		}
+	}
+	if up.reqs.Load() != 2 {
+		t.Fatalf("upstream saw %d requests, want 2", up.reqs.Load())
+	}
+	targets, _ := p.Seen()
+	if len(targets) != 1 {
+		t.Fatalf("parent saw CONNECTs %v, want one (one h2 connection for the streams)", targets)
+	}
+	recs := h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && r.Path == "/a" })
+	if len(recs) != 1 || string(recs[0].Extra["parent_proxy"]) != strconv.Quote(p.addr) {
+		t.Fatalf("records %+v: want one naming the parent proxy", recs)
+	}
 }
