@@ -335,6 +335,12 @@ func (s *httpSession) relayH2(rc *reqCtx) error {
 	for k, vs := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vs
 	}
+	if isGRPC(rc.req) {
+		rc.grpcStatus = resp.Trailer.Get("Grpc-Status")
+		if rc.grpcStatus == "" {
+			rc.grpcStatus = resp.Header.Get("Grpc-Status") // trailers-only
+		}
+	}
 	if upClose {
 		s.dropUpstream()
 	}
@@ -385,9 +391,9 @@ func (st *h2Stream) refuse(rc *reqCtx, status int, reason, body string) {
 	h.Set("X-Airlock-Decision", rc.id)
 	h.Set("X-Airlock-Reason", reason)
 	if isGRPC(rc.req) {
-		rc.grpcStatus = grpcCodeOf(status)
+		rc.grpcStatus = strconv.Itoa(grpcCodeOf(status))
 		h.Set("Content-Type", "application/grpc")
-		h.Set("Grpc-Status", strconv.Itoa(rc.grpcStatus))
+		h.Set("Grpc-Status", rc.grpcStatus)
 		h.Set("Grpc-Message", grpcEscape(strings.TrimSpace(body)))
 		st.w.WriteHeader(http.StatusOK)
 		return

@@ -52,8 +52,8 @@ type reqCtx struct {
 	req        *http.Request
 	scheme     string
 	status     int
-	keepAlive  bool // the client connection may carry another request
-	grpcStatus int  // an HTTP/2 gRPC call refused with this grpc-status
+	keepAlive  bool   // the client connection may carry another request
+	grpcStatus string // a gRPC call's grpc-status: the refusal's, or the upstream's
 
 	// Raw inputs of the transparent listener (tls, tcp).
 	br *bufio.Reader // holds the peeked bytes
@@ -612,8 +612,8 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 	}
 	if rc.req != nil && rc.req.ProtoMajor == 2 {
 		extra(r, "http_version", "2")
-		if rc.grpcStatus != 0 {
-			r.Extra["grpc_status"] = json.RawMessage(strconv.Itoa(rc.grpcStatus))
+		if n, err := strconv.Atoi(rc.grpcStatus); err == nil {
+			r.Extra["grpc_status"] = json.RawMessage(strconv.Itoa(n))
 		}
 	}
 	parentExtra(r, rc)
