@@ -166,6 +166,10 @@ func (c *h2Conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.req, rc.kind = r, policy.KindHTTP
 	sb, max := c.cc.sb, c.g.cfg.H2MaxStreamsPerSandbox
 	defer sb.streams.Add(-1)
+	if c.g.isDraining() {
+		c.g.serveRefused(rc, &denial{reason: ReasonShuttingDown, status: http.StatusServiceUnavailable, msg: "the gateway is shutting down"})
+		return
+	}
 	if sb.streams.Add(1) > int64(max) {
 		c.g.serveRefused(rc, &denial{reason: ReasonStreamLimit, status: http.StatusTooManyRequests,
 			msg: fmt.Sprintf("sandbox %s has %d HTTP/2 streams in flight (h2_max_streams_per_sandbox)", sb.info.ID, max)})

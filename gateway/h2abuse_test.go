@@ -643,3 +643,33 @@ func TestH2StreamsPerSandbox(t *testing.T) {
 		}
 	}
 }
+
+// Shutdown closes an idle HTTP/2 connection at once, as it does an idle
+// HTTP/1.1 keep-alive connection, instead of waiting for its deadline.
+func TestH2ShutdownClosesIdleConnection(t *testing.T) {
+	a := newAbuseSetup(t)
+	r := dialRawH2(t, a.h.explicit, true)
+	r.get(1, a.okA, "/before")
+	if f := r.waitFor(1, "response", isHeaders); f.status != "200" {
+		t.Fatalf("got %s, want 200", f.status)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- a.h.g.Shutdown(ctx)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("shutdown did not close an idle HTTP/2 connection")
+	}
+	select {
+	case <-r.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle HTTP/2 connection is still open after shutdown")
+	}
+}
