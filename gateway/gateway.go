@@ -46,6 +46,7 @@ type Gateway struct {
 	rootsUp *upstreamRoots
 	h2srv   *http2.Server    // sandbox-facing HTTP/2 (h2.go)
 	h2tr    *http2.Transport // HTTP/2 upstreams
+	h2bufs  sync.Pool        // *[]byte relay buffers of HTTP/2 streams (copyBody)
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -115,6 +116,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		g.dialer.parent, g.dialer.parentTLS = p, g.parentTLS
 	}
 	g.h2srv, g.h2tr = g.h2Server(), g.h2Transport()
+	g.h2bufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	g.pool = newUpstreamPool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)
 	if cfg.CACertFile != "" {
 		ca, err := LoadCA(cfg.CACertFile, cfg.CAKeyFile)

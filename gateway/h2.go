@@ -355,7 +355,9 @@ func (s *httpSession) relayH2(rc *reqCtx) error {
 // client that reads nothing for IdleTimeout (flow control never reopens)
 // fails the write and the stream is reset.
 func (st *h2Stream) copyBody(rc *reqCtx, body io.Reader) error {
-	buf := make([]byte, 32<<10)
+	bp := st.c.g.h2bufs.Get().(*[]byte)
+	defer st.c.g.h2bufs.Put(bp)
+	buf := *bp
 	timeout := st.c.g.cfg.IdleTimeout
 	for {
 		n, rerr := body.Read(buf)
