@@ -28,6 +28,15 @@ const (
 	DefaultMaxQueryParams        = 256
 	DefaultBodyScanTimeout       = 10 * time.Second
 
+	// HTTP/2 on intercepted and h2c connections (h2.go).
+	DefaultH2MaxConcurrentStreams = 100
+	DefaultH2MaxReadFrameSize     = 64 << 10
+	DefaultH2StreamWindow         = 1 << 20
+	DefaultH2ConnWindow           = 4 << 20
+	DefaultH2MaxResetsPerSecond   = 50
+	DefaultH2MaxResetBurst        = 200
+	DefaultH2MaxStreamsPerSandbox = 1024
+
 	// MaxLeafTTL bounds LeafTTL: an intercepted leaf certificate never lives longer.
 	MaxLeafTTL = 72 * time.Hour
 	// maxPeekBytes bounds what the transparent listener buffers before deciding.
@@ -106,6 +115,29 @@ type Config struct {
 	MaxIdleConns        int
 	// IdleConnTimeout drops pooled upstream connections idle for longer.
 	IdleConnTimeout time.Duration
+	// H2MaxConcurrentStreams bounds the streams a sandbox's HTTP/2 connection
+	// may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); the server
+	// closes a connection that opens past it.
+	H2MaxConcurrentStreams int
+	// H2MaxReadFrameSize bounds one HTTP/2 frame read from a sandbox
+	// (SETTINGS_MAX_FRAME_SIZE, 16 KiB to 16 MiB). The header list of a
+	// stream is bounded by MaxHeaderBytes.
+	H2MaxReadFrameSize int
+	// H2StreamWindow and H2ConnWindow are the flow-control windows the
+	// gateway gives a sandbox's HTTP/2 stream and connection: the most
+	// request body it buffers for one stream and for all of them.
+	H2StreamWindow int
+	H2ConnWindow   int
+	// H2MaxResetsPerSecond and H2MaxResetBurst bound the streams a sandbox
+	// may cancel (RST_STREAM) on one HTTP/2 connection: past the burst, at
+	// more than this rate, the connection is closed (rapid reset).
+	H2MaxResetsPerSecond int
+	H2MaxResetBurst      int
+	// H2MaxStreamsPerSandbox bounds the HTTP/2 streams a sandbox has in
+	// flight over all its connections (each is a request being served); a
+	// stream past it is refused (429, stream_limit).
+	H2MaxStreamsPerSandbox int
+
 	// Injector adds credentials to allowed intercepted requests; nil means none.
 	Injector Injector
 
@@ -146,6 +178,13 @@ func (c *Config) applyDefaults() {
 	setDur(&c.PolicyTimeout, DefaultPolicyTimeout)
 	setDur(&c.IdleConnTimeout, DefaultIdleConnTimeout)
 	setDur(&c.LeafTTL, DefaultLeafTTL)
+	setInt(&c.H2MaxConcurrentStreams, DefaultH2MaxConcurrentStreams)
+	setInt(&c.H2MaxReadFrameSize, DefaultH2MaxReadFrameSize)
+	setInt(&c.H2StreamWindow, DefaultH2StreamWindow)
+	setInt(&c.H2ConnWindow, DefaultH2ConnWindow)
+	setInt(&c.H2MaxResetsPerSecond, DefaultH2MaxResetsPerSecond)
+	setInt(&c.H2MaxResetBurst, DefaultH2MaxResetBurst)
+	setInt(&c.H2MaxStreamsPerSandbox, DefaultH2MaxStreamsPerSandbox)
 }
 
 func (c *Config) validate() error {
@@ -162,7 +201,9 @@ func (c *Config) validate() error {
 		{"max_header_bytes", c.MaxHeaderBytes}, {"max_conns_per_sandbox", c.MaxConnsPerSandbox},
 		{"max_tunnels_per_sandbox", c.MaxTunnelsPerSandbox}, {"max_idle_conns_per_host", c.MaxIdleConnsPerHost},
 		{"max_idle_conns", c.MaxIdleConns}, {"leaf_cache_size", c.LeafCacheSize},
-		{"max_query_params", c.MaxQueryParams},
+		{"max_query_params", c.MaxQueryParams}, {"h2_max_concurrent_streams", c.H2MaxConcurrentStreams},
+		{"h2_max_resets_per_second", c.H2MaxResetsPerSecond}, {"h2_max_reset_burst", c.H2MaxResetBurst},
+		{"h2_max_streams_per_sandbox", c.H2MaxStreamsPerSandbox},
 	}
 	for _, p := range pos {
 		if p.v < 0 {
@@ -171,6 +212,12 @@ func (c *Config) validate() error {
 	}
 	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
 		return fmt.Errorf("gateway: max_header_bytes %d: must be between 1024 and 1048576", c.MaxHeaderBytes)
+	}
+	if c.H2MaxReadFrameSize < 16<<10 || c.H2MaxReadFrameSize > 16<<20 {
+		return fmt.Errorf("gateway: h2_max_read_frame_size %d: must be between 16384 and 16777216", c.H2MaxReadFrameSize)
+	}
+	if c.H2StreamWindow < 65535 || c.H2StreamWindow > 1<<30 || c.H2ConnWindow < c.H2StreamWindow || c.H2ConnWindow > 1<<30 {
+		return fmt.Errorf("gateway: h2_stream_window %d, h2_conn_window %d: want 65535 <= stream <= conn <= 1073741824", c.H2StreamWindow, c.H2ConnWindow)
 	}
 	durs := []struct {
 		name string

@@ -2,11 +2,13 @@
 // (plain HTTP in absolute form and CONNECT, through goproxy; SOCKS5 CONNECT),
 // the transparent listener that receives connections redirected inside a
 // sandbox's namespace (raw TCP decided by the name the sandbox resolved),
-// TLS interception where policy or a secret binding asks for it, and the
-// guarded dialer with its per-sandbox upstream pool.
+// TLS interception where policy or a secret binding asks for it (HTTP/1.1 or
+// HTTP/2 by ALPN; h2c with prior knowledge on the listeners and in a CONNECT),
+// and the guarded dialer with its per-sandbox upstream pool.
 //
-// Every request, tunnel and connection goes through one pipeline, coded once
-// in (*Gateway).serve (pipeline.go), in this order:
+// Every request, tunnel, connection and HTTP/2 stream (h2.go: one stream is one
+// request) goes through one pipeline, coded once in (*Gateway).serve
+// (pipeline.go), in this order:
 //
 //	normalize -> screen (secrets) -> decide (policy) -> reserve (audit room)
 //	  -> inject (secrets) -> dial (resolve, ipguard; or CONNECT via the parent proxy) -> relay
@@ -16,8 +18,8 @@
 // Entry points: New, (*Gateway).ServeSandbox, StopSandbox, Shutdown. It talks
 // to policy through policy.Decider, to audit through audit.Logger (and
 // audit.Reserver), to DNS through Resolver, SandboxResolver and SandboxNamer,
-// to secrets through Injector. Each stage, the CONNECT content rules and transparent
-// sniffing: docs/ARCHITECTURE.md, "Gateway pipeline".
+// to secrets through Injector. Each stage, the CONNECT content rules, transparent
+// sniffing and HTTP/2: docs/ARCHITECTURE.md, "Gateway pipeline".
 //
 // gateway must never import: config, dnsfilter, netns, sandboxd, daemon,
 // cmd/airlock.

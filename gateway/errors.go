@@ -27,6 +27,7 @@ const (
 	ReasonBodyScanTimeout   = "body_scan_timeout"        // the body the secrets check reads did not arrive in time
 	ReasonParentUnavailable = "parent_proxy_unavailable" // the parent proxy could not be reached or did not answer
 	ReasonParentRefused     = "parent_proxy_refused"     // the parent proxy answered the CONNECT with a non-2xx status
+	ReasonStreamLimit       = "stream_limit"             // per-sandbox HTTP/2 stream cap
 )
 
 // denial is a refusal decided by the gateway or by policy. It is distinct from a

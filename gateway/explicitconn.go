@@ -260,6 +260,16 @@ func (c *explicitConn) readHead() error {
 			c.serveSOCKS()
 			return io.EOF
 		}
+		c.Conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+		h2, _ := isH2Preface(s.br)
+		c.Conn.SetReadDeadline(time.Time{})
+		if h2 {
+			// h2c with prior knowledge (h2.go): each stream names its
+			// origin by :authority and is decided as plain HTTP to it.
+			s.rd.limited = false
+			g.serveH2(c.cc, &prefixConn{Conn: c.Conn, r: s.br}, h2Target{scheme: "http", defaultPort: 80})
+			return io.EOF
+		}
 	}
 	c.Conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
 	pr, err := peekHTTPRequest(s.br, min(g.cfg.MaxHeaderBytes, s.br.Size()))

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/oplog"
@@ -42,6 +44,9 @@ type Gateway struct {
 	pool    *upstreamPool
 	leaves  *leafCache // nil without a CA
 	rootsUp *upstreamRoots
+	h2srv   *http2.Server    // sandbox-facing HTTP/2 (h2.go)
+	h2tr    *http2.Transport // HTTP/2 upstreams
+	h2bufs  sync.Pool        // *[]byte relay buffers of HTTP/2 streams (copyBody)
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -60,6 +65,7 @@ type sandbox struct {
 	listeners []net.Listener
 	conns     atomic.Int64
 	tunnels   atomic.Int64
+	streams   atomic.Int64 // HTTP/2 streams being served
 	mu        sync.Mutex
 	live      map[*clientConn]struct{}
 	stopped   bool
@@ -109,6 +115,8 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		}
 		g.dialer.parent, g.dialer.parentTLS = p, g.parentTLS
 	}
+	g.h2srv, g.h2tr = g.h2Server(), g.h2Transport()
+	g.h2bufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	g.pool = newUpstreamPool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)
 	if cfg.CACertFile != "" {
 		ca, err := LoadCA(cfg.CACertFile, cfg.CAKeyFile)
@@ -345,12 +353,18 @@ func (r *upstreamRoots) get() *x509.CertPool {
 	return r.pool
 }
 
-// upstreamTLS returns the client config for a verified upstream TLS connection.
-func (g *Gateway) upstreamTLS(host string) *tls.Config {
+// upstreamTLS returns the client config for a verified upstream TLS
+// connection; h2 is offered before http/1.1 when offerH2 (the sandbox's
+// client spoke HTTP/2).
+func (g *Gateway) upstreamTLS(host string, offerH2 bool) *tls.Config {
+	protos := []string{"http/1.1"}
+	if offerH2 {
+		protos = []string{http2.NextProtoTLS, "http/1.1"}
+	}
 	return &tls.Config{
 		ServerName: host,
 		RootCAs:    g.rootsUp.get(),
-		NextProtos: []string{"http/1.1"},
+		NextProtos: protos,
 		MinVersion: tls.VersionTLS12,
 	}
 }

@@ -48,7 +48,6 @@ func TestExplicitHTTP(t *testing.T) {
 		{"deny path", "GET http://pypi.org:" + p + "/secret HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n", 403, policytest.ReasonPathDenied, 0},
 		{"fronting Host header", "GET http://pypi.org:" + p + "/ HTTP/1.1\r\nHost: evil.example:" + p + "\r\n\r\n", 403, ReasonHostMismatch, 0},
 		{"origin form", "GET / HTTP/1.1\r\nHost: pypi.org:" + p + "\r\n\r\n", 403, ReasonBadRequest, 0},
-		{"h2c prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 403, ReasonBadRequest, 0},
 		{"bad host", "GET http://pypi..org:" + p + "/ HTTP/1.1\r\nHost: pypi..org:" + p + "\r\n\r\n", 403, ReasonBadDestination, 0},
 	}
 	for _, tc := range tests {
@@ -315,7 +314,8 @@ func TestMITM(t *testing.T) {
 	})
 }
 
-// mitmConn opens an intercepted tunnel and returns the inner TLS connection.
+// mitmConn opens an intercepted tunnel and returns the inner TLS connection,
+// speaking HTTP/1.1 (HTTP/2 inside interception: h2_test.go).
 func mitmConn(t *testing.T, h *harness, pki *testPKI, host string, port int) (*tls.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", h.explicit)
@@ -327,7 +327,7 @@ func mitmConn(t *testing.T, h *harness, pki *testPKI, host string, port int) (*t
 	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != 200 {
 		t.Fatalf("connect: %v %v", r, err)
 	}
-	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: host, RootCAs: pki.mitmCAPool, NextProtos: []string{"h2", "http/1.1"}})
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: host, RootCAs: pki.mitmCAPool, NextProtos: []string{"http/1.1"}})
 	tc.SetDeadline(time.Now().Add(5 * time.Second))
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)

@@ -184,6 +184,13 @@ func (c *countingConn) Read(p []byte) (int, error) {
 
 func newUpstream(t testing.TB, h http.Handler, tlsCert *tls.Certificate) *upstream {
 	t.Helper()
+	return newUpstreamProto(t, h, tlsCert, false)
+}
+
+// newUpstreamProto is newUpstream; with h2 a TLS upstream offers HTTP/2 by
+// ALPN (else it speaks HTTP/1.1 only).
+func newUpstreamProto(t testing.TB, h http.Handler, tlsCert *tls.Certificate, h2 bool) *upstream {
+	t.Helper()
 	u := &upstream{}
 	if h == nil {
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -206,6 +213,7 @@ func newUpstream(t testing.TB, h http.Handler, tlsCert *tls.Certificate) *upstre
 	u.srv.Listener = countingListener{Listener: u.srv.Listener, n: &u.bytesIn}
 	if tlsCert != nil {
 		u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*tlsCert}}
+		u.srv.EnableHTTP2 = h2
 		u.srv.StartTLS()
 	} else {
 		u.srv.Start()

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -47,6 +49,8 @@ type httpSession struct {
 
 	sufHost string
 	suf     []string
+
+	h2 *h2Stream // an HTTP/2 stream (h2.go): one request, answered on the stream
 }
 
 func (g *Gateway) newSession(cc *clientConn, conn net.Conn, br *bufio.Reader) *httpSession {
@@ -171,8 +175,8 @@ func isTimeout(err error) bool {
 func (s *httpSession) normalizeRequest(rc *reqCtx) error {
 	req := rc.req
 	rc.scheme = s.scheme
-	if req.ProtoMajor != 1 {
-		return deny(ReasonBadRequest, "protocol %s not supported (HTTP/1.x only)", req.Proto)
+	if req.ProtoMajor != 1 && (s.h2 == nil || req.ProtoMajor != 2) {
+		return deny(ReasonBadRequest, "protocol %s not supported here", req.Proto)
 	}
 	if req.Method == http.MethodConnect {
 		return deny(ReasonHostMismatch, "CONNECT inside a tunnel or transparent connection")
@@ -227,6 +231,9 @@ func (s *httpSession) normalizeRequest(rc *reqCtx) error {
 	if hostHdr != "" && (hostHdr != rc.host || hostPort != rc.port) {
 		return deny(ReasonHostMismatch, "Host header names %s:%d, request is for %s:%d", hostHdr, hostPort, rc.host, rc.port)
 	}
+	if rc.host == "" {
+		return deny(ReasonBadRequest, "request names no host (missing :authority)")
+	}
 	if ip, ok := hostname.ParseIP(rc.host); ok {
 		rc.ip = ip
 	}
@@ -277,6 +284,20 @@ func (s *httpSession) upstream(rc *reqCtx, fresh bool) error {
 			s.release()
 		}
 	}
+	if s.h2 != nil && s.up == nil {
+		u, shared, err := s.h2.c.upstream(rc, key, fresh)
+		if err != nil {
+			return err
+		}
+		if shared {
+			rc.up, rc.ip, rc.parent = u, u.ip, u.parent
+			return nil
+		}
+		if u != nil {
+			s.up = u
+			s.untrack = s.cc.track(u.nc)
+		}
+	}
 	if s.up == nil && !fresh {
 		if u := s.g.pool.get(key); u != nil {
 			s.up = u
@@ -284,7 +305,7 @@ func (s *httpSession) upstream(rc *reqCtx, fresh bool) error {
 		}
 	}
 	if s.up == nil {
-		u, err := s.g.dialUpstream(rc, key)
+		u, err := s.g.dialUpstream(rc, key, false)
 		if err != nil {
 			return err
 		}
@@ -297,8 +318,8 @@ func (s *httpSession) upstream(rc *reqCtx, fresh bool) error {
 }
 
 // dialUpstream makes a new upstream connection: guarded dial, then verified
-// TLS for https.
-func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, error) {
+// TLS for https, offering h2 when offerH2 (the protocol chosen is u.proto).
+func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey, offerH2 bool) (*upstreamConn, error) {
 	if key.tls {
 		g.rootsUp.load() // parses while the name resolves and the connection opens
 	}
@@ -307,8 +328,9 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, erro
 	if err != nil {
 		return nil, err
 	}
+	proto := ""
 	if key.tls {
-		tc := tls.Client(c, g.upstreamTLS(key.host))
+		tc := tls.Client(c, g.upstreamTLS(key.host, offerH2))
 		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.HandshakeTimeout)
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -316,14 +338,15 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey) (*upstreamConn, erro
 			c.Close()
 			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s: %w", key.host, err))
 		}
-		if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
+		proto = tc.ConnectionState().NegotiatedProtocol
+		if proto != "" && proto != "http/1.1" && !(offerH2 && proto == http2.NextProtoTLS) {
 			tc.Close()
-			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s negotiated %q", key.host, p))
+			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s negotiated %q", key.host, proto))
 		}
 		c = tc
 	}
 	u := newUpstreamConn(key, c, at.ip)
-	u.parent = at.parent
+	u.parent, u.proto = at.parent, proto
 	return u, nil
 }
 
@@ -375,7 +398,11 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 	g := s.g
 	req := rc.req
 	x := exchange{clientClose: req.Close}
+	teTrailers := hasToken(req.Header["Te"], "trailers")
 	upgrade := removeHop(req.Header)
+	if teTrailers && rc.up.h2 != nil {
+		req.Header.Set("Te", "trailers") // the one TE HTTP/2 allows; gRPC servers want it
+	}
 	websocket := strings.EqualFold(upgrade, "websocket")
 	if upgrade != "" && !websocket {
 		upgrade = "" // h2c and other upgrades are never passed through
@@ -391,7 +418,7 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 	}
 	if hasToken(req.Header["Expect"], "100-continue") {
 		req.Header.Del("Expect")
-		if !rc.viaProxy { // http.Server answers 100 Continue itself when the body is read
+		if !rc.viaProxy && s.h2 == nil { // http.Server and the HTTP/2 server answer 100 Continue themselves when the body is read
 			s.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
 			if err := s.bw.Flush(); err != nil {
 				return x, fail(ReasonUpstream, http.StatusBadGateway, err)
@@ -409,27 +436,38 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 	req.Close = false
 	req.RequestURI = ""
 	replayable := req.Body == nil || req.Body == http.NoBody
-	var bodyErr error
+	bodyErrs := &bodyErrBox{}
 	if !replayable {
-		var body io.Reader = bodyErrReader{req.Body, &bodyErr}
-		if rc.viaProxy {
+		var body io.Reader = bodyErrReader{req.Body, bodyErrs}
+		switch {
+		case rc.viaProxy:
 			body = progressReader{r: body, c: s.conn, timeout: g.cfg.IdleTimeout}
+		case s.h2 != nil:
+			s.h2.bodyErr = bodyErrs
+			req.Body = h2Body{atomicCountReader{body, &s.h2.sent}, req.Body}
 		}
-		req.Body = countReadCloser{countReader{body, &rc.bytesUp}, req.Body}
+		if s.h2 == nil {
+			req.Body = countReadCloser{countReader{body, &rc.bytesUp}, req.Body}
+		}
 	}
 
 	var resp *http.Response
 	for attempt := 0; ; attempt++ {
 		up := rc.up
-		reused := up.used
-		up.used = true
 		var err error
-		resp, err = up.roundTrip(req, g.cfg.ResponseHeaderTimeout, g.cfg.MaxHeaderBytes)
+		reused := false
+		if up.h2 != nil {
+			resp, err = s.roundTripH2(up, req) // shared by streams: no reuse bookkeeping, no retry
+		} else {
+			reused = up.used
+			up.used = true
+			resp, err = up.roundTrip(req, g.cfg.ResponseHeaderTimeout, g.cfg.MaxHeaderBytes)
+		}
 		if err == nil {
 			break
 		}
 		s.dropUpstream()
-		if bodyErr != nil {
+		if bodyErr := bodyErrs.get(); bodyErr != nil {
 			// A streamed body scan cut the request off before a placeholder left.
 			var d *denial
 			if serr := secretsErr(bodyErr); errors.As(serr, &d) {

@@ -325,6 +325,7 @@ type sniffed struct {
 	// kind is tls (a complete ClientHello), http (a request header block that
 	// peekHTTPRequest accepts) or tcp (opaque bytes, or nothing at all).
 	kind policy.Kind
+	h2   bool          // http: the HTTP/2 client preface (h2c with prior knowledge)
 	sni  string        // tls: the ClientHello's server name, "" when it has none
 	req  peekedRequest // http
 }
@@ -355,6 +356,11 @@ func (g *Gateway) sniff(c net.Conn, br *bufio.Reader) (sniffed, error) {
 		return sniffed{kind: policy.KindTLS, sni: sni}, nil
 	}
 	c.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+	if h2, _ := isH2Preface(br); h2 {
+		// HTTP/2 (h2c): every stream is an HTTP request, never opaque TCP.
+		// (An error here comes again from peekHTTPRequest.)
+		return sniffed{kind: policy.KindHTTP, h2: true}, nil
+	}
 	pr, err := peekHTTPRequest(br, min(g.cfg.MaxHeaderBytes, maxPeekBytes))
 	switch {
 	case err == nil:

@@ -49,10 +49,11 @@ type reqCtx struct {
 	parent  string      // the parent proxy's host:port, when the dial went through it
 
 	// HTTP.
-	req       *http.Request
-	scheme    string
-	status    int
-	keepAlive bool // the client connection may carry another request
+	req        *http.Request
+	scheme     string
+	status     int
+	keepAlive  bool   // the client connection may carry another request
+	grpcStatus string // a gRPC call's grpc-status: the refusal's, or the upstream's
 
 	// Raw inputs of the transparent listener (tls, tcp).
 	br *bufio.Reader // holds the peeked bytes
@@ -380,6 +381,9 @@ func (rc *reqCtx) dialedAt(at dialed) {
 func (g *Gateway) relay(rc *reqCtx) error {
 	switch rc.kind {
 	case policy.KindHTTP:
+		if rc.sess.h2 != nil {
+			return rc.sess.forwardH2(rc)
+		}
 		return rc.sess.forward(rc)
 	case policy.KindConnect:
 		return g.relayConnect(rc)
@@ -450,6 +454,11 @@ func (g *Gateway) writeRecord(rc *reqCtx, r *audit.Record) error {
 // possible (TLS passthrough, raw TCP, a response already begun) it closes.
 func (g *Gateway) refuse(rc *reqCtx) {
 	status, reason := refusalOf(rc.err)
+	if rc.sess != nil && rc.sess.h2 != nil {
+		// One stream of an HTTP/2 connection: the others go on.
+		rc.sess.h2.refuse(rc, status, reason, refusalBody(status, reason, rc.id))
+		return
+	}
 	if rc.socks {
 		if !rc.responded {
 			rc.status = status
@@ -464,7 +473,7 @@ func (g *Gateway) refuse(rc *reqCtx) {
 		return
 	}
 	rc.status = status
-	body := "airlock: " + http.StatusText(status) + ": " + reason + " (decision " + rc.id + ")\n"
+	body := refusalBody(status, reason, rc.id)
 	if rc.viaProxy {
 		// goproxy writes it through the connection's http.Server.
 		h := http.Header{}
@@ -491,6 +500,11 @@ func (g *Gateway) refuse(rc *reqCtx) {
 	}
 	bw.Flush()
 	rc.responded = true
+}
+
+// refusalBody is the short text of a refusal: status, reason id, decision id.
+func refusalBody(status int, reason, id string) string {
+	return "airlock: " + http.StatusText(status) + ": " + reason + " (decision " + id + ")\n"
 }
 
 // finish is the one deferred audit call: the decision record (unless a tunnel
@@ -595,6 +609,12 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 	}
 	if rc.socks {
 		extra(r, "proxy_protocol", "socks5")
+	}
+	if rc.req != nil && rc.req.ProtoMajor == 2 {
+		extra(r, "http_version", "2")
+		if n, err := strconv.Atoi(rc.grpcStatus); err == nil {
+			r.Extra["grpc_status"] = json.RawMessage(strconv.Itoa(n))
+		}
 	}
 	parentExtra(r, rc)
 	if rc.decided {

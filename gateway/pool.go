@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // upstreamKey names what an upstream connection may be reused for: one
@@ -34,6 +36,8 @@ type upstreamConn struct {
 	parent string // the parent proxy's host:port, when the connection goes through it
 	used   bool
 	idleAt time.Time
+	proto  string            // the protocol TLS negotiated ("h2", "http/1.1" or "")
+	h2     *http2.ClientConn // an HTTP/2 upstream: shared by one client connection's streams, never pooled
 }
 
 // upstreamReader enforces the response header limit like connReader does for

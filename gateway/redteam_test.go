@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/ipguard"
@@ -125,7 +127,6 @@ func TestRedTeamExplicitProxy(t *testing.T) {
 		{"CONNECT without port", "CONNECT pypi.org HTTP/1.1\r\n\r\n", false, 0},
 		{"HTTP/1.0 without Host", "GET http://" + ok + "/ HTTP/1.0\r\n\r\n", false, 0},
 		{"HTTP/0.9", "GET http://" + ok + "/\r\n\r\n", false, 0},
-		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", false, 0},
 		{"Expect 100-continue to a denied host", "POST http://" + evil + "/ HTTP/1.1\r\nHost: " + evil + "\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", false, 0},
 		{"unknown Expect", "POST http://" + ok + "/ HTTP/1.1\r\nHost: " + ok + "\r\nExpect: 200-ok\r\nContent-Length: 0\r\n\r\n", false, 0},
 		{"websocket to a denied host", get("http://"+evil+"/ws", evil, "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"), false, 0},
@@ -428,15 +429,29 @@ func TestRedTeamMITM(t *testing.T) {
 		return c, br, resp.StatusCode
 	}
 
-	t.Run("ALPN h2 only is never negotiated", func(t *testing.T) {
+	t.Run("ALPN h2: every stream goes through the pipeline", func(t *testing.T) {
 		c, br, st := connect(t, h.explicit)
 		defer c.Close()
 		if st != 200 {
 			t.Fatalf("connect: %d", st)
 		}
 		tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "pypi.org", RootCAs: pki.mitmCAPool, NextProtos: []string{"h2"}})
-		if err := tc.Handshake(); err == nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
-			t.Fatal("h2 negotiated inside interception")
+		if err := tc.Handshake(); err != nil || tc.ConnectionState().NegotiatedProtocol != "h2" {
+			t.Fatalf("handshake: %v, ALPN %q, want h2", err, tc.ConnectionState().NegotiatedProtocol)
+		}
+		cc, err := (&http2.Transport{}).NewClientConn(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := tlsUp.reqs.Load()
+		req, _ := http.NewRequest("GET", fmt.Sprintf("https://evil.example:%d/", tlsUp.port), nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Airlock-Reason") != ReasonHostMismatch || tlsUp.reqs.Load() != before {
+			t.Fatalf("stream naming another host: got %d %q, upstream +%d; want 403 %s, 0", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), tlsUp.reqs.Load()-before, ReasonHostMismatch)
 		}
 	})
 	t.Run("no SNI, client certificate: pinned to the CONNECT host", func(t *testing.T) {

@@ -30,7 +30,7 @@ func TestUpstreamRootsLoadLazily(t *testing.T) {
 	if _, err := pki.upCA.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: time.Now()}); err != nil {
 		t.Fatalf("got upstream.ca_file untrusted by the loaded pool (%v), want it trusted", err)
 	}
-	if got := g.upstreamTLS("x.test").RootCAs; got != pool {
+	if got := g.upstreamTLS("x.test", false).RootCAs; got != pool {
 		t.Fatalf("got a second pool %p, want the one loaded once %p", got, pool)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/hostname"
@@ -114,6 +116,9 @@ func (g *Gateway) screen(rc *reqCtx) error {
 // body that dribbles in slowly is refused (408, body_scan_timeout) instead
 // of holding the scan open, and nothing has been sent upstream.
 func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
+	if st := rc.sess.h2; st != nil {
+		return g.checkStream(rc, inj, st)
+	}
 	rd := &rc.sess.rd
 	if b := rc.req.Body; b != nil && b != http.NoBody {
 		rd.bound(time.Now().Add(g.cfg.BodyScanTimeout))
@@ -125,6 +130,64 @@ func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
 			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
 	}
 	return secretsErr(err)
+}
+
+// checkStream is checkRequest on an HTTP/2 stream: the deadline is the
+// stream's own (the connection carries other streams). A gRPC call's body is
+// not buffered before policy: its messages may wait for the server's answers
+// (a bidirectional stream), so, as a websocket's frames, it is checked chunk
+// by chunk as it streams (streamedBody), and everything else of the request
+// before policy.
+func (g *Gateway) checkStream(rc *reqCtx, inj Injector, st *h2Stream) error {
+	if isGRPC(rc.req) {
+		if err := secretsErr(withoutBody(rc.req, func() error { return inj.Check(sandboxOf(rc), rc.req) })); err != nil {
+			return err
+		}
+		st.streamed = true
+		if guard := g.streamGuard(rc, false); guard != nil {
+			rc.req.Body = guardedBody{guardedReader{r: rc.req.Body, guard: guard}, rc.req.Body}
+		}
+		return nil
+	}
+	var until time.Time
+	if b := rc.req.Body; b != nil && b != http.NoBody {
+		until = time.Now().Add(g.cfg.BodyScanTimeout)
+		st.rctl.SetReadDeadline(until)
+		defer st.rctl.SetReadDeadline(time.Time{})
+	}
+	err := inj.Check(sandboxOf(rc), rc.req)
+	if err != nil && !until.IsZero() && !time.Now().Before(until) {
+		return &denial{reason: ReasonBodyScanTimeout, status: http.StatusRequestTimeout,
+			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
+	}
+	return secretsErr(err)
+}
+
+// withoutBody runs fn with req's body set aside (NoBody), then restores it.
+func withoutBody(req *http.Request, fn func() error) error {
+	body, n := req.Body, req.ContentLength
+	req.Body, req.ContentLength = http.NoBody, 0
+	defer func() { req.Body, req.ContentLength = body, n }()
+	return fn()
+}
+
+// atomicCountReader counts bytes read through it into an atomic counter (an
+// HTTP/2 upstream reads a request body on its own goroutine).
+type atomicCountReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c atomicCountReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// guardedBody is a request body read through a StreamGuard.
+type guardedBody struct {
+	guardedReader
+	io.Closer
 }
 
 // screenRaw looks for a placeholder in the raw parts of a request whose
@@ -168,7 +231,17 @@ func (g *Gateway) inject(rc *reqCtx) error {
 		return nil
 	}
 	outgoingURL(rc)
-	a, err := inj.Inject(context.Background(), sandboxOf(rc), rc.req)
+	var a *secrets.Applied
+	do := func() (err error) {
+		a, err = inj.Inject(context.Background(), sandboxOf(rc), rc.req)
+		return err
+	}
+	var err error
+	if st := rc.sess.h2; st != nil && st.streamed {
+		err = withoutBody(rc.req, do) // checked as it streams (checkStream)
+	} else {
+		err = do()
+	}
 	if err != nil {
 		return secretsErr(err)
 	}
@@ -195,17 +268,38 @@ func (g *Gateway) scrub(rc *reqCtx, resp *http.Response) error {
 // bodyErrReader remembers the first error other than EOF its body returned:
 // http.Request.Write hides it behind an unexported wrapper, and a
 // *secrets.Denial from a streamed body scan must come back out as a denial.
+// The box is locked: an HTTP/2 upstream reads the body on its own goroutine.
 type bodyErrReader struct {
 	r   io.Reader
-	err *error
+	err *bodyErrBox
 }
 
 func (b bodyErrReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err != nil && *b.err == nil && err != io.EOF {
-		*b.err = err
+	if err != nil && err != io.EOF {
+		b.err.set(err)
 	}
 	return n, err
+}
+
+// bodyErrBox holds the first error a request body returned.
+type bodyErrBox struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (b *bodyErrBox) set(err error) {
+	b.mu.Lock()
+	if b.err == nil {
+		b.err = err
+	}
+	b.mu.Unlock()
+}
+
+func (b *bodyErrBox) get() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // streamGuard returns the placeholder guard for what rc's sandbox sends on an

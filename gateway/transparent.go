@@ -37,6 +37,11 @@ func (g *Gateway) serveTransparent(cc *clientConn) {
 		return
 	case err != nil:
 		return // closed before sending anything: nothing to decide
+	case sn.kind == policy.KindHTTP && sn.h2:
+		// h2c: each stream is decided by the host its :authority names, on
+		// the original destination's port.
+		g.serveH2(cc, &prefixConn{Conn: cc.nc, r: br}, h2Target{scheme: "http", port: int(dst.Port()), defaultPort: int(dst.Port())})
+		return
 	case sn.kind == policy.KindHTTP:
 		g.serveTransparentHTTP(cc, br, dst, sn.req)
 		return

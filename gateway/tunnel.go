@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
@@ -54,6 +56,8 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 		return err
 	}
 	switch {
+	case sn.kind == policy.KindHTTP && sn.h2:
+		return g.connectH2C(rc)
 	case sn.kind == policy.KindHTTP:
 		return g.connectHTTP(rc)
 	case sn.kind == policy.KindTLS && sn.sni != "":
@@ -89,6 +93,25 @@ func (g *Gateway) connectHTTP(rc *reqCtx) error {
 	rc.upRaw = nil
 	s.loop(policy.KindHTTP)
 	rc.bytesUp, rc.bytesDown = int64(len(head))+cnt.in.Load(), cnt.out.Load()
+	return nil
+}
+
+// connectH2C serves h2c (prior knowledge) inside an allowed CONNECT: every
+// stream must name the CONNECT's host and port and is decided and audited on
+// its own, as connectHTTP does for HTTP/1.1. Upstream it is plain HTTP/1.1
+// (pooled connections; the one dialed for the CONNECT goes to the pool).
+func (g *Gateway) connectH2C(rc *reqCtx) error {
+	if err := g.openTunnel(rc); err != nil {
+		return err
+	}
+	outer := rc.sess
+	u := newUpstreamConn(upstreamKey{sb: rc.cc.sb, host: rc.host, port: rc.port}, rc.upRaw, rc.ip)
+	u.parent = rc.parent
+	g.pool.put(u)
+	rc.upRaw = nil
+	cnt := &countConn{Conn: &prefixConn{Conn: outer.conn, r: outer.br}}
+	g.serveH2(rc.cc, cnt, h2Target{scheme: "http", host: rc.host, port: rc.port, defaultPort: rc.port})
+	rc.bytesUp, rc.bytesDown = cnt.in.Load(), cnt.out.Load()
 	return nil
 }
 
@@ -154,7 +177,7 @@ func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
 	var sniErr error
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"http/1.1"}, // HTTP/2 is never negotiated inside
+		NextProtos: []string{http2.NextProtoTLS, "http/1.1"}, // h2: every stream through the pipeline (h2.go)
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if hello.ServerName != "" {
 				n, err := hostname.Normalize(hello.ServerName)
@@ -185,9 +208,15 @@ func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
 		tc.Close()
 		return err
 	}
+	st := tc.ConnectionState()
+	if st.NegotiatedProtocol == http2.NextProtoTLS {
+		g.serveH2(rc.cc, tc, h2Target{scheme: "https", intercepted: true, sni: st.ServerName, host: rc.host, port: rc.port, defaultPort: rc.port})
+		tc.Close()
+		return nil
+	}
 	s := g.newPinnedSession(rc.cc, tc, nil, rc.host, rc.port)
 	s.scheme, s.intercepted = "https", true
-	s.sni = tc.ConnectionState().ServerName
+	s.sni = st.ServerName
 	s.loop(policy.KindHTTP)
 	tc.Close()
 	return nil
