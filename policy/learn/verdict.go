@@ -19,7 +19,7 @@ var outsideReasons = map[string]bool{
 	// gateway/errors.go, gateway/socks.go
 	"host_mismatch": true, "bad_request": true, "bad_destination": true,
 	"destination_forbidden": true, "mitm_unavailable": true, "connection_limit": true,
-	"tunnel_limit": true, "audit_unavailable": true, "secret_injection_error": true,
+	"tunnel_limit": true, "stream_limit": true, "audit_unavailable": true, "secret_injection_error": true,
 	"no_original_destination": true, "upstream_error": true, "resolve_error": true,
 	"upstream_tls_error": true, "upstream_timeout": true, "shutting_down": true,
 	"too_many_query_params": true, "body_scan_timeout": true,
