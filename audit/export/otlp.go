@@ -162,7 +162,7 @@ func (c *collector) take() []sdklog.Record {
 }
 
 func (c *collector) Enabled(context.Context, sdklog.EnabledParameters) bool { return true }
-func (c *collector) Shutdown(context.Context) error   { return nil }
-func (c *collector) ForceFlush(context.Context) error { return nil }
+func (c *collector) Shutdown(context.Context) error                         { return nil }
+func (c *collector) ForceFlush(context.Context) error                       { return nil }
 
 var _ sdklog.Processor = (*collector)(nil)

@@ -258,7 +258,9 @@ func (r *syslogReceiver) endpoint() string {
 	return "tcp://" + r.addr
 }
 func (r *syslogReceiver) got() *received { return &r.rec }
-func (r *syslogReceiver) tls() TLS       { return TLS{CAFile: r.caFile, ServerName: "airlock-test-collector"} }
+func (r *syslogReceiver) tls() TLS {
+	return TLS{CAFile: r.caFile, ServerName: "airlock-test-collector"}
+}
 
 // testCert makes a self-signed server certificate for
 // airlock-test-collector and writes it as a CA file.
@@ -287,7 +289,6 @@ func testCert(t *testing.T) (*tls.Config, string) {
 
 // fileReceiver is a JSONL file sink's output; it cannot be down.
 type fileReceiver struct{ path string }
-
 
 func (r *fileReceiver) endpoint() string { return r.path }
 func (r *fileReceiver) setDown(bool)     {}
