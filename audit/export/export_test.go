@@ -78,6 +78,16 @@ func (l *testLog) head() uint64 {
 	return rep.LastSeq
 }
 
+// files counts the chain's files.
+func (l *testLog) files() int {
+	l.t.Helper()
+	files, err := audit.ChainFiles(l.cfg.File)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return len(files)
+}
+
 func (l *testLog) close() {
 	l.t.Helper()
 	if err := l.w.Close(); err != nil {
@@ -206,12 +216,16 @@ func TestExportSurvivesCollectorOutageAndRestart(t *testing.T) {
 			waitFor(t, "the first records", func() bool { return lastReceivedSeq(rc) >= l.head() })
 
 			rc.setDown(true)
+			before := l.files()
 			l.write(40)
 			if tt.format != FormatJSONL {
 				waitFor(t, "a failed attempt", func() bool { return s.Stats().Failed > 0 })
 			}
 			stop() // the daemon restarts while the collector is down
 			l.write(30)
+			if after := l.files(); after < before+2 {
+				t.Fatalf("got %d files after the outage, %d before: want rotations while the collector is down", after, before)
+			}
 			rc.setDown(false)
 			s2, _ := runShipper(t, l, rc, tt.format, state)
 			l.write(20)

@@ -63,13 +63,24 @@ type receiver interface {
 
 // otlpHTTPReceiver decodes OTLP/HTTP protobuf requests; down, it answers 503.
 type otlpHTTPReceiver struct {
-	rec received
-	srv *httptest.Server
+	rec  received
+	hang atomic.Bool // hold every request until the client gives up or the test ends
+	held atomic.Int64
+	done chan struct{}
+	srv  *httptest.Server
 }
 
 func newOTLPHTTPReceiver(t *testing.T) *otlpHTTPReceiver {
-	r := &otlpHTTPReceiver{}
+	r := &otlpHTTPReceiver{done: make(chan struct{})}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if r.hang.Load() {
+			r.held.Add(1)
+			select {
+			case <-req.Context().Done():
+			case <-r.done:
+			}
+			return
+		}
 		if r.rec.down.Load() {
 			r.rec.refused.Add(1)
 			http.Error(w, "collector down", http.StatusServiceUnavailable)
@@ -87,6 +98,7 @@ func newOTLPHTTPReceiver(t *testing.T) *otlpHTTPReceiver {
 		w.Write(out)
 	}))
 	t.Cleanup(r.srv.Close)
+	t.Cleanup(func() { close(r.done) })
 	return r
 }
 

@@ -29,7 +29,7 @@ type Shipper struct {
 	sink Sink
 	log  *slog.Logger
 
-	shipped, failed, gaps, lastSeq, lag atomic.Uint64
+	shipped, failed, gaps, lastSeq atomic.Uint64
 }
 
 // DefaultStateFile names the state file of the sink called name for the
@@ -54,9 +54,16 @@ func New(cfg Config, src ReadOptions, sink Sink, log *slog.Logger) (*Shipper, er
 	return &Shipper{cfg: cfg, src: src, sink: sink, log: log.With("component", "audit-export", "sink", cfg.Name)}, nil
 }
 
-// Stats returns the counters now.
+// Stats returns the counters now; Lag is measured from the live file's
+// last line at the call.
 func (s *Shipper) Stats() Stats {
-	return Stats{Shipped: s.shipped.Load(), Failed: s.failed.Load(), GapRecords: s.gaps.Load(), LastSeq: s.lastSeq.Load(), Lag: s.lag.Load()}
+	st := Stats{Shipped: s.shipped.Load(), Failed: s.failed.Load(), GapRecords: s.gaps.Load(), LastSeq: s.lastSeq.Load()}
+	if s.src.Live != "" {
+		if head, err := lastSeq(s.src.Live); err == nil && head > st.LastSeq {
+			st.Lag = head - st.LastSeq
+		}
+	}
+	return st
 }
 
 // Run ships until the end of the files (without Follow) or until ctx ends
@@ -127,7 +134,6 @@ func (s *Shipper) runOnce(ctx context.Context, pos Position) (Position, error) {
 			last := &batch[len(batch)-1]
 			pos = Position{Seq: last.Seq(), Hash: last.Hash}
 		}
-		s.measureLag(pos.Seq)
 		if !more {
 			err := <-readErr
 			if errors.Is(err, context.Canceled) {
@@ -157,7 +163,6 @@ func (s *Shipper) collect(ctx context.Context, events <-chan Event) (batch []Eve
 			if len(batch) > 0 {
 				return batch, true
 			}
-			s.measureLag(s.lastSeq.Load())
 			t.Reset(s.cfg.FlushInterval)
 		case <-ctx.Done():
 			return nil, true
@@ -229,22 +234,6 @@ func (s *Shipper) sleep(ctx context.Context, attempt int) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	}
-}
-
-// measureLag sets Lag from the live file's last seq.
-func (s *Shipper) measureLag(shipped uint64) {
-	if s.src.Live == "" {
-		return
-	}
-	head, err := lastSeq(s.src.Live)
-	if err != nil || head == 0 {
-		return
-	}
-	if head > shipped {
-		s.lag.Store(head - shipped)
-	} else {
-		s.lag.Store(0)
 	}
 }
 
