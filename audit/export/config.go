@@ -59,6 +59,10 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// Timeout bounds one attempt (DefaultTimeout).
 	Timeout time.Duration
+	// MaxAttempts, when positive, is how often a batch is tried before Run
+	// gives up with an error (a one-off export); zero retries until the
+	// context ends (a daemon).
+	MaxAttempts int
 	// Hostname is the syslog HOSTNAME (os.Hostname when empty).
 	Hostname string
 	// Version is airlock's version, stamped on OCSF and OTLP events.

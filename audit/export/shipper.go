@@ -84,7 +84,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err == nil || !s.src.Follow {
+		if err == nil || !s.src.Follow || errors.Is(err, errGaveUp) {
 			return err
 		}
 		s.failed.Add(1)
@@ -128,7 +128,10 @@ func (s *Shipper) runOnce(ctx context.Context, pos Position) (Position, error) {
 	for {
 		batch, more := s.collect(ctx, events)
 		if len(batch) > 0 {
-			if !s.ship(ctx, batch) {
+			if err := s.ship(ctx, batch); err != nil {
+				return pos, err
+			}
+			if ctx.Err() != nil {
 				return pos, nil
 			}
 			last := &batch[len(batch)-1]
@@ -171,10 +174,13 @@ func (s *Shipper) collect(ctx context.Context, events <-chan Event) (batch []Eve
 	return batch, true
 }
 
+// errGaveUp: a batch was tried MaxAttempts times.
+var errGaveUp = errors.New("export: collector did not take the batch")
+
 // ship sends batch until the collector acknowledges it, then saves the
-// position. It returns false when ctx ended first (nothing is saved: the
-// batch is sent again by the next run).
-func (s *Shipper) ship(ctx context.Context, batch []Event) bool {
+// position. When ctx ends first nothing is saved (the next run sends the
+// batch again) and ship returns nil; after MaxAttempts it returns errGaveUp.
+func (s *Shipper) ship(ctx context.Context, batch []Event) error {
 	for attempt := 0; ; attempt++ {
 		sctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		err := s.sink.Send(sctx, batch)
@@ -183,13 +189,16 @@ func (s *Shipper) ship(ctx context.Context, batch []Event) bool {
 			break
 		}
 		if ctx.Err() != nil {
-			return false
+			return nil
 		}
 		s.failed.Add(1)
+		if s.cfg.MaxAttempts > 0 && attempt+1 >= s.cfg.MaxAttempts {
+			return fmt.Errorf("%w after %d attempts (seq %d..%d not shipped): %w", errGaveUp, attempt+1, batch[0].Seq(), batch[len(batch)-1].Seq(), err)
+		}
 		s.log.Warn("audit export: collector did not take the batch; retrying", "error", err, "attempt", attempt+1,
 			"from_seq", batch[0].Seq(), "through_seq", batch[len(batch)-1].Seq())
 		if !s.sleep(ctx, attempt) {
-			return false
+			return nil
 		}
 	}
 	last := &batch[len(batch)-1]
@@ -204,7 +213,7 @@ func (s *Shipper) ship(ctx context.Context, batch []Event) bool {
 			s.failed.Add(1)
 			s.log.Error("audit export: cannot save the shipped position", "error", err, "state_file", s.cfg.StateFile)
 			if !s.sleep(ctx, attempt) {
-				return true
+				return nil
 			}
 		}
 	}
@@ -216,7 +225,7 @@ func (s *Shipper) ship(ctx context.Context, batch []Event) bool {
 		}
 	}
 	s.lastSeq.Store(last.Seq())
-	return true
+	return nil
 }
 
 // sleep waits the back-off for attempt (0-based): BackoffMin doubled each

@@ -24,6 +24,7 @@ func newAuditCmd() *cobra.Command {
 		Short: "Verify, query and follow the tamper-evident egress audit log",
 	}
 	cmd.AddCommand(newAuditVerifyCmd(), newAuditQueryCmd(), newAuditTailCmd(), newAuditPubkeyCmd())
+	cmd.AddCommand(newAuditExportCmd())
 	return cmd
 }
 
