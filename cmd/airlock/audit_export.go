@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -134,11 +135,12 @@ func runAuditExport(cmd *cobra.Command, fl auditExportFlags, args []string) erro
 }
 
 // startAuditExport starts a Shipper for every sink of audit.export, each
-// following the live audit file from its own state file, and returns them
-// (for metrics) and a stop function that waits for them. They only read the
-// log's files: a collector that is slow or down never holds up the gateway.
-func startAuditExport(ctx context.Context, cfg config.Config, logger *slog.Logger) ([]*export.Shipper, func(), error) {
+// following the live audit file from its own state file, and returns their
+// metrics and a stop function that waits for them. They only read the log's
+// files: a collector that is slow or down never holds up the gateway.
+func startAuditExport(ctx context.Context, cfg config.Config, logger *slog.Logger) (*prometheus.Registry, func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
+	reg := prometheus.NewRegistry()
 	var shippers []*export.Shipper
 	var sinks []export.Sink
 	done := make(chan struct{}, len(cfg.Audit.Export))
@@ -158,6 +160,7 @@ func startAuditExport(ctx context.Context, cfg config.Config, logger *slog.Logge
 			var s *export.Shipper
 			if s, err = export.New(ec, export.ReadOptions{Live: cfg.Audit.File, Follow: true}, sink, logger); err == nil {
 				sinks, shippers = append(sinks, sink), append(shippers, s)
+				reg.MustRegister(s)
 				go func() {
 					defer func() { done <- struct{}{} }()
 					if err := s.Run(ctx); err != nil {
@@ -171,7 +174,7 @@ func startAuditExport(ctx context.Context, cfg config.Config, logger *slog.Logge
 		stop()
 		return nil, nil, fmt.Errorf("audit.export[%d]: %w", i, err)
 	}
-	return shippers, stop, nil
+	return reg, stop, nil
 }
 
 // exportConfig maps one audit.export entry onto export.Config.
