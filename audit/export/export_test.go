@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/export/exporttest"
 )
 
 // testLog is a real audit writer with small files, so a few dozen records
@@ -97,9 +98,9 @@ func (l *testLog) close() {
 
 // runShipper starts a following Shipper of l to rc; stop cancels it and
 // waits for Run to return.
-func runShipper(t *testing.T, l *testLog, rc receiver, format, state string) (s *Shipper, stop func()) {
+func runShipper(t *testing.T, l *testLog, rc exporttest.Receiver, format, state string) (s *Shipper, stop func()) {
 	t.Helper()
-	cfg := Config{Format: format, Endpoint: rc.endpoint(), TLS: rc.tls(), StateFile: state, BatchSize: 7,
+	cfg := Config{Format: format, Endpoint: rc.Endpoint(), TLS: TLS{CAFile: rc.CAFile(), ServerName: exporttest.ServerName}, StateFile: state, BatchSize: 7,
 		FlushInterval: 10 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Timeout: 5 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
 	sink, err := NewSink(ctx, cfg, nil)
@@ -139,8 +140,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func lastReceivedSeq(rc receiver) uint64 {
-	lines := rc.got().snapshot()
+func lastReceivedSeq(rc exporttest.Receiver) uint64 {
+	lines := rc.Got().Lines()
 	if len(lines) == 0 {
 		return 0
 	}
@@ -152,9 +153,9 @@ func lastReceivedSeq(rc receiver) uint64 {
 // checkCollected asserts every seq 1..head arrived exactly once, in order,
 // and that the collected lines, as a JSONL file, verify as the chain with
 // the writer's key.
-func checkCollected(t *testing.T, rc receiver, head uint64, pubFile string) {
+func checkCollected(t *testing.T, rc exporttest.Receiver, head uint64, pubFile string) {
 	t.Helper()
-	lines := rc.got().snapshot()
+	lines := rc.Got().Lines()
 	for i, line := range lines {
 		var r audit.Record
 		if err := json.Unmarshal(line, &r); err != nil {
@@ -196,13 +197,13 @@ func TestExportSurvivesCollectorOutageAndRestart(t *testing.T) {
 	tests := []struct {
 		name   string
 		format string
-		rc     func(t *testing.T) receiver
+		rc     func(t *testing.T) exporttest.Receiver
 	}{
-		{name: "otlp http", format: FormatOTLP, rc: func(t *testing.T) receiver { return newOTLPHTTPReceiver(t) }},
-		{name: "otlp grpc", format: FormatOTLP, rc: func(t *testing.T) receiver { return newOTLPGRPCReceiver(t) }},
-		{name: "syslog tcp", format: FormatSyslog, rc: func(t *testing.T) receiver { return newSyslogReceiver(t, false) }},
-		{name: "syslog tls", format: FormatSyslog, rc: func(t *testing.T) receiver { return newSyslogReceiver(t, true) }},
-		{name: "jsonl file", format: FormatJSONL, rc: func(t *testing.T) receiver {
+		{name: "otlp http", format: FormatOTLP, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewOTLPHTTP(t) }},
+		{name: "otlp grpc", format: FormatOTLP, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewOTLPGRPC(t) }},
+		{name: "syslog tcp", format: FormatSyslog, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewSyslog(t, false) }},
+		{name: "syslog tls", format: FormatSyslog, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewSyslog(t, true) }},
+		{name: "jsonl file", format: FormatJSONL, rc: func(t *testing.T) exporttest.Receiver {
 			return &fileReceiver{path: filepath.Join(t.TempDir(), "copy.jsonl")}
 		}},
 	}
@@ -215,7 +216,7 @@ func TestExportSurvivesCollectorOutageAndRestart(t *testing.T) {
 			s, stop := runShipper(t, l, rc, tt.format, state)
 			waitFor(t, "the first records", func() bool { return lastReceivedSeq(rc) >= l.head() })
 
-			rc.setDown(true)
+			rc.SetDown(true)
 			before := l.files()
 			l.write(40)
 			if tt.format != FormatJSONL {
@@ -226,12 +227,12 @@ func TestExportSurvivesCollectorOutageAndRestart(t *testing.T) {
 			if after := l.files(); after < before+2 {
 				t.Fatalf("got %d files after the outage, %d before: want rotations while the collector is down", after, before)
 			}
-			rc.setDown(false)
+			rc.SetDown(false)
 			s2, _ := runShipper(t, l, rc, tt.format, state)
 			l.write(20)
 			l.close()
 			head := l.head()
-			waitFor(t, "every record", func() bool { return lastReceivedSeq(rc) >= head })
+			waitFor(t, "every record", func() bool { return lastReceivedSeq(rc) >= head && s2.Stats().LastSeq >= head })
 			checkCollected(t, rc, head, l.cfg.SigningKeyFile+".pub")
 			if st := s2.Stats(); st.LastSeq != head || st.GapRecords != 0 {
 				t.Fatalf("got stats %+v, want last seq %d and no gap", st, head)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/export/exporttest"
 )
 
 // TestExportMarksRecordsRetentionDeletedBeforeShipping: retention deletes
@@ -73,12 +74,12 @@ func TestExportMarksRecordsRetentionDeletedBeforeShipping(t *testing.T) {
 // syncing every record.
 func TestExportNeverBlocksTheWriter(t *testing.T) {
 	l := newTestLog(t, 0)
-	rc := newOTLPHTTPReceiver(t)
-	rc.hang.Store(true)
+	rc := exporttest.NewOTLPHTTP(t)
+	rc.Hang.Store(true)
 	s, stop := runShipper(t, l, rc, FormatOTLP, filepath.Join(t.TempDir(), "state"))
 	defer stop()
 	l.write(5)
-	waitFor(t, "the exporter to be stuck on the collector", func() bool { return rc.held.Load() > 0 })
+	waitFor(t, "the exporter to be stuck on the collector", func() bool { return rc.Held() > 0 })
 	l.write(300)
 	if head := l.head(); head < 305 {
 		t.Fatalf("writer reached seq %d, want at least 305 while the collector hangs", head)
