@@ -182,16 +182,19 @@ var errGaveUp = errors.New("export: collector did not take the batch")
 // batch again) and ship returns nil; after MaxAttempts it returns errGaveUp.
 func (s *Shipper) ship(ctx context.Context, batch []Event) error {
 	for attempt := 0; ; attempt++ {
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		// A send in flight is not cut short when ctx ends: a stop waits for
+		// the collector's answer (at most Timeout), so a batch the collector
+		// took is never left unrecorded by a clean stop.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
 		err := s.sink.Send(sctx, batch)
 		cancel()
 		if err == nil {
 			break
 		}
+		s.failed.Add(1)
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.failed.Add(1)
 		if s.cfg.MaxAttempts > 0 && attempt+1 >= s.cfg.MaxAttempts {
 			return fmt.Errorf("%w after %d attempts (seq %d..%d not shipped): %w", errGaveUp, attempt+1, batch[0].Seq(), batch[len(batch)-1].Seq(), err)
 		}

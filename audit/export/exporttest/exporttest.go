@@ -48,6 +48,9 @@ type Received struct {
 	refused atomic.Int64
 }
 
+// Refused counts requests refused while down.
+func (r *Received) Refused() int64 { return r.refused.Load() }
+
 // Add keeps one record line.
 func (r *Received) Add(line []byte) {
 	r.mu.Lock()
