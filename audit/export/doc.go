@@ -12,5 +12,5 @@
 // Entry points: New (a Shipper from a Config), NewSink, Read. The formats'
 // field mapping: docs/ARCHITECTURE.md, "Audit export".
 //
-// export must never import: any airlock package but audit.
+// audit/export must never import: any other airlock package but audit, oplog.
 package export

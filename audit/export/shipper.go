@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // Stats are a Shipper's counters.
@@ -48,10 +50,7 @@ func New(cfg Config, src ReadOptions, sink Sink, log *slog.Logger) (*Shipper, er
 	if src.Live == "" && len(src.Files) == 0 {
 		return nil, errors.New("export: no audit file to ship")
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Shipper{cfg: cfg, src: src, sink: sink, log: log.With("component", "audit-export", "sink", cfg.Name)}, nil
+	return &Shipper{cfg: cfg, src: src, sink: sink, log: oplog.For(log, "audit-export").With("sink", cfg.Name)}, nil
 }
 
 // Stats returns the counters now; Lag is measured from the live file's
@@ -88,7 +87,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 			return err
 		}
 		s.failed.Add(1)
-		s.log.Error("audit export: reading the log failed; retrying", "error", err, "last_seq", pos.Seq)
+		s.log.Error("audit export: reading the log failed; retrying", oplog.ErrorKey, err, "last_seq", pos.Seq)
 		if !s.sleep(ctx, attempt) {
 			return nil
 		}
@@ -198,7 +197,7 @@ func (s *Shipper) ship(ctx context.Context, batch []Event) error {
 		if s.cfg.MaxAttempts > 0 && attempt+1 >= s.cfg.MaxAttempts {
 			return fmt.Errorf("%w after %d attempts (seq %d..%d not shipped): %w", errGaveUp, attempt+1, batch[0].Seq(), batch[len(batch)-1].Seq(), err)
 		}
-		s.log.Warn("audit export: collector did not take the batch; retrying", "error", err, "attempt", attempt+1,
+		s.log.Warn("audit export: collector did not take the batch; retrying", oplog.ErrorKey, err, "attempt", attempt+1,
 			"from_seq", batch[0].Seq(), "through_seq", batch[len(batch)-1].Seq())
 		if !s.sleep(ctx, attempt) {
 			return nil
@@ -214,7 +213,7 @@ func (s *Shipper) ship(ctx context.Context, batch []Event) error {
 				break
 			}
 			s.failed.Add(1)
-			s.log.Error("audit export: cannot save the shipped position", "error", err, "state_file", s.cfg.StateFile)
+			s.log.Error("audit export: cannot save the shipped position", oplog.ErrorKey, err, oplog.FileKey, s.cfg.StateFile)
 			if !s.sleep(ctx, attempt) {
 				return nil
 			}

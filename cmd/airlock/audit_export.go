@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/export"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/oplog"
 )
 
 // auditExportFlags are `airlock audit export`'s flags.
@@ -164,7 +165,7 @@ func startAuditExport(ctx context.Context, cfg config.Config, logger *slog.Logge
 				go func() {
 					defer func() { done <- struct{}{} }()
 					if err := s.Run(ctx); err != nil {
-						logger.Error("audit export stopped", "sink", ec.Name, "error", err)
+						logger.Error("audit export stopped", "sink", ec.Name, oplog.ErrorKey, err)
 					}
 				}()
 				continue

@@ -1,10 +1,3 @@
-// Package exporttest has the collectors audit/export's tests ship to: an
-// OTLP/HTTP receiver that decodes protobuf, an OTLP/gRPC logs service, and an
-// RFC 5424 syslog listener over TCP or TLS (RFC 6587 octet counting). Each
-// keeps the record lines it Received, can be taken down and brought back,
-// and listens on loopback only.
-//
-// exporttest must never import: any airlock package.
 package exporttest
 
 import (
