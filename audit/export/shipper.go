@@ -94,11 +94,28 @@ func (s *Shipper) Run(ctx context.Context) error {
 	}
 }
 
+// load returns where shipping stands: the state file's position, or a JSONL
+// file sink's last record when that is further on.
 func (s *Shipper) load() (Position, error) {
-	if s.cfg.StateFile == "" {
-		return Position{}, nil
+	var pos Position
+	if s.cfg.StateFile != "" {
+		p, err := loadState(s.cfg.StateFile, s.cfg.Name)
+		if err != nil {
+			return pos, err
+		}
+		pos = p
 	}
-	return loadState(s.cfg.StateFile, s.cfg.Name)
+	if r, ok := s.sink.(resumer); ok && s.cfg.StateFile != "" {
+		p, err := r.resume()
+		if err != nil {
+			return pos, err
+		}
+		if p.Seq > pos.Seq {
+			s.log.Info("audit export: the sink holds records past the state file (a stop before the state write); resuming after them", "state_seq", pos.Seq, "sink_seq", p.Seq)
+			pos = p
+		}
+	}
+	return pos, nil
 }
 
 // runOnce reads from pos and ships until the reader stops; it returns the

@@ -3,6 +3,7 @@ package export
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -42,7 +43,7 @@ func NewSink(ctx context.Context, cfg Config, stdout io.Writer) (Sink, error) {
 		if err != nil {
 			return nil, fmt.Errorf("export: %s sink: %w", cfg.Format, err)
 		}
-		return &lineSink{w: f, f: f, enc: enc}, nil
+		return &lineSink{w: f, f: f, enc: enc, jsonl: cfg.Format == FormatJSONL}, nil
 	case FormatSyslog:
 		return newSyslogSink(cfg, scheme, rest)
 	case FormatOTLP:
@@ -54,9 +55,40 @@ func NewSink(ctx context.Context, cfg Config, stdout io.Writer) (Sink, error) {
 // lineSink writes one encoded event per line to w; with f, a batch is
 // acknowledged once f is fsynced.
 type lineSink struct {
-	w   io.Writer
-	f   *os.File
-	enc func(*Event) []byte
+	w     io.Writer
+	f     *os.File
+	enc   func(*Event) []byte
+	jsonl bool // f holds the records themselves: it knows where shipping stands
+}
+
+// resumer is a sink that knows the last record it holds, which may be past
+// the state file's position (a crash between its write and the state write).
+type resumer interface {
+	resume() (Position, error)
+}
+
+// resume reads a JSONL file sink's last line: the position after it. A
+// crash after the fsync and before the state write then repeats nothing.
+func (s *lineSink) resume() (Position, error) {
+	if !s.jsonl {
+		return Position{}, nil
+	}
+	line, err := lastLine(s.f.Name())
+	if err != nil || line == nil {
+		return Position{}, err
+	}
+	var g struct {
+		Kind    string `json:"kind"`
+		Through uint64 `json:"through_seq"`
+	}
+	if json.Unmarshal(line, &g) == nil && g.Kind == GapKind {
+		return Position{Seq: g.Through}, nil
+	}
+	e, err := newEvent(line)
+	if err != nil {
+		return Position{}, fmt.Errorf("export: %s: last line: %w", s.f.Name(), err)
+	}
+	return Position{Seq: e.Record.Seq, Hash: e.Hash}, nil
 }
 
 func (s *lineSink) Send(_ context.Context, batch []Event) error {
