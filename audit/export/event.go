@@ -31,9 +31,9 @@ type Gap struct {
 }
 
 // GapKind is the kind of the marker line a JSONL sink writes for a Gap. It
-// is not a record of the chain: `airlock audit verify` stops at it and names
-// the missing seqs.
-const GapKind = "export_gap"
+// is not a record of the chain; audit.Verify accepts it where a retention
+// record of the chain accounts for the missing seqs.
+const GapKind = audit.KindExportGap
 
 // Seq is the seq the event stands for: the record's, or the gap's last.
 func (e *Event) Seq() uint64 {
