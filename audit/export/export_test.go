@@ -18,7 +18,7 @@ import (
 // testLog is a real audit writer with small files, so a few dozen records
 // rotate several times.
 type testLog struct {
-	t    *testing.T
+	t    testing.TB
 	cfg  audit.Config
 	w    *audit.Writer
 	n    int
@@ -26,7 +26,7 @@ type testLog struct {
 	sent int
 }
 
-func newTestLog(t *testing.T, maxFiles int) *testLog {
+func newTestLog(t testing.TB, maxFiles int) *testLog {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := audit.Config{File: filepath.Join(dir, "audit.jsonl"), SigningKeyFile: filepath.Join(dir, "audit.key"),

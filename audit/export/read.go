@@ -155,6 +155,9 @@ func (r *reader) readFile(p string) error {
 
 // line emits one line if it is the next seq.
 func (r *reader) line(line []byte) error {
+	if seq, ok := quickSeq(line); ok && seq <= r.after.Seq {
+		return nil // shipped already: not decoded again
+	}
 	e, err := newEvent(line)
 	if err != nil {
 		return err
@@ -203,4 +206,22 @@ func firstSeq(p string) (uint64, bool, error) {
 		return 0, false, fmt.Errorf("export: %s: %w", p, err)
 	}
 	return e.Record.Seq, true, nil
+}
+
+// quickSeq reads the seq of a line the writer wrote (it begins {"seq":N,)
+// without decoding the rest; ok is false for any other shape.
+func quickSeq(line []byte) (uint64, bool) {
+	const prefix = `{"seq":`
+	if len(line) < len(prefix)+2 || string(line[:len(prefix)]) != prefix {
+		return 0, false
+	}
+	var n uint64
+	i := len(prefix)
+	for ; i < len(line) && line[i] >= '0' && line[i] <= '9' && i < len(prefix)+20; i++ {
+		n = n*10 + uint64(line[i]-'0')
+	}
+	if i == len(prefix) || i >= len(line) || line[i] != ',' {
+		return 0, false
+	}
+	return n, true
 }

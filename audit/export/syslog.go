@@ -138,9 +138,9 @@ var syslogSeverity = map[level]int{levelInfo: 6, levelWarn: 4, levelError: 3, le
 // line (UTF-8, BOM first) as MSG.
 func (s *syslogSink) message(e *Event) []byte {
 	pri := SyslogFacility*8 + syslogSeverity[levelOf(e)]
-	ts, msgid, body := s.nowFunc().UTC(), GapKind, gapLine(e.Gap)
-	if e.Gap == nil {
-		ts, msgid, body = e.Record.TS.UTC(), sdName(e.Record.Kind, 32), e.Line
+	ts, msgid, body := e.Record.TS.UTC(), sdName(e.Record.Kind, 32), e.Line
+	if e.Gap != nil {
+		ts, msgid, body = s.nowFunc().UTC(), GapKind, gapLine(e.Gap)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "<%d>1 %s %s airlock - %s [%s", pri, ts.Format("2006-01-02T15:04:05.000000Z07:00"), sdName(s.host, 255), msgid, SyslogSDID)
@@ -170,7 +170,17 @@ func fieldString(v any) string {
 
 // sdEscape escapes '"', '\' and ']' in a PARAM-VALUE (RFC 5424 6.3.3).
 func sdEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, `]`, `\]`).Replace(s)
+	if !strings.ContainsAny(s, `\"]`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\\' || c == '"' || c == ']' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // sdName keeps a HOSTNAME, MSGID or PARAM-NAME to printable US-ASCII without
