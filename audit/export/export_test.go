@@ -100,7 +100,7 @@ func (l *testLog) close() {
 // waits for Run to return.
 func runShipper(t *testing.T, l *testLog, rc exporttest.Receiver, format, state string) (s *Shipper, stop func()) {
 	t.Helper()
-	cfg := Config{Format: format, Endpoint: rc.Endpoint(), TLS: TLS{CAFile: rc.CAFile(), ServerName: exporttest.ServerName}, StateFile: state, BatchSize: 7,
+	cfg := Config{Format: format, Endpoint: rc.Endpoint(), TLS: TLS{CAFile: rc.CAFile(), ServerName: rc.TLSName()}, StateFile: state, BatchSize: 7,
 		FlushInterval: 10 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Timeout: 5 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
 	sink, err := NewSink(ctx, cfg, nil)
@@ -200,6 +200,7 @@ func TestExportSurvivesCollectorOutageAndRestart(t *testing.T) {
 		rc     func(t *testing.T) exporttest.Receiver
 	}{
 		{name: "otlp http", format: FormatOTLP, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewOTLPHTTP(t) }},
+		{name: "otlp https", format: FormatOTLP, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewOTLPHTTPS(t) }},
 		{name: "otlp grpc", format: FormatOTLP, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewOTLPGRPC(t) }},
 		{name: "syslog tcp", format: FormatSyslog, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewSyslog(t, false) }},
 		{name: "syslog tls", format: FormatSyslog, rc: func(t *testing.T) exporttest.Receiver { return exporttest.NewSyslog(t, true) }},

@@ -13,6 +13,7 @@ type fileReceiver struct{ path string }
 func (r *fileReceiver) Endpoint() string { return r.path }
 func (r *fileReceiver) SetDown(bool)     {}
 func (r *fileReceiver) CAFile() string   { return "" }
+func (r *fileReceiver) TLSName() string  { return "" }
 func (r *fileReceiver) Got() *exporttest.Received {
 	b, _ := os.ReadFile(r.path)
 	rec := &exporttest.Received{}

@@ -62,21 +62,41 @@ type Receiver interface {
 	Endpoint() string
 	SetDown(bool)
 	Got() *Received
+	// CAFile trusts a TLS collector's certificate for TLSName ("" without TLS).
 	CAFile() string
+	TLSName() string
 }
 
 // otlpHTTPReceiver decodes OTLP/HTTP protobuf requests; down, it answers 503.
 type OTLPHTTP struct {
-	rec  Received
-	Hang atomic.Bool // hold every request until the client gives up or the test ends
-	held atomic.Int64
-	done chan struct{}
-	srv  *httptest.Server
+	caFile string
+	rec    Received
+	Hang   atomic.Bool // hold every request until the client gives up or the test ends
+	held   atomic.Int64
+	done   chan struct{}
+	srv    *httptest.Server
 }
 
 func NewOTLPHTTP(t testing.TB) *OTLPHTTP {
+	r := newOTLPHTTP(t)
+	r.srv.Start()
+	return r
+}
+
+// NewOTLPHTTPS is NewOTLPHTTP over TLS, its certificate trusted by CAFile.
+func NewOTLPHTTPS(t testing.TB) *OTLPHTTP {
+	r := newOTLPHTTP(t)
+	r.srv.StartTLS()
+	r.caFile = filepath.Join(t.TempDir(), "otlp-ca.pem")
+	if err := os.WriteFile(r.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func newOTLPHTTP(t testing.TB) *OTLPHTTP {
 	r := &OTLPHTTP{done: make(chan struct{})}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if r.Hang.Load() {
 			r.held.Add(1)
 			select {
@@ -119,7 +139,10 @@ func (r *Received) addOTLP(msg *collogspb.ExportLogsServiceRequest) {
 func (r *OTLPHTTP) Endpoint() string { return r.srv.URL }
 func (r *OTLPHTTP) SetDown(d bool)   { r.rec.down.Store(d) }
 func (r *OTLPHTTP) Got() *Received   { return &r.rec }
-func (r *OTLPHTTP) CAFile() string   { return "" }
+func (r *OTLPHTTP) CAFile() string   { return r.caFile }
+
+// TLSName is the name httptest's certificate is for.
+func (r *OTLPHTTP) TLSName() string { return "example.com" }
 
 // Held counts requests held while Hang is set.
 func (r *OTLPHTTP) Held() int64 { return r.held.Load() }
@@ -158,6 +181,9 @@ func (r *OTLPGRPC) Endpoint() string { return "grpc://" + r.addr }
 func (r *OTLPGRPC) SetDown(d bool)   { r.rec.down.Store(d) }
 func (r *OTLPGRPC) Got() *Received   { return &r.rec }
 func (r *OTLPGRPC) CAFile() string   { return "" }
+
+// TLSName is "": the gRPC receiver is plaintext.
+func (r *OTLPGRPC) TLSName() string { return "" }
 
 // syslogReceiver accepts octet-counted RFC 5424 messages over TCP (or TLS);
 // down, it closes its listener and every connection, and up listens again on
@@ -283,6 +309,9 @@ func (r *Syslog) Got() *Received { return &r.rec }
 // CAFile is the PEM file that trusts a TLS listener's certificate (for
 // ServerName); "" for TCP.
 func (r *Syslog) CAFile() string { return r.caFile }
+
+// TLSName is the name in a TLS listener's certificate.
+func (r *Syslog) TLSName() string { return ServerName }
 
 // ServerName is the name in a TLS listener's certificate.
 const ServerName = "airlock-test-collector"
