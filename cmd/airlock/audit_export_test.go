@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -193,6 +195,49 @@ func waitForFile(t *testing.T, got, want string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never held %s's %d bytes", got, want, len(w))
+		}
+	}
+}
+
+// TestAuditExportFollow: --follow ships the live file's chain, then records
+// appended later, until interrupted.
+func TestAuditExportFollow(t *testing.T) {
+	logPath, keyPath := rotatedFixture(t, 10)
+	out := filepath.Join(t.TempDir(), "copy.jsonl")
+	cmd := newAuditCmd()
+	cmd.SetArgs([]string{"export", "--format", "jsonl", "--to", out, "--follow", "--state", out + ".state", logPath})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	waitForChain(t, out, logPath)
+	appendFixture(t, logPath, keyPath, 30)
+	waitForChain(t, out, logPath)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("export --follow: %v", err)
+	}
+	if got, err := runAudit(t, "verify", "--pubkey", keyPath+".pub", "--complete", out); err != nil {
+		t.Fatalf("verify the copy: %v (%s)", err, got)
+	}
+}
+
+// waitForChain waits (up to 30 s) until got holds the whole chain of live.
+func waitForChain(t *testing.T, got, live string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		files, _ := audit.ChainFiles(live)
+		var want []byte
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			want = append(want, b...)
+		}
+		if g, _ := os.ReadFile(got); bytes.Equal(g, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never held the chain of %s", got, live)
 		}
 	}
 }
