@@ -3,7 +3,6 @@ package export
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -22,8 +21,6 @@ type testLog struct {
 	cfg  audit.Config
 	w    *audit.Writer
 	n    int
-	pub  ed25519.PublicKey
-	sent int
 }
 
 func newTestLog(t testing.TB, maxFiles int) *testLog {
