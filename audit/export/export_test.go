@@ -17,10 +17,10 @@ import (
 // testLog is a real audit writer with small files, so a few dozen records
 // rotate several times.
 type testLog struct {
-	t    testing.TB
-	cfg  audit.Config
-	w    *audit.Writer
-	n    int
+	t   testing.TB
+	cfg audit.Config
+	w   *audit.Writer
+	n   int
 }
 
 func newTestLog(t testing.TB, maxFiles int) *testLog {
