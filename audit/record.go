@@ -82,6 +82,12 @@ const (
 	// after its last checkpoint (seq from..through) and the torn line it was
 	// writing, if any. A checkpoint covering them follows.
 	KindCrashRecovered = "crash_recovered"
+	// KindExportGap marks, in an exported copy of the log (never in the log),
+	// records an exporter could not ship because retention had deleted them
+	// (package audit/export): Extra-less, with from_seq and through_seq. Verify
+	// accepts one where a retention record of the chain deleted exactly
+	// through that seq, with the head the next line continues from.
+	KindExportGap = "export_gap"
 )
 
 // Decisions as records spell them.

@@ -89,6 +89,11 @@ type Report struct {
 	// (signed, with a key): the kept records before it are trusted because
 	// it signs the hash chain that runs through them.
 	AnchorSeq uint64
+	// ExportGaps counts export_gap markers (an exported copy that lacks
+	// records retention deleted before they were shipped), each accounted
+	// for by a retention record; ExportGapRecords the seqs they stand for.
+	ExportGaps       int
+	ExportGapRecords uint64
 }
 
 // VerifyError names the first bad line and why.
@@ -178,6 +183,7 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 		wantKeyID  string
 		start      *chainStart // set when the chain does not start at seq 1
 		pruned     retentionMark
+		gaps       exportGaps
 	)
 	if opts.PublicKey != nil {
 		if len(opts.PublicKey) != ed25519.PublicKeySize {
@@ -208,6 +214,16 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 			if err := json.Unmarshal(line, &r); err != nil {
 				return bad(ReasonBadJSON, "%v", err)
 			}
+			if r.Kind == KindExportGap {
+				g, err := gaps.add(line, started, seq, VerifyError{File: in.Name, Line: n})
+				if err != nil {
+					return bad(ReasonSeqGap, "%v", err)
+				}
+				if started {
+					seq, prev, prevWhere = g.through, "", "the export_gap marker"
+				}
+				continue
+			}
 			if err := checkShape(&r); err != nil {
 				return bad(ReasonBadRecord, "%v", err)
 			}
@@ -224,6 +240,14 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 					// record later in the chain must say so (checked at the end).
 					start = &chainStart{seq: r.Seq, prev: r.Prev, at: VerifyError{File: in.Name, Line: n}}
 					seq, prev = r.Seq-1, r.Prev
+				}
+			}
+			if g := gaps.open(); g != nil {
+				if r.Seq != g.through+1 {
+					return bad(ReasonSeqGap, "seq %d after an export_gap marker through seq %d, want %d", r.Seq, g.through, g.through+1)
+				}
+				if prev == "" {
+					prev, g.next = r.Prev, r.Prev // checked against the retention record at the end
 				}
 			}
 			if r.Seq != seq+1 {
@@ -283,6 +307,9 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 		prevWhere = "the last line of " + in.Name
 	}
 	rep.PrunedThrough, rep.PrunedFiles = pruned.through, pruned.files
+	if err := gaps.check(&pruned, &rep, opts.PublicKey != nil); err != nil {
+		return rep, err
+	}
 	if start != nil {
 		if err := start.check(&pruned, &rep, opts.PublicKey != nil); err != nil {
 			return rep, err
@@ -337,6 +364,8 @@ type retentionMark struct {
 	head      string
 	recordSeq uint64
 	files     int
+	// all maps each retention record's pruned seq to its head and seq.
+	all map[uint64]retentionMark
 }
 
 func (m *retentionMark) add(r *Record) error {
@@ -351,6 +380,10 @@ func (m *retentionMark) add(r *Record) error {
 	}
 	_ = json.Unmarshal(r.Extra[RetentionDeletedFiles], &files)
 	m.files += len(files)
+	if m.all == nil {
+		m.all = map[uint64]retentionMark{}
+	}
+	m.all[through] = retentionMark{through: through, head: head, recordSeq: r.Seq}
 	if through >= m.through {
 		m.through, m.head, m.recordSeq = through, head, r.Seq
 	}
@@ -377,4 +410,73 @@ func (s *chainStart) check(m *retentionMark, rep *Report, signed bool) error {
 		return nil
 	}
 	return &e
+}
+
+// exportGap is one export_gap marker of an exported copy.
+type exportGap struct {
+	from, through uint64
+	next          string // prev of the line after it (mid-chain markers)
+	leading       bool   // before the first record: the chain start check covers it
+	at            VerifyError
+	closed        bool
+}
+
+// exportGaps are a copy's export_gap markers, in order.
+type exportGaps []*exportGap
+
+// add parses a marker; after records (started), it must continue at seq+1.
+func (gs *exportGaps) add(line []byte, started bool, seq uint64, at VerifyError) (*exportGap, error) {
+	var m struct {
+		From    uint64 `json:"from_seq"`
+		Through uint64 `json:"through_seq"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil || m.From == 0 || m.Through < m.From {
+		return nil, fmt.Errorf("export_gap marker without a valid from_seq..through_seq")
+	}
+	if started && m.From != seq+1 {
+		return nil, fmt.Errorf("export_gap marker from seq %d, want %d", m.From, seq+1)
+	}
+	if g := gs.open(); g != nil {
+		return nil, fmt.Errorf("export_gap marker right after another")
+	}
+	g := &exportGap{from: m.From, through: m.Through, leading: !started, at: at}
+	*gs = append(*gs, g)
+	return g, nil
+}
+
+// open returns the last marker if no record has followed it yet, and marks
+// it followed.
+func (gs exportGaps) open() *exportGap {
+	if len(gs) == 0 || gs[len(gs)-1].closed {
+		return nil
+	}
+	g := gs[len(gs)-1]
+	g.closed = true
+	return g
+}
+
+// check accepts each marker only where a retention record deleted exactly
+// through its last seq, with the head the next line continues from (signed,
+// with a key): the copy lacks only what the log itself no longer holds.
+func (gs exportGaps) check(m *retentionMark, rep *Report, signed bool) error {
+	for _, g := range gs {
+		e := g.at
+		r, ok := m.all[g.through]
+		switch {
+		case !g.closed:
+			e.Reason, e.Detail = ReasonSeqGap, fmt.Sprintf("export_gap marker for seq %d..%d is the last line: nothing follows it", g.from, g.through)
+		case !ok:
+			e.Reason, e.Detail = ReasonSeqGap, fmt.Sprintf("export_gap marker: seq %d..%d are missing, and no retention record says the log deleted through seq %d", g.from, g.through, g.through)
+		case !g.leading && r.head != g.next:
+			e.Reason, e.Detail = ReasonPrevMismatch, fmt.Sprintf("the line after the export_gap marker has prev %.16s…, but retention recorded head %.16s… for seq %d", g.next, r.head, g.through)
+		case signed && rep.SignedThrough < r.recordSeq:
+			e.Reason, e.Detail = ReasonUnsigned, fmt.Sprintf("the retention record (seq %d) that accounts for the export_gap marker is not covered by a signed checkpoint", r.recordSeq)
+		default:
+			rep.ExportGaps++
+			rep.ExportGapRecords += g.through - g.from + 1
+			continue
+		}
+		return &e
+	}
+	return nil
 }

@@ -164,6 +164,40 @@ type Audit struct {
 	// in summary records. Zero: 200/s, burst 1000.
 	GatewayRate  float64 `yaml:"gateway_rate"`
 	GatewayBurst int     `yaml:"gateway_burst"`
+	// Export lists the sinks `airlock serve` ships the log to (package
+	// audit/export; README.md, "Audit export").
+	Export []AuditExport `yaml:"export"`
+}
+
+// ExportTLS is how an audit.export sink trusts its collector: CAFile (PEM)
+// instead of the system's CAs, ServerName to check, and an optional client
+// certificate.
+type ExportTLS struct {
+	CAFile     string `yaml:"ca_file"`
+	ServerName string `yaml:"server_name"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+}
+
+// AuditExport is one sink of audit.export. Zero fields take audit/export's
+// defaults; the endpoint's form is checked when serve starts the sink.
+type AuditExport struct {
+	// Name tells sinks apart (state file, metrics); default: Format.
+	Name string `yaml:"name"`
+	// Format is ocsf, otlp, syslog or jsonl.
+	Format string `yaml:"format"`
+	// Endpoint: a file (jsonl, ocsf), http(s):// or grpc(s):// (otlp),
+	// tcp:// or tls:// (syslog).
+	Endpoint string    `yaml:"endpoint"`
+	TLS      ExportTLS `yaml:"tls"`
+	// StateFile keeps the last acknowledged seq; default
+	// <audit.file>.<name>.export-state.
+	StateFile     string   `yaml:"state_file"`
+	BatchSize     int      `yaml:"batch_size"`
+	FlushInterval Duration `yaml:"flush_interval"`
+	BackoffMin    Duration `yaml:"backoff_min"`
+	BackoffMax    Duration `yaml:"backoff_max"`
+	Timeout       Duration `yaml:"timeout"`
 }
 
 // CA is the interception CA made by `airlock ca init`.
@@ -579,6 +613,31 @@ func (a *Audit) validate() error {
 		return fmt.Errorf("audit.gateway_rate: %v must be 0 (the default, 200/s) or a positive number of records per second", a.GatewayRate)
 	case a.GatewayBurst < 0:
 		return fmt.Errorf("audit.gateway_burst: %d must be 0 (the default, 1000) or more", a.GatewayBurst)
+	}
+	return a.validateExport()
+}
+
+func (a *Audit) validateExport() error {
+	names := map[string]bool{}
+	for i, e := range a.Export {
+		switch e.Format {
+		case "ocsf", "otlp", "syslog", "jsonl":
+		default:
+			return fmt.Errorf("audit.export[%d].format: %q is not one of ocsf, otlp, syslog, jsonl", i, e.Format)
+		}
+		name := e.Name
+		if name == "" {
+			name = e.Format
+		}
+		switch {
+		case e.Endpoint == "":
+			return fmt.Errorf("audit.export[%d].endpoint: required (a file for jsonl and ocsf, http(s):// or grpc(s):// for otlp, tcp:// or tls:// for syslog)", i)
+		case names[name]:
+			return fmt.Errorf("audit.export[%d].name: %q is used by another sink (give each its own name)", i, name)
+		case e.BatchSize < 0:
+			return fmt.Errorf("audit.export[%d].batch_size: %d must be 0 (the default, 500) or more", i, e.BatchSize)
+		}
+		names[name] = true
 	}
 	return nil
 }

@@ -116,6 +116,16 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "nan audit gateway_rate", yaml: "audit: {gateway_rate: .nan}", wantErr: "audit.gateway_rate"},
 		{name: "negative audit gateway_burst", yaml: "audit: {gateway_burst: -1}", wantErr: "audit.gateway_burst"},
 		{name: "tiny audit max_size", yaml: "audit: {max_size: 100}", wantErr: "audit.max_size"},
+		{name: "audit export sinks", yaml: "audit: {export: [{format: otlp, endpoint: \"https://otel:4318\", tls: {ca_file: /ca.pem}, batch_size: 100, backoff_max: 30s}, {name: copy, format: jsonl, endpoint: /x/copy.jsonl}]}", check: func(t *testing.T, c Config) {
+			e := c.Audit.Export
+			if len(e) != 2 || e[0].TLS.CAFile != "/ca.pem" || e[0].BatchSize != 100 || time.Duration(e[0].BackoffMax) != 30*time.Second || e[1].Name != "copy" {
+				t.Fatalf("got %+v", e)
+			}
+		}},
+		{name: "bad audit export format", yaml: "audit: {export: [{format: cef, endpoint: x}]}", wantErr: "audit.export[0].format"},
+		{name: "audit export without endpoint", yaml: "audit: {export: [{format: jsonl}]}", wantErr: "audit.export[0].endpoint"},
+		{name: "audit export same name twice", yaml: "audit: {export: [{format: jsonl, endpoint: a}, {format: jsonl, endpoint: b}]}", wantErr: "audit.export[1].name"},
+		{name: "audit export unknown key", yaml: "audit: {export: [{format: jsonl, endpoint: a, retries: 3}]}", wantErr: "retries"},
 		{name: "daemon defaults", yaml: "", check: func(t *testing.T, c Config) {
 			s := c.Sandbox
 			if c.API.Group != "airlock" || s.PoolSize != 2 || time.Duration(s.IdleTimeout) != 30*time.Minute ||

@@ -356,10 +356,11 @@ func shutdown(f func(context.Context) error) error {
 // Tally counts this instance's decisions for a summary.
 func (d *Daemon) Tally() *audit.Tally { return d.tally }
 
-// MetricsHandler serves the gateway's and the DNS filter's Prometheus metrics;
-// mount it on a host listener no sandbox can reach.
-func (d *Daemon) MetricsHandler() http.Handler {
-	return promhttp.HandlerFor(prometheus.Gatherers{d.gw.Registry(), d.dns.Registry(), d.metrics.reg}, promhttp.HandlerOpts{})
+// MetricsHandler serves the gateway's and the DNS filter's Prometheus metrics,
+// and extra's (serve's audit exporters); mount it on a host listener no
+// sandbox can reach.
+func (d *Daemon) MetricsHandler(extra ...prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(append(prometheus.Gatherers{d.gw.Registry(), d.dns.Registry(), d.metrics.reg}, extra...), promhttp.HandlerOpts{})
 }
 
 // Engine is the policy engine (for reload on SIGHUP).

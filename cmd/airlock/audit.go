@@ -25,6 +25,7 @@ func newAuditCmd() *cobra.Command {
 	}
 	cmd.AddCommand(newAuditVerifyCmd(), newAuditQueryCmd(), newAuditTailCmd(), newAuditPubkeyCmd())
 	cmd.AddCommand(newAuditReportCmd())
+	cmd.AddCommand(newAuditExportCmd())
 	return cmd
 }
 
@@ -123,6 +124,9 @@ func verifySummary(rep audit.Report) string {
 		if rep.FirstSeq > 1 {
 			fmt.Fprintf(&b, "; the kept chain starts at seq %d, anchored by the checkpoint through seq %d", rep.FirstSeq, rep.AnchorSeq)
 		}
+	}
+	if rep.ExportGaps > 0 {
+		fmt.Fprintf(&b, "\nexported copy: %d export_gap marker(s) stand for %d records retention deleted before they were shipped (each matches a retention record)", rep.ExportGaps, rep.ExportGapRecords)
 	}
 	return b.String()
 }

@@ -70,6 +70,12 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
 	defer d.Close()
+	// Audit export only reads the log's files; it runs until serve returns.
+	exportReg, stopExport, err := startAuditExport(context.Background(), cfg, logger)
+	if err != nil {
+		return &exitError{Code: 2, Msg: err.Error()}
+	}
+	defer stopExport()
 
 	apiLn, err := daemon.ListenAPI(cfg.API.Socket, cfg.API.Group)
 	if err != nil {
@@ -86,7 +92,7 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	defer cancelBase()
 	api := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ConnContext: daemon.ConnContext, BaseContext: func(net.Listener) context.Context { return baseCtx }}
-	metrics := &http.Server{Handler: d.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	metrics := &http.Server{Handler: d.MetricsHandler(exportReg), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- api.Serve(apiLn) }()
 	go func() { errc <- metrics.Serve(metricsLn) }()
