@@ -8,6 +8,6 @@
 // lacks (header and query values, the body size), the wildcard threshold and
 // the public-suffix rule: docs/ARCHITECTURE.md, "Policy from the log".
 //
-// learn must never import: gateway, dnsfilter, netns, sandboxd, daemon,
+// policy/learn must never import: gateway, dnsfilter, netns, sandboxd, daemon,
 // secrets, config, cmd/airlock.
 package learn
