@@ -15,9 +15,10 @@ import (
 func newPolicyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Test, check and evaluate Rego egress policies (the embedded default when no directory is given)",
+		Short: "Test, check, evaluate, suggest and replay Rego egress policies (the embedded default when no directory is given)",
 	}
-	cmd.AddCommand(newPolicyTestCmd(), newPolicyCheckCmd(), newPolicyEvalCmd())
+	cmd.AddCommand(newPolicyTestCmd(), newPolicyCheckCmd(), newPolicyEvalCmd(),
+		newPolicySuggestCmd(), newPolicyReplayCmd(), newPolicyDiffCmd())
 	return cmd
 }
 

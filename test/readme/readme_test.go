@@ -135,7 +135,7 @@ func checkCommand(t *testing.T, bin, line string) bool {
 func isSubcommand(w string) bool {
 	switch w {
 	case "run", "serve", "attach", "policy", "audit", "ca", "version", "test", "check", "eval", "verify", "query", "tail", "init", "show", "pubkey",
-		"sandbox", "create", "exec", "cp", "ls", "inspect", "logs", "rm":
+		"sandbox", "create", "exec", "cp", "ls", "inspect", "logs", "rm", "suggest", "replay", "diff":
 		return true
 	}
 	return false

@@ -1,0 +1,13 @@
+// Package learn turns audit records back into policy inputs: it rebuilds the
+// input of every decision a record stands for (input.go), replays them against
+// one or two policies to show what a change would allow or deny (replay.go),
+// and suggests a policy directory from what a report-mode run did (suggest.go,
+// write.go). It backs `airlock policy suggest|replay|diff`.
+//
+// Entry points: Rebuilder, Replay, Collect and Suggest. What a rebuilt input
+// lacks (header and query values, the body size), the wildcard threshold and
+// the public-suffix rule: docs/ARCHITECTURE.md, "Policy from the log".
+//
+// learn must never import: gateway, dnsfilter, netns, sandboxd, daemon,
+// secrets, config, cmd/airlock.
+package learn
