@@ -161,7 +161,7 @@ func budgeted(r *Record) bool {
 		(r.Decision == DecisionDeny || r.Decision == DecisionError) &&
 		r.Mode != modeReport &&
 		r.BytesUp == 0 && r.BytesDown == 0 && len(r.Secrets) == 0 &&
-		r.Kind != KindSummary && summarized(r) == 0
+		r.Kind != KindSummary && Summarized(r) == 0
 }
 
 // Log passes r on, or counts it into its sandbox's summary when it is

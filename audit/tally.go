@@ -87,7 +87,7 @@ func (t *Tally) count(r *Record) {
 		if host == "" {
 			host = r.IP
 		}
-		n := summarized(r)
+		n := Summarized(r)
 		if n > 0 && host == "" {
 			host = "(summarized)"
 		}
@@ -102,10 +102,10 @@ func (t *Tally) count(r *Record) {
 	}
 }
 
-// summarized returns how many events a summary record stands for (the DNS
+// Summarized returns how many events a summary record stands for (the DNS
 // filter's over-budget queries, netns's rate-limited drops, a Budget's refused
 // requests), or 0 for an ordinary record.
-func summarized(r *Record) int {
+func Summarized(r *Record) int {
 	if len(r.Extra) == 0 {
 		return 0
 	}

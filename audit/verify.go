@@ -55,6 +55,12 @@ type VerifyOptions struct {
 	// checkpoint still verifies: only a head recorded elsewhere (Report.Head and
 	// LastSeq, kept off the machine) can show that records were removed from the end.
 	Complete bool
+	// Each, when set, is called with every record that is not a checkpoint,
+	// in order, once its line's seq and prev checked (audit/report aggregates
+	// in the same pass). A line's own content is vouched for only by the next
+	// line's prev: when Verify fails, the caller must not trust what Each saw.
+	// It must not keep r.
+	Each func(r *Record)
 }
 
 // Report summarises a verification; on failure it covers the lines before the
@@ -258,6 +264,9 @@ func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
 				}
 				rep.Records++
 				rep.Unsigned++
+				if opts.Each != nil {
+					opts.Each(&r)
+				}
 				if firstUnsig == nil {
 					firstUnsig = &VerifyError{File: in.Name, Line: n}
 				}

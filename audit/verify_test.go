@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -301,5 +303,36 @@ func TestVerifyAcrossInputs(t *testing.T) {
 	var ve *VerifyError
 	if !errors.As(err, &ve) || ve.File != "b" || ve.Line != 1 || ve.Reason != ReasonPrevMismatch || !strings.Contains(ve.Detail, "last line of a") {
 		t.Fatalf("got %v, want prev mismatch at b:1 naming a", err)
+	}
+}
+
+// TestVerifyEach: Each sees every record but the checkpoints, in order, and
+// nothing past the line whose prev breaks the chain.
+func TestVerifyEach(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.CheckpointEvery = 3
+	_, pub := writeRecords(t, cfg, 7)
+	var seqs []uint64
+	each := func(r *Record) { seqs = append(seqs, r.Seq) }
+	rep, err := VerifyFiles(VerifyOptions{PublicKey: pub, Each: each}, cfg.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Checkpoints after records 3 and 6 (seq 4 and 8) and Close's (seq 10).
+	if want := []uint64{1, 2, 3, 5, 6, 7, 9}; fmt.Sprint(seqs) != fmt.Sprint(want) || rep.Records != len(want) {
+		t.Fatalf("got seqs %v (%d records), want %v", seqs, rep.Records, want)
+	}
+	b, _ := os.ReadFile(cfg.File)
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[4] = strings.Replace(lines[4], `"seq":5`, `"seq":5 `, 1)
+	if err := os.WriteFile(cfg.File, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seqs = nil
+	if _, err := VerifyFiles(VerifyOptions{PublicKey: pub, Each: each}, cfg.File); err == nil {
+		t.Fatal("verify of an altered line: got nil, want an error")
+	}
+	if want := []uint64{1, 2, 3, 5}; fmt.Sprint(seqs) != fmt.Sprint(want) {
+		t.Fatalf("after altering line 5: got seqs %v, want %v (the altered line passes its own checks; the next line's prev breaks)", seqs, want)
 	}
 }

@@ -30,6 +30,9 @@ have ssh && have ssh-keygen || need+=(openssh-client)
 # truststore test runs keytool from the same package.
 [ -x /usr/bin/java ] && have keytool || need+=(default-jre-headless)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+# The audit report's browser test (audit/report) opens the page in Debian's
+# headless chromium.
+have chromium || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

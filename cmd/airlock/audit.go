@@ -24,6 +24,7 @@ func newAuditCmd() *cobra.Command {
 		Short: "Verify, query and follow the tamper-evident egress audit log",
 	}
 	cmd.AddCommand(newAuditVerifyCmd(), newAuditQueryCmd(), newAuditTailCmd(), newAuditPubkeyCmd())
+	cmd.AddCommand(newAuditReportCmd())
 	return cmd
 }
 
@@ -146,22 +147,26 @@ func newAuditQueryCmd() *cobra.Command {
 		format       string
 		limit        int
 		noRotated    bool
+		by           string
 	)
 	cmd := &cobra.Command{
-		Use:   "query --file FILE [--sandbox ID] [--kind K] [--decision D] [--host H] [--since T] [--until T]",
+		Use:   "query --file FILE [--sandbox ID] [--kind K] [--decision D] [--host H] [--since T] [--until T] [--by host|sandbox|reason|kind] [--format table|json|csv]",
 		Short: "Print the audit records that match every given filter (rotated siblings included)",
 		Long: `Query streams the audit file and its rotated siblings (FILE.1, FILE.2, ...; oldest
 first) and prints the records matching every filter. --host pypi.org is exact;
 --host .pypi.org or '*.pypi.org' also matches every name under it. --since and
 --until take an RFC 3339 time or a duration back from now (30m, 24h).
-Checkpoints are shown only with --kind checkpoint.`,
+Checkpoints are shown only with --kind checkpoint. --by host|sandbox|reason|kind
+prints one row per group instead (requests allowed, denied and failed, bytes up
+and down; summary records count the events they stand for, as in audit report).
+--format csv neutralizes cells a spreadsheet would run as formulas.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return &exitError{Code: 2, Msg: "--file is required"}
 			}
-			if format != "json" && format != "table" {
-				return &exitError{Code: 2, Msg: fmt.Sprintf("--format %q: want json or table", format)}
+			if format != "json" && format != "table" && format != "csv" {
+				return &exitError{Code: 2, Msg: fmt.Sprintf("--format %q: want table, json or csv", format)}
 			}
 			now := time.Now()
 			var err error
@@ -186,10 +191,16 @@ Checkpoints are shown only with --kind checkpoint.`,
 				}
 				paths = append(paths, chain...)
 			}
+			if by != "" {
+				return runQueryBy(cmd, paths, f, by, format, limit)
+			}
 			out := cmd.OutOrStdout()
 			var emit func(*audit.Record) error
 			var tw *tabwriter.Writer
-			if format == "json" {
+			var flushCSV func() error
+			if format == "csv" {
+				emit, flushCSV = csvEmitter(out)
+			} else if format == "json" {
 				buf := make([]byte, 0, 1024)
 				emit = func(r *audit.Record) error {
 					buf = append(audit.AppendJSON(buf[:0], r), '\n')
@@ -218,6 +229,11 @@ Checkpoints are shown only with --kind checkpoint.`,
 					err = ferr
 				}
 			}
+			if flushCSV != nil {
+				if ferr := flushCSV(); ferr != nil && err == nil {
+					err = ferr
+				}
+			}
 			if err != nil && !errors.Is(err, errLimit) {
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
@@ -233,7 +249,8 @@ Checkpoints are shown only with --kind checkpoint.`,
 	fl.StringVar(&f.Host, "host", "", "destination host (or DNS qname); a leading '.' or '*.' matches names under it too")
 	fl.StringVar(&since, "since", "", "records at or after this RFC 3339 time, or this long ago (1h)")
 	fl.StringVar(&until, "until", "", "records before this RFC 3339 time, or this long ago")
-	fl.StringVar(&format, "format", "table", "json (one record per line) or table")
+	fl.StringVar(&format, "format", "table", "table, json (one record per line) or csv")
+	fl.StringVar(&by, "by", "", "summarize instead: one row per host, sandbox, reason or kind")
 	fl.IntVar(&limit, "limit", 0, "stop after this many records (0: no limit)")
 	return cmd
 }

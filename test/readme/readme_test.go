@@ -137,6 +137,8 @@ func isSubcommand(w string) bool {
 	case "run", "serve", "attach", "policy", "audit", "ca", "version", "test", "check", "eval", "verify", "query", "tail", "init", "show", "pubkey",
 		"sandbox", "create", "exec", "cp", "ls", "inspect", "logs", "rm", "suggest", "replay", "diff":
 		return true
+	case "report": // airlock audit report
+		return true
 	}
 	return false
 }
