@@ -48,6 +48,10 @@ type reqCtx struct {
 	socks   bool        // a SOCKS5 CONNECT (socks.go): answered in SOCKS, decided as kind connect
 	parent  string      // the parent proxy's host:port, when the dial went through it
 
+	// carriedDecided: what the CONNECT carried was decided a second time
+	// (decideCarried); the record holds that decision.
+	carriedDecided bool
+
 	// HTTP.
 	req        *http.Request
 	scheme     string
@@ -272,7 +276,15 @@ func (g *Gateway) decideCarried(rc *reqCtx, kind policy.Kind) error {
 	case policy.KindTLS:
 		in.TLS = &policy.TLS{}
 	}
+	first := rc.dec
 	rc.dec = g.ask(rc)
+	rc.carriedDecided = true
+	if !first.Allowed && first.Err == nil && rc.dec.Err == nil && rc.dec.Mode == policy.ModeReport {
+		// Report mode let the CONNECT through although enforce would have
+		// refused it: the record keeps that, whatever the second decision.
+		rc.dec.Allowed = false
+		rc.dec.Reasons = append(slices.Clip(first.Reasons), rc.dec.Reasons...)
+	}
 	return denialOf(rc.dec)
 }
 
@@ -601,6 +613,9 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 	r.Decision = resultOf(rc)
 	if rc.carries != "" {
 		r.Extra = map[string]json.RawMessage{"carries": json.RawMessage(strconv.Quote(string(rc.carries)))}
+		if rc.carriedDecided {
+			r.Extra["carried_decided"] = json.RawMessage("true")
+		}
 	}
 	if rc.named {
 		// The host is the name the sandbox resolved; this is the address it

@@ -113,6 +113,9 @@ func recSummary(r audit.Record) string {
 	if c, ok := r.Extra["carries"]; ok {
 		s += " carries=" + strings.Trim(string(c), `"`)
 	}
+	if string(r.Extra["carried_decided"]) == "true" {
+		s += " (decided)"
+	}
 	return s
 }
 
@@ -274,13 +277,13 @@ func TestRedTeamConnectTunnelContent(t *testing.T) {
 			[]string{"connect deny bad_request carries=tls"}, false, 0},
 		{"ClientHello without a server name, not allowed", "pypi.org", tlsT,
 			send(helloBytes(t, "")), "closed",
-			[]string{"connect deny not_allowed carries=tls"}, false, 0},
+			[]string{"connect deny not_allowed carries=tls (decided)"}, false, 0},
 		{"opaque bytes where raw TCP is not allowed", "pypi.org", echoT,
 			send([]byte("\x00\x01binary")), "closed",
-			[]string{"connect deny not_allowed carries=tcp"}, false, 0},
+			[]string{"connect deny not_allowed carries=tcp (decided)"}, false, 0},
 		{"server-first protocol where raw TCP is not allowed", "pypi.org", bannerT,
 			silent, "closed",
-			[]string{"connect deny not_allowed carries=tcp"}, false, 0},
+			[]string{"connect deny not_allowed carries=tcp (decided)"}, false, 0},
 		// What must keep working.
 		{"TLS naming the CONNECT host (curl)", "pypi.org", tlsT,
 			tlsGet("pypi.org"), "200",
@@ -290,13 +293,13 @@ func TestRedTeamConnectTunnelContent(t *testing.T) {
 			[]string{"connect allow carries=http", "http allow", "close"}, true, 1},
 		{"raw TCP where policy allows kind tcp", "raw.example", echoT,
 			echoOK, `echo "\x00\x01ping"`,
-			[]string{"connect allow carries=tcp", "close"}, true, 0},
+			[]string{"connect allow carries=tcp (decided)", "close"}, true, 0},
 		{"server-first protocol where policy allows kind tcp", "raw.example", bannerT,
 			silent, "got 220 alk-banner",
-			[]string{"connect allow carries=tcp", "close"}, false, 0},
+			[]string{"connect allow carries=tcp (decided)", "close"}, false, 0},
 		{"ClientHello without a server name where policy allows it", "nosni.example", tlsT,
 			tlsGet(""), "200",
-			[]string{"connect allow carries=tls", "close"}, true, 1},
+			[]string{"connect allow carries=tls (decided)", "close"}, true, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -426,5 +429,52 @@ func TestStatusReasonPhraseRelay(t *testing.T) {
 	}
 	if got := statusLine(h.transp, ""); got != "HTTP/1.1 200 Reflected-alk-token" {
 		t.Fatalf("transparent status line: got %q, want resp.Status as read", got)
+	}
+}
+
+// TestReportModeCarriedKeepsConnectDenial: in report mode a CONNECT the
+// policy would refuse goes through, and when what it carries is decided a
+// second time (opaque bytes, allowed as kind tcp) the record still says deny
+// with the CONNECT's reason: the second decision used to replace the first,
+// so the log called a would-be-refused tunnel allowed and a policy learned
+// from it left the CONNECT closed.
+func TestReportModeCarriedKeepsConnectDenial(t *testing.T) {
+	echo := newRawUpstream(t, "")
+	dec := policytest.Func(func(in *policy.Input) policy.Decision {
+		d := policy.Decision{Mode: policy.ModeReport, Rev: policytest.Rev}
+		if in.Kind == policy.KindTCP {
+			d.Allowed = true
+		} else {
+			d.Reasons = []policy.Reason{{ID: "default_deny", Msg: "no rule allows " + string(in.Kind)}}
+		}
+		return d
+	})
+	h := newHarness(t, dec, names("raw.example"), newTestPKI(t))
+	h.dialer.allow(echo.addr)
+	n := len(h.log.Records())
+	c, err := net.Dial("tcp", h.explicit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT raw.example:%d HTTP/1.1\r\nHost: raw.example:%d\r\n\r\n", echo.port, echo.port)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v, want 200 (report mode)", resp, err)
+	}
+	io.WriteString(c, "\x00\x01ping")
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(br, buf); err != nil {
+		t.Fatalf("no echo through the report-mode tunnel: %v", err)
+	}
+	c.Close()
+	recs := settledRecords(t, h.log, n, 2)
+	var got []string
+	for _, r := range recs {
+		got = append(got, recSummary(r))
+	}
+	if want := []string{"connect deny default_deny carries=tcp (decided)", "close"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("audit records: got %q, want %q", got, want)
 	}
 }

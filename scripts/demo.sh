@@ -3,7 +3,8 @@
 # servers for pypi.org, registry.npmjs.org, github.com, evil.example ...) stands in
 # for the real one; `airlock run` starts a sandbox whose only way out is the
 # gateway, an agent-like script fetches what it may and tries what it may not,
-# and the tamper-evident audit log is verified and queried at the end.
+# and the tamper-evident audit log is verified, queried and rendered as an HTML
+# report ($AIRLOCK_DEMO_OUT, default /tmp/airlock-demo) at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "demo: needs root (namespaces, cgroups, iptables): sudo make demo" >&2; exit 1; }
@@ -62,6 +63,12 @@ step "airlock audit verify (chain and Ed25519 checkpoints)"
 "$bin" audit verify --pubkey "$work/audit.pub" "$work/audit.jsonl"
 step "airlock audit query --decision deny"
 "$bin" audit query --file "$work/audit.jsonl" --decision deny --format table
+step "airlock audit report: one self-contained page for auditors"
+out=${AIRLOCK_DEMO_OUT:-/tmp/airlock-demo}
+mkdir -p "$out"
+"$bin" audit report --pubkey "$work/audit.pub" --out "$out/report.html" "$work/audit.jsonl"
+"$bin" audit report --pubkey "$work/audit.pub" --format json --out "$out/report.json" "$work/audit.jsonl"
+echo "report: $out/report.html (open it in a browser; it fetches nothing)"
 step "someone turns a deny into an allow in the log; verify names the line"
 cp "$work/audit.jsonl" "$work/tampered.jsonl"
 line=$(grep -n '"decision":"deny"' "$work/tampered.jsonl" | head -1 | cut -d: -f1)

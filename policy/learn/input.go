@@ -24,8 +24,9 @@ const (
 
 // Extra keys the gateway writes on decision records (gateway/pipeline.go).
 const (
-	extraCarries    = "carries"     // what an allowed CONNECT turned out to carry: tcp or tls
-	extraOriginalIP = "original_ip" // a raw connection decided by name: the address the sandbox used
+	extraCarries    = "carries"         // what an allowed CONNECT turned out to carry: tcp or tls
+	extraCarriedDec = "carried_decided" // true: that was decided a second time, as the record says
+	extraOriginalIP = "original_ip"     // a raw connection decided by name: the address the sandbox used
 )
 
 // flagAfterDecision is the DNS flag the filter adds after policy decided
@@ -79,13 +80,44 @@ func (b *Rebuilder) Observe(r *audit.Record) {
 	b.sandboxes[r.Sandbox] = sb
 }
 
-// Input rebuilds the policy input of r, or says why r has none (one of the
-// Skip* constants). What a record does not keep is absent from the input:
+// Inputs rebuilds the policy inputs that decided r, or says why r has none
+// (one of the Skip* constants). A record has one input, but a CONNECT whose
+// carried bytes were decided a second time (extra.carried_decided) has two:
+// the CONNECT's, then the carried one, which the record's decision is; both
+// had to allow. Input is the last of them. What a record does not keep is absent from the input:
 // header values (so body_size is 0 and no header is set), query values (each
 // logged key has one empty value), and for kind http the scheme, taken as
 // https on port 443 and http elsewhere (an https request is then marked as
 // intercepted TLS with the host as SNI).
+func (b *Rebuilder) Inputs(r *audit.Record) ([]policy.Input, string) {
+	in, skip := b.input(r)
+	if skip != "" {
+		return nil, skip
+	}
+	// Opaque bytes are always decided again; a ClientHello only without a
+	// server name, which the gateway marks (logs older than the mark name no
+	// such case).
+	carries := extraString(r, extraCarries)
+	if r.Kind != audit.KindConnect || carries != string(policy.KindTCP) && string(r.Extra[extraCarriedDec]) != "true" {
+		return []policy.Input{in}, ""
+	}
+	carried := in
+	if !rebuildCarried(&carried, r) {
+		return []policy.Input{in}, ""
+	}
+	return []policy.Input{in, carried}, ""
+}
+
+// Input is the input r's decision was taken on: the last of Inputs.
 func (b *Rebuilder) Input(r *audit.Record) (policy.Input, string) {
+	ins, skip := b.Inputs(r)
+	if skip != "" {
+		return policy.Input{}, skip
+	}
+	return ins[len(ins)-1], ""
+}
+
+func (b *Rebuilder) input(r *audit.Record) (policy.Input, string) {
 	b.Observe(r)
 	switch r.Kind {
 	case audit.KindHTTP, audit.KindConnect, audit.KindTLS, audit.KindTCP, audit.KindDNS:
@@ -109,8 +141,6 @@ func (b *Rebuilder) Input(r *audit.Record) (policy.Input, string) {
 		if in.HTTP.Scheme == "https" {
 			in.TLS = &policy.TLS{SNI: r.Host, Intercepted: true}
 		}
-	case audit.KindConnect:
-		rebuildCarried(&in, r)
 	case audit.KindTLS:
 		in.TLS = &policy.TLS{SNI: r.Host}
 		if isIP(r.Host) { // no server name: decided by the address
@@ -135,9 +165,10 @@ func (b *Rebuilder) Input(r *audit.Record) (policy.Input, string) {
 	return in, ""
 }
 
-// rebuildCarried applies the second decision of a CONNECT that carried opaque
-// bytes or a ClientHello without a name: the record holds that decision.
-func rebuildCarried(in *policy.Input, r *audit.Record) {
+// rebuildCarried makes in the second decision of a CONNECT that carried
+// opaque bytes or a ClientHello without a name (gateway decideCarried);
+// false for anything else.
+func rebuildCarried(in *policy.Input, r *audit.Record) bool {
 	switch extraString(r, extraCarries) {
 	case string(policy.KindTCP):
 		in.Kind = policy.KindTCP
@@ -145,7 +176,10 @@ func rebuildCarried(in *policy.Input, r *audit.Record) {
 	case string(policy.KindTLS):
 		in.Kind = policy.KindTLS
 		in.TLS = &policy.TLS{}
+	default:
+		return false
 	}
+	return true
 }
 
 func httpOf(r *audit.Record) *policy.HTTP {

@@ -172,7 +172,7 @@ type replayer struct {
 
 func (rp *replayer) record(ctx context.Context, r *audit.Record) error {
 	rp.rep.Records++
-	in, skip := rp.rb.Input(r)
+	ins, skip := rp.rb.Inputs(r)
 	if skip != "" {
 		if rp.rep.Skipped[skip] == nil {
 			rp.rep.Skipped[skip] = map[string]int{}
@@ -180,19 +180,33 @@ func (rp *replayer) record(ctx context.Context, r *audit.Record) error {
 		rp.rep.Skipped[skip][r.Kind]++
 		return nil
 	}
-	if !hasLabels(in.Sandbox.Labels, rp.cfg.Labels) {
+	if !hasLabels(ins[0].Sandbox.Labels, rp.cfg.Labels) {
 		return nil
 	}
 	rp.rep.Replayed++
-	b, err := json.Marshal(&in)
-	if err != nil {
-		return fmt.Errorf("record %d: %w", r.Seq, err)
+	keys := make([]string, len(ins))
+	for i := range ins {
+		b, err := json.Marshal(&ins[i])
+		if err != nil {
+			return fmt.Errorf("record %d: %w", r.Seq, err)
+		}
+		keys[i] = string(b)
 	}
-	key := string(b)
-	now := rp.after.decide(ctx, &in, key)
+	// A CONNECT with a second decision passes only if both allow.
+	decideAll := func(sd *side) outcome {
+		var o outcome
+		for i := range ins {
+			if o = sd.decide(ctx, &ins[i], keys[i]); !o.allowed {
+				break
+			}
+		}
+		return o
+	}
+	in := ins[len(ins)-1]
+	now := decideAll(rp.after)
 	was := outcome{allowed: PolicyAllowed(r), reasons: reasonIDs(r.Reasons)}
 	if rp.before != nil {
-		was = rp.before.decide(ctx, &in, key)
+		was = decideAll(rp.before)
 	}
 	switch {
 	case was.allowed == now.allowed:

@@ -128,7 +128,7 @@ func collect(ctx context.Context, files []string, cfg SuggestConfig, s *Suggesti
 			return nil
 		}
 		s.Records++
-		in, skip := rb.Input(r)
+		ins, skip := rb.Inputs(r)
 		if skip != "" {
 			if s.Skipped[skip] == nil {
 				s.Skipped[skip] = map[string]int{}
@@ -136,7 +136,7 @@ func collect(ctx context.Context, files []string, cfg SuggestConfig, s *Suggesti
 			s.Skipped[skip][r.Kind]++
 			return nil
 		}
-		if !hasLabels(in.Sandbox.Labels, cfg.Labels) {
+		if !hasLabels(ins[0].Sandbox.Labels, cfg.Labels) {
 			return nil
 		}
 		allowed := r.Decision == audit.DecisionAllow
@@ -149,16 +149,30 @@ func collect(ctx context.Context, files []string, cfg SuggestConfig, s *Suggesti
 		default:
 			s.OtherDenied++
 		}
-		b, _ := json.Marshal(&in)
-		k := fmt.Sprint(allowed) + string(b)
-		if seen[k] {
-			return nil
+		add := func(in policy.Input, allowed bool) {
+			b, _ := json.Marshal(&in)
+			k := fmt.Sprint(allowed) + string(b)
+			if seen[k] {
+				return
+			}
+			seen[k] = true
+			if allowed {
+				s.Allowed = append(s.Allowed, Sample{Seq: r.Seq, Input: in})
+			} else {
+				s.Denied = append(s.Denied, Sample{Seq: r.Seq, Input: in})
+			}
 		}
-		seen[k] = true
-		if allowed {
-			s.Allowed = append(s.Allowed, Sample{Seq: r.Seq, Input: in})
-		} else {
-			s.Denied = append(s.Denied, Sample{Seq: r.Seq, Input: in})
+		last := len(ins) - 1
+		for i, in := range ins {
+			switch {
+			case allowed || i < last && r.Mode == string(policy.ModeEnforce):
+				// A learned CONNECT opens what it carried too; in enforce
+				// mode a CONNECT whose carried bytes were refused was itself
+				// allowed.
+				add(in, true)
+			case i == last:
+				add(in, false)
+			}
 		}
 		return nil
 	})

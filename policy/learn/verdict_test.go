@@ -1,13 +1,18 @@
 package learn
 
 import (
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // TestOutsideReasonsListed: every Reason* constant of the gateway and the DNS
@@ -46,5 +51,44 @@ func TestOutsideReasonsListed(t *testing.T) {
 	}
 	if found < 30 {
 		t.Fatalf("found %d reason constants, want the gateway's and the DNS filter's", found)
+	}
+}
+
+// TestInputsOfConnect: a CONNECT record is the CONNECT's input, and a second
+// one only when the gateway decided what it carried again (opaque bytes
+// always, a ClientHello when marked carried_decided): learning a tunnelled
+// TLS connection as kind tls only left its CONNECT refused.
+func TestInputsOfConnect(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra string
+		want  []policy.Kind
+	}{
+		{"tls with a name", `{"carries":"tls"}`, []policy.Kind{policy.KindConnect}},
+		{"tls without a name", `{"carries":"tls","carried_decided":true}`, []policy.Kind{policy.KindConnect, policy.KindTLS}},
+		{"opaque bytes", `{"carries":"tcp"}`, []policy.Kind{policy.KindConnect, policy.KindTCP}},
+		{"http", `{"carries":"http"}`, []policy.Kind{policy.KindConnect}},
+		{"nothing yet", `{}`, []policy.Kind{policy.KindConnect}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &audit.Record{Kind: audit.KindConnect, Decision: audit.DecisionAllow, Mode: "enforce", Host: "api.example.test", Port: 443}
+			if err := json.Unmarshal([]byte(tc.extra), &r.Extra); err != nil {
+				t.Fatal(err)
+			}
+			ins, skip := NewRebuilder().Inputs(r)
+			if skip != "" {
+				t.Fatalf("skipped: %s", skip)
+			}
+			var got []policy.Kind
+			for _, in := range ins {
+				got = append(got, in.Kind)
+				if in.Destination.Host != r.Host || in.Destination.Port != r.Port {
+					t.Errorf("input %+v: want destination %s:%d", in.Destination, r.Host, r.Port)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got kinds %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

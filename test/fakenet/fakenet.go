@@ -60,7 +60,8 @@ type Net struct {
 	closed    bool
 }
 
-// Host is one fake server: an address with HTTP on 80, HTTPS on 443, a TCP
+// Host is one fake server: an address with HTTP on 80, HTTPS (h2 and
+// http/1.1, as real registries offer) on 443, a TCP
 // echo on 7 and a UDP counter on 7 and 53.
 type Host struct {
 	Names []string
@@ -383,7 +384,7 @@ func (n *Net) AddHost(names []string, handler http.Handler) (*Host, error) {
 	}
 	s80 := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second}
 	s443 := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{leaf}, NextProtos: []string{"http/1.1"}}}
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{leaf}, NextProtos: []string{"h2", "http/1.1"}}}
 	go func() { _ = s80.Serve(&countingListener{Listener: l80, n: &h.conns}) }()
 	go func() { _ = s443.ServeTLS(&countingListener{Listener: l443, n: &h.conns}, "", "") }()
 	go echoTCP(&countingListener{Listener: l7, n: &h.conns})

@@ -2,12 +2,14 @@ package readme
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/airlock-dev/airlock/audit/report/reporttest"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
@@ -154,16 +156,18 @@ func indexOf(ss []string, s string) int {
 
 // TestRootDemo runs `make demo`'s script, the README's first command, and checks
 // that it shows what it promises: registries reached, leaks refused, the log
-// verified with its signatures, and a tampered copy caught at the right line.
+// verified with its signatures, a tampered copy caught at the right line, and
+// an HTML report whose numbers, opened in headless chromium, are the log's.
 func TestRootDemo(t *testing.T) {
 	roottest.Require(t)
 	bin := filepath.Join(t.TempDir(), "airlock")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	artifacts := reporttest.ArtifactsDir(t)
 	cmd := exec.Command("bash", "scripts/demo.sh")
 	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "AIRLOCK_BIN="+bin)
+	cmd.Env = append(os.Environ(), "AIRLOCK_BIN="+bin, "AIRLOCK_DEMO_OUT="+artifacts)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
@@ -177,9 +181,50 @@ func TestRootDemo(t *testing.T) {
 		"chain ok",
 		"signatures ok",
 		"prev mismatch",
+		"report: " + artifacts + "/report.html",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+	checkDemoReport(t, artifacts)
+}
+
+// checkDemoReport opens the demo's report in headless chromium (no network)
+// and checks that it shows the numbers of the JSON report of the same log,
+// that the decision filter works, and that the page asked for nothing; the
+// screenshot stays in the artifacts directory.
+func checkDemoReport(t *testing.T, dir string) {
+	raw, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		Totals map[string]int64 `json:"totals"`
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if want.Totals["allowed"] == 0 || want.Totals["denied"] == 0 {
+		t.Fatalf("the demo's report counts %v: want allowed and denied requests", want.Totals)
+	}
+	page := reporttest.Open(t, reporttest.Chromium(t), filepath.Join(dir, "report.html"))
+	page.Screenshot(filepath.Join(dir, "report.png"))
+	shown := page.Shown()
+	for k, v := range want.Totals {
+		if shown.Totals[k] != v {
+			t.Errorf("the page shows %s=%d, the log's JSON report %d", k, shown.Totals[k], v)
+		}
+	}
+	if shown.Banner != "banner ok" {
+		t.Errorf("verification banner %q, want \"banner ok\" (the demo's log verifies with its key)", shown.Banner)
+	}
+	page.Choose("f-decision", "deny")
+	if got := page.Shown().Totals; got["allowed"] != 0 || got["denied"] != want.Totals["denied"] {
+		t.Errorf("filtered to denials, the page shows %v; want 0 allowed and %d denied", got, want.Totals["denied"])
+	}
+	page.Screenshot(filepath.Join(dir, "report-denied.png"))
+	if got := page.Requests(); len(got) != 0 {
+		t.Errorf("the report sent requests: %v", got)
 	}
 }
