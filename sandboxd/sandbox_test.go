@@ -719,3 +719,64 @@ func cgroupV1Of(p *Process, s *Sandbox) string {
 	}
 	return ""
 }
+
+// TestSandboxKillStopsEveryProcess pins what Kill promises before the
+// teardown: when it returns, no process of the sandbox runs any more. Writers
+// left in the background by an exec (not init's direct job) append to host
+// files through the workspace; after Kill the files never grow again. (The
+// kernel kills the rest of a PID namespace only once its init's address space
+// is torn down, milliseconds after init's SIGKILL: Kill must not count on
+// that.)
+func TestSandboxKillStopsEveryProcess(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	ws := hostDir(t, 0o777)
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{Workspace: ws})
+	files := []string{"w1", "w2", "w3"}
+	// Nothing holds the exec's output: Kill's wait for it is no help.
+	script := "exec </dev/null >/dev/null 2>&1; "
+	for _, f := range files {
+		script += "(while :; do echo x >> " + f + "; done) & "
+	}
+	p, err := s.Exec(t.Context(), ExecSpec{Argv: sh(script + "sleep 60")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := func(f string) int64 {
+		st, err := os.Stat(filepath.Join(ws, f))
+		if err != nil {
+			return -1
+		}
+		return st.Size()
+	}
+	if !poll.Within(10*time.Second, func() bool {
+		for _, f := range files {
+			if size(f) < 64 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the background writers did not start")
+	}
+	u, err := s.Kill(t.Context())
+	if err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if u.Pids != 0 {
+		t.Errorf("final usage after Kill: got %d pids, want 0", u.Pids)
+	}
+	before := map[string]int64{}
+	for _, f := range files {
+		before[f] = size(f)
+	}
+	res, werr := p.Wait() // settled by Kill: returns at once
+	if !errors.Is(werr, ErrSandboxGone) && (res == nil || res.Signal == 0) {
+		t.Errorf("Wait after Kill: got %+v, %v; want killed or ErrSandboxGone", res, werr)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, f := range files {
+		if got := size(f); got != before[f] {
+			t.Errorf("%s grew after Kill returned: got %d bytes, want %d", f, got, before[f])
+		}
+	}
+}
