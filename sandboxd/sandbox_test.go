@@ -780,3 +780,50 @@ func TestSandboxKillStopsEveryProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestSpareJobThreadWaitsInJobsCgroup: init makes each job's thread ahead of
+// the job, in the v1 jobs cgroup, so a job's start waits for neither a new
+// thread nor a cgroup move: from Start on, and again after every job is
+// forked, one thread of init waits in the jobs child. Every exec, the first
+// and one after a quiet spell, is born in the jobs child (its pids cgroup
+// seen from the host while it runs).
+func TestSpareJobThreadWaitsInJobsCgroup(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	if e.cgm.v2 || !e.cgm.have["pids"] {
+		t.Skip("the jobs child is a v1 pids hierarchy's")
+	}
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	initThreadsInJobs := func() int {
+		b, err := os.ReadFile(filepath.Join(s.slot.cg.jobs, "tasks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range strings.Fields(string(b)) {
+			if _, err := os.Stat("/proc/" + strconv.Itoa(s.init.Pid) + "/task/" + f); err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	wantJobs := filepath.Join(strings.TrimPrefix(s.slot.cg.dirs["pids"], e.cgm.root+"/pids"), jobsCgroup)
+	for i := range 3 {
+		poll.Until(t, 10*time.Second, "a spare job thread in the jobs cgroup", func() bool { return initThreadsInJobs() == 1 })
+		if i == 2 {
+			time.Sleep(150 * time.Millisecond) // a quiet spell
+		}
+		p, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"sleep", "60"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cgroupV1Of(p, s); got != wantJobs {
+			t.Errorf("exec %d: pids cgroup: got %q, want the jobs child %q", i, got, wantJobs)
+		}
+		if err := p.Signal(unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
