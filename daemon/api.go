@@ -306,7 +306,7 @@ func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
 		return
 	}
-	if _, ok := d.reg.get(req.ID); ok {
+	if d.reg.taken(req.ID) {
 		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
 		return
 	}

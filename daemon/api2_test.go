@@ -320,6 +320,7 @@ func TestRun(t *testing.T) {
 	if r.status != 200 || res.ExitStatus != 7 || res.Stdout != "in\n" || res.Stderr != "err\n" || res.ID == "" {
 		t.Fatalf("run: %d %+v", r.status, res)
 	}
+	w.d.reg.waitTeardowns()
 	if w.d.reg.len() != 0 || w.net.tornDown(res.ID) != 1 {
 		t.Fatal("the run's sandbox was not deleted")
 	}

@@ -209,6 +209,7 @@ func TestRootSandboxLifetimes(t *testing.T) {
 			}
 			return false
 		})
+		a.d.reg.waitTeardowns() // the namespace goes in the background teardown
 		if _, ok := a.d.netns.Get(tt.id); ok {
 			t.Fatalf("%s ended (%s) but its namespace is still served", tt.id, tt.reason)
 		}

@@ -584,6 +584,9 @@ func testRootDelete(t *testing.T, a *apiRoot) {
 	if end.State != api.StateStopped || end.EndReason != ReasonDeleted || end.Usage.MemoryPeakBytes <= 0 {
 		t.Fatalf("delete returned %+v", end)
 	}
+	// Delete answers once nothing of the sandbox runs; the processes'
+	// exit, cgroup and namespace go in the background teardown.
+	a.d.reg.waitTeardowns()
 	if got := hostProcs(marker); len(got) != 0 {
 		t.Fatalf("processes %v left after delete", got)
 	}

@@ -109,7 +109,7 @@ func (d *Daemon) apiExec(w http.ResponseWriter, r *http.Request) {
 	}
 	if proc == nil { // could not be started: the stream has its exit frame
 		fw.start(api.Frame{Type: api.FrameStarted, ExecID: x.id})
-		fw.frame(api.Frame{Type: api.FrameExit, Result: res})
+		fw.last(api.Frame{Type: api.FrameExit, Result: res})
 		return
 	}
 	fw.start(api.Frame{Type: api.FrameStarted, ExecID: x.id, PID: x.pid})
@@ -171,13 +171,13 @@ func (d *Daemon) finishExec(ctx context.Context, sb *sandbox, x *execEntry, proc
 	d.metrics.execDone(ar)
 	switch {
 	case err == nil:
-		fw.frame(api.Frame{Type: api.FrameExit, Result: ar})
+		fw.last(api.Frame{Type: api.FrameExit, Result: ar})
 	case errors.Is(err, sandboxd.ErrSandboxGone):
-		fw.frame(api.Frame{Type: api.FrameError, Error: apiErr(api.CodeConflict, "", "sandbox %s ended while the exec ran", sb.id)})
+		fw.last(api.Frame{Type: api.FrameError, Error: apiErr(api.CodeConflict, "", "sandbox %s ended while the exec ran", sb.id)})
 	case ctx.Err() != nil:
 		// The client is gone (or stopped reading): nobody to tell.
 	default:
-		fw.frame(api.Frame{Type: api.FrameError, Error: apiErr(api.CodeInternal, "", "exec %s: %v", x.id, err)})
+		fw.last(api.Frame{Type: api.FrameError, Error: apiErr(api.CodeInternal, "", "exec %s: %v", x.id, err)})
 	}
 }
 
@@ -248,23 +248,40 @@ func (f *frameWriter) frame(fr api.Frame) {
 	f.writeLocked(fr)
 }
 
+// last writes the stream's last frame (exit or error) without flushing it:
+// the handler returns right after, and the server sends it with the end of
+// the response in one write.
+func (f *frameWriter) last(fr api.Frame) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.put(fr)
+}
+
 func (f *frameWriter) writeLocked(fr api.Frame) {
-	if f.failed != nil {
-		return
-	}
-	b, err := json.Marshal(fr)
-	if err != nil {
-		f.fail(err)
-		return
-	}
-	_ = f.rc.SetWriteDeadline(time.Now().Add(frameWriteTimeout))
-	if _, err := f.w.Write(append(b, '\n')); err != nil {
-		f.fail(err)
+	if !f.put(fr) {
 		return
 	}
 	if err := f.rc.Flush(); err != nil {
 		f.fail(err)
 	}
+}
+
+// put writes fr into the response's buffer; false when it could not.
+func (f *frameWriter) put(fr api.Frame) bool {
+	if f.failed != nil {
+		return false
+	}
+	b, err := json.Marshal(fr)
+	if err != nil {
+		f.fail(err)
+		return false
+	}
+	_ = f.rc.SetWriteDeadline(time.Now().Add(frameWriteTimeout))
+	if _, err := f.w.Write(append(b, '\n')); err != nil {
+		f.fail(err)
+		return false
+	}
+	return true
 }
 
 // abandon ends the writer when the handler returns: a stream never started

@@ -227,6 +227,9 @@ func (b *fakeBox) GetFiles(ctx context.Context, path string, w io.Writer) error 
 	return tw.Close()
 }
 
+// Kill is Destroy: the fake has nothing to tear down after its processes.
+func (b *fakeBox) Kill(ctx context.Context) (usage, error) { return b.Destroy(ctx) }
+
 func (b *fakeBox) Destroy(ctx context.Context) (usage, error) {
 	b.mu.Lock()
 	already := b.destroyed
@@ -360,6 +363,18 @@ type fakeNetwork struct {
 	torn      map[string]int
 	fromPool  map[string]bool
 	policies  map[string]policy.Sandbox // what each sandbox is served with
+	// gate, when set, holds every Teardown until it is closed; tearErr
+	// makes Teardown fail.
+	gate    chan struct{}
+	tearErr error
+}
+
+// holdTeardowns makes every Teardown wait until the returned func is called.
+func (n *fakeNetwork) holdTeardowns() (release func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.gate = make(chan struct{})
+	return sync.OnceFunc(func() { close(n.gate) })
 }
 
 func newFakeNetwork() *fakeNetwork {
@@ -407,9 +422,19 @@ func (n *fakeNetwork) Create(ctx context.Context, sb policy.Sandbox) (*netns.San
 
 func (n *fakeNetwork) Teardown(ctx context.Context, id string) error {
 	n.mu.Lock()
+	gate := n.gate
+	n.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.torn[id]++
-	return nil
+	return n.tearErr
 }
 
 func (n *fakeNetwork) policy(id string) (policy.Sandbox, bool) {
@@ -433,3 +458,9 @@ var (
 	_ pooledNet = (*fakePooledNet)(nil)
 	_           = bytes.MinRead
 )
+
+func (b *fakeBox) isDestroyed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.destroyed
+}

@@ -173,10 +173,11 @@ func (d *Daemon) monitor(sb *sandbox) {
 	}
 }
 
-// endSandbox ends sb for reason: every process killed, the executor sandbox
-// (cgroup, mounts) destroyed, the namespace torn down, the end audited with
-// the final usage. It returns the sandbox as it ended; a second call waits
-// for the first.
+// endSandbox ends sb for reason: every process killed (nothing of it runs
+// when this returns), the end audited with the final usage; the executor
+// sandbox (cgroup, mounts, uid) and the namespace are torn down in the
+// background (teardown). It returns the sandbox as it ended; a second call
+// waits for the first.
 func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
 	if !sb.beginEnd(reason) {
 		<-sb.ended
@@ -185,12 +186,9 @@ func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
 	sb.notify(sb.view(d.usageNow(sb)))
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
-	u, err := sb.box.Destroy(ctx)
+	u, err := sb.box.Kill(ctx)
 	if err != nil {
-		d.log.Error("destroy sandbox", oplog.SandboxKey, sb.id, oplog.ErrorKey, err)
-	}
-	if err := d.net.Teardown(ctx, sb.id); err != nil {
-		d.log.Error("teardown", oplog.SandboxKey, sb.id, oplog.ErrorKey, err)
+		d.log.Error("kill sandbox", oplog.SandboxKey, sb.id, oplog.ErrorKey, err)
 	}
 	if d.secrets != nil {
 		d.secrets.Forget(sb.id)
@@ -201,7 +199,8 @@ func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
 	}
 	d.acct.close(sb.id)
 	sb.stopped(u, final)
-	d.reg.remove(sb)
+	d.reg.beginTeardown(sb)
+	go d.teardown(sb.id, sb.box)
 	d.metrics.ended.WithLabelValues(reason).Inc()
 	if final.OOMKills > 0 {
 		d.metrics.oomKills.Add(float64(final.OOMKills))
@@ -209,7 +208,31 @@ func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
 	return sb.view(final)
 }
 
-// endAll ends every sandbox for reason, at once.
+// teardown destroys an ended sandbox's executor sandbox (init's exit, its
+// cgroup and uid) and then its namespace, bounded by endTimeout, and frees
+// its id. A failure is logged and counted
+// (airlock_sandbox_teardown_failures_total); what it left is removed by the
+// next start's recovery.
+func (d *Daemon) teardown(id string, b box) {
+	defer d.reg.endTeardown(id)
+	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+	defer cancel()
+	failed := false
+	if _, err := b.Destroy(ctx); err != nil {
+		failed = true
+		d.log.Error("destroy sandbox", oplog.SandboxKey, id, oplog.ErrorKey, err)
+	}
+	if err := d.net.Teardown(ctx, id); err != nil {
+		failed = true
+		d.log.Error("teardown", oplog.SandboxKey, id, oplog.ErrorKey, err)
+	}
+	if failed {
+		d.metrics.teardownFailures.Inc()
+	}
+}
+
+// endAll ends every sandbox for reason, at once, and waits for every
+// teardown under way.
 func (d *Daemon) endAll(reason string) {
 	var wg sync.WaitGroup
 	for _, sb := range d.reg.all() {
@@ -217,6 +240,7 @@ func (d *Daemon) endAll(reason string) {
 		go func() { defer wg.Done(); d.endSandbox(sb, reason) }()
 	}
 	wg.Wait()
+	d.reg.waitTeardowns()
 }
 
 // Shutdown stops the daemon's sandboxes gracefully: no new sandbox is
@@ -279,7 +303,7 @@ func (d *Daemon) newSandboxID() (string, error) {
 			return "", err
 		}
 		id := "sb-" + hex.EncodeToString(b[:])
-		if _, taken := d.reg.get(id); !taken {
+		if !d.reg.taken(id) {
 			return id, nil
 		}
 	}

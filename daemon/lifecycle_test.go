@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
@@ -209,3 +212,73 @@ func (d *Daemon) metricValue(t testing.TB, name, label string) float64 {
 }
 
 var _ = httptest.NewRecorder
+
+// TestDeleteTearsDownInBackground: DELETE answers once the sandbox's
+// processes are killed and its end is audited, while its namespace is still
+// being torn down; meanwhile its id stays taken (never reused before the
+// teardown is done), and a graceful stop waits for the teardown.
+func TestDeleteTearsDownInBackground(t *testing.T) {
+	w := newFakeWorld(t)
+	c := w.client(alice)
+	sb := c.create(t, `{}`)
+	release := w.net.holdTeardowns()
+	defer release()
+	deleted := make(chan apiResp, 1)
+	go func() { deleted <- c.json(t, "DELETE", "/v1/sandboxes/"+sb.ID, "") }()
+	select {
+	case r := <-deleted:
+		if r.status != 200 {
+			t.Fatalf("delete: %d %s", r.status, r.body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("DELETE waited for the namespace teardown")
+	}
+	endRecord(t, w, sb.ID, ReasonDeleted)
+	if !w.exe.all()[0].isDestroyed() {
+		t.Fatal("DELETE answered before the sandbox's processes were killed")
+	}
+	if !w.d.reg.taken(sb.ID) {
+		t.Fatal("the id of a sandbox under teardown is free for reuse")
+	}
+	if r := c.json(t, "GET", "/v1/sandboxes/"+sb.ID, ""); r.status != 404 {
+		t.Fatalf("inspect after delete: %d, want 404", r.status)
+	}
+	if n := w.net.tornDown(sb.ID); n != 0 {
+		t.Fatalf("namespace torn down %d times while held, want 0", n)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		release()
+	}()
+	if err := w.d.Shutdown(t.Context()); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n := w.net.tornDown(sb.ID); n != 1 {
+		t.Fatalf("after Shutdown: namespace torn down %d times, want 1", n)
+	}
+	if w.d.reg.taken(sb.ID) {
+		t.Fatal("the id is still taken after its teardown")
+	}
+}
+
+// TestTeardownFailureCounted: a background teardown that fails is logged
+// and counted in airlock_sandbox_teardown_failures_total.
+func TestTeardownFailureCounted(t *testing.T) {
+	w := newFakeWorld(t)
+	h := promhttp.HandlerFor(w.d.metrics.reg, promhttp.HandlerOpts{})
+	c := w.client(alice)
+	sb := c.create(t, `{}`)
+	w.net.mu.Lock()
+	w.net.tearErr = errors.New("fake: teardown refused")
+	w.net.mu.Unlock()
+	if r := c.json(t, "DELETE", "/v1/sandboxes/"+sb.ID, ""); r.status != 200 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	w.d.reg.waitTeardowns()
+	if got := scrape(t, h, "airlock_sandbox_teardown_failures_total"); got != 1 {
+		t.Fatalf("airlock_sandbox_teardown_failures_total = %v, want 1", got)
+	}
+	if w.d.reg.taken(sb.ID) {
+		t.Fatal("a failed teardown keeps the id taken forever")
+	}
+}

@@ -16,6 +16,9 @@ type metrics struct {
 	execWall  prometheus.Histogram
 	oomKills  prometheus.Counter
 	timeouts  prometheus.Counter
+	// teardownFailures counts ended sandboxes whose background teardown
+	// (executor sandbox, namespace) failed.
+	teardownFailures prometheus.Counter
 }
 
 func newMetrics(active, poolDepth func() float64) *metrics {
@@ -37,11 +40,13 @@ func newMetrics(active, poolDepth func() float64) *metrics {
 			Help: "Processes the OOM killer ended, counted from each sandbox's cgroup when it ends."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_exec_timeouts_total",
 			Help: "Execs killed at their timeout."}),
+		teardownFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_sandbox_teardown_failures_total",
+			Help: "Ended sandboxes whose background teardown (cgroup, mounts, uid, namespace) failed; the next start's recovery removes what is left."}),
 	}
 	for _, r := range []string{ReasonDeleted, ReasonIdleTimeout, ReasonMaxLifetime, ReasonDaemonStopped, ReasonFailed} {
 		m.ended.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.created, m.fromPool, m.ended, m.execStart, m.execWall, m.oomKills, m.timeouts,
+	m.reg.MustRegister(m.created, m.fromPool, m.ended, m.execStart, m.execWall, m.oomKills, m.timeouts, m.teardownFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_sandboxes_active", Help: "Sandboxes alive now."}, active),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_sandbox_pool_depth", Help: "Prepared sandboxes waiting in the warm pool."}, poolDepth))
 	return m

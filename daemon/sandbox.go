@@ -281,10 +281,14 @@ type registry struct {
 	byID     map[string]*sandbox
 	pending  int         // creates under way
 	perOwner map[int]int // live and pending, by owner
+	// tearing holds the ids of ended sandboxes whose teardown (namespace,
+	// cgroup, uid) still runs: an id is never reused before it is done.
+	tearing  map[string]struct{}
+	teardown sync.WaitGroup
 }
 
 func newRegistry() *registry {
-	return &registry{byID: map[string]*sandbox{}, perOwner: map[int]int{}}
+	return &registry{byID: map[string]*sandbox{}, perOwner: map[int]int{}, tearing: map[string]struct{}{}}
 }
 
 // reserve counts a create under way against the limits, or says which one
@@ -326,6 +330,35 @@ func (r *registry) remove(s *sandbox) {
 		delete(r.byID, s.id)
 		r.dropOwner(s.owner)
 	}
+}
+
+// beginTeardown removes an ended sandbox and keeps its id taken until
+// endTeardown: the teardown that follows is waited for by waitTeardowns.
+func (r *registry) beginTeardown(s *sandbox) {
+	r.mu.Lock()
+	r.tearing[s.id] = struct{}{}
+	r.teardown.Add(1)
+	r.mu.Unlock()
+	r.remove(s)
+}
+
+func (r *registry) endTeardown(id string) {
+	r.mu.Lock()
+	delete(r.tearing, id)
+	r.mu.Unlock()
+	r.teardown.Done()
+}
+
+// waitTeardowns waits for every teardown under way.
+func (r *registry) waitTeardowns() { r.teardown.Wait() }
+
+// taken reports whether id names a sandbox, live or still being torn down.
+func (r *registry) taken(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, live := r.byID[id]
+	_, tearing := r.tearing[id]
+	return live || tearing
 }
 
 func (r *registry) dropOwner(owner int) {

@@ -67,6 +67,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if r.status != 200 || end.State != api.StateStopped || end.EndReason != ReasonDeleted || end.Usage.MemoryPeakBytes != 3<<20 {
 		t.Fatalf("delete: %d %+v", r.status, end)
 	}
+	w.d.reg.waitTeardowns()
 	if n := w.net.tornDown(sb.ID); n != 1 {
 		t.Fatalf("namespace torn down %d times, want 1", n)
 	}

@@ -30,6 +30,9 @@ type box interface {
 	Usage() (usage, error)
 	PutFiles(ctx context.Context, dir string, r io.Reader) (filesResult, error)
 	GetFiles(ctx context.Context, path string, w io.Writer) error
+	// Kill kills every process and returns the final usage once none can
+	// run; Destroy also waits for the rest of the teardown.
+	Kill(ctx context.Context) (usage, error)
 	Destroy(ctx context.Context) (usage, error)
 	Done() <-chan struct{}
 	WorkDir() string

@@ -91,8 +91,11 @@ type Manager struct {
 	poolStop  chan struct{}
 	poolDone  chan struct{}
 	poolSeq   atomic.Uint64
-	poolNames sync.Map             // path -> struct{} for pool namespaces this Manager made, ready or taken
-	taken     map[*Pooled]struct{} // handed out by TakePooled, not yet used; guarded by mu
+	poolNames sync.Map // path -> struct{} for pool namespaces this Manager made, ready or taken
+	// unmounts counts the pool names movePooled still unmounts in the
+	// background; Close waits for them.
+	unmounts sync.WaitGroup
+	taken    map[*Pooled]struct{} // handed out by TakePooled, not yet used; guarded by mu
 }
 
 // New returns a Manager. It does no kernel work until the first Create, Attach or
@@ -441,5 +444,6 @@ func (m *Manager) Close() error {
 			break
 		}
 	}
+	m.unmounts.Wait()
 	return errors.Join(errs...)
 }

@@ -92,15 +92,30 @@ func (m *Manager) readyPooled() (string, bool) {
 }
 
 // movePooled gives the pool namespace at src its sandbox's name dst: bind
-// mounted at dst, its pool name gone. A process that joined it by its pool
-// name stays in it. On error src is removed too (it is not reused).
+// mounted at dst, its pool name gone (in the background). A process that
+// joined it by its pool name stays in it. On error src is removed too (it is
+// not reused).
 func (m *Manager) movePooled(src, dst string) error {
-	err := bindMount(src, dst)
-	if rerr := unmountRemove(src); rerr != nil {
-		m.log.Warn("pool: remove pool name", oplog.PathKey, src, oplog.ErrorKey, rerr)
+	if err := bindMount(src, dst); err != nil {
+		if rerr := unmountRemove(src); rerr != nil {
+			m.log.Warn("pool: remove pool name", oplog.PathKey, src, oplog.ErrorKey, rerr)
+		}
+		m.poolNames.Delete(src)
+		return err
 	}
-	m.poolNames.Delete(src)
-	return err
+	// The old name's unmount waits for an RCU grace period (2-3 ms): it goes
+	// in the background. Until it is done the name is still this manager's
+	// (poolNames), so Recover leaves it; after a crash it is a stale pool
+	// name, which Recover removes.
+	m.unmounts.Add(1)
+	go func() {
+		defer m.unmounts.Done()
+		if rerr := unmountRemove(src); rerr != nil {
+			m.log.Warn("pool: remove pool name", oplog.PathKey, src, oplog.ErrorKey, rerr)
+		}
+		m.poolNames.Delete(src)
+	}()
+	return nil
 }
 
 // Pooled is a ready namespace taken from the pool (TakePooled): the island is

@@ -139,8 +139,12 @@ func TestPooledCreateFrom(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateFrom: %v", err)
 	}
+	w.m.unmounts.Wait() // the pool name goes in the background
 	if s.Path != w.m.nsPath(id) || mounted(t, p.Path()) {
 		t.Fatalf("sandbox at %s, pool name mounted %v; want %s and the pool name gone", s.Path, mounted(t, p.Path()), w.m.nsPath(id))
+	}
+	if _, ok := w.m.poolNames.Load(p.Path()); ok {
+		t.Fatalf("the pool name %s is still tracked after its unmount", p.Path())
 	}
 	if _, err := os.Stat(filepath.Join(w.cfg.StateDir, id+".json")); err != nil {
 		t.Fatalf("state file: %v", err)
@@ -262,4 +266,38 @@ func TestPooledDiscardLeavesNothing(t *testing.T) {
 			t.Errorf("pool namespaces left: %v", left)
 		}
 	})
+}
+
+// TestCloseWaitsForPoolNameUnmounts: CreateFrom unmounts the pool name in
+// the background; Close returns only once every such unmount is done, so a
+// stopped manager leaves no pool name of its own behind.
+func TestCloseWaitsForPoolNameUnmounts(t *testing.T) {
+	w := newWorld(t, Config{})
+	ctx := context.Background()
+	var paths []string
+	var taken []*Pooled
+	for range 4 {
+		p, err := w.m.TakePooled(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, p)
+		paths = append(paths, p.Path())
+	}
+	// Back to back, then Close at once: several unmounts are still under way.
+	for i, p := range taken {
+		id := netnstest.SandboxID("unmount" + strconv.Itoa(i))
+		if _, err := w.m.CreateFrom(ctx, policy.Sandbox{ID: id}, p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.m.Teardown(context.Background(), id) })
+	}
+	if err := w.m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range paths {
+		if _, err := os.Lstat(path); !os.IsNotExist(err) || mounted(t, path) {
+			t.Errorf("pool name %s left after Close (%v)", path, err)
+		}
+	}
 }

@@ -303,13 +303,20 @@ func (cg *cgroup) holds(pid int) error {
 }
 
 // pids lists every task group in the cgroup: the union over its hierarchies (v1
-// moves a process into each separately).
+// moves a process into each separately) and the v1 jobs child.
 func (cg *cgroup) pids() ([]int, error) {
 	seen := map[int]bool{}
 	var out []int
 	var errs []error
-	for _, d := range cg.uniq {
+	dirs := cg.uniq
+	if cg.jobs != "" {
+		dirs = append(append([]string{}, dirs...), cg.jobs)
+	}
+	for _, d := range dirs {
 		ps, err := procs(d)
+		if d == cg.jobs && errors.Is(err, os.ErrNotExist) {
+			err = nil // a stale cgroup made before the jobs child
+		}
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -294,7 +294,7 @@ func TestCgroupV1FakeLimitsAndCounters(t *testing.T) {
 		"memory/airlock/airlock-fake/memory.memsw.limit_in_bytes=33554432",
 		"cpu/airlock/airlock-fake/cpu.cfs_period_us=100000", "cpu/airlock/airlock-fake/cpu.cfs_quota_us=50000",
 		"pids/airlock/airlock-fake/pids.max=" + itoa(8+initPidsOverhead),
-		"pids/airlock/airlock-fake/jobs/pids.max=8",
+		"pids/airlock/airlock-fake/jobs/pids.max=9",
 		"blkio/airlock/airlock-fake/blkio.throttle.read_bps_device=8:0 4096",
 		"blkio/airlock/airlock-fake/blkio.throttle.write_iops_device=8:0 9"}
 	if strings.Join(wl.writes, "\n") != strings.Join(want, "\n") {

@@ -27,10 +27,15 @@ import (
 // sandbox's cgroup gets Limits.Pids plus initPidsOverhead; the sandbox's own
 // processes get Limits.Pids: on v1 in the jobs child of the pids cgroup,
 // where init moves each job's thread before it forks (a thread can have a v1
-// cgroup of its own); on v2, where a domain cgroup holds whole processes, as
+// cgroup of its own; the child's limit is one more, for init's spare job
+// thread that waits there, spareThreads); on v2, where a domain cgroup holds whole processes, as
 // RLIMIT_NPROC of the sandbox's uid, which no other process has. On v2 the
 // cgroup's pids.events then counts only init running out, so PidsLimitHit
 // is not reported there (a threaded pids subtree would give it).
+
+// spareThreads is how many of init's threads wait in the v1 jobs child for
+// their job (init_jobs_linux.go); its limit is Limits.Pids plus them.
+const spareThreads = 1
 
 // cpuPeriod is the CFS period (µs) both hierarchies' quotas are written against.
 const cpuPeriod = 100000
@@ -54,7 +59,7 @@ func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
 	}
 	w := &limitWriter{cg: cg, quota: quota,
 		mem:  strconv.FormatInt(l.Memory, 10),
-		pids: strconv.FormatInt(l.Pids+initPidsOverhead, 10), jobsPids: strconv.FormatInt(l.Pids, 10)}
+		pids: strconv.FormatInt(l.Pids+initPidsOverhead, 10), jobsPids: strconv.FormatInt(l.Pids+spareThreads, 10)}
 	if cg.v2 {
 		err = w.applyV2(l)
 	} else {

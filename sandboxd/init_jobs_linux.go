@@ -15,7 +15,7 @@ import (
 )
 
 // Jobs: an exec (a command) or the files stage, each started by init from a
-// fresh locked thread that first takes on the job's identity: a private
+// fresh locked thread (made ahead of it: jobThread) that first takes on the job's identity: a private
 // working directory (CLONE_FS) and cgroup namespace, an audit session of its
 // own (exec), the sandbox uid and gid, no capabilities, no_new_privs and the
 // seccomp filter. All of it is per-thread state the forked child inherits and
@@ -47,8 +47,64 @@ type jobFailure struct {
 	err  error
 }
 
-// startJob reserves the job's id and starts it from a fresh locked thread.
-// It owns fds (the job's stdin, stdout and stderr).
+// A job thread is a fresh locked thread made for one job: moved into the
+// jobs cgroup (v1 pids), whose limit is the sandbox's, and given a working
+// directory and a cgroup namespace of its own (rooted there). Init keeps one
+// spare made ahead of its job (when the sandbox starts, and after each job
+// is forked), so a job does not wait for a new thread or for the cgroup
+// move, which on v1 waits for an RCU grace period after a quiet spell
+// (1-2.5 ms). A job's thread is in the jobs cgroup before it forks either
+// way: the job is born there. The spare counts against the jobs' pids limit
+// while it waits, so that limit is one more than Limits.Pids (see
+// cgroup_limits.go).
+type jobThread struct {
+	run chan func(prepared error) // the thread's one job
+}
+
+// newJobThread starts a job thread and prepares it; it runs the job it is
+// then given, with the preparation's error, and exits with it.
+func (s *initServer) newJobThread() *jobThread {
+	t := &jobThread{run: make(chan func(error), 1)}
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
+		err := s.prepareJobThread()
+		(<-t.run)(err)
+	}()
+	return t
+}
+
+// prepareJobThread is the part of a job thread's setup that is the same for
+// every job.
+func (s *initServer) prepareJobThread() error {
+	if unix.Gettid() == unix.Getpid() {
+		return errors.New("a job on init's main thread: refusing to drop its privileges")
+	}
+	// Into the jobs cgroup (v1 pids) first: the cgroup namespace below is
+	// rooted there.
+	if s.jobsTasks >= 0 {
+		if _, err := unix.Write(s.jobsTasks, []byte(strconv.Itoa(unix.Gettid()))); err != nil {
+			return fmt.Errorf("move the job's thread into the jobs cgroup: %w", err)
+		}
+	}
+	// Private working directory and cgroup namespace for this thread
+	// (init's chdir would otherwise race with other jobs').
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("unshare fs and cgroup namespace: %w", err)
+	}
+	return nil
+}
+
+// spareLocked makes the next spare job thread unless one waits. s.mu is
+// held; the sandbox is started (jobsTasks is set).
+func (s *initServer) spareLocked() {
+	if s.spare == nil {
+		s.spare = s.newJobThread()
+	}
+}
+
+// startJob reserves the job's id and starts it on the spare job thread (or
+// a new one when another job took it). It owns fds (the job's stdin, stdout
+// and stderr).
 func (s *initServer) startJob(seq uint64, id string, fds []int, fill func(*jobSpec)) {
 	s.mu.Lock()
 	if s.byID[id] != nil {
@@ -60,35 +116,31 @@ func (s *initServer) startJob(seq uint64, id string, fds []int, fill func(*jobSp
 	j := &initJob{id: id}
 	s.byID[id] = j
 	st := s.start
+	t := s.spare
+	s.spare = nil
 	s.mu.Unlock()
+	if t == nil {
+		t = s.newJobThread()
+	}
 	spec := &jobSpec{}
 	fill(spec)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
+	t.run <- func(prepared error) {
 		defer closeFDs(fds)
-		s.runJob(seq, j, spec, st, fds)
-	}()
+		s.runJob(seq, j, spec, st, fds, prepared)
+		s.mu.Lock()
+		s.spareLocked()
+		s.mu.Unlock()
+	}
 }
 
-// runJob runs on the job's locked thread: it becomes the job and forks it,
-// then registers it and reports it started, or reports why it could not.
-func (s *initServer) runJob(seq uint64, j *initJob, spec *jobSpec, st *startRequest, fds []int) {
+// runJob runs on the job's thread (prepared: its preparation's error): it
+// becomes the job and forks it, then registers it and reports it started,
+// or reports why it could not.
+func (s *initServer) runJob(seq uint64, j *initJob, spec *jobSpec, st *startRequest, fds []int, prepared error) {
 	var session uint32
 	pid, fail := func() (int, *jobFailure) {
-		if unix.Gettid() == unix.Getpid() {
-			return 0, &jobFailure{err: errors.New("a job on init's main thread: refusing to drop its privileges")}
-		}
-		// Into the jobs cgroup (v1 pids), whose limit is the sandbox's, first:
-		// the cgroup namespace below is rooted there.
-		if s.jobsTasks >= 0 {
-			if _, err := unix.Write(s.jobsTasks, []byte(strconv.Itoa(unix.Gettid()))); err != nil {
-				return 0, &jobFailure{err: fmt.Errorf("move the job's thread into the jobs cgroup: %w", err)}
-			}
-		}
-		// Private working directory and cgroup namespace for this thread
-		// (init's chdir would otherwise race with other jobs').
-		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWCGROUP); err != nil {
-			return 0, &jobFailure{err: fmt.Errorf("unshare fs and cgroup namespace: %w", err)}
+		if prepared != nil {
+			return 0, &jobFailure{err: prepared}
 		}
 		if spec.exec != nil {
 			session = setAuditSession(s.cfg.UID)

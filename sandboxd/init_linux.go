@@ -69,6 +69,8 @@ type initServer struct {
 	execFilter, filesFilter seccompFilter
 	// jobsTasks is the v1 pids jobs cgroup's tasks file (-1: none).
 	jobsTasks int
+	// spare is the next job's thread, made ahead (init_jobs_linux.go).
+	spare *jobThread
 
 	jobs   map[int]*initJob    // by pid
 	byID   map[string]*initJob // by id, while registered or starting
@@ -243,6 +245,7 @@ func (s *initServer) handle(m *message, fds []int) {
 			s.failed = err
 		} else {
 			s.started, s.start = true, m.Start
+			s.spareLocked()
 		}
 		s.mu.Unlock()
 		if err != nil {

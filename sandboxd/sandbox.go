@@ -64,6 +64,8 @@ type Sandbox struct {
 	killMu sync.Mutex // one freeze of the cgroup at a time
 
 	destroyOnce sync.Once
+	killed      chan struct{} // closed once Kill's phase is over
+	killErr     error
 	destroyed   chan struct{}
 	final       Usage
 	destroyErr  error
@@ -209,7 +211,7 @@ func (e *Executor) prepare(ctx context.Context, spec PrepareSpec, early *StartSp
 	}
 	s := &Sandbox{e: e, slot: sl, spec: spec, lg: e.lg.With(slotKey, sl.id, uidKey, sl.uid),
 		gone: make(chan struct{}), dead: make(chan struct{}), readerDone: make(chan struct{}), stderrDone: make(chan struct{}),
-		destroyed: make(chan struct{}), state: statePrepared, pending: map[uint64]*request{}, jobs: map[string]*job{}, id: sl.id}
+		killed: make(chan struct{}), destroyed: make(chan struct{}), state: statePrepared, pending: map[uint64]*request{}, jobs: map[string]*job{}, id: sl.id}
 	s.hostHidden = e.hostHidden(spec.Hidden)
 	if early != nil && early.Workspace != "" {
 		s.early = make(chan earlyWorkspace, 1)
@@ -451,29 +453,42 @@ func (s *Sandbox) WorkDir() string {
 // Done is closed when init is gone (destroyed, or died).
 func (s *Sandbox) Done() <-chan struct{} { return s.gone }
 
-// Usage reads the sandbox's cgroup now (after Destroy: its final usage).
+// Usage reads the sandbox's cgroup now (after Kill or Destroy: its final
+// usage).
 func (s *Sandbox) Usage() (Usage, error) {
 	select {
-	case <-s.destroyed:
+	case <-s.killed:
 		return s.final, nil
 	default:
 	}
 	return s.slot.cg.usage()
 }
 
-// Destroy kills every process of the sandbox (through its cgroup, init
-// included), waits for the cgroup to be empty, removes it (the mounts go with
-// init's mount namespace) and releases the uid slot, and returns the final
-// usage. It is idempotent and safe to call at once with anything else; every
-// exec's Wait then returns an error wrapping ErrSandboxGone. ctx bounds only
-// the caller's wait: the destruction goes on, bounded by its own timeouts.
-func (s *Sandbox) Destroy(ctx context.Context) (Usage, error) {
+// Kill kills every process of the sandbox and returns once none of them can
+// run another instruction, with the final usage: what a caller must know
+// before it may say the sandbox has ended. The rest of the destruction (init's
+// exit, which tears down its address space and mount namespace and takes
+// 5-15 ms of kernel time, the cgroup and the uid slot) goes on in the
+// background; Destroy waits for it. Every running exec has its result when
+// Kill returns. ctx bounds only the caller's wait.
+func (s *Sandbox) Kill(ctx context.Context) (Usage, error) {
 	s.destroyOnce.Do(func() { go s.destroy() })
 	select {
-	case <-s.destroyed:
-		return s.final, s.destroyErr
-	default:
+	case <-s.killed:
+		return s.final, s.killErr
+	case <-ctx.Done():
+		return Usage{}, ctx.Err()
 	}
+}
+
+// Destroy kills every process of the sandbox (Kill), waits for the cgroup to
+// be empty, removes it (the mounts go with init's mount namespace) and
+// releases the uid slot, and returns the final usage. It is idempotent and
+// safe to call at once with anything else; every exec's Wait then returns an
+// error wrapping ErrSandboxGone. ctx bounds only the caller's wait: the
+// destruction goes on, bounded by its own timeouts.
+func (s *Sandbox) Destroy(ctx context.Context) (Usage, error) {
+	s.destroyOnce.Do(func() { go s.destroy() })
 	select {
 	case <-s.destroyed:
 		return s.final, s.destroyErr
@@ -482,6 +497,7 @@ func (s *Sandbox) Destroy(ctx context.Context) (Usage, error) {
 	}
 }
 
+// destroy is Kill's phase, then the teardown.
 func (s *Sandbox) destroy() {
 	defer close(s.destroyed)
 	s.mu.Lock()
@@ -494,38 +510,51 @@ func (s *Sandbox) destroy() {
 			closeFDs([]int{ew.ws.fd})
 		}
 	}
-	var errs []error
-	if s.init != nil {
-		// Only init's descendants can be in the cgroup (without init it is
-		// empty), all in its PID namespace: none can make another (seccomp).
-		// Killing init ends the namespace, whose processes the kernel kills
-		// and reaps before init itself is reaped. The cgroup is killed too
-		// only when something is left after that (a v1 freeze-kill costs
-		// ~5 ms).
-		s.killInit()
-		select {
-		case <-s.gone:
-		case <-time.After(emptyWait):
-			errs = append(errs, fmt.Errorf("sandboxd: init (pid %d) still there %s after SIGKILL", s.init.Pid, emptyWait))
-		}
-		if pop, _ := s.slot.cg.populated(); pop {
-			s.killAll()
-		}
-		if err := s.slot.cg.waitEmpty(emptyWait); err != nil {
-			errs = append(errs, err)
-		}
+	s.killErr = s.killPhase()
+	close(s.killed)
+	errs := []error{s.killErr}
+	if s.init != nil && s.killErr == nil {
+		errs = append(errs, s.waitGone())
 	}
-	u, err := s.slot.cg.usage()
-	if err != nil {
-		s.lg.Error("cgroup counters unreadable", oplog.ErrorKey, err)
-	}
-	s.final = u
-	s.fail(fmt.Errorf("%w: destroyed", ErrSandboxGone))
 	if s.ch != nil {
 		s.ch.close()
 		<-s.readerDone
 		<-s.stderrDone
 	}
+	if err := s.slot.destroy(); err != nil {
+		errs = append(errs, err)
+	}
+	s.destroyErr = errors.Join(errs...)
+	if s.destroyErr != nil {
+		s.lg.Error("sandbox destroy failed", oplog.ErrorKey, s.destroyErr)
+	}
+}
+
+// killPhase kills every process and settles the execs and the final usage.
+//
+// Only init's descendants can be in the cgroup (without init it is empty),
+// all in its PID namespace: none can make another (seccomp). Init gets
+// SIGKILL first: from then on it can fork nothing (the kernel refuses a fork
+// to a task with a fatal signal pending). The kernel would kill the rest of
+// the namespace only once init's address space is torn down, milliseconds
+// later, so when anything but init is left the cgroup is killed at once
+// (every process, forks included; a v1 freeze-kill costs ~5 ms). A process
+// with SIGKILL delivered never returns to user space: from here on nothing
+// of the sandbox runs.
+func (s *Sandbox) killPhase() error {
+	var err error
+	if s.init != nil {
+		s.killInit()
+		others, lerr := s.othersThanInit()
+		if others || lerr != nil {
+			s.killAll()
+		}
+		if lerr != nil {
+			// Not known to be dead: wait until it is gone, as a whole.
+			err = s.waitGone()
+		}
+	}
+	s.fail(fmt.Errorf("%w: destroyed", ErrSandboxGone))
 	// Every process is dead, so each exec's output ends; a live writer that
 	// blocks is not waited for past emptyWait.
 	waited := make(chan struct{})
@@ -535,13 +564,39 @@ func (s *Sandbox) destroy() {
 	case <-time.After(emptyWait):
 		s.lg.Error("exec output still being written after the sandbox was destroyed")
 	}
-	if err := s.slot.destroy(); err != nil {
+	u, uerr := s.slot.cg.usage()
+	if uerr != nil {
+		s.lg.Error("cgroup counters unreadable", oplog.ErrorKey, uerr)
+	}
+	u.Pids = 0 // the dying tasks still count until they are reaped
+	s.final = u
+	return err
+}
+
+// waitGone waits until init is reaped and the cgroup is empty, each for at
+// most emptyWait.
+func (s *Sandbox) waitGone() error {
+	var errs []error
+	select {
+	case <-s.gone:
+	case <-time.After(emptyWait):
+		errs = append(errs, fmt.Errorf("sandboxd: init (pid %d) still there %s after SIGKILL", s.init.Pid, emptyWait))
+	}
+	if err := s.slot.cg.waitEmpty(emptyWait); err != nil {
 		errs = append(errs, err)
 	}
-	s.destroyErr = errors.Join(errs...)
-	if s.destroyErr != nil {
-		s.lg.Error("sandbox destroy failed", oplog.ErrorKey, s.destroyErr)
+	return errors.Join(errs...)
+}
+
+// othersThanInit reports whether the cgroup holds any process but init.
+func (s *Sandbox) othersThanInit() (bool, error) {
+	ps, err := s.slot.cg.pids()
+	for _, p := range ps {
+		if p != s.init.Pid {
+			return true, err
+		}
 	}
+	return false, err
 }
 
 // killAll kills every process of the sandbox: through the cgroup (every

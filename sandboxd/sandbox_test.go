@@ -719,3 +719,111 @@ func cgroupV1Of(p *Process, s *Sandbox) string {
 	}
 	return ""
 }
+
+// TestSandboxKillStopsEveryProcess pins what Kill promises before the
+// teardown: when it returns, no process of the sandbox runs any more. Writers
+// left in the background by an exec (not init's direct job) append to host
+// files through the workspace; after Kill the files never grow again. (The
+// kernel kills the rest of a PID namespace only once its init's address space
+// is torn down, milliseconds after init's SIGKILL: Kill must not count on
+// that.)
+func TestSandboxKillStopsEveryProcess(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	ws := hostDir(t, 0o777)
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{Workspace: ws})
+	files := []string{"w1", "w2", "w3"}
+	// Nothing holds the exec's output: Kill's wait for it is no help.
+	script := "exec </dev/null >/dev/null 2>&1; "
+	for _, f := range files {
+		script += "(while :; do echo x >> " + f + "; done) & "
+	}
+	p, err := s.Exec(t.Context(), ExecSpec{Argv: sh(script + "sleep 60")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := func(f string) int64 {
+		st, err := os.Stat(filepath.Join(ws, f))
+		if err != nil {
+			return -1
+		}
+		return st.Size()
+	}
+	if !poll.Within(10*time.Second, func() bool {
+		for _, f := range files {
+			if size(f) < 64 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the background writers did not start")
+	}
+	u, err := s.Kill(t.Context())
+	if err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if u.Pids != 0 {
+		t.Errorf("final usage after Kill: got %d pids, want 0", u.Pids)
+	}
+	before := map[string]int64{}
+	for _, f := range files {
+		before[f] = size(f)
+	}
+	res, werr := p.Wait() // settled by Kill: returns at once
+	if !errors.Is(werr, ErrSandboxGone) && (res == nil || res.Signal == 0) {
+		t.Errorf("Wait after Kill: got %+v, %v; want killed or ErrSandboxGone", res, werr)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, f := range files {
+		if got := size(f); got != before[f] {
+			t.Errorf("%s grew after Kill returned: got %d bytes, want %d", f, got, before[f])
+		}
+	}
+}
+
+// TestSpareJobThreadWaitsInJobsCgroup: init makes each job's thread ahead of
+// the job, in the v1 jobs cgroup, so a job's start waits for neither a new
+// thread nor a cgroup move: from Start on, and again after every job is
+// forked, one thread of init waits in the jobs child. Every exec, the first
+// and one after a quiet spell, is born in the jobs child (its pids cgroup
+// seen from the host while it runs).
+func TestSpareJobThreadWaitsInJobsCgroup(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	if e.cgm.v2 || !e.cgm.have["pids"] {
+		t.Skip("the jobs child is a v1 pids hierarchy's")
+	}
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	initThreadsInJobs := func() int {
+		b, err := os.ReadFile(filepath.Join(s.slot.cg.jobs, "tasks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range strings.Fields(string(b)) {
+			if _, err := os.Stat("/proc/" + strconv.Itoa(s.init.Pid) + "/task/" + f); err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	wantJobs := filepath.Join(strings.TrimPrefix(s.slot.cg.dirs["pids"], e.cgm.root+"/pids"), jobsCgroup)
+	for i := range 3 {
+		poll.Until(t, 10*time.Second, "a spare job thread in the jobs cgroup", func() bool { return initThreadsInJobs() == 1 })
+		if i == 2 {
+			time.Sleep(150 * time.Millisecond) // a quiet spell
+		}
+		p, err := s.Exec(t.Context(), ExecSpec{Argv: []string{"sleep", "60"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cgroupV1Of(p, s); got != wantJobs {
+			t.Errorf("exec %d: pids cgroup: got %q, want the jobs child %q", i, got, wantJobs)
+		}
+		if err := p.Signal(unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
