@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func jsonUnmarshal(s string, v any) error {
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return fmt.Errorf("parse %q: %w", tail(s, 300), err)
+	}
+	return nil
+}
+
+// Full and quick sizes: the full run stays under 15 minutes on the 2-core
+// development VM, the quick one around 2.
+var (
+	fullSizes  = sizes{rounds: 3, wrkFor: 6 * time.Second, blob: 1 << 30, dnsFor: 5 * time.Second, startRuns: 20, pooledN: 30, sandboxes: 100, tunnels: 1000, tunnelHold: 20 * time.Second}
+	quickSizes = sizes{rounds: 1, wrkFor: 2 * time.Second, blob: 128 << 20, dnsFor: 2 * time.Second, startRuns: 5, pooledN: 5, sandboxes: 10, tunnels: 200, tunnelHold: 8 * time.Second}
+)
+
+func main() {
+	bin := flag.String("airlock", "bin/airlock", "the airlock binary")
+	client := flag.String("loadclient", "bin/loadclient", "bench/loadclient, built")
+	doc := flag.String("doc", "docs/BENCHMARKS.md", "the file whose marked section is replaced")
+	raw := flag.String("raw", "docs/bench/compare.json", "where the raw numbers go")
+	quick := flag.Bool("quick", false, "a ~2-minute smoke run (one round, small sizes)")
+	only := flag.String("only", "", "run only measures whose group is this (http, bulk, dns, start, daemon, tunnels); the doc is not written")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(log, *bin, *client, *doc, *raw, *quick, *only); err != nil {
+		log.Error("bench-compare failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("bench-compare needs root (namespaces, airlock run, the peers)")
+	}
+	z := fullSizes
+	if quick {
+		z = quickSizes
+	}
+	started := time.Now()
+	mach := describeMachine(bin)
+	e, err := newEnv(bin, client)
+	defer e.close()
+	// SIGINT/SIGTERM: clean up the same way before exiting.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sigs
+		log.Warn("signal: cleaning up", "signal", s)
+		e.close()
+		os.Exit(130)
+	}()
+	if err != nil {
+		return err
+	}
+	for name, start := range map[string]func() error{"squid": e.startSquid, "dnsmasq": e.startDnsmasq, "unbound": e.startUnbound} {
+		if err := start(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	want := func(g string) bool { return only == "" || only == g }
+	var rounded []measure
+	if want("http") {
+		ms, err := e.httpMeasures(z)
+		if err != nil {
+			return err
+		}
+		rounded = append(rounded, ms...)
+	}
+	if want("bulk") {
+		rounded = append(rounded, e.bulkMeasures(z)...)
+	}
+	if want("dns") {
+		ms, err := e.dnsMeasures(z)
+		if err != nil {
+			return err
+		}
+		rounded = append(rounded, ms...)
+	}
+	if want("start") {
+		rounded = append(rounded, e.startMeasure(z))
+	}
+	if want("tunnels") {
+		rounded = append(rounded, e.tunnelMeasure(z))
+	}
+	rounds := z.rounds
+	for r := range rounds {
+		for i := range rounded {
+			m := &rounded[i]
+			// Alternate: each round starts with a different subject.
+			for k := range m.Subjects {
+				s := &m.Subjects[(k+r)%len(m.Subjects)]
+				t0 := time.Now()
+				got, out, err := s.run()
+				if err != nil {
+					return fmt.Errorf("%s, %s, round %d: %w\n%s", m.Name, s.Name, r+1, err, tail(out, 1500))
+				}
+				s.Rounds = append(s.Rounds, got)
+				log.Info("measured", "measure", m.Name, "subject", s.Name, "round", r+1, "took", time.Since(t0).Round(time.Millisecond), "got", got)
+			}
+		}
+	}
+	all := rounded
+	if want("daemon") {
+		ms, err := e.daemonMeasures(z)
+		if err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
+		all = append(all, ms...)
+		log.Info("measured", "daemon", ms)
+	}
+	mach.LoadEnd = loadavg()
+	mach.Took = time.Since(started).Round(time.Second).String()
+	mach.Rounds, mach.Quick = rounds, quick
+	if only != "" {
+		fmt.Println(renderTable(all))
+		return nil
+	}
+	return writeReport(doc, raw, mach, all)
+}
