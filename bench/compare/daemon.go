@@ -178,8 +178,7 @@ func holdRun(argv []string, pid int) ([]metric, string, error) {
 		Opened, Answered, Errors int
 		FirstErr                 string `json:"first_error"`
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if err := jsonUnmarshal(lines[len(lines)-1], &r); err != nil {
+	if err := jsonUnmarshal(lastJSON(out), &r); err != nil {
 		return nil, all, err
 	}
 	m := []metric{{"peak RSS MiB", float64(peak) / 1024}, {"answered", float64(r.Answered)}, {"errors", float64(r.Errors)}}

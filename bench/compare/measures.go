@@ -118,13 +118,12 @@ func (e *env) httpMeasures(z sizes) ([]measure, error) {
 
 func parseLoad(want int) func(string) ([]metric, error) {
 	return func(out string) ([]metric, error) {
-		lines := strings.Split(strings.TrimSpace(out), "\n")
 		var r struct {
 			Requests, Errors, Bytes int64
 			Seconds                 float64
 			FirstErr                string `json:"first_error"`
 		}
-		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		if err := json.Unmarshal([]byte(lastJSON(out)), &r); err != nil {
 			return nil, fmt.Errorf("loadclient output %q: %w", tail(out, 300), err)
 		}
 		if r.Errors > 0 || r.Bytes != int64(want) {
@@ -280,4 +279,16 @@ func pct(v []float64, p float64) float64 {
 	s := append([]float64(nil), v...)
 	slicesSort(s)
 	return s[int(float64(len(s)-1)*p)]
+}
+
+// lastJSON is the last line of out that starts with "{": airlock run may log
+// after the command's own output.
+func lastJSON(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "{") {
+			return lines[i]
+		}
+	}
+	return ""
 }
