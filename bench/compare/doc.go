@@ -12,7 +12,11 @@
 // removed on exit, on failure and on SIGINT/SIGTERM. No traffic leaves
 // loopback and the fake internet's namespace.
 //
-// scripts/bench-compare.sh installs the peers (Debian packages) and runs it;
-// BENCH_QUICK=1 is a ~2-minute smoke run that writes under bin/ instead of
-// docs/. Issue 13's targets are reported beside the numbers, never asserted.
+// Entry point: main (flags in main.go); scripts/bench-compare.sh installs
+// the peers (Debian packages), builds it and runs it. BENCH_QUICK=1 (-quick)
+// is a smoke run that writes under bin/ instead of docs/; -only runs some
+// measures and prints their table; -perf records every airlock run with perf.
+// Issue 13's targets are reported beside the numbers, never asserted.
+//
+// bench/compare must never import: cmd/airlock, daemon, dnsfilter, gateway, netns, policy, sandboxd, secrets.
 package main

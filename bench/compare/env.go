@@ -45,6 +45,8 @@ type env struct {
 	squidPID int
 	dnsmasq  string
 	unbound  string
+	perfDir  string // set: every airlock run is recorded by perf here
+	perfN    int
 }
 
 func (e *env) close() {

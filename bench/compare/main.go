@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -31,16 +33,20 @@ func main() {
 	doc := flag.String("doc", "docs/BENCHMARKS.md", "the file whose marked section is replaced")
 	raw := flag.String("raw", "docs/bench/compare.json", "where the raw numbers go")
 	quick := flag.Bool("quick", false, "a ~2-minute smoke run (one round, small sizes)")
+	perfDir := flag.String("perf", "", "record `perf record -g` of every airlock run into this directory (profiling; the doc is not written)")
 	only := flag.String("only", "", "run only measures whose group is this (http, bulk, dns, start, daemon, tunnels); the doc is not written")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, *bin, *client, *doc, *raw, *quick, *only); err != nil {
+	if *perfDir != "" && *only == "" {
+		*only = "http,bulk,dns"
+	}
+	if err := run(log, *bin, *client, *doc, *raw, *quick, *only, *perfDir); err != nil {
 		log.Error("bench-compare failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only string) error {
+func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only, perfDir string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("bench-compare needs root (namespaces, airlock run, the peers)")
 	}
@@ -51,6 +57,7 @@ func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only string
 	started := time.Now()
 	mach := describeMachine(bin)
 	e, err := newEnv(bin, client)
+	e.perfDir = perfDir
 	defer e.close()
 	// SIGINT/SIGTERM: clean up the same way before exiting.
 	sigs := make(chan os.Signal, 1)
@@ -69,7 +76,7 @@ func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only string
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	want := func(g string) bool { return only == "" || only == g }
+	want := func(g string) bool { return only == "" || slices.Contains(strings.Split(only, ","), g) }
 	var rounded []measure
 	if want("http") {
 		ms, err := e.httpMeasures(z)

@@ -28,7 +28,13 @@ var pathEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 
 // inSandbox is argv run by `airlock run` with the bench config and workspace.
 func (e *env) inSandbox(argv ...string) []string {
-	return append([]string{e.bin, "run", "-q", "--config", e.config, "--workspace", e.dir, "--"}, argv...)
+	run := append([]string{e.bin, "run", "-q", "--config", e.config, "--workspace", e.dir, "--"}, argv...)
+	if e.perfDir == "" {
+		return run
+	}
+	e.perfN++
+	data := filepath.Join(e.perfDir, fmt.Sprintf("alk-%02d-%s.perf", e.perfN, filepath.Base(argv[0])))
+	return append([]string{"perf", "record", "-q", "-F", "999", "-g", "-o", data, "--"}, run...)
 }
 
 // exe returns a subject run function executing argv and parsing its output.
