@@ -35,8 +35,16 @@ func main() {
 	quick := flag.Bool("quick", false, "a ~2-minute smoke run (one round, small sizes)")
 	perfDir := flag.String("perf", "", "record `perf record -g` of every airlock run into this directory (profiling; the doc is not written)")
 	only := flag.String("only", "", "run only measures whose group is this (http, bulk, dns, start, daemon, tunnels); the doc is not written")
+	render := flag.Bool("render", false, "only rewrite -doc's section from the numbers already in -raw (no measuring)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *render {
+		if err := rerender(*doc, *raw); err != nil {
+			log.Error("bench-compare -render failed", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *perfDir != "" && *only == "" {
 		*only = "http,bulk,dns"
 	}
@@ -135,4 +143,20 @@ func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only, perfD
 		return nil
 	}
 	return writeReport(doc, raw, mach, all)
+}
+
+// rerender rewrites doc's section from the raw numbers of an earlier run.
+func rerender(doc, raw string) error {
+	b, err := os.ReadFile(raw)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Machine  machine   `json:"machine"`
+		Measures []measure `json:"measures"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", raw, err)
+	}
+	return writeReport(doc, raw, r.Machine, r.Measures)
 }
