@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,7 +35,7 @@ func (e *env) daemonMeasures(z sizes) ([]measure, error) {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "serve.yaml")
-	extra := fmt.Sprintf("api: {group: \"\"}\nsandbox: {pool_size: 2, max_sandboxes: %d, max_sandboxes_per_owner: %d}\n", z.sandboxes+8, z.sandboxes+8)
+	extra := fmt.Sprintf("api: {group: \"\"}\nsandbox: {pool_size: 2, max_sandboxes: %d, max_sandboxes_per_owner: %d}\n", z.sandboxes+16, z.sandboxes+16)
 	if err := os.WriteFile(cfg, append(base, extra...), 0o600); err != nil {
 		return nil, err
 	}
@@ -89,7 +90,11 @@ func (e *env) daemonMeasures(z sizes) ([]measure, error) {
 	time.Sleep(3 * time.Second)
 	full := subject{Name: fmt.Sprintf("airlock serve, %d idle sandboxes", z.sandboxes), Command: shellJoin(argv) + fmt.Sprintf("; %d × POST /sandboxes", z.sandboxes)}
 	full.Rounds = [][]metric{{{"RSS MiB", float64(rssKB(cmd.Process.Pid)) / 1024}}}
-	return []measure{
+	tunnels, err := e.tunnelMeasure(ctx, z, c, cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	return []measure{tunnels,
 		{Name: "pooled create + exec (daemon API)", Primary: "create+exec p50 ms", Target: "< 10 ms", Subjects: []subject{pooled}},
 		{Name: fmt.Sprintf("daemon RSS (gateway in process), %d idle sandboxes", z.sandboxes), Primary: "RSS MiB",
 			Target: "< 64 MiB with 100", Subjects: []subject{idle, full}},
@@ -112,20 +117,96 @@ func waitPool(ctx context.Context, c *client.Client) error {
 	return fmt.Errorf("the daemon's warm pool did not fill within a minute")
 }
 
-// tunnelMeasure holds z.tunnels CONNECT tunnels open through airlock (the
-// client in `airlock run`, whose process is the gateway) and through squid,
-// then sends one request on each; it reports the proxy's peak RSS.
-func (e *env) tunnelMeasure(z sizes) measure {
-	hold := func(proxy string) []string {
-		return []string{e.client, "-hold", fmt.Sprint(z.tunnels), "-url", "http://" + benchHost + "/small", "-proxy", proxy, "-max", z.tunnelHold.String()}
+// tunnelSandboxes share the daemon's tunnels: the gateway caps one
+// sandbox at gateway.DefaultMaxTunnelsPerSandbox (512).
+const tunnelSandboxes = 4
+
+// tunnelMeasure holds z.tunnels CONNECT tunnels to the fake host's TCP echo
+// port open through the daemon's gateway (spread over tunnelSandboxes new
+// sandboxes, the client exec'd in each) and through squid (one client on the
+// host), then echoes a line on each; it reports the proxy's peak RSS, the
+// rounds alternating. (An HTTP origin would close the idle connections: its
+// read-header timeout is 10 s.)
+func (e *env) tunnelMeasure(ctx context.Context, z sizes, c *client.Client, daemonPID int) (measure, error) {
+	hold := func(n int, proxy string) []string {
+		return []string{e.client, "-hold", fmt.Sprint(n), "-url", "tcp://" + benchHost + ":7", "-proxy", proxy, "-max", z.tunnelHold.String()}
 	}
-	air := e.inSandbox(hold("http://127.0.0.1:3128")...)
-	sq := hold("http://" + e.squid)
-	return measure{Name: fmt.Sprintf("%d open CONNECT tunnels", z.tunnels), Primary: "peak RSS MiB", Target: "1,000 without errors",
+	per := z.tunnels / tunnelSandboxes
+	ids := make([]string, tunnelSandboxes)
+	for i := range ids {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Workspace: e.dir, Labels: map[string]string{"alk-compare": "tunnels"}})
+		if err != nil {
+			return measure{}, fmt.Errorf("create tunnel sandbox: %w", err)
+		}
+		ids[i] = sb.ID
+	}
+	air := hold(per, "http://127.0.0.1:3128")
+	sq := hold(z.tunnels, "http://"+e.squid)
+	m := measure{Name: fmt.Sprintf("%d open CONNECT tunnels", z.tunnels), Primary: "peak RSS MiB", Target: "1,000 without errors",
 		Subjects: []subject{
-			{Name: "airlock", Command: shellJoin(air), run: func() ([]metric, string, error) { return holdRun(air, 0) }},
-			{Name: "squid", Peer: true, Command: shellJoin(sq), run: func() ([]metric, string, error) { return holdRun(sq, e.squidPID) }},
+			{Name: "airlock serve", Command: fmt.Sprintf("in each of %d sandboxes of the daemon above (workspace %s), at once: %s", tunnelSandboxes, e.dir, shellJoin(air))},
+			{Name: "squid", Peer: true, Command: shellJoin(sq)},
 		}}
+	for r := range z.rounds {
+		for k := range 2 {
+			var got []metric
+			var err error
+			if (k+r)%2 == 0 {
+				got, err = daemonHold(ctx, c, ids, air, daemonPID)
+				m.Subjects[0].Rounds = append(m.Subjects[0].Rounds, got)
+			} else {
+				got, _, err = holdRun(sq, e.squidPID)
+				m.Subjects[1].Rounds = append(m.Subjects[1].Rounds, got)
+			}
+			if err != nil {
+				return m, fmt.Errorf("tunnels round %d: %w", r+1, err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// daemonHold execs argv (a loadclient -hold) in every sandbox of ids at once
+// and samples the daemon's RSS until all have finished.
+func daemonHold(ctx context.Context, c *client.Client, ids []string, argv []string, daemonPID int) ([]metric, error) {
+	base := rssKB(daemonPID)
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, len(ids))
+	for _, id := range ids {
+		go func() {
+			var out strings.Builder
+			res, err := c.Exec(ctx, id, api.ExecRequest{Argv: argv}, client.ExecIO{Stdout: &out, Stderr: io.Discard})
+			if err == nil && res.ExitStatus != 0 {
+				err = fmt.Errorf("exit status %d (%s)", res.ExitStatus, res.Error)
+			}
+			done <- result{out.String(), err}
+		}()
+	}
+	var peak int64
+	var answered, errs float64
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for left := len(ids); left > 0; {
+		select {
+		case r := <-done:
+			left--
+			if r.err != nil {
+				return nil, fmt.Errorf("hold in a sandbox: %w: %s", r.err, tail(r.out, 400))
+			}
+			var h struct{ Answered, Errors int }
+			if err := jsonUnmarshal(lastJSON(r.out), &h); err != nil {
+				return nil, err
+			}
+			answered += float64(h.Answered)
+			errs += float64(h.Errors)
+		case <-tick.C:
+			peak = max(peak, rssKB(daemonPID))
+		}
+	}
+	return []metric{{"peak RSS MiB", float64(peak) / 1024}, {"answered", answered}, {"errors", errs}, {"RSS before MiB", float64(base) / 1024}}, nil
 }
 
 // holdRun runs a loadclient -hold and samples the RSS of pid (0: the

@@ -111,7 +111,8 @@ func origin(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeAirlockConfig: the bench policy (benchHost allowed, registries
+// writeAirlockConfig: the bench policy (benchHost allowed on 80, 443 and its
+// echo port 7, registries
 // intercepted by default), the fake internet's DNS and CA, two CPUs for the
 // sandbox (the host-side clients get two too) and the DNS filter's
 // per-sandbox rate limit lifted (its default, 200 q/s, would be the number).
@@ -120,13 +121,13 @@ func (e *env) writeAirlockConfig() error {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return err
 	}
-	cfg := fmt.Sprintf(`policy: {mode: enforce, allow: [%q]}
+	cfg := fmt.Sprintf(`policy: {mode: enforce, allow: [%q, %q]}
 dns: {upstreams: [%q], rate_limit: 1000000000, rate_burst: 1000000000}
 upstream: {allow_cidrs: [%q], ca_file: %q}
 audit: {file: %q}
 ca: {cert: %q, key: %q}
 limits: {memory: 1G, cpus: 2, pids: 512, timeout: 5m}
-`, benchHost, e.net.DNSAddr.String(), e.net.Subnet.String(), e.caFile, filepath.Join(state, "audit", "audit.jsonl"),
+`, benchHost, benchHost+":7", e.net.DNSAddr.String(), e.net.Subnet.String(), e.caFile, filepath.Join(state, "audit", "audit.jsonl"),
 		filepath.Join(state, "ca", "ca.pem"), filepath.Join(state, "ca", "ca.key"))
 	return os.WriteFile(e.config, []byte(cfg), 0o600)
 }

@@ -23,7 +23,7 @@ func jsonUnmarshal(s string, v any) error {
 // Full and quick sizes: the full run stays under 15 minutes on the 2-core
 // development VM, the quick one around 2.
 var (
-	fullSizes  = sizes{rounds: 3, wrkFor: 6 * time.Second, blob: 1 << 30, dnsFor: 5 * time.Second, startRuns: 20, pooledN: 30, sandboxes: 100, tunnels: 1000, tunnelHold: 20 * time.Second}
+	fullSizes  = sizes{rounds: 3, wrkFor: 5 * time.Second, blob: 1 << 30, dnsFor: 5 * time.Second, startRuns: 20, pooledN: 30, sandboxes: 100, tunnels: 1000, tunnelHold: 20 * time.Second}
 	quickSizes = sizes{rounds: 1, wrkFor: 2 * time.Second, blob: 128 << 20, dnsFor: 2 * time.Second, startRuns: 5, pooledN: 5, sandboxes: 10, tunnels: 200, tunnelHold: 8 * time.Second}
 )
 
@@ -34,7 +34,7 @@ func main() {
 	raw := flag.String("raw", "docs/bench/compare.json", "where the raw numbers go")
 	quick := flag.Bool("quick", false, "a ~2-minute smoke run (one round, small sizes)")
 	perfDir := flag.String("perf", "", "record `perf record -g` of every airlock run into this directory (profiling; the doc is not written)")
-	only := flag.String("only", "", "run only measures whose group is this (http, bulk, dns, start, daemon, tunnels); the doc is not written")
+	only := flag.String("only", "", "run only the measures of these groups, comma-separated (http, bulk, dns, start, daemon); the doc is not written")
 	render := flag.Bool("render", false, "only rewrite -doc's section from the numbers already in -raw (no measuring)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -105,9 +105,6 @@ func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only, perfD
 	}
 	if want("start") {
 		rounded = append(rounded, e.startMeasure(z))
-	}
-	if want("tunnels") {
-		rounded = append(rounded, e.tunnelMeasure(z))
 	}
 	rounds := z.rounds
 	for r := range rounds {

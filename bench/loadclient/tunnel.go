@@ -54,15 +54,16 @@ type HoldResult struct {
 
 // holdConns opens n connections to target's host (through proxy's CONNECT
 // when proxy is set, else to connect or the host itself), prints "open" to
-// stderr, holds them all for maxDur/2, then sends one GET of target's path on
-// each and counts the 200s.
+// stderr, holds them all for maxDur/2, then asks once on each (a GET of an
+// http:// target's path, a line echoed back by a tcp:// one) and counts the
+// answers.
 func holdConns(target string, n int, maxDur time.Duration, proxy, connect string) error {
 	if n > 5000 {
 		return fmt.Errorf("-hold %d: at most 5000", n)
 	}
 	u, err := url.Parse(target)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return fmt.Errorf("-url %q: want http://host[:port]/path", target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "tcp") || u.Host == "" || (u.Scheme == "tcp" && u.Port() == "") {
+		return fmt.Errorf("-url %q: want http://host[:port]/path or tcp://host:port (an echo server)", target)
 	}
 	addr := u.Host
 	if u.Port() == "" {
@@ -131,8 +132,23 @@ func holdConns(target string, n int, maxDur time.Duration, proxy, connect string
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
+// askOnce sends one GET (http) or one line to echo back (tcp) on c.
 func askOnce(c net.Conn, u *url.URL) error {
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if u.Scheme == "tcp" {
+		const ping = "airlock-hold-ping\n"
+		if _, err := io.WriteString(c, ping); err != nil {
+			return err
+		}
+		got := make([]byte, len(ping))
+		if _, err := io.ReadFull(c, got); err != nil {
+			return err
+		}
+		if string(got) != ping {
+			return fmt.Errorf("echo: got %q, want %q", got, ping)
+		}
+		return nil
+	}
 	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", u.RequestURI(), u.Host); err != nil {
 		return err
 	}
