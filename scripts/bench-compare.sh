@@ -33,7 +33,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 go=${GO:-go}
-CGO_ENABLED=0 $go build -trimpath -o bin/airlock ./cmd/airlock
+version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+CGO_ENABLED=0 $go build -trimpath -ldflags "-X main.version=$version" -o bin/airlock ./cmd/airlock
 CGO_ENABLED=0 $go build -trimpath -o bin/loadclient ./bench/loadclient
 CGO_ENABLED=0 $go build -trimpath -o bin/bench-compare ./bench/compare
 
