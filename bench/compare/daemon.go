@@ -17,8 +17,6 @@ import (
 	"github.com/airlock-dev/airlock/client"
 )
 
-func ctxBG() context.Context { return context.Background() }
-
 func slicesSort(v []float64) { slices.Sort(v) }
 
 // daemonMeasures starts `airlock serve` (warm pool of 2) and measures the
@@ -48,7 +46,7 @@ func (e *env) daemonMeasures(z sizes) ([]measure, error) {
 	defer stop(cmd)
 	c := client.New(sock)
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Minute)
 	defer cancel()
 	if err := waitPool(ctx, c); err != nil {
 		return nil, err
@@ -155,7 +153,7 @@ func (e *env) tunnelMeasure(ctx context.Context, z sizes, c *client.Client, daem
 				got, err = daemonHold(ctx, c, ids, air, daemonPID)
 				m.Subjects[0].Rounds = append(m.Subjects[0].Rounds, got)
 			} else {
-				got, _, err = holdRun(sq, e.squidPID)
+				got, _, err = holdRun(ctx, sq, e.squidPID)
 				m.Subjects[1].Rounds = append(m.Subjects[1].Rounds, got)
 			}
 			if err != nil {
@@ -211,9 +209,10 @@ func daemonHold(ctx context.Context, c *client.Client, ids []string, argv []stri
 
 // holdRun runs a loadclient -hold and samples the RSS of pid (0: the
 // command's own process, `airlock run`) until it exits.
-func holdRun(argv []string, pid int) ([]metric, string, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = pathEnv
+func holdRun(ctx context.Context, argv []string, pid int) ([]metric, string, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	terminate(cmd)
+	cmd.Env = pathEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/test/fakenet"
@@ -31,41 +33,48 @@ const (
 
 // env is one run's fake internet, configs and peers.
 type env struct {
-	dir      string // 0755 workspace of the sandboxes: loadclient, scripts, CA files
-	bin      string // airlock
-	client   string // loadclient
-	net      *fakenet.Net
-	host     *fakenet.Host
-	caFile   string // the fake internet's CA
-	config   string // airlock.yaml
-	procs    procs
-	squid    string // 127.0.0.1:port, no bump
-	squidTLS string // 127.0.0.1:port, ssl-bump every CONNECT
-	squidCA  string // the CA squid mints leaves from
-	squidPID int
-	dnsmasq  string
-	unbound  string
-	perfDir  string // set: every airlock run is recorded by perf here
-	perfN    int
+	ctx       context.Context // cancelled by SIGINT/SIGTERM: commands get SIGTERM
+	dir       string          // 0755 workspace of the sandboxes: loadclient, scripts, CA files
+	bin       string          // airlock
+	client    string          // loadclient
+	net       *fakenet.Net
+	host      *fakenet.Host
+	caFile    string // the fake internet's CA
+	config    string // airlock.yaml
+	procs     procs
+	squid     string // 127.0.0.1:port, no bump
+	squidTLS  string // 127.0.0.1:port, ssl-bump every CONNECT
+	squidCA   string // the CA squid mints leaves from
+	squidPID  int
+	dnsmasq   string
+	unbound   string
+	closeOnce sync.Once
+	perfDir   string // set: every airlock run is recorded by perf here
+	perfN     int
 }
 
+// close stops the peers and daemons (waiting for each), removes the fake
+// internet and the workspace. It runs once; a concurrent caller (the signal
+// handler and the failing run) waits until it is done.
 func (e *env) close() {
-	e.procs.stopAll()
-	if e.net != nil {
-		e.net.Close()
-	}
-	os.RemoveAll(e.dir)
+	e.closeOnce.Do(func() {
+		e.procs.stopAll()
+		if e.net != nil {
+			e.net.Close()
+		}
+		os.RemoveAll(e.dir)
+	})
 }
 
 // newEnv makes the workspace, the fake internet and airlock's config.
-func newEnv(bin, client string) (*env, error) {
+func newEnv(ctx context.Context, bin, client string) (*env, error) {
 	// /var/tmp, not /tmp: the workspace is bound at the same path inside the
 	// sandbox, whose /tmp is its own tmpfs.
 	dir, err := os.MkdirTemp("/var/tmp", "airlock-compare-")
 	if err != nil {
-		return nil, err
+		return &env{ctx: ctx}, err
 	}
-	e := &env{dir: dir, bin: bin, client: filepath.Join(dir, "loadclient"), caFile: filepath.Join(dir, "fakenet-ca.pem"),
+	e := &env{ctx: ctx, dir: dir, bin: bin, client: filepath.Join(dir, "loadclient"), caFile: filepath.Join(dir, "fakenet-ca.pem"),
 		config: filepath.Join(dir, "airlock.yaml")}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return e, err
@@ -159,7 +168,7 @@ func (e *env) startSquid() error {
 		return err
 	}
 	ssldb := filepath.Join(dir, "ssl_db")
-	if _, err := output(ctxBG(), time.Minute, "/usr/lib/squid/security_file_certgen", "-c", "-s", ssldb, "-M", "16MB"); err != nil {
+	if _, err := output(e.ctx, time.Minute, "/usr/lib/squid/security_file_certgen", "-c", "-s", ssldb, "-M", "16MB"); err != nil {
 		return err
 	}
 	conf := fmt.Sprintf(`http_port %[1]s

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -20,12 +21,14 @@ func jsonUnmarshal(s string, v any) error {
 	return nil
 }
 
-// Full and quick sizes: the full run stays under 15 minutes on the 2-core
-// development VM, the quick one around 2.
-var (
-	fullSizes  = sizes{rounds: 3, wrkFor: 5 * time.Second, blob: 1 << 30, dnsFor: 5 * time.Second, startRuns: 20, pooledN: 30, sandboxes: 100, tunnels: 1000, tunnelHold: 20 * time.Second}
-	quickSizes = sizes{rounds: 1, wrkFor: 2 * time.Second, blob: 128 << 20, dnsFor: 2 * time.Second, startRuns: 5, pooledN: 5, sandboxes: 10, tunnels: 200, tunnelHold: 8 * time.Second}
-)
+// runSizes are the full and quick sizes: the full run stays under 15 minutes
+// on the 2-core development VM, the quick one around 2.
+func runSizes(quick bool) sizes {
+	if quick {
+		return sizes{rounds: 1, wrkFor: 2 * time.Second, blob: 128 << 20, dnsFor: 2 * time.Second, startRuns: 5, pooledN: 5, sandboxes: 10, tunnels: 200, tunnelHold: 8 * time.Second}
+	}
+	return sizes{rounds: 3, wrkFor: 5 * time.Second, blob: 1 << 30, dnsFor: 5 * time.Second, startRuns: 20, pooledN: 30, sandboxes: 100, tunnels: 1000, tunnelHold: 20 * time.Second}
+}
 
 func main() {
 	bin := flag.String("airlock", "bin/airlock", "the airlock binary")
@@ -58,24 +61,17 @@ func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only, perfD
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("bench-compare needs root (namespaces, airlock run, the peers)")
 	}
-	z := fullSizes
-	if quick {
-		z = quickSizes
-	}
+	z := runSizes(quick)
 	started := time.Now()
 	mach := describeMachine(bin)
-	e, err := newEnv(bin, client)
+	// SIGINT/SIGTERM/SIGHUP cancel ctx: the running command gets SIGTERM (an
+	// airlock run tears its sandbox down), the run fails, and the deferred
+	// close removes everything else.
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stopSignals()
+	e, err := newEnv(ctx, bin, client)
 	e.perfDir = perfDir
 	defer e.close()
-	// SIGINT/SIGTERM: clean up the same way before exiting.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		s := <-sigs
-		log.Warn("signal: cleaning up", "signal", s)
-		e.close()
-		os.Exit(130)
-	}()
 	if err != nil {
 		return err
 	}
@@ -115,6 +111,9 @@ func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only, perfD
 				s := &m.Subjects[(k+r)%len(m.Subjects)]
 				t0 := time.Now()
 				got, out, err := s.run()
+				if ctx.Err() != nil {
+					return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+				}
 				if err != nil {
 					return fmt.Errorf("%s, %s, round %d: %w\n%s", m.Name, s.Name, r+1, err, tail(out, 1500))
 				}

@@ -24,7 +24,10 @@ type sizes struct {
 	tunnelHold time.Duration
 }
 
-var pathEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+// pathEnv is the environment of the commands run.
+func pathEnv() []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+}
 
 // inSandbox is argv run by `airlock run` with the bench config and workspace.
 func (e *env) inSandbox(argv ...string) []string {
@@ -38,9 +41,9 @@ func (e *env) inSandbox(argv ...string) []string {
 }
 
 // exe returns a subject run function executing argv and parsing its output.
-func exe(argv []string, timeout time.Duration, parse func(string) ([]metric, error)) func() ([]metric, string, error) {
+func (e *env) exe(argv []string, timeout time.Duration, parse func(string) ([]metric, error)) func() ([]metric, string, error) {
 	return func() ([]metric, string, error) {
-		out, err := output(ctxBG(), timeout, argv...)
+		out, err := output(e.ctx, timeout, argv...)
 		if err != nil {
 			return nil, out, err
 		}
@@ -112,9 +115,9 @@ func (e *env) httpMeasures(z sizes) ([]measure, error) {
 			target = "airlock ≥ 1.5x squid req/s, p99 ≤ squid's"
 		}
 		ms = append(ms, measure{Name: c.name, Primary: "req/s", Higher: true, Target: target, Subjects: []subject{
-			{Name: "direct", Command: shellJoin(direct), run: exe(direct, to, parseWrk)},
-			{Name: "airlock", Command: shellJoin(viaAirlock), run: exe(viaAirlock, to, parseWrk)},
-			{Name: "squid", Peer: true, Command: shellJoin(viaSquid), run: exe(viaSquid, to, parseWrk)},
+			{Name: "direct", Command: shellJoin(direct), run: e.exe(direct, to, parseWrk)},
+			{Name: "airlock", Command: shellJoin(viaAirlock), run: e.exe(viaAirlock, to, parseWrk)},
+			{Name: "squid", Peer: true, Command: shellJoin(viaSquid), run: e.exe(viaSquid, to, parseWrk)},
 		}})
 	}
 	return ms, nil
@@ -160,9 +163,9 @@ func (e *env) bulkMeasures(z sizes) []measure {
 		sq := lc(url, append([]string{"-proxy", "http://" + e.squid, "-tunnel"}, tls...)...)
 		ms = append(ms, measure{Name: c.name + fmt.Sprintf(" (%d MiB)", z.blob>>20), Primary: "MB/s", Higher: true,
 			Target: "airlock ≥ 0.8x direct", Subjects: []subject{
-				{Name: "direct", Command: shellJoin(direct), run: exe(direct, to, parseLoad(z.blob))},
-				{Name: "airlock", Command: shellJoin(air), run: exe(air, to, parseLoad(z.blob))},
-				{Name: "squid", Peer: true, Command: shellJoin(sq), run: exe(sq, to, parseLoad(z.blob))},
+				{Name: "direct", Command: shellJoin(direct), run: e.exe(direct, to, parseLoad(z.blob))},
+				{Name: "airlock", Command: shellJoin(air), run: e.exe(air, to, parseLoad(z.blob))},
+				{Name: "squid", Peer: true, Command: shellJoin(sq), run: e.exe(sq, to, parseLoad(z.blob))},
 			}})
 	}
 	url := "https://" + mitmHost + blob
@@ -171,9 +174,9 @@ func (e *env) bulkMeasures(z sizes) []measure {
 	sq := lc(url, "-proxy", "http://"+e.squidTLS, "-ca", e.squidCA)
 	ms = append(ms, measure{Name: fmt.Sprintf("TLS interception bulk (%d MiB)", z.blob>>20), Primary: "MB/s", Higher: true,
 		Target: "airlock ≥ 0.6x direct TLS", Subjects: []subject{
-			{Name: "direct TLS", Command: shellJoin(direct), run: exe(direct, to, parseLoad(z.blob))},
-			{Name: "airlock", Command: shellJoin(air), run: exe(air, to, parseLoad(z.blob))},
-			{Name: "squid ssl-bump", Peer: true, Command: shellJoin(sq), run: exe(sq, to, parseLoad(z.blob))},
+			{Name: "direct TLS", Command: shellJoin(direct), run: e.exe(direct, to, parseLoad(z.blob))},
+			{Name: "airlock", Command: shellJoin(air), run: e.exe(air, to, parseLoad(z.blob))},
+			{Name: "squid ssl-bump", Peer: true, Command: shellJoin(sq), run: e.exe(sq, to, parseLoad(z.blob))},
 		}})
 	return ms
 }
@@ -229,10 +232,10 @@ func (e *env) dnsMeasures(z sizes) ([]measure, error) {
 		masq, unb := perf(mh, mp), perf(uh, up)
 		to := z.dnsFor + time.Minute
 		ms = append(ms, measure{Name: c.name, Primary: "q/s", Higher: true, Target: c.target, Subjects: []subject{
-			{Name: "direct (authoritative)", Command: shellJoin(direct), run: exe(direct, to, parseDnsperf)},
-			{Name: "airlock", Command: shellJoin(air), run: exe(air, to, parseDnsperf)},
-			{Name: "dnsmasq", Peer: true, Command: shellJoin(masq), run: exe(masq, to, parseDnsperf)},
-			{Name: "unbound", Peer: true, Command: shellJoin(unb), run: exe(unb, to, parseDnsperf)},
+			{Name: "direct (authoritative)", Command: shellJoin(direct), run: e.exe(direct, to, parseDnsperf)},
+			{Name: "airlock", Command: shellJoin(air), run: e.exe(air, to, parseDnsperf)},
+			{Name: "dnsmasq", Peer: true, Command: shellJoin(masq), run: e.exe(masq, to, parseDnsperf)},
+			{Name: "unbound", Peer: true, Command: shellJoin(unb), run: e.exe(unb, to, parseDnsperf)},
 		}})
 	}
 	return ms, nil
@@ -245,7 +248,7 @@ func (e *env) startMeasure(z sizes) measure {
 		jf := filepath.Join(e.dir, "alk-hyperfine-"+strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(name)+".json")
 		argv := []string{"hyperfine", "-N", "--style", "none", "--warmup", "2", "--runs", strconv.Itoa(z.startRuns), "--export-json", jf, cmd}
 		return subject{Name: name, Command: shellJoin(argv), run: func() ([]metric, string, error) {
-			out, err := output(ctxBG(), 5*time.Minute, argv...)
+			out, err := output(e.ctx, 5*time.Minute, argv...)
 			if err != nil {
 				return nil, out, err
 			}

@@ -94,12 +94,20 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// terminate makes a cancelled command get SIGTERM (airlock run then tears
+// its sandbox down) and SIGKILL only 20 s later.
+func terminate(cmd *exec.Cmd) {
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+}
+
 // output runs argv to completion (bounded by ctx) and returns stdout+stderr.
 func output(ctx context.Context, timeout time.Duration, argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+	terminate(cmd)
+	cmd.Env = pathEnv()
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
