@@ -40,8 +40,12 @@ How the subjects are set up:
   airlock's filter is reached through the sandbox's veth, the peers over loopback.
 - Sandbox start: hyperfine -N, 2 warm-up runs. unshare makes the same namespaces as airlock's sandbox (mount,
   uts, ipc, net, pid, cgroup) and nothing else: no root filesystem, cgroup limits, network plumbing or policy.
-- Memory: the daemon's (gateway in process) VmRSS; tunnels: the peak VmRSS of the process holding them
-  (` + "`airlock run`" + `, which is airlock's gateway; squid's one process), sampled every 100 ms.
+- Memory: the daemon's (gateway in process) VmRSS. Tunnels: to the fake host's TCP echo port, held 10 s then
+  echoed once each; airlock's are spread over 4 sandboxes of the daemon (the gateway caps one sandbox at 512
+  tunnels), squid's come from one client on the host; the peak VmRSS of the daemon and of squid's one process,
+  sampled every 100 ms ("RSS before" is at the start of the round).
+- Pooled create + exec: the daemon API as bench's BenchmarkSandboxLifecycle does it (create from a full warm
+  pool of 2, exec /bin/true, delete; the pool refilled untimed).
 `
 
 // machine is what the numbers were measured on.
