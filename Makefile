@@ -49,6 +49,10 @@ lint: ## gofmt, go vet, staticcheck, go mod tidy -diff and the package-layout ch
 bench: deps ## Run the benchmarks (ratios against direct connections in the same run)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout $(TEST_TIMEOUT) ./...
 
+.PHONY: bench-compare
+bench-compare: ## airlock vs direct, squid, dnsmasq, unbound, bubblewrap (root, <15 min; BENCH_QUICK=1: ~2 min) into docs/BENCHMARKS.md
+	@./scripts/bench-compare.sh
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 20s)
 	@for pkg in $$($(GO) list ./...); do \

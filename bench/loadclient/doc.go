@@ -1,7 +1,9 @@
 // Command loadclient is the benchmarks' HTTP client: it runs inside an airlock
 // sandbox (through the gateway) and on the host (direct), so both sides of a
 // ratio use the same code. It prints one JSON line: requests, errors, bytes
-// and seconds. Every run is bounded by -n and -max.
+// and seconds. Every run is bounded by -n and -max. -tunnel reaches the proxy
+// with CONNECT for http:// URLs too; -hold N opens N connections (tunnels),
+// holds them and then asks once on each (bench/compare's memory measure).
 //
 // Entry point: main (flags in main.go); package bench builds and runs it.
 //

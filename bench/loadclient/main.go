@@ -35,14 +35,22 @@ func main() {
 	proxy := flag.String("proxy", "", "HTTP proxy URL; empty means none (the environment is ignored)")
 	connect := flag.String("connect", "", "dial this IP:PORT instead of the URL's host (direct runs)")
 	caFile := flag.String("ca", "", "PEM file of roots to trust; empty means the system roots")
+	tunnel := flag.Bool("tunnel", false, "reach -proxy with CONNECT for http:// URLs too (a tunnel, not a forwarded request)")
+	hold := flag.Int("hold", 0, "instead of a load: open this many connections (CONNECT tunnels with -proxy), hold them -max/2, then send one request on each (at most 5,000)")
 	flag.Parse()
-	if err := run(*target, *n, *c, *maxDur, *proxy, *connect, *caFile); err != nil {
+	var err error
+	if *hold > 0 {
+		err = holdConns(*target, *hold, *maxDur, *proxy, *connect)
+	} else {
+		err = run(*target, *n, *c, *maxDur, *proxy, *connect, *caFile, *tunnel)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadclient:", err)
 		os.Exit(2)
 	}
 }
 
-func run(target string, n, c int, maxDur time.Duration, proxy, connect, caFile string) error {
+func run(target string, n, c int, maxDur time.Duration, proxy, connect, caFile string, tunnel bool) error {
 	switch {
 	case target == "":
 		return errors.New("-url is required")
@@ -61,6 +69,12 @@ func run(target string, n, c int, maxDur time.Duration, proxy, connect, caFile s
 			return fmt.Errorf("-proxy: %w", err)
 		}
 		tr.Proxy = http.ProxyURL(u)
+		if tunnel {
+			tr.Proxy = nil
+			tr.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+				return dialTunnel(ctx, u.Host, addr)
+			}
+		}
 	}
 	if connect != "" {
 		d := &net.Dialer{Timeout: 10 * time.Second}

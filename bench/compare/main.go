@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func jsonUnmarshal(s string, v any) error {
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return fmt.Errorf("parse %q: %w", tail(s, 300), err)
+	}
+	return nil
+}
+
+// runSizes are the full and quick sizes: the full run stays under 15 minutes
+// on the 2-core development VM, the quick one around 2.
+func runSizes(quick bool) sizes {
+	if quick {
+		return sizes{rounds: 1, wrkFor: 2 * time.Second, blob: 128 << 20, dnsFor: 2 * time.Second, startRuns: 5, pooledN: 5, sandboxes: 10, tunnels: 200, tunnelHold: 8 * time.Second}
+	}
+	return sizes{rounds: 3, wrkFor: 5 * time.Second, blob: 1 << 30, dnsFor: 5 * time.Second, startRuns: 20, pooledN: 30, sandboxes: 100, tunnels: 1000, tunnelHold: 20 * time.Second}
+}
+
+func main() {
+	bin := flag.String("airlock", "bin/airlock", "the airlock binary")
+	client := flag.String("loadclient", "bin/loadclient", "bench/loadclient, built")
+	doc := flag.String("doc", "docs/BENCHMARKS.md", "the file whose marked section is replaced")
+	raw := flag.String("raw", "docs/bench/compare.json", "where the raw numbers go")
+	quick := flag.Bool("quick", false, "a ~2-minute smoke run (one round, small sizes)")
+	perfDir := flag.String("perf", "", "record `perf record -g` of every airlock run into this directory (profiling; the doc is not written)")
+	only := flag.String("only", "", "run only the measures of these groups, comma-separated (http, bulk, dns, start, daemon); the doc is not written")
+	render := flag.Bool("render", false, "only rewrite -doc's section from the numbers already in -raw (no measuring)")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *render {
+		if err := rerender(*doc, *raw); err != nil {
+			log.Error("bench-compare -render failed", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *perfDir != "" && *only == "" {
+		*only = "http,bulk,dns"
+	}
+	if err := run(log, *bin, *client, *doc, *raw, *quick, *only, *perfDir); err != nil {
+		log.Error("bench-compare failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger, bin, client, doc, raw string, quick bool, only, perfDir string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("bench-compare needs root (namespaces, airlock run, the peers)")
+	}
+	z := runSizes(quick)
+	started := time.Now()
+	mach := describeMachine(bin)
+	// SIGINT/SIGTERM/SIGHUP cancel ctx: the running command gets SIGTERM (an
+	// airlock run tears its sandbox down), the run fails, and the deferred
+	// close removes everything else.
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stopSignals()
+	e, err := newEnv(ctx, bin, client)
+	e.perfDir = perfDir
+	defer e.close()
+	if err != nil {
+		return err
+	}
+	for name, start := range map[string]func() error{"squid": e.startSquid, "dnsmasq": e.startDnsmasq, "unbound": e.startUnbound} {
+		if err := start(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	want := func(g string) bool { return only == "" || slices.Contains(strings.Split(only, ","), g) }
+	var rounded []measure
+	if want("http") {
+		ms, err := e.httpMeasures(z)
+		if err != nil {
+			return err
+		}
+		rounded = append(rounded, ms...)
+	}
+	if want("bulk") {
+		rounded = append(rounded, e.bulkMeasures(z)...)
+	}
+	if want("dns") {
+		ms, err := e.dnsMeasures(z)
+		if err != nil {
+			return err
+		}
+		rounded = append(rounded, ms...)
+	}
+	if want("start") {
+		rounded = append(rounded, e.startMeasure(z))
+	}
+	rounds := z.rounds
+	for r := range rounds {
+		for i := range rounded {
+			m := &rounded[i]
+			// Alternate: each round starts with a different subject.
+			for k := range m.Subjects {
+				s := &m.Subjects[(k+r)%len(m.Subjects)]
+				t0 := time.Now()
+				got, out, err := s.run()
+				if ctx.Err() != nil {
+					return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+				}
+				if err != nil {
+					return fmt.Errorf("%s, %s, round %d: %w\n%s", m.Name, s.Name, r+1, err, tail(out, 1500))
+				}
+				s.Rounds = append(s.Rounds, got)
+				log.Info("measured", "measure", m.Name, "subject", s.Name, "round", r+1, "took", time.Since(t0).Round(time.Millisecond), "got", got)
+			}
+		}
+	}
+	all := rounded
+	if want("daemon") {
+		ms, err := e.daemonMeasures(z)
+		if err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
+		all = append(all, ms...)
+		log.Info("measured", "daemon", ms)
+	}
+	mach.LoadEnd = loadavg()
+	mach.Took = time.Since(started).Round(time.Second).String()
+	mach.Rounds, mach.Quick = rounds, quick
+	if only != "" {
+		fmt.Println(renderTable(all))
+		return nil
+	}
+	return writeReport(doc, raw, mach, all)
+}
+
+// rerender rewrites doc's section from the raw numbers of an earlier run.
+func rerender(doc, raw string) error {
+	b, err := os.ReadFile(raw)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Machine  machine   `json:"machine"`
+		Measures []measure `json:"measures"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", raw, err)
+	}
+	return writeReport(doc, raw, r.Machine, r.Measures)
+}
