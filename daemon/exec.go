@@ -241,13 +241,6 @@ func (f *frameWriter) start(started api.Frame) {
 	close(f.gate)
 }
 
-// frame writes one frame after started.
-func (f *frameWriter) frame(fr api.Frame) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.writeLocked(fr)
-}
-
 // last writes the stream's last frame (exit or error) without flushing it:
 // the handler returns right after, and the server sends it with the end of
 // the response in one write.
