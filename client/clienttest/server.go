@@ -441,8 +441,8 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		x.kill()
 	}
 	sb.State, sb.EndReason = api.StateStopped, "deleted"
-	v := sb.view()
-	sb.emit("sandbox", api.Event{Sandbox: &v})
+	ended := sb.view() // the event holds it: a subscriber marshals it later
+	sb.emit("sandbox", api.Event{Sandbox: &ended})
 	close(sb.done)
 	s.mu.Unlock()
 	for _, x := range sb.execs {
@@ -450,7 +450,7 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = os.RemoveAll(sb.root)
 	s.mu.Lock()
-	v = sb.view()
+	v := sb.view()
 	s.mu.Unlock()
 	writeJSON(w, 200, v)
 }
