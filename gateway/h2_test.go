@@ -101,7 +101,7 @@ func TestH2Interception(t *testing.T) {
 				t.Fatalf("upstream saw %d requests, want 2", up.reqs.Load())
 			}
 			for _, p := range []string{"/a", "/secret", "/b"} {
-				recs := h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && r.Path == p })
+				recs := settledMatch(h.log, 1, func(r audit.Record) bool { return r.Kind == "http" && r.Path == p })
 				if len(recs) != 1 {
 					t.Fatalf("%s: got %d audit records, want 1", p, len(recs))
 				}
@@ -170,7 +170,7 @@ func TestH2SecretsInjectedAndScrubbed(t *testing.T) {
 					t.Fatalf("want the header, body and trailer scrubbed, got:\n%s", all)
 				}
 			}
-			recs := h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && len(r.Secrets) == 1 })
+			recs := settledMatch(h.log, 2, func(r audit.Record) bool { return r.Kind == "http" && len(r.Secrets) == 1 })
 			if len(recs) != 2 {
 				t.Fatalf("got %d http records naming the secret, want 2 (one per stream)", len(recs))
 			}
@@ -230,7 +230,7 @@ func TestH2ThroughParentProxy(t *testing.T) {
 	if len(targets) != 1 {
 		t.Fatalf("parent saw CONNECTs %v, want one (one h2 connection for the streams)", targets)
 	}
-	recs := h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && r.Path == "/a" })
+	recs := settledMatch(h.log, 1, func(r audit.Record) bool { return r.Kind == "http" && r.Path == "/a" })
 	if len(recs) != 1 || string(recs[0].Extra["parent_proxy"]) != strconv.Quote(p.addr) {
 		t.Fatalf("records %+v: want one naming the parent proxy", recs)
 	}

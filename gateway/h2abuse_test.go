@@ -19,8 +19,10 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/test/poll"
 )
 
 // rawH2 is a hand-driven HTTP/2 client (h2c with prior knowledge) for the
@@ -267,8 +269,10 @@ func TestH2CExplicitProxy(t *testing.T) {
 	if evil.reqs.Load() != 0 || evil.conns.Load() != 0 {
 		t.Fatalf("denied host saw %d requests, %d connections; want 0", evil.reqs.Load(), evil.conns.Load())
 	}
+	// A stream's record is written once its response is done, which can be
+	// after the client saw the headers.
 	for _, p := range []string{"/steal", "/fine"} {
-		if n := len(a.h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && r.Path == p })); n != 1 {
+		if n := len(settledMatch(a.h.log, 1, func(r audit.Record) bool { return r.Kind == "http" && r.Path == p })); n != 1 {
 			t.Fatalf("%s: got %d records, want 1", p, n)
 		}
 	}
@@ -523,7 +527,7 @@ func TestH2CIsDecidedPerStream(t *testing.T) {
 				t.Fatalf("upstream saw %d requests, want 1", up.reqs.Load())
 			}
 			for _, p := range []string{"/secret", "/fine"} {
-				if n := len(h.log.Match(func(r audit.Record) bool { return r.Kind == "http" && r.Path == p })); n < 1 {
+				if n := len(settledMatch(h.log, 1, func(r audit.Record) bool { return r.Kind == "http" && r.Path == p })); n < 1 {
 					t.Fatalf("%s: no kind http record", p)
 				}
 			}
@@ -672,4 +676,12 @@ func TestH2ShutdownClosesIdleConnection(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the idle HTTP/2 connection is still open after shutdown")
 	}
+}
+
+// settledMatch waits until l holds at least n records fn matches (a stream's
+// record is written once its exchange is done, which can be after the client
+// saw the response) and returns the matches.
+func settledMatch(l *audittest.Log, n int, fn func(audit.Record) bool) []audit.Record {
+	poll.Within(audittest.WaitLimit, func() bool { return len(l.Match(fn)) >= n })
+	return l.Match(fn)
 }
