@@ -58,11 +58,13 @@ type Config struct {
 	// entry declares; only PodAnnotationsCapability is read.
 	RuntimeConfig map[string]json.RawMessage `json:"runtimeConfig,omitempty"`
 	// Args is the conventions' "args" object; only args.cni.labels and
-	// args.cni.serviceAccount are read (other keys belong to other plugins).
-	Args *Args `json:"args,omitempty"`
+	// args.cni.serviceAccount are read (the other keys, in args.cni and
+	// beside it, belong to other plugins and are left alone).
+	Args map[string]json.RawMessage `json:"args,omitempty"`
 
 	timeout     time.Duration
 	annotations map[string]string
+	argsCNI     ArgsCNI
 }
 
 // Select picks the pods to attach.
@@ -73,11 +75,6 @@ type Select struct {
 	// Annotation is the pod annotation whose value "true" selects the pod
 	// (DefaultAnnotation when empty).
 	Annotation string `json:"annotation,omitempty"`
-}
-
-// Args is the CNI conventions' "args" object.
-type Args struct {
-	CNI *ArgsCNI `json:"cni,omitempty"`
 }
 
 // ArgsCNI are the keys of args.cni airlock-cni reads.
@@ -117,8 +114,16 @@ func ParseConfig(stdin []byte) (*Config, error) {
 			return nil, fmt.Errorf("airlock-cni: runtimeConfig.%s: want an object of strings: %w", PodAnnotationsCapability, err)
 		}
 	}
+	if raw, ok := c.Args["cni"]; ok {
+		if err := json.Unmarshal(raw, &c.argsCNI); err != nil {
+			return nil, fmt.Errorf("airlock-cni: args.cni: %w", err)
+		}
+	}
 	return &c, nil
 }
+
+// ArgsCNI is what args.cni gave.
+func (c *Config) ArgsCNI() ArgsCNI { return c.argsCNI }
 
 // TimeoutDuration is Timeout parsed (DefaultTimeout when empty).
 func (c *Config) TimeoutDuration() time.Duration { return c.timeout }
@@ -153,9 +158,7 @@ func (c *Config) Selected(args map[string]string) bool {
 // none is known (a runtime that is not Kubernetes).
 func (c *Config) Pod(args map[string]string) (*api.Pod, error) {
 	p := &api.Pod{Namespace: args[argPodNamespace], Name: args[argPodName], UID: args[argPodUID]}
-	if c.Args != nil && c.Args.CNI != nil {
-		p.ServiceAccount = c.Args.CNI.ServiceAccount
-	}
+	p.ServiceAccount = c.argsCNI.ServiceAccount
 	if *p == (api.Pod{}) {
 		return nil, nil
 	}
@@ -173,9 +176,7 @@ func (c *Config) Pod(args map[string]string) (*api.Pod, error) {
 // "labels.airlock.dev/K: V" as K=V (an annotation wins over args).
 func (c *Config) Labels() (map[string]string, error) {
 	out := map[string]string{}
-	if c.Args != nil && c.Args.CNI != nil {
-		maps.Copy(out, c.Args.CNI.Labels)
-	}
+	maps.Copy(out, c.argsCNI.Labels)
 	for k, v := range c.annotations {
 		if name, ok := strings.CutPrefix(k, LabelAnnotationPrefix); ok {
 			if name == "" {
