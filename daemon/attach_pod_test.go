@@ -59,6 +59,9 @@ func TestAccountsStampPod(t *testing.T) {
 	if got[2].Pod != nil || got[3].Pod != nil {
 		t.Errorf("records of other sandboxes got a pod: %+v, %+v", got[2].Pod, got[3].Pod)
 	}
+	if a.claimPod("alk-pod-1", &audit.Pod{Namespace: "intruder"}) {
+		t.Error("a second claim of the same id replaced the pod")
+	}
 	a.setPod("alk-pod-1", nil)
 	r := &audit.Record{Sandbox: "alk-pod-1", Kind: audit.KindTCP}
 	_ = a.Log(r)

@@ -462,11 +462,9 @@ func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) (
 	if err := d.checkFreeSpace(); err != nil {
 		return nil, err
 	}
-	if sb.Pod != nil {
-		d.acct.setPod(sb.ID, auditPod(sb.Pod))
-	}
+	claimed := sb.Pod != nil && d.acct.claimPod(sb.ID, auditPod(sb.Pod))
 	s, err := d.netns.Attach(ctx, sb, nsPath)
-	if err != nil && sb.Pod != nil {
+	if err != nil && claimed {
 		d.acct.setPod(sb.ID, nil)
 	}
 	return s, err

@@ -83,13 +83,17 @@ func (a *accounts) setPod(id string, pod *audit.Pod) {
 	a.pods[id] = pod
 }
 
-func (a *accounts) get(id string) *account {
-	if id == "" {
-		return nil
+// claimPod is setPod for an id that has no pod yet; it reports whether it
+// set it (a racing attach of the same id must not replace, nor later
+// remove, the pod of the one that won).
+func (a *accounts) claimPod(id string, pod *audit.Pod) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, taken := a.pods[id]; taken {
+		return false
 	}
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	return a.sandbox[id]
+	a.pods[id] = pod
+	return true
 }
 
 // ownerRows are the summary rows of owner's sandboxes since the daemon

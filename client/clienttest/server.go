@@ -36,7 +36,7 @@ type Server struct {
 	created   []api.CreateSandboxRequest
 	attached  map[string]api.AttachRequest
 	problems  map[string]string // attached id -> what its check reports
-	wg        sync.WaitGroup // execs' processes
+	wg        sync.WaitGroup    // execs' processes
 }
 
 // sandbox is one fake sandbox: its API view and its directories.

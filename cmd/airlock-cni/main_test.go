@@ -8,8 +8,8 @@ import (
 
 func TestCLI(t *testing.T) {
 	tests := []struct {
-		args       []string
-		code       int
+		args        []string
+		code        int
 		out, errOut string
 	}{
 		{[]string{"--help"}, 0, "CNI_COMMAND=ADD|DEL|CHECK|VERSION", ""},
