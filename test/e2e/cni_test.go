@@ -347,6 +347,26 @@ func TestRootCNIPlugin(t *testing.T) {
 		}
 	}
 
+	// A restart of serve keeps the pod: its namespace is re-attached from the
+	// state file and the records after it carry the pod too.
+	if code := d.Stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("serve exited %d\n%s", code, d.Output())
+	}
+	d = startServe(t, e, runDir)
+	again := path + "-again"
+	p.inPod(func() {
+		if got, err := fakenet.Get(w.other.IP.String()+":80", "other.example.test", again); !strings.Contains(got, "hello from other.example.test"+again) {
+			t.Errorf("allowed host from the pod after serve restarted: got %q, %v", got, err)
+		}
+	})
+	poll.Within(10*time.Second, func() bool {
+		recs = sandboxRecords(e, id)
+		return len(find(recs, match{decision: audit.DecisionAllow, host: "other.example.test", path: again})) > 0
+	})
+	if r := mustFind(t, recs, match{decision: audit.DecisionAllow, host: "other.example.test", path: again}); r.Pod == nil || *r.Pod != wantPod {
+		t.Errorf("the record after the restart carries pod %+v, want %+v", r.Pod, wantPod)
+	}
+
 	// CHECK passes, then notices the first rule of filter OUTPUT removed.
 	if err := p.cni.CheckNetworkList(ctx, list, rt); err != nil {
 		t.Fatalf("CHECK with the rules in place: %v", err)
