@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -280,6 +281,11 @@ func TestRootCNIPlugin(t *testing.T) {
 		t.Fatalf("control: the gateway listener counted %d connections, want 1", n)
 	}
 	p.direct.n.Store(0)
+
+	// VERSION, as libcni asks it.
+	if vi, err := p.cni.GetVersionInfo(ctx, "airlock-cni"); err != nil || !slices.Contains(vi.SupportedVersions(), "1.0.0") {
+		t.Fatalf("VERSION: got %v, %v; want 1.0.0 among the supported versions", vi, err)
+	}
 
 	// ADD through the chain, as containerd would for an annotated pod.
 	list := p.conflist("alk-pods-"+p.tag, d.Socket)
