@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -85,8 +84,21 @@ func (p *podNet) state(t *testing.T) map[string]string {
 	s["sysctls"] = mustRun(t, "ip", "netns", "exec", p.name, "sh", "-c",
 		"grep -H . /proc/sys/net/ipv4/conf/*/route_localnet /proc/sys/net/ipv6/conf/*/disable_ipv6")
 	s["addresses"] = mustRun(t, "ip", "-n", p.name, "addr")
-	s["routes"] = sortedLines(mustRun(t, "ip", "-n", p.name, "route", "show", "table", "all") +
+	s["routes"] = sortedLines(mustRun(t, "ip", "-4", "-n", p.name, "route", "show", "table", "all") +
 		mustRun(t, "ip", "-6", "-n", p.name, "route", "show", "table", "all"))
+	return s
+}
+
+// settled is state once no IPv6 address is tentative any more: duplicate
+// address detection on eth0's link-local address ends a second or so after
+// the link comes up, and again after a detach clears disable_ipv6.
+func (p *podNet) settled(t *testing.T) map[string]string {
+	t.Helper()
+	var s map[string]string
+	poll.Until(t, 20*time.Second, "no tentative IPv6 address in "+p.name, func() bool {
+		s = p.state(t)
+		return !strings.Contains(s["addresses"], "tentative")
+	})
 	return s
 }
 
@@ -168,7 +180,7 @@ func TestRuncContainerAttach(t *testing.T) {
 // attachRound attaches the pod, checks egress from the container and
 // detaches; backend is the one airlock must pick.
 func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, backend string) {
-	before := pod.state(t)
+	before := pod.settled(t)
 	id := sandboxID("runc-" + backend)
 	ctx := context.Background()
 	if err := d.C.Attach(ctx, api.AttachRequest{ID: id, NetNS: pod.path, Labels: map[string]string{"runtime": "runc", "container": ctr.ID}}); err != nil {
@@ -297,13 +309,8 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 		t.Fatalf("detach: %v", err)
 	}
 	attached = false
-	// IPv6 link-local addresses come back when disable_ipv6 is cleared, after
-	// duplicate address detection: wait for the namespace to settle.
-	var after map[string]string
-	poll.Within(20*time.Second, func() bool {
-		after = pod.state(t)
-		return fmt.Sprint(after) == fmt.Sprint(before)
-	})
+	// The IPv6 link-local address comes back when disable_ipv6 is cleared.
+	after := pod.settled(t)
 	for k, v := range before {
 		if after[k] != v {
 			t.Errorf("%s after detach:\n%s\nwant (before attach):\n%s", k, after[k], v)
