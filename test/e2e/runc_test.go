@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +29,14 @@ import (
 // a default route, so without airlock the pod reaches every fake host.
 type podNet struct {
 	name, path string
+	// routed: the namespace has a route to the fake internet of its own.
+	routed bool
+}
+
+// in runs argv in the namespace.
+func (p *podNet) in(t *testing.T, argv ...string) string {
+	t.Helper()
+	return mustRun(t, append([]string{"nsenter", "--net=" + p.path, "--"}, argv...)...)
 }
 
 // Addresses of the pod's veth; the peer end is in the fake internet's
@@ -37,7 +48,7 @@ const (
 
 func newPodNet(t *testing.T) *podNet {
 	t.Helper()
-	p := &podNet{name: netnstest.NSName("pod")}
+	p := &podNet{name: netnstest.NSName("pod"), routed: true}
 	p.path = "/run/netns/" + p.name
 	podSide, peer := netnstest.LinkName("c"), netnstest.LinkName("p")
 	t.Cleanup(func() {
@@ -79,13 +90,13 @@ func (p *podNet) state(t *testing.T) map[string]string {
 	t.Helper()
 	s := map[string]string{}
 	for backend, save := range saveCmds {
-		s["rules "+backend] = normalizeSave(mustRun(t, "ip", "netns", "exec", p.name, save))
+		s["rules "+backend] = normalizeSave(p.in(t, save))
 	}
-	s["sysctls"] = mustRun(t, "ip", "netns", "exec", p.name, "sh", "-c",
+	s["sysctls"] = p.in(t, "sh", "-c",
 		"grep -H . /proc/sys/net/ipv4/conf/*/route_localnet /proc/sys/net/ipv6/conf/*/disable_ipv6")
-	s["addresses"] = mustRun(t, "ip", "-n", p.name, "addr")
-	s["routes"] = sortedLines(mustRun(t, "ip", "-4", "-n", p.name, "route", "show", "table", "all") +
-		mustRun(t, "ip", "-6", "-n", p.name, "route", "show", "table", "all"))
+	s["addresses"] = p.in(t, "ip", "addr")
+	s["routes"] = sortedLines(p.in(t, "ip", "-4", "route", "show", "table", "all") +
+		p.in(t, "ip", "-6", "route", "show", "table", "all"))
 	return s
 }
 
@@ -95,7 +106,7 @@ func (p *podNet) state(t *testing.T) map[string]string {
 func (p *podNet) settled(t *testing.T) map[string]string {
 	t.Helper()
 	var s map[string]string
-	poll.Until(t, 20*time.Second, "no tentative IPv6 address in "+p.name, func() bool {
+	poll.Until(t, 20*time.Second, "no tentative IPv6 address in "+p.path, func() bool {
 		s = p.state(t)
 		return !strings.Contains(s["addresses"], "tentative")
 	})
@@ -169,12 +180,30 @@ func TestRuncContainerAttach(t *testing.T) {
 		t.Fatalf("evil.example connections from the unattached container: got %d, want 1", got)
 	}
 
-	mustRun(t, "ip", "netns", "exec", pod.name, "iptables-nft", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
+	pod.in(t, "iptables-nft", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
 		"-m", "comment", "--comment", "alk-platform-nft", "-j", "ACCEPT")
 	t.Run("platform rules in nft", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "nft") })
-	mustRun(t, "ip", "netns", "exec", pod.name, "iptables-legacy", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
+	pod.in(t, "iptables-legacy", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
 		"-m", "comment", "--comment", "alk-platform-legacy", "-j", "ACCEPT")
 	t.Run("platform rules in legacy too", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "legacy") })
+}
+
+// TestRuncOwnNamespaceAttach is the other way a platform can go: runc makes
+// the container's network namespace itself (lo only, no route), and the
+// namespace is found by the container's pid and attached as
+// /proc/PID/ns/net. airlock gives it the island address and route, and detach
+// takes them away again.
+func TestRuncOwnNamespaceAttach(t *testing.T) {
+	e := newServeEnv(t)
+	d := startServe(t, e, filepath.Join(e.dir, "run"))
+	ctr := runctest.Start(t, runctest.Options{
+		Files: map[string]string{"etc/resolv.conf": "nameserver " + w.net.DNSAddr.Addr().String() + "\n"},
+	})
+	own := &podNet{path: fmt.Sprintf("/proc/%d/ns/net", ctr.Pid())}
+	if r := ctr.Exec(nil, "timeout", "20", "wget", "-q", "-O-", "http://"+w.evil.IP.String()+"/runc-own"); r.Code == 0 {
+		t.Fatalf("the container's new namespace reached the fake internet before the attach: %s", r)
+	}
+	attachRound(t, e, d, own, ctr, "legacy")
 }
 
 // attachRound attaches the pod, checks egress from the container and
@@ -188,12 +217,20 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 	}
 	attached := true
 	t.Cleanup(func() {
-		if attached {
-			_ = d.C.Detach(context.Background(), id)
+		if !attached {
+			return
+		}
+		if err := d.C.Detach(context.Background(), id); err != nil {
+			t.Errorf("detach at cleanup: %v", err)
+			// Without the daemon's bind mount the namespace goes with its
+			// container.
+			bind := filepath.Join("/run/netns", "airlock-"+id)
+			_ = syscall.Unmount(bind, syscall.MNT_DETACH)
+			_ = os.Remove(bind)
 		}
 	})
 	for b, save := range saveCmds {
-		rules := mustRun(t, "ip", "netns", "exec", pod.name, save)
+		rules := pod.in(t, save)
 		if got := strings.Contains(rules, "AIRLOCK"); got != (b == backend) {
 			t.Errorf("%s holds airlock's rules: %v, want %v\n%s", save, got, b == backend, rules)
 		}
@@ -315,6 +352,9 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 		if after[k] != v {
 			t.Errorf("%s after detach:\n%s\nwant (before attach):\n%s", k, after[k], v)
 		}
+	}
+	if !pod.routed {
+		return
 	}
 	// And the container reaches the fake internet directly again.
 	evil = snap(w.evil)
