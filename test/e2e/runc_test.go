@@ -81,6 +81,13 @@ func mustRun(t *testing.T, argv ...string) string {
 	return string(out)
 }
 
+// inbound fetches the pod's page from the fake internet's side of the veth.
+func (p *podNet) inbound() (string, error) {
+	out, err := exec.Command("ip", "netns", "exec", w.net.Name, "timeout", "10",
+		"busybox", "wget", "-q", "-O-", "http://"+podAddr+":8080/").Output()
+	return string(out), err
+}
+
 // saveCmds are the two iptables backends' save commands.
 var saveCmds = map[string]string{"legacy": "iptables-legacy-save", "nft": "iptables-nft-save"}
 
@@ -164,8 +171,18 @@ func TestRuncContainerAttach(t *testing.T) {
 	pod := newPodNet(t)
 	ctr := runctest.Start(t, runctest.Options{
 		NetNS: pod.path,
-		Files: map[string]string{"etc/resolv.conf": "nameserver " + w.net.DNSAddr.Addr().String() + "\n"},
+		Files: map[string]string{
+			"etc/resolv.conf": "nameserver " + w.net.DNSAddr.Addr().String() + "\n",
+			"www/index.html":  "served by the pod\n",
+		},
 	})
+	// A server in the pod (busybox httpd goes to the background by itself).
+	if r := ctr.Exec(nil, "httpd", "-p", "8080", "-h", "/www"); r.Code != 0 {
+		t.Fatalf("httpd in the container: %s", r)
+	}
+	if out, err := pod.inbound(); err != nil || out != "served by the pod\n" {
+		t.Fatalf("baseline inbound GET from the fake internet: %v: %q", err, out)
+	}
 	if dirs := ctr.CgroupDirs(); len(dirs) == 0 {
 		t.Errorf("container %s has no cgroup directory named %s", ctr.ID, ctr.Cgroup)
 	}
@@ -273,6 +290,13 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 			t.Errorf("%s: answered: %s", a.name, r)
 		}
 	}
+	// Connections arriving on the veth are captured like a VM's egress: while
+	// attached, the pod's own server is not reachable from outside.
+	if pod.routed {
+		if out, err := pod.inbound(); err == nil || strings.Contains(out, "served by the pod") {
+			t.Errorf("inbound GET reached the attached pod's server: %v: %q", err, out)
+		}
+	}
 	// The container holds no CAP_NET_ADMIN: it cannot take its route or
 	// rules away.
 	if r := ctr.Exec(nil, "ip", "route", "del", "default"); r.Code == 0 {
@@ -355,6 +379,9 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 	}
 	if !pod.routed {
 		return
+	}
+	if out, err := pod.inbound(); err != nil || out != "served by the pod\n" {
+		t.Errorf("inbound GET after detach: %v: %q", err, out)
 	}
 	// And the container reaches the fake internet directly again.
 	evil = snap(w.evil)
