@@ -1,6 +1,7 @@
 package runctest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-dev/airlock/test/roottest"
 )
 
 func TestCheckStatic(t *testing.T) {
@@ -60,5 +63,34 @@ func TestSpecHoldsNoNetworkCapabilities(t *testing.T) {
 	}
 	if s.Linux.CgroupsPath != "/alk-runc-1-1" {
 		t.Errorf("got cgroupsPath %q, want /alk-runc-1-1", s.Linux.CgroupsPath)
+	}
+}
+
+// TestStartExecRemove runs a real container: exec works in it, it has its
+// cgroups, and when its test ends the process and cgroups are gone.
+func TestStartExecRemove(t *testing.T) {
+	roottest.Require(t)
+	var c *Container
+	var pid int
+	t.Run("container", func(t *testing.T) {
+		c = Start(t, Options{Files: map[string]string{"etc/motd": "alk\n"}})
+		pid = c.Pid()
+		if r := c.Exec([]string{"ALK=1"}, "sh", "-c", "cat /etc/motd; echo $ALK; hostname"); r.Code != 0 || r.Stdout != "alk\n1\n"+c.ID+"\n" {
+			t.Errorf("exec: %s", r)
+		}
+		if r := c.Exec(nil, "sh", "-c", "exit 3"); r.Code != 3 {
+			t.Errorf("got exit %d, want 3", r.Code)
+		}
+		if len(c.CgroupDirs()) == 0 {
+			t.Errorf("no cgroup directory %s", c.Cgroup)
+		}
+	})
+	// Dead is gone or a zombie its new parent (the host's init) has not
+	// reaped yet.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(b), ") Z ") {
+		t.Errorf("container process %d still runs after its test: %s", pid, b)
+	}
+	if dirs := c.CgroupDirs(); len(dirs) != 0 {
+		t.Errorf("cgroup directories left: %v", dirs)
 	}
 }
