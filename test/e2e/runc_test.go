@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,33 +200,57 @@ func TestRuncContainerAttach(t *testing.T) {
 
 	pod.in(t, "iptables-nft", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
 		"-m", "comment", "--comment", "alk-platform-nft", "-j", "ACCEPT")
-	t.Run("platform rules in nft", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "nft") })
+	t.Run("platform rules in nft", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "nft", nil) })
 	pod.in(t, "iptables-legacy", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
 		"-m", "comment", "--comment", "alk-platform-legacy", "-j", "ACCEPT")
-	t.Run("platform rules in legacy too", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "legacy") })
+	t.Run("platform rules in legacy too", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "legacy", nil) })
 }
 
 // TestRuncOwnNamespaceAttach is the other way a platform can go: runc makes
-// the container's network namespace itself (lo only, no route), and the
-// namespace is found by the container's pid and attached as
-// /proc/PID/ns/net. airlock gives it the island address and route, and detach
-// takes them away again.
+// the container's network namespace itself (lo only, no route) at `runc
+// create`, the namespace is found by the container's pid and attached as
+// /proc/PID/ns/net, and only then does `runc start` run the workload, whose
+// very first connection already goes through airlock. airlock gives the
+// namespace the island address and route, and detach takes them away again.
 func TestRuncOwnNamespaceAttach(t *testing.T) {
 	e := newServeEnv(t)
 	d := startServe(t, e, filepath.Join(e.dir, "run"))
+	first := "/runc-first-" + sandboxID("w")
 	ctr := runctest.Start(t, runctest.Options{
 		Files: map[string]string{"etc/resolv.conf": "nameserver " + w.net.DNSAddr.Addr().String() + "\n"},
+		Args: []string{"sh", "-c", "timeout 20 wget -q -O /tmp/first http://other.example.test" + first +
+			"; echo $? >/tmp/first.code; exec sleep 600"},
+		Created: true,
 	})
 	own := &podNet{path: fmt.Sprintf("/proc/%d/ns/net", ctr.Pid())}
+	attachRound(t, e, d, own, ctr, "legacy", func(id string) {
+		ctr.Begin()
+		var r runctest.Result
+		poll.Until(t, 30*time.Second, "the workload's first wget", func() bool {
+			r = ctr.Exec(nil, "cat", "/tmp/first.code", "/tmp/first")
+			return r.Code == 0
+		})
+		if r.Stdout != "0\nhello from other.example.test"+first+"\n" {
+			t.Errorf("the workload's first wget: %s", r)
+		}
+		if !slices.ContainsFunc(w.other.Seen(), func(r *http.Request) bool { return r.URL.Path == first }) {
+			t.Errorf("other.example.test never served %s", first)
+		}
+		poll.Until(t, 20*time.Second, "the audit record of the workload's first wget", func() bool {
+			recs, _ := audittest.ReadFile(e.audit)
+			return slices.ContainsFunc(recs, func(r audit.Record) bool {
+				return r.Sandbox == id && r.Decision == audit.DecisionAllow && r.Path == first
+			})
+		})
+	})
 	if r := ctr.Exec(nil, "timeout", "20", "wget", "-q", "-O-", "http://"+w.evil.IP.String()+"/runc-own"); r.Code == 0 {
-		t.Fatalf("the container's new namespace reached the fake internet before the attach: %s", r)
+		t.Errorf("the container's own namespace reached the fake internet after the detach: %s", r)
 	}
-	attachRound(t, e, d, own, ctr, "legacy")
 }
 
-// attachRound attaches the pod, checks egress from the container and
-// detaches; backend is the one airlock must pick.
-func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, backend string) {
+// attachRound attaches the pod, calls onAttach (if not nil), checks egress
+// from the container and detaches; backend is the one airlock must pick.
+func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, backend string, onAttach func(id string)) {
 	before := pod.settled(t)
 	id := sandboxID("runc-" + backend)
 	ctx := context.Background()
@@ -251,6 +276,10 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 		if got := strings.Contains(rules, "AIRLOCK"); got != (b == backend) {
 			t.Errorf("%s holds airlock's rules: %v, want %v\n%s", save, got, b == backend, rules)
 		}
+	}
+
+	if onAttach != nil {
+		onAttach(id)
 	}
 
 	evil, other := snap(w.evil), snap(w.other)

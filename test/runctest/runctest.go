@@ -43,6 +43,10 @@ type Options struct {
 	// Args is the container's process; default sleep 600, so a container a
 	// killed test run leaves behind ends by itself.
 	Args []string
+	// Created stops after `runc create`: the namespaces exist and the process
+	// waits until (*Container).Begin, which is when a platform sets up the
+	// network (a CNI ADD runs between the two).
+	Created bool
 }
 
 // Container is one running runc container.
@@ -85,11 +89,15 @@ func Start(t testing.TB, opts Options) *Container {
 	defer cancel()
 	// The container's stdio is a file, not a pipe: a detached container keeps
 	// it open, and a pipe would hold runc's Wait until the container ends.
-	cmd := exec.CommandContext(ctx, "runc", "--root", c.root, "run", "--detach", "--bundle", c.Bundle, id)
+	args := []string{"--root", c.root, "run", "--detach", "--bundle", c.Bundle, id}
+	if opts.Created {
+		args = []string{"--root", c.root, "create", "--bundle", c.Bundle, id}
+	}
+	cmd := exec.CommandContext(ctx, "runc", args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
 	if err := cmd.Run(); err != nil {
 		out, _ := os.ReadFile(log.Name())
-		t.Fatalf("runctest: runc run %s: %v: %s", id, err, out)
+		t.Fatalf("runctest: runc %s %s: %v: %s", args[2], id, err, out)
 	}
 	return c
 }
@@ -268,7 +276,17 @@ func (c *Container) Exec(env []string, argv ...string) Result {
 	return res
 }
 
-// Pid is the host pid of the container's first process (runc state).
+// Begin starts the process of a container made with Options.Created (`runc
+// start`).
+func (c *Container) Begin() {
+	c.t.Helper()
+	if _, err := c.runc(context.Background(), "start", c.ID); err != nil {
+		c.t.Fatalf("runctest: %v", err)
+	}
+}
+
+// Pid is the host pid of the container's first process (runc state), created
+// or running.
 func (c *Container) Pid() int {
 	c.t.Helper()
 	out, err := c.runc(context.Background(), "state", c.ID)
@@ -279,8 +297,8 @@ func (c *Container) Pid() int {
 	if err := json.Unmarshal(out, &st); err != nil {
 		c.t.Fatalf("runctest: runc state %s: %v: %s", c.ID, err, out)
 	}
-	if st.Status != specs.StateRunning || st.Pid <= 0 {
-		c.t.Fatalf("runctest: container %s is %s (pid %d), want running", c.ID, st.Status, st.Pid)
+	if (st.Status != specs.StateRunning && st.Status != specs.StateCreated) || st.Pid <= 0 {
+		c.t.Fatalf("runctest: container %s is %s (pid %d), want created or running", c.ID, st.Status, st.Pid)
 	}
 	return st.Pid
 }
