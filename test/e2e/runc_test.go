@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -197,6 +198,9 @@ func TestRuncContainerAttach(t *testing.T) {
 	if got := snap(w.evil).sub(evil).conns; got != 1 {
 		t.Fatalf("evil.example connections from the unattached container: got %d, want 1", got)
 	}
+	if seen := w.evil.Seen(); !strings.HasPrefix(seen[len(seen)-1].RemoteAddr, podAddr+":") {
+		t.Fatalf("the unattached container's request came from %s, want %s", seen[len(seen)-1].RemoteAddr, podAddr)
+	}
 
 	pod.in(t, "iptables-nft", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
 		"-m", "comment", "--comment", "alk-platform-nft", "-j", "ACCEPT")
@@ -340,6 +344,11 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 	var paths []string
 	for _, r := range seenSince(w.other, int(other.requests)) {
 		paths = append(paths, r.URL.Path)
+		// Only through airlock: the gateway, on the host's side of the fake
+		// internet, made the connection, not the pod.
+		if host, _, _ := net.SplitHostPort(r.RemoteAddr); host != w.net.HostAddr.String() {
+			t.Errorf("%s came from %s, want the gateway's %s", r.URL.Path, r.RemoteAddr, w.net.HostAddr)
+		}
 	}
 	if want := []string{allowed[0].path, allowed[1].path}; !slices.Equal(paths, want) {
 		t.Errorf("allowed host served %q, want %q", paths, want)
