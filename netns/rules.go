@@ -114,18 +114,16 @@ func (s ruleSpec) render() string {
 	// Loopback traffic (including everything the nat rules redirected) and the
 	// listeners' replies to redirected connections; all else is logged and dropped.
 	fmt.Fprintf(&b, "-A %s -o lo -d 127.0.0.0/8 -j ACCEPT\n", chainOut)
-	fmt.Fprintf(&b, "-A %s -m conntrack --ctstate DNAT --ctdir REPLY -j ACCEPT\n", chainOut)
 	if s.Attach {
-		// A connection routed out of a real interface (a pod's eth0 with its
-		// default route) and redirected by the nat rules above is rerouted
-		// to lo, but filter OUTPUT still sees the first route's interface:
-		// "-o lo" misses it. Accept exactly the redirected flows to the
-		// listeners (regression: every TCP connect and DNS query of a
-		// bridge-attached pod was dropped).
-		for _, l := range [...]struct{ proto, port string }{{"tcp", tp}, {"tcp", dns}, {"udp", dns}} {
-			fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p %s --dport %s -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT\n", chainOut, l.proto, l.port)
-		}
+		// In an attached namespace whose default route leaves by eth0 (a CNI
+		// pod, a docker bridge container), filter OUTPUT still sees eth0 as the
+		// output device of a packet nat OUTPUT redirected to the listeners (the
+		// hook's devices are fixed before nat reroutes): accept exactly those.
+		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT\n", chainOut, tp)
+		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT\n", chainOut, dns)
+		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p udp --dport %s -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT\n", chainOut, dns)
 	}
+	fmt.Fprintf(&b, "-A %s -m conntrack --ctstate DNAT --ctdir REPLY -j ACCEPT\n", chainOut)
 	nflog(chainOut, prefixOut)
 	if s.Attach {
 		jump("INPUT", chainIn)
