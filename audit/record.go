@@ -16,7 +16,10 @@ type Record struct {
 	Sandbox string    `json:"sandbox,omitempty"`
 	// Owner is the decimal uid of the caller that created the sandbox (the
 	// daemon stamps it, by sandbox id, on every record of the sandbox).
-	Owner      string   `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// Pod is the Kubernetes pod of a sandbox the CNI plugin attached (the
+	// daemon stamps it, by sandbox id, as it stamps Owner).
+	Pod        *Pod     `json:"pod,omitempty"`
 	Kind       string   `json:"kind"`               // one of the Kind* constants
 	Decision   string   `json:"decision,omitempty"` // DecisionAllow, DecisionDeny or DecisionError
 	Mode       string   `json:"mode,omitempty"`
@@ -47,6 +50,15 @@ type Record struct {
 	// Extra carries kind-specific detail that has no field of its own. Never put a
 	// secret or a credential header value here.
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+}
+
+// Pod is a Kubernetes pod's identity on a record (policy.Pod's fields; audit
+// does not import policy). Empty fields were not given.
+type Pod struct {
+	Namespace      string `json:"namespace,omitempty"`
+	Name           string `json:"name,omitempty"`
+	UID            string `json:"uid,omitempty"`
+	ServiceAccount string `json:"service_account,omitempty"`
 }
 
 // Record kinds. The first five are policy's decision kinds (policy.Kind), spelled

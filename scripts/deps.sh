@@ -33,6 +33,9 @@ have ssh && have ssh-keygen || need+=(openssh-client)
 # The audit report's browser test (audit/report) opens the page in Debian's
 # headless chromium.
 have chromium || need+=(chromium)
+# The CNI e2e test chains airlock-cni after Debian's reference bridge and
+# host-local plugins, driven by libcni as a runtime would.
+[ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] || need+=(containernetworking-plugins)
 # The e2e runc tests (test/runctest) start OCI containers with Debian's runc,
 # their rootfs built from the static busybox (the dynamic busybox package
 # provides /bin/busybox too, and cannot run in a rootfs without libraries).
