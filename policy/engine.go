@@ -41,10 +41,10 @@ type snapshot struct {
 	// (a bundle source with nothing downloaded or persisted): every decision
 	// is the fail-closed deny with this error.
 	unavailable error
-	pq    rego.PreparedEvalQuery
-	txn   storage.Transaction // one read transaction for the snapshot's life (nothing writes)
-	used  inputFields
-	cache *decisionCache // nil when off or the policy is nondeterministic
+	pq          rego.PreparedEvalQuery
+	txn         storage.Transaction // one read transaction for the snapshot's life (nothing writes)
+	used        inputFields
+	cache       *decisionCache // nil when off or the policy is nondeterministic
 }
 
 // Engine is the Rego policy engine behind the Decider seam. It is safe for
