@@ -140,6 +140,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Secrets before the policy: a policy bundle's token is one.
+	if err := d.buildSecrets(cfg); err != nil {
+		return nil, err
+	}
 	eng := d.compileEngine(cfg)
 	defer func() { _ = eng.wait() }() // never leave the compile running on an early return
 	if err := d.buildAudit(cfg); err != nil {
@@ -160,10 +164,8 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	own = append(own, resolverAddrs(upstreams)...)
-	// Secrets first: the DNS filter checks every question for a placeholder.
-	if err := d.buildSecrets(cfg); err != nil {
-		return nil, err
-	}
+	// Secrets are built first: the DNS filter checks every question for a
+	// placeholder.
 	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
 		return nil, err
 	}
@@ -194,6 +196,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	// pool namespaces its manager does not know yet, and a fill under way
 	// makes its namespace before the manager records it.
 	d.initSandboxes(o)
+	d.registerBundleMetrics()
 	return d, nil
 }
 
@@ -256,7 +259,7 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
 	h := append([]string(nil), sandboxd.DefaultHiddenPaths...)
 	for _, p := range []string{o.ConfigPath, cfg.CA.Key, caKey, cfg.Secrets.File, cfg.Audit.File,
-		filepath.Dir(cfg.Audit.File), cfg.Audit.SigningKey, cfg.Audit.File + ".key", cfg.API.Socket, o.RunDir, cfg.Policy.Dir} {
+		filepath.Dir(cfg.Audit.File), cfg.Audit.SigningKey, cfg.Audit.File + ".key", cfg.API.Socket, o.RunDir, cfg.Policy.Dir, bundlePersistDir(cfg)} {
 		if p == "" || p == "/" || p == "." {
 			continue
 		}
