@@ -101,7 +101,7 @@ func (d *Daemon) registerBundleMetrics() {
 		return float64(t.UnixNano()) / 1e9
 	}
 	const requests = "airlock_policy_bundle_requests_total"
-	const reqHelp = "Requests to the policy bundle server, by result: downloaded (a bundle), not_modified (304), failed."
+	const reqHelp = "Requests to the policy bundle server, by result: downloaded (a bundle read and verified), not_modified (304), failed (no answer, an HTTP error); a bundle refused by verification counts in airlock_policy_bundle_refused_total."
 	const refused = "airlock_policy_bundle_refused_total"
 	const refHelp = "Policy bundles refused, by stage: verify (signature, digest, format) or activate (compile, tests); the current policy stayed."
 	d.metrics.reg.MustRegister(
