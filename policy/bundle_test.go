@@ -3,7 +3,9 @@ package policy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/policies"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/policy/bundletest"
 )
@@ -480,5 +483,57 @@ func TestBundleConfigErrors(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestBundleCarriesPerSandboxData: a bundle's data.json is visible to its
+// rules as in a policy directory. The team-allowlists example (rules keyed
+// by the sandbox's team label, lists in data.json) shipped as a bundle runs
+// its own tests at activation, decides by label, and a later bundle that
+// only changes the data changes what a team reaches.
+func TestBundleCarriesPerSandboxData(t *testing.T) {
+	const ex = "examples/team-allowlists/"
+	files := map[string]string{}
+	for _, f := range []string{"policy.rego", "policy_test.rego"} {
+		src, err := fs.ReadFile(policies.FS, ex+f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[f] = string(src)
+	}
+	raw, err := fs.ReadFile(policies.FS, ex+"data.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(raw, &data); err != nil {
+		t.Fatal(err)
+	}
+	key := bundletest.NewKey(t, "k", "")
+	srv := bundletest.NewServer(t)
+	srv.Publish(bundletest.Build(t, bundletest.Bundle{Revision: "teams-1", Files: files, Data: data}, key))
+	e := bundleEngine(t, srv, key, "")
+	poll(t, e)
+	team := func(name, host string) bool {
+		in := connectTo(host)
+		if name != "" {
+			in.Sandbox.Labels = map[string]string{"team": name}
+		}
+		d := e.Decide(context.Background(), in)
+		return d.Permit()
+	}
+	if !team("ml", "huggingface.co") || team("web", "huggingface.co") || team("", "huggingface.co") || !team("web", "api.stripe.com") {
+		t.Fatal("teams-1: the lists by label are not what data.json says")
+	}
+	if team("ml", "new-model-hub.example") {
+		t.Fatal("teams-1: an unlisted host is reachable")
+	}
+	// Only the data changes: the ML team gets one more host.
+	ml := data["team_hosts"].(map[string]any)["ml"].(map[string]any)
+	ml["new-model-hub.example"] = true
+	srv.Publish(bundletest.Build(t, bundletest.Bundle{Revision: "teams-2", Files: files, Data: data}, key))
+	poll(t, e)
+	if !strings.HasPrefix(e.Rev(), "teams-2@") || !team("ml", "new-model-hub.example") || team("web", "new-model-hub.example") {
+		t.Fatalf("teams-2 (rev %q): the new host is not the ML team's alone", e.Rev())
 	}
 }
