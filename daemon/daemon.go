@@ -95,6 +95,8 @@ type Daemon struct {
 	closers  []func() error
 	// keepState is set at Close when namespaces are left for a later Recover.
 	keepState bool
+	// bundleAudit writes the policy bundle source's events (policybundle.go).
+	bundleAudit *bundleAudit
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -196,7 +198,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	// pool namespaces its manager does not know yet, and a fill under way
 	// makes its namespace before the manager records it.
 	d.initSandboxes(o)
-	d.registerBundleMetrics()
+	d.startBundleReports()
 	return d, nil
 }
 

@@ -1,13 +1,18 @@
 package daemon
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -29,6 +34,8 @@ func (d *Daemon) policyBundle(cfg config.Config) (*policy.BundleConfig, error) {
 		PersistDir:         b.PersistDir,
 		CAFile:             b.CAFile,
 	}
+	d.bundleAudit = &bundleAudit{url: b.URL}
+	bc.Notify = d.bundleAudit.event
 	if id := b.TokenSecret; id != "" {
 		if d.secrets == nil {
 			return nil, fmt.Errorf("policy.bundle.token_secret: %q needs secrets.file", id)
@@ -74,6 +81,76 @@ func (d *Daemon) bundleHealth() *api.PolicyBundle {
 		LastRequest: at(st.LastRequest), LastDownload: at(st.LastDownload), LastActivation: at(st.LastActivation),
 		Error: st.LastError, ErrorStage: st.LastErrorStage, ErrorAt: at(st.LastErrorAt),
 	}
+}
+
+// startBundleReports starts what reports on the bundle source once New has
+// built everything: its metrics, and its audit records (the events of the
+// start written first).
+func (d *Daemon) startBundleReports() {
+	d.registerBundleMetrics()
+	if d.bundleAudit != nil {
+		d.bundleAudit.start(d.tally)
+	}
+}
+
+// bundleAudit writes the bundle source's events as audit records (kind
+// policy_bundle, no decision). Events before the audit chain exists (the
+// policy compiles beside New's other steps) wait until start.
+type bundleAudit struct {
+	url     string
+	mu      sync.Mutex // held while logging, so records keep their order
+	log     audit.Logger
+	pending []*audit.Record
+}
+
+// Reasons of policy_bundle records.
+const (
+	ReasonBundleActivated = "bundle_activated"
+	ReasonBundleRefused   = "bundle_refused"
+)
+
+func (b *bundleAudit) event(ev policy.BundleEvent) {
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	r := &audit.Record{ID: "policy-bundle-" + hex.EncodeToString(id[:]), Kind: audit.KindPolicyBundle, PolicyRev: ev.PolicyRev,
+		Extra: map[string]json.RawMessage{}}
+	put := func(k string, v any) {
+		if j, err := json.Marshal(v); err == nil {
+			r.Extra[k] = j
+		}
+	}
+	put("url", b.url)
+	if ev.Revision != "" {
+		put("revision", ev.Revision)
+	}
+	if ev.Activated {
+		r.Reasons = []audit.Reason{{ID: ReasonBundleActivated, Msg: "policy bundle in force"}}
+		put("from_disk", ev.FromDisk)
+	} else {
+		r.Reasons = []audit.Reason{{ID: ReasonBundleRefused, Msg: "policy bundle refused at " + ev.Stage + "; the policy in force stays"}}
+		put("stage", ev.Stage)
+		if ev.Err != nil {
+			r.Error = ev.Err.Error()
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.log == nil {
+		b.pending = append(b.pending, r)
+		return
+	}
+	_ = b.log.Log(r) // a log that refuses records shows in /v1/health
+}
+
+// start logs the pending records, then every event as it comes.
+func (b *bundleAudit) start(l audit.Logger) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.log = l
+	for _, r := range b.pending {
+		_ = l.Log(r)
+	}
+	b.pending = nil
 }
 
 // registerBundleMetrics adds the bundle source's metrics to the daemon's

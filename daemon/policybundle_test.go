@@ -12,6 +12,7 @@ import (
 
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
@@ -31,14 +32,14 @@ func TestBundleHealthAndMetrics(t *testing.T) {
 	srv := bundletest.NewServer(t)
 	srv.Publish(bundletest.Build(t, bundletest.Bundle{Revision: "r1", Files: map[string]string{"p.rego": bundleRego("one.example")}}, key))
 	w := newFakeWorld(t)
-	e, err := policy.New(policy.Config{Bundle: &policy.BundleConfig{URL: srv.URL, Manual: true,
+	ba := &bundleAudit{url: srv.URL}
+	e, err := policy.New(policy.Config{Bundle: &policy.BundleConfig{URL: srv.URL, Manual: true, Notify: ba.event,
 		Signing: &policy.BundleSigning{PublicKey: key.PublicPEM, KeyID: key.ID}}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	w.d.engine = e
-	w.d.registerBundleMetrics()
+	w.d.engine, w.d.bundleAudit = e, ba
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -54,6 +55,11 @@ func TestBundleHealthAndMetrics(t *testing.T) {
 	if err := e.PollBundle(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The activation's record waits for the audit chain (New's end).
+	if got := w.audit.Kind(audit.KindPolicyBundle); len(got) != 0 {
+		t.Fatalf("%d records before start, want them held", len(got))
+	}
+	w.d.startBundleReports()
 	h = health()
 	if b := h.PolicyBundle; !b.Active || b.Revision != "r1" || !strings.HasPrefix(h.PolicyRev, "r1@") || b.LastActivation == nil || b.Error != "" {
 		t.Fatalf("after r1: %+v %+v", h, b)
@@ -88,6 +94,20 @@ func TestBundleHealthAndMetrics(t *testing.T) {
 	}
 	if got := metricValue(t, w.d, "airlock_policy_bundle_last_activation_timestamp_seconds", ""); got < float64(time.Now().Add(-time.Hour).Unix()) {
 		t.Errorf("last activation timestamp %v", got)
+	}
+	// The audit log: r1 in force, then the bad bundle refused twice, each
+	// naming the revision still in force.
+	recs := w.audit.Kind(audit.KindPolicyBundle)
+	if len(recs) != 3 {
+		t.Fatalf("%d policy_bundle records, want 3: %+v", len(recs), recs)
+	}
+	if r := recs[0]; r.Reasons[0].ID != ReasonBundleActivated || r.PolicyRev != h.PolicyRev || string(r.Extra["revision"]) != `"r1"` || r.Decision != "" {
+		t.Errorf("activation record %+v", r)
+	}
+	for _, r := range recs[1:] {
+		if r.Reasons[0].ID != ReasonBundleRefused || r.PolicyRev != h.PolicyRev || string(r.Extra["stage"]) != `"verify"` || !strings.Contains(r.Error, "verify") {
+			t.Errorf("refusal record %+v", r)
+		}
 	}
 }
 
@@ -220,8 +240,11 @@ func TestRootBundleRevisionInAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed = true
-	var decided int
+	var decided, activated int
 	for _, r := range audittest.ReadLog(t, cfg.Audit.File) {
+		if r.Kind == audit.KindPolicyBundle && r.Reasons[0].ID == ReasonBundleActivated && r.PolicyRev == rev {
+			activated++
+		}
 		if r.Mode == "" || r.Host != "pypi.org" {
 			continue
 		}
@@ -230,7 +253,7 @@ func TestRootBundleRevisionInAudit(t *testing.T) {
 			t.Errorf("record %s %s %s rev %q reasons %v; want a deny by the bundle, rev %q", r.Kind, r.Decision, r.Host, r.PolicyRev, r.Reasons, rev)
 		}
 	}
-	if decided == 0 {
-		t.Fatal("no decision record about pypi.org")
+	if decided == 0 || activated != 1 {
+		t.Fatalf("%d decision records about pypi.org, %d activation records; want some and 1", decided, activated)
 	}
 }

@@ -99,6 +99,19 @@ type BundleStatus struct {
 	Activations     uint64 // bundles swapped in (the persisted one at start included)
 }
 
+// BundleEvent is a bundle put in force or refused (BundleConfig.Notify).
+type BundleEvent struct {
+	// Activated: the bundle is in force; else it was refused at Stage.
+	Activated bool
+	Stage     string
+	// Revision is the bundle's manifest revision, when it was read.
+	Revision string
+	// PolicyRev is the revision in force after the event.
+	PolicyRev string
+	FromDisk  bool
+	Err       error
+}
+
 // bundleContent is a verified bundle, as the files of a policy unit.
 type bundleContent struct {
 	revision string
@@ -272,7 +285,7 @@ func (s *bundleSource) update(ctx context.Context, u download.Update) error {
 		if errors.As(u.Error, &he) || strings.HasPrefix(u.Error.Error(), "request failed") {
 			stage = BundleStageDownload
 		}
-		s.fail(now, stage, u.Error)
+		s.fail(now, stage, "", u.Error)
 		return nil
 	case u.Bundle == nil:
 		s.mu.Lock()
@@ -290,15 +303,15 @@ func (s *bundleSource) update(ctx context.Context, u download.Update) error {
 	s.mu.Unlock()
 	c, err := contentOf(u.Bundle, u.Raw, u.ETag)
 	if err != nil {
-		s.fail(now, BundleStageVerify, err)
+		s.fail(now, BundleStageVerify, u.Bundle.Manifest.Revision, err)
 		return nil
 	}
 	_ = s.activate(ctx, c, false) // activate records and logs its failure
 	return nil
 }
 
-// fail records a failure of stage.
-func (s *bundleSource) fail(now time.Time, stage string, err error) {
+// fail records a failure of stage; revision is the bundle's when known.
+func (s *bundleSource) fail(now time.Time, stage, revision string, err error) {
 	s.mu.Lock()
 	switch stage {
 	case BundleStageDownload:
@@ -313,6 +326,16 @@ func (s *bundleSource) fail(now time.Time, stage string, err error) {
 	s.mu.Unlock()
 	s.e.log.Error("policy bundle refused, keeping current policy", logURL, s.cfg.URL, logStage, stage,
 		oplog.PolicyRevKey, rev, oplog.ErrorKey, err)
+	if stage != BundleStageDownload {
+		s.notify(BundleEvent{Stage: stage, Revision: revision, PolicyRev: s.e.cur.Load().rev, Err: err})
+	}
+}
+
+// notify calls BundleConfig.Notify, if set.
+func (s *bundleSource) notify(ev BundleEvent) {
+	if s.cfg.Notify != nil {
+		s.cfg.Notify(ev)
+	}
 }
 
 // activate compiles and tests c as the policy directory and swaps it in; on
@@ -331,14 +354,14 @@ func (s *bundleSource) activate(ctx context.Context, c *bundleContent, fromDisk 
 	}
 	if c.hash == s.refusedHash {
 		err := errors.New("the bundle refused before is served again unchanged")
-		s.fail(now, BundleStageActivate, err)
+		s.fail(now, BundleStageActivate, c.revision, err)
 		return err
 	}
 	snap, err := e.compileUnit(ctx, c.unit(), true, revPrefix(c.revision))
 	if err != nil {
 		s.refusedHash = c.hash
 		err = fmt.Errorf("bundle revision %q: %w", c.revision, err)
-		s.fail(now, BundleStageActivate, err)
+		s.fail(now, BundleStageActivate, c.revision, err)
 		return err
 	}
 	old := e.cur.Load()
@@ -352,9 +375,10 @@ func (s *bundleSource) activate(ctx context.Context, c *bundleContent, fromDisk 
 	s.mu.Unlock()
 	e.log.Info("policy bundle activated", logURL, s.cfg.URL, logRevision, c.revision, oplog.PolicyRevKey, snap.rev,
 		"previous_rev", old.rev, logFromDisk, fromDisk, logCached, snap.cache != nil)
+	s.notify(BundleEvent{Activated: true, Revision: c.revision, PolicyRev: snap.rev, FromDisk: fromDisk})
 	if !fromDisk {
 		if err := s.persist(c); err != nil {
-			s.fail(now, BundleStagePersist, err)
+			s.fail(now, BundleStagePersist, c.revision, err)
 		}
 	}
 	return nil

@@ -68,6 +68,11 @@ type BundleConfig struct {
 	// .signatures.json for this key and scope is refused before anything in
 	// it is parsed into a policy.
 	Signing *BundleSigning
+	// Notify, when set, is called after each activation and each refusal
+	// past the download (verify, activate, persist), in the goroutine that
+	// handled the bundle, with the engine's activation lock held: it must
+	// not call back into the engine. The daemon audits with it.
+	Notify func(BundleEvent)
 	// Manual runs no polling loop: the bundle is downloaded only when the
 	// caller calls (*Engine).PollBundle (tests, one-shot tools), and New does
 	// not wait for a first download.

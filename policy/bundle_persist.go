@@ -74,7 +74,7 @@ func (s *bundleSource) loadPersisted() {
 	}
 	now := time.Now()
 	if err != nil {
-		s.fail(now, BundleStageVerify, fmt.Errorf("persisted bundle: %w", err))
+		s.fail(now, BundleStageVerify, "", fmt.Errorf("persisted bundle: %w", err))
 		return
 	}
 	defer f.Close()
@@ -86,13 +86,13 @@ func (s *bundleSource) loadPersisted() {
 		WithProcessAnnotations(true).
 		Read()
 	if err != nil {
-		s.fail(now, BundleStageVerify, fmt.Errorf("persisted bundle %s: %w", path, err))
+		s.fail(now, BundleStageVerify, "", fmt.Errorf("persisted bundle %s: %w", path, err))
 		return
 	}
 	etag, _ := os.ReadFile(filepath.Join(s.cfg.PersistDir, persistETagFile))
 	c, err := contentOf(&b, nil, string(etag))
 	if err != nil {
-		s.fail(now, BundleStageVerify, fmt.Errorf("persisted bundle %s: %w", path, err))
+		s.fail(now, BundleStageVerify, "", fmt.Errorf("persisted bundle %s: %w", path, err))
 		return
 	}
 	if err := s.activate(context.Background(), c, true); err != nil {
