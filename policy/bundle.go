@@ -148,6 +148,10 @@ func (e *Engine) startBundle() error {
 		return err
 	}
 	e.bundle = s
+	if s.cfg.Signing == nil {
+		e.log.Warn("policy bundles are not verified: whoever serves the URL, or can change what it serves, decides egress; set bundle signing",
+			logURL, s.cfg.URL)
+	}
 	e.cur.Store(&snapshot{rev: RevNoPolicy, unavailable: errNoPolicy})
 	s.loadPersisted()
 	if s.cfg.Manual {

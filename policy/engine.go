@@ -98,7 +98,8 @@ func (e *Engine) Rev() string { return e.cur.Load().rev }
 // Mode returns the global mode.
 func (e *Engine) Mode() Mode { return e.cfg.Mode }
 
-// Reload rebuilds the policy from its files. On any failure (parse, compile,
+// Reload rebuilds the policy from its files (with a bundle source: from the
+// active bundle's; nothing is downloaded, the poller does that). On any failure (parse, compile,
 // strict mode, schema, data, failing *_test.rego) the current snapshot stays in
 // force and the error says why. Wire SIGHUP to it.
 func (e *Engine) Reload(ctx context.Context) error {
