@@ -455,13 +455,8 @@ func contentOf(b *bundle.Bundle, raw io.Reader, etag string) (*bundleContent, er
 		return nil, errors.New("the bundle carries wasm or plan modules; only Rego is supported")
 	}
 	rev := b.Manifest.Revision
-	if len(rev) > MaxBundleRevisionLen {
-		return nil, fmt.Errorf("manifest revision is %d bytes, more than %d", len(rev), MaxBundleRevisionLen)
-	}
-	for _, r := range rev {
-		if r <= ' ' || r == 0x7f || r > '~' {
-			return nil, fmt.Errorf("manifest revision %q has a character that is not printable ASCII", rev)
-		}
+	if err := checkRevision(rev); err != nil {
+		return nil, err
 	}
 	c := &bundleContent{revision: rev, etag: etag, files: map[string]unitFile{}}
 	for _, m := range b.Modules {

@@ -27,10 +27,10 @@ import (
 
 // Key is an ES256 key pair for signing bundles.
 type Key struct {
-	ID        string
-	Scope     string // the scope claim signatures carry; empty: none
-	PublicPEM string
-	private   string
+	ID         string
+	Scope      string // the scope claim signatures carry; empty: none
+	PublicPEM  string
+	PrivatePEM string
 }
 
 // NewKey makes a P-256 key with id and scope.
@@ -49,8 +49,8 @@ func NewKey(t testing.TB, id, scope string) *Key {
 		t.Fatal(err)
 	}
 	return &Key{ID: id, Scope: scope,
-		PublicPEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})),
-		private:   string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: priv}))}
+		PublicPEM:  string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})),
+		PrivatePEM: string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: priv}))}
 }
 
 // Bundle is what Build writes.
@@ -91,7 +91,7 @@ func Build(t testing.TB, b Bundle, key *Key) []byte {
 				t.Fatal(err)
 			}
 		}
-		if err := ob.GenerateSignature(bundle.NewSigningConfig(key.private, "ES256", claims), key.ID, true); err != nil {
+		if err := ob.GenerateSignature(bundle.NewSigningConfig(key.PrivatePEM, "ES256", claims), key.ID, true); err != nil {
 			t.Fatal(err)
 		}
 	}
