@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -255,5 +256,14 @@ func TestRootBundleRevisionInAudit(t *testing.T) {
 	}
 	if decided == 0 || activated != 1 {
 		t.Fatalf("%d decision records about pypi.org, %d activation records; want some and 1", decided, activated)
+	}
+}
+
+// TestBundlePersistDirHidden: sandboxes never see the persisted bundle.
+func TestBundlePersistDirHidden(t *testing.T) {
+	cfg := config.Default()
+	cfg.Policy.Bundle = &config.Bundle{URL: "https://b.example/x", PersistDir: "/var/lib/alk-bundle"}
+	if h := hiddenPaths(Options{RunDir: "/run/airlock/run-1"}, cfg, ""); !slices.Contains(h, "/var/lib/alk-bundle") {
+		t.Fatalf("hidden paths %v lack the bundle's persist dir", h)
 	}
 }

@@ -238,9 +238,12 @@ func TestBundleBrokenKeepsOld(t *testing.T) {
 	tests := []struct {
 		name    string
 		files   map[string]string
+		data    map[string]any
 		wantErr string
 		stage   string // default activate
 	}{
+		{name: "data the engine computes", files: map[string]string{"policy.rego": allowHost("one.example")},
+			data: map[string]any{"airlock": map[string]any{"hosts": map[string]any{"allow": map[string]any{"evil.example": true}}}}, wantErr: "computed by the engine"},
 		// OPA's reader parses the modules: a parse error refuses the bundle
 		// before activation.
 		{name: "parse error", files: map[string]string{"policy.rego": "package airlock.egress\n\nallow if {\n"}, wantErr: "rego_parse_error", stage: policy.BundleStageVerify},
@@ -261,7 +264,7 @@ func TestBundleBrokenKeepsOld(t *testing.T) {
 			if tt.stage == "" {
 				tt.stage = policy.BundleStageActivate
 			}
-			srv.Publish(bundletest.Build(t, bundletest.Bundle{Revision: "v2", Files: tt.files}, key))
+			srv.Publish(bundletest.Build(t, bundletest.Bundle{Revision: "v2", Files: tt.files, Data: tt.data}, key))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			_ = e.PollBundle(ctx) // a reader's error is the download's: in the status
