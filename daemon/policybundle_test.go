@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
@@ -140,7 +139,6 @@ func metricValue(t *testing.T, d *Daemon, name, labels string) float64 {
 	t.Fatalf("no sample %s{%s}", name, labels)
 	return 0
 }
-
 
 // TestPolicyBundleConfig: policy.bundle maps onto the engine's config, the
 // key read from its file and the token from the secrets file, never put in
