@@ -218,7 +218,14 @@ const authName = "airlock"
 type bundleAuth struct {
 	roots *x509.CertPool // nil: the system roots
 	authz func(ctx context.Context) (string, error)
+	// longPoll bounds a long poll's wait for headers (the downloader asks for
+	// none): the server's promised wait plus longPollGrace.
+	longPoll time.Duration
 }
+
+// longPollGrace is how much longer than the long-polling timeout a held
+// request may wait for its answer before it fails.
+const longPollGrace = 10 * time.Second
 
 var _ rest.HTTPAuthPlugin = (*bundleAuth)(nil)
 
@@ -229,6 +236,11 @@ func (a *bundleAuth) NewClient(cfg rest.Config) (*http.Client, error) {
 	t.TLSClientConfig = &tls.Config{RootCAs: a.roots, MinVersion: tls.VersionTLS12}
 	if cfg.ResponseHeaderTimeoutSeconds != nil {
 		t.ResponseHeaderTimeout = time.Duration(*cfg.ResponseHeaderTimeoutSeconds) * time.Second
+	}
+	if t.ResponseHeaderTimeout == 0 {
+		// Never unbounded: a server that holds a long poll past its promise
+		// would stop every later update.
+		t.ResponseHeaderTimeout = a.longPoll + longPollGrace
 	}
 	return &http.Client{Transport: t}, nil
 }
@@ -247,7 +259,7 @@ func (a *bundleAuth) Prepare(r *http.Request) error {
 }
 
 func newBundleClient(cfg BundleConfig) (rest.Client, error) {
-	auth := &bundleAuth{authz: cfg.Authorization}
+	auth := &bundleAuth{authz: cfg.Authorization, longPoll: cfg.LongPollingTimeout}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
