@@ -265,3 +265,53 @@ func TestBundlePersistDirHidden(t *testing.T) {
 		t.Fatalf("hidden paths %v lack the bundle's persist dir", h)
 	}
 }
+
+// TestRootBundleFailClosed: a daemon whose bundle server is down and that
+// has no persisted bundle lets nothing out, not even the embedded presets'
+// registries: pypi.org sees no connection, and the records say why.
+func TestRootBundleFailClosed(t *testing.T) {
+	srv := bundletest.NewServer(t)
+	srv.SetDown(true)
+	d, n, cfg, _ := newTestDaemon(t, func(c *config.Config) {
+		c.Policy.Bundle = &config.Bundle{URL: srv.URL, MinDelay: config.Duration(time.Minute), MaxDelay: config.Duration(time.Minute),
+			StartTimeout: config.Duration(20 * time.Second), PersistDir: filepath.Join(t.TempDir(), "bundle")}
+	})
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			d.Close()
+		}
+	})
+	if got := d.Engine().Rev(); got != policy.RevNoPolicy {
+		t.Fatalf("rev %q, want %q", got, policy.RevNoPolicy)
+	}
+	var stdout bytes.Buffer
+	res, err := d.Run(context.Background(), Task{ID: uniqueID("alk-bundle-closed"), Argv: []string{"sh", "-c",
+		"curl -sS --max-time 20 -o /dev/null -w '%{http_code}' https://pypi.org/simple/; echo; exit 0"}, Stdout: &stdout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus() != 0 || strings.Contains(stdout.String(), "200") {
+		t.Fatalf("exit %d, stdout %q: pypi.org reached with no policy", res.ExitStatus(), stdout.String())
+	}
+	if got := n.pypi.Conns(); got != 0 {
+		t.Fatalf("pypi.org saw %d connections, want 0", got)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	var decided int
+	for _, r := range audittest.ReadLog(t, cfg.Audit.File) {
+		if r.Mode == "" && r.PolicyRev == "" {
+			continue
+		}
+		decided++
+		if r.PolicyRev != policy.RevNoPolicy || r.Decision == "allow" {
+			t.Errorf("record %s %s %s rev %q; want no allow, rev %q", r.Kind, r.Decision, r.Host, r.PolicyRev, policy.RevNoPolicy)
+		}
+	}
+	if decided == 0 {
+		t.Fatal("no decision record")
+	}
+}
