@@ -340,8 +340,14 @@ func (s *bundleSource) fail(now time.Time, stage, revision string, err error) {
 	s.st.LastError, s.st.LastErrorStage, s.st.LastErrorAt = err.Error(), stage, now
 	rev := s.st.PolicyRev
 	s.mu.Unlock()
-	s.e.log.Error("policy bundle refused, keeping current policy", logURL, s.cfg.URL, logStage, stage,
-		oplog.PolicyRevKey, rev, oplog.ErrorKey, err)
+	msg := "policy bundle refused, keeping current policy"
+	switch stage {
+	case BundleStageDownload:
+		msg = "policy bundle download failed, keeping current policy"
+	case BundleStagePersist:
+		msg = "policy bundle activated but not persisted for the next start"
+	}
+	s.e.log.Error(msg, logURL, s.cfg.URL, logStage, stage, oplog.PolicyRevKey, rev, oplog.ErrorKey, err)
 	if stage != BundleStageDownload {
 		s.notify(BundleEvent{Stage: stage, Revision: revision, PolicyRev: s.e.cur.Load().rev, Err: err})
 	}
@@ -375,7 +381,9 @@ func (s *bundleSource) activate(ctx context.Context, c *bundleContent, fromDisk 
 	}
 	snap, err := e.compileUnit(ctx, c.unit(), true, revPrefix(c.revision))
 	if err != nil {
-		s.refusedHash = c.hash
+		if ctx.Err() == nil { // a compile cut short says nothing of the bundle
+			s.refusedHash = c.hash
+		}
 		err = fmt.Errorf("bundle revision %q: %w", c.revision, err)
 		s.fail(now, BundleStageActivate, c.revision, err)
 		return err
