@@ -540,3 +540,30 @@ func TestBundleCarriesPerSandboxData(t *testing.T) {
 		t.Fatalf("teams-2 (rev %q): the new host is not the ML team's alone", e.Rev())
 	}
 }
+
+// TestBundleTLS: over https the server's certificate must chain to the
+// system roots or ca_file; an unknown one fails the download and nothing is
+// activated.
+func TestBundleTLS(t *testing.T) {
+	srv := bundletest.NewTLSServer(t)
+	srv.Publish(signedBundle(t, nil, "v1", "one.example"))
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, srv.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	untrusted := bundleEngine(t, srv, nil, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = untrusted.PollBundle(ctx)
+	if st := status(t, untrusted); st.Active || st.LastErrorStage != policy.BundleStageDownload || !strings.Contains(st.LastError, "certificate") {
+		t.Fatalf("untrusted server: status %+v, want a certificate error", st)
+	}
+	if got := srv.Stats().OK; got != 0 {
+		t.Fatalf("the server sent %d bundles over an untrusted connection", got)
+	}
+	trusted := bundleEngine(t, srv, nil, "", func(c *policy.BundleConfig) { c.CAFile = caFile })
+	poll(t, trusted)
+	if st := status(t, trusted); !st.Active || st.Revision != "v1" {
+		t.Fatalf("with ca_file: status %+v, want v1 active", st)
+	}
+}

@@ -148,6 +148,22 @@ func NewServer(t testing.TB) *Server {
 	return s
 }
 
+// NewTLSServer is NewServer over HTTPS with httptest's certificate (for
+// 127.0.0.1); CertPEM is the certificate to trust.
+func NewTLSServer(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{changed: make(chan struct{}), held: make(chan struct{}, 16)}
+	s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL + "/bundles/airlock.tar.gz"
+	t.Cleanup(s.Close)
+	return s
+}
+
+// CertPEM is the certificate of a NewTLSServer in PEM.
+func (s *Server) CertPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})
+}
+
 // Publish serves tarball from now on, under an ETag of its digest.
 func (s *Server) Publish(tarball []byte) {
 	s.mu.Lock()
