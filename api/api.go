@@ -293,6 +293,34 @@ type Health struct {
 	Sandboxes []string `json:"sandboxes"` // ids the caller may see
 	PoolDepth int      `json:"pool_depth"`
 	Audit     string   `json:"audit"` // "ok" or why the log refuses records
+	// PolicyBundle is the bundle source's state when the policy comes from
+	// an OPA bundle (config policy.bundle); absent otherwise.
+	PolicyBundle *PolicyBundle `json:"policy_bundle,omitempty"`
+}
+
+// PolicyBundle is a policy bundle source's state in GET /v1/health. Times
+// are absent until the event first happens.
+type PolicyBundle struct {
+	URL string `json:"url"`
+	// Active says a bundle is in force; without one every request is denied.
+	Active bool `json:"active"`
+	// Revision is the active bundle's manifest revision (Health.PolicyRev
+	// is the revision audit records carry: this, "@", a content hash).
+	Revision string `json:"revision,omitempty"`
+	ETag     string `json:"etag,omitempty"`
+	// FromDisk: the active bundle is the one persisted by an earlier run.
+	FromDisk bool `json:"from_disk"`
+	// LastRequest is the last request the server answered (200 or 304);
+	// LastDownload the last bundle received; LastActivation the last one
+	// put in force.
+	LastRequest    *time.Time `json:"last_request,omitempty"`
+	LastDownload   *time.Time `json:"last_download,omitempty"`
+	LastActivation *time.Time `json:"last_activation,omitempty"`
+	// Error is the last failure since the last activation: its stage
+	// (download, verify, activate, persist), message and time.
+	Error      string     `json:"error,omitempty"`
+	ErrorStage string     `json:"error_stage,omitempty"`
+	ErrorAt    *time.Time `json:"error_at,omitempty"`
 }
 
 // Error is every error response's body, and the error frame's payload.

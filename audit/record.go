@@ -100,6 +100,11 @@ const (
 	// accepts one where a retention record of the chain deleted exactly
 	// through that seq, with the head the next line continues from.
 	KindExportGap = "export_gap"
+	// KindPolicyBundle is a policy bundle put in force or refused (the daemon
+	// writes it; no decision): reason bundle_activated or bundle_refused,
+	// policy_rev the revision in force after it, error why it was refused,
+	// extra url, revision, stage, from_disk.
+	KindPolicyBundle = "policy_bundle"
 )
 
 // Decisions as records spell them.

@@ -94,6 +94,9 @@ type Policy struct {
 	// fail-closed policy_error deny. 0 means the engine's default (100ms);
 	// at most MaxEvalTimeout.
 	EvalTimeout Duration `yaml:"eval_timeout"`
+	// Bundle, when set, downloads the policy directory's content as an OPA
+	// bundle instead of reading Dir (bundle.go).
+	Bundle *Bundle `yaml:"bundle"`
 }
 
 // DNS configures the filtering resolver.
@@ -345,6 +348,7 @@ func (c *Config) applyDefaults() {
 	if c.Policy.Mode == "" {
 		c.Policy.Mode = DefaultPolicyMode
 	}
+	c.Policy.Bundle.applyDefaults()
 	if c.DNS.MinTTL == 0 {
 		c.DNS.MinTTL = Duration(DefaultDNSMinTTL)
 	}
@@ -434,6 +438,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DNS.MinTTL > c.DNS.MaxTTL {
 		return fmt.Errorf("dns.min_ttl %s is greater than dns.max_ttl %s", c.DNS.MinTTL, c.DNS.MaxTTL)
+	}
+	if err := c.Policy.validateBundle(c.Secrets.File); err != nil {
+		return err
 	}
 	if err := c.Audit.validate(); err != nil {
 		return err

@@ -128,6 +128,7 @@ func (d *Daemon) apiHealth(w http.ResponseWriter, r *http.Request) {
 	if err := d.acct.Err(); err != nil {
 		h.Audit = err.Error()
 	}
+	h.PolicyBundle = d.bundleHealth()
 	for _, sb := range d.reg.all() {
 		if c.may(sb.owner) {
 			h.Sandboxes = append(h.Sandboxes, sb.id)

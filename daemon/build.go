@@ -82,6 +82,11 @@ type engineResult struct {
 func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
 	b := &engineBuild{d: d, dec: newEngineRef(), c: make(chan engineResult, 1)}
 	go func() {
+		bundle, err := d.policyBundle(cfg)
+		if err != nil {
+			b.c <- engineResult{nil, err}
+			return
+		}
 		e, err := policy.New(policy.Config{
 			Dir:         cfg.Policy.Dir,
 			Mode:        policy.Mode(cfg.Policy.Mode),
@@ -89,6 +94,7 @@ func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
 			AllowHosts:  cfg.Policy.Allow,
 			EvalTimeout: time.Duration(cfg.Policy.EvalTimeout),
 			Watch:       cfg.Policy.Dir != "",
+			Bundle:      bundle,
 		}, d.log)
 		b.c <- engineResult{e, err}
 	}()

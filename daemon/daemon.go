@@ -95,6 +95,8 @@ type Daemon struct {
 	closers  []func() error
 	// keepState is set at Close when namespaces are left for a later Recover.
 	keepState bool
+	// bundleAudit writes the policy bundle source's events (policybundle.go).
+	bundleAudit *bundleAudit
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -140,6 +142,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Secrets before the policy: a policy bundle's token is one.
+	if err := d.buildSecrets(cfg); err != nil {
+		return nil, err
+	}
 	eng := d.compileEngine(cfg)
 	defer func() { _ = eng.wait() }() // never leave the compile running on an early return
 	if err := d.buildAudit(cfg); err != nil {
@@ -160,10 +166,8 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	own = append(own, resolverAddrs(upstreams)...)
-	// Secrets first: the DNS filter checks every question for a placeholder.
-	if err := d.buildSecrets(cfg); err != nil {
-		return nil, err
-	}
+	// Secrets are built first: the DNS filter checks every question for a
+	// placeholder.
 	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
 		return nil, err
 	}
@@ -195,6 +199,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	// pool namespaces its manager does not know yet, and a fill under way
 	// makes its namespace before the manager records it.
 	d.initSandboxes(o)
+	d.startBundleReports()
 	return d, nil
 }
 
@@ -257,7 +262,7 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
 	h := append([]string(nil), sandboxd.DefaultHiddenPaths...)
 	for _, p := range []string{o.ConfigPath, cfg.CA.Key, caKey, cfg.Secrets.File, cfg.Audit.File,
-		filepath.Dir(cfg.Audit.File), cfg.Audit.SigningKey, cfg.Audit.File + ".key", cfg.API.Socket, o.RunDir, cfg.Policy.Dir} {
+		filepath.Dir(cfg.Audit.File), cfg.Audit.SigningKey, cfg.Audit.File + ".key", cfg.API.Socket, o.RunDir, cfg.Policy.Dir, bundlePersistDir(cfg)} {
 		if p == "" || p == "/" || p == "." {
 			continue
 		}

@@ -221,6 +221,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"SignalRequest": api.SignalRequest{}, "FilesResult": api.FilesResult{}, "Event": api.Event{},
 		"RunRequest": api.RunRequest{}, "RunResponse": api.RunResponse{}, "AttachRequest": api.AttachRequest{},
 		"Attached": api.Attached{}, "Pod": api.Pod{}, "AttachStatus": api.AttachStatus{}, "PolicyRev": api.PolicyRev{}, "SummaryRow": api.SummaryRow{}, "Health": api.Health{},
+		"PolicyBundle": api.PolicyBundle{},
 	}
 	for name, v := range types {
 		s := doc.Components.Schemas[name]

@@ -55,6 +55,10 @@ type Config struct {
 	// ReloadDebounce is how long Watch lets file events settle (default
 	// DefaultReloadDebounce).
 	ReloadDebounce time.Duration
+	// Bundle, when set, takes Dir's place: the policy directory's content
+	// comes from an OPA bundle server (bundle.go). Dir and Watch must be
+	// empty.
+	Bundle *BundleConfig
 }
 
 // withDefaults applies defaults and validates; errors name the field.
@@ -85,6 +89,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Watch && c.Dir == "" {
 		return c, fmt.Errorf("policy: watch: needs dir")
+	}
+	if c.Bundle != nil {
+		if c.Dir != "" {
+			return c, fmt.Errorf("policy: bundle: cannot be combined with dir %s (the bundle is the policy directory)", c.Dir)
+		}
+		b, err := c.Bundle.withDefaults()
+		if err != nil {
+			return c, err
+		}
+		c.Bundle = &b
 	}
 	seen := map[string]bool{}
 	presets := make([]string, 0, len(c.Presets))

@@ -3,14 +3,18 @@
 // decision documents (input.go), the engine behind the Decider seam (an
 // immutable compiled snapshot behind an atomic pointer, swapped by Reload),
 // the decision cache (cache.go, bounded by count and bytes), the host entries
-// of presets and --allow (hosts.go), and the logic of `airlock policy
-// test|check|eval` (RunTests, Check, ParseInput). The Rego library, default
-// policy, presets and input schema live in policies/ and are embedded.
+// of presets and --allow (hosts.go), the policy bundle source (bundle*.go:
+// OPA's downloader, verified bundles compiled and tested as a policy
+// directory before the swap, the last good one persisted), and the logic of
+// `airlock policy test|check|eval` (RunTests, Check, ParseInput). The Rego
+// library, default policy, presets and input schema live in policies/ and are
+// embedded.
 //
 // Fail closed: an evaluation error, an undefined or malformed decision or a
-// deadline is a deny with reason policy_error, in every mode.
+// deadline is a deny with reason policy_error, in every mode; so is every
+// decision of a bundle source that has no good bundle yet.
 //
-// Entry points: New, (*Engine).Decide, Reload. Who fills which input field,
+// Entry points: New, (*Engine).Decide, Reload, BundleStatus. Who fills which input field,
 // the library, modes and the cache: docs/ARCHITECTURE.md, "Policy"; the rules
 // a policy writes: policies/README.md.
 //

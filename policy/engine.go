@@ -36,11 +36,15 @@ const (
 
 // snapshot is one immutable policy revision.
 type snapshot struct {
-	rev   string
-	pq    rego.PreparedEvalQuery
-	txn   storage.Transaction // one read transaction for the snapshot's life (nothing writes)
-	used  inputFields
-	cache *decisionCache // nil when off or the policy is nondeterministic
+	rev string
+	// unavailable is set on the snapshot of an engine that has no policy yet
+	// (a bundle source with nothing downloaded or persisted): every decision
+	// is the fail-closed deny with this error.
+	unavailable error
+	pq          rego.PreparedEvalQuery
+	txn         storage.Transaction // one read transaction for the snapshot's life (nothing writes)
+	used        inputFields
+	cache       *decisionCache // nil when off or the policy is nondeterministic
 }
 
 // Engine is the Rego policy engine behind the Decider seam. It is safe for
@@ -49,9 +53,11 @@ type Engine struct {
 	cfg    Config
 	log    *slog.Logger
 	cur    atomic.Pointer[snapshot]
-	mu     sync.Mutex // serializes Reload
+	mu     sync.Mutex // serializes Reload and bundle activations
 	stopMu sync.Mutex
 	stop   func()
+	// bundle is the bundle source when Config.Bundle is set (bundle.go).
+	bundle *bundleSource
 }
 
 // New builds the engine from cfg: the embedded library, default policy and
@@ -63,6 +69,12 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, log: oplog.For(logger, "policy")}
+	if cfg.Bundle != nil {
+		if err := e.startBundle(); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
 	s, err := e.load(context.Background())
 	if err != nil {
 		return nil, err
@@ -78,19 +90,28 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 }
 
 // Rev returns the current policy revision (a content hash of every policy file
-// and of the presets/allow-hosts/mode configuration).
+// and of the presets/allow-hosts/mode configuration; for a bundle, its
+// manifest revision, "@", and that hash; RevNoPolicy while a bundle source
+// has no policy).
 func (e *Engine) Rev() string { return e.cur.Load().rev }
 
 // Mode returns the global mode.
 func (e *Engine) Mode() Mode { return e.cfg.Mode }
 
-// Reload rebuilds the policy from its files. On any failure (parse, compile,
+// Reload rebuilds the policy from its files (with a bundle source: from the
+// active bundle's; nothing is downloaded, the poller does that). On any failure (parse, compile,
 // strict mode, schema, data, failing *_test.rego) the current snapshot stays in
 // force and the error says why. Wire SIGHUP to it.
 func (e *Engine) Reload(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s, err := e.load(ctx)
+	var s *snapshot
+	var err error
+	if e.bundle != nil {
+		s, err = e.bundle.reload(ctx)
+	} else {
+		s, err = e.load(ctx)
+	}
 	old := e.cur.Load()
 	if err != nil {
 		e.log.Error("policy reload failed, keeping current policy", oplog.PolicyRevKey, old.rev, oplog.ErrorKey, err)
@@ -104,15 +125,28 @@ func (e *Engine) Reload(ctx context.Context) error {
 	return nil
 }
 
-// load builds, compiles, tests and prepares a new snapshot.
+// load builds, compiles, tests and prepares a new snapshot from the files of
+// Config.Dir over the embedded tree.
 func (e *Engine) load(ctx context.Context) (*snapshot, error) {
 	us, err := units(e.cfg.Dir, false)
 	if err != nil {
 		return nil, err
 	}
-	b, err := build(us[0], e.cfg)
+	return e.compileUnit(ctx, us[0], e.cfg.Dir != "", "")
+}
+
+// compileUnit builds, compiles and prepares a snapshot of u, after running u's
+// own *_test.rego when ownTests (the embedded ones are checked when airlock
+// is built). revPrefix, when set, is put before the content hash with an
+// "@" (a bundle's manifest revision). The current snapshot is returned when
+// the revision is unchanged.
+func (e *Engine) compileUnit(ctx context.Context, u unit, ownTests bool, revPrefix string) (*snapshot, error) {
+	b, err := build(u, e.cfg)
 	if err != nil {
 		return nil, err
+	}
+	if revPrefix != "" {
+		b.Rev = revPrefix + "@" + b.Rev
 	}
 	if cur := e.cur.Load(); cur != nil && cur.rev == b.Rev {
 		return cur, nil
@@ -127,10 +161,9 @@ func (e *Engine) load(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The directory's own tests must pass (the embedded ones are checked when
-	// airlock is built).
-	if e.cfg.Dir != "" && len(b.Tests) > 0 {
-		tb, err := build(us[0], testConfig())
+	// The directory's (or bundle's) own tests must pass.
+	if ownTests && len(b.Tests) > 0 {
+		tb, err := build(u, testConfig())
 		if err != nil {
 			return nil, err
 		}
@@ -170,6 +203,9 @@ func (e *Engine) load(ctx context.Context) (*snapshot, error) {
 // Attributes are filled on a copy.
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	s := e.cur.Load()
+	if s.unavailable != nil {
+		return e.fail(s, s.unavailable)
+	}
 	if in == nil {
 		return e.fail(s, errors.New("nil input"))
 	}

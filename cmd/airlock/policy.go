@@ -18,7 +18,7 @@ func newPolicyCmd() *cobra.Command {
 		Short: "Test, check, evaluate, suggest and replay Rego egress policies (the embedded default when no directory is given)",
 	}
 	cmd.AddCommand(newPolicyTestCmd(), newPolicyCheckCmd(), newPolicyEvalCmd(),
-		newPolicySuggestCmd(), newPolicyReplayCmd(), newPolicyDiffCmd())
+		newPolicySuggestCmd(), newPolicyReplayCmd(), newPolicyDiffCmd(), newPolicyBundleCmd())
 	return cmd
 }
 

@@ -310,7 +310,8 @@ class Client:
     def health(self) -> Health:
         d = self._json("GET", "/health") or {}
         return Health(policy_rev=d.get("policy_rev", ""), sandboxes=list(d.get("sandboxes") or []),
-                      pool_depth=int(d.get("pool_depth", 0)), audit=d.get("audit", ""))
+                      pool_depth=int(d.get("pool_depth", 0)), audit=d.get("audit", ""),
+                      policy_bundle=d.get("policy_bundle"))
 
     def openapi(self) -> Dict[str, Any]:
         """The daemon's OpenAPI 3 description of its API."""

@@ -228,6 +228,10 @@ class Health:
     sandboxes: List[str] = field(default_factory=list)
     pool_depth: int = 0
     audit: str = ""
+    # The policy bundle source's state (url, active, revision, etag, from_disk,
+    # last_request, last_download, last_activation, error, error_stage,
+    # error_at) when the policy comes from an OPA bundle; None otherwise.
+    policy_bundle: Optional[Dict[str, Any]] = None
 
 
 def decode_data(s: str) -> bytes:

@@ -23,7 +23,7 @@ def wait_until(what, cond, timeout=20.0):
 
 def test_health_and_openapi(client):
     h = client.health()
-    assert h.policy_rev and h.audit == "ok"
+    assert h.policy_rev and h.audit == "ok" and h.policy_bundle is None
     doc = client.openapi()
     assert doc["openapi"].startswith("3.")
     assert "/v1/sandboxes/{id}/exec" in doc["paths"]
