@@ -71,7 +71,13 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	}
 	defer d.Close()
 	// Audit export only reads the log's files; it runs until serve returns.
-	exportReg, stopExport, err := startAuditExport(context.Background(), cfg, logger)
+	// Its stdout sink is the audit stream a cluster's log collector picks up;
+	// the operational log goes to stderr.
+	node, err := daemon.AuditNode(cfg)
+	if err != nil {
+		return &exitError{Code: 2, Msg: err.Error()}
+	}
+	exportReg, stopExport, err := startAuditExport(context.Background(), cfg, cmd.OutOrStdout(), node, logger)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
