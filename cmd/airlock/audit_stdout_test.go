@@ -101,3 +101,47 @@ func lagRecords(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Fatal("no airlock_audit_export_lag_records")
 	return 0
 }
+
+// TestAuditQueryNode: a collector's file holds two nodes' streams; --node
+// picks one node's records.
+func TestAuditQueryNode(t *testing.T) {
+	dir := t.TempDir()
+	var merged []byte
+	for _, node := range []string{"node-a", "node-b"} {
+		p := filepath.Join(dir, node+".jsonl")
+		w, err := audit.New(audit.Config{File: p, Node: node}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := w.Log(&audit.Record{Sandbox: "sb-1", Kind: audit.KindDNS, Decision: audit.DecisionAllow, QName: node + ".example."}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		merged = append(merged, b...)
+	}
+	p := filepath.Join(dir, "collected.jsonl")
+	if err := os.WriteFile(p, merged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runAudit(t, "query", "--file", p, "--node", "node-b", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("got %d records, want node-b's 2:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"node":"node-b"`) || !strings.Contains(l, "node-b.example.") {
+			t.Errorf("got %s, want a node-b record", l)
+		}
+	}
+}
