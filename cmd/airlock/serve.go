@@ -37,7 +37,12 @@ GET /v1/openapi.json. Metrics are served on metrics.listen on the host. SIGHUP
 reloads the policy; a failing reload keeps the old one. On SIGINT or SIGTERM
 new sandboxes are refused, running execs get --drain-timeout to finish, then
 every sandbox is killed and removed; attached namespaces are left closed (no
-way out) and re-attached by the next serve with the same --run-dir.`,
+way out) and re-attached by the next serve with the same --run-dir.
+
+Every audit record carries audit.node ($NODE_NAME, else the host name). The
+sinks of audit.export ship the log as it grows; a jsonl sink with endpoint -
+writes it to stdout (the operational log is on stderr), the per-node stream a
+cluster's log collector picks up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(cfgPath)
