@@ -172,7 +172,7 @@ func TestServeAuditExportConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForFile(t, filepath.Join(dir, "copy.jsonl"), cfg.Audit.File)
-	stop()
+	stop(time.Minute)
 	if mfs, err := reg.Gather(); err != nil || len(mfs) != 5 {
 		t.Fatalf("got %d metric families (%v), want 5", len(mfs), err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -66,7 +67,7 @@ func TestServeAuditStdoutStream(t *testing.T) {
 			break
 		}
 	}
-	stop()
+	stop(time.Minute)
 	if !bytes.Equal(got.Bytes(), want) {
 		t.Fatalf("stdout copy differs from the log: got %d bytes, want %d", got.Len(), len(want))
 	}
@@ -100,6 +101,40 @@ func lagRecords(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	t.Fatal("no airlock_audit_export_lag_records")
 	return 0
+}
+
+// TestServeAuditStdoutStuckStop: a stdout nobody ever reads does not keep
+// serve from stopping: the stop waits its bound and leaves the stuck sink.
+func TestServeAuditStdoutStuckStop(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Decode(strings.NewReader("audit: {file: " + filepath.Join(dir, "audit.jsonl") +
+		", export: [{name: stdout, format: jsonl, endpoint: '-', flush_interval: 1ms}]}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := audit.New(audit.Config{File: cfg.Audit.File, Node: "node-a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Log(&audit.Record{Kind: audit.KindHTTP, Decision: audit.DecisionAllow}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	defer pr.Close() // after the test: the stuck write then returns
+	_, stop, err := startAuditExport(t.Context(), cfg, pw, "node-a", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the shipper is stuck in its write: a reader sees the first
+	// byte, and no more is read.
+	one := make([]byte, 1)
+	if _, err := io.ReadFull(pr, one); err != nil {
+		t.Fatal(err)
+	}
+	stop(10 * time.Millisecond) // returns: the test would time out otherwise
 }
 
 // TestAuditQueryNode: a collector's file holds two nodes' streams; --node

@@ -62,6 +62,10 @@ cluster's log collector picks up.`,
 	return cmd
 }
 
+// exportStopWait bounds how long a stopping serve waits for the audit
+// export's sends in flight.
+const exportStopWait = 15 * time.Second
+
 func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, drain time.Duration) error {
 	if os.Geteuid() != 0 {
 		return &exitError{Code: 2, Msg: "serve: needs root"}
@@ -86,7 +90,9 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
-	defer stopExport()
+	// A send in flight finishes (a sink's own timeout bounds it) unless it
+	// writes to a stdout nobody reads: that one is left to the exit.
+	defer stopExport(exportStopWait)
 
 	apiLn, err := daemon.ListenAPI(cfg.API.Socket, cfg.API.Group)
 	if err != nil {
