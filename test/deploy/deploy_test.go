@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -307,8 +308,7 @@ func checkCNI(t reporter, o objects, pod *corev1.PodSpec, cfg config.Config) {
 	}
 	for i, p := range list.Plugins {
 		var pl struct {
-			Type   string `json:"type"`
-			Socket string `json:"socket"`
+			Type string `json:"type"`
 		}
 		if err := json.Unmarshal(p, &pl); err != nil || pl.Type == "" {
 			t.Fatalf("%s plugins[%d]: no type (%v)", name, i, err)
@@ -317,9 +317,21 @@ func checkCNI(t reporter, o objects, pod *corev1.PodSpec, cfg config.Config) {
 		if (pl.Type == "airlock-cni") != last {
 			t.Errorf("%s plugins[%d]: type %s; airlock-cni must be last and only last", name, i, pl.Type)
 		}
-		if last && pl.Socket != cfg.API.Socket {
-			t.Errorf("%s: airlock-cni socket %q, the daemon listens on %q", name, pl.Socket, cfg.API.Socket)
-		}
+	}
+	var ac airlockCNIConf
+	dec = json.NewDecoder(bytes.NewReader(list.Plugins[len(list.Plugins)-1]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ac); err != nil {
+		t.Fatalf("%s: airlock-cni's entry: %v", name, err)
+	}
+	if ac.Socket != cfg.API.Socket {
+		t.Errorf("%s: airlock-cni socket %q, the daemon listens on %q", name, ac.Socket, cfg.API.Socket)
+	}
+	if d, err := time.ParseDuration(ac.Timeout); err != nil || d <= 0 || d > 5*time.Minute {
+		t.Errorf("%s: airlock-cni timeout %q: want a duration up to 5m", name, ac.Timeout)
+	}
+	if !ac.Select.All && (ac.Select.Annotation == "" || !ac.Capabilities[podAnnotations]) {
+		t.Errorf("%s: airlock-cni selects by annotation %q without the %s capability: the runtime would pass none", name, ac.Select.Annotation, podAnnotations)
 	}
 	ic := container(t, pod.InitContainers, "install-cni")
 	script := strings.Join(ic.Command, " ")
@@ -334,6 +346,24 @@ func checkCNI(t reporter, o objects, pod *corev1.PodSpec, cfg config.Config) {
 			t.Errorf("install-cni volume %s: got %+v at %s, want a hostPath at %s", vol, v.VolumeSource, m.MountPath, mnt)
 		}
 	}
+}
+
+// podAnnotations is the capability by which containerd and CRI-O pass a
+// pod's annotations to a plugin that declares it.
+const podAnnotations = "io.kubernetes.cri.pod-annotations"
+
+// airlockCNIConf mirrors airlock-cni's entry of a config list (package
+// cniplugin's Config: its own keys and the CNI conventions' it reads), so a
+// misspelled key fails here as it fails the plugin's strict decode.
+type airlockCNIConf struct {
+	Type         string          `json:"type"`
+	Socket       string          `json:"socket"`
+	Timeout      string          `json:"timeout"`
+	Capabilities map[string]bool `json:"capabilities"`
+	Select       struct {
+		All        bool   `json:"all"`
+		Annotation string `json:"annotation"`
+	} `json:"select"`
 }
 
 // checkSecurity: no privileged container, no host PID or IPC, every

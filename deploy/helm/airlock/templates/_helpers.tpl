@@ -29,7 +29,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The chained CNI config list: the cluster's main plugins, airlock-cni last. */}}
 {{- define "airlock.conflist" -}}
-{{- $airlock := dict "type" "airlock-cni" "socket" .Values.config.api.socket -}}
+{{- $airlock := dict "type" "airlock-cni" "socket" .Values.config.api.socket "timeout" .Values.cni.timeout "select" .Values.cni.select -}}
+{{- /* containerd and CRI-O pass the pod's annotations (the selection) only to a plugin that asks. */ -}}
+{{- $_ := set $airlock "capabilities" (dict "io.kubernetes.cri.pod-annotations" true) -}}
 {{- $plugins := append .Values.cni.plugins $airlock -}}
 {{- dict "cniVersion" .Values.cni.cniVersion "name" .Values.cni.networkName "plugins" $plugins | toPrettyJson -}}
 {{- end -}}
