@@ -43,7 +43,7 @@ func TestChecksCatch(t *testing.T) {
 			want: "invalid character"},
 		{name: "misspelled airlock-cni key", values: map[string]any{"cni": map[string]any{"select": map[string]any{"annotation": "x"}}},
 			edits: []edit{{"configmap.yaml", `"select": {`, `"selects": {`}},
-			want: `airlock-cni's entry: json: unknown field "selects"`},
+			want:  `airlock-cni's entry: json: unknown field "selects"`},
 		{name: "annotation selection without the capability", edits: []edit{{"configmap.yaml", `"io.kubernetes.cri.pod-annotations": true`, `"io.kubernetes.cri.pod-annotations": false`}},
 			want: "without the io.kubernetes.cri.pod-annotations capability"},
 		{name: "plugin dials another socket", edits: []edit{{"configmap.yaml", `"socket": "/run/airlock/airlock.sock"`, `"socket": "/run/other.sock"`}},
