@@ -3,6 +3,7 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/airlock
+CNI_BIN   := bin/airlock-cni
 STATICCHECK_VERSION ?= v0.8.2
 TEST_TIMEOUT ?= 30m
 
@@ -17,8 +18,9 @@ deps: ## Install the Debian packages tests and the demo need (only what is missi
 	@./scripts/deps.sh
 
 .PHONY: build
-build: ## Build bin/airlock with the version stamped
+build: ## Build bin/airlock and bin/airlock-cni with the version stamped
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CNI_BIN) ./cmd/airlock-cni
 
 .PHONY: test
 test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python as root

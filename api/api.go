@@ -237,12 +237,39 @@ type AttachRequest struct {
 	ID     string            `json:"id"`
 	NetNS  string            `json:"netns"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Pod is the Kubernetes pod the namespace belongs to (airlock-cni sends
+	// it): policy sees it as input.sandbox.pod and every audit record of the
+	// sandbox carries it.
+	Pod *Pod `json:"pod,omitempty"`
 }
+
+// Pod is a Kubernetes pod's identity, as its runtime passed it to the CNI
+// plugin. Each field is at most MaxPodField bytes; empty ones were not given.
+type Pod struct {
+	Namespace      string `json:"namespace,omitempty"`
+	Name           string `json:"name,omitempty"`
+	UID            string `json:"uid,omitempty"`
+	ServiceAccount string `json:"service_account,omitempty"`
+}
+
+// MaxPodField bounds each field of Pod (Kubernetes names are at most 253).
+const MaxPodField = 253
 
 // Attached is what POST /v1/attach returns.
 type Attached struct {
 	ID   string `json:"id"`
 	Path string `json:"path"` // where airlock keeps the namespace bound
+}
+
+// AttachStatus is what GET /v1/attach/{id} returns: whether the attached
+// namespace's rules are still as Attach left them (the CNI CHECK).
+type AttachStatus struct {
+	ID      string `json:"id"`
+	Path    string `json:"path"`
+	Pod     *Pod   `json:"pod,omitempty"`
+	InForce bool   `json:"in_force"`
+	// Problem says what is missing or out of place when InForce is false.
+	Problem string `json:"problem,omitempty"`
 }
 
 // PolicyRev is what POST /v1/policy/reload returns: the revision in force.

@@ -38,6 +38,23 @@ func appendBody(dst []byte, r *Record) []byte {
 		dst = appendString(dst, r.Sandbox)
 	}
 	dst = appendStrField(dst, `,"owner":`, r.Owner)
+	if p := r.Pod; p != nil {
+		dst = append(dst, `,"pod":{`...)
+		n := len(dst)
+		for _, f := range [...]struct{ key, v string }{
+			{`"namespace":`, p.Namespace}, {`"name":`, p.Name}, {`"uid":`, p.UID}, {`"service_account":`, p.ServiceAccount},
+		} {
+			if f.v == "" {
+				continue
+			}
+			if len(dst) > n {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, f.key...)
+			dst = appendString(dst, f.v)
+		}
+		dst = append(dst, '}')
+	}
 	dst = append(dst, `,"kind":`...)
 	dst = appendString(dst, r.Kind)
 	dst = appendStrField(dst, `,"decision":`, r.Decision)

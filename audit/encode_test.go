@@ -14,7 +14,7 @@ func fullRecord() *Record {
 	code := -1
 	return &Record{
 		Seq: 42, TS: time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC), Prev: GenesisPrev, ID: "req-1",
-		Node: "node-a", Sandbox: "sb-1", Owner: "1000", Kind: KindHTTP, Decision: DecisionDeny, Mode: "enforce",
+		Node: "node-a", Sandbox: "sb-1", Owner: "1000", Pod: &Pod{Namespace: "ci", Name: "agent-<1>", UID: "u-1", ServiceAccount: "runner"}, Kind: KindHTTP, Decision: DecisionDeny, Mode: "enforce",
 		Reasons:   []Reason{{ID: "not_allowed", Msg: "host <evil> & co"}, {ID: "", Msg: ""}},
 		PolicyRev: "rev-9", Host: "pypi.org", Port: 443, IP: "198.18.0.1", Protocol: "h1",
 		Method: "GET", Path: "/simple/", Query: []string{"a", "b"}, Status: 403,
@@ -47,6 +47,8 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		{"floats", &Record{Kind: KindHTTP, DurationMS: 123456789.125, Exec: &Exec{Phase: ExecStart, WallMS: 1e-7, CPUMS: -3.5e22}}},
 		{"exec exit zero", &Record{Kind: KindExec, Exec: &Exec{Phase: ExecEnd, ExitCode: new(int)}}},
 		{"empty slices", &Record{Kind: KindHTTP, Reasons: []Reason{}, Query: []string{}, Extra: map[string]json.RawMessage{}}},
+		{"pod partly given", &Record{Kind: KindTCP, Pod: &Pod{Name: "p", ServiceAccount: "sa"}}},
+		{"pod empty", &Record{Kind: KindTCP, Pod: &Pod{}}},
 		{"negative ints", &Record{Kind: KindTCP, Port: -1, Status: -2, BytesUp: math.MinInt64}},
 	}
 	for _, tt := range tests {
@@ -159,6 +161,7 @@ func FuzzAppendJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, host, path, method string, dur float64, n int64, raw []byte) {
 		r := &Record{
 			Seq: uint64(n), TS: time.Unix(n%1e10, n%1e9).UTC(), Prev: host, ID: path, Kind: method, Owner: method, Node: host,
+			Pod:  &Pod{Namespace: host, UID: path},
 			Host: host, Path: path, Method: method, DurationMS: dur, BytesUp: n,
 			Reasons: []Reason{{ID: host, Msg: path}}, Query: []string{path, host},
 			Extra: map[string]json.RawMessage{host: raw},

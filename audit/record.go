@@ -6,8 +6,8 @@ import (
 )
 
 // Record is one audit line (docs/ARCHITECTURE.md, "Audit log"). Seq, TS,
-// Prev and Node are set by the writer; callers fill the rest. Fields that do not apply
-// stay zero and are omitted.
+// Prev and Node are set by the writer; callers fill the rest. Fields that do
+// not apply stay zero and are omitted.
 type Record struct {
 	Seq  uint64    `json:"seq"`
 	TS   time.Time `json:"ts"`
@@ -20,7 +20,10 @@ type Record struct {
 	Sandbox string `json:"sandbox,omitempty"`
 	// Owner is the decimal uid of the caller that created the sandbox (the
 	// daemon stamps it, by sandbox id, on every record of the sandbox).
-	Owner      string   `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// Pod is the Kubernetes pod of a sandbox the CNI plugin attached (the
+	// daemon stamps it, by sandbox id, as it stamps Owner).
+	Pod        *Pod     `json:"pod,omitempty"`
 	Kind       string   `json:"kind"`               // one of the Kind* constants
 	Decision   string   `json:"decision,omitempty"` // DecisionAllow, DecisionDeny or DecisionError
 	Mode       string   `json:"mode,omitempty"`
@@ -51,6 +54,15 @@ type Record struct {
 	// Extra carries kind-specific detail that has no field of its own. Never put a
 	// secret or a credential header value here.
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+}
+
+// Pod is a Kubernetes pod's identity on a record (policy.Pod's fields; audit
+// does not import policy). Empty fields were not given.
+type Pod struct {
+	Namespace      string `json:"namespace,omitempty"`
+	Name           string `json:"name,omitempty"`
+	UID            string `json:"uid,omitempty"`
+	ServiceAccount string `json:"service_account,omitempty"`
 }
 
 // Record kinds. The first five are policy's decision kinds (policy.Kind), spelled

@@ -45,6 +45,9 @@ func shrink(r *Record, size int) *Record {
 		&c.Protocol, &c.Method, &c.Path, &c.QName, &c.QType, &c.RCode, &c.Upstream, &c.Error} {
 		*p = cut(*p)
 	}
+	if c.Pod != nil {
+		c.Pod = &Pod{Namespace: cut(c.Pod.Namespace), Name: cut(c.Pod.Name), UID: cut(c.Pod.UID), ServiceAccount: cut(c.Pod.ServiceAccount)}
+	}
 	if c.Query != nil {
 		c.Query = cutList(c.Query)
 	}

@@ -538,6 +538,38 @@ func TestOtherRoutes(t *testing.T) {
 	}
 }
 
+// TestAttachCheckDetach: attach with a pod identity, the check before and
+// after the rules are reported changed, detach, and the not_found of both
+// afterwards (what airlock-cni's DEL and CHECK rely on).
+func TestAttachCheckDetach(t *testing.T) {
+	fake, c := newFake(t)
+	ctx := t.Context()
+	pod := &api.Pod{Namespace: "ci", Name: "agent-0", UID: "6f1c", ServiceAccount: "runner"}
+	if err := c.Attach(ctx, api.AttachRequest{ID: "alk-pod-1", NetNS: "/proc/1/ns/net", Pod: pod}); err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	if got := fake.Attached()["alk-pod-1"].Pod; got == nil || *got != *pod {
+		t.Fatalf("the daemon got pod %+v, want %+v", got, pod)
+	}
+	st, err := c.CheckAttach(ctx, "alk-pod-1")
+	if err != nil || !st.InForce || st.Problem != "" || st.Pod == nil || *st.Pod != *pod {
+		t.Fatalf("check: got %+v, %v; want in force with the pod", st, err)
+	}
+	fake.SetAttachProblem("alk-pod-1", "filter OUTPUT has no jump to AIRLOCK-OUT")
+	if st, err := c.CheckAttach(ctx, "alk-pod-1"); err != nil || st.InForce || !strings.Contains(st.Problem, "AIRLOCK-OUT") {
+		t.Fatalf("check after a change: got %+v, %v; want not in force naming the chain", st, err)
+	}
+	if err := c.Detach(ctx, "alk-pod-1"); err != nil {
+		t.Fatalf("detach: %v", err)
+	}
+	if _, err := c.CheckAttach(ctx, "alk-pod-1"); client.Code(err) != api.CodeNotFound {
+		t.Errorf("check after detach: got %v, want not_found", err)
+	}
+	if err := c.Detach(ctx, "alk-pod-1"); client.Code(err) != api.CodeNotFound {
+		t.Errorf("second detach: got %v, want not_found", err)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe to read while another goroutine writes.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -77,6 +77,16 @@ func (c *Client) Attach(ctx context.Context, req api.AttachRequest) error {
 	return c.doJSON(ctx, http.MethodPost, "/attach", nil, req, nil)
 }
 
+// CheckAttach asks whether an attached namespace's rules are still as attach
+// left them (root only): InForce false names what is missing in Problem.
+func (c *Client) CheckAttach(ctx context.Context, id string) (*api.AttachStatus, error) {
+	var out api.AttachStatus
+	if err := c.doJSON(ctx, http.MethodGet, "/attach/"+url.PathEscape(id), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Detach restores an attached namespace as it was (root only).
 func (c *Client) Detach(ctx context.Context, id string) error {
 	return c.doJSON(ctx, http.MethodDelete, "/attach/"+url.PathEscape(id), nil, nil, nil)

@@ -39,6 +39,7 @@ func (d *Daemon) routes() []route {
 		{method: "GET", path: "/v1/sandboxes/{id}/events", handle: d.apiEvents},
 		{method: "POST", path: "/v1/run", handle: d.apiRun},
 		{method: "POST", path: "/v1/attach", handle: d.apiAttach, rootOnly: true},
+		{method: "GET", path: "/v1/attach/{id}", handle: d.apiCheckAttach, rootOnly: true},
 		{method: "DELETE", path: "/v1/attach/{id}", handle: d.apiDetach, rootOnly: true},
 		{method: "POST", path: "/v1/policy/reload", handle: d.apiReload, rootOnly: true},
 		{method: "GET", path: "/v1/summary", handle: d.apiSummary},
@@ -302,6 +303,10 @@ func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	if e := validatePod(req.Pod); e != nil {
+		writeError(w, e)
+		return
+	}
 	if _, ok := d.netns.Get(req.ID); ok {
 		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
 		return
@@ -310,7 +315,7 @@ func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
 		return
 	}
-	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels}, req.NetNS)
+	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels, Pod: policyPod(req.Pod)}, req.NetNS)
 	if err != nil {
 		code := api.CodeUnprocessable
 		if errors.Is(err, ErrLowDiskSpace) {
@@ -320,6 +325,27 @@ func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, api.Attached{ID: sb.ID, Path: sb.Path})
+}
+
+// apiCheckAttach is the CNI CHECK's question: are the attached namespace's
+// rules still as Attach left them? A namespace whose rules were changed is
+// a 200 with in_force false and what was found, not an error of the API.
+func (d *Daemon) apiCheckAttach(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	sb, ok := d.netns.Get(id)
+	if !ok || !sb.Attached {
+		writeError(w, apiErr(api.CodeNotFound, "id", "no attached sandbox %.80q", id))
+		return
+	}
+	st := api.AttachStatus{ID: sb.ID, Path: sb.Path, Pod: apiPod(sb.Pod), InForce: true}
+	if err := d.CheckAttached(r.Context(), id); err != nil {
+		if errors.Is(err, netns.ErrNotAttached) {
+			writeError(w, apiErr(api.CodeNotFound, "id", "no attached sandbox %.80q", id))
+			return
+		}
+		st.InForce, st.Problem = false, err.Error()
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (d *Daemon) apiDetach(w http.ResponseWriter, r *http.Request) {

@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/netns"
 )
 
 func apiCall(t *testing.T, h http.Handler, method, path, body string) (int, map[string]any) {
@@ -48,8 +51,28 @@ func TestRootAPIAdmin(t *testing.T) {
 		t.Fatalf("ip netns add: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
-	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "labels": {"team": "web"}}`); code != 201 {
+	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "pod": {"name": "a\nb"}}`); code != 400 || out["field"] != "pod.name" {
+		t.Fatalf("attach with a control character in the pod name: %d %v, want 400 naming pod.name", code, out)
+	}
+	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "labels": {"team": "web"}, "pod": {"namespace": "ci", "name": "web-0"}}`); code != 201 {
 		t.Fatalf("attach: %d %v", code, out)
+	}
+	if code, out := apiCall(t, h, "GET", "/v1/attach/alk-api-ext", ""); code != 200 || out["in_force"] != true || out["pod"].(map[string]any)["namespace"] != "ci" {
+		t.Fatalf("check after attach: %d %v, want in force with the pod", code, out)
+	}
+	// Someone with CAP_NET_ADMIN in the namespace removes airlock's jump.
+	bin := "iptables-nft"
+	if d.Backend() == netns.IPTablesLegacy {
+		bin = "iptables-legacy"
+	}
+	if out, err := exec.Command("ip", "netns", "exec", ns, bin, "-w", "-t", "nat", "-D", "OUTPUT", "-j", "AIRLOCK-NAT-OUT").CombinedOutput(); err != nil {
+		t.Fatalf("remove the nat jump: %v %s", err, out)
+	}
+	if code, out := apiCall(t, h, "GET", "/v1/attach/alk-api-ext", ""); code != 200 || out["in_force"] != false || !strings.Contains(fmt.Sprint(out["problem"]), "AIRLOCK-NAT-OUT") {
+		t.Fatalf("check after the nat jump was removed: %d %v, want not in force naming AIRLOCK-NAT-OUT", code, out)
+	}
+	if code, _ := apiCall(t, h, "GET", "/v1/attach/nope", ""); code != 404 {
+		t.Fatalf("check of an unknown sandbox: %d, want 404", code)
 	}
 	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext"}`); code != 409 {
 		t.Fatalf("second attach with the same id: %d %v, want 409", code, out)

@@ -40,6 +40,7 @@ type unprivReport struct {
 	FilesOther string   `json:"files_other"`
 	Listed     []string `json:"listed"`
 	Attach     string   `json:"attach"`
+	Check      string   `json:"check_attach"`
 	Deleted    string   `json:"deleted"`
 	Err        string   `json:"error,omitempty"`
 }
@@ -75,6 +76,8 @@ func unprivClient() int {
 	rep.DelOther = client.Code(err)
 	err = c.Attach(ctx, api.AttachRequest{ID: "alk-unpriv", NetNS: "/proc/1/ns/net"})
 	rep.Attach = client.Code(err)
+	_, err = c.CheckAttach(ctx, "alk-unpriv")
+	rep.Check = client.Code(err)
 	list, _ := c.ListSandboxes(ctx, nil)
 	for _, s := range list {
 		rep.Listed = append(rep.Listed, s.ID)
@@ -152,8 +155,8 @@ func TestRootSandboxOwners(t *testing.T) {
 			t.Errorf("%s of root's sandbox as uid %d: %q, want %s", what, uid, code, api.CodeNotFound)
 		}
 	}
-	if rep.Attach != api.CodeForbidden {
-		t.Errorf("attach as uid %d: %q, want %s", uid, rep.Attach, api.CodeForbidden)
+	if rep.Attach != api.CodeForbidden || rep.Check != api.CodeForbidden {
+		t.Errorf("attach and its check as uid %d: %q and %q, want %s", uid, rep.Attach, rep.Check, api.CodeForbidden)
 	}
 	if !slices.Equal(rep.Listed, []string{rep.Own}) {
 		t.Errorf("uid %d listed %v, want only its own %s", uid, rep.Listed, rep.Own)

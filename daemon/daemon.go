@@ -190,6 +190,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
 		return nil, fmt.Errorf("recover namespaces: %w", err)
 	}
+	d.stampRecoveredPods()
 	// The warm pool starts filling only after Recover: Recover removes the
 	// pool namespaces its manager does not know yet, and a fill under way
 	// makes its namespace before the manager records it.
@@ -456,15 +457,48 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 }
 
 // Attach serves an existing namespace (a container's or a VM's) until Detach.
+// A sandbox with a Pod has it stamped on every audit record from the first.
 func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) (*netns.Sandbox, error) {
 	if err := d.checkFreeSpace(); err != nil {
 		return nil, err
 	}
-	return d.netns.Attach(ctx, sb, nsPath)
+	claimed := sb.Pod != nil && d.acct.claimPod(sb.ID, auditPod(sb.Pod))
+	s, err := d.netns.Attach(ctx, sb, nsPath)
+	if err != nil && claimed {
+		d.acct.setPod(sb.ID, nil)
+	}
+	return s, err
 }
 
 // Detach restores an attached namespace as it was.
-func (d *Daemon) Detach(ctx context.Context, id string) error { return d.netns.Detach(ctx, id) }
+func (d *Daemon) Detach(ctx context.Context, id string) error {
+	err := d.netns.Detach(ctx, id)
+	if _, still := d.netns.Get(id); !still {
+		d.acct.setPod(id, nil)
+	}
+	return err
+}
+
+// CheckAttached reports whether attached sandbox id's rules are still in
+// force (netns.ErrNotAttached for an unknown id).
+func (d *Daemon) CheckAttached(ctx context.Context, id string) error {
+	return d.netns.CheckAttached(ctx, id)
+}
+
+// stampRecoveredPods stamps the records of the attached pods Recover served
+// again, as Attach did before the restart.
+func (d *Daemon) stampRecoveredPods() {
+	for _, id := range d.netns.IDs() {
+		if s, ok := d.netns.Get(id); ok && s.Pod != nil {
+			d.acct.setPod(id, auditPod(s.Pod))
+		}
+	}
+}
+
+// auditPod is p as audit records carry it.
+func auditPod(p *policy.Pod) *audit.Pod {
+	return &audit.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
+}
 
 // Backend names the iptables backend in use.
 func (d *Daemon) Backend() string { return d.netns.Backend() }

@@ -23,6 +23,7 @@ type accounts struct {
 
 	mu       sync.RWMutex
 	sandbox  map[string]*account
+	pods     map[string]*audit.Pod // attached sandboxes' pods (airlock-cni), by id
 	byOwner  map[int]*audit.Tally
 	discards audit.Logger
 }
@@ -44,7 +45,7 @@ type account struct {
 }
 
 func newAccounts(next audit.Logger) *accounts {
-	return &accounts{next: next, sandbox: map[string]*account{}, byOwner: map[int]*audit.Tally{}, discards: discard{}}
+	return &accounts{next: next, sandbox: map[string]*account{}, pods: map[string]*audit.Pod{}, byOwner: map[int]*audit.Tally{}, discards: discard{}}
 }
 
 // open starts accounting sandbox id to owner. Call it before anything can
@@ -70,13 +71,29 @@ func (a *accounts) close(id string) {
 	a.mu.Unlock()
 }
 
-func (a *accounts) get(id string) *account {
-	if id == "" {
-		return nil
+// setPod stamps every later record of sandbox id with pod; a nil pod stops
+// stamping. Each record gets its own copy.
+func (a *accounts) setPod(id string, pod *audit.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if pod == nil {
+		delete(a.pods, id)
+		return
 	}
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	return a.sandbox[id]
+	a.pods[id] = pod
+}
+
+// claimPod is setPod for an id that has no pod yet; it reports whether it
+// set it (a racing attach of the same id must not replace, nor later
+// remove, the pod of the one that won).
+func (a *accounts) claimPod(id string, pod *audit.Pod) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, taken := a.pods[id]; taken {
+		return false
+	}
+	a.pods[id] = pod
+	return true
 }
 
 // ownerRows are the summary rows of owner's sandboxes since the daemon
@@ -100,14 +117,21 @@ func (a *accounts) Log(r *audit.Record) error {
 	return err
 }
 
-// stamp sets r's owner when it is a record of an accounted sandbox.
+// stamp sets r's owner when it is a record of an accounted sandbox, and its
+// pod when it is a record of an attached pod's.
 func (a *accounts) stamp(r *audit.Record) *account {
-	if r == nil {
+	if r == nil || r.Sandbox == "" {
 		return nil
 	}
-	acc := a.get(r.Sandbox)
+	a.mu.RLock()
+	acc, pod := a.sandbox[r.Sandbox], a.pods[r.Sandbox]
+	a.mu.RUnlock()
 	if acc != nil {
 		r.Owner = strconv.Itoa(acc.owner)
+	}
+	if pod != nil {
+		c := *pod // the record's own: a writer may change what it was given
+		r.Pod = &c
 	}
 	return acc
 }

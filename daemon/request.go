@@ -187,6 +187,39 @@ func validateLabels(labels map[string]string) *api.Error {
 	return nil
 }
 
+// validatePod checks an attach request's pod identity: each field at most
+// api.MaxPodField bytes of printable text (they end up in policy input and
+// on every audit record of the sandbox).
+func validatePod(p *api.Pod) *api.Error {
+	if p == nil {
+		return nil
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"namespace", p.Namespace}, {"name", p.Name}, {"uid", p.UID}, {"service_account", p.ServiceAccount},
+	} {
+		if len(f.v) > api.MaxPodField || strings.IndexFunc(f.v, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+			return apiErr(api.CodeInvalidField, "pod."+f.name, "pod.%s: %.80q is over %d bytes or has a control character", f.name, f.v, api.MaxPodField)
+		}
+	}
+	return nil
+}
+
+// policyPod is p as policy input carries it (nil for none).
+func policyPod(p *api.Pod) *policy.Pod {
+	if p == nil {
+		return nil
+	}
+	return &policy.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
+}
+
+// apiPod is p as the API shows it (nil for none).
+func apiPod(p *policy.Pod) *api.Pod {
+	if p == nil {
+		return nil
+	}
+	return &api.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
+}
+
 func validateEnv(field string, env []string) *api.Error {
 	if len(env) > maxEnv {
 		return apiErr(api.CodeInvalidField, field, "%s: %d entries, at most %d", field, len(env), maxEnv)

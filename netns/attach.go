@@ -159,7 +159,7 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	if err != nil {
 		return nil, err
 	}
-	s = &Sandbox{ID: sb.ID, Labels: maps.Clone(sb.Labels), Path: path, Attached: true, Source: nsPath, Own: own, info: sb}
+	s = &Sandbox{ID: sb.ID, Labels: maps.Clone(sb.Labels), Path: path, Attached: true, Source: nsPath, Own: own, Pod: clonePod(sb.Pod), info: sb}
 	if err := m.serve(s); err != nil {
 		return nil, err
 	}

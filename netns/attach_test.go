@@ -267,3 +267,48 @@ func TestAttachFailureRestores(t *testing.T) {
 		})
 	}
 }
+
+// TestAttachWithDefaultRoute attaches a namespace whose default route leaves
+// by a veth, as a CNI pod's does. Regression: filter OUTPUT saw the veth as the
+// output device of DNS and TCP that nat OUTPUT had redirected to 127.0.0.1, so
+// "-o lo" missed them and every lookup and captured connection was dropped.
+func TestAttachWithDefaultRoute(t *testing.T) {
+	w := newWorld(t, Config{})
+	c := newContainer(t)
+	ctr := c.path[len("/run/netns/"):]
+	run(t, "ip", "-n", ctr, "route", "add", "default", "via", "198.18.200.2")
+	routesBefore, _ := nsExec(t, c.path, 10*time.Second, "ip", "route")
+
+	id := netnstest.SandboxID("defroute")
+	if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, c.path); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	reqs := w.web.Requests()
+	err := in(t, c.path, func() error {
+		out, err := fakenet.Get(w.web.IP.String()+":80", "web.test", "/defroute")
+		if err != nil || !strings.Contains(out, "hello from web.test /defroute") {
+			t.Errorf("allowed host through the gateway: %v: %q", err, out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.web.Requests() - reqs; got != 1 {
+		t.Errorf("web.test requests: got %d, want 1", got)
+	}
+	out, err := nsExec(t, c.path, 10*time.Second, "dig", "+short", "+tries=1", "+time=3", "@"+w.net.Unused.String(), "web.test")
+	if err != nil || strings.TrimSpace(out) != w.web.IP.String() {
+		t.Errorf("dig through the filter: %v: %q, want %s", err, out, w.web.IP)
+	}
+	if got := c.vmTCP.Load(); got != 0 {
+		t.Errorf("vm (the next hop) saw %d TCP connections, want 0", got)
+	}
+
+	if err := w.m.Detach(context.Background(), id); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	if routesAfter, _ := nsExec(t, c.path, 10*time.Second, "ip", "route"); routesAfter != routesBefore {
+		t.Errorf("routes after detach: %q, want %q", routesAfter, routesBefore)
+	}
+}

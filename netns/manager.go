@@ -61,6 +61,8 @@ type Sandbox struct {
 	Source string
 	// Own are the gateway's addresses as the sandbox sees them.
 	Own []netip.Addr
+	// Pod is the Kubernetes pod of an attached namespace (airlock-cni), or nil.
+	Pod *policy.Pod
 
 	info  policy.Sandbox // what the Server is told: id, labels, mode, allow
 	ls    Listeners

@@ -172,7 +172,7 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		return s, removed, errors.Join(err, rerr)
 	}
 	defer h.Close()
-	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: true, Source: st.Source, info: info}
+	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: true, Source: st.Source, Pod: clonePod(info.Pod), info: info}
 	// Put the namespace back as it was, then attach again from scratch.
 	if st.AddedIsland {
 		if has, herr := hasDefaultRoute(h); herr == nil && !has {

@@ -73,7 +73,8 @@ func testRecoverReattachesOnlyAttached(t *testing.T, oldState bool) {
 		t.Fatal(err)
 	}
 	aid := netnstest.SandboxID("attached")
-	attached, err := w.m.Attach(ctx, policy.Sandbox{ID: aid, Labels: map[string]string{"kind": "vm"}, Mode: policy.ModeReport, Allow: allow}, c.path)
+	pod := &policy.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1"}
+	attached, err := w.m.Attach(ctx, policy.Sandbox{ID: aid, Labels: map[string]string{"kind": "vm"}, Mode: policy.ModeReport, Allow: allow, Pod: pod}, c.path)
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -132,6 +133,9 @@ func testRecoverReattachesOnlyAttached(t *testing.T, oldState bool) {
 	}
 	if !oldState && (got.info.Mode != policy.ModeReport || !slices.Equal(got.info.Allow.Entries(), []string{"extra.test"})) {
 		t.Errorf("re-attached policy identity: mode %q allow %v, want report [extra.test]", got.info.Mode, got.info.Allow.Entries())
+	}
+	if !oldState && (got.Pod == nil || *got.Pod != *pod || got.info.Pod == nil || *got.info.Pod != *pod) {
+		t.Errorf("re-attached pod: %+v (policy input %+v), want %+v", got.Pod, got.info.Pod, pod)
 	}
 	vm := c.vmTCP.Load()
 	if out, err := fromContainer(); err != nil || !strings.Contains(out, "hello from web.test /ctr") {

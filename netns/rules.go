@@ -114,6 +114,15 @@ func (s ruleSpec) render() string {
 	// Loopback traffic (including everything the nat rules redirected) and the
 	// listeners' replies to redirected connections; all else is logged and dropped.
 	fmt.Fprintf(&b, "-A %s -o lo -d 127.0.0.0/8 -j ACCEPT\n", chainOut)
+	if s.Attach {
+		// In an attached namespace whose default route leaves by eth0 (a CNI
+		// pod, a docker bridge container), filter OUTPUT still sees eth0 as the
+		// output device of a packet nat OUTPUT redirected to the listeners (the
+		// hook's devices are fixed before nat reroutes): accept exactly those.
+		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT\n", chainOut, tp)
+		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT\n", chainOut, dns)
+		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p udp --dport %s -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT\n", chainOut, dns)
+	}
 	fmt.Fprintf(&b, "-A %s -m conntrack --ctstate DNAT --ctdir REPLY -j ACCEPT\n", chainOut)
 	nflog(chainOut, prefixOut)
 	if s.Attach {

@@ -33,8 +33,10 @@ type state struct {
 	Origin string `json:"origin,omitempty"`
 	// Mode and Allow are the sandbox's own policy mode and allow entries, so
 	// a re-attached sandbox is decided as before the crash.
-	Mode         policy.Mode `json:"mode,omitempty"`
-	Allow        []string    `json:"allow,omitempty"`
+	Mode  policy.Mode `json:"mode,omitempty"`
+	Allow []string    `json:"allow,omitempty"`
+	// Pod is the Kubernetes pod an attached namespace belongs to (airlock-cni).
+	Pod          *policy.Pod `json:"pod,omitempty"`
 	Attached     bool        `json:"attached,omitempty"`
 	Source       string      `json:"source,omitempty"`
 	SavedRules   string      `json:"saved_rules,omitempty"`
@@ -93,7 +95,7 @@ func (m *Manager) readState(id string) (*state, error) {
 func (m *Manager) newState(sb policy.Sandbox, origin string) *state {
 	return &state{
 		ID: sb.ID, Labels: maps.Clone(sb.Labels), Backend: m.backend, Origin: origin,
-		Mode: sb.Mode, Allow: sb.Allow.Entries(), Attached: origin == originAttached,
+		Mode: sb.Mode, Allow: sb.Allow.Entries(), Attached: origin == originAttached, Pod: clonePod(sb.Pod),
 	}
 }
 
@@ -125,11 +127,20 @@ func (st *state) sandbox() (policy.Sandbox, error) {
 	if err != nil {
 		return policy.Sandbox{}, err
 	}
-	return policy.Sandbox{ID: st.ID, Labels: maps.Clone(st.Labels), Mode: st.Mode, Allow: allow}, nil
+	return policy.Sandbox{ID: st.ID, Labels: maps.Clone(st.Labels), Mode: st.Mode, Allow: allow, Pod: clonePod(st.Pod)}, nil
 }
 
 func (m *Manager) removeState(id string) {
 	if err := os.Remove(m.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		m.log.Warn("remove state", oplog.SandboxKey, id, oplog.ErrorKey, err)
 	}
+}
+
+// clonePod copies p, so a state or a Sandbox never shares the caller's.
+func clonePod(p *policy.Pod) *policy.Pod {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }

@@ -52,7 +52,8 @@ func TestNewStateKeepsPolicyIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb := policy.Sandbox{ID: "x", Labels: map[string]string{"k": "v"}, Mode: policy.ModeReport, Allow: allow}
+	pod := &policy.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1", ServiceAccount: "runner"}
+	sb := policy.Sandbox{ID: "x", Labels: map[string]string{"k": "v"}, Mode: policy.ModeReport, Allow: allow, Pod: pod}
 	for _, origin := range []string{originCreated, originAttached} {
 		st := m.newState(sb, origin)
 		b, _ := json.Marshal(st)
@@ -69,6 +70,9 @@ func TestNewStateKeepsPolicyIdentity(t *testing.T) {
 		}
 		if got.ID != "x" || got.Labels["k"] != "v" || got.Mode != policy.ModeReport || strings.Join(got.Allow.Entries(), ",") != "a.example,b.example:22" {
 			t.Fatalf("got %+v (allow %v), want the sandbox back", got, got.Allow.Entries())
+		}
+		if got.Pod == nil || *got.Pod != *pod || got.Pod == pod {
+			t.Fatalf("got pod %+v, want a copy of %+v", got.Pod, pod)
 		}
 	}
 	bad := state{ID: "x", Allow: []string{"a.example:0"}}

@@ -63,6 +63,12 @@ func TestRulesAttach(t *testing.T) {
 		"-A AIRLOCK-IN -j DROP",
 		"-I FORWARD 1 -j AIRLOCK-FWD",
 		"-A AIRLOCK-FWD -j DROP",
+		// Regression: with a default route through eth0 (a CNI pod) the redirected
+		// DNS and TCP left nat OUTPUT with eth0 as their output device, so the
+		// "-o lo" accept missed them and every lookup and captured connection
+		// was dropped.
+		"-A AIRLOCK-OUT -d 127.0.0.1/32 -p tcp --dport 15001 -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT",
+		"-A AIRLOCK-OUT -d 127.0.0.1/32 -p udp --dport 5353 -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT",
 		"-A AIRLOCK-OUT -j NFLOG --nflog-group 7 --nflog-prefix airlock-out --nflog-size 128",
 	} {
 		if !strings.Contains(got, line+"\n") {

@@ -2,6 +2,7 @@ package netns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -75,4 +76,30 @@ func (r execRunner) Verify(ctx context.Context, ns vnetns.NsHandle, backend stri
 		}
 		return nil
 	})
+}
+
+// ErrNotAttached is CheckAttached's error for an id that names no attached
+// sandbox.
+var ErrNotAttached = errors.New("netns: no attached sandbox")
+
+// CheckAttached verifies that the rules of attached sandbox id are still in
+// force in its namespace, as Attach left them: every airlock jump is the
+// first rule of its built-in chain and the output chain ends in a drop. A
+// rule removed or put above ours by someone with CAP_NET_ADMIN in the
+// namespace makes it fail, naming what it found. It changes nothing.
+func (m *Manager) CheckAttached(ctx context.Context, id string) error {
+	s, ok := m.Get(id)
+	if !ok || !s.Attached {
+		return fmt.Errorf("%w %q", ErrNotAttached, id)
+	}
+	st, err := m.readState(id)
+	if err != nil {
+		return fmt.Errorf("netns: check %s: read state: %w", id, err)
+	}
+	h, err := vnetns.GetFromPath(s.Path)
+	if err != nil {
+		return fmt.Errorf("netns: check %s: open %s: %w", id, s.Path, err)
+	}
+	defer h.Close()
+	return m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true))
 }

@@ -176,6 +176,36 @@ func TestModes(t *testing.T) {
 	}
 }
 
+// TestPodNamespaceExample decides with the engine (the OPA value built from
+// Sandbox.Pod, and the decision cache keyed on it) what the pod-namespaces
+// example's Rego tests decide from JSON: a pod reaches its namespace's hosts
+// only, and a sandbox with no pod gets none of them.
+func TestPodNamespaceExample(t *testing.T) {
+	e := newEngine(t, Config{Dir: filepath.Join("..", "policies", "examples", "pod-namespaces")})
+	pod := func(ns string) *Input {
+		in := httpIn("GET", "ghcr.io", "/")
+		in.Sandbox = Sandbox{ID: "alk-pod-1", Pod: &Pod{Namespace: ns, Name: "build-1", UID: "u-1", ServiceAccount: "builder"}}
+		return in
+	}
+	tests := []struct {
+		name string
+		in   *Input
+		want bool
+	}{
+		{"its namespace", pod("ci"), true},
+		{"another namespace", pod("sandbox"), false},
+		{"its namespace again (cached)", pod("ci"), true},
+		{"no pod", httpIn("GET", "ghcr.io", "/"), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := e.Decide(context.Background(), tc.in); d.Allowed != tc.want {
+				t.Fatalf("got allowed=%v (%+v), want %v", d.Allowed, d, tc.want)
+			}
+		})
+	}
+}
+
 // overlayLib replaces the library so a test can load a deliberately broken
 // decision and watch Decide fail closed. The other files check what a unit
 // ignores: examples/, hidden entries, non-policy files.
@@ -477,7 +507,7 @@ func TestRunTestsPoliciesTree(t *testing.T) {
 	for _, r := range rep.Results {
 		units[r.Unit] = true
 	}
-	for _, u := range []string{"", "examples/git-fetch-only", "examples/method-path-rules", "examples/report-one-sandbox", "examples/team-allowlists"} {
+	for _, u := range []string{"", "examples/git-fetch-only", "examples/method-path-rules", "examples/pod-namespaces", "examples/report-one-sandbox", "examples/team-allowlists"} {
 		if !units[u] {
 			t.Errorf("got no tests for unit %q", u)
 		}

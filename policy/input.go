@@ -42,6 +42,19 @@ type Sandbox struct {
 	// meaning (NewAllowList). The library's allowed_host matches them with the
 	// port rules of data.airlock.hosts.allow; a policy's deny rules still win.
 	Allow *AllowList `json:"allow,omitempty"`
+	// Pod is the Kubernetes pod this sandbox is, for a namespace attached by
+	// the CNI plugin (airlock-cni); nil otherwise. A policy can match by pod
+	// namespace or service account: input.sandbox.pod.namespace == "ci".
+	Pod *Pod `json:"pod,omitempty"`
+}
+
+// Pod is a Kubernetes pod's identity as its runtime gave it to the CNI
+// plugin. Empty fields were not given and are absent from the input.
+type Pod struct {
+	Namespace      string `json:"namespace,omitempty"`
+	Name           string `json:"name,omitempty"`
+	UID            string `json:"uid,omitempty"`
+	ServiceAccount string `json:"service_account,omitempty"`
 }
 
 // Destination is the normalized target. Host is the output of hostname.Normalize

@@ -41,6 +41,25 @@ func TestReadmeExamples(t *testing.T) {
 		writeFiles(t, dir, map[string]string{"policy.rego": src})
 		e := newEngine(t, Config{Dir: dir})
 		switch {
+		case strings.Contains(src, "input.sandbox.pod"):
+			// The pods example reads its lists from data, as in
+			// examples/pod-namespaces.
+			writeFiles(t, dir, map[string]string{"data.json": `{"namespace_hosts": {"ci": {"ghcr.io": true}}}`})
+			e = newEngine(t, Config{Dir: dir})
+			podIn := func(ns string) *Input {
+				in := portIn(KindConnect, "ghcr.io", 443)
+				in.Sandbox.Pod = &Pod{Namespace: ns}
+				return in
+			}
+			if d := e.Decide(context.Background(), podIn("ci")); !d.Allowed {
+				t.Fatalf("pod namespace policy: got %+v, want ghcr.io allowed for namespace ci", d)
+			}
+			if d := e.Decide(context.Background(), podIn("web")); d.Allowed {
+				t.Fatalf("pod namespace policy: got %+v, want ghcr.io denied for namespace web", d)
+			}
+			if d := e.Decide(context.Background(), portIn(KindConnect, "ghcr.io", 443)); d.Allowed {
+				t.Fatalf("pod namespace policy: got %+v, want ghcr.io denied for a sandbox that is no pod", d)
+			}
 		case strings.Contains(src, "airlock.host_in"):
 			if d := e.Decide(context.Background(), portIn(KindConnect, "api.openai.com", 443)); !d.Allowed {
 				t.Fatalf("host_in policy: got %+v, want api.openai.com:443 allowed", d)

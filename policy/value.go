@@ -173,6 +173,23 @@ func sandboxValue(s *Sandbox) ast.Value {
 	if s.Allow != nil {
 		kv = append(kv, item("allow", ast.NewTerm(s.Allow.value)))
 	}
+	if s.Pod != nil {
+		kv = append(kv, item("pod", ast.NewTerm(podValue(s.Pod))))
+	}
+	return ast.NewObject(kv...)
+}
+
+// podValue builds input.sandbox.pod: its given fields, as the JSON encoding
+// (omitempty) has them.
+func podValue(p *Pod) ast.Value {
+	kv := make([][2]*ast.Term, 0, 4)
+	for _, f := range [...]struct{ k, v string }{
+		{"namespace", p.Namespace}, {"name", p.Name}, {"uid", p.UID}, {"service_account", p.ServiceAccount},
+	} {
+		if f.v != "" {
+			kv = append(kv, item(f.k, ast.StringTerm(f.v)))
+		}
+	}
 	return ast.NewObject(kv...)
 }
 
@@ -226,6 +243,15 @@ func cacheKey(in *Input) string {
 	if a := in.Sandbox.Allow; a != nil {
 		b.tag('l')
 		b.str(string(a.digest[:]))
+	} else {
+		b.tag('-')
+	}
+	if p := in.Sandbox.Pod; p != nil {
+		b.tag('p')
+		b.str(p.Namespace)
+		b.str(p.Name)
+		b.str(p.UID)
+		b.str(p.ServiceAccount)
 	} else {
 		b.tag('-')
 	}

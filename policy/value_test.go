@@ -37,6 +37,8 @@ func TestParseInput(t *testing.T) {
 		{"null", `null`, "kind"},
 		{"sandbox mode and allow object", `{"kind":"tls","sandbox":{"id":"s","mode":"report","allow":{"a.example":true,"b.example":{"ports":[8443,"*"]}}},"destination":{"host":"a.example","port":443}}`, ""},
 		{"sandbox allow entries", `{"kind":"tls","sandbox":{"id":"s","allow":["a.example","b.example:22"]},"destination":{"host":"a.example","port":443}}`, ""},
+		{"sandbox pod", `{"kind":"tls","sandbox":{"id":"s","pod":{"namespace":"ci","name":"p","uid":"u","service_account":"sa"}},"destination":{"host":"a.example","port":443}}`, ""},
+		{"sandbox pod unknown field", `{"kind":"tls","sandbox":{"id":"s","pod":{"node":"n"}},"destination":{"host":"a.example","port":443}}`, "unknown field"},
 		{"bad sandbox mode", `{"kind":"tls","sandbox":{"id":"s","mode":"audit"},"destination":{"host":"a.example","port":443}}`, "sandbox.mode"},
 		{"bad sandbox allow entry", `{"kind":"tls","sandbox":{"id":"s","allow":["a.example:0"]},"destination":{"host":"a.example","port":443}}`, "allow[0]"},
 		{"bad sandbox allow value", `{"kind":"tls","sandbox":{"id":"s","allow":{"a.example":"yes"}},"destination":{"host":"a.example","port":443}}`, "a.example"},
@@ -65,7 +67,7 @@ func TestCacheKeyDistinguishesEveryField(t *testing.T) {
 	base := func() *Input {
 		return &Input{
 			Kind:        KindHTTP,
-			Sandbox:     Sandbox{ID: "s", Labels: map[string]string{"a": "b"}, Mode: ModeEnforce, Allow: mustAllow("a.example")},
+			Sandbox:     Sandbox{ID: "s", Labels: map[string]string{"a": "b"}, Mode: ModeEnforce, Allow: mustAllow("a.example"), Pod: &Pod{Namespace: "ns", Name: "p", UID: "u", ServiceAccount: "sa"}},
 			Destination: Destination{Host: "h.example", Port: 443, Suffixes: []string{"h.example", "example"}, IP: "198.18.0.1", Protocol: "tcp"},
 			HTTP:        &HTTP{Method: "GET", Scheme: "https", Path: "/p", Query: map[string][]string{"q": {"1"}}, Headers: map[string]string{"h": "v"}},
 			TLS:         &TLS{SNI: "h.example"},
@@ -81,6 +83,12 @@ func TestCacheKeyDistinguishesEveryField(t *testing.T) {
 		"no allow":    func(in *Input) { in.Sandbox.Allow = nil },
 		"allow entry": func(in *Input) { in.Sandbox.Allow = mustAllow(in.Sandbox.Allow.Entries()[0] + ":8443") },
 		"allow more":  func(in *Input) { in.Sandbox.Allow = mustAllow("a.example", "b.example") },
+		"pod ns":      func(in *Input) { in.Sandbox.Pod.Namespace = "other" },
+		"pod name":    func(in *Input) { in.Sandbox.Pod.Name = "q" },
+		"pod uid":     func(in *Input) { in.Sandbox.Pod.UID = "v" },
+		"pod sa":      func(in *Input) { in.Sandbox.Pod.ServiceAccount = "default" },
+		"pod shift":   func(in *Input) { in.Sandbox.Pod.Namespace, in.Sandbox.Pod.Name = "nsp", "" },
+		"no pod":      func(in *Input) { in.Sandbox.Pod = nil },
 		"host":        func(in *Input) { in.Destination.Host = "i.example" },
 		"port":        func(in *Input) { in.Destination.Port = 444 },
 		"suffixes":    func(in *Input) { in.Destination.Suffixes = []string{"h.example"} },
@@ -152,6 +160,8 @@ func FuzzParseInput(f *testing.F) {
 		`{"kind":"connect","sandbox":{"id":"s"},"destination":{"host":"[::1]","port":443,"suffixes":[]}}`,
 		`{"kind":"tcp","sandbox":{"id":"s","mode":"report","allow":{"**.x.example":true,"2001:db8::1":{"ports":[22,"*"]}}},"destination":{"host":"a.x.example","port":22}}`,
 		`{"kind":"tls","sandbox":{"id":"s","allow":["a.example:53","[2001:db8::1]:8443","*.b.example"]},"destination":{"host":"a.example","port":53}}`,
+		`{"kind":"tls","sandbox":{"id":"s","pod":{"namespace":"ci","uid":"u"}},"destination":{"host":"a.example","port":443}}`,
+		`{"kind":"tls","sandbox":{"id":"s","pod":{}},"destination":{"host":"a.example","port":443}}`,
 	} {
 		f.Add([]byte(s))
 	}

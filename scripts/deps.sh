@@ -33,6 +33,14 @@ have ssh && have ssh-keygen || need+=(openssh-client)
 # The audit report's browser test (audit/report) opens the page in Debian's
 # headless chromium.
 have chromium || need+=(chromium)
+# The CNI e2e test chains airlock-cni after Debian's reference bridge and
+# host-local plugins, driven by libcni as a runtime would.
+[ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] || need+=(containernetworking-plugins)
+# The e2e runc tests (test/runctest) start OCI containers with Debian's runc,
+# their rootfs built from the static busybox (the dynamic busybox package
+# provides /bin/busybox too, and cannot run in a rootfs without libraries).
+have runc || need+=(runc)
+dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

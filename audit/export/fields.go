@@ -52,6 +52,12 @@ func fields(e *Event) []field {
 	list("reasons", reasonIDs(r.Reasons))
 	str("sandbox", r.Sandbox)
 	str("owner", r.Owner)
+	if p := r.Pod; p != nil {
+		str("pod.namespace", p.Namespace)
+		str("pod.name", p.Name)
+		str("pod.uid", p.UID)
+		str("pod.service_account", p.ServiceAccount)
+	}
 	str("policy_rev", r.PolicyRev)
 	str("host", r.Host)
 	num("port", int64(r.Port))

@@ -66,6 +66,10 @@ func TestOCSFMapping(t *testing.T) {
 		}, want: map[string]any{"class_uid": 4003.0, "activity_id": 1.0, "type_uid": 400301.0, "query.hostname": "pypi.org.", "query.type": "A", "rcode": "NOERROR"}},
 		{name: "tls error", rec: func(r *audit.Record) { r.Kind, r.Decision = audit.KindTLS, audit.DecisionError },
 			want: map[string]any{"class_uid": 4001.0, "activity_id": 4.0, "type_uid": 400104.0, "severity_id": 4.0}},
+		{name: "pod", rec: func(r *audit.Record) {
+			r.Kind, r.Decision = audit.KindTCP, audit.DecisionDeny
+			r.Pod = &audit.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1"}
+		}, want: map[string]any{"unmapped.pod.namespace": "ci", "unmapped.pod.name": "agent-0", "unmapped.pod.uid": "u-1", "unmapped.owner": "1000"}},
 		{name: "exec is a base event", rec: func(r *audit.Record) { r.Kind = audit.KindExec; r.Exec = &audit.Exec{Phase: audit.ExecStart} },
 			want: map[string]any{"class_uid": 0.0, "category_uid": 0.0, "type_uid": 99.0, "unmapped.exec.phase": "start"}},
 	}
@@ -118,6 +122,11 @@ func TestSyslogMessage(t *testing.T) {
 	if msg := string(s.message(&e)); !strings.HasPrefix(msg, "<110>1 2026-11-23T10:00:00.000000Z node-a.cluster airlock - dns [") ||
 		!strings.Contains(msg, ` node="node-a.cluster"`) {
 		t.Fatalf("record with a node: got %q, want HOSTNAME node-a.cluster and a node SD-PARAM", msg)
+	}
+	pe := testEvent(t, audit.Record{Kind: audit.KindTCP, Decision: audit.DecisionDeny, Sandbox: "alk-pod-1",
+		Pod: &audit.Pod{Namespace: "ci", Name: "agent-0", ServiceAccount: "runner"}})
+	if msg := string(s.message(&pe)); !strings.Contains(msg, `sandbox="alk-pod-1" pod.namespace="ci" pod.name="agent-0" pod.service_account="runner"`) {
+		t.Errorf("pod fields: got %q, want the pod's given fields after the sandbox", msg)
 	}
 	g := Event{Gap: &Gap{From: 1, Through: 9, Reason: "gone"}}
 	if msg := string(s.message(&g)); !strings.HasPrefix(msg, "<106>1 ") || !strings.Contains(msg, `gap_from_seq="1" gap_through_seq="9"`) {

@@ -201,6 +201,9 @@ func ocsfUnmapped(e *Event) map[string]any {
 	if r.Exec != nil {
 		u["exec"] = r.Exec
 	}
+	if r.Pod != nil {
+		u["pod"] = r.Pod // the Kubernetes pod of a sandbox airlock-cni attached
+	}
 	if r.Checkpoint != nil {
 		u["checkpoint"] = r.Checkpoint
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -33,7 +34,9 @@ type Server struct {
 	seq       int
 	requests  []string
 	created   []api.CreateSandboxRequest
-	wg        sync.WaitGroup // execs' processes
+	attached  map[string]api.AttachRequest
+	problems  map[string]string // attached id -> what its check reports
+	wg        sync.WaitGroup    // execs' processes
 }
 
 // sandbox is one fake sandbox: its API view and its directories.
@@ -83,7 +86,7 @@ func Serve(t testing.TB, h http.Handler) string {
 // killing what still runs, when the test ends.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{sandboxes: map[string]*sandbox{}}
+	s := &Server{sandboxes: map[string]*sandbox{}, attached: map[string]api.AttachRequest{}, problems: map[string]string{}}
 	s.Socket = Serve(t, s.handler())
 	t.Cleanup(s.stopAll)
 	return s
@@ -107,6 +110,7 @@ func (s *Server) handler() http.Handler {
 		"GET /v1/sandboxes/{id}/events":               s.events,
 		"POST /v1/run":                                s.run,
 		"POST /v1/attach":                             s.attach,
+		"GET /v1/attach/{id}":                         s.checkAttach,
 		"DELETE /v1/attach/{id}":                      s.detach,
 		"POST /v1/policy/reload":                      s.reload,
 		"GET /v1/summary":                             s.summary,
@@ -512,11 +516,60 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, invalid("netns", "required"))
 		return
 	}
-	writeJSON(w, 201, map[string]string{"id": req.ID})
+	s.mu.Lock()
+	_, dup := s.attached[req.ID]
+	if !dup {
+		s.attached[req.ID] = req
+	}
+	s.mu.Unlock()
+	if dup {
+		writeErr(w, &api.Error{Code: api.CodeConflict, Field: "id", Message: fmt.Sprintf("id: sandbox %s already exists", req.ID)})
+		return
+	}
+	writeJSON(w, 201, api.Attached{ID: req.ID, Path: "/run/airlock/airlock-" + req.ID})
+}
+
+// Attached returns the requests of the namespaces attached and not yet
+// detached, by id.
+func (s *Server) Attached() map[string]api.AttachRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.attached)
+}
+
+// SetAttachProblem makes GET /v1/attach/{id} report the rules of attached
+// id as not in force, with problem; "" makes them in force again.
+func (s *Server) SetAttachProblem(id, problem string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.problems[id] = problem
+}
+
+func (s *Server) checkAttach(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s.mu.Lock()
+	req, ok := s.attached[id]
+	problem := s.problems[id]
+	s.mu.Unlock()
+	if !ok {
+		writeErr(w, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no attached sandbox %q", id)})
+		return
+	}
+	writeJSON(w, 200, api.AttachStatus{ID: id, Path: "/run/airlock/airlock-" + id, Pod: req.Pod, InForce: problem == "", Problem: problem})
 }
 
 func (s *Server) detach(w http.ResponseWriter, r *http.Request) {
-	writeErr(w, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no attached sandbox %q", r.PathValue("id"))})
+	id := r.PathValue("id")
+	s.mu.Lock()
+	_, ok := s.attached[id]
+	delete(s.attached, id)
+	delete(s.problems, id)
+	s.mu.Unlock()
+	if !ok {
+		writeErr(w, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no attached sandbox %q", id)})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) reload(w http.ResponseWriter, _ *http.Request) {

@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"maps"
 	"net"
@@ -13,11 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/airlock-dev/airlock/cniplugin"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/secrets"
 )
@@ -293,45 +293,30 @@ func checkCNI(t reporter, o objects, pod *corev1.PodSpec, cfg config.Config) {
 	if name == "" {
 		t.Fatalf("configmap: no .conflist")
 	}
-	var list struct {
-		CNIVersion string            `json:"cniVersion"`
-		Name       string            `json:"name"`
-		Plugins    []json.RawMessage `json:"plugins"`
-	}
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&list); err != nil {
+	// As a runtime reads it (libcni), then airlock-cni's entry as the plugin
+	// does (strictly: a misspelt key fails).
+	list, err := libcni.ConfListFromBytes([]byte(raw))
+	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
 	if list.CNIVersion != "1.0.0" || list.Name == "" || len(list.Plugins) < 2 {
 		t.Fatalf("%s: got cniVersion %q, name %q, %d plugins; want 1.0.0, a name, a main plugin and airlock-cni", name, list.CNIVersion, list.Name, len(list.Plugins))
 	}
 	for i, p := range list.Plugins {
-		var pl struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(p, &pl); err != nil || pl.Type == "" {
-			t.Fatalf("%s plugins[%d]: no type (%v)", name, i, err)
-		}
 		last := i == len(list.Plugins)-1
-		if (pl.Type == "airlock-cni") != last {
-			t.Errorf("%s plugins[%d]: type %s; airlock-cni must be last and only last", name, i, pl.Type)
+		if (p.Network.Type == "airlock-cni") != last {
+			t.Errorf("%s plugins[%d]: type %s; airlock-cni must be last and only last", name, i, p.Network.Type)
 		}
 	}
-	var ac airlockCNIConf
-	dec = json.NewDecoder(bytes.NewReader(list.Plugins[len(list.Plugins)-1]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ac); err != nil {
+	ac, err := cniplugin.ParseConfig(list.Plugins[len(list.Plugins)-1].Bytes)
+	if err != nil {
 		t.Fatalf("%s: airlock-cni's entry: %v", name, err)
 	}
 	if ac.Socket != cfg.API.Socket {
 		t.Errorf("%s: airlock-cni socket %q, the daemon listens on %q", name, ac.Socket, cfg.API.Socket)
 	}
-	if d, err := time.ParseDuration(ac.Timeout); err != nil || d <= 0 || d > 5*time.Minute {
-		t.Errorf("%s: airlock-cni timeout %q: want a duration up to 5m", name, ac.Timeout)
-	}
-	if !ac.Select.All && (ac.Select.Annotation == "" || !ac.Capabilities[podAnnotations]) {
-		t.Errorf("%s: airlock-cni selects by annotation %q without the %s capability: the runtime would pass none", name, ac.Select.Annotation, podAnnotations)
+	if !ac.Select.All && !ac.Capabilities[cniplugin.PodAnnotationsCapability] {
+		t.Errorf("%s: airlock-cni selects by annotation %q without the %s capability: the runtime would pass none", name, ac.Select.Annotation, cniplugin.PodAnnotationsCapability)
 	}
 	ic := container(t, pod.InitContainers, "install-cni")
 	script := strings.Join(ic.Command, " ")
@@ -346,24 +331,6 @@ func checkCNI(t reporter, o objects, pod *corev1.PodSpec, cfg config.Config) {
 			t.Errorf("install-cni volume %s: got %+v at %s, want a hostPath at %s", vol, v.VolumeSource, m.MountPath, mnt)
 		}
 	}
-}
-
-// podAnnotations is the capability by which containerd and CRI-O pass a
-// pod's annotations to a plugin that declares it.
-const podAnnotations = "io.kubernetes.cri.pod-annotations"
-
-// airlockCNIConf mirrors airlock-cni's entry of a config list (package
-// cniplugin's Config: its own keys and the CNI conventions' it reads), so a
-// misspelled key fails here as it fails the plugin's strict decode.
-type airlockCNIConf struct {
-	Type         string          `json:"type"`
-	Socket       string          `json:"socket"`
-	Timeout      string          `json:"timeout"`
-	Capabilities map[string]bool `json:"capabilities"`
-	Select       struct {
-		All        bool   `json:"all"`
-		Annotation string `json:"annotation"`
-	} `json:"select"`
 }
 
 // checkSecurity: no privileged container, no host PID or IPC, every

@@ -1,7 +1,9 @@
 // Package e2e holds airlock's end-to-end tests: the real airlock binary runs
 // real clients (curl, dig, pip, npm, go, git) with `airlock run` against a fake
 // internet (package test/fakenet) whose servers answer for pypi.org,
-// registry.npmjs.org, proxy.golang.org, github.com and a few test hosts.
+// registry.npmjs.org, proxy.golang.org, github.com and a few test hosts. The
+// runc tests start busybox containers with Debian's runc (package
+// test/runctest) and attach their namespaces through `airlock serve`'s API.
 //
 // Tests assert on the audit log and on the fake servers' counters, never on
 // log text; every "blocked" case also proves its target saw nothing. They need

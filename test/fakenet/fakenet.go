@@ -95,7 +95,8 @@ func (h *Host) Requests() int64 { return h.requests.Load() }
 // UDP is the number of datagrams received.
 func (h *Host) UDP() int64 { return h.udp.Load() }
 
-// Seen returns copies of the requests served (headers and URL only).
+// Seen returns copies of the requests served (headers, URL and the
+// client's address only).
 func (h *Host) Seen() []*http.Request {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -352,7 +353,7 @@ func (n *Net) AddHost(names []string, handler http.Handler) (*Host, error) {
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.requests.Add(1)
 		h.mu.Lock()
-		h.seen = append(h.seen, &http.Request{Method: r.Method, Host: r.Host, URL: r.URL, Header: r.Header.Clone()})
+		h.seen = append(h.seen, &http.Request{Method: r.Method, Host: r.Host, URL: r.URL, Header: r.Header.Clone(), RemoteAddr: r.RemoteAddr})
 		h.mu.Unlock()
 		handler.ServeHTTP(w, r)
 	})

@@ -1,11 +1,12 @@
 // Package readme checks that every example in the top-level README still
 // works: the YAML config decodes strictly, the secrets file validates, the
-// Rego policy compiles in strict mode against the input schema, and every
-// airlock command line names subcommands and flags that exist. As root it also
+// Rego policy compiles in strict mode against the input schema, the CNI
+// conflist parses as libcni and airlock-cni read it, and every airlock (and
+// airlock-cni) command line names subcommands and flags that exist. As root it also
 // runs `make demo`'s script and checks what it shows.
 //
 // Entry point: go test ./test/readme/. The package has no code of its own
-// outside tests; it builds ./cmd/airlock and runs the binary.
+// outside tests; it builds ./cmd/airlock and ./cmd/airlock-cni and runs them.
 //
 // test/readme must never import: cmd/airlock, daemon, dnsfilter, gateway,
 // netns, sandboxd.

@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
+
 	"github.com/airlock-dev/airlock/audit/report/reporttest"
+	"github.com/airlock-dev/airlock/cniplugin"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
@@ -54,9 +57,18 @@ func TestReadmeExamples(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	var yamls, regos, cmds, pythons int
+	cniBin := filepath.Join(t.TempDir(), "airlock-cni")
+	if out, err := exec.Command("go", "build", "-o", cniBin, "../../cmd/airlock-cni").CombinedOutput(); err != nil {
+		t.Fatalf("build airlock-cni: %v\n%s", err, out)
+	}
+	var yamls, regos, cmds, pythons, conflists int
 	for _, b := range readmeBlocks(t) {
 		switch b.lang {
+		case "json":
+			if strings.Contains(b.text, `"airlock-cni"`) {
+				conflists++
+				checkConflist(t, b)
+			}
 		case "yaml":
 			yamls++
 			// A secrets file: bindings, or a list of secrets (the
@@ -89,7 +101,9 @@ func TestReadmeExamples(t *testing.T) {
 			}
 		case "sh":
 			for i, line := range strings.Split(b.text, "\n") {
-				if c := checkCommand(t, bin, line); c {
+				if c := checkCNICommand(t, cniBin, line); c {
+					cmds++
+				} else if c := checkCommand(t, bin, line); c {
 					cmds++
 				} else if strings.Contains(line, "airlock ") && !strings.HasPrefix(strings.TrimSpace(line), "make") {
 					t.Errorf("README.md:%d: %q not checked", b.line+1+i, line)
@@ -97,9 +111,50 @@ func TestReadmeExamples(t *testing.T) {
 			}
 		}
 	}
-	if yamls < 2 || regos < 1 || cmds < 8 || pythons < 1 {
-		t.Fatalf("checked %d yaml, %d rego, %d commands, %d python: the README lost its examples", yamls, regos, cmds, pythons)
+	if yamls < 2 || regos < 1 || cmds < 8 || pythons < 1 || conflists < 1 {
+		t.Fatalf("checked %d yaml, %d rego, %d commands, %d python, %d CNI conflists: the README lost its examples", yamls, regos, cmds, pythons, conflists)
 	}
+}
+
+// checkConflist parses a README conflist as a runtime does (libcni) and its
+// airlock-cni entry as the plugin does (strictly: a misspelt field fails).
+func checkConflist(t *testing.T, b block) {
+	t.Helper()
+	list, err := libcni.ConfListFromBytes([]byte(b.text))
+	if err != nil {
+		t.Errorf("README.md:%d conflist: %v", b.line, err)
+		return
+	}
+	found := false
+	for _, p := range list.Plugins {
+		if p.Network.Type != "airlock-cni" {
+			continue
+		}
+		found = true
+		if _, err := cniplugin.ParseConfig(p.Bytes); err != nil {
+			t.Errorf("README.md:%d airlock-cni entry: %v", b.line, err)
+		}
+	}
+	if !found || len(list.Plugins) < 2 || list.Plugins[len(list.Plugins)-1].Network.Type != "airlock-cni" {
+		t.Errorf("README.md:%d conflist: airlock-cni must be chained last, after the main plugin", b.line)
+	}
+}
+
+// checkCNICommand runs an airlock-cni command line from the README; it must
+// exit 0.
+func checkCNICommand(t *testing.T, bin, line string) bool {
+	t.Helper()
+	line, _, _ = strings.Cut(line, "#")
+	fields := strings.Fields(line)
+	if len(fields) == 0 || fields[0] != "airlock-cni" {
+		return false
+	}
+	cmd := exec.Command(bin, fields[1:]...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"} // no CNI_COMMAND: the person's view
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("airlock-cni %s: %v\n%s", strings.Join(fields[1:], " "), err, out)
+	}
+	return true
 }
 
 // checkCommand runs an airlock command line from the README with --help put

@@ -325,10 +325,19 @@ class Client:
         """Recompiles the daemon's policy (root only); returns the revision."""
         return (self._json("POST", "/policy/reload") or {}).get("policy_rev", "")
 
-    def attach(self, sandbox_id: str, netns: str, labels: Optional[Mapping[str, str]] = None) -> None:
+    def attach(self, sandbox_id: str, netns: str, labels: Optional[Mapping[str, str]] = None,
+               pod: Optional[Mapping[str, str]] = None) -> None:
         """Gives an existing network namespace the sandbox listeners and
-        rules (root only)."""
-        self._json("POST", "/attach", _drop_none({"id": sandbox_id, "netns": netns, "labels": dict(labels or {})}))
+        rules (root only). pod is a Kubernetes pod's identity (namespace,
+        name, uid, service_account): policy sees it as input.sandbox.pod and
+        every audit record of the sandbox carries it."""
+        self._json("POST", "/attach", _drop_none({"id": sandbox_id, "netns": netns, "labels": dict(labels or {}),
+                                                  "pod": dict(pod) if pod is not None else None}))
+
+    def check_attach(self, sandbox_id: str) -> Dict[str, Any]:
+        """Whether an attached namespace's rules are still as attach left
+        them (root only): {"id", "path", "pod", "in_force", "problem"}."""
+        return self._json("GET", f"/attach/{_quote(sandbox_id)}") or {}
 
     def detach(self, sandbox_id: str) -> None:
         """Restores an attached namespace as it was (root only)."""

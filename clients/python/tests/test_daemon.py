@@ -242,3 +242,31 @@ def test_daemon_not_running(tmp_path):
     with pytest.raises(ConnectionError) as e:
         Client(sock).health()
     assert sock in str(e.value) and "airlock serve" in str(e.value)
+
+
+def test_attach_with_pod_check_detach(client):
+    """A namespace the test made, attached with a pod identity: the check
+    reports it in force with the pod, then detach; both answer not_found
+    afterwards (what airlock-cni's DEL and CHECK rely on)."""
+    import subprocess
+    import uuid
+
+    name = "alk-py-" + uuid.uuid4().hex[:8]
+    sid = "alk-py-" + uuid.uuid4().hex[:8]
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        pod = {"namespace": "ci", "name": "agent-0", "uid": "u-1"}
+        client.attach(sid, f"/run/netns/{name}", labels={"team": "ml"}, pod=pod)
+        st = client.check_attach(sid)
+        assert st["in_force"] is True and st["pod"] == pod and st["id"] == sid
+        client.detach(sid)
+        with pytest.raises(NotFound):
+            client.check_attach(sid)
+        with pytest.raises(NotFound):
+            client.detach(sid)
+    finally:
+        try:
+            client.detach(sid)
+        except NotFound:
+            pass
+        subprocess.run(["ip", "netns", "delete", name], check=False)
