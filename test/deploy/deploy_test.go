@@ -176,8 +176,8 @@ func checkConfig(t reporter, o objects, main *corev1.Container) config.Config {
 		t.Errorf("config volume: got %+v at %s, want configmap %s at %s", v.VolumeSource, m.MountPath, o.configMap.Name, configMount)
 	}
 	wantArgs := []string{"serve", "--config", path.Join(configMount, "airlock.yaml")}
-	if len(main.Args) < 3 || !slices.Equal(main.Args[:3], wantArgs) {
-		t.Errorf("args: got %v, want %v ...", main.Args, wantArgs)
+	if !slices.Equal(main.Command, []string{"/usr/local/bin/airlock"}) || len(main.Args) < 3 || !slices.Equal(main.Args[:3], wantArgs) {
+		t.Errorf("command %v, args %v: want /usr/local/bin/airlock %v ...", main.Command, main.Args, wantArgs)
 	}
 	// The socket and the run dir on the node, for airlock-cni and re-attach.
 	for what, p := range map[string]string{"api.socket": cfg.API.Socket, "--run-dir": argAfter(main.Args, "--run-dir"), "audit.file": cfg.Audit.File} {
