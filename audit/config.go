@@ -62,6 +62,11 @@ type Config struct {
 	// checkpoint the live file continues from), so the chain on disk is at
 	// most MaxBytes plus one rotated file plus the live file (MaxSize).
 	MaxBytes int64
+	// Node is stamped on every record (Record.Node): the machine the log
+	// belongs to, so copies collected from many machines stay apart. Empty
+	// leaves the field out. At most 253 bytes of letters, digits, '-', '.'
+	// and '_' (a Kubernetes node name, a host name).
+	Node string
 	// RetryMin and RetryMax bound the back-off between attempts to write
 	// again after a failed write (a full disk): it starts at RetryMin and
 	// doubles up to RetryMax.
@@ -117,8 +122,25 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("audit: max_files %d: want 0 (keep every file) or more", c.MaxFiles)
 	case c.MaxBytes < 0:
 		return fmt.Errorf("audit: max_bytes %d: want 0 (no bound) or more", c.MaxBytes)
+	case !ValidNode(c.Node):
+		return fmt.Errorf("audit: node %q: want at most 253 letters, digits, '-', '.' or '_'", c.Node)
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
 		return fmt.Errorf("audit: retry_min %v, retry_max %v: want 0 < retry_min <= retry_max", c.RetryMin, c.RetryMax)
 	}
 	return nil
+}
+
+// ValidNode reports whether name may be a Config.Node: empty, or at most
+// 253 bytes of ASCII letters, digits, '-', '.' and '_'.
+func ValidNode(name string) bool {
+	if len(name) > 253 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

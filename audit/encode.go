@@ -27,6 +27,7 @@ func AppendJSON(dst []byte, r *Record) []byte {
 	dst = appendString(dst, r.Prev)
 	dst = append(dst, `,"id":`...)
 	dst = appendString(dst, r.ID)
+	dst = appendStrField(dst, `,"node":`, r.Node)
 	return appendBody(dst, r)
 }
 

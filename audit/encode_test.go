@@ -14,7 +14,7 @@ func fullRecord() *Record {
 	code := -1
 	return &Record{
 		Seq: 42, TS: time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC), Prev: GenesisPrev, ID: "req-1",
-		Sandbox: "sb-1", Owner: "1000", Pod: &Pod{Namespace: "ci", Name: "agent-<1>", UID: "u-1", ServiceAccount: "runner"}, Kind: KindHTTP, Decision: DecisionDeny, Mode: "enforce",
+		Node: "node-a", Sandbox: "sb-1", Owner: "1000", Pod: &Pod{Namespace: "ci", Name: "agent-<1>", UID: "u-1", ServiceAccount: "runner"}, Kind: KindHTTP, Decision: DecisionDeny, Mode: "enforce",
 		Reasons:   []Reason{{ID: "not_allowed", Msg: "host <evil> & co"}, {ID: "", Msg: ""}},
 		PolicyRev: "rev-9", Host: "pypi.org", Port: 443, IP: "198.18.0.1", Protocol: "h1",
 		Method: "GET", Path: "/simple/", Query: []string{"a", "b"}, Status: 403,
@@ -160,7 +160,7 @@ func FuzzAppendJSON(f *testing.F) {
 	f.Add("", "", "", 0.0, int64(0), []byte(nil))
 	f.Fuzz(func(t *testing.T, host, path, method string, dur float64, n int64, raw []byte) {
 		r := &Record{
-			Seq: uint64(n), TS: time.Unix(n%1e10, n%1e9).UTC(), Prev: host, ID: path, Kind: method, Owner: method,
+			Seq: uint64(n), TS: time.Unix(n%1e10, n%1e9).UTC(), Prev: host, ID: path, Kind: method, Owner: method, Node: host,
 			Pod:  &Pod{Namespace: host, UID: path},
 			Host: host, Path: path, Method: method, DurationMS: dur, BytesUp: n,
 			Reasons: []Reason{{ID: host, Msg: path}}, Query: []string{path, host},

@@ -15,7 +15,9 @@ import (
 type Filter struct {
 	Sandbox string
 	// Owner matches Record.Owner, the decimal uid of the sandbox's owner.
-	Owner    string
+	Owner string
+	// Node matches Record.Node, the machine whose writer wrote it.
+	Node     string
 	Kind     string // checkpoints are skipped unless Kind is "checkpoint"
 	Decision string
 	// Host matches Record.Host (or, when that is empty, QName without its
@@ -33,6 +35,7 @@ func (f *Filter) Match(r *Record) bool {
 	}
 	if f.Sandbox != "" && r.Sandbox != f.Sandbox ||
 		f.Owner != "" && r.Owner != f.Owner ||
+		f.Node != "" && r.Node != f.Node ||
 		f.Kind != "" && r.Kind != f.Kind ||
 		f.Decision != "" && r.Decision != f.Decision ||
 		!f.Since.IsZero() && r.TS.Before(f.Since) ||

@@ -5,15 +5,19 @@ import (
 	"time"
 )
 
-// Record is one audit line (docs/ARCHITECTURE.md, "Audit log"). Seq, TS and
-// Prev are set by the writer; callers fill the rest. Fields that do not apply
-// stay zero and are omitted.
+// Record is one audit line (docs/ARCHITECTURE.md, "Audit log"). Seq, TS,
+// Prev and Node are set by the writer; callers fill the rest. Fields that do
+// not apply stay zero and are omitted.
 type Record struct {
-	Seq     uint64    `json:"seq"`
-	TS      time.Time `json:"ts"`
-	Prev    string    `json:"prev"`
-	ID      string    `json:"id"`
-	Sandbox string    `json:"sandbox,omitempty"`
+	Seq  uint64    `json:"seq"`
+	TS   time.Time `json:"ts"`
+	Prev string    `json:"prev"`
+	ID   string    `json:"id"`
+	// Node names the machine whose writer wrote the record (Config.Node: a
+	// Kubernetes node name, a host name). The writer stamps it on every line,
+	// its own included, so the chain covers it; a caller's value is ignored.
+	Node    string `json:"node,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
 	// Owner is the decimal uid of the caller that created the sandbox (the
 	// daemon stamps it, by sandbox id, on every record of the sandbox).
 	Owner string `json:"owner,omitempty"`

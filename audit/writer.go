@@ -508,7 +508,8 @@ func (w *Writer) appendOwn(r *Record) {
 	w.commit(start)
 }
 
-// appendLine encodes r with the next seq and the current prev, plus a newline.
+// appendLine encodes r with the next seq, the current prev and the writer's
+// node, plus a newline.
 func (w *Writer) appendLine(dst []byte, r *Record) []byte {
 	seq := w.seq + 1
 	dst = append(dst, `{"seq":`...)
@@ -527,6 +528,7 @@ func (w *Writer) appendLine(dst []byte, r *Record) []byte {
 		dst = strconv.AppendUint(dst, seq, 10)
 		dst = append(dst, '"')
 	}
+	dst = appendStrField(dst, `,"node":`, w.cfg.Node)
 	dst = appendBody(dst, r)
 	return append(dst, '\n')
 }

@@ -167,8 +167,14 @@ type Audit struct {
 	// in summary records. Zero: 200/s, burst 1000.
 	GatewayRate  float64 `yaml:"gateway_rate"`
 	GatewayBurst int     `yaml:"gateway_burst"`
+	// Node is stamped on every record (the record's "node"): the machine the
+	// log belongs to, so the streams a cluster's log collector gathers from
+	// many nodes stay apart. Empty means $NODE_NAME (a DaemonSet sets it from
+	// the downward API), else the host name.
+	Node string `yaml:"node"`
 	// Export lists the sinks `airlock serve` ships the log to (package
-	// audit/export; README.md, "Audit export").
+	// audit/export; README.md, "Audit export"). A jsonl sink with endpoint
+	// "-" writes the lines to serve's stdout.
 	Export []AuditExport `yaml:"export"`
 }
 
@@ -189,8 +195,8 @@ type AuditExport struct {
 	Name string `yaml:"name"`
 	// Format is ocsf, otlp, syslog or jsonl.
 	Format string `yaml:"format"`
-	// Endpoint: a file (jsonl, ocsf), http(s):// or grpc(s):// (otlp),
-	// tcp:// or tls:// (syslog).
+	// Endpoint: a file (jsonl, ocsf) or "-" for stdout, http(s):// or
+	// grpc(s):// (otlp), tcp:// or tls:// (syslog).
 	Endpoint string    `yaml:"endpoint"`
 	TLS      ExportTLS `yaml:"tls"`
 	// StateFile keeps the last acknowledged seq; default
@@ -620,12 +626,15 @@ func (a *Audit) validate() error {
 		return fmt.Errorf("audit.gateway_rate: %v must be 0 (the default, 200/s) or a positive number of records per second", a.GatewayRate)
 	case a.GatewayBurst < 0:
 		return fmt.Errorf("audit.gateway_burst: %d must be 0 (the default, 1000) or more", a.GatewayBurst)
+	case !ValidNodeName(a.Node):
+		return fmt.Errorf("audit.node: %q is not a node name (at most 253 letters, digits, '-', '.' or '_'); leave it out for $NODE_NAME or the host name", a.Node)
 	}
 	return a.validateExport()
 }
 
 func (a *Audit) validateExport() error {
 	names := map[string]bool{}
+	stdout := false
 	for i, e := range a.Export {
 		switch e.Format {
 		case "ocsf", "otlp", "syslog", "jsonl":
@@ -638,15 +647,36 @@ func (a *Audit) validateExport() error {
 		}
 		switch {
 		case e.Endpoint == "":
-			return fmt.Errorf("audit.export[%d].endpoint: required (a file for jsonl and ocsf, http(s):// or grpc(s):// for otlp, tcp:// or tls:// for syslog)", i)
+			return fmt.Errorf("audit.export[%d].endpoint: required (a file or - for stdout for jsonl and ocsf, http(s):// or grpc(s):// for otlp, tcp:// or tls:// for syslog)", i)
 		case names[name]:
 			return fmt.Errorf("audit.export[%d].name: %q is used by another sink (give each its own name)", i, name)
+		case e.Endpoint == "-" && e.Format != "jsonl" && e.Format != "ocsf":
+			return fmt.Errorf("audit.export[%d].endpoint: - (stdout) is for jsonl and ocsf, not %s", i, e.Format)
+		case e.Endpoint == "-" && stdout:
+			return fmt.Errorf("audit.export[%d].endpoint: - (stdout) is used by another sink (their lines would interleave)", i)
 		case e.BatchSize < 0:
 			return fmt.Errorf("audit.export[%d].batch_size: %d must be 0 (the default, 500) or more", i, e.BatchSize)
 		}
 		names[name] = true
+		stdout = stdout || e.Endpoint == "-"
 	}
 	return nil
+}
+
+// ValidNodeName reports whether name may be audit.node: empty, or at most
+// 253 bytes of ASCII letters, digits, '-', '.' and '_' (the writer's rule,
+// audit.ValidNode; config imports no airlock package).
+func ValidNodeName(name string) bool {
+	if len(name) > 253 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // FreeSpace is a free-space threshold: a size (256M) or a percentage of the

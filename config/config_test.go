@@ -32,6 +32,19 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 				t.Fatalf("got %+v", c)
 			}
 		}},
+		{name: "audit node", yaml: "audit: {node: ip-10-0-1-17.eu-west-1.compute.internal}", check: func(t *testing.T, c Config) {
+			if c.Audit.Node != "ip-10-0-1-17.eu-west-1.compute.internal" {
+				t.Fatalf("got node %q", c.Audit.Node)
+			}
+		}},
+		{name: "audit node with a space", yaml: "audit: {node: 'node a'}", wantErr: `audit.node: "node a" is not a node name`},
+		{name: "audit export to stdout", yaml: "audit: {export: [{name: stdout, format: jsonl, endpoint: '-'}]}", check: func(t *testing.T, c Config) {
+			if len(c.Audit.Export) != 1 || c.Audit.Export[0].Endpoint != "-" {
+				t.Fatalf("got %+v", c.Audit.Export)
+			}
+		}},
+		{name: "two sinks on stdout", yaml: "audit: {export: [{format: jsonl, endpoint: '-'}, {format: ocsf, endpoint: '-'}]}", wantErr: "audit.export[1].endpoint: - (stdout) is used by another sink"},
+		{name: "otlp to stdout", yaml: "audit: {export: [{format: otlp, endpoint: '-'}]}", wantErr: "audit.export[0].endpoint: - (stdout) is for jsonl and ocsf"},
 		{name: "unknown field", yaml: "policy: {dri: x}", wantErr: "field dri not found"},
 		{name: "unknown section", yaml: "polcy: {}", wantErr: "field polcy not found"},
 		// Upstream TLS is always verified: there is no key to turn it off.

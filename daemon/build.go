@@ -126,7 +126,8 @@ func (b *engineBuild) wait() error {
 	return nil
 }
 
-// buildAudit opens the audit writer, the tally every part logs through, and
+// buildAudit opens the audit writer (every record stamped with AuditNode),
+// the tally every part logs through, and
 // the per-sandbox budget the gateway logs through (in front of the tally).
 func (d *Daemon) buildAudit(cfg config.Config) error {
 	if err := os.MkdirAll(filepath.Dir(cfg.Audit.File), 0o750); err != nil {
@@ -138,6 +139,10 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 		// by default, with a key kept beside the log (created 0600 on first use).
 		signingKey = cfg.Audit.File + ".key"
 	}
+	node, err := AuditNode(cfg)
+	if err != nil {
+		return err
+	}
 	w, err := audit.New(audit.Config{
 		File:           cfg.Audit.File,
 		MaxSize:        int64(cfg.Audit.MaxSize),
@@ -145,6 +150,7 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 		MaxFiles:       cfg.Audit.MaxFiles,
 		MaxBytes:       int64(cfg.Audit.MaxBytes),
 		SigningKeyFile: signingKey,
+		Node:           node,
 	}, d.log)
 	if err != nil {
 		return err

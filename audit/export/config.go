@@ -63,7 +63,8 @@ type Config struct {
 	// gives up with an error (a one-off export); zero retries until the
 	// context ends (a daemon).
 	MaxAttempts int
-	// Hostname is the syslog HOSTNAME (os.Hostname when empty).
+	// Hostname is the syslog HOSTNAME of records without a node
+	// (os.Hostname when empty); a record's node is its HOSTNAME.
 	Hostname string
 	// Version is airlock's version, stamped on OCSF and OTLP events.
 	Version string

@@ -46,6 +46,7 @@ func fields(e *Event) []field {
 		}
 	}
 	str("id", r.ID)
+	str("node", r.Node)
 	str("decision", r.Decision)
 	str("mode", r.Mode)
 	list("reasons", reasonIDs(r.Reasons))

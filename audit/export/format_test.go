@@ -117,6 +117,12 @@ func TestSyslogMessage(t *testing.T) {
 			}
 		})
 	}
+	// A record's node is its HOSTNAME, and a field like any other.
+	e := testEvent(t, audit.Record{Node: "node-a.cluster", Kind: audit.KindDNS, Decision: audit.DecisionAllow})
+	if msg := string(s.message(&e)); !strings.HasPrefix(msg, "<110>1 2026-11-23T10:00:00.000000Z node-a.cluster airlock - dns [") ||
+		!strings.Contains(msg, ` node="node-a.cluster"`) {
+		t.Fatalf("record with a node: got %q, want HOSTNAME node-a.cluster and a node SD-PARAM", msg)
+	}
 	pe := testEvent(t, audit.Record{Kind: audit.KindTCP, Decision: audit.DecisionDeny, Sandbox: "alk-pod-1",
 		Pod: &audit.Pod{Namespace: "ci", Name: "agent-0", ServiceAccount: "runner"}})
 	if msg := string(s.message(&pe)); !strings.Contains(msg, `sandbox="alk-pod-1" pod.namespace="ci" pod.name="agent-0" pod.service_account="runner"`) {
@@ -125,6 +131,28 @@ func TestSyslogMessage(t *testing.T) {
 	g := Event{Gap: &Gap{From: 1, Through: 9, Reason: "gone"}}
 	if msg := string(s.message(&g)); !strings.HasPrefix(msg, "<106>1 ") || !strings.Contains(msg, `gap_from_seq="1" gap_through_seq="9"`) {
 		t.Fatalf("gap marker: got %q, want PRI 106 (critical) and the seqs", msg)
+	}
+}
+
+// TestOCSFNode: the node is OCSF's reporting device, and kept unmapped.
+func TestOCSFNode(t *testing.T) {
+	e := testEvent(t, audit.Record{Node: "node-a", Kind: audit.KindTCP, Decision: audit.DecisionDeny})
+	var got map[string]any
+	if err := json.Unmarshal(ocsfEvent(&e, "test"), &got); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]any{"device.hostname": "node-a", "device.name": "node-a", "unmapped.node": "node-a"} {
+		if v := get(got, k); v != want {
+			t.Errorf("%s: got %v, want %v", k, v, want)
+		}
+	}
+	e = testEvent(t, audit.Record{Kind: audit.KindTCP, Decision: audit.DecisionDeny})
+	got = nil
+	if err := json.Unmarshal(ocsfEvent(&e, "test"), &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["device"]; ok {
+		t.Errorf("a record without a node: got device %v, want none", got["device"])
 	}
 }
 

@@ -50,6 +50,10 @@ func ocsfEvent(e *Event, version string) []byte {
 	ev["type_uid"] = class*100 + activity
 	ev["time"] = r.TS.UnixMilli()
 	ocsfDecision(ev, r, levelOf(e))
+	if r.Node != "" {
+		// The machine that logged the event (OCSF's reporting device).
+		ev["device"] = map[string]any{"hostname": r.Node, "name": r.Node, "type_id": 0}
+	}
 	if r.Sandbox != "" || r.Owner != "" {
 		src := map[string]any{"uid": r.Sandbox, "name": r.Sandbox}
 		if r.Owner != "" {
@@ -180,7 +184,7 @@ func ocsfDecision(ev map[string]any, r *audit.Record, lv level) {
 func ocsfUnmapped(e *Event) map[string]any {
 	r := &e.Record
 	u := map[string]any{keySeq: r.Seq, keyPrev: r.Prev, keyHash: e.Hash, "kind": r.Kind, "decision": r.Decision,
-		"mode": r.Mode, "sandbox": r.Sandbox, "owner": r.Owner, "policy_rev": r.PolicyRev, "protocol": r.Protocol, "error": r.Error}
+		"mode": r.Mode, "node": r.Node, "sandbox": r.Sandbox, "owner": r.Owner, "policy_rev": r.PolicyRev, "protocol": r.Protocol, "error": r.Error}
 	u = omitZero(u)
 	if len(r.Reasons) > 0 {
 		u["reasons"] = r.Reasons

@@ -134,16 +134,20 @@ func (s *syslogSink) Close() error {
 var syslogSeverity = map[level]int{levelInfo: 6, levelWarn: 4, levelError: 3, levelCritical: 2}
 
 // message is one RFC 5424 message: PRI by decision, the record's time,
-// MSGID its kind, the airlock fields as structured data, and the record's
+// HOSTNAME its node (the sink's host name for a record without one), MSGID
+// its kind, the airlock fields as structured data, and the record's
 // line (UTF-8, BOM first) as MSG.
 func (s *syslogSink) message(e *Event) []byte {
 	pri := SyslogFacility*8 + syslogSeverity[levelOf(e)]
-	ts, msgid, body := e.Record.TS.UTC(), sdName(e.Record.Kind, 32), e.Line
+	ts, msgid, body, host := e.Record.TS.UTC(), sdName(e.Record.Kind, 32), e.Line, s.host
+	if e.Record.Node != "" {
+		host = e.Record.Node // the machine whose writer wrote the record
+	}
 	if e.Gap != nil {
 		ts, msgid, body = s.nowFunc().UTC(), GapKind, gapLine(e.Gap)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "<%d>1 %s %s airlock - %s [%s", pri, ts.Format("2006-01-02T15:04:05.000000Z07:00"), sdName(s.host, 255), msgid, SyslogSDID)
+	fmt.Fprintf(&b, "<%d>1 %s %s airlock - %s [%s", pri, ts.Format("2006-01-02T15:04:05.000000Z07:00"), sdName(host, 255), msgid, SyslogSDID)
 	for _, f := range fields(e) {
 		b.WriteString(" " + sdName(f.Key, 32) + `="`)
 		b.WriteString(sdEscape(fieldString(f.Value)))

@@ -248,6 +248,7 @@ and down; summary records count the events they stand for, as in audit report).
 	fl.StringArrayVar(&files, "file", nil, "audit file (repeatable); its rotated siblings are read first")
 	fl.BoolVar(&noRotated, "no-rotated", false, "read only the given files, not their rotated siblings")
 	fl.StringVar(&f.Sandbox, "sandbox", "", "sandbox id")
+	fl.StringVar(&f.Node, "node", "", "node name (audit.node): one node's records in a stream collected from many")
 	fl.StringVar(&f.Kind, "kind", "", "record kind: http, connect, tls, tcp, dns, drop, exec, close, checkpoint")
 	fl.StringVar(&f.Decision, "decision", "", "allow, deny or error")
 	fl.StringVar(&f.Host, "host", "", "destination host (or DNS qname); a leading '.' or '*.' matches names under it too")

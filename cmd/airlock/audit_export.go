@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -137,18 +138,31 @@ func runAuditExport(cmd *cobra.Command, fl auditExportFlags, args []string) erro
 
 // startAuditExport starts a Shipper for every sink of audit.export, each
 // following the live audit file from its own state file, and returns their
-// metrics and a stop function that waits for them. They only read the log's
-// files: a collector that is slow or down never holds up the gateway.
-func startAuditExport(ctx context.Context, cfg config.Config, logger *slog.Logger) (*prometheus.Registry, func(), error) {
+// metrics and a stop function that waits (a bounded time) for them. They only read the log's
+// files: a collector that is slow or down (or a stdout nobody reads) never
+// holds up the gateway; the shipper lags instead
+// (airlock_audit_export_lag_records). A jsonl or ocsf sink with endpoint "-"
+// writes to stdout; syslog's HOSTNAME is node.
+func startAuditExport(ctx context.Context, cfg config.Config, stdout io.Writer, node string, logger *slog.Logger) (*prometheus.Registry, func(wait time.Duration), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	reg := prometheus.NewRegistry()
 	var shippers []*export.Shipper
 	var sinks []export.Sink
 	done := make(chan struct{}, len(cfg.Audit.Export))
-	stop := func() {
+	// stop waits up to wait for the shippers to finish their sends; one
+	// still writing after it (a stdout nobody reads) is left to the process's
+	// exit, its sink open.
+	stop := func(wait time.Duration) {
 		cancel()
-		for range shippers {
-			<-done
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		for n := range shippers {
+			select {
+			case <-done:
+			case <-t.C:
+				logger.Warn("audit export: sinks still sending at stop; leaving them", "sinks", len(shippers)-n)
+				return
+			}
 		}
 		for _, s := range sinks {
 			s.Close()
@@ -156,7 +170,8 @@ func startAuditExport(ctx context.Context, cfg config.Config, logger *slog.Logge
 	}
 	for i, sc := range cfg.Audit.Export {
 		ec := exportConfig(sc, cfg.Audit.File)
-		sink, err := export.NewSink(ctx, ec, nil)
+		ec.Hostname = node
+		sink, err := export.NewSink(ctx, ec, stdout)
 		if err == nil {
 			var s *export.Shipper
 			if s, err = export.New(ec, export.ReadOptions{Live: cfg.Audit.File, Follow: true}, sink, logger); err == nil {
@@ -172,7 +187,7 @@ func startAuditExport(ctx context.Context, cfg config.Config, logger *slog.Logge
 			}
 			sink.Close()
 		}
-		stop()
+		stop(time.Minute)
 		return nil, nil, fmt.Errorf("audit.export[%d]: %w", i, err)
 	}
 	return reg, stop, nil

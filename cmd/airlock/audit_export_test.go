@@ -167,17 +167,17 @@ func TestServeAuditExportConfig(t *testing.T) {
 	if ec := exportConfig(cfg.Audit.Export[0], cfg.Audit.File); ec.StateFile != cfg.Audit.File+".jsonl.export-state" || ec.Name != "jsonl" {
 		t.Fatalf("got state file %q, name %q", ec.StateFile, ec.Name)
 	}
-	reg, stop, err := startAuditExport(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	reg, stop, err := startAuditExport(t.Context(), cfg, io.Discard, "node-a", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitForFile(t, filepath.Join(dir, "copy.jsonl"), cfg.Audit.File)
-	stop()
+	stop(time.Minute)
 	if mfs, err := reg.Gather(); err != nil || len(mfs) != 5 {
 		t.Fatalf("got %d metric families (%v), want 5", len(mfs), err)
 	}
 	cfg.Audit.Export[0].Endpoint = "/no/such/dir/copy.jsonl"
-	if _, _, err := startAuditExport(t.Context(), cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "audit.export[0]") {
+	if _, _, err := startAuditExport(t.Context(), cfg, io.Discard, "node-a", slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "audit.export[0]") {
 		t.Fatalf("got %v, want an error naming audit.export[0]", err)
 	}
 }

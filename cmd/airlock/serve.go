@@ -37,7 +37,12 @@ GET /v1/openapi.json. Metrics are served on metrics.listen on the host. SIGHUP
 reloads the policy; a failing reload keeps the old one. On SIGINT or SIGTERM
 new sandboxes are refused, running execs get --drain-timeout to finish, then
 every sandbox is killed and removed; attached namespaces are left closed (no
-way out) and re-attached by the next serve with the same --run-dir.`,
+way out) and re-attached by the next serve with the same --run-dir.
+
+Every audit record carries audit.node ($NODE_NAME, else the host name). The
+sinks of audit.export ship the log as it grows; a jsonl sink with endpoint -
+writes it to stdout (the operational log is on stderr), the per-node stream a
+cluster's log collector picks up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(cfgPath)
@@ -57,6 +62,10 @@ way out) and re-attached by the next serve with the same --run-dir.`,
 	return cmd
 }
 
+// exportStopWait bounds how long a stopping serve waits for the audit
+// export's sends in flight.
+const exportStopWait = 15 * time.Second
+
 func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, drain time.Duration) error {
 	if os.Geteuid() != 0 {
 		return &exitError{Code: 2, Msg: "serve: needs root"}
@@ -71,11 +80,19 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	}
 	defer d.Close()
 	// Audit export only reads the log's files; it runs until serve returns.
-	exportReg, stopExport, err := startAuditExport(context.Background(), cfg, logger)
+	// Its stdout sink is the audit stream a cluster's log collector picks up;
+	// the operational log goes to stderr.
+	node, err := daemon.AuditNode(cfg)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
-	defer stopExport()
+	exportReg, stopExport, err := startAuditExport(context.Background(), cfg, cmd.OutOrStdout(), node, logger)
+	if err != nil {
+		return &exitError{Code: 2, Msg: err.Error()}
+	}
+	// A send in flight finishes (a sink's own timeout bounds it) unless it
+	// writes to a stdout nobody reads: that one is left to the exit.
+	defer stopExport(exportStopWait)
 
 	apiLn, err := daemon.ListenAPI(cfg.API.Socket, cfg.API.Group)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,30 +25,38 @@ type Daemon struct {
 	Socket string
 	C      *client.Client
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *SyncBuffer
 	exited chan struct{}
 }
 
-// syncBuffer is the daemon's output, written by its pipe copier and read by
-// the test.
-type syncBuffer struct {
+// SyncBuffer is a buffer written by the daemon's pipe copier and read by
+// the test at once (the daemon's output, or an Options.Stdout).
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// Bytes returns a copy of what was written so far.
+func (s *SyncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
+
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
 }
 
-// Output is what the daemon wrote to stdout and stderr so far.
+// Output is what the daemon wrote to stdout (unless Options.Stdout took it)
+// and stderr so far.
 func (d *Daemon) Output() string { return d.stderr.String() }
 
 // PID is the daemon's process id.
@@ -58,10 +67,31 @@ func (d *Daemon) PID() int { return d.cmd.Process.Pid }
 // daemon is killed at the test's end if it is still running.
 func Start(t testing.TB, bin, config, socket, runDir string, extra ...string) *Daemon {
 	t.Helper()
-	d := &Daemon{t: t, Socket: socket, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	return StartWith(t, Options{}, bin, config, socket, runDir, extra...)
+}
+
+// Options are what StartWith adds to Start.
+type Options struct {
+	// Env is added to the daemon's environment (KEY=VALUE).
+	Env []string
+	// Stdout, when set, gets the daemon's stdout; Output then holds stderr
+	// only.
+	Stdout io.Writer
+}
+
+// StartWith is Start with o.
+func StartWith(t testing.TB, o Options, bin, config, socket, runDir string, extra ...string) *Daemon {
+	t.Helper()
+	d := &Daemon{t: t, Socket: socket, stderr: &SyncBuffer{}, exited: make(chan struct{})}
 	args := append([]string{"serve", "--config", config, "--socket", socket, "--run-dir", runDir}, extra...)
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.stderr, d.stderr
+	if o.Stdout != nil {
+		d.cmd.Stdout = o.Stdout
+	}
+	if len(o.Env) > 0 {
+		d.cmd.Env = append(os.Environ(), o.Env...)
+	}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start serve: %v", err)
 	}
