@@ -50,10 +50,11 @@ type jobFailure struct {
 // A job thread is a fresh locked thread made for one job: moved into the
 // jobs cgroup (v1 pids), whose limit is the sandbox's, and given a working
 // directory and a cgroup namespace of its own (rooted there). Init keeps one
-// spare made ahead of its job (when the sandbox starts, and after each job
-// is forked), so a job does not wait for a new thread or for the cgroup
-// move, which on v1 waits for an RCU grace period after a quiet spell
-// (1-2.5 ms). A job's thread is in the jobs cgroup before it forks either
+// spare made ahead of its job (once it is configured, while a pooled sandbox
+// waits to be started, and after each job is forked), so a job does not wait
+// for a new thread or for the cgroup move, which on v1 waits for an RCU
+// grace period after a quiet spell (10-15 ms on the development VM: the
+// first exec of a sandbox paid it when the spare was made at start). A job's thread is in the jobs cgroup before it forks either
 // way: the job is born there. The spare counts against the jobs' pids limit
 // while it waits, so that limit is one more than Limits.Pids (see
 // cgroup_limits.go).
@@ -95,7 +96,7 @@ func (s *initServer) prepareJobThread() error {
 }
 
 // spareLocked makes the next spare job thread unless one waits. s.mu is
-// held; the sandbox is started (jobsTasks is set).
+// held; the sandbox is configured (jobsTasks is set).
 func (s *initServer) spareLocked() {
 	if s.spare == nil {
 		s.spare = s.newJobThread()
