@@ -69,6 +69,9 @@ type initServer struct {
 	execFilter, filesFilter seccompFilter
 	// jobsTasks is the v1 pids jobs cgroup's tasks file (-1: none).
 	jobsTasks int
+	// lastCap is the kernel's highest capability (every job drops 0..lastCap
+	// from its bounding set).
+	lastCap int
 	// spare is the next job's thread, made ahead (init_jobs_linux.go).
 	spare *jobThread
 
@@ -176,6 +179,9 @@ func (s *initServer) configure() error {
 		if s.execFilter, err = newSeccompFilter(false); err == nil {
 			s.filesFilter, err = newSeccompFilter(true)
 		}
+	}
+	if err == nil {
+		s.lastCap, err = capLastCap()
 	}
 	seq := m.Seq
 	if seq == 0 {
