@@ -52,9 +52,7 @@ type jobFailure struct {
 // directory and a cgroup namespace of its own (rooted there). Init keeps one
 // spare made ahead of its job (once it is configured, while a pooled sandbox
 // waits to be started, and after each job is forked), so a job does not wait
-// for a new thread or for the cgroup move, which on v1 waits for an RCU
-// grace period after a quiet spell (10-15 ms on the development VM: the
-// first exec of a sandbox paid it when the spare was made at start). A job's thread is in the jobs cgroup before it forks either
+// for a new thread or for its cgroup move (see prepareJobThread). A job's thread is in the jobs cgroup before it forks either
 // way: the job is born there. The spare counts against the jobs' pids limit
 // while it waits, so that limit is one more than Limits.Pids (see
 // cgroup_limits.go).
@@ -81,9 +79,13 @@ func (s *initServer) prepareJobThread() error {
 		return errors.New("a job on init's main thread: refusing to drop its privileges")
 	}
 	// Into the jobs cgroup (v1 pids) first: the cgroup namespace below is
-	// rooted there.
+	// rooted there. "0" is the writing thread: for a thread moving itself
+	// the kernel skips the global threadgroup lock (6.18 here), whose first
+	// writer after a quiet spell waits for an RCU grace period (10-15 ms on
+	// the development VM). With its tid written, a second exec soon after
+	// the first waited that long for its spare's move.
 	if s.jobsTasks >= 0 {
-		if _, err := unix.Write(s.jobsTasks, []byte(strconv.Itoa(unix.Gettid()))); err != nil {
+		if _, err := unix.Write(s.jobsTasks, []byte("0")); err != nil {
 			return fmt.Errorf("move the job's thread into the jobs cgroup: %w", err)
 		}
 	}
