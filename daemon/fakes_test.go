@@ -367,6 +367,8 @@ type fakeNetwork struct {
 	// makes Teardown fail.
 	gate    chan struct{}
 	tearErr error
+	// createFromErr makes CreateFrom fail.
+	createFromErr error
 }
 
 // holdTeardowns makes every Teardown wait until the returned func is called.
@@ -409,6 +411,10 @@ func (n *fakeNetwork) CreateFrom(ctx context.Context, sb policy.Sandbox, p poole
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.createFromErr != nil {
+		n.discarded++ // used up either way
+		return nil, n.createFromErr
+	}
 	n.created[sb.ID], n.fromPool[sb.ID], n.policies[sb.ID] = true, true, sb
 	return &netns.Sandbox{ID: sb.ID, Labels: sb.Labels, Path: fp.path}, nil
 }

@@ -122,13 +122,19 @@ func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, erro
 		ss.Workspace, ss.WorkspaceTarget = fdPath(ws), sb.params.workspace
 	}
 	if pb := d.pool.take(); pb != nil {
-		if _, err := d.net.CreateFrom(ctx, psb, pb.net); err != nil {
+		// Init is started while the namespace is served: neither needs the
+		// other, and nothing runs in the sandbox before create returns.
+		started := make(chan error, 1)
+		go func() { started <- pb.box.Start(ctx, ss) }()
+		_, nerr := d.net.CreateFrom(ctx, psb, pb.net)
+		serr := <-started
+		if nerr != nil {
 			pb.discard(d.log)
-			return nil, fmt.Errorf("sandbox network: %w", err)
+			return nil, fmt.Errorf("sandbox network: %w", nerr)
 		}
-		if err := pb.box.Start(ctx, ss); err != nil {
+		if serr != nil {
 			d.undoBuild(sb.id, pb.box)
-			return nil, err
+			return nil, serr
 		}
 		d.metrics.fromPool.Inc()
 		return pb.box, nil

@@ -282,3 +282,57 @@ func TestTeardownFailureCounted(t *testing.T) {
 		t.Fatal("a failed teardown keeps the id taken forever")
 	}
 }
+
+// TestPooledCreateFailureCleansUp: a pooled create starts init while its
+// namespace is served; when either fails, the create is refused naming the
+// cause, the pooled sandbox is destroyed, its namespace discarded or torn
+// down, and nothing is registered.
+func TestPooledCreateFailureCleansUp(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		breakIt  func(w *fakeWorld)
+		want     string
+		tornDown int // Teardowns of the failed sandbox's id
+	}{
+		{"namespace", func(w *fakeWorld) {
+			w.net.mu.Lock()
+			w.net.createFromErr = testErr("broken namespace")
+			w.net.mu.Unlock()
+		}, "broken namespace", 0},
+		{"start", func(w *fakeWorld) {
+			err := error(errStartBroken)
+			w.exe.startErr.Store(&err)
+		}, "broken start", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newFakeWorld(t, func(c *config.Config) { c.Sandbox.PoolSize = 1 })
+			poll.Until(t, 5*time.Second, "the pool filled", func() bool { return w.d.pool.depth() == 1 })
+			pooled := w.exe.all()[0]
+			tc.breakIt(w)
+			r := w.client(alice).json(t, "POST", "/v1/sandboxes", `{}`)
+			if r.status != 500 || !strings.Contains(r.apiError(t).Message, tc.want) {
+				t.Fatalf("got %d %s, want 500 naming %q", r.status, r.body, tc.want)
+			}
+			select {
+			case <-pooled.done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the pooled sandbox of a failed create was not destroyed")
+			}
+			rec := w.audit.Wait(t, "the failed end record", func(r audit.Record) bool {
+				return r.Kind == audit.KindSandbox && audittest.HasReason(r, ReasonFailed)
+			})
+			if got := w.net.tornDown(rec.Sandbox); got != tc.tornDown {
+				t.Errorf("namespace of the failed create torn down %d times, want %d", got, tc.tornDown)
+			}
+			w.net.mu.Lock()
+			discarded := w.net.discarded
+			w.net.mu.Unlock()
+			if tc.tornDown == 0 && discarded == 0 {
+				t.Error("the pooled namespace of a failed create was not discarded")
+			}
+			if w.d.reg.len() != 0 {
+				t.Fatal("a failed sandbox was registered")
+			}
+		})
+	}
+}

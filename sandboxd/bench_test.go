@@ -177,3 +177,57 @@ func BenchmarkCreateToExec(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFirstExec splits what the daemon's pooled create + exec does at
+// the executor: Start of a prepared sandbox that waited idle (as a pooled
+// one does), its first Exec of /bin/true until Wait returns, a second one,
+// and Destroy. Each step's p50 is reported, with fork+exec+wait of
+// /bin/true on the host in the same iterations.
+func BenchmarkFirstExec(b *testing.B) {
+	e, _ := newTestExecutor(b, nil)
+	run := func(s *Sandbox) {
+		p, err := s.Exec(context.Background(), ExecSpec{Argv: []string{"/bin/true"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var start, first, second, destroy, direct []time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s, err := e.Prepare(context.Background(), PrepareSpec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitPoolFull(e)
+		time.Sleep(20 * time.Millisecond) // idle, as in a pool
+		t0 := time.Now()
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		direct = append(direct, time.Since(t0))
+		b.StartTimer()
+		t0 = time.Now()
+		if err := s.Start(context.Background(), StartSpec{}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		run(s)
+		t2 := time.Now()
+		run(s)
+		t3 := time.Now()
+		if _, err := s.Destroy(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		t4 := time.Now()
+		start, first, second, destroy = append(start, t1.Sub(t0)), append(first, t2.Sub(t1)), append(second, t3.Sub(t2)), append(destroy, t4.Sub(t3))
+	}
+	b.StopTimer()
+	quantiles(b, start, "start")
+	quantiles(b, first, "first-exec")
+	quantiles(b, second, "second-exec")
+	quantiles(b, destroy, "destroy")
+	quantiles(b, direct, "direct")
+}

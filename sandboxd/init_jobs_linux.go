@@ -50,10 +50,9 @@ type jobFailure struct {
 // A job thread is a fresh locked thread made for one job: moved into the
 // jobs cgroup (v1 pids), whose limit is the sandbox's, and given a working
 // directory and a cgroup namespace of its own (rooted there). Init keeps one
-// spare made ahead of its job (when the sandbox starts, and after each job
-// is forked), so a job does not wait for a new thread or for the cgroup
-// move, which on v1 waits for an RCU grace period after a quiet spell
-// (1-2.5 ms). A job's thread is in the jobs cgroup before it forks either
+// spare made ahead of its job (once it is configured, while a pooled sandbox
+// waits to be started, and after each job is forked), so a job does not wait
+// for a new thread or for its cgroup move (see prepareJobThread). A job's thread is in the jobs cgroup before it forks either
 // way: the job is born there. The spare counts against the jobs' pids limit
 // while it waits, so that limit is one more than Limits.Pids (see
 // cgroup_limits.go).
@@ -80,9 +79,13 @@ func (s *initServer) prepareJobThread() error {
 		return errors.New("a job on init's main thread: refusing to drop its privileges")
 	}
 	// Into the jobs cgroup (v1 pids) first: the cgroup namespace below is
-	// rooted there.
+	// rooted there. "0" is the writing thread: for a thread moving itself
+	// the kernel skips the global threadgroup lock (6.18 here), whose first
+	// writer after a quiet spell waits for an RCU grace period (10-15 ms on
+	// the development VM). With its tid written, a second exec soon after
+	// the first waited that long for its spare's move.
 	if s.jobsTasks >= 0 {
-		if _, err := unix.Write(s.jobsTasks, []byte(strconv.Itoa(unix.Gettid()))); err != nil {
+		if _, err := unix.Write(s.jobsTasks, []byte("0")); err != nil {
 			return fmt.Errorf("move the job's thread into the jobs cgroup: %w", err)
 		}
 	}
@@ -95,7 +98,7 @@ func (s *initServer) prepareJobThread() error {
 }
 
 // spareLocked makes the next spare job thread unless one waits. s.mu is
-// held; the sandbox is started (jobsTasks is set).
+// held; the sandbox is configured (jobsTasks is set).
 func (s *initServer) spareLocked() {
 	if s.spare == nil {
 		s.spare = s.newJobThread()
@@ -191,7 +194,7 @@ func (s *initServer) becomeAndFork(spec *jobSpec, st *startRequest, fds []int) (
 	if spec.files != nil {
 		id.ruid, id.rgid = filesRealID, filesRealID
 	}
-	if err := dropPrivileges(id); err != nil {
+	if err := dropPrivileges(id, s.lastCap); err != nil {
 		return setup(err)
 	}
 	if spec.files != nil {
@@ -283,11 +286,19 @@ func setAuditSession(uid int) uint32 {
 	if err != nil {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/thread-self/sessionid")
+	// Raw reads: os.ReadFile would try to register the file with the
+	// runtime's poller first (four more syscalls on every exec).
+	fd, err = unix.Open("/proc/thread-self/sessionid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0
 	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	var b [16]byte
+	k, err := unix.Read(fd, b[:])
+	unix.Close(fd)
+	if err != nil || k <= 0 {
+		return 0
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b[:k])), 10, 32)
 	if err != nil || n == 0 || n == 1<<32-1 {
 		return 0
 	}
@@ -321,16 +332,13 @@ func setRlimits(nofile, fsize, nproc uint64) error {
 type identity struct{ uid, gid, ruid, rgid int }
 
 // dropPrivileges gives the calling (locked) thread the job's identity: the
-// ids, no capabilities in any set, no_new_privs.
-func dropPrivileges(id identity) error {
+// ids, no capabilities in any set (lastCap: the kernel's highest, read once
+// by init), no_new_privs.
+func dropPrivileges(id identity, lastCap int) error {
 	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl keepcaps: %w", err)
 	}
-	last, err := capLastCap()
-	if err != nil {
-		return err
-	}
-	for c := 0; c <= last; c++ {
+	for c := 0; c <= lastCap; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return fmt.Errorf("drop capability %d from bounding set: %w", c, err)
 		}

@@ -69,6 +69,9 @@ type initServer struct {
 	execFilter, filesFilter seccompFilter
 	// jobsTasks is the v1 pids jobs cgroup's tasks file (-1: none).
 	jobsTasks int
+	// lastCap is the kernel's highest capability (every job drops 0..lastCap
+	// from its bounding set).
+	lastCap int
 	// spare is the next job's thread, made ahead (init_jobs_linux.go).
 	spare *jobThread
 
@@ -158,10 +161,14 @@ func (s *initServer) configure() error {
 		return err
 	}
 	err = checkToInit(m, len(fds))
-	closeFDs(fds)
 	if err == nil && m.Type != msgConfig {
 		err = fmt.Errorf("unexpected %s message before config", m.Type)
 	}
+	if err == nil && m.Config.JobsCgroup {
+		// Kept (close-on-exec) for every job's thread.
+		s.jobsTasks, fds[0] = fds[0], -1
+	}
+	closeFDs(fds)
 	if err == nil {
 		s.cfg = m.Config
 		if err = checkIsolated(s.cfg.HostMountNS); err == nil {
@@ -172,6 +179,9 @@ func (s *initServer) configure() error {
 		if s.execFilter, err = newSeccompFilter(false); err == nil {
 			s.filesFilter, err = newSeccompFilter(true)
 		}
+	}
+	if err == nil {
+		s.lastCap, err = capLastCap()
 	}
 	seq := m.Seq
 	if seq == 0 {
@@ -188,6 +198,11 @@ func (s *initServer) configure() error {
 		s.send(&message{Type: msgSetupError, Seq: seq, Error: err.Error()})
 		return err
 	}
+	// The first job's thread, made and moved into the jobs cgroup while the
+	// sandbox waits to be started.
+	s.mu.Lock()
+	s.spareLocked()
+	s.mu.Unlock()
 	return s.send(&message{Type: msgReady, Seq: seq})
 }
 
@@ -245,7 +260,6 @@ func (s *initServer) handle(m *message, fds []int) {
 			s.failed = err
 		} else {
 			s.started, s.start = true, m.Start
-			s.spareLocked()
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -273,8 +287,7 @@ func (s *initServer) handle(m *message, fds []int) {
 // startSandbox applies a start request: tmpfs sizes, the workspace tree (the
 // one fd, closed here), the masks below it.
 func (s *initServer) startSandbox(req *startRequest, fds []int) error {
-	all := fds
-	defer func() { closeFDs(all) }()
+	defer closeFDs(fds)
 	if req.TmpSize != s.cfg.TmpSize || req.TmpInodes != s.cfg.TmpInodes {
 		if err := s.fs.resizeTmpfs(req.TmpSize, req.TmpInodes); err != nil {
 			return err
@@ -282,11 +295,7 @@ func (s *initServer) startSandbox(req *startRequest, fds []int) error {
 	}
 	wsFD := -1
 	if req.Workspace {
-		wsFD, fds = fds[0], fds[1:]
-	}
-	if req.JobsCgroup {
-		// Kept (close-on-exec) for every job; start closes the others.
-		s.jobsTasks, fds[0] = fds[0], -1
+		wsFD = fds[0]
 	}
 	return s.fs.attachWorkspace(wsFD, req.WorkspaceTarget, req.Hidden)
 }

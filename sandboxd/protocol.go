@@ -125,6 +125,12 @@ type initConfig struct {
 	// Mounts are the mount points of the host view init clones, relative to
 	// the root, "" (the root itself) first, parents before children.
 	Mounts []string `json:"mounts"`
+	// JobsCgroup says the message's one fd is the v1 tasks file of the
+	// cgroup init moves each job's thread into before it forks. It comes
+	// with the config, not the start: the first job's thread is made and
+	// moved while the sandbox waits in the pool (a v1 move after a quiet
+	// spell waits for an RCU grace period, 10-15 ms here).
+	JobsCgroup bool `json:"jobs_cgroup,omitempty"`
 }
 
 // startRequest hands the sandbox to its user.
@@ -140,9 +146,6 @@ type startRequest struct {
 	// Hidden are masked after the workspace is attached (hidden host paths
 	// inside it, at their place under the target).
 	Hidden []string `json:"hidden,omitempty"`
-	// JobsCgroup says an fd (after the workspace's) is the v1 tasks file
-	// of the cgroup init moves each job's thread into before it forks.
-	JobsCgroup bool `json:"jobs_cgroup,omitempty"`
 	// Rlimits of every job.
 	NoFile uint64 `json:"nofile"`
 	FSize  int64  `json:"fsize"`
@@ -400,16 +403,17 @@ func checkToInit(m *message, nfds int) error {
 	}
 	switch m.Type {
 	case msgConfig:
-		if err := checkShape(m, "config", nfds, 0); err != nil {
+		want := 0
+		if m.Config != nil && m.Config.JobsCgroup {
+			want++
+		}
+		if err := checkShape(m, "config", nfds, want); err != nil {
 			return err
 		}
 		return m.Config.check()
 	case msgStart:
 		want := 0
 		if m.Start != nil && m.Start.Workspace {
-			want++
-		}
-		if m.Start != nil && m.Start.JobsCgroup {
 			want++
 		}
 		if err := checkShape(m, "start", nfds, want); err != nil {

@@ -187,6 +187,9 @@ func TestCheckToInit(t *testing.T) {
 		{"files root", &message{Type: msgFiles, Seq: 1, Files: &filesRequest{ID: "f1", filesJob: filesJob{Op: filesGet, Root: "host", Path: "x", Name: "x"}}}, 3, `root "host"`},
 		{"files op", &message{Type: msgFiles, Seq: 1, Files: &filesRequest{ID: "f1", filesJob: filesJob{Op: "chmod", Root: filesRootHome}}}, 3, `op "chmod"`},
 		{"config relative home", &message{Type: msgConfig, Seq: 1, Config: &initConfig{Home: "home", UID: 1, GID: 1, TmpSize: 1 << 20, TmpInodes: 100, Mounts: []string{""}}}, 0, "home"},
+		{"config with the jobs cgroup", &message{Type: msgConfig, Seq: 1, Config: &initConfig{Home: "/home/s", UID: 5, GID: 5, TmpSize: 1 << 20, TmpInodes: 100, Mounts: []string{""}, JobsCgroup: true}}, 1, ""},
+		{"config jobs cgroup without fd", &message{Type: msgConfig, Seq: 1, Config: &initConfig{Home: "/home/s", UID: 5, GID: 5, TmpSize: 1 << 20, TmpInodes: 100, Mounts: []string{""}, JobsCgroup: true}}, 0, "0 file descriptors, want 1"},
+		{"config fd without jobs cgroup", &message{Type: msgConfig, Seq: 1, Config: cfg}, 1, "1 file descriptors, want 0"},
 		{"config root uid", &message{Type: msgConfig, Seq: 1, Config: &initConfig{Home: "/home/s", TmpSize: 1 << 20, TmpInodes: 100, Mounts: []string{""}}}, 0, "uid 0"},
 	}
 	for _, tc := range cases {

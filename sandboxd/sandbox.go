@@ -260,15 +260,30 @@ func (s *Sandbox) prepare(ctx context.Context, lim Limits) error {
 		return err
 	}
 	s.workspace = icfg.WorkspaceDir
+	tasks, err := s.slot.cg.openJobsTasks()
+	if err != nil {
+		return err
+	}
+	var fds []int
+	if tasks != nil {
+		defer tasks.Close()
+		icfg.JobsCgroup = true
+		fds = []int{int(tasks.Fd())}
+	}
 	if err := s.spawn(); err != nil {
 		return err
 	}
 	go s.readLoop()
-	r, err := s.send(&message{Type: msgConfig, Config: icfg})
-	if err != nil {
+	// In the cgroup before the config: init makes the first job's thread
+	// and moves it into the v1 jobs child once configured, and moving init
+	// into the sandbox's cgroup moves all its threads (the v1 move overlaps
+	// the Go runtime's start in init; the view it builds afterwards takes
+	// well under a millisecond).
+	if err := s.joinCgroup(); err != nil {
 		return err
 	}
-	if err := s.joinCgroup(); err != nil {
+	r, err := s.send(&message{Type: msgConfig, Config: icfg}, fds...)
+	if err != nil {
 		return err
 	}
 	m, err := s.await(ctx, r)
@@ -282,9 +297,9 @@ func (s *Sandbox) prepare(ctx context.Context, lim Limits) error {
 }
 
 // joinCgroup makes sure init is in the sandbox's cgroup with a neutral OOM
-// score before the sandbox can be started. Init builds the filesystem view
-// while a v1 cgroup move runs (the kernel makes the first cgroup migration
-// after a quiet spell wait for an RCU grace period, 5-15 ms).
+// score before it is configured. Init's Go runtime starts while a v1 cgroup
+// move runs (the kernel makes the first cgroup migration after a quiet
+// spell wait for an RCU grace period, 5-15 ms).
 func (s *Sandbox) joinCgroup() error {
 	pid := s.init.Pid
 	if !s.slot.cg.v2 {
@@ -359,15 +374,6 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 		req.Workspace, req.WorkspaceTarget, req.Hidden = true, target, ws.masks
 		fds = []int{ws.fd}
 		workDir = target
-	}
-	tasks, err := s.slot.cg.openJobsTasks()
-	if err != nil {
-		return err
-	}
-	if tasks != nil {
-		defer tasks.Close()
-		req.JobsCgroup = true
-		fds = append(fds, int(tasks.Fd()))
 	}
 	r, err := s.send(&message{Type: msgStart, Start: req}, fds...)
 	if err != nil {

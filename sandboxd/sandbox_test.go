@@ -783,16 +783,23 @@ func TestSandboxKillStopsEveryProcess(t *testing.T) {
 
 // TestSpareJobThreadWaitsInJobsCgroup: init makes each job's thread ahead of
 // the job, in the v1 jobs cgroup, so a job's start waits for neither a new
-// thread nor a cgroup move: from Start on, and again after every job is
+// thread nor a cgroup move: from the moment it is configured (a pooled
+// sandbox waits with it, before Start), and again after every job is
 // forked, one thread of init waits in the jobs child. Every exec, the first
 // and one after a quiet spell, is born in the jobs child (its pids cgroup
-// seen from the host while it runs).
+// seen from the host while it runs). Regression: the first thread was made
+// at Start, and the first exec of a pooled sandbox waited for its move (an
+// RCU grace period, 10-15 ms).
 func TestSpareJobThreadWaitsInJobsCgroup(t *testing.T) {
 	e, _ := newTestExecutor(t, nil)
 	if e.cgm.v2 || !e.cgm.have["pids"] {
 		t.Skip("the jobs child is a v1 pids hierarchy's")
 	}
-	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	s, err := e.Prepare(t.Context(), PrepareSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAndCheck(t, s) })
 	initThreadsInJobs := func() int {
 		b, err := os.ReadFile(filepath.Join(s.slot.cg.jobs, "tasks"))
 		if err != nil {
@@ -807,6 +814,10 @@ func TestSpareJobThreadWaitsInJobsCgroup(t *testing.T) {
 		return n
 	}
 	wantJobs := filepath.Join(strings.TrimPrefix(s.slot.cg.dirs["pids"], e.cgm.root+"/pids"), jobsCgroup)
+	poll.Until(t, 10*time.Second, "a spare job thread in the jobs cgroup of a prepared sandbox", func() bool { return initThreadsInJobs() == 1 })
+	if err := s.Start(t.Context(), StartSpec{}); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 3 {
 		poll.Until(t, 10*time.Second, "a spare job thread in the jobs cgroup", func() bool { return initThreadsInJobs() == 1 })
 		if i == 2 {
