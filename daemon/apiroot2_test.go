@@ -192,7 +192,9 @@ func TestRootSandboxLifetimes(t *testing.T) {
 	ctx := context.Background()
 	idle := a.create(t, api.CreateSandboxRequest{IdleTimeout: config.Duration(time.Second)})
 	busy := a.create(t, api.CreateSandboxRequest{MaxLifetime: config.Duration(2 * time.Second)})
-	s, err := a.c.StartExec(ctx, busy.ID, api.ExecRequest{Argv: []string{"sleep", "600"}})
+	// A marker no other process on the machine runs: hostProcs scans them all.
+	marker := "sleep 6" + strconv.Itoa(10000+os.Getpid()%90000)
+	s, err := a.c.StartExec(ctx, busy.ID, api.ExecRequest{Argv: strings.Fields(marker)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +228,7 @@ func TestRootSandboxLifetimes(t *testing.T) {
 			break
 		}
 	}
-	if got := hostProcs("sleep 600"); len(got) != 0 {
+	if got := hostProcs(marker); len(got) != 0 {
 		t.Fatalf("processes %v outlived their sandbox", got)
 	}
 }
