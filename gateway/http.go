@@ -103,6 +103,12 @@ func (s *httpSession) suffixes(host string) []string {
 	return s.suf
 }
 
+// dropBuffers lets the session's buffers go once a tunnel owns its
+// connection: nothing reads or writes through them again.
+func (s *httpSession) dropBuffers() {
+	s.br, s.bw = nil, nil
+}
+
 // release hands the kept upstream back to the pool (or closes it).
 func (s *httpSession) release() {
 	if s.up != nil {
