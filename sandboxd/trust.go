@@ -19,8 +19,9 @@ import (
 )
 
 // The trust directory: the merged bundle in the forms runtimes that do not
-// read SystemCABundle want, written once per daemon by WriteTrustDir and
-// mounted read-only at SandboxTrustDir (Spec.TrustDir, PrepareSpec.TrustDir):
+// read SystemCABundle want, written by WriteTrustDir (or kept between
+// processes by OpenTrustDir, trustcache.go) and mounted read-only at
+// SandboxTrustDir (Spec.TrustDir, PrepareSpec.TrustDir):
 //
 //	certs/<subject-hash>.<n>  one PEM certificate each, OpenSSL's c_rehash layout (SSL_CERT_DIR)
 //	truststore.p12            a PKCS#12 Java truststore (JAVA_TOOL_OPTIONS)
@@ -60,13 +61,10 @@ func WriteTrustDir(dir string, bundle []byte) (int, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return 0, fmt.Errorf("trust dir: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, TrustCertsDir), 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("trust dir: %w", err)
 	}
-	if err := writeHashedDir(filepath.Join(dir, TrustCertsDir), certs); err != nil {
-		return 0, err
-	}
-	if err := writeJavaStore(filepath.Join(dir, TrustJavaStore), certs); err != nil {
+	if err := writeTrustTree(dir, certs); err != nil {
 		return 0, err
 	}
 	return len(certs), nil
