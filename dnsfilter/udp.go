@@ -18,9 +18,10 @@ import (
 
 // UDP serving. miekg/dns's Server starts a goroutine per datagram (whose stack
 // then grows while the message is unpacked); here a sandbox's UDP socket is
-// served by a small set of long-lived workers, each with its own buffers: on
-// a *net.UDPConn a batch of datagrams per recvmmsg and their replies per
-// sendmmsg (udpbatch.go), else a 64 KiB read buffer and a reply writer. A datagram goes through the same steps miekg/dns
+// served by a small set of long-lived workers: on a *net.UDPConn each takes a
+// batch of datagrams per recvmmsg and sends their replies per sendmmsg
+// (udpbatch.go; the batch buffers are pooled, so an idle worker holds none),
+// else each has its own 64 KiB read buffer and reply writer. A datagram goes through the same steps miekg/dns
 // takes: header, accept (the header checks), full unpack (FORMERR on failure),
 // then ServeDNS. TCP stays on miekg/dns.
 //
@@ -94,8 +95,8 @@ func (u *udpServer) work(spare bool) {
 	defer u.wg.Done()
 	defer u.workers.Add(-1)
 	if u.uc != nil {
-		if b, err := newUDPBatch(u, u.uc); err == nil {
-			u.workBatch(b, spare)
+		if rc, err := u.uc.SyscallConn(); err == nil {
+			u.workBatch(rc, spare)
 			return
 		}
 	}

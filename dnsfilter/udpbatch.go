@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -37,9 +38,10 @@ type mmsghdr struct {
 	n   uint32
 }
 
-// udpBatch is one worker's batch buffers.
+// udpBatch is the buffers of one batch: a worker holds one while datagrams
+// keep coming and gives it back to batchPool when the socket runs dry, so
+// the workers of an idle sandbox hold none.
 type udpBatch struct {
-	rc   syscall.RawConn
 	in   [udpBatchSize]mmsghdr
 	iov  [udpBatchSize]unix.Iovec
 	addr [udpBatchSize]unix.RawSockaddrAny
@@ -53,22 +55,73 @@ type udpBatch struct {
 	w [udpBatchSize]batchWriter
 }
 
-func newUDPBatch(u *udpServer, uc *net.UDPConn) (*udpBatch, error) {
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	b := &udpBatch{rc: rc}
+// batchPool holds the batches no worker holds.
+var batchPool = sync.Pool{New: func() any { return newUDPBatch() }}
+
+func newUDPBatch() *udpBatch {
+	b := &udpBatch{}
 	for i := range b.buf {
-		b.w[i] = batchWriter{u: u, b: b, i: i}
 		b.buf[i] = make([]byte, udpSlotSize)
 		b.reply[i] = make([]byte, 0, 512)
 	}
-	return b, nil
+	return b
 }
 
-// recv waits for datagrams and returns how many it took (at least one).
-func (b *udpBatch) recv() (int, error) {
+// takeBatch takes a batch from the pool for u's socket.
+func (u *udpServer) takeBatch() *udpBatch {
+	b := batchPool.Get().(*udpBatch)
+	for i := range b.w {
+		b.w[i] = batchWriter{u: u, b: b, i: i}
+	}
+	return b
+}
+
+func putBatch(b *udpBatch) {
+	for i := range b.w {
+		b.w[i] = batchWriter{}
+	}
+	b.nOut = 0
+	batchPool.Put(b)
+}
+
+// recvBatch waits for datagrams and returns a batch holding them (at least
+// one) and how many. b is the batch the worker held from its last datagrams,
+// or nil: when the socket has nothing, b goes back to the pool and the wait
+// holds no buffer (a zero-length MSG_PEEK tells when a datagram is there).
+func (u *udpServer) recvBatch(rc syscall.RawConn, b *udpBatch) (*udpBatch, int, error) {
+	var n int
+	var errno syscall.Errno
+	err := rc.Read(func(fd uintptr) bool {
+		if b == nil {
+			_, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, 0, 0, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+			if e == unix.EAGAIN {
+				return false
+			}
+			b = u.takeBatch()
+		}
+		r, e := b.recvmmsg(fd)
+		if e == unix.EAGAIN {
+			putBatch(b)
+			b = nil
+			return false
+		}
+		n, errno = r, e
+		return true
+	})
+	if err == nil && errno != 0 {
+		err = errno
+	}
+	if err != nil {
+		if b != nil {
+			putBatch(b)
+		}
+		return nil, 0, err
+	}
+	return b, n, nil
+}
+
+// recvmmsg takes the datagrams waiting on fd, without waiting.
+func (b *udpBatch) recvmmsg(fd uintptr) (int, syscall.Errno) {
 	for i := range b.in {
 		b.iov[i].Base = &b.buf[i][0]
 		b.iov[i].SetLen(udpSlotSize)
@@ -80,23 +133,8 @@ func (b *udpBatch) recv() (int, error) {
 		h.Flags = 0
 		b.in[i].n = 0
 	}
-	var n int
-	var errno syscall.Errno
-	err := b.rc.Read(func(fd uintptr) bool {
-		r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), udpBatchSize, unix.MSG_DONTWAIT, 0, 0)
-		if e == unix.EAGAIN {
-			return false
-		}
-		n, errno = int(r), e
-		return true
-	})
-	if err != nil {
-		return 0, err
-	}
-	if errno != 0 {
-		return 0, errno
-	}
-	return n, nil
+	r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), udpBatchSize, unix.MSG_DONTWAIT, 0, 0)
+	return int(r), e
 }
 
 // datagram returns datagram i of the last recv and whether the kernel cut it.
@@ -135,11 +173,11 @@ func (b *udpBatch) queue(i int, p []byte) {
 	b.nOut++
 }
 
-// flush sends the queued replies.
-func (b *udpBatch) flush() error {
+// flush sends the queued replies on rc.
+func (b *udpBatch) flush(rc syscall.RawConn) error {
 	sent := 0
 	var errno syscall.Errno
-	err := b.rc.Write(func(fd uintptr) bool {
+	err := rc.Write(func(fd uintptr) bool {
 		for sent < b.nOut {
 			r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[sent])), uintptr(b.nOut-sent), unix.MSG_DONTWAIT, 0, 0)
 			if e == unix.EAGAIN {
@@ -203,10 +241,18 @@ func (w *batchWriter) TsigTimersOnly(bool) {}
 func (w *batchWriter) Hijack()             {}
 
 // workBatch is work on the batch path.
-func (u *udpServer) workBatch(b *udpBatch, spare bool) {
+func (u *udpServer) workBatch(rc syscall.RawConn, spare bool) {
+	var b *udpBatch
+	defer func() {
+		if b != nil {
+			putBatch(b)
+		}
+	}()
 	for {
 		u.idle.Add(1)
-		n, err := b.recv()
+		var n int
+		var err error
+		b, n, err = u.recvBatch(rc, b)
 		if u.idle.Add(-1) == 0 && err == nil {
 			u.grow()
 		}
@@ -217,7 +263,7 @@ func (u *udpServer) workBatch(b *udpBatch, spare bool) {
 			u.s.f.log.Error("dns udp read failed, worker stopped", oplog.SandboxKey, u.s.sb.ID, oplog.ErrorKey, err)
 			return
 		}
-		u.serveBatch(b, n)
+		u.serveBatch(rc, b, n)
 		if spare && u.idle.Load() > 0 {
 			return
 		}
@@ -226,7 +272,7 @@ func (u *udpServer) workBatch(b *udpBatch, spare bool) {
 
 // serveBatch answers the n datagrams of the last recv: the replies that need
 // no upstream in one sendmmsg, then the queries that wait for one.
-func (u *udpServer) serveBatch(b *udpBatch, n int) {
+func (u *udpServer) serveBatch(rc syscall.RawConn, b *udpBatch, n int) {
 	var pending [udpBatchSize]*pendingQuery
 	var src [udpBatchSize]netip.AddrPort
 	np := 0
@@ -238,7 +284,7 @@ func (u *udpServer) serveBatch(b *udpBatch, n int) {
 		}
 	}
 	if b.nOut > 0 {
-		if err := b.flush(); err != nil && !errors.Is(err, net.ErrClosed) {
+		if err := b.flush(rc); err != nil && !errors.Is(err, net.ErrClosed) {
 			u.s.f.log.Warn("write reply", oplog.SandboxKey, u.s.sb.ID, oplog.ErrorKey, err)
 		}
 	}

@@ -61,7 +61,7 @@ func TestUDPBatchNoHeadOfLine(t *testing.T) {
 	}
 	defer pc.Close()
 	u := &udpServer{s: sandboxOf(t, e.f, "sb-1"), pc: pc, uc: pc, done: make(chan struct{})}
-	b, err := newUDPBatch(u, pc)
+	rc, err := pc.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,13 +79,14 @@ func TestUDPBatchNoHeadOfLine(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, err := b.recv()
+	b, n, err := u.recvBatch(rc, nil)
 	if err != nil || n != 2 {
 		t.Fatalf("recv: got %d datagrams (%v), want 2 in one batch", n, err)
 	}
 	served := make(chan struct{})
 	go func() {
-		u.serveBatch(b, n)
+		u.serveBatch(rc, b, n)
+		putBatch(b)
 		close(served)
 	}()
 	r := readReply(t, c)

@@ -30,7 +30,7 @@ func BenchmarkWriteTrustDir(b *testing.B) {
 	})
 	b.Run("hashed", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			writeHashedDir(filepath.Join(dir, TrustCertsDir), certs)
+			writeHashedDir(filepath.Join(dir, TrustCertsDir), certs, "")
 		}
 	})
 	b.Run("java", func(b *testing.B) {
@@ -57,6 +57,22 @@ func BenchmarkOpenTrustDir(b *testing.B) {
 	b.Run("cached", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			_, _, release, err := OpenTrustDir(cache, bundle)
+			if err != nil {
+				b.Fatal(err)
+			}
+			release()
+		}
+	})
+	b.Run("new-ca", func(b *testing.B) {
+		// An ephemeral CA: a new bundle every start, built beside the
+		// previous one (its hashed files linked), which is then evicted.
+		cas := make([][]byte, b.N)
+		for i := range cas {
+			cas[i] = append(sys[:len(sys):len(sys)], bundleOf(selfSigned(b, rawName(b, []rawATV{{oidCN, 12, []byte("Airlock bench CA")}})))...)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			_, _, release, err := OpenTrustDir(cache, cas[i])
 			if err != nil {
 				b.Fatal(err)
 			}

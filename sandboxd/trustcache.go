@@ -185,7 +185,7 @@ func buildEntry(cacheDir, dir string, certs []bundleCert) (*os.File, error) {
 		os.RemoveAll(tmp)
 		return nil, err
 	}
-	if err := writeTrustTree(tmp, certs); err != nil {
+	if err := writeTrustTree(tmp, certs, sibling(cacheDir, filepath.Base(dir))); err != nil {
 		return fail(err)
 	}
 	if err := fixModes(tmp); err != nil {
@@ -220,15 +220,36 @@ func buildEntry(cacheDir, dir string, certs []bundleCert) (*os.File, error) {
 }
 
 // writeTrustTree writes the hashed directory and the Java truststore into
-// the existing directory dir.
-func writeTrustTree(dir string, certs []bundleCert) error {
+// the existing directory dir, linking the hashed files another trust
+// directory (reuse, or "") has the same.
+func writeTrustTree(dir string, certs []bundleCert, reuse string) error {
 	if err := os.Mkdir(filepath.Join(dir, TrustCertsDir), 0o755); err != nil {
 		return fmt.Errorf("trust dir: %w", err)
 	}
-	if err := writeHashedDir(filepath.Join(dir, TrustCertsDir), certs); err != nil {
+	if reuse != "" {
+		reuse = filepath.Join(reuse, TrustCertsDir)
+	}
+	if err := writeHashedDir(filepath.Join(dir, TrustCertsDir), certs, reuse); err != nil {
 		return err
 	}
 	return writeJavaStore(filepath.Join(dir, TrustJavaStore), certs)
+}
+
+// sibling returns another entry of cacheDir than name (the previous
+// bundle's, usually: an ephemeral CA changes one root of ~145), or "". It is
+// neither held nor checked: writeHashedDir links only files whose bytes it
+// compared, and the new entry's manifest is made from what it holds.
+func sibling(cacheDir, name string) string {
+	ents, err := os.ReadDir(cacheDir)
+	if err != nil {
+		return ""
+	}
+	for _, e := range ents {
+		if e.IsDir() && e.Name() != name && !strings.HasPrefix(e.Name(), ".") {
+			return filepath.Join(cacheDir, e.Name())
+		}
+	}
+	return ""
 }
 
 // fixModes makes the tree's modes 0755 (directories) and 0644 (files),

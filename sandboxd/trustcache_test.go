@@ -266,3 +266,57 @@ func TestOpenTrustDirBadBundle(t *testing.T) {
 		t.Errorf("got %d entries, want 0", len(ents))
 	}
 }
+
+// TestOpenTrustDirLinksSibling: a new bundle that shares roots with the
+// entry beside it (an ephemeral CA per start) links those roots' files
+// instead of writing them, and never links a file whose bytes differ from
+// the root it stands for.
+func TestOpenTrustDirLinksSibling(t *testing.T) {
+	roots := [][]byte{
+		selfSigned(t, rawName(t, []rawATV{{oidCN, asn1.TagUTF8String, []byte("Airlock Shared Root 1")}})),
+		selfSigned(t, rawName(t, []rawATV{{oidCN, asn1.TagUTF8String, []byte("Airlock Shared Root 2")}})),
+	}
+	newCA := func(name string) []byte {
+		return bundleOf(append(roots[:2:2], selfSigned(t, rawName(t, []rawATV{{oidCN, asn1.TagUTF8String, []byte(name)}})))...)
+	}
+	for _, tamper := range []bool{false, true} {
+		t.Run(map[bool]string{false: "intact", true: "sibling altered"}[tamper], func(t *testing.T) {
+			cache := filepath.Join(t.TempDir(), "trust-cache")
+			a, _, _ := openTrust(t, cache, newCA("Airlock Run CA 1")) // held: not evicted below
+			want := certFiles(t, a)
+			evil := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: selfSigned(t, rawName(t, []rawATV{{oidCN, asn1.TagUTF8String, []byte("Evil Root")}}))}))
+			if tamper {
+				for name := range want {
+					if err := os.WriteFile(filepath.Join(a, TrustCertsDir, name), []byte(evil), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			b, n, _ := openTrust(t, cache, newCA("Airlock Run CA 2"))
+			if n != 3 {
+				t.Fatalf("got %d certificates, want 3", n)
+			}
+			got := certFiles(t, b)
+			linked := 0
+			for name, body := range got {
+				fa, errA := os.Stat(filepath.Join(a, TrustCertsDir, name))
+				fb, errB := os.Stat(filepath.Join(b, TrustCertsDir, name))
+				if errA == nil && errB == nil && os.SameFile(fa, fb) {
+					linked++
+				}
+				if strings.Contains(body, "Evil") || body == evil {
+					t.Errorf("%s: the new entry holds the altered file", name)
+				}
+				if w, ok := want[name]; ok && body != w {
+					t.Errorf("%s: got different bytes than the root's", name)
+				}
+			}
+			if wantLinked := map[bool]int{false: 2, true: 0}[tamper]; linked != wantLinked {
+				t.Errorf("got %d files linked from the sibling, want %d", linked, wantLinked)
+			}
+			if _, err := verifyTrustDir(b); err != nil {
+				t.Errorf("new entry does not verify: %v", err)
+			}
+		})
+	}
+}
