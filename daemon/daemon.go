@@ -225,8 +225,9 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 
 // writeBundle writes the trust bundle sandboxes get: the system roots, the
 // interception CA and the operator's upstream CA (so tunnels that are not
-// intercepted to an internal registry verify too); and beside it the same
-// roots as a hashed directory and a Java truststore (sandboxd.WriteTrustDir).
+// intercepted to an internal registry verify too); and the same roots as a
+// hashed directory and a Java truststore (sandboxd.OpenTrustDir: built once
+// per bundle and reused by later processes).
 func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, err error) {
 	var b []byte
 	for _, p := range []string{systemBundle, caCert, upstreamCA} {
@@ -252,10 +253,17 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	if len(b) == 0 {
 		return path, "", nil
 	}
-	trust := filepath.Join(d.runDir, "trust")
-	if _, err := sandboxd.WriteTrustDir(trust, b); err != nil {
+	// The trust directory is kept between processes (sandboxd.OpenTrustDir):
+	// in DefaultRunDir's cache for the default run dirs, else in this one.
+	cache := filepath.Join(d.runDir, "trust-cache")
+	if filepath.Dir(d.runDir) == DefaultRunDir {
+		cache = filepath.Join(DefaultRunDir, "trust-cache")
+	}
+	trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
+	if err != nil {
 		return "", "", err
 	}
+	d.closers = append(d.closers, func() error { release(); return nil })
 	return path, trust, nil
 }
 

@@ -48,17 +48,44 @@ type query struct {
 	upstream string
 	errMsg   string
 	ansWire  []byte // the answer records already packed (cached answers), or nil
+	noWait   bool   // stop at a lookup that would wait for an upstream (pending)
+	pending  bool   // stopped there
 }
 
 // ServeDNS is the request path, in the order docs/ARCHITECTURE.md gives. It writes
 // exactly one audit record and then exactly one reply.
 func (s *sandboxServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
-	q := &query{start: time.Now(), proto: "udp"}
+	s.serveDNS(w, req, false)
+}
+
+// pendingQuery is a query serveDNS left waiting for an upstream (noWait):
+// every stage up to the lookup ran; finish looks up, audits and replies.
+type pendingQuery struct {
+	q   *query
+	req *dns.Msg
+}
+
+// serveDNS is ServeDNS; with noWait, a query whose lookup would wait for an
+// upstream stops there and is returned, nothing written or audited yet.
+func (s *sandboxServer) serveDNS(w dns.ResponseWriter, req *dns.Msg, noWait bool) *pendingQuery {
+	q := &query{start: time.Now(), proto: "udp", noWait: noWait}
 	if w.LocalAddr().Network() == "tcp" {
 		q.proto = "tcp"
 	}
 	rcode, rrs := s.resolve(q, req)
+	if q.pending {
+		return &pendingQuery{q: q, req: req}
+	}
 	s.reply(w, req, q, rcode, rrs)
+	return nil
+}
+
+// finish completes a pending query on w: lookup (waiting for the upstream),
+// audit, reply.
+func (s *sandboxServer) finish(w dns.ResponseWriter, p *pendingQuery) {
+	p.q.noWait, p.q.pending = false, false
+	rcode, rrs := s.lookup(p.q)
+	s.reply(w, p.req, p.q, rcode, rrs)
 }
 
 // resolve runs every stage and returns the rcode and answer records for the reply.
@@ -216,6 +243,10 @@ func (s *sandboxServer) decide(q *query) *decided {
 func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
 	a, hit := s.f.res.cached(q.name, q.qtype, q.start)
 	var err error
+	if !hit && q.noWait {
+		q.pending = true
+		return 0, nil
+	}
 	if !hit {
 		// Forwarding is itself traffic: with a broken audit log nothing leaves.
 		if err := s.f.auditErr(); err != nil {

@@ -18,8 +18,10 @@ import (
 
 // UDP serving. miekg/dns's Server starts a goroutine per datagram (whose stack
 // then grows while the message is unpacked); here a sandbox's UDP socket is
-// served by a small set of long-lived workers, each with its own 64 KiB read
-// buffer and reply writer. A datagram goes through the same steps miekg/dns
+// served by a small set of long-lived workers: on a *net.UDPConn each takes a
+// batch of datagrams per recvmmsg and sends their replies per sendmmsg
+// (udpbatch.go; the batch buffers are pooled, so an idle worker holds none),
+// else each has its own 64 KiB read buffer and reply writer. A datagram goes through the same steps miekg/dns
 // takes: header, accept (the header checks), full unpack (FORMERR on failure),
 // then ServeDNS. TCP stays on miekg/dns.
 //
@@ -92,6 +94,12 @@ func (u *udpServer) stop(ctx context.Context) error {
 func (u *udpServer) work(spare bool) {
 	defer u.wg.Done()
 	defer u.workers.Add(-1)
+	if u.uc != nil {
+		if rc, err := u.uc.SyscallConn(); err == nil {
+			u.workBatch(rc, spare)
+			return
+		}
+	}
 	var bp *[]byte
 	if spare {
 		bp = spareBufs.Get().(*[]byte)
@@ -144,11 +152,26 @@ func (u *udpServer) grow() {
 // unreadable header is dropped (audited by invalid), accept's verdict decides
 // between answering, FORMERR, NOTIMP and dropping, and a message that does not
 // unpack gets FORMERR.
-func (u *udpServer) serve(w *udpWriter, m []byte) {
+func (u *udpServer) serve(w dns.ResponseWriter, m []byte) {
+	u.serveMsg(w, m, false)
+}
+
+// errQueryTooLarge: a datagram the batch path cut at udpSlotSize.
+var errQueryTooLarge = fmt.Errorf("query larger than %d bytes", udpSlotSize)
+
+// serveMsg is serve; with noWait a query whose answer is not cached is
+// returned (pending, nothing written or audited yet) instead of waiting for
+// an upstream; with truncated (m was cut at the batch slot's size) the query
+// is answered FORMERR.
+func (u *udpServer) serveMsg(w dns.ResponseWriter, m []byte, truncated bool) {
+	u.serveNoWait(w, m, truncated, false)
+}
+
+func (u *udpServer) serveNoWait(w dns.ResponseWriter, m []byte, truncated, noWait bool) *pendingQuery {
 	s := u.s
 	if len(m) < 12 {
 		s.invalid(m, dns.ErrShortRead)
-		return
+		return nil
 	}
 	dh := dns.Header{
 		Id:      binary.BigEndian.Uint16(m[0:]),
@@ -160,19 +183,21 @@ func (u *udpServer) serve(w *udpWriter, m []byte) {
 	}
 	req := new(dns.Msg)
 	action := s.accept(dh)
-	switch action {
-	case dns.MsgAccept:
+	switch {
+	case action == dns.MsgAccept && truncated:
+		_ = req.Unpack(m[:12])
+		s.invalid(m, errQueryTooLarge)
+	case action == dns.MsgAccept:
 		err := req.Unpack(m)
 		if err == nil {
-			s.ServeDNS(w, req)
-			return
+			return s.serveDNS(w, req, noWait)
 		}
 		s.invalid(m, err)
-	case dns.MsgReject, dns.MsgRejectNotImplemented:
+	case action == dns.MsgReject, action == dns.MsgRejectNotImplemented:
 		// Only the header: Unpack stops at the end of the message.
 		_ = req.Unpack(m[:12])
 	default: // dns.MsgIgnore
-		return
+		return nil
 	}
 	opcode := req.Opcode
 	req.SetRcodeFormatError(req)
@@ -185,6 +210,7 @@ func (u *udpServer) serve(w *udpWriter, m []byte) {
 	if err := w.WriteMsg(req); err != nil && !errors.Is(err, net.ErrClosed) {
 		s.f.log.Warn("write reply", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
 	}
+	return nil
 }
 
 // udpWriter is a worker's dns.ResponseWriter: it sends to the source of the

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -9,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -223,6 +227,76 @@ func BenchmarkConnectBulk(b *testing.B) {
 	}
 }
 
+// BenchmarkTunnelsHeld: what one open CONNECT tunnel holds in the gateway
+// (issue 13: 1,000 tunnels without errors, RSS bounded). Each iteration opens
+// tunnels (the per-sandbox cap's worth) to a TCP echo upstream, echoes a byte
+// on each, and reports the heap and goroutine stacks the gateway process
+// holds per open tunnel (runtime.MemStats after a GC, so what the client side
+// of the benchmark holds is in it too: the same in every run).
+// AIRLOCK_TUNNEL_HEAP=file writes a heap profile while the tunnels are open
+// (-memprofile is taken after they closed).
+func BenchmarkTunnelsHeld(b *testing.B) {
+	const n = DefaultMaxTunnelsPerSandbox - 12
+	heapFile := os.Getenv("AIRLOCK_TUNNEL_HEAP")
+	if heapFile != "" {
+		runtime.MemProfileRate = 512
+	}
+	h := benchHarness(b, newTestPKI(b))
+	echo := tcptest.Listen(b, func(c net.Conn) { io.Copy(c, c) })
+	h.dialer.allow(echo.Addr().String())
+	port := netip.MustParseAddrPort(echo.Addr().String()).Port()
+	stats := func() (heap, stack uint64, gs int) {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse, m.StackInuse, runtime.NumGoroutine()
+	}
+	var heapPer, stackPer, gPer float64
+	for i := 0; i < b.N; i++ {
+		h0, s0, g0 := stats()
+		conns := make([]net.Conn, 0, n)
+		for j := 0; j < n; j++ {
+			c, err := net.Dial("tcp", h.explicit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns = append(conns, c)
+			fmt.Fprintf(c, "CONNECT pypi.org:%d HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", port, port)
+			br := bufio.NewReader(c)
+			if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != 200 {
+				b.Fatalf("connect %d: %v %v", j, r, err)
+			}
+			if _, err := c.Write([]byte{'x'}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(br, make([]byte, 1)); err != nil {
+				b.Fatalf("echo %d: %v", j, err)
+			}
+		}
+		h1, s1, g1 := stats()
+		if heapFile != "" {
+			f, err := os.Create(heapFile)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+		heapPer += float64(h1-h0) / n / 1024
+		stackPer += float64(s1-s0) / n / 1024
+		gPer += float64(g1-g0) / n
+		for _, c := range conns {
+			c.Close()
+		}
+		for k := 0; k < 500 && runtime.NumGoroutine() > g0+8; k++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	b.ReportMetric(heapPer/float64(b.N), "heap-KiB/tunnel")
+	b.ReportMetric(stackPer/float64(b.N), "stack-KiB/tunnel")
+	b.ReportMetric(gPer/float64(b.N), "goroutines/tunnel")
+}
+
 // BenchmarkMITM: the first request to a new host (leaf minted, two handshakes),
 // then new connections to a cached host (one request each), and bulk
 // throughput of an intercepted download, all against direct TLS.
@@ -295,6 +369,71 @@ func BenchmarkMITM(b *testing.B) {
 	}
 	p := time.Since(t0)
 	b.ReportMetric(d.Seconds()/p.Seconds(), "bulk-ratio")
+}
+
+// BenchmarkMITMBulk: 64 MiB downloads on a kept-alive intercepted connection
+// (the gateway's own HTTP/1.1 loop relays each body), chunked and with a
+// Content-Length, against the same downloads direct in the same run. Run it
+// with -cpuprofile/-memprofile: what it measures is the relay's cost per byte.
+func BenchmarkMITMBulk(b *testing.B) {
+	pki := newTestPKI(b)
+	cert := pki.leaf(b, "pypi.org")
+	h := benchHarness(b, pki, "pypi.org")
+	sized := bytes.Repeat([]byte("airlock!"), 8192)
+	up := newUpstream(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/sized" {
+			bigHandler(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(bigSize))
+		for sent := 0; sent < bigSize; sent += len(sized) {
+			if _, err := w.Write(sized); err != nil {
+				return
+			}
+		}
+	}), &cert)
+	h.allowUpstreams(up)
+	roots := pki.upPool.Clone()
+	ca, _ := LoadCACert(pki.mitmCert)
+	roots.AddCert(ca)
+	direct := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", up.addr)
+		}}}
+	proxied := h.proxyClient(roots)
+	for _, path := range []string{"big", "sized"} {
+		b.Run(path, func(b *testing.B) {
+			url := fmt.Sprintf("https://pypi.org:%d/%s", up.port, path)
+			get := func(c *http.Client) time.Duration {
+				t0 := time.Now()
+				resp, err := c.Get(url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if n != bigSize {
+					b.Fatalf("%s: %d bytes, want %d", url, n, bigSize)
+				}
+				return time.Since(t0)
+			}
+			get(proxied) // the leaf, the handshakes and the kept-alive connections
+			get(direct)
+			b.SetBytes(bigSize)
+			b.ResetTimer()
+			var dT, pT time.Duration
+			for i := 0; i < b.N; i++ {
+				dT += get(direct)
+				pT += get(proxied)
+			}
+			b.StopTimer()
+			mb := float64(bigSize) * float64(b.N) / 1e6
+			b.ReportMetric(mb/dT.Seconds(), "direct-MB/s")
+			b.ReportMetric(mb/pT.Seconds(), "proxy-MB/s")
+			b.ReportMetric(dT.Seconds()/pT.Seconds(), "ratio")
+		})
+	}
 }
 
 // manyParams is a query of n distinct keys (3 base-36 characters each, no

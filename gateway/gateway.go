@@ -37,18 +37,19 @@ var _ Resolver = (*net.Resolver)(nil)
 
 // Gateway serves the explicit and transparent listeners of every sandbox.
 type Gateway struct {
-	cfg     Config
-	dec     policy.Decider
-	log     audit.Logger
-	logger  *slog.Logger
-	metrics *metrics
-	dialer  *dialer
-	pool    *upstreamPool
-	leaves  *leafCache // nil without a CA
-	rootsUp *upstreamRoots
-	h2srv   *http2.Server    // sandbox-facing HTTP/2 (h2.go)
-	h2tr    *http2.Transport // HTTP/2 upstreams
-	h2bufs  sync.Pool        // *[]byte relay buffers of HTTP/2 streams (copyBody)
+	cfg       Config
+	dec       policy.Decider
+	log       audit.Logger
+	logger    *slog.Logger
+	metrics   *metrics
+	dialer    *dialer
+	pool      *upstreamPool
+	leaves    *leafCache // nil without a CA
+	rootsUp   *upstreamRoots
+	h2srv     *http2.Server    // sandbox-facing HTTP/2 (h2.go)
+	h2tr      *http2.Transport // HTTP/2 upstreams
+	h2bufs    sync.Pool        // *[]byte relay buffers of HTTP/2 streams (copyBody)
+	relayBufs *sync.Pool       // *relayBufs of HTTP/1.1 response relays (relay.go)
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -119,6 +120,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 	}
 	g.h2srv, g.h2tr = g.h2Server(), g.h2Transport()
 	g.h2bufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	g.relayBufs = newRelayPool()
 	g.pool = newUpstreamPool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)
 	if cfg.CACertFile != "" {
 		ca, err := LoadCA(cfg.CACertFile, cfg.CAKeyFile)

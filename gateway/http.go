@@ -27,6 +27,7 @@ type httpSession struct {
 	rd   connReader
 	br   *bufio.Reader
 	bw   *bufio.Writer
+	dw   deadlineWriter // under bw: the client connection with a write deadline per write
 
 	// Pinned destination: when pinned, every request must name pinHost:pinPort.
 	pinned      bool
@@ -60,7 +61,8 @@ func (g *Gateway) newSession(cc *clientConn, conn net.Conn, br *bufio.Reader) *h
 		br = bufio.NewReaderSize(&s.rd, maxPeekBytes)
 	}
 	s.br = br
-	s.bw = bufio.NewWriterSize(deadlineWriter{c: conn, timeout: g.cfg.IdleTimeout}, 4096)
+	s.dw = deadlineWriter{c: conn, timeout: g.cfg.IdleTimeout}
+	s.bw = bufio.NewWriterSize(s.dw, 4096)
 	return s
 }
 
@@ -99,6 +101,12 @@ func (s *httpSession) suffixes(host string) []string {
 		s.sufHost, s.suf = host, hostname.Suffixes(host)
 	}
 	return s.suf
+}
+
+// dropBuffers lets the session's buffers go once a tunnel owns its
+// connection: nothing reads or writes through them again.
+func (s *httpSession) dropBuffers() {
+	s.br, s.bw = nil, nil
 }
 
 // release hands the kept upstream back to the pool (or closes it).
@@ -544,14 +552,11 @@ func (s *httpSession) forward(rc *reqCtx) error {
 	if resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody {
 		keep = false // delimited by close; Response.Write says Connection: close
 	}
-	if resp.ContentLength < 0 && resp.Request.Method != http.MethodHead {
-		err = resp.Write(flushWriter{s.bw})
-	} else {
-		err = resp.Write(s.bw)
+	var from *upstreamConn // the HTTP/1.1 upstream the body is read from
+	if rc.up.h2 == nil {
+		from = rc.up
 	}
-	if err == nil {
-		err = s.bw.Flush()
-	}
+	err = s.writeResponse(resp, from)
 	upOK := err == nil && !upClose
 	if !upOK {
 		s.dropUpstream()
@@ -564,15 +569,3 @@ func (s *httpSession) forward(rc *reqCtx) error {
 }
 
 func isChunked(te []string) bool { return len(te) > 0 && te[0] == "chunked" }
-
-// flushWriter flushes after every write so a streamed response of unknown
-// length reaches the client as it arrives.
-type flushWriter struct{ w *bufio.Writer }
-
-func (f flushWriter) Write(p []byte) (int, error) {
-	n, err := f.w.Write(p)
-	if err == nil {
-		err = f.w.Flush()
-	}
-	return n, err
-}

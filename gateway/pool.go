@@ -48,6 +48,9 @@ type upstreamReader struct {
 	c       net.Conn
 	limited bool
 	limit   int
+	// beforeRead, when set, runs before every read from the connection: a
+	// response relay flushes what it holds before the gateway may wait here.
+	beforeRead func()
 }
 
 var errRespHeaderTooLarge = errors.New("response header exceeds max_header_bytes")
@@ -60,6 +63,9 @@ func (r *upstreamReader) Read(p []byte) (int, error) {
 		if len(p) > r.limit {
 			p = p[:r.limit]
 		}
+	}
+	if r.beforeRead != nil {
+		r.beforeRead()
 	}
 	n, err := r.c.Read(p)
 	r.limit -= n

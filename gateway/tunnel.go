@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -230,6 +231,14 @@ func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) 
 		return err
 	}
 	rc.responded = true
+	// Nothing is read or answered through the peek buffers from here: keep a
+	// copy of what they held and let them go (16 KiB and 4 KiB per open
+	// tunnel otherwise, for as long as it stays open).
+	head = bytes.Clone(head)
+	rc.br = nil
+	if rc.sess != nil {
+		rc.sess.dropBuffers()
+	}
 	down := make(chan int64, 1)
 	go func() {
 		n, _ := io.Copy(client, up)

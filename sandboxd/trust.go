@@ -19,8 +19,9 @@ import (
 )
 
 // The trust directory: the merged bundle in the forms runtimes that do not
-// read SystemCABundle want, written once per daemon by WriteTrustDir and
-// mounted read-only at SandboxTrustDir (Spec.TrustDir, PrepareSpec.TrustDir):
+// read SystemCABundle want, written by WriteTrustDir (or kept between
+// processes by OpenTrustDir, trustcache.go) and mounted read-only at
+// SandboxTrustDir (Spec.TrustDir, PrepareSpec.TrustDir):
 //
 //	certs/<subject-hash>.<n>  one PEM certificate each, OpenSSL's c_rehash layout (SSL_CERT_DIR)
 //	truststore.p12            a PKCS#12 Java truststore (JAVA_TOOL_OPTIONS)
@@ -60,13 +61,10 @@ func WriteTrustDir(dir string, bundle []byte) (int, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return 0, fmt.Errorf("trust dir: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, TrustCertsDir), 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("trust dir: %w", err)
 	}
-	if err := writeHashedDir(filepath.Join(dir, TrustCertsDir), certs); err != nil {
-		return 0, err
-	}
-	if err := writeJavaStore(filepath.Join(dir, TrustJavaStore), certs); err != nil {
+	if err := writeTrustTree(dir, certs, ""); err != nil {
 		return 0, err
 	}
 	return len(certs), nil
@@ -140,7 +138,12 @@ func certSubject(der []byte) ([]byte, error) {
 
 // writeHashedDir writes each certificate to <subject-hash>.<n>, n counting
 // up from 0 among certificates whose subjects hash alike.
-func writeHashedDir(dir string, certs []bundleCert) error {
+//
+// With reuse (another trust directory's hashed dir, "" for none) a file there
+// with the same name and exactly the same bytes, owned by this user or root
+// and writable by no one else, is hard-linked instead of written: creating
+// ~145 files is most of the cost on a disk-backed /run, a link is not.
+func writeHashedDir(dir string, certs []bundleCert, reuse string) error {
 	next := map[uint32]int{}
 	for _, c := range certs {
 		h, err := SubjectHash(c.rawSubject)
@@ -150,11 +153,27 @@ func writeHashedDir(dir string, certs []bundleCert) error {
 		name := fmt.Sprintf("%08x.%d", h, next[h])
 		next[h]++
 		data := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.raw})
+		if reuse != "" && linkSame(filepath.Join(reuse, name), filepath.Join(dir, name), data) {
+			continue
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			return fmt.Errorf("trust dir: %w", err)
 		}
 	}
 	return nil
+}
+
+// linkSame hard-links src to dst when src is a regular file owned by this
+// user or root, writable by no one else, holding exactly data.
+func linkSame(src, dst string, data []byte) bool {
+	fi, err := os.Lstat(src)
+	if err != nil || ownedFile(src, fi, false) != nil || fi.Size() != int64(len(data)) {
+		return false
+	}
+	if b, err := os.ReadFile(src); err != nil || !bytes.Equal(b, data) {
+		return false
+	}
+	return os.Link(src, dst) == nil
 }
 
 // writeJavaStore writes the certificates as a PKCS#12 truststore: every cert

@@ -55,7 +55,7 @@ func universal(s string) []byte {
 }
 
 // rawName encodes a Name from RDNs of attributes, each value with its own tag.
-func rawName(t *testing.T, rdns ...[]rawATV) []byte {
+func rawName(t testing.TB, rdns ...[]rawATV) []byte {
 	t.Helper()
 	var seq []asn1.RawValue
 	for _, rdn := range rdns {
@@ -81,7 +81,7 @@ func rawName(t *testing.T, rdns ...[]rawATV) []byte {
 
 // selfSigned makes a DER CA certificate whose subject (and issuer) is
 // rawSubject; Go's x509 need not be able to parse it.
-func selfSigned(t *testing.T, rawSubject []byte) []byte {
+func selfSigned(t testing.TB, rawSubject []byte) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
