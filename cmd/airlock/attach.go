@@ -130,7 +130,7 @@ func runAttach(ctx context.Context, cmd *cobra.Command, o attachOptions) error {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
 	defer d.Close()
-	sb, err := d.Attach(ctx, policy.Sandbox{ID: o.id, Labels: labels}, o.netns)
+	sb, err := d.Attach(ctx, policy.Sandbox{ID: o.id, Labels: labels}, o.netns, netns.Inbound{})
 	if err != nil {
 		return &exitError{Code: 1, Msg: err.Error()}
 	}
