@@ -140,7 +140,6 @@ func sniff(t *testing.T, path string) *sniffer {
 	return s
 }
 
-
 func parseFrame(p []byte) (frame, bool) {
 	if len(p) < 20 || p[0]>>4 != 4 {
 		return frame{}, false
