@@ -493,9 +493,16 @@ func inDropOf(sandbox, proto, ip string, port int) func(audit.Record) bool {
 
 // TestAttachInboundCheckNoticesChange: CHECK (CheckAttached) fails when an
 // accept mode's rules are changed in the namespace: a port's accept removed,
-// or an accept of everything put into airlock's input chain.
+// or an accept of everything put into airlock's input chain. Both backends
+// print the rules back in a form Verify reads.
 func TestAttachInboundCheckNoticesChange(t *testing.T) {
-	w := newWorld(t, Config{})
+	for _, backend := range []string{IPTablesLegacy, IPTablesNFT} {
+		t.Run(backend, func(t *testing.T) { testAttachInboundCheck(t, backend) })
+	}
+}
+
+func testAttachInboundCheck(t *testing.T, backend string) {
+	w := newWorld(t, Config{IPTables: backend})
 	c := newContainer(t)
 	ctx := context.Background()
 	ipt := "iptables-" + w.m.Backend()
