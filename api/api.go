@@ -241,6 +241,38 @@ type AttachRequest struct {
 	// it): policy sees it as input.sandbox.pod and every audit record of the
 	// sandbox carries it.
 	Pod *Pod `json:"pod,omitempty"`
+	// Inbound says what becomes of traffic arriving on the namespace's
+	// interfaces other than lo; omitted, it is captured (InboundCapture).
+	Inbound *Inbound `json:"inbound,omitempty"`
+}
+
+// Inbound modes (Inbound.Mode).
+const (
+	// InboundCapture: what arrives on the namespace's interfaces is the
+	// workload's egress (a VM behind a tap, a veth whose peer is the
+	// workload): TCP and DNS go to airlock's listeners, the rest is dropped.
+	InboundCapture = "capture"
+	// InboundAccept: what arrives comes from the network to the namespace
+	// (a pod on a bridge): new TCP connections to the namespace's own
+	// addresses on Ports (every TCP port when none are listed) are
+	// accepted and only their replies may leave; everything else arriving
+	// is dropped and logged, and the workload's own egress is captured as
+	// always.
+	InboundAccept = "accept"
+)
+
+// MaxInboundPorts bounds Inbound.Ports.
+const MaxInboundPorts = 32
+
+// Inbound is an attach's choice for traffic arriving on the namespace's
+// interfaces.
+type Inbound struct {
+	// Mode is InboundCapture (when empty) or InboundAccept.
+	Mode string `json:"mode,omitempty"`
+	// Ports are the TCP ports InboundAccept lets connections in on (1-65535,
+	// at most MaxInboundPorts, no repeats); empty lets in every TCP port.
+	// Not allowed with InboundCapture.
+	Ports []int `json:"ports,omitempty"`
 }
 
 // Pod is a Kubernetes pod's identity, as its runtime passed it to the CNI
@@ -264,10 +296,16 @@ type Attached struct {
 // AttachStatus is what GET /v1/attach/{id} returns: whether the attached
 // namespace's rules are still as Attach left them (the CNI CHECK).
 type AttachStatus struct {
-	ID      string `json:"id"`
-	Path    string `json:"path"`
-	Pod     *Pod   `json:"pod,omitempty"`
-	InForce bool   `json:"in_force"`
+	ID   string `json:"id"`
+	Path string `json:"path"`
+	Pod  *Pod   `json:"pod,omitempty"`
+	// Inbound is the mode (and ports) the namespace was attached with.
+	Inbound Inbound `json:"inbound"`
+	// InboundAccepted counts the inbound connections InboundAccept let in
+	// since the namespace was attached, or re-attached after a restart (as
+	// logged by the kernel: under a flood some may not be counted).
+	InboundAccepted uint64 `json:"inbound_accepted"`
+	InForce         bool   `json:"in_force"`
 	// Problem says what is missing or out of place when InForce is false.
 	Problem string `json:"problem,omitempty"`
 }

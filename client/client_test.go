@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -545,7 +546,8 @@ func TestAttachCheckDetach(t *testing.T) {
 	fake, c := newFake(t)
 	ctx := t.Context()
 	pod := &api.Pod{Namespace: "ci", Name: "agent-0", UID: "6f1c", ServiceAccount: "runner"}
-	if err := c.Attach(ctx, api.AttachRequest{ID: "alk-pod-1", NetNS: "/proc/1/ns/net", Pod: pod}); err != nil {
+	inbound := &api.Inbound{Mode: api.InboundAccept, Ports: []int{8080}}
+	if err := c.Attach(ctx, api.AttachRequest{ID: "alk-pod-1", NetNS: "/proc/1/ns/net", Pod: pod, Inbound: inbound}); err != nil {
 		t.Fatalf("attach: %v", err)
 	}
 	if got := fake.Attached()["alk-pod-1"].Pod; got == nil || *got != *pod {
@@ -554,6 +556,9 @@ func TestAttachCheckDetach(t *testing.T) {
 	st, err := c.CheckAttach(ctx, "alk-pod-1")
 	if err != nil || !st.InForce || st.Problem != "" || st.Pod == nil || *st.Pod != *pod {
 		t.Fatalf("check: got %+v, %v; want in force with the pod", st, err)
+	}
+	if st.Inbound.Mode != api.InboundAccept || !slices.Equal(st.Inbound.Ports, []int{8080}) {
+		t.Errorf("check: inbound %+v, want accept [8080]", st.Inbound)
 	}
 	fake.SetAttachProblem("alk-pod-1", "filter OUTPUT has no jump to AIRLOCK-OUT")
 	if st, err := c.CheckAttach(ctx, "alk-pod-1"); err != nil || st.InForce || !strings.Contains(st.Problem, "AIRLOCK-OUT") {

@@ -54,6 +54,13 @@ type Config struct {
 	Timeout string `json:"timeout,omitempty"`
 	// Select says which pods are attached; the others pass through untouched.
 	Select Select `json:"select,omitzero"`
+	// Inbound is what becomes of connections arriving at the pod (kubelet
+	// probes, Services): {"mode": "accept", "ports": [8080]} lets in new TCP
+	// connections on those ports and only their replies out, {"mode":
+	// "accept"} every TCP port, {"mode": "capture"} sends them to airlock's
+	// listeners as egress (so nothing reaches the pod). Omitted: accept every
+	// TCP port.
+	Inbound *api.Inbound `json:"inbound,omitempty"`
 	// RuntimeConfig holds what the runtime passes for the capabilities the
 	// entry declares; only PodAnnotationsCapability is read.
 	RuntimeConfig map[string]json.RawMessage `json:"runtimeConfig,omitempty"`
@@ -106,6 +113,12 @@ func ParseConfig(stdin []byte) (*Config, error) {
 		}
 		c.timeout = d
 	}
+	if c.Inbound == nil {
+		c.Inbound = &api.Inbound{Mode: api.InboundAccept}
+	}
+	if err := checkInbound(c.Inbound); err != nil {
+		return nil, err
+	}
 	if c.Select.Annotation == "" {
 		c.Select.Annotation = DefaultAnnotation
 	}
@@ -120,6 +133,33 @@ func ParseConfig(stdin []byte) (*Config, error) {
 		}
 	}
 	return &c, nil
+}
+
+// checkInbound refuses an inbound the daemon would refuse, before a pod is
+// attached, naming the key: a mode other than capture or accept, ports with
+// capture, a port out of range or given twice, more than
+// api.MaxInboundPorts.
+func checkInbound(in *api.Inbound) error {
+	switch in.Mode {
+	case api.InboundAccept:
+	case api.InboundCapture:
+		if len(in.Ports) > 0 {
+			return fmt.Errorf("airlock-cni: inbound.ports: only with inbound.mode %q", api.InboundAccept)
+		}
+	default:
+		return fmt.Errorf("airlock-cni: inbound.mode: %.40q is not %q or %q", in.Mode, api.InboundCapture, api.InboundAccept)
+	}
+	if len(in.Ports) > api.MaxInboundPorts {
+		return fmt.Errorf("airlock-cni: inbound.ports: %d ports, at most %d (none lets in every TCP port)", len(in.Ports), api.MaxInboundPorts)
+	}
+	seen := map[int]bool{}
+	for i, p := range in.Ports {
+		if p < 1 || p > 65535 || seen[p] {
+			return fmt.Errorf("airlock-cni: inbound.ports[%d]: %d is not a TCP port (1-65535) or is given twice", i, p)
+		}
+		seen[p] = true
+	}
+	return nil
 }
 
 // ArgsCNI is what args.cni gave.

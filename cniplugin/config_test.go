@@ -1,6 +1,7 @@
 package cniplugin
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,27 @@ func TestParseConfig(t *testing.T) {
 			if c.Socket != client.DefaultSocket || c.TimeoutDuration() != DefaultTimeout || c.Select.Annotation != DefaultAnnotation || c.Select.All {
 				t.Errorf("got socket %q, timeout %v, select %+v; want the defaults", c.Socket, c.TimeoutDuration(), c.Select)
 			}
+			// A pod answers kubelet probes and Services by default.
+			if c.Inbound == nil || c.Inbound.Mode != api.InboundAccept || len(c.Inbound.Ports) != 0 {
+				t.Errorf("got inbound %+v, want accept on every TCP port", c.Inbound)
+			}
 		}},
+		{name: "inbound ports", src: `{"type":"airlock-cni","inbound":{"mode":"accept","ports":[8080,8443]}}`, check: func(t *testing.T, c *Config) {
+			if c.Inbound.Mode != api.InboundAccept || !slices.Equal(c.Inbound.Ports, []int{8080, 8443}) {
+				t.Errorf("got inbound %+v, want accept 8080, 8443", c.Inbound)
+			}
+		}},
+		{name: "inbound capture", src: `{"type":"airlock-cni","inbound":{"mode":"capture"}}`, check: func(t *testing.T, c *Config) {
+			if c.Inbound.Mode != api.InboundCapture {
+				t.Errorf("got inbound %+v, want capture", c.Inbound)
+			}
+		}},
+		{name: "inbound unknown mode", src: `{"type":"airlock-cni","inbound":{"mode":"open"}}`, want: `inbound.mode: "open" is not`},
+		{name: "inbound no mode", src: `{"type":"airlock-cni","inbound":{"ports":[80]}}`, want: `inbound.mode: "" is not`},
+		{name: "inbound ports with capture", src: `{"type":"airlock-cni","inbound":{"mode":"capture","ports":[80]}}`, want: "inbound.ports: only with"},
+		{name: "inbound port 0", src: `{"type":"airlock-cni","inbound":{"mode":"accept","ports":[80,0]}}`, want: "inbound.ports[1]: 0 is not a TCP port"},
+		{name: "inbound port twice", src: `{"type":"airlock-cni","inbound":{"mode":"accept","ports":[80,80]}}`, want: "inbound.ports[1]: 80"},
+		{name: "inbound unknown key", src: `{"type":"airlock-cni","inbound":{"mode":"accept","udp":[53]}}`, want: `unknown field "udp"`},
 		{name: "everything", src: `{"cniVersion":"1.0.0","name":"pods","type":"airlock-cni","socket":"/run/x/a.sock","timeout":"5s",
 			"select":{"all":true,"annotation":"example.com/airlock"},"capabilities":{"io.kubernetes.cri.pod-annotations":true},
 			"runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"a":"b"},"portMappings":[]},

@@ -124,7 +124,7 @@ func (p *Plugin) attach(c *Config, kv map[string]string, args *skel.CmdArgs) err
 	cl := p.client(c)
 	defer cl.Close()
 	id := SandboxID(args.ContainerID)
-	err = cl.Attach(ctx, api.AttachRequest{ID: id, NetNS: args.Netns, Labels: labels, Pod: pod})
+	err = cl.Attach(ctx, api.AttachRequest{ID: id, NetNS: args.Netns, Labels: labels, Pod: pod, Inbound: c.Inbound})
 	if err != nil {
 		return daemonError("attach "+id, c.Socket, err, ErrAttach)
 	}

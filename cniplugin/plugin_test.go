@@ -103,6 +103,9 @@ func TestAddAttachesAndPassesThrough(t *testing.T) {
 	if req.NetNS != "/run/netns/alk-test" || req.Pod == nil || *req.Pod != want || req.Labels["team"] != "ml" {
 		t.Errorf("attach request: got %+v (pod %+v), want netns /run/netns/alk-test, pod %+v, label team=ml", req, req.Pod, want)
 	}
+	if req.Inbound == nil || req.Inbound.Mode != api.InboundAccept {
+		t.Errorf("attach request's inbound: got %+v, want accept (the default for pods)", req.Inbound)
+	}
 	var got, prev map[string]any
 	if err := json.Unmarshal(h.out.Bytes(), &got); err != nil {
 		t.Fatalf("result %q: %v", h.out, err)

@@ -54,11 +54,23 @@ func TestRootAPIAdmin(t *testing.T) {
 	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "pod": {"name": "a\nb"}}`); code != 400 || out["field"] != "pod.name" {
 		t.Fatalf("attach with a control character in the pod name: %d %v, want 400 naming pod.name", code, out)
 	}
+	for body, field := range map[string]string{
+		`{"mode": "open"}`:                     "inbound.mode",
+		`{"mode": "capture", "ports": [8080]}`: "inbound.ports",
+		`{"mode": "accept", "ports": [80, 0]}`: "inbound.ports[1]",
+		`{"mode": "accept", "udp": [53]}`:      "",
+	} {
+		code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "inbound": `+body+`}`)
+		if code != 400 || (field != "" && out["field"] != field) {
+			t.Fatalf("attach with inbound %s: %d %v, want 400 naming %q", body, code, out, field)
+		}
+	}
 	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "labels": {"team": "web"}, "pod": {"namespace": "ci", "name": "web-0"}}`); code != 201 {
 		t.Fatalf("attach: %d %v", code, out)
 	}
-	if code, out := apiCall(t, h, "GET", "/v1/attach/alk-api-ext", ""); code != 200 || out["in_force"] != true || out["pod"].(map[string]any)["namespace"] != "ci" {
-		t.Fatalf("check after attach: %d %v, want in force with the pod", code, out)
+	if code, out := apiCall(t, h, "GET", "/v1/attach/alk-api-ext", ""); code != 200 || out["in_force"] != true || out["pod"].(map[string]any)["namespace"] != "ci" ||
+		fmt.Sprint(out["inbound"]) != "map[mode:capture]" || out["inbound_accepted"] != float64(0) {
+		t.Fatalf("check after attach: %d %v, want in force with the pod, inbound capture", code, out)
 	}
 	// Someone with CAP_NET_ADMIN in the namespace removes airlock's jump.
 	bin := "iptables-nft"

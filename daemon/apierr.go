@@ -93,6 +93,19 @@ func decodeStrict(raw json.RawMessage, rv reflect.Value, prefix string) *api.Err
 			}
 			continue
 		}
+		// An optional object (*api.Pod, *api.Inbound) is as strict as an
+		// embedded one; null leaves it nil.
+		if fv.Kind() == reflect.Pointer && isPlainStruct(fv.Type().Elem()) {
+			if bytes.Equal(bytes.TrimSpace(obj[k]), []byte("null")) {
+				continue
+			}
+			v := reflect.New(fv.Type().Elem())
+			if e := decodeStrict(obj[k], v.Elem(), prefix+k+"."); e != nil {
+				return e
+			}
+			fv.Set(v)
+			continue
+		}
 		if err := json.Unmarshal(obj[k], fv.Addr().Interface()); err != nil {
 			return apiErr(api.CodeInvalidField, prefix+k, "%s: %s", prefix+k, jsonErrText(err))
 		}

@@ -6,7 +6,47 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/netns"
 )
+
+// TestNetnsInbound: an attach's inbound is checked before anything is
+// touched, and a refusal names the field at fault.
+func TestNetnsInbound(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    *api.Inbound
+		want  string // netns's String of the result, when valid
+		field string // "" for valid
+	}{
+		{"none", nil, "capture", ""},
+		{"empty", &api.Inbound{}, "capture", ""},
+		{"capture", &api.Inbound{Mode: api.InboundCapture}, "capture", ""},
+		{"accept all", &api.Inbound{Mode: api.InboundAccept}, "accept all TCP ports", ""},
+		{"accept ports", &api.Inbound{Mode: api.InboundAccept, Ports: []int{8443, 8080}}, "accept TCP 8080,8443", ""},
+		{"unknown mode", &api.Inbound{Mode: "open"}, "", "inbound.mode"},
+		{"ports with capture", &api.Inbound{Mode: api.InboundCapture, Ports: []int{80}}, "", "inbound.ports"},
+		{"port out of range", &api.Inbound{Mode: api.InboundAccept, Ports: []int{80, 70000}}, "", "inbound.ports[1]"},
+		{"repeated port", &api.Inbound{Mode: api.InboundAccept, Ports: []int{80, 80}}, "", "inbound.ports[1]"},
+		{"too many ports", &api.Inbound{Mode: api.InboundAccept, Ports: make([]int, api.MaxInboundPorts+1)}, "", "inbound.ports"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, e := netnsInbound(tc.in)
+			switch {
+			case tc.field == "" && e != nil:
+				t.Fatalf("got %v, want valid", e)
+			case tc.field == "" && got.String() != tc.want:
+				t.Fatalf("got %v, want %s", got, tc.want)
+			case tc.field != "" && (e == nil || e.Field != tc.field || e.Code != api.CodeInvalidField || !strings.HasPrefix(e.Message, tc.field+":")):
+				t.Fatalf("got %+v, want invalid_field %s", e, tc.field)
+			}
+		})
+	}
+	// The API's names and bounds are netns's.
+	if api.InboundCapture != string(netns.InboundCapture) || api.InboundAccept != string(netns.InboundAccept) || api.MaxInboundPorts != netns.MaxInboundPorts {
+		t.Errorf("api and netns disagree on inbound modes or the port limit")
+	}
+}
 
 func TestValidatePod(t *testing.T) {
 	tests := []struct {

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -212,7 +213,7 @@ func TestRootLowDiskSpaceRefusesSandboxes(t *testing.T) {
 	if _, err := os.Stat("/run/netns/airlock-" + lowID); !os.IsNotExist(err) {
 		t.Fatalf("a namespace was made for a refused sandbox: %v", err)
 	}
-	if _, err := d.Attach(context.Background(), policy.Sandbox{ID: uniqueID("alk-daemon-lowdisk-a")}, filepath.Join(t.TempDir(), "no-such-netns")); !errors.Is(err, ErrLowDiskSpace) {
+	if _, err := d.Attach(context.Background(), policy.Sandbox{ID: uniqueID("alk-daemon-lowdisk-a")}, filepath.Join(t.TempDir(), "no-such-netns"), netns.Inbound{}); !errors.Is(err, ErrLowDiskSpace) {
 		t.Fatalf("attach with the audit filesystem nearly full: got %v, want ErrLowDiskSpace", err)
 	}
 	if err := os.Remove(filler); err != nil {

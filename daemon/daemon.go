@@ -469,14 +469,15 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	})
 }
 
-// Attach serves an existing namespace (a container's or a VM's) until Detach.
+// Attach serves an existing namespace (a container's or a VM's) until Detach,
+// treating traffic arriving on its interfaces as inbound says.
 // A sandbox with a Pod has it stamped on every audit record from the first.
-func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) (*netns.Sandbox, error) {
+func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string, inbound netns.Inbound) (*netns.Sandbox, error) {
 	if err := d.checkFreeSpace(); err != nil {
 		return nil, err
 	}
 	claimed := sb.Pod != nil && d.acct.claimPod(sb.ID, auditPod(sb.Pod))
-	s, err := d.netns.Attach(ctx, sb, nsPath)
+	s, err := d.netns.Attach(ctx, sb, nsPath, inbound)
 	if err != nil && claimed {
 		d.acct.setPod(sb.ID, nil)
 	}

@@ -52,6 +52,14 @@ func newMetrics(active, poolDepth func() float64) *metrics {
 	return m
 }
 
+// inboundMetric counts the inbound connections that attached namespaces in
+// inbound accept mode let in (package netns counts them from its NFLOG).
+func inboundMetric(accepted func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_inbound_connections_accepted_total",
+		Help: "TCP connections from the network that attached namespaces in inbound accept mode let in (refused ones are drop records)."},
+		func() float64 { return float64(accepted()) })
+}
+
 // execDone counts an exec's end.
 func (m *metrics) execDone(r *api.ExecResult) {
 	m.execWall.Observe(r.WallMS / 1e3)

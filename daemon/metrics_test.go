@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlock-dev/airlock/api"
@@ -54,5 +56,21 @@ func TestMetrics(t *testing.T) {
 	}
 	if got := m("airlock_sandboxes_active"); got != 0 {
 		t.Fatalf("active %v, want 0", got)
+	}
+}
+
+// TestInboundMetric: the count of inbound connections let in is netns's,
+// read at each scrape.
+func TestInboundMetric(t *testing.T) {
+	var n atomic.Uint64
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(inboundMetric(n.Load))
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if got := scrape(t, h, "airlock_inbound_connections_accepted_total"); got != 0 {
+		t.Fatalf("before any connection: %v, want 0", got)
+	}
+	n.Add(3)
+	if got := scrape(t, h, "airlock_inbound_connections_accepted_total"); got != 3 {
+		t.Fatalf("after three: %v, want 3", got)
 	}
 }

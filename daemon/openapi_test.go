@@ -220,7 +220,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ExecRequest": api.ExecRequest{}, "ExecResult": api.ExecResult{}, "Frame": api.Frame{}, "Exec": api.Exec{},
 		"SignalRequest": api.SignalRequest{}, "FilesResult": api.FilesResult{}, "Event": api.Event{},
 		"RunRequest": api.RunRequest{}, "RunResponse": api.RunResponse{}, "AttachRequest": api.AttachRequest{},
-		"Attached": api.Attached{}, "Pod": api.Pod{}, "AttachStatus": api.AttachStatus{}, "PolicyRev": api.PolicyRev{}, "SummaryRow": api.SummaryRow{}, "Health": api.Health{},
+		"Attached": api.Attached{}, "Pod": api.Pod{}, "Inbound": api.Inbound{}, "AttachStatus": api.AttachStatus{}, "PolicyRev": api.PolicyRev{}, "SummaryRow": api.SummaryRow{}, "Health": api.Health{},
 		"PolicyBundle": api.PolicyBundle{},
 	}
 	for name, v := range types {

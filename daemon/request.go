@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
 )
@@ -202,6 +204,25 @@ func validatePod(p *api.Pod) *api.Error {
 		}
 	}
 	return nil
+}
+
+// netnsInbound checks an attach's inbound and turns it into netns's (the
+// zero value, capture, for none). The error names the field at fault.
+func netnsInbound(in *api.Inbound) (netns.Inbound, *api.Error) {
+	if in == nil {
+		return netns.Inbound{}, nil
+	}
+	out := netns.Inbound{Mode: netns.InboundMode(in.Mode), Ports: slices.Clone(in.Ports)}
+	if err := out.Validate(); err != nil {
+		field, _, _ := strings.Cut(err.Error(), ":")
+		return netns.Inbound{}, apiErr(api.CodeInvalidField, field, "%v", err)
+	}
+	return out, nil
+}
+
+// apiInbound is in as the API shows it.
+func apiInbound(in netns.Inbound) api.Inbound {
+	return api.Inbound{Mode: string(in.Mode), Ports: slices.Clone(in.Ports)}
 }
 
 // policyPod is p as policy input carries it (nil for none).

@@ -14,12 +14,19 @@ import (
 
 // Attach gives the existing namespace at nsPath (/var/run/netns/x, /proc/PID/ns/net)
 // the sandbox listeners and rules, plus PREROUTING/INPUT/FORWARD rules for traffic
-// arriving on its other interfaces (tap, veth): TCP and DNS are redirected to the
-// listeners and everything else is logged and dropped. It saves the namespace's
+// arriving on its other interfaces (tap, veth), as inbound says: with
+// InboundCapture (the zero value) TCP and DNS are redirected to the listeners,
+// with InboundAccept new TCP connections to the namespace's own addresses on
+// the listed ports are let in and only their replies out; everything else
+// arriving is logged and dropped. It saves the namespace's
 // iptables rules and the sysctls it changes first, so Detach (or Recover after a
 // crash) puts them back. The namespace is also bind-mounted at RunDir/airlock-<id>
 // so a restarted gateway finds it. On error the namespace is left as it was.
-func (m *Manager) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) (*Sandbox, error) {
+func (m *Manager) Attach(ctx context.Context, sb policy.Sandbox, nsPath string, inbound Inbound) (*Sandbox, error) {
+	if err := inbound.Validate(); err != nil {
+		return nil, fmt.Errorf("netns: attach %s: %w", sb.ID, err)
+	}
+	inbound = inbound.normalized()
 	if err := m.reserve(sb.ID); err != nil {
 		return nil, err
 	}
@@ -27,7 +34,7 @@ func (m *Manager) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 		m.release(sb.ID)
 		return nil, err
 	}
-	s, err := m.attach(ctx, sb, nsPath)
+	s, err := m.attach(ctx, sb, nsPath, inbound)
 	if err != nil {
 		m.release(sb.ID)
 		m.log.Error("attach", oplog.SandboxKey, sb.ID, "netns", nsPath, oplog.ErrorKey, err)
@@ -36,11 +43,11 @@ func (m *Manager) Attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = s
 	m.mu.Unlock()
-	m.log.Info("sandbox namespace attached", oplog.SandboxKey, sb.ID, "netns", nsPath)
+	m.log.Info("sandbox namespace attached", oplog.SandboxKey, sb.ID, "netns", nsPath, "inbound", inbound.String())
 	return s, nil
 }
 
-func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) (s *Sandbox, err error) {
+func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string, inbound Inbound) (s *Sandbox, err error) {
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -76,7 +83,7 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	// A first state file before anything is touched, so Recover finds the bind
 	// mount if the process dies before the full state is written.
 	st := m.newState(sb, originAttached)
-	st.Source = nsPath
+	st.Source, st.Inbound = nsPath, &inbound
 	if err := m.writeState(st); err != nil {
 		return nil, err
 	}
@@ -149,17 +156,18 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string) 
 	if err := m.step("rules"); err != nil {
 		return nil, err
 	}
-	if err := m.ipt.Restore(ctx, h, backend, m.ruleSpec(true).render(), true); err != nil {
+	spec := m.ruleSpec(true, inbound)
+	if err := m.ipt.Restore(ctx, h, backend, spec.render(), true); err != nil {
 		return nil, fmt.Errorf("install rules: %w", err)
 	}
-	if err := m.ipt.Verify(ctx, h, backend, m.ruleSpec(true)); err != nil {
+	if err := m.ipt.Verify(ctx, h, backend, spec); err != nil {
 		return nil, err
 	}
 	own, err := nsAddrs(h)
 	if err != nil {
 		return nil, err
 	}
-	s = &Sandbox{ID: sb.ID, Labels: maps.Clone(sb.Labels), Path: path, Attached: true, Source: nsPath, Own: own, Pod: clonePod(sb.Pod), info: sb}
+	s = &Sandbox{ID: sb.ID, Labels: maps.Clone(sb.Labels), Path: path, Attached: true, Source: nsPath, Own: own, Pod: clonePod(sb.Pod), Inbound: inbound, info: sb}
 	if err := m.serve(s); err != nil {
 		return nil, err
 	}

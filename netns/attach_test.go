@@ -146,14 +146,14 @@ func TestAttachAndDetach(t *testing.T) {
 	sysBefore, _ := nsExec(t, c.path, 10*time.Second, "sysctl", "net.ipv6.conf.all.disable_ipv6", "net.ipv4.conf.all.route_localnet")
 
 	id := netnstest.SandboxID("attach")
-	s, err := w.m.Attach(ctx, policy.Sandbox{ID: id, Labels: map[string]string{"kind": "vm"}}, c.path)
+	s, err := w.m.Attach(ctx, policy.Sandbox{ID: id, Labels: map[string]string{"kind": "vm"}}, c.path, Inbound{})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
-	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: netnstest.SandboxID("again")}, c.path); err == nil {
+	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: netnstest.SandboxID("again")}, c.path, Inbound{}); err == nil {
 		t.Errorf("attaching the same namespace twice succeeded")
 	}
-	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: netnstest.SandboxID("host")}, "/proc/self/ns/net"); err == nil {
+	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: netnstest.SandboxID("host")}, "/proc/self/ns/net", Inbound{}); err == nil {
 		t.Errorf("attaching the host namespace succeeded")
 	}
 
@@ -251,7 +251,7 @@ func TestAttachFailureRestores(t *testing.T) {
 			}
 			defer func() { w.m.hook = nil }()
 			id := netnstest.SandboxID("afail")
-			if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, c.path); err == nil {
+			if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, c.path, Inbound{}); err == nil {
 				t.Fatalf("Attach with a failure at %s succeeded", step)
 			}
 			after, _ := nsExec(t, c.path, 10*time.Second, save)
@@ -280,7 +280,7 @@ func TestAttachWithDefaultRoute(t *testing.T) {
 	routesBefore, _ := nsExec(t, c.path, 10*time.Second, "ip", "route")
 
 	id := netnstest.SandboxID("defroute")
-	if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, c.path); err != nil {
+	if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, c.path, Inbound{}); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	reqs := w.web.Requests()

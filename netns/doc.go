@@ -5,7 +5,9 @@
 // iptables-restore run redirects TCP to the transparent listener and DNS to the
 // filter, and logs and drops everything else (written as "drop" audit
 // records). Attach gives a namespace made by someone else (a container's, a
-// VM's) the same listeners and rules and restores it on Detach; state files let
+// VM's) the same listeners and rules, with what arrives on its interfaces
+// captured as egress (a VM's tap) or accepted as inbound connections on listed
+// ports (a pod's veth; Inbound), and restores it on Detach; state files let
 // Recover re-attach attached namespaces a crashed gateway left and remove the
 // ones it had created. The pool keeps namespaces ready; TakePooled hands one
 // out for a sandbox to be prepared in, CreateFrom gives it to the sandbox.

@@ -70,24 +70,27 @@ func (l *dropLimiter) take() (int, map[string]int) {
 	return n, by
 }
 
-// dropReader turns one sandbox's NFLOG messages into audit records.
+// dropReader turns one sandbox's NFLOG messages into audit records, and
+// counts the inbound connections InboundAccept logged as accepted.
 type dropReader struct {
-	conn  *nflogConn
-	sb    policy.Sandbox
-	audit audit.Logger
-	log   *slog.Logger
-	lim   dropLimiter
-	done  chan struct{}
+	conn     *nflogConn
+	sb       policy.Sandbox
+	audit    audit.Logger
+	log      *slog.Logger
+	lim      dropLimiter
+	accepted func() // called once per accepted inbound connection
+	done     chan struct{}
 }
 
-func newDropReader(conn *nflogConn, sb policy.Sandbox, al audit.Logger, log *slog.Logger, burst int, interval time.Duration) *dropReader {
+func newDropReader(conn *nflogConn, sb policy.Sandbox, al audit.Logger, log *slog.Logger, burst int, interval time.Duration, accepted func()) *dropReader {
 	d := &dropReader{
-		conn:  conn,
-		sb:    sb,
-		audit: al,
-		log:   log,
-		lim:   dropLimiter{burst: burst, interval: interval},
-		done:  make(chan struct{}),
+		conn:     conn,
+		sb:       sb,
+		audit:    al,
+		log:      log,
+		lim:      dropLimiter{burst: burst, interval: interval},
+		accepted: accepted,
+		done:     make(chan struct{}),
 	}
 	go d.run()
 	return d
@@ -128,6 +131,10 @@ func (d *dropReader) run() {
 			}
 		}
 		for _, p := range pkts {
+			if p.Prefix == prefixInbound {
+				d.accepted()
+				continue
+			}
 			if due, _ := d.lim.due(now); due {
 				d.summary(now)
 			}

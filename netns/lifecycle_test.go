@@ -464,7 +464,7 @@ func TestFailedRulesRunLeavesNothing(t *testing.T) {
 	for _, r := range f.rules {
 		applied = r
 	}
-	if applied != w.m.ruleSpec(false).render() {
+	if applied != w.m.ruleSpec(false, Inbound{}).render() {
 		t.Errorf("applied rules:\n%s\nwant the island ruleset", applied)
 	}
 	w.m.Teardown(context.Background(), s.ID)

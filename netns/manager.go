@@ -63,6 +63,13 @@ type Sandbox struct {
 	Own []netip.Addr
 	// Pod is the Kubernetes pod of an attached namespace (airlock-cni), or nil.
 	Pod *policy.Pod
+	// Inbound is what an attached namespace's rules do with arriving
+	// traffic (normalized: mode set, ports sorted).
+	Inbound Inbound
+
+	// accepted counts the inbound connections InboundAccept let in (as
+	// logged: NFLOG may lose messages under load).
+	accepted atomic.Uint64
 
 	info  policy.Sandbox // what the Server is told: id, labels, mode, allow
 	ls    Listeners
@@ -88,11 +95,14 @@ type Manager struct {
 	sandboxes map[string]*Sandbox // nil value: reserved by a Create in progress
 	closed    bool
 
-	pool      chan string // paths of ready pool namespaces
-	poolKick  chan struct{}
-	poolStop  chan struct{}
-	poolDone  chan struct{}
-	poolSeq   atomic.Uint64
+	pool     chan string // paths of ready pool namespaces
+	poolKick chan struct{}
+	poolStop chan struct{}
+	poolDone chan struct{}
+	poolSeq  atomic.Uint64
+	// accepted counts inbound connections InboundAccept let in, over all
+	// sandboxes since New.
+	accepted  atomic.Uint64
 	poolNames sync.Map // path -> struct{} for pool namespaces this Manager made, ready or taken
 	// unmounts counts the pool names movePooled still unmounts in the
 	// background; Close waits for them.
@@ -287,7 +297,7 @@ func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
 	if err := m.step("rules"); err != nil {
 		return err
 	}
-	if err := m.ipt.Restore(ctx, h, m.backend, m.ruleSpec(false).render(), false); err != nil {
+	if err := m.ipt.Restore(ctx, h, m.backend, m.ruleSpec(false, Inbound{}).render(), false); err != nil {
 		return fmt.Errorf("install rules: %w", err)
 	}
 	if err := writeSysctls(h, islandConntrackSysctls); err != nil {
@@ -296,8 +306,14 @@ func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
 	return nil
 }
 
-func (m *Manager) ruleSpec(attach bool) ruleSpec {
-	return ruleSpec{DNSPort: m.cfg.DNSPort, TransparentPort: m.cfg.TransparentPort, NFLogGroup: m.cfg.NFLogGroup, Attach: attach}
+// ruleSpec is the island's ruleset, or with attach an attached namespace's
+// with inbound for its arriving traffic.
+func (m *Manager) ruleSpec(attach bool, inbound Inbound) ruleSpec {
+	s := ruleSpec{DNSPort: m.cfg.DNSPort, TransparentPort: m.cfg.TransparentPort, NFLogGroup: m.cfg.NFLogGroup, Attach: attach}
+	if attach {
+		s.Inbound = inbound.normalized()
+	}
+	return s
 }
 
 // serve opens s's listeners and NFLOG socket inside its namespace and starts the
@@ -329,9 +345,20 @@ func (m *Manager) serve(s *Sandbox) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.ls = ls
-	s.drops = newDropReader(nl, sb, m.audit, m.log, m.cfg.DropBurst, m.cfg.DropInterval)
+	s.drops = newDropReader(nl, sb, m.audit, m.log, m.cfg.DropBurst, m.cfg.DropInterval, func() {
+		s.accepted.Add(1)
+		m.accepted.Add(1)
+	})
 	return nil
 }
+
+// InboundAccepted counts the inbound connections the InboundAccept rules of
+// all attached namespaces let in since New (as logged: under a flood NFLOG
+// may lose some).
+func (m *Manager) InboundAccepted() uint64 { return m.accepted.Load() }
+
+// InboundAccepted counts the inbound connections s's rules let in.
+func (s *Sandbox) InboundAccepted() uint64 { return s.accepted.Load() }
 
 // stopServing stops the server for s and closes everything the process holds.
 func (m *Manager) stopServing(s *Sandbox) {

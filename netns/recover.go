@@ -172,7 +172,7 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		return s, removed, errors.Join(err, rerr)
 	}
 	defer h.Close()
-	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: true, Source: st.Source, Pod: clonePod(info.Pod), info: info}
+	s := &Sandbox{ID: id, Labels: st.Labels, Path: path, Attached: true, Source: st.Source, Pod: clonePod(info.Pod), Inbound: st.inbound(), info: info}
 	// Put the namespace back as it was, then attach again from scratch.
 	if st.AddedIsland {
 		if has, herr := hasDefaultRoute(h); herr == nil && !has {
@@ -183,10 +183,10 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		err = m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false)
 	}
 	if err == nil {
-		err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(true).render(), true)
+		err = m.ipt.Restore(ctx, h, st.Backend, m.ruleSpec(true, s.Inbound).render(), true)
 	}
 	if err == nil {
-		err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true))
+		err = m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true, s.Inbound))
 	}
 	if err == nil {
 		var links []string

@@ -74,7 +74,7 @@ func testRecoverReattachesOnlyAttached(t *testing.T, oldState bool) {
 	}
 	aid := netnstest.SandboxID("attached")
 	pod := &policy.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1"}
-	attached, err := w.m.Attach(ctx, policy.Sandbox{ID: aid, Labels: map[string]string{"kind": "vm"}, Mode: policy.ModeReport, Allow: allow, Pod: pod}, c.path)
+	attached, err := w.m.Attach(ctx, policy.Sandbox{ID: aid, Labels: map[string]string{"kind": "vm"}, Mode: policy.ModeReport, Allow: allow, Pod: pod}, c.path, Inbound{Mode: InboundAccept, Ports: []int{8443, 8080}})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -136,6 +136,14 @@ func testRecoverReattachesOnlyAttached(t *testing.T, oldState bool) {
 	}
 	if !oldState && (got.Pod == nil || *got.Pod != *pod || got.info.Pod == nil || *got.info.Pod != *pod) {
 		t.Errorf("re-attached pod: %+v (policy input %+v), want %+v", got.Pod, got.info.Pod, pod)
+	}
+	// The inbound mode is re-applied from the state file, and CHECK finds
+	// exactly its rules.
+	if want := (Inbound{Mode: InboundAccept, Ports: []int{8080, 8443}}); got.Inbound.String() != want.String() {
+		t.Errorf("re-attached inbound: %v, want %v", got.Inbound, want)
+	}
+	if err := m2.CheckAttached(ctx, aid); err != nil {
+		t.Errorf("CheckAttached after recovery: %v", err)
 	}
 	vm := c.vmTCP.Load()
 	if out, err := fromContainer(); err != nil || !strings.Contains(out, "hello from web.test /ctr") {

@@ -26,6 +26,9 @@ const (
 const (
 	prefixOut = "airlock-out"
 	prefixIn  = "airlock-in"
+	// prefixInbound logs an inbound connection InboundAccept let in: it is
+	// counted, not written as a drop.
+	prefixInbound = "airlock-inbound"
 )
 
 // New-flow limit: every flow a sandbox starts (a TCP connection, a UDP
@@ -54,7 +57,13 @@ type ruleSpec struct {
 	// interfaces other than lo, and renders for iptables-restore --noflush
 	// (insert jumps, leave the namespace's own rules alone).
 	Attach bool
+	// Inbound says what those rules make of arriving traffic (Attach only).
+	Inbound Inbound
 }
+
+// accept reports whether arriving traffic is from the network (InboundAccept)
+// rather than the workload's egress.
+func (s ruleSpec) accept() bool { return s.Attach && s.Inbound.mode() == InboundAccept }
 
 // render returns the iptables-restore input for s.
 func (s ruleSpec) render() string {
@@ -91,9 +100,16 @@ func (s ruleSpec) render() string {
 		// listeners are on 127.0.0.1, which needs route_localnet (set by Attach).
 		jump("PREROUTING", chainNatPre)
 		fmt.Fprintf(&b, "-A %s -i lo -j RETURN\n", chainNatPre)
-		fmt.Fprintf(&b, "-A %s -p udp --dport 53 -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, dns)
-		fmt.Fprintf(&b, "-A %s -p tcp --dport 53 -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, dns)
-		fmt.Fprintf(&b, "-A %s -p tcp -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, tp)
+		if s.accept() {
+			// From the network: accepted connections pass untouched, and
+			// nothing arriving ever reaches the listeners (the pod's gateway
+			// is not the network's).
+			s.renderAccept("nat", &b)
+		} else {
+			fmt.Fprintf(&b, "-A %s -p udp --dport 53 -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, dns)
+			fmt.Fprintf(&b, "-A %s -p tcp --dport 53 -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, dns)
+			fmt.Fprintf(&b, "-A %s -p tcp -j DNAT --to-destination 127.0.0.1:%s\n", chainNatPre, tp)
+		}
 		// Everything else arriving is dropped in filter INPUT or FORWARD (or by
 		// routing when forwarding is off); nat sees each flow's first packet once,
 		// whichever way it dies, so this is where it is logged.
@@ -124,13 +140,20 @@ func (s ruleSpec) render() string {
 		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p udp --dport %s -m conntrack --ctstate DNAT --ctdir ORIGINAL -j ACCEPT\n", chainOut, dns)
 	}
 	fmt.Fprintf(&b, "-A %s -m conntrack --ctstate DNAT --ctdir REPLY -j ACCEPT\n", chainOut)
+	if s.accept() {
+		s.renderAccept("filter-out", &b)
+	}
 	nflog(chainOut, prefixOut)
 	if s.Attach {
 		jump("INPUT", chainIn)
 		fmt.Fprintf(&b, "-A %s -i lo -j RETURN\n", chainIn)
-		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, tp)
-		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, dns)
-		fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p udp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, dns)
+		if s.accept() {
+			s.renderAccept("filter-in", &b)
+		} else {
+			fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, tp)
+			fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p tcp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, dns)
+			fmt.Fprintf(&b, "-A %s -d 127.0.0.1/32 -p udp --dport %s -m conntrack --ctstate DNAT -j ACCEPT\n", chainIn, dns)
+		}
 		fmt.Fprintf(&b, "-A %s -j DROP\n", chainIn)
 		jump("FORWARD", chainFwd)
 		fmt.Fprintf(&b, "-A %s -j DROP\n", chainFwd)

@@ -44,6 +44,11 @@ type state struct {
 	// AddedIsland says Attach added the island address and default route (the
 	// namespace had no default route), so detaching removes them.
 	AddedIsland bool `json:"added_island,omitempty"`
+	// Inbound is what the attached namespace's rules do with arriving
+	// traffic, so Recover installs the same rules and CHECK verifies them. A
+	// file written before the field existed has none: InboundCapture, the
+	// only behaviour there was.
+	Inbound *Inbound `json:"inbound,omitempty"`
 	// Saved is set once SavedRules and SavedSysctls hold what an attached
 	// namespace had; before that nothing in it was changed.
 	Saved bool `json:"saved,omitempty"`
@@ -87,6 +92,11 @@ func (m *Manager) readState(id string) (*state, error) {
 	if _, err := st.origin(); err != nil {
 		return nil, fmt.Errorf("state %s: %w", m.statePath(id), err)
 	}
+	if st.Inbound != nil {
+		if err := st.Inbound.Validate(); err != nil {
+			return nil, fmt.Errorf("state %s: %w", m.statePath(id), err)
+		}
+	}
 	return &st, nil
 }
 
@@ -119,6 +129,14 @@ func (st *state) origin() (string, error) {
 		return "", fmt.Errorf("origin %q disagrees with attached=%v", st.Origin, st.Attached)
 	}
 	return st.Origin, nil
+}
+
+// inbound is the Inbound an attached namespace was attached with.
+func (st *state) inbound() Inbound {
+	if st.Inbound == nil {
+		return Inbound{Mode: InboundCapture}
+	}
+	return st.Inbound.normalized()
 }
 
 // sandbox is the policy identity a re-attached namespace is served with.

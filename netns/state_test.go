@@ -2,6 +2,7 @@ package netns
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -78,5 +79,34 @@ func TestNewStateKeepsPolicyIdentity(t *testing.T) {
 	bad := state{ID: "x", Allow: []string{"a.example:0"}}
 	if _, err := bad.sandbox(); err == nil {
 		t.Fatal("got a sandbox from a state with a bad allow entry, want an error")
+	}
+}
+
+// TestStateInbound: an attached namespace's inbound survives in its state
+// file; a file from before the field is capture; one with a bad inbound is
+// refused (Recover then leaves the namespace closed instead of guessing).
+func TestStateInbound(t *testing.T) {
+	m := &Manager{backend: IPTablesLegacy, cfg: Config{StateDir: t.TempDir()}}
+	write := func(id, inbound string) {
+		t.Helper()
+		body := `{"id":"` + id + `","backend":"legacy","origin":"attached","attached":true` + inbound + `}`
+		if err := os.WriteFile(m.statePath(id), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("old", "")
+	write("acc", `,"inbound":{"mode":"accept","ports":[8443,8080]}`)
+	write("bad", `,"inbound":{"mode":"accept","ports":[0]}`)
+	for id, want := range map[string]string{"old": "capture", "acc": "accept TCP 8080,8443"} {
+		st, err := m.readState(id)
+		if err != nil {
+			t.Fatalf("readState(%s): %v", id, err)
+		}
+		if got := st.inbound().String(); got != want {
+			t.Errorf("state %s: inbound %q, want %q", id, got, want)
+		}
+	}
+	if _, err := m.readState("bad"); err == nil || !strings.Contains(err.Error(), "inbound.ports[0]") {
+		t.Errorf("readState of a bad inbound: %v, want an error naming inbound.ports[0]", err)
 	}
 }

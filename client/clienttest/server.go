@@ -555,7 +555,11 @@ func (s *Server) checkAttach(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no attached sandbox %q", id)})
 		return
 	}
-	writeJSON(w, 200, api.AttachStatus{ID: id, Path: "/run/airlock/airlock-" + id, Pod: req.Pod, InForce: problem == "", Problem: problem})
+	inbound := api.Inbound{Mode: api.InboundCapture}
+	if req.Inbound != nil {
+		inbound = *req.Inbound
+	}
+	writeJSON(w, 200, api.AttachStatus{ID: id, Path: "/run/airlock/airlock-" + id, Pod: req.Pod, Inbound: inbound, InForce: problem == "", Problem: problem})
 }
 
 func (s *Server) detach(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,7 @@ Its entry in a conflist (after bridge, ptp, ...):
    "socket": "/run/airlock/airlock.sock",       (default)
    "timeout": "30s",                            (default; per daemon call)
    "select": {"annotation": "airlock.dev/enabled", "all": false},
+   "inbound": {"mode": "accept", "ports": [8080]},  (default: accept, every port)
    "capabilities": {"io.kubernetes.cri.pod-annotations": true}}
 
 A pod is selected by its annotation airlock.dev/enabled: "true" (passed by
@@ -38,6 +39,10 @@ capability), by AIRLOCK_ENABLED=true in CNI_ARGS, or by "select": {"all": true}
 in a conflist only one RuntimeClass's handler uses. Its identity comes from
 CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID), args.cni.serviceAccount,
 and sandbox labels from args.cni.labels and annotations labels.airlock.dev/KEY.
+
+Connections arriving at the pod (kubelet probes, Services) are let in on the
+inbound ports (every TCP port when none are listed), and only their replies
+leave; "inbound": {"mode": "capture"} takes them for egress instead.
 `
 
 func main() {

@@ -30,6 +30,8 @@ type attachOptions struct {
 	audit     string
 	upstreams []string
 	stateDir  string
+	inbound   string
+	ports     []int
 }
 
 // attachReadyHook, when set (tests only), is called once the namespace is attached.
@@ -44,6 +46,9 @@ func newAttachCmd() *cobra.Command {
 such as /proc/PID/ns/net of a "docker run --network none" container or the
 namespace holding a Firecracker tap device. TCP and DNS leaving it, or arriving on
 its tap/veth interfaces, go through policy; everything else is dropped and audited.
+With --inbound accept, what arrives is traffic from the network instead: new TCP
+connections to the namespace's own addresses on the --inbound-port ports (every
+TCP port when none is given) are let in and only their replies leave.
 On SIGINT or SIGTERM the namespace's rules and sysctls are put back as they were.
 The processes in the namespace must not hold CAP_NET_ADMIN or CAP_NET_RAW there.`,
 		Args: cobra.NoArgs,
@@ -63,6 +68,8 @@ The processes in the namespace must not hold CAP_NET_ADMIN or CAP_NET_RAW there.
 	f.StringVar(&o.audit, "audit", "", "audit log file (overrides audit.file)")
 	f.StringArrayVar(&o.upstreams, "dns-upstream", nil, "DNS upstream IP:PORT (repeatable, overrides dns.upstreams)")
 	f.StringVar(&o.stateDir, "state-dir", netns.DefaultStateDir, "where attach state is kept for crash recovery")
+	f.StringVar(&o.inbound, "inbound", string(netns.InboundCapture), "what arrives on the namespace's interfaces: capture (a VM's egress, to policy) or accept (connections from the network)")
+	f.IntSliceVar(&o.ports, "inbound-port", nil, "TCP port --inbound accept lets connections in on (repeatable; none: every port)")
 	return cmd
 }
 
@@ -97,6 +104,10 @@ func runAttach(ctx context.Context, cmd *cobra.Command, o attachOptions) error {
 	if err != nil {
 		return usage(err.Error())
 	}
+	inbound := netns.Inbound{Mode: netns.InboundMode(o.inbound), Ports: o.ports}
+	if err := inbound.Validate(); err != nil {
+		return usage(strings.NewReplacer("inbound.mode", "--inbound", "inbound.ports", "--inbound-port").Replace(err.Error()))
+	}
 	cfg, err := config.Load(o.config)
 	if err != nil {
 		return usage(err.Error())
@@ -130,11 +141,11 @@ func runAttach(ctx context.Context, cmd *cobra.Command, o attachOptions) error {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
 	defer d.Close()
-	sb, err := d.Attach(ctx, policy.Sandbox{ID: o.id, Labels: labels}, o.netns)
+	sb, err := d.Attach(ctx, policy.Sandbox{ID: o.id, Labels: labels}, o.netns, inbound)
 	if err != nil {
 		return &exitError{Code: 1, Msg: err.Error()}
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "attached %s as sandbox %s (iptables %s); interrupt to detach\n", o.netns, sb.ID, d.Backend())
+	fmt.Fprintf(cmd.OutOrStdout(), "attached %s as sandbox %s (iptables %s, inbound %s); interrupt to detach\n", o.netns, sb.ID, d.Backend(), sb.Inbound)
 	if attachReadyHook != nil {
 		attachReadyHook(sb)
 	}

@@ -58,6 +58,10 @@ func TestAttachUsageErrors(t *testing.T) {
 		{"attach", "--netns", "/proc/self/ns/net"},
 		{"attach", "--netns", "/x", "--id", "bad/id"},
 		{"attach", "--netns", "/x", "--id", "ok", "--label", "nokey"},
+		{"attach", "--netns", "/x", "--id", "ok", "--inbound", "open"},
+		{"attach", "--netns", "/x", "--id", "ok", "--inbound-port", "80"},
+		{"attach", "--netns", "/x", "--id", "ok", "--inbound", "accept", "--inbound-port", "0"},
+		{"attach", "--netns", "/x", "--id", "ok", "--inbound", "accept", "--inbound-port", "x"},
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("airlock %v: exit %d, want 2", args, code)

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -24,6 +26,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
@@ -136,6 +139,7 @@ func (p *cniPod) conflist(name, socket string) *libcni.NetworkConfigList {
 	if socket != "" {
 		plugins = append(plugins, map[string]any{
 			"type": "airlock-cni", "socket": socket, "timeout": "60s",
+			"inbound":      map[string]any{"mode": "accept", "ports": []int{probePort}},
 			"capabilities": map[string]any{cniplugin.PodAnnotationsCapability: true},
 		})
 	}
@@ -159,6 +163,61 @@ func (p *cniPod) runtimeConf(containerID, uid string, annotations map[string]str
 			{"K8S_POD_UID", uid}, {"K8S_POD_INFRA_CONTAINER_ID", containerID}},
 		CapabilityArgs: map[string]any{cniplugin.PodAnnotationsCapability: annotations},
 	}
+}
+
+// The pod's ports: its conflist accepts probePort inbound, not otherPort.
+const (
+	probePort = 8080
+	otherPort = 8081
+)
+
+// podHTTPD is an HTTP server in the pod namespace on port, counting the
+// requests it serves: what a kubelet probe or a Service reaches.
+type podHTTPD struct {
+	n   atomic.Int64
+	srv *http.Server
+}
+
+func (p *cniPod) httpd(port int) *podHTTPD {
+	p.t.Helper()
+	h := &podHTTPD{}
+	var l net.Listener
+	var err error
+	// SO_REUSEPORT lets the attack below bind a client socket to the port.
+	lc := net.ListenConfig{Control: reusePort}
+	p.inPod(func() { l, err = lc.Listen(context.Background(), "tcp4", fmt.Sprintf("0.0.0.0:%d", port)) })
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	h.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.n.Add(1)
+		fmt.Fprintf(w, "pod %d %s\n", port, r.URL.Path)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = h.srv.Serve(l) }()
+	p.t.Cleanup(func() { h.srv.Close() })
+	return h
+}
+
+// reusePort sets SO_REUSEPORT on a socket before it binds.
+func reusePort(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// probe is a kubelet's HTTP probe from the host's side of the bridge: GET
+// http://ADDR:PORT/healthz, bounded in time.
+func probe(addr netip.Addr, port int) (string, error) {
+	c := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	resp, err := c.Get(fmt.Sprintf("http://%s/healthz", net.JoinHostPort(addr.String(), fmt.Sprint(port))))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 256))
+	return string(b), err
 }
 
 // countingListener accepts and counts connections, answering "direct\n".
@@ -266,7 +325,8 @@ func TestRootCNIPlugin(t *testing.T) {
 	// to the gateway listener; that route is what airlock must close.
 	plain := p.conflist("alk-plain-"+p.tag, "")
 	plainRT := p.runtimeConf("alk-ctl-"+p.tag, uid, annotations)
-	if _, err := p.cni.AddNetworkList(ctx, plain, plainRT); err != nil {
+	plainRes, err := p.cni.AddNetworkList(ctx, plain, plainRT)
+	if err != nil {
 		t.Fatalf("control ADD (bridge only): %v", err)
 	}
 	p.inPod(func() {
@@ -274,13 +334,30 @@ func TestRootCNIPlugin(t *testing.T) {
 			t.Errorf("control: the gateway listener through the bridge: got %q, %v; want its answer (the direct route works without airlock)", got, err)
 		}
 	})
+	httpd, unlisted := p.httpd(probePort), p.httpd(otherPort)
+	plain100, err := types100.NewResultFromResult(plainRes)
+	if err != nil || len(plain100.IPs) != 1 {
+		t.Fatalf("control ADD result: %+v, %v; want one address", plainRes, err)
+	}
+	// Without airlock the host reaches both of the pod's servers: what the
+	// accept rules must keep for one port and refuse for the other.
+	for _, port := range []int{probePort, otherPort} {
+		if got, err := probe(netip.MustParseAddr(plain100.IPs[0].Address.IP.String()), port); got != fmt.Sprintf("pod %d /healthz\n", port) {
+			t.Errorf("control: probe of %d from the host: got %q, %v; want the pod's answer", port, got, err)
+		}
+	}
 	if err := p.cni.DelNetworkList(ctx, plain, plainRT); err != nil {
 		t.Fatalf("control DEL: %v", err)
 	}
 	if n := p.direct.n.Load(); n != 1 {
 		t.Fatalf("control: the gateway listener counted %d connections, want 1", n)
 	}
+	if n, m := httpd.n.Load(), unlisted.n.Load(); n != 1 || m != 1 {
+		t.Fatalf("control: the pod's servers counted %d and %d probes, want 1 each", n, m)
+	}
 	p.direct.n.Store(0)
+	httpd.n.Store(0)
+	unlisted.n.Store(0)
 
 	// VERSION, as libcni asks it.
 	if vi, err := p.cni.GetVersionInfo(ctx, "airlock-cni"); err != nil || !slices.Contains(vi.SupportedVersions(), "1.0.0") {
@@ -304,6 +381,30 @@ func TestRootCNIPlugin(t *testing.T) {
 	if err != nil || !st.InForce || st.Pod == nil || st.Pod.Namespace != "ci" {
 		t.Fatalf("the daemon's view after ADD: got %+v, %v; want %s attached with its pod", st, err, id)
 	}
+	if st.Inbound.Mode != api.InboundAccept || !slices.Equal(st.Inbound.Ports, []int{probePort}) {
+		t.Errorf("the daemon's view of inbound after ADD: %+v, want accept [%d]", st.Inbound, probePort)
+	}
+	podIP := netip.MustParseAddr(r100.IPs[0].Address.IP.String())
+
+	// A kubelet probe from the host's side of the bridge reaches the pod's
+	// server on the accepted port; the other port sees nothing, and its
+	// refusal is a drop record.
+	if got, err := probe(podIP, probePort); got != fmt.Sprintf("pod %d /healthz\n", probePort) {
+		t.Errorf("probe of the accepted port %d: got %q, %v; want the pod's answer", probePort, got, err)
+	}
+	if got, err := probe(podIP, otherPort); err == nil || got != "" {
+		t.Errorf("probe of the port %d not accepted: got %q, %v; want no answer", otherPort, got, err)
+	}
+	if n, m := httpd.n.Load(), unlisted.n.Load(); n != 1 || m != 0 {
+		t.Errorf("the pod's servers on %d and %d counted %d and %d probes, want 1 and 0", probePort, otherPort, n, m)
+	}
+	poll.Within(10*time.Second, func() bool {
+		st, err = d.C.CheckAttach(ctx, id)
+		return err == nil && st.InboundAccepted >= 1
+	})
+	if err != nil || st.InboundAccepted < 1 {
+		t.Errorf("accepted inbound connections after the probe: %+v, %v; want at least 1", st, err)
+	}
 
 	// From inside: the allowed host through airlock, the denied one not at
 	// all, and no direct way to either or to the gateway listener.
@@ -321,6 +422,17 @@ func TestRootCNIPlugin(t *testing.T) {
 		}
 		if got, _ := dial(directAddr); got == "direct\n" {
 			t.Errorf("the gateway listener answered through the bridge's direct route")
+		}
+		// The accepted port as a source port opens nothing: a connection
+		// from it is captured like any other.
+		d := net.Dialer{Timeout: 3 * time.Second, Control: reusePort, LocalAddr: &net.TCPAddr{Port: probePort}}
+		if c, err := d.Dial("tcp4", directAddr); err == nil {
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+			b := make([]byte, 16)
+			if n, _ := c.Read(b); n > 0 {
+				t.Errorf("a connection from the accepted port %d to the gateway listener got %q", probePort, b[:n])
+			}
+			c.Close()
 		}
 		if c, err := net.Dial("udp4", net.JoinHostPort(w.evil.IP.String(), "7")); err == nil {
 			_, _ = c.Write([]byte("x"))
@@ -347,6 +459,17 @@ func TestRootCNIPlugin(t *testing.T) {
 	})
 	mustFind(t, recs, match{decision: audit.DecisionAllow, host: "other.example.test", path: path})
 	mustFind(t, recs, match{decision: audit.DecisionDeny, host: "evil.example"})
+	poll.Within(10*time.Second, func() bool {
+		return slices.ContainsFunc(sandboxRecords(e, id), func(r audit.Record) bool {
+			return r.Kind == audit.KindDrop && r.Protocol == "tcp" && r.IP == podIP.String() && r.Port == otherPort
+		})
+	})
+	recs = sandboxRecords(e, id)
+	if !slices.ContainsFunc(recs, func(r audit.Record) bool {
+		return r.Kind == audit.KindDrop && r.Protocol == "tcp" && r.IP == podIP.String() && r.Port == otherPort
+	}) {
+		t.Errorf("no drop record of the refused probe of %s:%d", podIP, otherPort)
+	}
 	for _, r := range recs {
 		if r.Pod == nil || *r.Pod != wantPod {
 			t.Errorf("record %s (%s %s) carries pod %+v, want %+v", r.ID, r.Kind, r.Decision, r.Pod, wantPod)
@@ -371,6 +494,13 @@ func TestRootCNIPlugin(t *testing.T) {
 	})
 	if r := mustFind(t, recs, match{decision: audit.DecisionAllow, host: "other.example.test", path: again}); r.Pod == nil || *r.Pod != wantPod {
 		t.Errorf("the record after the restart carries pod %+v, want %+v", r.Pod, wantPod)
+	}
+	// The re-attached pod keeps its inbound mode.
+	if got, err := probe(podIP, probePort); got != fmt.Sprintf("pod %d /healthz\n", probePort) {
+		t.Errorf("probe after serve restarted: got %q, %v; want the pod's answer", got, err)
+	}
+	if got, _ := probe(podIP, otherPort); got != "" || unlisted.n.Load() != 0 {
+		t.Errorf("the port not accepted answered after serve restarted: %q (its server counted %d)", got, unlisted.n.Load())
 	}
 
 	// CHECK passes, then notices the first rule of filter OUTPUT removed.

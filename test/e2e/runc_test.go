@@ -83,10 +83,14 @@ func mustRun(t *testing.T, argv ...string) string {
 	return string(out)
 }
 
-// inbound fetches the pod's page from the fake internet's side of the veth.
-func (p *podNet) inbound() (string, error) {
+// inbound fetches the pod's page on port 8080 from the fake internet's side
+// of the veth.
+func (p *podNet) inbound() (string, error) { return p.inboundAt(8080) }
+
+// inboundAt fetches the pod's page on port from the fake internet's side.
+func (p *podNet) inboundAt(port int) (string, error) {
 	out, err := exec.Command("ip", "netns", "exec", w.net.Name, "timeout", "10",
-		"busybox", "wget", "-q", "-O-", "http://"+podAddr+":8080/").Output()
+		"busybox", "wget", "-q", "-O-", fmt.Sprintf("http://%s:%d/", podAddr, port)).Output()
 	return string(out), err
 }
 
@@ -178,12 +182,17 @@ func TestRuncContainerAttach(t *testing.T) {
 			"www/index.html":  "served by the pod\n",
 		},
 	})
-	// A server in the pod (busybox httpd goes to the background by itself).
-	if r := ctr.Exec(nil, "httpd", "-p", "8080", "-h", "/www"); r.Code != 0 {
-		t.Fatalf("httpd in the container: %s", r)
+	// Servers in the pod (busybox httpd goes to the background by itself):
+	// 8080 is the port an accept round lets in, 8081 one it does not.
+	for _, port := range []string{"8080", "8081"} {
+		if r := ctr.Exec(nil, "httpd", "-p", port, "-h", "/www"); r.Code != 0 {
+			t.Fatalf("httpd on %s in the container: %s", port, r)
+		}
 	}
-	if out, err := pod.inbound(); err != nil || out != "served by the pod\n" {
-		t.Fatalf("baseline inbound GET from the fake internet: %v: %q", err, out)
+	for _, port := range []int{8080, 8081} {
+		if out, err := pod.inboundAt(port); err != nil || out != "served by the pod\n" {
+			t.Fatalf("baseline inbound GET of %d from the fake internet: %v: %q", port, err, out)
+		}
 	}
 	if dirs := ctr.CgroupDirs(); len(dirs) == 0 {
 		t.Errorf("container %s has no cgroup directory named %s", ctr.ID, ctr.Cgroup)
@@ -204,10 +213,12 @@ func TestRuncContainerAttach(t *testing.T) {
 
 	pod.in(t, "iptables-nft", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
 		"-m", "comment", "--comment", "alk-platform-nft", "-j", "ACCEPT")
-	t.Run("platform rules in nft", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "nft", nil) })
+	t.Run("platform rules in nft", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "nft", nil, nil) })
 	pod.in(t, "iptables-legacy", "-w", "-A", "INPUT", "-p", "tcp", "--dport", "9",
 		"-m", "comment", "--comment", "alk-platform-legacy", "-j", "ACCEPT")
-	t.Run("platform rules in legacy too", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "legacy", nil) })
+	// This round lets connections in on 8080, as airlock-cni does for a pod.
+	accept := &api.Inbound{Mode: api.InboundAccept, Ports: []int{8080}}
+	t.Run("platform rules in legacy too, inbound accept", func(t *testing.T) { attachRound(t, e, d, pod, ctr, "legacy", accept, nil) })
 }
 
 // TestRuncOwnNamespaceAttach is the other way a platform can go: runc makes
@@ -227,7 +238,7 @@ func TestRuncOwnNamespaceAttach(t *testing.T) {
 		Created: true,
 	})
 	own := &podNet{path: fmt.Sprintf("/proc/%d/ns/net", ctr.Pid())}
-	attachRound(t, e, d, own, ctr, "legacy", func(id string) {
+	attachRound(t, e, d, own, ctr, "legacy", nil, func(id string) {
 		ctr.Begin()
 		var r runctest.Result
 		poll.Until(t, 30*time.Second, "the workload's first wget", func() bool {
@@ -252,13 +263,14 @@ func TestRuncOwnNamespaceAttach(t *testing.T) {
 	}
 }
 
-// attachRound attaches the pod, calls onAttach (if not nil), checks egress
-// from the container and its audit records, detaches and compares the
-// namespace with what it was; backend is the one airlock must pick.
-func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, backend string, onAttach func(id string)) {
+// attachRound attaches the pod with inbound (nil: the default, capture),
+// calls onAttach (if not nil), checks egress from the container, inbound
+// connections and its audit records, detaches and compares the namespace
+// with what it was; backend is the one airlock must pick.
+func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, backend string, inbound *api.Inbound, onAttach func(id string)) {
 	before := pod.settled(t)
 	id := sandboxID("runc-" + backend)
-	detach := attachPod(t, d, pod, ctr, id)
+	detach := attachPod(t, d, pod, ctr, id, inbound)
 	for b, save := range saveCmds {
 		rules := pod.in(t, save)
 		if got := strings.Contains(rules, "AIRLOCK"); got != (b == backend) {
@@ -271,6 +283,7 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 	evil := snap(w.evil)
 	checkAllowed(t, ctr, id)
 	checkAttacks(t, pod, ctr, id)
+	checkInbound(t, e, d, pod, id, inbound)
 	if got := snap(w.evil).sub(evil); got != (counts{}) {
 		t.Errorf("denied host saw %+v (connections, requests, datagrams), want none", got)
 	}
@@ -300,9 +313,9 @@ func attachRound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, ctr *ru
 // attachPod attaches the pod's namespace through the daemon's API, as the CNI
 // plugin does, and returns the detach; a round that fails before it detaches
 // at its end.
-func attachPod(t *testing.T, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, id string) (detach func()) {
+func attachPod(t *testing.T, d *servetest.Daemon, pod *podNet, ctr *runctest.Container, id string, inbound *api.Inbound) (detach func()) {
 	t.Helper()
-	req := api.AttachRequest{ID: id, NetNS: pod.path, Labels: map[string]string{"runtime": "runc", "container": ctr.ID}}
+	req := api.AttachRequest{ID: id, NetNS: pod.path, Labels: map[string]string{"runtime": "runc", "container": ctr.ID}, Inbound: inbound}
 	if err := d.C.Attach(context.Background(), req); err != nil {
 		t.Fatalf("attach %s: %v\n%s", pod.path, err, d.Output())
 	}
@@ -396,17 +409,53 @@ func checkAttacks(t *testing.T, pod *podNet, ctr *runctest.Container, id string)
 			t.Errorf("%s: answered: %s", a.name, r)
 		}
 	}
-	// Connections arriving on the veth are captured like a VM's egress: while
-	// attached, the pod's own server is not reachable from outside.
-	if pod.routed {
-		if out, err := pod.inbound(); err == nil || strings.Contains(out, "served by the pod") {
-			t.Errorf("inbound GET reached the attached pod's server: %v: %q", err, out)
-		}
-	}
 	// The container holds no CAP_NET_ADMIN: it cannot take its route or
 	// rules away.
 	if r := ctr.Exec(nil, "ip", "route", "del", "default"); r.Code == 0 {
 		t.Errorf("the container deleted its default route: %s", r)
+	}
+}
+
+// checkInbound fetches the pod's pages from the fake internet's side of the
+// veth. With capture (inbound nil) what arrives is taken for egress and no
+// page is served; with accept on 8080 that page is served and 8081's is
+// not, and the refused connection is a drop record.
+func checkInbound(t *testing.T, e *env, d *servetest.Daemon, pod *podNet, id string, inbound *api.Inbound) {
+	t.Helper()
+	if !pod.routed {
+		return
+	}
+	if inbound == nil {
+		for _, port := range []int{8080, 8081} {
+			if out, err := pod.inboundAt(port); err == nil || strings.Contains(out, "served by the pod") {
+				t.Errorf("capture: inbound GET of %d reached the attached pod's server: %v: %q", port, err, out)
+			}
+		}
+		return
+	}
+	if out, err := pod.inboundAt(8080); err != nil || out != "served by the pod\n" {
+		t.Errorf("accept: inbound GET of the accepted port 8080: %v: %q, want the pod's page", err, out)
+	}
+	if out, err := pod.inboundAt(8081); err == nil || strings.Contains(out, "served by the pod") {
+		t.Errorf("accept: inbound GET of 8081, not accepted, reached the pod's server: %v: %q", err, out)
+	}
+	var st *api.AttachStatus
+	var err error
+	poll.Within(10*time.Second, func() bool {
+		st, err = d.C.CheckAttach(context.Background(), id)
+		return err == nil && st.InboundAccepted >= 1
+	})
+	if err != nil || st == nil || !st.InForce || st.Inbound.Mode != api.InboundAccept || st.InboundAccepted < 1 {
+		t.Errorf("accept: the daemon's view: %+v, %v; want in force, accept, at least one connection counted", st, err)
+	}
+	refused := func(r audit.Record) bool {
+		return r.Sandbox == id && r.Kind == audit.KindDrop && r.Protocol == "tcp" && r.IP == podAddr && r.Port == 8081
+	}
+	if !poll.Within(20*time.Second, func() bool {
+		recs, _ := audittest.ReadFile(e.audit)
+		return slices.ContainsFunc(recs, refused)
+	}) {
+		t.Errorf("accept: no drop record of the refused connection to %s:8081", podAddr)
 	}
 }
 

@@ -327,17 +327,27 @@ class Client:
         return (self._json("POST", "/policy/reload") or {}).get("policy_rev", "")
 
     def attach(self, sandbox_id: str, netns: str, labels: Optional[Mapping[str, str]] = None,
-               pod: Optional[Mapping[str, str]] = None) -> None:
+               pod: Optional[Mapping[str, str]] = None, inbound: Optional[str] = None,
+               inbound_ports: Optional[Sequence[int]] = None) -> None:
         """Gives an existing network namespace the sandbox listeners and
         rules (root only). pod is a Kubernetes pod's identity (namespace,
         name, uid, service_account): policy sees it as input.sandbox.pod and
-        every audit record of the sandbox carries it."""
-        self._json("POST", "/attach", _drop_none({"id": sandbox_id, "netns": netns, "labels": dict(labels or {}),
-                                                  "pod": dict(pod) if pod is not None else None}))
+        every audit record of the sandbox carries it. inbound is what becomes
+        of traffic arriving on the namespace's interfaces: "capture" (the
+        default: a VM's egress, sent to airlock's listeners) or "accept" (a
+        pod's: new TCP connections on inbound_ports, every TCP port when
+        None, are let in and only their replies out)."""
+        body: Dict[str, Any] = {"id": sandbox_id, "netns": netns, "labels": dict(labels or {}),
+                                "pod": dict(pod) if pod is not None else None}
+        if inbound is not None or inbound_ports is not None:
+            # The daemon checks both and names the field at fault.
+            body["inbound"] = {k: v for k, v in (("mode", inbound), ("ports", inbound_ports)) if v is not None}
+        self._json("POST", "/attach", _drop_none(body))
 
     def check_attach(self, sandbox_id: str) -> Dict[str, Any]:
         """Whether an attached namespace's rules are still as attach left
-        them (root only): {"id", "path", "pod", "in_force", "problem"}."""
+        them (root only): {"id", "path", "pod", "inbound", "inbound_accepted",
+        "in_force", "problem"}."""
         return self._json("GET", f"/attach/{_quote(sandbox_id)}") or {}
 
     def detach(self, sandbox_id: str) -> None:

@@ -256,9 +256,15 @@ def test_attach_with_pod_check_detach(client):
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         pod = {"namespace": "ci", "name": "agent-0", "uid": "u-1"}
-        client.attach(sid, f"/run/netns/{name}", labels={"team": "ml"}, pod=pod)
+        for inbound, ports, field in (("open", None, "inbound.mode"), ("capture", [80], "inbound.ports"),
+                                      ("accept", [80, 80], "inbound.ports[1]"), ("accept", [0], "inbound.ports[0]")):
+            with pytest.raises(APIError) as e:
+                client.attach(sid, f"/run/netns/{name}", pod=pod, inbound=inbound, inbound_ports=ports)
+            assert e.value.code == "invalid_field" and e.value.field == field, (inbound, ports, e.value)
+        client.attach(sid, f"/run/netns/{name}", labels={"team": "ml"}, pod=pod, inbound="accept", inbound_ports=[8443, 8080])
         st = client.check_attach(sid)
         assert st["in_force"] is True and st["pod"] == pod and st["id"] == sid
+        assert st["inbound"] == {"mode": "accept", "ports": [8080, 8443]} and st["inbound_accepted"] == 0, st
         client.detach(sid)
         with pytest.raises(NotFound):
             client.check_attach(sid)
