@@ -32,6 +32,9 @@ const (
 	DefaultPids          = 256
 	DefaultTimeout       = 10 * time.Minute
 	DefaultTmpSize       = 256 << 20
+	DefaultNewFlows      = 500
+	DefaultNewFlowBurst  = 2000
+	MaxNewFlows          = 100000
 	DefaultAPISocket     = "/run/airlock/airlock.sock"
 	DefaultAPIGroup      = "airlock"
 	DefaultMetricsListen = "127.0.0.1:9464"
@@ -227,6 +230,13 @@ type Limits struct {
 	Pids    int      `yaml:"pids"`
 	Timeout Duration `yaml:"timeout"`
 	TmpSize Size     `yaml:"tmp_size"`
+	// NewFlows is how many new flows (connections, datagrams to a new
+	// destination) per second a sandbox may start, sustained, and NewFlowBurst
+	// how many above that at once; past them a datagram to a new destination
+	// fails with EPERM and a TCP connect waits for its SYN's retransmission.
+	// They bound each sandbox's share of the host's connection-tracking table.
+	NewFlows     int `yaml:"new_flows"`
+	NewFlowBurst int `yaml:"new_flow_burst"`
 }
 
 // Sandbox describes the sandbox `airlock run` creates (labels, workspace,
@@ -394,6 +404,12 @@ func (c *Config) applyDefaults() {
 	if c.Limits.TmpSize == 0 {
 		c.Limits.TmpSize = DefaultTmpSize
 	}
+	if c.Limits.NewFlows == 0 {
+		c.Limits.NewFlows = DefaultNewFlows
+	}
+	if c.Limits.NewFlowBurst == 0 {
+		c.Limits.NewFlowBurst = DefaultNewFlowBurst
+	}
 	if c.API.Socket == "" {
 		c.API.Socket = DefaultAPISocket
 	}
@@ -477,6 +493,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.TmpSize < 4096 {
 		return fmt.Errorf("limits.tmp_size: %s is below the 4096-byte minimum", c.Limits.TmpSize)
+	}
+	if c.Limits.NewFlows < 1 || c.Limits.NewFlows > MaxNewFlows {
+		return fmt.Errorf("limits.new_flows: %d is not between 1 and %d per second", c.Limits.NewFlows, MaxNewFlows)
+	}
+	if c.Limits.NewFlowBurst < 1 || c.Limits.NewFlowBurst > MaxNewFlows {
+		return fmt.Errorf("limits.new_flow_burst: %d is not between 1 and %d", c.Limits.NewFlowBurst, MaxNewFlows)
 	}
 	if err := c.Sandbox.validate(); err != nil {
 		return err

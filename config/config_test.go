@@ -90,6 +90,14 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		{name: "infinite cpus", yaml: "limits: {cpus: .inf}", wantErr: "limits.cpus"},
 		{name: "tiny cpus", yaml: "limits: {cpus: 0.001}", wantErr: "limits.cpus"},
 		{name: "tiny tmp size", yaml: "limits: {tmp_size: 100}", wantErr: "limits.tmp_size"},
+		{name: "new flows negative", yaml: "limits: {new_flows: -1}", wantErr: "limits.new_flows"},
+		{name: "new flows too high", yaml: "limits: {new_flows: 100001}", wantErr: "limits.new_flows"},
+		{name: "new flow burst too high", yaml: "limits: {new_flow_burst: 200000}", wantErr: "limits.new_flow_burst"},
+		{name: "new flows raised", yaml: "limits: {new_flows: 20000, new_flow_burst: 10000}", check: func(t *testing.T, c Config) {
+			if c.Limits.NewFlows != 20000 || c.Limits.NewFlowBurst != 10000 {
+				t.Fatalf("got %+v", c.Limits)
+			}
+		}},
 		{name: "audit overflow default", yaml: "", check: func(t *testing.T, c Config) {
 			if c.Audit.Overflow != "block" {
 				t.Fatalf("audit.overflow: got %q, want block", c.Audit.Overflow)

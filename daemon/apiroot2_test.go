@@ -275,3 +275,19 @@ func TestRootSandboxPool(t *testing.T) {
 		t.Fatalf("active %v after delete, want 0", got)
 	}
 }
+
+// TestRootNewFlowLimitConfigured: limits.new_flows and new_flow_burst reach the
+// sandbox's rules. With a burst of 3 and one flow a second, 20 datagrams to
+// distinct addresses (20 new flows, each redirected to airlock's DNS listener,
+// none leaving) are cut after the first few: past the limit the sender gets
+// EPERM (the default, 2000, would let all 20 through). A TCP connect over the
+// limit is not refused but waits for its SYN's retransmission.
+func TestRootNewFlowLimitConfigured(t *testing.T) {
+	a := newAPIRoot(t, func(c *config.Config) { c.Limits.NewFlows, c.Limits.NewFlowBurst = 1, 3 })
+	sb := a.create(t, api.CreateSandboxRequest{})
+	out := a.mustRun(t, sb.ID, "bash", "-c", `for i in $(seq 20); do if (echo x >/dev/udp/198.18.7.$i/53) 2>/dev/null; then echo sent; else echo refused; fi; done`)
+	sent, refused := strings.Count(out, "sent"), strings.Count(out, "refused")
+	if sent+refused != 20 || sent < 1 || sent > 8 {
+		t.Fatalf("%d datagrams went out and %d were refused, want 1..8 out (burst 3, 1/s):\n%s", sent, refused, out)
+	}
+}

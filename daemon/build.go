@@ -264,7 +264,8 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 
 // buildNetns builds the island namespace manager.
 func (d *Daemon) buildNetns() error {
-	m, err := netns.New(netns.Config{StateDir: filepath.Join(d.runDir, "netns")},
+	m, err := netns.New(netns.Config{StateDir: filepath.Join(d.runDir, "netns"),
+		NewFlowRate: d.cfg.Limits.NewFlows, NewFlowBurst: d.cfg.Limits.NewFlowBurst},
 		server{gw: d.gw, dns: d.dns, budget: d.budget}, d.tally, d.log)
 	if err != nil {
 		return err

@@ -22,6 +22,12 @@ const (
 	DefaultDropInterval    = time.Second
 	DefaultIPTables        = IPTablesAuto
 	DefaultExecTimeout     = 10 * time.Second
+	DefaultNewFlowRate     = 500
+	DefaultNewFlowBurst    = 2000
+	// MaxNewFlowRate and MaxNewFlowBurst are the most the hashlimit rule is
+	// given (the kernel takes more; a sandbox never needs it).
+	MaxNewFlowRate  = 100000
+	MaxNewFlowBurst = 100000
 )
 
 // IPTables backends for Config.IPTables.
@@ -67,6 +73,14 @@ type Config struct {
 	IPTables string
 	// ExecTimeout bounds each iptables-restore/iptables-save run.
 	ExecTimeout time.Duration
+	// NewFlowRate is how many new flows (connections, datagrams to a new
+	// destination) per second a sandbox may start, sustained, and NewFlowBurst
+	// how many above that at once; past them a new flow's first packet is
+	// dropped (a datagram's sender gets EPERM, a TCP connect waits for its SYN's
+	// retransmission). They bound the sandbox's share of the host's conntrack
+	// table (rules.go).
+	NewFlowRate  int
+	NewFlowBurst int
 }
 
 // withDefaults returns c with zero fields set to the defaults.
@@ -103,6 +117,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ExecTimeout == 0 {
 		c.ExecTimeout = DefaultExecTimeout
+	}
+	if c.NewFlowRate == 0 {
+		c.NewFlowRate = DefaultNewFlowRate
+	}
+	if c.NewFlowBurst == 0 {
+		c.NewFlowBurst = DefaultNewFlowBurst
 	}
 	return c
 }
@@ -142,6 +162,12 @@ func (c Config) validate() error {
 	}
 	if c.DropInterval < 10*time.Millisecond {
 		return fmt.Errorf("netns: drop_interval %s: must be at least 10ms", c.DropInterval)
+	}
+	if c.NewFlowRate < 1 || c.NewFlowRate > MaxNewFlowRate {
+		return fmt.Errorf("netns: new_flow_rate %d: must be in 1..%d", c.NewFlowRate, MaxNewFlowRate)
+	}
+	if c.NewFlowBurst < 1 || c.NewFlowBurst > MaxNewFlowBurst {
+		return fmt.Errorf("netns: new_flow_burst %d: must be in 1..%d", c.NewFlowBurst, MaxNewFlowBurst)
 	}
 	if c.PoolSize < 0 || c.PoolSize > 1024 {
 		return fmt.Errorf("netns: pool_size %d: must be in 0..1024", c.PoolSize)

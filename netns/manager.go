@@ -309,7 +309,8 @@ func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
 // ruleSpec is the island's ruleset, or with attach an attached namespace's
 // with inbound for its arriving traffic.
 func (m *Manager) ruleSpec(attach bool, inbound Inbound) ruleSpec {
-	s := ruleSpec{DNSPort: m.cfg.DNSPort, TransparentPort: m.cfg.TransparentPort, NFLogGroup: m.cfg.NFLogGroup, Attach: attach}
+	s := ruleSpec{DNSPort: m.cfg.DNSPort, TransparentPort: m.cfg.TransparentPort, NFLogGroup: m.cfg.NFLogGroup,
+		NewFlowRate: m.cfg.NewFlowRate, NewFlowBurst: m.cfg.NewFlowBurst, Attach: attach}
 	if attach {
 		s.Inbound = inbound.normalized()
 	}

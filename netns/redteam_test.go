@@ -661,7 +661,7 @@ func TestAttackConntrackFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The bound uses the time the flood took, so a slow machine only widens it.
-	bound := newFlowBurst + int(float64(newFlowRate)*elapsed.Seconds()) + 100
+	bound := DefaultNewFlowBurst + int(float64(DefaultNewFlowRate)*elapsed.Seconds()) + 100
 	t.Logf("%d datagrams in %v: %d refused, %d conntrack entries (bound %d)", sends, elapsed, refused, count, bound)
 	if count > bound || count >= sends {
 		t.Errorf("conntrack entries after %d new flows: %d, want at most %d", sends, count, bound)

@@ -38,11 +38,8 @@ const (
 // redirected to the DNS listener) against a table of 262,144. Past this rate new
 // flows are dropped (the sender gets EPERM); with the island's short conntrack
 // timeouts (islandConntrackSysctls) the table holds at most about
-// newFlowBurst + newFlowRate*30 entries per sandbox.
-const (
-	newFlowRate  = 500 // per second, sustained
-	newFlowBurst = 2000
-)
+// NewFlowBurst + NewFlowRate*30 entries per sandbox (Config.NewFlowRate and
+// NewFlowBurst; DefaultNewFlowRate and DefaultNewFlowBurst unless configured).
 
 // nflogSize is how many bytes of each dropped packet reach the log: enough for an
 // IPv4 header with options and the TCP/UDP ports or ICMP type.
@@ -53,12 +50,23 @@ type ruleSpec struct {
 	DNSPort         int
 	TransparentPort int
 	NFLogGroup      int
+	// NewFlowRate and NewFlowBurst bound the namespace's new flows (per second
+	// sustained, and the burst above it).
+	NewFlowRate, NewFlowBurst int
 	// Attach adds PREROUTING/INPUT/FORWARD rules for traffic arriving on
 	// interfaces other than lo, and renders for iptables-restore --noflush
 	// (insert jumps, leave the namespace's own rules alone).
 	Attach bool
 	// Inbound says what those rules make of arriving traffic (Attach only).
 	Inbound Inbound
+}
+
+// orDefault is v, or def when v is zero (a ruleSpec made without a Config).
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 // accept reports whether arriving traffic is from the network (InboundAccept)
@@ -126,7 +134,7 @@ func (s ruleSpec) render() string {
 		fmt.Fprintf(&b, ":%s - [0:0]\n:%s - [0:0]\n", chainIn, chainFwd)
 	}
 	jump("OUTPUT", chainOut)
-	fmt.Fprintf(&b, "-A %s -m conntrack --ctstate NEW -m hashlimit --hashlimit-above %d/sec --hashlimit-burst %d --hashlimit-name airlock-new -j DROP\n", chainOut, newFlowRate, newFlowBurst)
+	fmt.Fprintf(&b, "-A %s -m conntrack --ctstate NEW -m hashlimit --hashlimit-above %d/sec --hashlimit-burst %d --hashlimit-name airlock-new -j DROP\n", chainOut, orDefault(s.NewFlowRate, DefaultNewFlowRate), orDefault(s.NewFlowBurst, DefaultNewFlowBurst))
 	// Loopback traffic (including everything the nat rules redirected) and the
 	// listeners' replies to redirected connections; all else is logged and dropped.
 	fmt.Fprintf(&b, "-A %s -o lo -d 127.0.0.0/8 -j ACCEPT\n", chainOut)

@@ -82,6 +82,18 @@ func TestRulesAttach(t *testing.T) {
 	}
 }
 
+// TestRulesNewFlowLimit: the configured new-flow limit is what the rule
+// enforces, in islands and attached namespaces alike.
+func TestRulesNewFlowLimit(t *testing.T) {
+	want := "-A AIRLOCK-OUT -m conntrack --ctstate NEW -m hashlimit --hashlimit-above 20000/sec --hashlimit-burst 5000 --hashlimit-name airlock-new -j DROP\n"
+	for _, attach := range []bool{false, true} {
+		m := &Manager{cfg: Config{NewFlowRate: 20000, NewFlowBurst: 5000}.withDefaults()}
+		if got := m.ruleSpec(attach, Inbound{}).render(); !strings.Contains(got, want) || strings.Contains(got, "500/sec") {
+			t.Fatalf("attach=%v: no rule %q in\n%s", attach, want, got)
+		}
+	}
+}
+
 func TestRestoreText(t *testing.T) {
 	tests := []struct {
 		name, saved string
@@ -217,6 +229,10 @@ func TestConfigValidate(t *testing.T) {
 		{"drop interval", Config{DropInterval: time.Millisecond}, "drop_interval"},
 		{"pool size", Config{PoolSize: -1}, "pool_size"},
 		{"iptables", Config{IPTables: "ipfw"}, "iptables"},
+		{"new flow rate negative", Config{NewFlowRate: -1}, "new_flow_rate"},
+		{"new flow rate too high", Config{NewFlowRate: MaxNewFlowRate + 1}, "new_flow_rate"},
+		{"new flow burst too high", Config{NewFlowBurst: MaxNewFlowBurst + 1}, "new_flow_burst"},
+		{"new flows raised", Config{NewFlowRate: 20000, NewFlowBurst: 20000}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -124,7 +124,10 @@ func origin(w http.ResponseWriter, r *http.Request) {
 // echo port 7, registries
 // intercepted by default), the fake internet's DNS and CA, two CPUs for the
 // sandbox (the host-side clients get two too) and the DNS filter's
-// per-sandbox rate limit lifted (its default, 200 q/s, would be the number).
+// per-sandbox rate limit lifted (its default, 200 q/s, would be the number), and
+// the sandbox's new-flow limit raised (its default, 500/s after a burst of 2000,
+// would be the number of the new-connection-per-request measure: a connect past
+// it waits a second for its SYN's retransmission).
 func (e *env) writeAirlockConfig() error {
 	state := filepath.Join(e.dir, "state")
 	if err := os.MkdirAll(state, 0o700); err != nil {
@@ -135,7 +138,7 @@ dns: {upstreams: [%q], rate_limit: 1000000000, rate_burst: 1000000000}
 upstream: {allow_cidrs: [%q], ca_file: %q}
 audit: {file: %q}
 ca: {cert: %q, key: %q}
-limits: {memory: 1G, cpus: 2, pids: 512, timeout: 5m}
+limits: {memory: 1G, cpus: 2, pids: 512, timeout: 5m, new_flows: 100000, new_flow_burst: 100000}
 `, benchHost, benchHost+":7", e.net.DNSAddr.String(), e.net.Subnet.String(), e.caFile, filepath.Join(state, "audit", "audit.jsonl"),
 		filepath.Join(state, "ca", "ca.pem"), filepath.Join(state, "ca", "ca.key"))
 	return os.WriteFile(e.config, []byte(cfg), 0o600)

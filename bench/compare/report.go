@@ -31,7 +31,8 @@ How the subjects are set up:
   hosts file; a second port bumps every CONNECT (ssl-bump with leaves from its own CA, the fake internet's CA
   trusted upstream).
 - HTTP: wrk with a Lua script that puts the absolute URL in the request line (wrk speaks no proxy protocol);
-  "new connection per request" sends Connection: close.
+  "new connection per request" sends Connection: close; the sandbox's new-flow limit (limits.new_flows, 500/s
+  by default) is raised to 100000 for the run, or it would be the number.
 - CONNECT "plain origin" is a tunnel to port 80: airlock recognises HTTP inside it and applies policy per
   request (it parses and relays the exchange), squid relays bytes. "TLS end to end" is a tunnel airlock splices.
 - DNS: dnsperf, one name over and over (cached after the first), 8 sockets, 200 outstanding. "direct" is the
