@@ -171,7 +171,9 @@ func (c *Config) TimeoutDuration() time.Duration { return c.timeout }
 // Annotations are the pod's annotations from the runtime config.
 func (c *Config) Annotations() map[string]string { return maps.Clone(c.annotations) }
 
-// cniArgs splits CNI_ARGS ("K=V;K=V"). A pair without "=" is an error.
+// cniArgs splits CNI_ARGS ("K=V;K=V"). A pair without "=" is an error, and
+// so is a key given twice: the pod's identity is read from these keys, and a
+// second K8S_POD_NAMESPACE must not quietly replace the first.
 func cniArgs(s string) (map[string]string, error) {
 	out := map[string]string{}
 	if s == "" {
@@ -180,7 +182,10 @@ func cniArgs(s string) (map[string]string, error) {
 	for pair := range strings.SplitSeq(s, ";") {
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("airlock-cni: CNI_ARGS: %q is not KEY=VALUE", pair)
+			return nil, fmt.Errorf("airlock-cni: CNI_ARGS: %.80q is not KEY=VALUE", pair)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("airlock-cni: CNI_ARGS: key %.80q is given twice", k)
 		}
 		out[k] = v
 	}
@@ -213,7 +218,10 @@ func (c *Config) Pod(args map[string]string) (*api.Pod, error) {
 }
 
 // Labels are the sandbox labels: args.cni.labels, then every annotation
-// "labels.airlock.dev/K: V" as K=V (an annotation wins over args).
+// "labels.airlock.dev/K: V" as K=V. args.cni comes from the conflist or the
+// runtime, an annotation from whoever wrote the pod: an annotation naming a
+// label args.cni.labels sets is an error, never an override (a pod must not
+// relabel itself out of what the node's configuration says it is).
 func (c *Config) Labels() (map[string]string, error) {
 	out := map[string]string{}
 	maps.Copy(out, c.argsCNI.Labels)
@@ -221,6 +229,9 @@ func (c *Config) Labels() (map[string]string, error) {
 		if name, ok := strings.CutPrefix(k, LabelAnnotationPrefix); ok {
 			if name == "" {
 				return nil, fmt.Errorf("airlock-cni: annotation %q names no label", k)
+			}
+			if _, set := c.argsCNI.Labels[name]; set {
+				return nil, fmt.Errorf("airlock-cni: annotation %.80q: label %.80q is set by args.cni.labels; a pod annotation cannot change it", k, name)
 			}
 			out[name] = v
 		}

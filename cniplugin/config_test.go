@@ -97,6 +97,9 @@ func TestCNIArgs(t *testing.T) {
 		{"no =", "A=1;B", nil, `"B" is not KEY=VALUE`},
 		{"empty key", "=1", nil, `"=1" is not KEY=VALUE`},
 		{"trailing ;", "A=1;", nil, `"" is not KEY=VALUE`},
+		// A second namespace must not replace the runtime's first.
+		{"namespace twice", "K8S_POD_NAMESPACE=ci;K8S_POD_NAME=a;K8S_POD_NAMESPACE=kube-system", nil, `key "K8S_POD_NAMESPACE" is given twice`},
+		{"key twice same value", "A=1;A=1", nil, `key "A" is given twice`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,7 +152,7 @@ func TestSelected(t *testing.T) {
 }
 
 func TestPodAndLabels(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"type":"airlock-cni","args":{"cni":{"serviceAccount":"runner","labels":{"team":"ml","tier":"dev"}}},
+	c, err := ParseConfig([]byte(`{"type":"airlock-cni","args":{"cni":{"serviceAccount":"runner","labels":{"team":"ml"}}},
 		"runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"labels.airlock.dev/tier":"prod","airlock.dev/enabled":"true"}}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +179,13 @@ func TestPodAndLabels(t *testing.T) {
 	}
 	if _, err := bare.Pod(map[string]string{argPodNamespace: "ci\nx"}); err == nil || !strings.Contains(err.Error(), argPodNamespace) {
 		t.Errorf("control character: got %v, want an error naming %s", err, argPodNamespace)
+	}
+	// A pod's own annotation cannot relabel what the node's args.cni says:
+	// team=web from the conflist stays, the pod's claim to team=ml fails ADD.
+	relabel, _ := ParseConfig([]byte(`{"type":"airlock-cni","args":{"cni":{"labels":{"team":"web"}}},
+		"runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"labels.airlock.dev/team":"ml"}}}`))
+	if labels, err := relabel.Labels(); err == nil || !strings.Contains(err.Error(), `label "team" is set by args.cni.labels`) {
+		t.Errorf("annotation over args.cni.labels: got %v, %v; want an error naming the label", labels, err)
 	}
 	empty, _ := ParseConfig([]byte(`{"type":"airlock-cni","runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"labels.airlock.dev/":"x"}}}`))
 	if _, err := empty.Labels(); err == nil || !strings.Contains(err.Error(), "names no label") {
