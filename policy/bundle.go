@@ -242,7 +242,7 @@ func (a *bundleAuth) NewClient(cfg rest.Config) (*http.Client, error) {
 		// would stop every later update.
 		t.ResponseHeaderTimeout = a.longPoll + longPollGrace
 	}
-	return &http.Client{Transport: t}, nil
+	return &http.Client{Transport: cappedTransport{next: t, limit: MaxBundleSize}}, nil
 }
 
 // Prepare sets the Authorization header; an error names no value.
