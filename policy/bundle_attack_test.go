@@ -95,7 +95,7 @@ func TestBundleUnsignedFileBesideSigned(t *testing.T) {
 }
 
 // TestBundleOversizedRefused: a bundle whose files are each under the
-// per-file limit but together unpack past MaxBundleSize (a few hundred
+// per-file limit but together unpack past MaxBundleSize (about 100
 // kilobytes gzipped: a memory bomb) is refused before OPA's reader holds
 // it, signed or not, downloaded or persisted; the old policy stays, and a
 // start from such a persisted file denies everything.
