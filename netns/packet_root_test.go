@@ -257,6 +257,13 @@ func testAttachPacketSockets(t *testing.T, inbound Inbound) {
 	if err := installL2Guard(h, []string{"lo", dev}); err != nil {
 		t.Fatal(err)
 	}
+	// An interface added after the attach (a later CNI plugin's) has no
+	// guard chain: CHECK names it. The namespace's deletion removes it.
+	extra, peer := netnstest.LinkName("g"), netnstest.LinkName("h")
+	run(t, "ip", "-n", ns, "link", "add", extra, "type", "veth", "peer", "name", peer)
+	if err := w.m.CheckAttached(ctx, id); err == nil || !strings.Contains(err.Error(), "no link-layer guard on "+extra) {
+		t.Fatalf("CheckAttached with an interface added after the attach: %v, want it named", err)
+	}
 	if err := w.m.Detach(ctx, id); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
