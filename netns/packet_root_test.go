@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/poll"
 )
 
@@ -273,5 +274,35 @@ func testAttachPacketSockets(t *testing.T, inbound Inbound) {
 	}
 	if tables, err := nc.ListTablesOfFamily(nftables.TableFamilyNetdev); err != nil || len(tables) != 0 {
 		t.Fatalf("after Detach: netdev tables %v, %v; want none", tables, err)
+	}
+}
+
+// TestAttachCaptureServesTheNetwork records what inbound capture means on a
+// veth: a connection arriving from the network (a neighbour on the pod
+// network) is taken as the workload's own egress and served by the
+// gateway under the workload's identity and policy. Right for a VM's tap,
+// wrong for a pod: airlock-cni refuses capture (cniplugin), and SECURITY.md
+// says so for plain attach.
+func TestAttachCaptureServesTheNetwork(t *testing.T) {
+	w := newWorld(t, Config{})
+	c := newContainer(t)
+	ctx := context.Background()
+	id := netnstest.SandboxID("capnet")
+	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: id}, c.path, Inbound{}); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	t.Cleanup(func() { _ = w.m.Detach(context.Background(), id) })
+	reqs := w.web.Requests()
+	var out string
+	if err := in(t, c.vmPath, func() error {
+		var err error
+		out, err = fakenet.Get(podIP.String()+":80", "web.test", "/from-the-network")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "hello from web.test /from-the-network") || w.web.Requests()-reqs != 1 {
+		t.Fatalf("a neighbour's request through the pod's capture: %q (web.test counted %d); capture no longer serves the network, update cniplugin and SECURITY.md",
+			out, w.web.Requests()-reqs)
 	}
 }
