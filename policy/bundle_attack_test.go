@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,5 +139,38 @@ func TestBundleOversizedRefused(t *testing.T) {
 	}
 	if got := allowedHosts(e2, "one.example", "pypi.org"); got["one.example"] || got["pypi.org"] {
 		t.Fatalf("got %v, want everything denied", got)
+	}
+}
+
+// TestBundleURLQueryRedacted: a credential in the bundle URL's query (a
+// presigned URL's signature) reaches the server but no log line, status
+// (GET /v1/health shows it to every API caller) or error.
+func TestBundleURLQueryRedacted(t *testing.T) {
+	srv := bundletest.NewServer(t)
+	srv.Publish(signedBundle(t, nil, "v1", "one.example"))
+	var logs bytes.Buffer
+	bc := &policy.BundleConfig{URL: srv.URL + "?X-Sig=alk-presigned-s3cret&b=1", Manual: true}
+	e, err := policy.New(policy.Config{Bundle: bc}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	poll(t, e)
+	if got := allowedHosts(e, "one.example"); !got["one.example"] {
+		t.Fatal("the bundle behind the presigned URL was not activated")
+	}
+	srv.SetDown(true)
+	pollQuiet(e)
+	srv.Close() // connection refused: the HTTP error quotes the URL
+	pollQuiet(e)
+	st := status(t, e)
+	if st.LastError == "" || strings.Contains(st.LastError, "s3cret") || strings.Contains(st.URL, "s3cret") || strings.Contains(logs.String(), "s3cret") {
+		t.Fatalf("the query leaked (or no error recorded): status %+v\nlogs %s", st, logs.String())
+	}
+	if !strings.Contains(st.URL, "REDACTED") {
+		t.Fatalf("status URL %q, want the query shown as REDACTED", st.URL)
+	}
+	if got := policy.RedactBundleURL("https://b.example/x.tar.gz"); got != "https://b.example/x.tar.gz" {
+		t.Fatalf("a URL without a query: got %q", got)
 	}
 }
