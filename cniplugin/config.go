@@ -57,9 +57,9 @@ type Config struct {
 	// Inbound is what becomes of connections arriving at the pod (kubelet
 	// probes, Services): {"mode": "accept", "ports": [8080]} lets in new TCP
 	// connections on those ports and only their replies out, {"mode":
-	// "accept"} every TCP port, {"mode": "capture"} sends them to airlock's
-	// listeners as egress (so nothing reaches the pod). Omitted: accept every
-	// TCP port.
+	// "accept"} every TCP port. Omitted: accept every TCP port. "capture"
+	// (plain attach's default, right for a VM's tap) is refused: on a pod's
+	// interface it would let the network egress as the pod.
 	Inbound *api.Inbound `json:"inbound,omitempty"`
 	// RuntimeConfig holds what the runtime passes for the capabilities the
 	// entry declares; only PodAnnotationsCapability is read.
@@ -135,19 +135,19 @@ func ParseConfig(stdin []byte) (*Config, error) {
 	return &c, nil
 }
 
-// checkInbound refuses an inbound the daemon would refuse, before a pod is
-// attached, naming the key: a mode other than capture or accept, ports with
-// capture, a port out of range or given twice, more than
-// api.MaxInboundPorts.
+// checkInbound refuses, before a pod is attached, naming the key: a mode
+// other than accept (capture included), a port out of range or given twice,
+// more than api.MaxInboundPorts.
 func checkInbound(in *api.Inbound) error {
 	switch in.Mode {
 	case api.InboundAccept:
 	case api.InboundCapture:
-		if len(in.Ports) > 0 {
-			return fmt.Errorf("airlock-cni: inbound.ports: only with inbound.mode %q", api.InboundAccept)
-		}
+		// What arrives on a pod's interface is the network, not the pod's
+		// egress: capture would hand it to the pod's gateway, and a neighbour
+		// would egress under the pod's identity, policy and secrets.
+		return fmt.Errorf("airlock-cni: inbound.mode: %q takes connections from the pod network for the pod's own egress (a neighbour would reach airlock as the pod, with its policy and secrets); use %q with the pod's ports", api.InboundCapture, api.InboundAccept)
 	default:
-		return fmt.Errorf("airlock-cni: inbound.mode: %.40q is not %q or %q", in.Mode, api.InboundCapture, api.InboundAccept)
+		return fmt.Errorf("airlock-cni: inbound.mode: %.40q is not %q", in.Mode, api.InboundAccept)
 	}
 	if len(in.Ports) > api.MaxInboundPorts {
 		return fmt.Errorf("airlock-cni: inbound.ports: %d ports, at most %d (none lets in every TCP port)", len(in.Ports), api.MaxInboundPorts)
@@ -171,7 +171,9 @@ func (c *Config) TimeoutDuration() time.Duration { return c.timeout }
 // Annotations are the pod's annotations from the runtime config.
 func (c *Config) Annotations() map[string]string { return maps.Clone(c.annotations) }
 
-// cniArgs splits CNI_ARGS ("K=V;K=V"). A pair without "=" is an error.
+// cniArgs splits CNI_ARGS ("K=V;K=V"). A pair without "=" is an error, and
+// so is a key given twice: the pod's identity is read from these keys, and a
+// second K8S_POD_NAMESPACE must not quietly replace the first.
 func cniArgs(s string) (map[string]string, error) {
 	out := map[string]string{}
 	if s == "" {
@@ -180,7 +182,10 @@ func cniArgs(s string) (map[string]string, error) {
 	for pair := range strings.SplitSeq(s, ";") {
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("airlock-cni: CNI_ARGS: %q is not KEY=VALUE", pair)
+			return nil, fmt.Errorf("airlock-cni: CNI_ARGS: %.80q is not KEY=VALUE", pair)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("airlock-cni: CNI_ARGS: key %.80q is given twice", k)
 		}
 		out[k] = v
 	}
@@ -213,7 +218,10 @@ func (c *Config) Pod(args map[string]string) (*api.Pod, error) {
 }
 
 // Labels are the sandbox labels: args.cni.labels, then every annotation
-// "labels.airlock.dev/K: V" as K=V (an annotation wins over args).
+// "labels.airlock.dev/K: V" as K=V. args.cni comes from the conflist or the
+// runtime, an annotation from whoever wrote the pod: an annotation naming a
+// label args.cni.labels sets is an error, never an override (a pod must not
+// relabel itself out of what the node's configuration says it is).
 func (c *Config) Labels() (map[string]string, error) {
 	out := map[string]string{}
 	maps.Copy(out, c.argsCNI.Labels)
@@ -221,6 +229,9 @@ func (c *Config) Labels() (map[string]string, error) {
 		if name, ok := strings.CutPrefix(k, LabelAnnotationPrefix); ok {
 			if name == "" {
 				return nil, fmt.Errorf("airlock-cni: annotation %q names no label", k)
+			}
+			if _, set := c.argsCNI.Labels[name]; set {
+				return nil, fmt.Errorf("airlock-cni: annotation %.80q: label %.80q is set by args.cni.labels; a pod annotation cannot change it", k, name)
 			}
 			out[name] = v
 		}

@@ -30,14 +30,12 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("got inbound %+v, want accept 8080, 8443", c.Inbound)
 			}
 		}},
-		{name: "inbound capture", src: `{"type":"airlock-cni","inbound":{"mode":"capture"}}`, check: func(t *testing.T, c *Config) {
-			if c.Inbound.Mode != api.InboundCapture {
-				t.Errorf("got inbound %+v, want capture", c.Inbound)
-			}
-		}},
+		// Capture on a pod's veth would let a neighbour egress as the pod
+		// (netns TestAttachCaptureServesTheNetwork shows it does).
+		{name: "inbound capture refused", src: `{"type":"airlock-cni","inbound":{"mode":"capture"}}`, want: `inbound.mode: "capture" takes connections from the pod network`},
 		{name: "inbound unknown mode", src: `{"type":"airlock-cni","inbound":{"mode":"open"}}`, want: `inbound.mode: "open" is not`},
 		{name: "inbound no mode", src: `{"type":"airlock-cni","inbound":{"ports":[80]}}`, want: `inbound.mode: "" is not`},
-		{name: "inbound ports with capture", src: `{"type":"airlock-cni","inbound":{"mode":"capture","ports":[80]}}`, want: "inbound.ports: only with"},
+		{name: "inbound ports with capture", src: `{"type":"airlock-cni","inbound":{"mode":"capture","ports":[80]}}`, want: `inbound.mode: "capture"`},
 		{name: "inbound port 0", src: `{"type":"airlock-cni","inbound":{"mode":"accept","ports":[80,0]}}`, want: "inbound.ports[1]: 0 is not a TCP port"},
 		{name: "inbound port twice", src: `{"type":"airlock-cni","inbound":{"mode":"accept","ports":[80,80]}}`, want: "inbound.ports[1]: 80"},
 		{name: "inbound unknown key", src: `{"type":"airlock-cni","inbound":{"mode":"accept","udp":[53]}}`, want: `unknown field "udp"`},
@@ -97,6 +95,9 @@ func TestCNIArgs(t *testing.T) {
 		{"no =", "A=1;B", nil, `"B" is not KEY=VALUE`},
 		{"empty key", "=1", nil, `"=1" is not KEY=VALUE`},
 		{"trailing ;", "A=1;", nil, `"" is not KEY=VALUE`},
+		// A second namespace must not replace the runtime's first.
+		{"namespace twice", "K8S_POD_NAMESPACE=ci;K8S_POD_NAME=a;K8S_POD_NAMESPACE=kube-system", nil, `key "K8S_POD_NAMESPACE" is given twice`},
+		{"key twice same value", "A=1;A=1", nil, `key "A" is given twice`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,7 +150,7 @@ func TestSelected(t *testing.T) {
 }
 
 func TestPodAndLabels(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"type":"airlock-cni","args":{"cni":{"serviceAccount":"runner","labels":{"team":"ml","tier":"dev"}}},
+	c, err := ParseConfig([]byte(`{"type":"airlock-cni","args":{"cni":{"serviceAccount":"runner","labels":{"team":"ml"}}},
 		"runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"labels.airlock.dev/tier":"prod","airlock.dev/enabled":"true"}}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +177,13 @@ func TestPodAndLabels(t *testing.T) {
 	}
 	if _, err := bare.Pod(map[string]string{argPodNamespace: "ci\nx"}); err == nil || !strings.Contains(err.Error(), argPodNamespace) {
 		t.Errorf("control character: got %v, want an error naming %s", err, argPodNamespace)
+	}
+	// A pod's own annotation cannot relabel what the node's args.cni says:
+	// team=web from the conflist stays, the pod's claim to team=ml fails ADD.
+	relabel, _ := ParseConfig([]byte(`{"type":"airlock-cni","args":{"cni":{"labels":{"team":"web"}}},
+		"runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"labels.airlock.dev/team":"ml"}}}`))
+	if labels, err := relabel.Labels(); err == nil || !strings.Contains(err.Error(), `label "team" is set by args.cni.labels`) {
+		t.Errorf("annotation over args.cni.labels: got %v, %v; want an error naming the label", labels, err)
 	}
 	empty, _ := ParseConfig([]byte(`{"type":"airlock-cni","runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"labels.airlock.dev/":"x"}}}`))
 	if _, err := empty.Labels(); err == nil || !strings.Contains(err.Error(), "names no label") {

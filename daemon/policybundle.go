@@ -34,7 +34,7 @@ func (d *Daemon) policyBundle(cfg config.Config) (*policy.BundleConfig, error) {
 		PersistDir:         b.PersistDir,
 		CAFile:             b.CAFile,
 	}
-	d.bundleAudit = &bundleAudit{url: b.URL}
+	d.bundleAudit = &bundleAudit{url: policy.RedactBundleURL(b.URL)}
 	bc.Notify = d.bundleAudit.event
 	if id := b.TokenSecret; id != "" {
 		if d.secrets == nil {

@@ -163,6 +163,9 @@ func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string, 
 	if err := m.ipt.Verify(ctx, h, backend, spec); err != nil {
 		return nil, err
 	}
+	if err := installL2Guard(h, links); err != nil {
+		return nil, err
+	}
 	own, err := nsAddrs(h)
 	if err != nil {
 		return nil, err
@@ -203,6 +206,9 @@ func (m *Manager) restoreNamespace(ctx context.Context, h vnetns.NsHandle, st *s
 	var errs []error
 	if err := m.ipt.Restore(ctx, h, st.Backend, restoreText(st.SavedRules), false); err != nil {
 		errs = append(errs, fmt.Errorf("restore rules: %w", err))
+	}
+	if err := removeL2Guard(h); err != nil {
+		errs = append(errs, err)
 	}
 	if err := writeSysctls(h, st.SavedSysctls); err != nil {
 		errs = append(errs, fmt.Errorf("restore sysctls: %w", err))

@@ -7,7 +7,9 @@
 // records). Attach gives a namespace made by someone else (a container's, a
 // VM's) the same listeners and rules, with what arrives on its interfaces
 // captured as egress (a VM's tap) or accepted as inbound connections on listed
-// ports (a pod's veth; Inbound), and restores it on Detach; state files let
+// ports (a pod's veth; Inbound), plus a link-layer guard (an nftables netdev
+// egress chain per interface: frames written with a packet socket, which no
+// iptables chain sees, do not leave), and restores it on Detach; state files let
 // Recover re-attach attached namespaces a crashed gateway left and remove the
 // ones it had created. The pool keeps namespaces ready; TakePooled hands one
 // out for a sandbox to be prepared in, CreateFrom gives it to the sandbox.

@@ -193,6 +193,9 @@ func (m *Manager) recoverOne(ctx context.Context, id, path string, p RecoverPoli
 		if links, err = linkNames(h); err == nil {
 			err = writeSysctls(h, attachSysctls(links))
 		}
+		if err == nil {
+			err = installL2Guard(h, links)
+		}
 	}
 	if err == nil {
 		s.Own, err = nsAddrs(h)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	vnetns "github.com/vishvananda/netns"
+
 	"github.com/airlock-dev/airlock/netns/netnstest"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
@@ -110,6 +112,17 @@ func testRecoverReattachesOnlyAttached(t *testing.T, oldState bool) {
 		t.Fatalf("web.test saw %d connections/requests with the gateway dead, want 0", got)
 	}
 
+	// A namespace attached before the link-layer guard existed (or whose
+	// guard was removed) gets it again: CHECK below finds it.
+	if gh, err := vnetns.GetFromPath(attached.Path); err != nil {
+		t.Fatal(err)
+	} else {
+		err := removeL2Guard(gh)
+		gh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	m2 := w.newManager(t)
 	res, err := m2.Recover(ctx, RecoverReattach)
 	if err != nil {

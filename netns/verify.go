@@ -206,5 +206,12 @@ func (m *Manager) CheckAttached(ctx context.Context, id string) error {
 		return fmt.Errorf("netns: check %s: open %s: %w", id, s.Path, err)
 	}
 	defer h.Close()
-	return m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true, st.inbound()))
+	if err := m.ipt.Verify(ctx, h, st.Backend, m.ruleSpec(true, st.inbound())); err != nil {
+		return err
+	}
+	links, err := linkNames(h)
+	if err != nil {
+		return fmt.Errorf("netns: check %s: %w", id, err)
+	}
+	return checkL2Guard(h, links)
 }

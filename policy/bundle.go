@@ -150,7 +150,7 @@ func (e *Engine) startBundle() error {
 	e.bundle = s
 	if s.cfg.Signing == nil {
 		e.log.Warn("policy bundles are not verified: whoever serves the URL, or can change what it serves, decides egress; set bundle signing",
-			logURL, s.cfg.URL)
+			logURL, RedactBundleURL(s.cfg.URL))
 	}
 	e.cur.Store(&snapshot{rev: RevNoPolicy, unavailable: errNoPolicy})
 	s.loadPersisted()
@@ -171,14 +171,14 @@ func (e *Engine) startBundle() error {
 		select {
 		case <-s.first:
 		case <-t.C:
-			e.log.Error("no policy bundle yet, denying everything until one is activated", logURL, s.cfg.URL, "waited", s.cfg.StartTimeout)
+			e.log.Error("no policy bundle yet, denying everything until one is activated", logURL, RedactBundleURL(s.cfg.URL), "waited", s.cfg.StartTimeout)
 		}
 	}
 	return nil
 }
 
 func newBundleSource(e *Engine, cfg BundleConfig) (*bundleSource, error) {
-	s := &bundleSource{e: e, cfg: cfg, first: make(chan struct{}), st: BundleStatus{URL: cfg.URL}}
+	s := &bundleSource{e: e, cfg: cfg, first: make(chan struct{}), st: BundleStatus{URL: RedactBundleURL(cfg.URL)}}
 	if sg := cfg.Signing; sg != nil {
 		keys := map[string]*bundle.KeyConfig{sg.KeyID: {Key: sg.PublicKey, Algorithm: sg.Algorithm, Scope: sg.Scope}}
 		s.bvc = bundle.NewVerificationConfig(keys, sg.KeyID, sg.Scope, nil)
@@ -242,7 +242,7 @@ func (a *bundleAuth) NewClient(cfg rest.Config) (*http.Client, error) {
 		// would stop every later update.
 		t.ResponseHeaderTimeout = a.longPoll + longPollGrace
 	}
-	return &http.Client{Transport: t}, nil
+	return &http.Client{Transport: cappedTransport{next: t, limit: MaxBundleSize}}, nil
 }
 
 // Prepare sets the Authorization header; an error names no value.
@@ -328,6 +328,7 @@ func (s *bundleSource) update(ctx context.Context, u download.Update) error {
 
 // fail records a failure of stage; revision is the bundle's when known.
 func (s *bundleSource) fail(now time.Time, stage, revision string, err error) {
+	err = redactedError{err, redactQuery(s.cfg.URL, err.Error())}
 	s.mu.Lock()
 	switch stage {
 	case BundleStageDownload:
@@ -347,7 +348,7 @@ func (s *bundleSource) fail(now time.Time, stage, revision string, err error) {
 	case BundleStagePersist:
 		msg = "policy bundle activated but not persisted for the next start"
 	}
-	s.e.log.Error(msg, logURL, s.cfg.URL, logStage, stage, oplog.PolicyRevKey, rev, oplog.ErrorKey, err)
+	s.e.log.Error(msg, logURL, RedactBundleURL(s.cfg.URL), logStage, stage, oplog.PolicyRevKey, rev, oplog.ErrorKey, err)
 	if stage != BundleStageDownload {
 		s.notify(BundleEvent{Stage: stage, Revision: revision, PolicyRev: s.e.cur.Load().rev, Err: err})
 	}
@@ -397,7 +398,7 @@ func (s *bundleSource) activate(ctx context.Context, c *bundleContent, fromDisk 
 	s.st.Activations++
 	s.st.LastError, s.st.LastErrorStage, s.st.LastErrorAt = "", "", time.Time{}
 	s.mu.Unlock()
-	e.log.Info("policy bundle activated", logURL, s.cfg.URL, logRevision, c.revision, oplog.PolicyRevKey, snap.rev,
+	e.log.Info("policy bundle activated", logURL, RedactBundleURL(s.cfg.URL), logRevision, c.revision, oplog.PolicyRevKey, snap.rev,
 		"previous_rev", old.rev, logFromDisk, fromDisk, logCached, snap.cache != nil)
 	s.notify(BundleEvent{Activated: true, Revision: c.revision, PolicyRev: snap.rev, FromDisk: fromDisk})
 	if !fromDisk {
@@ -513,3 +514,13 @@ func contentOf(b *bundle.Bundle, raw io.Reader, etag string) (*bundleContent, er
 	}
 	return c, nil
 }
+
+// redactedError is an error whose message had the bundle URL's query taken
+// out; errors.Is and As still see the original.
+type redactedError struct {
+	err error
+	msg string
+}
+
+func (r redactedError) Error() string { return r.msg }
+func (r redactedError) Unwrap() error { return r.err }

@@ -208,3 +208,29 @@ func (s *BundleSigning) check() error {
 	s.Algorithm = alg
 	return nil
 }
+
+// RedactBundleURL is a bundle URL as logs, the status and audit records show
+// it: the query, which may carry a credential (a presigned URL's signature,
+// a token), replaced by REDACTED.
+func RedactBundleURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.RawQuery == "" {
+		return raw
+	}
+	u.RawQuery = "REDACTED"
+	return u.String()
+}
+
+// redactQuery removes the URL's query from a message (an HTTP error quotes
+// the URL it failed on).
+func redactQuery(rawURL, msg string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.RawQuery == "" {
+		return msg
+	}
+	msg = strings.ReplaceAll(msg, u.RawQuery, "REDACTED")
+	if q, err := url.QueryUnescape(u.RawQuery); err == nil && q != "" {
+		msg = strings.ReplaceAll(msg, q, "REDACTED")
+	}
+	return msg
+}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -78,7 +79,12 @@ func (s *bundleSource) loadPersisted() {
 		return
 	}
 	defer f.Close()
-	b, err := bundle.NewCustomReader(bundle.NewTarballLoaderWithBaseURL(f, "")).
+	raw, err := readBundleCapped(f, MaxBundleSize)
+	if err != nil {
+		s.fail(now, BundleStageVerify, "", fmt.Errorf("persisted bundle %s: %w", path, err))
+		return
+	}
+	b, err := bundle.NewCustomReader(bundle.NewTarballLoaderWithBaseURL(bytes.NewReader(raw), "")).
 		WithBundleVerificationConfig(s.bvc).
 		WithSizeLimitBytes(MaxBundleFileSize).
 		WithBundlePersistence(true).

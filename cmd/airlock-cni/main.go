@@ -42,7 +42,8 @@ and sandbox labels from args.cni.labels and annotations labels.airlock.dev/KEY.
 
 Connections arriving at the pod (kubelet probes, Services) are let in on the
 inbound ports (every TCP port when none are listed), and only their replies
-leave; "inbound": {"mode": "capture"} takes them for egress instead.
+leave. "capture" (plain attach's default) is refused here: on a pod's interface
+it would let the pod network use airlock as the pod.
 `
 
 func main() {
