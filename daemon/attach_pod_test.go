@@ -55,10 +55,20 @@ func TestValidatePod(t *testing.T) {
 		field string // "" for valid
 	}{
 		{"none", nil, ""},
-		{"full", &api.Pod{Namespace: "ci", Name: "agent-0", UID: "6f1c", ServiceAccount: "runner"}, ""},
+		{"full", &api.Pod{Namespace: "ci", Name: "agent-0.web", UID: "6F1C0B2E-9d3a-4c1e-8f00-0123456789ab", ServiceAccount: "runner"}, ""},
 		{"empty", &api.Pod{}, ""},
-		{"longest name", &api.Pod{Name: strings.Repeat("a", api.MaxPodField)}, ""},
-		{"name too long", &api.Pod{Name: strings.Repeat("a", api.MaxPodField+1)}, "pod.name"},
+		{"longest name", &api.Pod{Name: strings.Repeat("a", min(253, api.MaxPodField))}, ""},
+		{"name too long", &api.Pod{Name: strings.Repeat("a", min(253, api.MaxPodField)+1)}, "pod.name"},
+		{"namespace too long", &api.Pod{Namespace: strings.Repeat("a", 64)}, "pod.namespace"},
+		// Kubernetes' syntax: a policy matching "prod" is never handed a
+		// look-alike.
+		{"trailing space", &api.Pod{Namespace: "prod "}, "pod.namespace"},
+		{"upper case", &api.Pod{Namespace: "PROD"}, "pod.namespace"},
+		{"dot in namespace", &api.Pod{Namespace: "prod.x"}, "pod.namespace"},
+		{"leading dash", &api.Pod{Name: "-web"}, "pod.name"},
+		{"trailing dot", &api.Pod{ServiceAccount: "runner."}, "pod.service_account"},
+		{"unicode look-alike", &api.Pod{Namespace: "prоd"}, "pod.namespace"},
+		{"slash in uid", &api.Pod{UID: "a/b"}, "pod.uid"},
 		{"newline in namespace", &api.Pod{Namespace: "ci\n{\"forged\":1}"}, "pod.namespace"},
 		{"NUL in uid", &api.Pod{UID: "u\x00"}, "pod.uid"},
 		{"DEL in service account", &api.Pod{ServiceAccount: "sa\x7f"}, "pod.service_account"},

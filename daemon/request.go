@@ -196,15 +196,39 @@ func validatePod(p *api.Pod) *api.Error {
 	if p == nil {
 		return nil
 	}
-	for _, f := range [...]struct{ name, v string }{
-		{"namespace", p.Namespace}, {"name", p.Name}, {"uid", p.UID}, {"service_account", p.ServiceAccount},
+	for _, f := range [...]struct {
+		name, v, syntax string
+		max             int
+		ok              func(rune) bool
+	}{
+		// Kubernetes' own syntax, so a policy comparing pod.namespace with
+		// "prod" can never be handed "prod " or "PROD": a namespace is a
+		// DNS-1123 label, a name and a service account DNS-1123 subdomains,
+		// a uid a UUID.
+		{"namespace", p.Namespace, "a DNS-1123 label (lower-case letters, digits and '-')", 63, dns1123},
+		{"name", p.Name, "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.')", 253, dns1123Sub},
+		{"uid", p.UID, "a UID (letters, digits and '-')", api.MaxPodField, uidRune},
+		{"service_account", p.ServiceAccount, "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.')", 253, dns1123Sub},
 	} {
-		if len(f.v) > api.MaxPodField || strings.IndexFunc(f.v, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
-			return apiErr(api.CodeInvalidField, "pod."+f.name, "pod.%s: %.80q is over %d bytes or has a control character", f.name, f.v, api.MaxPodField)
+		if f.v == "" {
+			continue
+		}
+		if len(f.v) > min(f.max, api.MaxPodField) || strings.IndexFunc(f.v, func(r rune) bool { return !f.ok(r) }) >= 0 ||
+			!edge(f.v[0]) || !edge(f.v[len(f.v)-1]) {
+			return apiErr(api.CodeInvalidField, "pod."+f.name, "pod.%s: %.80q is not %s of at most %d bytes", f.name, f.v, f.syntax, min(f.max, api.MaxPodField))
 		}
 	}
 	return nil
 }
+
+func isAlnum(r rune) bool { return r >= 'a' && r <= 'z' || r >= '0' && r <= '9' }
+
+// edge: a pod field starts and ends with a letter or digit.
+func edge(b byte) bool { return isAlnum(rune(b)) || b >= 'A' && b <= 'Z' }
+
+func dns1123(r rune) bool    { return isAlnum(r) || r == '-' }
+func dns1123Sub(r rune) bool { return dns1123(r) || r == '.' }
+func uidRune(r rune) bool    { return dns1123(r) || r >= 'A' && r <= 'Z' }
 
 // netnsInbound checks an attach's inbound and turns it into netns's (the
 // zero value, capture, for none). The error names the field at fault.
