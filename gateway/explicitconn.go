@@ -74,7 +74,7 @@ type explicitConn struct {
 	wake      chan struct{}
 	woken     bool
 	holdTimer *time.Timer
-	closed   sync.Once
+	closed    sync.Once
 	// ownAnswer: http.Server answered a request by itself (a request its
 	// parser rejects, OPTIONS *): that answer is replaced by a refusal.
 	ownAnswer bool
