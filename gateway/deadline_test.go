@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/policy/policytest"
 	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -166,5 +170,67 @@ func TestBodyLength(t *testing.T) {
 		if got := bodyLength([]byte(tc.head)); got != tc.want {
 			t.Errorf("bodyLength(%q) = %d, want %d", tc.head, got, tc.want)
 		}
+	}
+}
+
+// TestExplicitSlowHeader: on a kept-alive connection, a request whose header
+// block dribbles in is cut off at ReadHeaderTimeout with a bad_request record,
+// whether it is the connection's first request or a later one (whose first
+// bytes may arrive without the block's end), and its origin sees nothing of it.
+func TestExplicitSlowHeader(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org"), nil, func(c *Config) {
+		c.ReadHeaderTimeout = 300 * time.Millisecond
+	})
+	h.allowUpstreams(up)
+	whole := fmt.Sprintf("GET http://pypi.org:%d/ok HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", up.port, up.port)
+	slow := fmt.Sprintf("GET http://pypi.org:%d/slow HTTP/1.1\r\nHost: pypi.org:%d\r\nX-Pad: ", up.port, up.port)
+	for _, first := range []bool{true, false} {
+		t.Run(fmt.Sprintf("first=%v", first), func(t *testing.T) {
+			c, err := net.DialTimeout("tcp", h.explicit, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(8 * time.Second))
+			br := bufio.NewReader(c)
+			if !first {
+				c.Write([]byte(whole))
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("whole request: status %d", resp.StatusCode)
+				}
+			}
+			reqs := up.reqs.Load()
+			n := len(h.log.Records())
+			c.Write([]byte(slow))
+			done := make(chan struct{})
+			go func() { // a byte every 100 ms: the deadline is absolute
+				defer close(done)
+				for i := 0; i < 20; i++ {
+					time.Sleep(100 * time.Millisecond)
+					if _, err := c.Write([]byte("a")); err != nil {
+						return
+					}
+				}
+			}()
+			_, err = io.ReadAll(br)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the gateway kept a dribbling header block open")
+			}
+			c.Close()
+			<-done
+			recs := settledRecords(t, h.log, n, 1)
+			if r := recs[0]; r.Decision != audit.DecisionDeny || !audittest.HasReason(r, ReasonBadRequest) {
+				t.Errorf("record: got %s %+v", recSummary(r), r.Reasons)
+			}
+			if got := up.reqs.Load() - reqs; got != 0 {
+				t.Errorf("origin saw %d requests of the dribbling block", got)
+			}
+		})
 	}
 }

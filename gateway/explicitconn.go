@@ -291,10 +291,18 @@ func (c *explicitConn) readHead() error {
 			return io.EOF
 		}
 	}
-	c.Conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+	// A kept-alive client's next request usually arrives whole in the first
+	// read: then nothing more is read and no deadline is needed.
+	buffered, _ := s.br.Peek(s.br.Buffered())
+	wait := !bytes.Contains(buffered, []byte("\r\n\r\n"))
+	if wait {
+		c.Conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+	}
 	pr, err := peekHTTPRequest(s.br, min(g.cfg.MaxHeaderBytes, s.br.Size()))
 	s.rd.limited = false
-	c.Conn.SetReadDeadline(time.Time{})
+	if wait {
+		c.Conn.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		if errors.Is(err, io.EOF) || isTimeout(err) && s.br.Buffered() == 0 {
 			return io.EOF
