@@ -37,6 +37,14 @@ var (
 // flushSize is how much encoded output the writer buffers before a write(2).
 const flushSize = 256 << 10
 
+// batchLinger: a record that arrives less than this after the previous batch
+// was taken waits out the rest of it, so the records that follow are queued
+// without waking the writer and go out in one write(2). Busy (thousands of
+// records a second), the writer then wakes and writes once or twice per
+// linger instead of once per record; records further apart than this are
+// written at once.
+const batchLinger = 500 * time.Microsecond
+
 // Writer appends records to the audit file from a single goroutine.
 // Log is safe for concurrent use.
 type Writer struct {
@@ -70,6 +78,7 @@ type Writer struct {
 	diskPrev  [64]byte // hash of that line: where buf's first line chains on
 	sinceCkpt int
 	lastCkpt  time.Time
+	lastBatch time.Time // when the writer last took a batch (batchLinger)
 	unsynced  bool
 	idPrefix  string
 	closeErr  error
@@ -357,6 +366,9 @@ func (w *Writer) run() {
 		}
 		select {
 		case it, ok := <-w.queue:
+			if ok && it.sync == nil {
+				w.linger()
+			}
 			if !ok || !w.batch(&it) {
 				w.shutdown()
 				return
@@ -371,6 +383,16 @@ func (w *Writer) run() {
 			w.retry = time.NewTimer(w.backoff)
 		}
 	}
+}
+
+// linger waits out the rest of batchLinger since the last batch was taken.
+func (w *Writer) linger() {
+	now := time.Now()
+	if d := now.Sub(w.lastBatch); d < batchLinger {
+		time.Sleep(batchLinger - d)
+		now = now.Add(batchLinger - d)
+	}
+	w.lastBatch = now
 }
 
 // batch handles first and whatever else is already queued (up to a buffer's

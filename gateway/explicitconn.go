@@ -41,7 +41,7 @@ func (l *explicitListener) Accept() (net.Conn, error) {
 			continue // refused (and audited) by the cap, or the sandbox stopped
 		}
 		l.g.wg.Add(1)
-		ec := &explicitConn{Conn: c, cc: cc}
+		ec := &explicitConn{Conn: c, cc: cc, wake: make(chan struct{}, 1)}
 		ec.sess = l.g.newSession(cc, c, nil)
 		ec.wantHead = true
 		return ec, nil
@@ -67,8 +67,14 @@ type explicitConn struct {
 	hijacked bool          // http.Server handed the connection over
 	started  bool          // the first byte was read (SOCKS5 or HTTP); read by http.Server's goroutine only
 	cur      *explicitReq  // the request being served
-	unhold   chan struct{} // closed when http.Server aborts its pending read
-	closed   sync.Once
+	// wake (capacity 1, one per connection) carries the one wake-up of a
+	// held read; woken: it was sent since the last hold, so a held read
+	// returns at once. holdTimer bounds a held read (IdleTimeout); only the
+	// reading goroutine uses it.
+	wake      chan struct{}
+	woken     bool
+	holdTimer *time.Timer
+	closed    sync.Once
 	// ownAnswer: http.Server answered a request by itself (a request its
 	// parser rejects, OPTIONS *): that answer is replaced by a refusal.
 	ownAnswer bool
@@ -134,10 +140,7 @@ func (c *explicitConn) refuseOwnAnswer(head peekedRequest, p []byte) {
 func (c *explicitConn) expectHead() {
 	c.mu.Lock()
 	c.wantHead, c.headOK, c.held = true, false, false
-	if c.unhold != nil {
-		close(c.unhold)
-		c.unhold = nil
-	}
+	c.wakeLocked()
 	c.mu.Unlock()
 }
 
@@ -146,9 +149,23 @@ func (c *explicitConn) expectHead() {
 // for it (StateIdle). http.Server's background read parks here until it
 // aborts it with a past deadline. Called with c.mu held.
 func (c *explicitConn) hold() {
-	c.held = true
-	if c.unhold == nil {
-		c.unhold = make(chan struct{})
+	c.held, c.woken = true, false
+	select {
+	case <-c.wake: // a wake-up of the previous request nobody waited for
+	default:
+	}
+}
+
+// wakeLocked ends the wait of a held read, or makes the next one return at
+// once. Called with c.mu held.
+func (c *explicitConn) wakeLocked() {
+	if c.woken {
+		return
+	}
+	c.woken = true
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -169,9 +186,8 @@ func (c *explicitConn) done() {
 
 func (c *explicitConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
-	if c.held && c.unhold != nil && !t.IsZero() && time.Until(t) <= 0 {
-		close(c.unhold)
-		c.unhold = nil
+	if c.held && !t.IsZero() && time.Until(t) <= 0 {
+		c.wakeLocked()
 	}
 	c.mu.Unlock()
 	return c.Conn.SetReadDeadline(t)
@@ -189,15 +205,19 @@ func (c *explicitConn) Read(p []byte) (int, error) {
 	}
 	if held {
 		c.mu.Lock()
-		ch := c.unhold
+		woken := c.woken
 		c.mu.Unlock()
-		if ch != nil {
-			t := time.NewTimer(s.g.cfg.IdleTimeout)
-			select {
-			case <-ch:
-			case <-t.C:
+		if !woken {
+			if c.holdTimer == nil {
+				c.holdTimer = time.NewTimer(s.g.cfg.IdleTimeout)
+			} else {
+				c.holdTimer.Reset(s.g.cfg.IdleTimeout)
 			}
-			t.Stop()
+			select {
+			case <-c.wake:
+			case <-c.holdTimer.C:
+			}
+			c.holdTimer.Stop()
 		}
 		return 0, os.ErrDeadlineExceeded
 	}
@@ -271,10 +291,18 @@ func (c *explicitConn) readHead() error {
 			return io.EOF
 		}
 	}
-	c.Conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+	// A kept-alive client's next request usually arrives whole in the first
+	// read: then nothing more is read and no deadline is needed.
+	buffered, _ := s.br.Peek(s.br.Buffered())
+	wait := !bytes.Contains(buffered, []byte("\r\n\r\n"))
+	if wait {
+		c.Conn.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+	}
 	pr, err := peekHTTPRequest(s.br, min(g.cfg.MaxHeaderBytes, s.br.Size()))
 	s.rd.limited = false
-	c.Conn.SetReadDeadline(time.Time{})
+	if wait {
+		c.Conn.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		if errors.Is(err, io.EOF) || isTimeout(err) && s.br.Buffered() == 0 {
 			return io.EOF
@@ -311,7 +339,10 @@ func (c *explicitConn) readHead() error {
 func bodyLength(head []byte) int64 {
 	var cl int64
 	seen := false
-	for _, line := range bytes.Split(head, []byte("\r\n"))[1:] {
+	_, rest, _ := bytes.Cut(head, []byte("\r\n")) // the request line
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		name, val, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
 			continue

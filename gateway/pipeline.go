@@ -233,9 +233,9 @@ func (g *Gateway) decide(rc *reqCtx) error {
 // ask runs one policy decision on rc.in, bounded by PolicyTimeout.
 func (g *Gateway) ask(rc *reqCtx) policy.Decision {
 	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PolicyTimeout)
+	ctx := newDecisionCtx(g.cfg.PolicyTimeout) // no timer unless the decider waits on it
 	d := g.dec.Decide(ctx, &rc.in)
-	cancel()
+	ctx.stop()
 	dur := time.Since(t0)
 	rc.policyDur += dur
 	g.metrics.policyEval.Observe(dur.Seconds())
