@@ -31,10 +31,17 @@ func (r *engineRef) set(e *policy.Engine) {
 }
 
 func (r *engineRef) Decide(ctx context.Context, in *policy.Input) policy.Decision {
+	// Once the engine is set (every decision but the first few), ctx.Done is
+	// never asked for: the gateway's decision context arms its timer only
+	// when something waits on it.
 	select {
 	case <-r.ready:
-	case <-ctx.Done():
-		return policyError(ctx.Err())
+	default:
+		select {
+		case <-r.ready:
+		case <-ctx.Done():
+			return policyError(ctx.Err())
+		}
 	}
 	if r.e == nil {
 		return policyError(errors.New("policy engine unavailable"))
