@@ -193,7 +193,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger})
+	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Background: true, Logger: logger})
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
