@@ -114,6 +114,13 @@ func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
 	return b
 }
 
+// PolicyError is the policy compile's failure, from New or, with
+// Options.Background, from Run (nothing ran): a configuration error.
+type PolicyError struct{ Err error }
+
+func (e *PolicyError) Error() string { return e.Err.Error() }
+func (e *PolicyError) Unwrap() error { return e.Err }
+
 // wait waits for the compile and publishes its engine to dec, or the
 // fail-closed nil when it failed. Every call returns the compile's error.
 func (b *engineBuild) wait() error {
@@ -124,7 +131,7 @@ func (b *engineBuild) wait() error {
 		r := <-b.c
 		if r.err != nil {
 			b.dec.set(nil)
-			b.err = r.err
+			b.err = &PolicyError{Err: r.err}
 			return
 		}
 		b.d.engine = r.e

@@ -441,6 +441,19 @@ type Task struct {
 // command and tears everything down. The namespace exists before the command
 // starts and is gone after it ends, so the command never has any other way out.
 func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
+	res, err := d.run(ctx, t)
+	if err != nil {
+		// A policy that does not compile (still compiling at New with
+		// Options.Background) is the error to report, whatever else failed
+		// meanwhile; the command never starts without the policy.
+		if perr := d.eng.wait(); perr != nil {
+			return nil, perr
+		}
+	}
+	return res, err
+}
+
+func (d *Daemon) run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	if len(t.Argv) == 0 {
 		return nil, errors.New("no command")
 	}

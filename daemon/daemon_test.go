@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -246,8 +247,9 @@ func TestRootRunBackgroundPolicyFailureNeverRuns(t *testing.T) {
 	ws := t.TempDir()
 	id := uniqueID("alk-daemon-badpol")
 	res, err := d.Run(context.Background(), Task{ID: id, Argv: []string{"touch", ws + "/ran"}, Workspace: ws})
-	if err == nil || !strings.Contains(err.Error(), "bad.rego") {
-		t.Fatalf("got %+v, %v; want the compile error naming bad.rego", res, err)
+	var pe *PolicyError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "bad.rego") {
+		t.Fatalf("got %+v, %v; want the PolicyError naming bad.rego", res, err)
 	}
 	if _, err := os.Stat(ws + "/ran"); err == nil {
 		t.Errorf("the command ran")

@@ -214,6 +214,12 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		if errors.As(err, &ee) {
 			return &exitError{Code: 127, Msg: err.Error()}
 		}
+		// The policy compiles while the sandbox is made (Options.Background):
+		// a policy that does not compile is still a configuration error.
+		var pe *daemon.PolicyError
+		if errors.As(err, &pe) {
+			return &exitError{Code: 2, Msg: err.Error()}
+		}
 		return &exitError{Code: exitSetupFailed, Msg: err.Error()}
 	}
 	if !o.quiet {
