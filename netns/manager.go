@@ -136,6 +136,7 @@ func New(cfg Config, srv Server, al audit.Logger, logger *slog.Logger) (*Manager
 		poolStop:  make(chan struct{}),
 		poolDone:  make(chan struct{}),
 	}
+	managers.Store(m, struct{}{})
 	if cfg.PoolSize > 0 {
 		m.pool = make(chan string, cfg.PoolSize)
 		m.poolKick = make(chan struct{}, 1)
@@ -441,6 +442,7 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
+	defer managers.Delete(m)
 	var live []*Sandbox
 	for _, s := range m.sandboxes {
 		if s != nil {

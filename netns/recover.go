@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -123,11 +124,26 @@ func (m *Manager) stalePool(name, path string) bool {
 		return false
 	}
 	if pid == os.Getpid() {
-		_, ours := m.poolNames.Load(path)
-		return !ours
+		return !poolOfThisProcess(path)
 	}
 	err = unix.Kill(pid, 0)
 	return errors.Is(err, unix.ESRCH)
+}
+
+// managers holds every Manager of this process that is not closed. A process
+// with several (tests, a daemon beside a recovery) must not take another's
+// live pool namespace, named with the same pid, for a stale one.
+var managers sync.Map // *Manager -> struct{}
+
+// poolOfThisProcess reports whether a live Manager of this process made the
+// pool namespace at path and still has it, ready or taken.
+func poolOfThisProcess(path string) bool {
+	found := false
+	managers.Range(func(k, _ any) bool {
+		_, found = k.(*Manager).poolNames.Load(path)
+		return !found
+	})
+	return found
 }
 
 // recoverOne re-attaches (an attached namespace, with RecoverReattach) or
