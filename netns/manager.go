@@ -99,7 +99,6 @@ type Manager struct {
 	poolKick chan struct{}
 	poolStop chan struct{}
 	poolDone chan struct{}
-	poolSeq  atomic.Uint64
 	// accepted counts inbound connections InboundAccept let in, over all
 	// sandboxes since New.
 	accepted  atomic.Uint64

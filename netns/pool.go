@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
@@ -33,21 +34,29 @@ func (m *Manager) fillPool() {
 				break
 			}
 			path := m.poolPath()
+			// Recorded before it exists: a Recover running meanwhile (another
+			// Manager of this process) must never see it as stale.
+			m.poolNames.Store(path, struct{}{})
 			if err := m.makePooled(path); err != nil {
+				m.poolNames.Delete(path)
 				m.log.Error("pool: make namespace", oplog.ErrorKey, err)
 				break
 			}
-			m.poolNames.Store(path, struct{}{})
 			m.pool <- path
 		}
 	}
 }
 
 // poolPath names the next pool namespace: airlock-pool-<pid>-<n>, so a
-// later process's Recover knows it for stale once this one is gone.
+// later process's Recover knows it for stale once this one is gone. n counts
+// for the whole process: two Managers in one process (tests, a recovery beside
+// a daemon) never make the same name.
 func (m *Manager) poolPath() string {
-	return filepath.Join(m.cfg.RunDir, fmt.Sprintf("%s%d-%d", poolPrefix, os.Getpid(), m.poolSeq.Add(1)))
+	return filepath.Join(m.cfg.RunDir, fmt.Sprintf("%s%d-%d", poolPrefix, os.Getpid(), poolSeq.Add(1)))
 }
+
+// poolSeq numbers this process's pool namespaces.
+var poolSeq atomic.Uint64
 
 func (m *Manager) makePooled(path string) error {
 	h, err := newNamespace(path)
@@ -156,10 +165,11 @@ func (m *Manager) TakePooled(ctx context.Context) (*Pooled, error) {
 			return nil, fmt.Errorf("netns: take pooled: %w", err)
 		}
 		path = m.poolPath()
+		m.poolNames.Store(path, struct{}{})
 		if err := m.makePooled(path); err != nil {
+			m.poolNames.Delete(path)
 			return nil, fmt.Errorf("netns: take pooled: %w", err)
 		}
-		m.poolNames.Store(path, struct{}{})
 	}
 	p := &Pooled{m: m, path: path}
 	m.mu.Lock()

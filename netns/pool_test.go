@@ -304,25 +304,32 @@ func TestCloseWaitsForPoolNameUnmounts(t *testing.T) {
 
 // TestRecoverSparesAnotherManagersPool: two Managers in one process (as in the
 // daemon's tests, or a recovery beside a daemon) share the pid in their pool
-// names; one's Recover must not take the other's live pool for a stale one.
-// (Regression: a daemon test's Recover unmounted another daemon's ready pool
-// namespace, whose create then failed with "no such file or directory".)
+// names. Their names must still differ (they once both counted from 1, and
+// one's Close unmounted the other's pool), and one's Recover must not take the
+// other's live pool for a stale one. CI caught both as TestRootSandboxAPI's
+// create failing with "bind mount ... no such file or directory".
 func TestRecoverSparesAnotherManagersPool(t *testing.T) {
 	w := newWorld(t, Config{PoolSize: 2})
 	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for poolReady(w.m) < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if poolReady(w.m) < 2 {
-		t.Fatal("the pool did not fill")
-	}
-	var before []string
-	for _, path := range poolNamesOnDisk(w.m) {
-		if _, ours := w.m.poolNames.Load(path); ours {
-			before = append(before, path)
+	fill := func(m *Manager) {
+		deadline := time.Now().Add(30 * time.Second)
+		for poolReady(m) < 2 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if poolReady(m) < 2 {
+			t.Fatal("the pool did not fill")
 		}
 	}
+	ours := func(m *Manager) map[string]bool {
+		out := map[string]bool{}
+		for _, path := range poolNamesOnDisk(m) {
+			if _, ok := m.poolNames.Load(path); ok {
+				out[path] = true
+			}
+		}
+		return out
+	}
+	fill(w.m)
 	cfg := w.cfg
 	cfg.StateDir = t.TempDir() // same run dir, same pid, its own state
 	other, err := New(cfg, w.srv, w.audit, nil)
@@ -333,14 +340,24 @@ func TestRecoverSparesAnotherManagersPool(t *testing.T) {
 	if _, err := other.Recover(ctx, RecoverRemove); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
-	for _, path := range before {
+	fill(other)
+	mine, theirs := ours(w.m), ours(other)
+	for path := range mine {
+		if theirs[path] {
+			t.Errorf("both Managers made pool namespace %s", path)
+		}
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for path := range mine {
 		if !mounted(t, path) {
-			t.Errorf("the other Manager's Recover removed live pool namespace %s", path)
+			t.Errorf("the other Manager's Recover or Close removed live pool namespace %s", path)
 		}
 	}
 	sb, err := w.m.Create(ctx, policy.Sandbox{ID: netnstest.SandboxID("pool-spared")})
 	if err != nil {
-		t.Fatalf("create from the pool after the other's Recover: %v", err)
+		t.Fatalf("create from the pool after the other's Recover and Close: %v", err)
 	}
 	if err := w.m.Teardown(ctx, sb.ID); err != nil {
 		t.Fatal(err)
