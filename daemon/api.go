@@ -51,7 +51,6 @@ func (d *Daemon) routes() []route {
 // makes, with ConnContext: every request acts as the uid of its
 // connection's peer, and a request without one is refused.
 func (d *Daemon) Handler() http.Handler {
-	d.awaitBackground() // its routes read the engine
 	mux := http.NewServeMux()
 	rs := d.routes()
 	for _, rt := range rs {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -65,11 +64,9 @@ func (d *Daemon) makeRunDir() error {
 
 // engineBuild is the policy compile New runs beside the other steps.
 type engineBuild struct {
-	d    *Daemon
-	dec  *engineRef
-	c    chan engineResult
-	once sync.Once
-	err  error // wait's result, the same for every caller
+	d   *Daemon
+	dec *engineRef
+	c   chan engineResult
 }
 
 type engineResult struct {
@@ -101,11 +98,9 @@ func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
 		}, d.log)
 		b.c <- engineResult{e, err}
 	}()
-	// The engine stops after everything that asks it (closers run last
-	// first), and on an early return of New too; the compile is never left
-	// running.
+	// The engine stops after everything that asks it (closers run last first),
+	// and on an early return of New too: New's deferred wait sets d.engine first.
 	d.closers = append(d.closers, func() error {
-		_ = b.wait()
 		if d.engine == nil {
 			return nil
 		}
@@ -114,81 +109,21 @@ func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
 	return b
 }
 
-// PolicyError is the policy compile's failure, from New or, with
-// Options.Background, from Run (nothing ran): a configuration error.
-type PolicyError struct{ Err error }
-
-func (e *PolicyError) Error() string { return e.Err.Error() }
-func (e *PolicyError) Unwrap() error { return e.Err }
-
-// wait waits for the compile and publishes its engine to dec, or the
-// fail-closed nil when it failed. Every call returns the compile's error.
+// wait waits for the compile (once; later calls return nil) and publishes
+// its engine to dec, or the fail-closed nil when it failed.
 func (b *engineBuild) wait() error {
-	if b == nil { // a Daemon New did not build
+	if b.c == nil {
 		return nil
 	}
-	b.once.Do(func() {
-		r := <-b.c
-		if r.err != nil {
-			b.dec.set(nil)
-			b.err = &PolicyError{Err: r.err}
-			return
-		}
-		b.d.engine = r.e
-		b.dec.set(r.e)
-	})
-	return b.err
-}
-
-// trustBuild is the trust bundle and directory New builds beside the other
-// steps (writeBundle; with a CA minted for this process the directory is a
-// new trust-cache entry, 18-28 ms).
-type trustBuild struct {
-	done chan struct{}
-	once sync.Once
-	err  error // awaitTrust's result, the same for every caller
-	res  trustResult
-}
-
-type trustResult struct {
-	bundle, dir string
-	release     func()
-	err         error
-}
-
-// buildTrust starts writeBundle. Its closer waits for it, so the hold on the
-// directory is released and the run dir is removed only after it is done.
-func (d *Daemon) buildTrust(caCert, upstreamCA string) *trustBuild {
-	b := &trustBuild{done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		r := &b.res
-		r.bundle, r.dir, r.release, r.err = d.writeBundle(caCert, upstreamCA)
-	}()
-	d.closers = append(d.closers, func() error {
-		<-b.done
-		if b.res.release != nil {
-			b.res.release()
-		}
-		return nil
-	})
-	return b
-}
-
-// awaitTrust waits for buildTrust and sets caBundle and trustDir; every
-// call returns its error.
-func (d *Daemon) awaitTrust() error {
-	b := d.trust
-	if b == nil { // a Daemon New did not build
-		return nil
+	r := <-b.c
+	b.c = nil
+	if r.err != nil {
+		b.dec.set(nil)
+		return r.err
 	}
-	b.once.Do(func() {
-		<-b.done
-		if b.err = b.res.err; b.err == nil {
-			d.caBundle, d.trustDir = b.res.bundle, b.res.dir
-		}
-	})
-	return b.err
+	b.d.engine = r.e
+	b.dec.set(r.e)
+	return nil
 }
 
 // buildAudit opens the audit writer (every record stamped with AuditNode),

@@ -63,16 +63,6 @@ type Options struct {
 	// creates (airlock serve). Without it there is no warm pool: a single
 	// `airlock run` would only pay for sandboxes nobody takes.
 	Pool bool
-	// Background lets New return before the policy compile and the trust
-	// bundle and directory are done: Run waits for the trust directory
-	// before it makes the sandbox and for the policy before the command
-	// starts (every decision asked before waits for it too), and fails,
-	// nothing run, when either could not be built. airlock run sets it.
-	// New ignores it with Pool (sandboxes are prepared from New on), a
-	// Recover other than RecoverRemove (a re-attached namespace serves) or
-	// a policy bundle (its reports start once the engine exists). Handler,
-	// Engine and Attach wait for both first.
-	Background bool
 	// NoExecutor builds no executor (airlock attach serves a namespace whose
 	// processes someone else runs); Run then fails.
 	NoExecutor bool
@@ -86,24 +76,20 @@ type Options struct {
 
 // Daemon is one running airlock.
 type Daemon struct {
-	log     *slog.Logger
-	cfg     config.Config
-	runDir  string
-	engine  *policy.Engine
-	writer  *audit.Writer
-	tally   *audit.Tally
-	budget  *audit.Budget // the gateway's records go through it to the tally
-	dns     *dnsfilter.Filter
-	gw      *gateway.Gateway
-	secrets *secrets.Injector
-	netns   *netns.Manager
-	exec    *sandboxd.Executor
-	// caBundle and trustDir are set by awaitTrust (New calls it unless
-	// Options.Background; Run calls it before each sandbox).
+	log      *slog.Logger
+	cfg      config.Config
+	runDir   string
+	engine   *policy.Engine
+	writer   *audit.Writer
+	tally    *audit.Tally
+	budget   *audit.Budget // the gateway's records go through it to the tally
+	dns      *dnsfilter.Filter
+	gw       *gateway.Gateway
+	secrets  *secrets.Injector
+	netns    *netns.Manager
+	exec     *sandboxd.Executor
 	caBundle string
 	trustDir string // sandboxd.WriteTrustDir's forms of caBundle; "" when it is empty
-	trust    *trustBuild
-	eng      *engineBuild
 	hidden   []string
 	proxyURL string
 	closers  []func() error
@@ -160,8 +146,8 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildSecrets(cfg); err != nil {
 		return nil, err
 	}
-	eng := d.compileEngine(cfg) // its closer waits for it
-	d.eng = eng
+	eng := d.compileEngine(cfg)
+	defer func() { _ = eng.wait() }() // never leave the compile running on an early return
 	if err := d.buildAudit(cfg); err != nil {
 		return nil, err
 	}
@@ -169,8 +155,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The trust directory (18-28 ms with a fresh CA) is built meanwhile.
-	d.trust = d.buildTrust(caCert, cfg.Upstream.CAFile)
 	// The gateway's own addresses are refused as destinations and as DNS
 	// answers even inside upstream.allow_cidrs: an allowed name resolving to
 	// this host must not reach its services (metrics, an internal registry's
@@ -190,6 +174,9 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildGateway(o.Gateway, cfg, allow, own, caCert, caKey, eng.dec); err != nil {
 		return nil, err
 	}
+	if d.caBundle, d.trustDir, err = d.writeBundle(caCert, cfg.Upstream.CAFile); err != nil {
+		return nil, err
+	}
 	if err := d.buildNetns(); err != nil {
 		return nil, err
 	}
@@ -200,13 +187,8 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
-	if !o.Background || o.Pool || o.Recover != netns.RecoverRemove || cfg.Policy.Bundle != nil {
-		if err := eng.wait(); err != nil {
-			return nil, err
-		}
-		if err := d.awaitTrust(); err != nil {
-			return nil, err
-		}
+	if err := eng.wait(); err != nil {
+		return nil, err
 	}
 	// Recover may serve re-attached namespaces: only now that dec has the engine.
 	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
@@ -246,8 +228,7 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // intercepted to an internal registry verify too); and the same roots as a
 // hashed directory and a Java truststore (sandboxd.OpenTrustDir: built once
 // per bundle and reused by later processes).
-// release drops the hold on the trust directory (nil without one).
-func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, release func(), err error) {
+func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, err error) {
 	var b []byte
 	for _, p := range []string{systemBundle, caCert, upstreamCA} {
 		if p == "" {
@@ -258,7 +239,7 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 			if p == systemBundle && errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			return "", "", nil, fmt.Errorf("ca bundle: %w", err)
+			return "", "", fmt.Errorf("ca bundle: %w", err)
 		}
 		b = append(b, pem...)
 		if len(b) > 0 && b[len(b)-1] != '\n' {
@@ -267,10 +248,10 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	}
 	path := filepath.Join(d.runDir, "ca-bundle.pem")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", "", nil, fmt.Errorf("ca bundle: %w", err)
+		return "", "", fmt.Errorf("ca bundle: %w", err)
 	}
 	if len(b) == 0 {
-		return path, "", nil, nil
+		return path, "", nil
 	}
 	// The trust directory is kept between processes (sandboxd.OpenTrustDir):
 	// in DefaultRunDir's cache for the default run dirs, else in this one.
@@ -280,9 +261,10 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	}
 	trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
 	if err != nil {
-		return "", "", nil, err
+		return "", "", err
 	}
-	return path, trust, release, nil
+	d.closers = append(d.closers, func() error { release(); return nil })
+	return path, trust, nil
 }
 
 func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
@@ -396,17 +378,7 @@ func (d *Daemon) MetricsHandler(extra ...prometheus.Gatherer) http.Handler {
 }
 
 // Engine is the policy engine (for reload on SIGHUP).
-func (d *Daemon) Engine() *policy.Engine {
-	d.awaitBackground()
-	return d.engine
-}
-
-// awaitBackground waits for what New left building (Options.Background):
-// the engine (nil when its compile failed) and the trust dir.
-func (d *Daemon) awaitBackground() {
-	_ = d.eng.wait()
-	_ = d.awaitTrust()
-}
+func (d *Daemon) Engine() *policy.Engine { return d.engine }
 
 // Close stops everything New built, last built first: namespaces are torn down
 // before the gateway stops, so no sandbox is ever left with a way out.
@@ -441,19 +413,6 @@ type Task struct {
 // command and tears everything down. The namespace exists before the command
 // starts and is gone after it ends, so the command never has any other way out.
 func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
-	res, err := d.run(ctx, t)
-	if err != nil {
-		// A policy that does not compile (still compiling at New with
-		// Options.Background) is the error to report, whatever else failed
-		// meanwhile; the command never starts without the policy.
-		if perr := d.eng.wait(); perr != nil {
-			return nil, perr
-		}
-	}
-	return res, err
-}
-
-func (d *Daemon) run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	if len(t.Argv) == 0 {
 		return nil, errors.New("no command")
 	}
@@ -482,9 +441,6 @@ func (d *Daemon) run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 			d.log.Error("teardown", oplog.SandboxKey, sb.ID, oplog.ErrorKey, err)
 		}
 	}()
-	if err := d.awaitTrust(); err != nil {
-		return nil, err
-	}
 	env := append([]string(nil), t.Env...)
 	if d.secrets != nil {
 		ph, err := d.secrets.Placeholders(secrets.Sandbox{ID: sb.ID, Labels: sb.Labels})
@@ -497,22 +453,19 @@ func (d *Daemon) run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		}
 	}
 	return d.exec.Run(ctx, sandboxd.Spec{
-		// The policy may still compile (Options.Background): the sandbox is
-		// made meanwhile, the command waits for it.
-		BeforeExec: d.eng.wait,
-		ID:         sb.ID,
-		Argv:       t.Argv,
-		Env:        env,
-		NetNS:      ns.Path,
-		Workspace:  t.Workspace,
-		CABundle:   d.caBundle,
-		TrustDir:   d.trustDir,
-		Proxy:      d.proxyURL,
-		Hidden:     d.hidden,
-		Stdin:      t.Stdin,
-		Stdout:     t.Stdout,
-		Stderr:     t.Stderr,
-		Limits:     t.Limits,
+		ID:        sb.ID,
+		Argv:      t.Argv,
+		Env:       env,
+		NetNS:     ns.Path,
+		Workspace: t.Workspace,
+		CABundle:  d.caBundle,
+		TrustDir:  d.trustDir,
+		Proxy:     d.proxyURL,
+		Hidden:    d.hidden,
+		Stdin:     t.Stdin,
+		Stdout:    t.Stdout,
+		Stderr:    t.Stderr,
+		Limits:    t.Limits,
 	})
 }
 
@@ -520,9 +473,6 @@ func (d *Daemon) run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 // treating traffic arriving on its interfaces as inbound says.
 // A sandbox with a Pod has it stamped on every audit record from the first.
 func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string, inbound netns.Inbound) (*netns.Sandbox, error) {
-	if err := d.eng.wait(); err != nil {
-		return nil, err
-	}
 	if err := d.checkFreeSpace(); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -81,7 +80,6 @@ func newTestDaemon(t *testing.T, edit ...func(*config.Config)) (*Daemon, *testNe
 }
 
 // newTestDaemonPool is newTestDaemon, with the warm pool when pool is set.
-// Without it the daemon is built as airlock run builds it (Options.Background).
 func newTestDaemonPool(t *testing.T, pool bool, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config, string) {
 	t.Helper()
 	roottest.Require(t)
@@ -105,7 +103,7 @@ func newTestDaemonPool(t *testing.T, pool bool, edit ...func(*config.Config)) (*
 		e(&cfg)
 	}
 	runDir := filepath.Join(dir, "run")
-	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: runDir, Pool: pool, Background: !pool,
+	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: runDir, Pool: pool,
 		Executor: &sandboxd.Config{InitArgs: []string{}}})
 	if err != nil {
 		t.Fatal(err)
@@ -230,31 +228,5 @@ func TestEngineRefRev(t *testing.T) {
 	}
 	if d := failed.Decide(context.Background(), &policy.Input{Kind: policy.KindDNS}); d.Permit() || d.Err == nil {
 		t.Fatalf("decision of a failed compile = %+v, want the fail-closed deny", d)
-	}
-}
-
-// TestRootRunBackgroundPolicyFailureNeverRuns: with Options.Background New
-// returns while the policy compiles; a policy that does not compile fails
-// Run before the command starts (it would otherwise run with every request
-// denied), and the sandbox's namespace is gone.
-func TestRootRunBackgroundPolicyFailureNeverRuns(t *testing.T) {
-	pol := t.TempDir()
-	if err := os.WriteFile(filepath.Join(pol, "bad.rego"), []byte("package airlock.egress\n\nallow if {{{\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d, _, _, _ := newTestDaemon(t, func(c *config.Config) { c.Policy.Dir = pol })
-	t.Cleanup(func() { d.Close() })
-	ws := t.TempDir()
-	id := uniqueID("alk-daemon-badpol")
-	res, err := d.Run(context.Background(), Task{ID: id, Argv: []string{"touch", ws + "/ran"}, Workspace: ws})
-	var pe *PolicyError
-	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "bad.rego") {
-		t.Fatalf("got %+v, %v; want the PolicyError naming bad.rego", res, err)
-	}
-	if _, err := os.Stat(ws + "/ran"); err == nil {
-		t.Errorf("the command ran")
-	}
-	if _, ok := d.netns.Get(id); ok {
-		t.Errorf("namespace %s left after the failed run", id)
 	}
 }

@@ -198,11 +198,6 @@ type Spec struct {
 	Stderr io.Writer
 	// Limits for this run.
 	Limits Limits
-	// BeforeExec, when set, is called once the sandbox is created and before
-	// the command starts (what the caller still builds meanwhile, e.g. the
-	// policy its gateway serves the sandbox with). An error ends the run
-	// before the audit start record: nothing ran, the sandbox is destroyed.
-	BeforeExec func() error
 	// Labels are copied nowhere but the audit record's sandbox id; reserved.
 }
 

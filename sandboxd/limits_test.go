@@ -228,23 +228,3 @@ func TestCgroupMoveFailureNeverRuns(t *testing.T) {
 		t.Errorf("the command ran")
 	}
 }
-
-// TestBeforeExecFailureNeverRuns: Spec.BeforeExec runs once the sandbox
-// exists; its error ends the run before the command and its audit start
-// record.
-func TestBeforeExecFailureNeverRuns(t *testing.T) {
-	e, au := newTestExecutor(t, nil)
-	ws := hostDir(t, 0o755)
-	calls := 0
-	_, err := e.Run(t.Context(), Spec{Argv: sh("touch " + ws + "/ran"), Workspace: ws,
-		BeforeExec: func() error { calls++; return errors.New("airlock test: policy not ready") }})
-	if err == nil || !strings.Contains(err.Error(), "policy not ready") || calls != 1 {
-		t.Errorf("got %v after %d calls, want the hook's error after one", err, calls)
-	}
-	if _, err := os.Stat(ws + "/ran"); err == nil {
-		t.Errorf("the command ran")
-	}
-	if n := len(au.Records()); n != 0 {
-		t.Errorf("audit records: got %d, want none (nothing started)", n)
-	}
-}

@@ -44,12 +44,6 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 	id := sb.ID()
 	res := &Result{ID: id, UID: sb.UID()}
 	lg := e.lg.With(oplog.SandboxKey, id, uidKey, res.UID)
-	if spec.BeforeExec != nil {
-		if err := spec.BeforeExec(); err != nil {
-			e.destroyRun(sb, lg)
-			return nil, err
-		}
-	}
 	if err := e.log.Log(&audit.Record{ID: id + "/start", Sandbox: id, Kind: audit.KindExec, Decision: audit.DecisionAllow,
 		Exec: &audit.Exec{Phase: "start", Argv: spec.Argv}}); err != nil {
 		e.destroyRun(sb, lg)

@@ -193,7 +193,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Background: true, Logger: logger})
+	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger})
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
@@ -213,12 +213,6 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		var ee *sandboxd.ExecError
 		if errors.As(err, &ee) {
 			return &exitError{Code: 127, Msg: err.Error()}
-		}
-		// The policy compiles while the sandbox is made (Options.Background):
-		// a policy that does not compile is still a configuration error.
-		var pe *daemon.PolicyError
-		if errors.As(err, &pe) {
-			return &exitError{Code: 2, Msg: err.Error()}
 		}
 		return &exitError{Code: exitSetupFailed, Msg: err.Error()}
 	}
