@@ -45,13 +45,14 @@ func TestRootAPIAdmin(t *testing.T) {
 		t.Fatalf("detach of an unknown sandbox: %d, want 404", code)
 	}
 	// A namespace made by someone else: attached, listed, detached.
-	ns := "alk-api-ext"
+	ns := uniqueID("alk-api-ext") // concurrent checkouts must not share it
+	q := func(s string) string { return strings.ReplaceAll(s, "alk-api-ext", ns) }
 	_ = exec.Command("ip", "netns", "delete", ns).Run()
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
-	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "pod": {"name": "a\nb"}}`); code != 400 || out["field"] != "pod.name" {
+	if code, out := apiCall(t, h, "POST", "/v1/attach", q(`{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "pod": {"name": "a\nb"}}`)); code != 400 || out["field"] != "pod.name" {
 		t.Fatalf("attach with a control character in the pod name: %d %v, want 400 naming pod.name", code, out)
 	}
 	for body, field := range map[string]string{
@@ -60,15 +61,15 @@ func TestRootAPIAdmin(t *testing.T) {
 		`{"mode": "accept", "ports": [80, 0]}`: "inbound.ports[1]",
 		`{"mode": "accept", "udp": [53]}`:      "",
 	} {
-		code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "inbound": `+body+`}`)
+		code, out := apiCall(t, h, "POST", "/v1/attach", q(`{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "inbound": `)+body+`}`)
 		if code != 400 || (field != "" && out["field"] != field) {
 			t.Fatalf("attach with inbound %s: %d %v, want 400 naming %q", body, code, out, field)
 		}
 	}
-	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "labels": {"team": "web"}, "pod": {"namespace": "ci", "name": "web-0"}}`); code != 201 {
+	if code, out := apiCall(t, h, "POST", "/v1/attach", q(`{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext", "labels": {"team": "web"}, "pod": {"namespace": "ci", "name": "web-0"}}`)); code != 201 {
 		t.Fatalf("attach: %d %v", code, out)
 	}
-	if code, out := apiCall(t, h, "GET", "/v1/attach/alk-api-ext", ""); code != 200 || out["in_force"] != true || out["pod"].(map[string]any)["namespace"] != "ci" ||
+	if code, out := apiCall(t, h, "GET", q("/v1/attach/alk-api-ext"), ""); code != 200 || out["in_force"] != true || out["pod"].(map[string]any)["namespace"] != "ci" ||
 		fmt.Sprint(out["inbound"]) != "map[mode:capture]" || out["inbound_accepted"] != float64(0) {
 		t.Fatalf("check after attach: %d %v, want in force with the pod, inbound capture", code, out)
 	}
@@ -80,19 +81,19 @@ func TestRootAPIAdmin(t *testing.T) {
 	if out, err := exec.Command("ip", "netns", "exec", ns, bin, "-w", "-t", "nat", "-D", "OUTPUT", "-j", "AIRLOCK-NAT-OUT").CombinedOutput(); err != nil {
 		t.Fatalf("remove the nat jump: %v %s", err, out)
 	}
-	if code, out := apiCall(t, h, "GET", "/v1/attach/alk-api-ext", ""); code != 200 || out["in_force"] != false || !strings.Contains(fmt.Sprint(out["problem"]), "AIRLOCK-NAT-OUT") {
+	if code, out := apiCall(t, h, "GET", q("/v1/attach/alk-api-ext"), ""); code != 200 || out["in_force"] != false || !strings.Contains(fmt.Sprint(out["problem"]), "AIRLOCK-NAT-OUT") {
 		t.Fatalf("check after the nat jump was removed: %d %v, want not in force naming AIRLOCK-NAT-OUT", code, out)
 	}
 	if code, _ := apiCall(t, h, "GET", "/v1/attach/nope", ""); code != 404 {
 		t.Fatalf("check of an unknown sandbox: %d, want 404", code)
 	}
-	if code, out := apiCall(t, h, "POST", "/v1/attach", `{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext"}`); code != 409 {
+	if code, out := apiCall(t, h, "POST", "/v1/attach", q(`{"id": "alk-api-ext", "netns": "/run/netns/alk-api-ext"}`)); code != 409 {
 		t.Fatalf("second attach with the same id: %d %v, want 409", code, out)
 	}
-	if _, out := apiCall(t, h, "GET", "/v1/health", ""); !strings.Contains(strings.Join(toStrings(out["sandboxes"]), ","), "alk-api-ext") {
+	if _, out := apiCall(t, h, "GET", "/v1/health", ""); !strings.Contains(strings.Join(toStrings(out["sandboxes"]), ","), q("alk-api-ext")) {
 		t.Fatalf("health does not list the attached sandbox: %v", out)
 	}
-	if code, _ := apiCall(t, h, "DELETE", "/v1/attach/alk-api-ext", ""); code != 204 {
+	if code, _ := apiCall(t, h, "DELETE", q("/v1/attach/alk-api-ext"), ""); code != 204 {
 		t.Fatalf("detach: %d, want 204", code)
 	}
 	if code, out := apiCall(t, h, "POST", "/v1/policy/reload", ""); code != 200 || out["policy_rev"] == "" {
