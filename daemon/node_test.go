@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/config"
 )
 
 func TestAuditNode(t *testing.T) {
@@ -34,5 +37,17 @@ func TestAuditNode(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestNodeRulesAgree: config (which imports no airlock package) keeps its own
+// copy of the audit writer's node-name rule; the two must never disagree, or
+// a config that loads would make a writer that refuses to start.
+func TestNodeRulesAgree(t *testing.T) {
+	for _, name := range []string{"", "node-1", "ip-10-0-1-17.eu-west-1.compute.internal", "Node_A", "node a",
+		"node/1", "nöde", "node\n", strings.Repeat("a", 253), strings.Repeat("a", 254)} {
+		if c, a := config.ValidNodeName(name), audit.ValidNode(name); c != a {
+			t.Errorf("%q: config says %v, audit says %v", name, c, a)
+		}
 	}
 }

@@ -12,19 +12,10 @@ import (
 // server (config policy.bundle.token_secret). It is an error when the file has
 // no secret id. The value is never logged; errors never carry it.
 func (in *Injector) BearerAuthorization(id string) (func(ctx context.Context) (string, error), error) {
-	s := in.secrets[id]
-	if s == nil {
-		return nil, fmt.Errorf("secrets: no secret %q", id)
-	}
-	return func(ctx context.Context) (string, error) {
-		v, err := s.get(ctx)
-		if err != nil {
-			return "", err
-		}
-		raw := v.value.reveal()
+	return in.headerValue(id, func(raw string) (string, error) {
 		if strings.ContainsAny(raw, "\r\n") {
 			return "", fmt.Errorf("secrets: secret %q: a bearer token is one line", id)
 		}
 		return "Bearer " + raw, nil
-	}, nil
+	})
 }
