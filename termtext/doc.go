@@ -13,8 +13,8 @@
 // separators, spaces other than U+0020) as \uHHHH or \UHHHHHHHH. The result is
 // valid UTF-8, and different inputs give different outputs.
 //
-// EscapeJSON applies the same rule to one line of JSON, writing what it must
-// escape as JSON \u escapes, so the line still decodes to the same values.
+// EscapeJSON applies the same rule inside the strings of a JSON text, writing
+// what it must escape as JSON \u escapes, so it decodes to the same values.
 //
 // Entry points: Escape, EscapeJSON, Safe.
 //

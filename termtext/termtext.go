@@ -73,18 +73,18 @@ func Escape(s string) string {
 	return string(b)
 }
 
-// EscapeJSON returns a copy of line, one line of JSON, with every rune that is
-// not printable (the backslash excepted: in JSON it is syntax) written as a
-// JSON \u escape, a surrogate pair above U+FFFF, and each byte of invalid
-// UTF-8 as \ufffd, which is what a JSON decoder reads it as. Inside a string
-// the value decoded is unchanged. Outside one, tab and carriage return (JSON
-// whitespace) become spaces; anything else escaped there was not valid JSON
-// to begin with.
-func EscapeJSON(line []byte) []byte {
-	out := make([]byte, 0, len(line)+16)
+// EscapeJSON returns a copy of the JSON text doc with every rune inside a
+// string that is not printable (the backslash excepted: in JSON it is
+// syntax) written as a JSON \u escape, a surrogate pair above U+FFFF, and
+// each byte of invalid UTF-8 as \ufffd, which is what a JSON decoder reads it
+// as: every value decodes as before. Between values, newline and tab are
+// kept and a carriage return becomes a space (all three are JSON
+// whitespace); anything else escaped there was not valid JSON to begin with.
+func EscapeJSON(doc []byte) []byte {
+	out := make([]byte, 0, len(doc)+16)
 	inString, escaped := false, false
-	for i := 0; i < len(line); {
-		b := line[i]
+	for i := 0; i < len(doc); {
+		b := doc[i]
 		if b >= 0x20 && b < 0x7f {
 			switch {
 			case escaped:
@@ -99,14 +99,16 @@ func EscapeJSON(line []byte) []byte {
 			continue
 		}
 		escaped = false
-		r, size := utf8.DecodeRune(line[i:])
+		r, size := utf8.DecodeRune(doc[i:])
 		switch {
-		case !inString && (b == '\t' || b == '\r' || b == '\n'):
+		case !inString && (b == '\t' || b == '\n'):
+			out = append(out, b)
+		case !inString && b == '\r':
 			out = append(out, ' ')
 		case r == utf8.RuneError && size == 1:
 			out = append(out, `\ufffd`...)
 		case r >= utf8.RuneSelf && strconv.IsPrint(r):
-			out = append(out, line[i:i+size]...)
+			out = append(out, doc[i:i+size]...)
 		case r > 0xffff:
 			hi, lo := utf16.EncodeRune(r)
 			out = appendHex(append(out, '\\', 'u'), uint32(hi), 4)

@@ -76,6 +76,7 @@ func TestEscapeJSON(t *testing.T) {
 		{"above the BMP", "{\"p\":\"\U000e0041\"}", `{"p":"\udb40\udc41"}`},
 		{"invalid utf-8", "{\"p\":\"a\x9bb\xff\"}", `{"p":"a\ufffdb\ufffd"}`},
 		{"printable unicode", `{"p":"日本 ✓"}`, `{"p":"日本 ✓"}`},
+		{"indented", "{\n\t\"p\": \"a\tb\"\r\n}", "{\n\t\"p\": \"a\\u0009b\" \n}"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,7 +168,8 @@ func FuzzEscape(f *testing.F) {
 }
 
 // FuzzEscapeJSON: the output holds no rune Escape would escape but the
-// backslash, and a JSON string decodes to what it did before.
+// backslash and the newline and tab between values, and JSON decodes to what
+// it did before.
 func FuzzEscapeJSON(f *testing.F) {
 	for _, s := range []string{`"pypi.org"`, "\"/\x1b[2K\"", "\"a\u202eb\"", "\"\x9b\xff\"", `"\u001b\\"`, "\"\U000e0041\""} {
 		f.Add(s)
@@ -178,7 +180,7 @@ func FuzzEscapeJSON(f *testing.F) {
 			t.Fatalf("EscapeJSON(%q) = %q is not valid UTF-8", s, out)
 		}
 		for _, r := range string(out) {
-			if r != '\\' && !Safe(r) {
+			if r != '\\' && r != '\n' && r != '\t' && !Safe(r) {
 				t.Fatalf("EscapeJSON(%q) = %q holds %U", s, out, r)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -306,8 +307,9 @@ func tableRow(r *audit.Record) string {
 	dest, req, status, reason := recordCells(r)
 	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, r.Decision, dest, req, status, reason}
 	for i, c := range cells {
-		// One record per row: no tabs or newlines from logged values.
-		cells[i] = oneLine(c)
+		// One record per row, and nothing a terminal acts on: logged
+		// values are escaped (tabs and newlines too).
+		cells[i] = termtext.Escape(c)
 		if cells[i] == "" {
 			cells[i] = "-"
 		}
@@ -329,7 +331,10 @@ func newAuditTailCmd() *cobra.Command {
 			defer stop()
 			out := cmd.OutOrStdout()
 			err := audit.Tail(ctx, args[0], audit.TailOptions{Lines: lines, Follow: follow}, func(line []byte) error {
-				if _, err := out.Write(line); err != nil {
+				// Still JSON with the same values, but what JSON leaves
+				// raw (DEL, C1, bidi and other invisible characters) is
+				// written as \u escapes, so the terminal shows it.
+				if _, err := out.Write(termtext.EscapeJSON(line)); err != nil {
 					return err
 				}
 				_, err := io.WriteString(out, "\n")
