@@ -164,7 +164,10 @@ first) and prints the records matching every filter. --host pypi.org is exact;
 Checkpoints are shown only with --kind checkpoint. --by host|sandbox|reason|kind
 prints one row per group instead (requests allowed, denied and failed, bytes up
 and down; summary records count the events they stand for, as in audit report).
---format csv neutralizes cells a spreadsheet would run as formulas.`,
+Values from the log are shown escaped in the table and CSV (a control, bidi or
+invisible character as \x1b, \u202e; a backslash as \\), so none can drive the
+terminal; --format json is the records exactly. --format csv also neutralizes
+cells a spreadsheet would run as formulas.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
