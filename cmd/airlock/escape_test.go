@@ -407,3 +407,26 @@ func TestPolicySuggestHostilePath(t *testing.T) {
 		t.Errorf("suggested_test.rego: got\n%s\nwant the path escaped in its comment", b)
 	}
 }
+
+// TestPolicyEvalReasonEscaped: a Rego rule's reason message quotes the input
+// (the default policy's default_deny names the method); policy eval prints
+// it escaped, and its JSON keeps it exact.
+func TestPolicyEvalReasonEscaped(t *testing.T) {
+	method := "P\u202eTSO\x1b[2K\x1b]52;c;ZXZpbA==\a"
+	in, _ := json.Marshal(map[string]any{"kind": "http", "sandbox": map[string]any{"id": "sb-1"},
+		"destination": map[string]any{"host": "pypi.org", "port": 443}, "http": map[string]any{"method": method, "scheme": "https", "path": "/"}})
+	out, errOut, code := runPolicy(t, string(in), "eval", "--input", "-")
+	if code != 0 {
+		t.Fatalf("eval: exit %d\n%s\n%s", code, out, errOut)
+	}
+	checkShown(t, "policy eval's reasons", errOut)
+	if want := `reason default_deny: no rule allows P\u202eTSO\x1b[2K\x1b]52;c;ZXZpbA==\x07 to pypi.org`; !strings.Contains(errOut, want) {
+		t.Errorf("got %q, want it to contain %q", errOut, want)
+	}
+	var d struct {
+		Reasons []struct{ Msg string } `json:"reasons"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Reasons) == 0 || !strings.Contains(d.Reasons[0].Msg, method) {
+		t.Errorf("eval's JSON: got %s (%v), want the message exact", out, err)
+	}
+}
