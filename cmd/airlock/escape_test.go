@@ -377,7 +377,8 @@ func TestHostileFileNameInCpError(t *testing.T) {
 // TestPolicySuggestHostilePath: a path with a byte-order mark (a request for
 // /%EF%BB%BF) made policy suggest fail for everyone (the generated test's
 // comment carried it raw: "rego_parse_error: illegal byte-order mark"); a
-// path with a carriage return could rewrite the comment on a terminal. The
+// path with a carriage return could rewrite the comment on a terminal (a tag
+// character above U+FFFF must still round-trip through Rego's JSON). The
 // comment is escaped now, and the test the record became passes.
 func TestPolicySuggestHostilePath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
@@ -387,7 +388,7 @@ func TestPolicySuggestHostilePath(t *testing.T) {
 	}
 	err = w.Log(&audit.Record{Sandbox: "sb-1", Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: "report",
 		Reasons: []audit.Reason{{ID: "default_deny", Msg: "m"}}, Host: "api.example-ai.dev", Port: 443, Method: "GET",
-		Path: "/\ufeffv1\rtest_pwned if { true }"})
+		Path: "/\ufeffv1\rtest_pwned if { true }\U000e0041"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +404,7 @@ func TestPolicySuggestHostilePath(t *testing.T) {
 		t.Fatalf("policy test: exit %d\n%s\n%s", code, out, errOut)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "suggested_test.rego"))
-	if !strings.Contains(string(b), `# seq 1: http api.example-ai.dev:443 GET /\ufeffv1\rtest_pwned if { true }`) {
+	if !strings.Contains(string(b), `# seq 1: http api.example-ai.dev:443 GET /\ufeffv1\rtest_pwned if { true }\U000e0041`) {
 		t.Errorf("suggested_test.rego: got\n%s\nwant the path escaped in its comment", b)
 	}
 }
