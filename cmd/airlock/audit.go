@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -163,7 +164,10 @@ first) and prints the records matching every filter. --host pypi.org is exact;
 Checkpoints are shown only with --kind checkpoint. --by host|sandbox|reason|kind
 prints one row per group instead (requests allowed, denied and failed, bytes up
 and down; summary records count the events they stand for, as in audit report).
---format csv neutralizes cells a spreadsheet would run as formulas.`,
+Values from the log are shown escaped in the table and CSV (a control, bidi or
+invisible character as \x1b, \u202e; a backslash as \\), so none can drive the
+terminal; --format json is the records exactly. --format csv also neutralizes
+cells a spreadsheet would run as formulas.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
@@ -306,8 +310,9 @@ func tableRow(r *audit.Record) string {
 	dest, req, status, reason := recordCells(r)
 	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, r.Decision, dest, req, status, reason}
 	for i, c := range cells {
-		// One record per row: no tabs or newlines from logged values.
-		cells[i] = oneLine(c)
+		// One record per row, and nothing a terminal acts on: logged
+		// values are escaped (tabs and newlines too).
+		cells[i] = termtext.Escape(c)
 		if cells[i] == "" {
 			cells[i] = "-"
 		}
@@ -329,7 +334,10 @@ func newAuditTailCmd() *cobra.Command {
 			defer stop()
 			out := cmd.OutOrStdout()
 			err := audit.Tail(ctx, args[0], audit.TailOptions{Lines: lines, Follow: follow}, func(line []byte) error {
-				if _, err := out.Write(line); err != nil {
+				// Still JSON with the same values, but what JSON leaves
+				// raw (DEL, C1, bidi and other invisible characters) is
+				// written as \u escapes, so the terminal shows it.
+				if _, err := out.Write(termtext.EscapeJSON(line)); err != nil {
 					return err
 				}
 				_, err := io.WriteString(out, "\n")

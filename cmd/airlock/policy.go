@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 func newPolicyCmd() *cobra.Command {
@@ -143,7 +144,8 @@ func newPolicyEvalCmd() *cobra.Command {
 				return err
 			}
 			for _, r := range d.Reasons {
-				fmt.Fprintf(cmd.ErrOrStderr(), "reason %s: %s\n", r.ID, r.Msg)
+				// A rule's message may quote the input: a host, a path.
+				fmt.Fprintf(cmd.ErrOrStderr(), "reason %s: %s\n", termtext.Escape(r.ID), termtext.Escape(r.Msg))
 			}
 			if d.Err != nil {
 				return &exitError{Code: 2}
