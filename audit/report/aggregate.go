@@ -150,7 +150,9 @@ func (a *aggregator) add(r *audit.Record) {
 		a.summary(sb, r, int64(n))
 		return
 	}
-	a.count(sb, r.Kind, r.Decision, destOf(r), firstReason(r), r.TS, tally{n: 1, up: r.BytesUp, down: r.BytesDown})
+	// A report-mode denial was let through: counted as would_deny, apart
+	// from the denials that were enforced.
+	a.count(sb, r.Kind, audit.Outcome(r), destOf(r), firstReason(r), r.TS, tally{n: 1, up: r.BytesUp, down: r.BytesDown})
 	switch r.Kind {
 	case audit.KindDNS:
 		a.dns(sb, r)

@@ -84,6 +84,8 @@ func (c *Counts) add(dec string, t *tally) {
 		c.Allowed += t.n
 	case audit.DecisionDeny:
 		c.Denied += t.n
+	case audit.OutcomeWouldDeny:
+		c.WouldDeny += t.n
 	default:
 		c.Errors += t.n
 	}
@@ -91,7 +93,7 @@ func (c *Counts) add(dec string, t *tally) {
 	c.BytesDown += t.down
 }
 
-func (c Counts) requests() int64 { return c.Allowed + c.Denied + c.Errors }
+func (c Counts) requests() int64 { return c.Allowed + c.Denied + c.WouldDeny + c.Errors }
 
 // group sums the cells by the string key returns ("" skips a cell).
 func (a *aggregator) group(key func(k cellKey) string) map[string]*Counts {
@@ -126,6 +128,7 @@ func (a *aggregator) sandboxRows() ([]Row, Counts) {
 	for _, r := range rows {
 		tot.Allowed += r.Allowed
 		tot.Denied += r.Denied
+		tot.WouldDeny += r.WouldDeny
 		tot.Errors += r.Errors
 		tot.BytesUp += r.BytesUp
 		tot.BytesDown += r.BytesDown
@@ -148,6 +151,7 @@ func (a *aggregator) destinationRows() []Row {
 	for _, r := range rows[a.cfg.TopN:] {
 		other.Allowed += r.Allowed
 		other.Denied += r.Denied
+		other.WouldDeny += r.WouldDeny
 		other.Errors += r.Errors
 		other.BytesUp += r.BytesUp
 		other.BytesDown += r.BytesDown
@@ -155,17 +159,22 @@ func (a *aggregator) destinationRows() []Row {
 	return append(rows[:a.cfg.TopN:a.cfg.TopN], other)
 }
 
-// deniedRows is the top TopN (destination, reason) pairs by refusals (denied
-// and errors) and one Other row for the rest.
+// deniedRows is the top TopN (destination, reason, outcome) by refusals
+// (denied and errors: outcome deny) or report-mode would-denials (outcome
+// would_deny), and one Other row for the rest.
 func (a *aggregator) deniedRows() []DeniedRow {
-	type dk struct{ dest, reason int32 }
+	type dk struct {
+		dest, reason int32
+		would        bool
+	}
 	counts := map[dk]int64{}
 	sbs := map[dk]map[int32]bool{}
 	for k, t := range a.cells {
-		if a.decisions.list[k.dec] == audit.DecisionAllow || t.n == 0 {
+		dec := a.decisions.list[k.dec]
+		if dec == audit.DecisionAllow || t.n == 0 {
 			continue
 		}
-		d := dk{k.dest, k.reason}
+		d := dk{k.dest, k.reason, dec == audit.OutcomeWouldDeny}
 		counts[d] += t.n
 		if sbs[d] == nil {
 			sbs[d] = map[int32]bool{}
@@ -174,10 +183,14 @@ func (a *aggregator) deniedRows() []DeniedRow {
 	}
 	rows := make([]DeniedRow, 0, len(counts))
 	for d, n := range counts {
-		rows = append(rows, DeniedRow{Destination: a.dests.list[d.dest], Reason: a.reasons.list[d.reason], Count: n, Sandboxes: len(sbs[d])})
+		outcome := audit.DecisionDeny
+		if d.would {
+			outcome = audit.OutcomeWouldDeny
+		}
+		rows = append(rows, DeniedRow{Destination: a.dests.list[d.dest], Reason: a.reasons.list[d.reason], Outcome: outcome, Count: n, Sandboxes: len(sbs[d])})
 	}
 	slices.SortFunc(rows, func(x, y DeniedRow) int {
-		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Destination, y.Destination), cmp.Compare(x.Reason, y.Reason))
+		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Destination, y.Destination), cmp.Compare(x.Reason, y.Reason), cmp.Compare(x.Outcome, y.Outcome))
 	})
 	if len(rows) <= a.cfg.TopN {
 		return rows

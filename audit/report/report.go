@@ -79,10 +79,13 @@ type Scope struct {
 	Counting string           `json:"counting"`
 }
 
-// Counts are decisions and bytes.
+// Counts are decisions and bytes. Denied counts enforced denials only;
+// WouldDeny counts the requests report mode let through that enforce mode
+// would have refused (audit.WouldDeny): they reached their destination.
 type Counts struct {
 	Allowed   int64 `json:"allowed"`
 	Denied    int64 `json:"denied"`
+	WouldDeny int64 `json:"would_deny"`
 	Errors    int64 `json:"errors"`
 	BytesUp   int64 `json:"bytes_up"`
 	BytesDown int64 `json:"bytes_down"`
@@ -94,12 +97,15 @@ type Row struct {
 	Counts
 }
 
-// DeniedRow is a destination's refusals (denied and errors) for one reason id.
+// DeniedRow is a destination's refusals (denied and errors) for one reason
+// id, or (Outcome would_deny) the requests report mode let through for it.
 type DeniedRow struct {
 	Destination string `json:"destination"`
 	Reason      string `json:"reason"`
-	Count       int64  `json:"count"`
-	Sandboxes   int    `json:"sandboxes"`
+	// Outcome is deny (enforced denials and errors) or would_deny.
+	Outcome   string `json:"outcome"`
+	Count     int64  `json:"count"`
+	Sandboxes int    `json:"sandboxes"`
 }
 
 // Timeline is counts per bucket, sandbox, kind and decision, as rows of

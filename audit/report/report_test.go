@@ -90,9 +90,9 @@ func TestReportFixtureNumbers(t *testing.T) {
 func checkTables(t *testing.T, rep *report.Report) {
 	t.Helper()
 	wantDenied := []report.DeniedRow{
-		{Destination: report.Summarized, Reason: audit.ReasonAuditSummary, Count: 100, Sandboxes: 1},
-		{Destination: report.Summarized, Reason: "dns_audit_summary", Count: 40, Sandboxes: 1},
-		{Destination: report.Summarized, Reason: "drop_summary", Count: 25, Sandboxes: 1},
+		{Destination: report.Summarized, Reason: audit.ReasonAuditSummary, Outcome: audit.DecisionDeny, Count: 100, Sandboxes: 1},
+		{Destination: report.Summarized, Reason: "dns_audit_summary", Outcome: audit.DecisionDeny, Count: 40, Sandboxes: 1},
+		{Destination: report.Summarized, Reason: "drop_summary", Outcome: audit.DecisionDeny, Count: 25, Sandboxes: 1},
 	}
 	if len(rep.TopDenied) != 13 {
 		t.Errorf("top denied: got %d rows %+v, want 13", len(rep.TopDenied), rep.TopDenied)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
 	"strconv"
 	"strings"
 	"syscall"
@@ -153,17 +154,25 @@ func newAuditQueryCmd() *cobra.Command {
 		limit        int
 		noRotated    bool
 		by           string
+		labels       []string
+		owner        string
 	)
 	cmd := &cobra.Command{
-		Use:   "query --file FILE [--sandbox ID] [--kind K] [--decision D] [--host H] [--since T] [--until T] [--by host|sandbox|reason|kind] [--format table|json|csv]",
+		Use:   "query --file FILE [--sandbox ID] [--owner U] [--label K=V] [--kind K] [--decision D] [--mode M] [--reason R] [--host H] [--since T] [--until T] [--by host|sandbox|reason|kind] [--format table|json|csv]",
 		Short: "Print the audit records that match every given filter (rotated siblings included)",
 		Long: `Query streams the audit file and its rotated siblings (FILE.1, FILE.2, ...; oldest
 first) and prints the records matching every filter. --host pypi.org is exact;
 --host .pypi.org or '*.pypi.org' also matches every name under it. --since and
 --until take an RFC 3339 time or a duration back from now (30m, 24h).
-Checkpoints are shown only with --kind checkpoint. --by host|sandbox|reason|kind
-prints one row per group instead (requests allowed, denied and failed, bytes up
-and down; summary records count the events they stand for, as in audit report).
+Checkpoints are shown only with --kind checkpoint.
+
+A denial in report mode was let through: the table shows it as would_deny with
+mode report, apart from an enforced deny, and --mode report (or enforce) selects
+one side. --label K=V selects the sandboxes whose creation record carried the
+label (daemon sandboxes and airlock run's); --owner takes a uid or a user name.
+--by host|sandbox|reason|kind prints one row per group instead (requests
+allowed, denied, would-deny in report mode and failed, bytes up and down;
+summary records count the events they stand for, as in audit report).
 Values from the log are shown escaped in the table and CSV (a control, bidi or
 invisible character as \x1b, \u202e; a backslash as \\), so none can drive the
 terminal; --format json is the records exactly. --format csv also neutralizes
@@ -182,6 +191,9 @@ cells a spreadsheet would run as formulas.`,
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
 			if f.Until, err = parseWhen("--until", until, now); err != nil {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			if err := queryFilterFlags(&f, labels, owner); err != nil {
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
 			var paths []string
@@ -217,7 +229,7 @@ cells a spreadsheet would run as formulas.`,
 				}
 			} else {
 				tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "TIME\tSEQ\tSANDBOX\tKIND\tDECISION\tDESTINATION\tREQUEST\tSTATUS\tREASON")
+				fmt.Fprintln(tw, "TIME\tSEQ\tSANDBOX\tKIND\tDECISION\tMODE\tDESTINATION\tREQUEST\tSTATUS\tREASON")
 				emit = func(r *audit.Record) error {
 					_, err := fmt.Fprintln(tw, tableRow(r))
 					return err
@@ -254,7 +266,11 @@ cells a spreadsheet would run as formulas.`,
 	fl.StringVar(&f.Sandbox, "sandbox", "", "sandbox id")
 	fl.StringVar(&f.Node, "node", "", "node name (audit.node): one node's records in a stream collected from many")
 	fl.StringVar(&f.Kind, "kind", "", "record kind: http, connect, tls, tcp, dns, drop, exec, close, checkpoint")
-	fl.StringVar(&f.Decision, "decision", "", "allow, deny or error")
+	fl.StringVar(&f.Decision, "decision", "", "allow, deny or error (a report-mode would_deny is a deny: add --mode)")
+	fl.StringVar(&f.Mode, "mode", "", "report (decisions report mode let through) or enforce (every other decision)")
+	fl.StringVar(&f.Reason, "reason", "", "reason id, e.g. default_deny (any of a record's reasons)")
+	fl.StringArrayVar(&labels, "label", nil, "sandbox label K=V from its creation record (repeatable: every one must match)")
+	fl.StringVar(&owner, "owner", "", "the sandbox owner's uid or user name")
 	fl.StringVar(&f.Host, "host", "", "destination host (or DNS qname); a leading '.' or '*.' matches names under it too")
 	fl.StringVar(&since, "since", "", "records at or after this RFC 3339 time, or this long ago (1h)")
 	fl.StringVar(&until, "until", "", "records before this RFC 3339 time, or this long ago")
@@ -262,6 +278,31 @@ cells a spreadsheet would run as formulas.`,
 	fl.StringVar(&by, "by", "", "summarize instead: one row per host, sandbox, reason or kind")
 	fl.IntVar(&limit, "limit", 0, "stop after this many records (0: no limit)")
 	return cmd
+}
+
+// queryFilterFlags checks --mode and fills the label and owner filters.
+func queryFilterFlags(f *audit.Filter, labels []string, owner string) error {
+	if f.Mode != "" && f.Mode != audit.ModeEnforce && f.Mode != audit.ModeReport {
+		return fmt.Errorf("--mode %q: want enforce or report", f.Mode)
+	}
+	lm, err := parseLabels(labels)
+	if err != nil {
+		return err
+	}
+	f.Labels = lm
+	if owner == "" {
+		return nil
+	}
+	if _, err := strconv.ParseUint(owner, 10, 32); err == nil {
+		f.Owner = owner
+		return nil
+	}
+	u, err := user.Lookup(owner)
+	if err != nil {
+		return fmt.Errorf("--owner %q: not a uid or a known user name", owner)
+	}
+	f.Owner = u.Uid
+	return nil
 }
 
 // parseWhen reads an RFC 3339 time or a duration back from now.
@@ -308,7 +349,7 @@ func recordCells(r *audit.Record) (dest, req, status, reason string) {
 
 func tableRow(r *audit.Record) string {
 	dest, req, status, reason := recordCells(r)
-	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, r.Decision, dest, req, status, reason}
+	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, audit.Outcome(r), r.Mode, dest, req, status, reason}
 	for i, c := range cells {
 		// One record per row, and nothing a terminal acts on: logged
 		// values are escaped (tabs and newlines too).

@@ -18,7 +18,9 @@ import (
 )
 
 // queryCSVHeader names the columns of audit query --format csv.
-var queryCSVHeader = []string{"time", "seq", "sandbox", "kind", "decision", "destination", "request", "status", "reason", "bytes_up", "bytes_down"}
+// decision is the record's; outcome is would_deny for a report-mode denial
+// (let through), the decision otherwise.
+var queryCSVHeader = []string{"time", "seq", "sandbox", "kind", "decision", "destination", "request", "status", "reason", "bytes_up", "bytes_down", "mode", "outcome", "owner"}
 
 // csvEmitter writes one CSV row per record; flush ends the output.
 func csvEmitter(out io.Writer) (emit func(*audit.Record) error, flush func() error) {
@@ -27,7 +29,7 @@ func csvEmitter(out io.Writer) (emit func(*audit.Record) error, flush func() err
 	emit = func(r *audit.Record) error {
 		dest, req, status, reason := recordCells(r)
 		return w.Write(csvSafe([]string{r.TS.UTC().Format(time.RFC3339Nano), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, r.Decision,
-			dest, req, status, reason, strconv.FormatInt(r.BytesUp, 10), strconv.FormatInt(r.BytesDown, 10)}))
+			dest, req, status, reason, strconv.FormatInt(r.BytesUp, 10), strconv.FormatInt(r.BytesDown, 10), r.Mode, audit.Outcome(r), r.Owner}))
 	}
 	flush = func() error {
 		w.Flush()
@@ -57,7 +59,8 @@ func csvSafe(cells []string) []string {
 }
 
 // runQueryBy prints audit query --by: one row per host, sandbox, reason or
-// kind with requests allowed, denied and failed and bytes up and down.
+// kind with requests allowed, denied (enforced), would-deny (report mode: let
+// through) and failed, and bytes up and down.
 func runQueryBy(cmd *cobra.Command, paths []string, f audit.Filter, by, format string, limit int) error {
 	rows, err := report.Summarize(cmd.Context(), paths, f, by)
 	if err != nil {
@@ -81,7 +84,7 @@ func runQueryBy(cmd *cobra.Command, paths []string, f audit.Filter, by, format s
 		return nil
 	case "csv":
 		w := csv.NewWriter(out)
-		_ = w.Write([]string{by, "allowed", "denied", "errors", "bytes_up", "bytes_down"})
+		_ = w.Write([]string{by, "allowed", "denied", "would_deny", "errors", "bytes_up", "bytes_down"})
 		for _, r := range rows {
 			_ = w.Write(append(csvSafe([]string{r.Key}), countCells(r)...))
 		}
@@ -89,7 +92,7 @@ func runQueryBy(cmd *cobra.Command, paths []string, f audit.Filter, by, format s
 		return w.Error()
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%s\tALLOWED\tDENIED\tERRORS\tBYTES UP\tBYTES DOWN\t\n", strings.ToUpper(by))
+	fmt.Fprintf(tw, "%s\tALLOWED\tDENIED\tWOULD DENY\tERRORS\tBYTES UP\tBYTES DOWN\t\n", strings.ToUpper(by))
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t\n", termtext.Escape(r.Key), strings.Join(countCells(r), "\t"))
 	}
@@ -97,6 +100,6 @@ func runQueryBy(cmd *cobra.Command, paths []string, f audit.Filter, by, format s
 }
 
 func countCells(r report.Row) []string {
-	return []string{strconv.FormatInt(r.Allowed, 10), strconv.FormatInt(r.Denied, 10), strconv.FormatInt(r.Errors, 10),
+	return []string{strconv.FormatInt(r.Allowed, 10), strconv.FormatInt(r.Denied, 10), strconv.FormatInt(r.WouldDeny, 10), strconv.FormatInt(r.Errors, 10),
 		strconv.FormatInt(r.BytesUp, 10), strconv.FormatInt(r.BytesDown, 10)}
 }

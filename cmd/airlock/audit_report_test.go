@@ -92,10 +92,10 @@ func TestAuditQueryBy(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := [][]string{
-		{"SANDBOX", "ALLOWED", "DENIED", "ERRORS", "BYTES", "UP", "BYTES", "DOWN"},
-		{"sb-scraper", "1", "100", "1", "100", "2000"},
-		{"sb-agent", "2", "72", "0", "3100", "17000"},
-		{"sb-build", "4", "2", "0", "2700", "155000"},
+		{"SANDBOX", "ALLOWED", "DENIED", "WOULD", "DENY", "ERRORS", "BYTES", "UP", "BYTES", "DOWN"},
+		{"sb-scraper", "1", "100", "0", "1", "100", "2000"},
+		{"sb-agent", "2", "72", "0", "0", "3100", "17000"},
+		{"sb-build", "4", "2", "0", "0", "2700", "155000"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("got %q, want %d lines", out, len(want))
@@ -109,7 +109,7 @@ func TestAuditQueryBy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "reason,allowed,denied,errors,bytes_up,bytes_down\naudit_summary,0,100,0,0,0\nallowlist,1,0,0,100,2000\nupstream_error,0,0,1,0,0\n"; out != want {
+	if want := "reason,allowed,denied,would_deny,errors,bytes_up,bytes_down\naudit_summary,0,100,0,0,0,0\nallowlist,1,0,0,0,100,2000\nupstream_error,0,0,0,1,0,0\n"; out != want {
 		t.Errorf("--by reason --format csv: got %q, want %q", out, want)
 	}
 	if _, err := runAudit(t, "query", "--file", fx.Log, "--by", "path"); exitCode(err) != 2 || !strings.Contains(err.Error(), `"path"`) {
@@ -193,7 +193,7 @@ func TestReadmeAuditReportExamples(t *testing.T) {
 				t.Errorf("README: %s: got a page of %d bytes (%v), want one with the chain and signatures verified", line, len(page), err)
 			}
 		case "query":
-			if !strings.HasPrefix(out, "host,allowed,denied,errors,bytes_up,bytes_down\n") || !strings.Contains(out, "\npastebin.com:443,0,2,0,0,0\n") {
+			if !strings.HasPrefix(out, "host,allowed,denied,would_deny,errors,bytes_up,bytes_down\n") || !strings.Contains(out, "\npastebin.com:443,0,2,0,0,0,0\n") {
 				t.Errorf("README: %s: got %q, want the CSV by host with pastebin.com:443 denied twice", line, out)
 			}
 		}

@@ -61,12 +61,13 @@
       (!state.decision || D.decision[row[cols.decision]] === state.decision);
   }
   function timeFiltered() { return state.from > 0 || state.to < R.timeline.buckets - 1; }
-  function zero() { return { allowed: 0, denied: 0, errors: 0, bytes_up: 0, bytes_down: 0 }; }
+  function zero() { return { allowed: 0, denied: 0, would_deny: 0, errors: 0, bytes_up: 0, bytes_down: 0 }; }
+  var countFields = ["allowed", "denied", "would_deny", "errors", "bytes_up", "bytes_down"];
   function addTo(c, dec, n, up, down) {
-    if (dec === "allow") c.allowed += n; else if (dec === "deny") c.denied += n; else c.errors += n;
+    if (dec === "allow") c.allowed += n; else if (dec === "deny") c.denied += n; else if (dec === "would_deny") c.would_deny += n; else c.errors += n;
     c.bytes_up += up; c.bytes_down += down;
   }
-  function requests(c) { return c.allowed + c.denied + c.errors; }
+  function requests(c) { return c.allowed + c.denied + c.would_deny + c.errors; }
 
   // groupBy sums the filtered cells (or timeline rows) by key(row).
   function groupCells(key) {
@@ -118,7 +119,7 @@
       body.appendChild(tr);
     });
   }
-  var countCols = [["Allowed", "allowed", "num"], ["Denied", "denied", "num"], ["Errors", "errors", "num"], ["Bytes up", "bytes_up", "bytes"], ["Bytes down", "bytes_down", "bytes"]];
+  var countCols = [["Allowed", "allowed", "num"], ["Denied", "denied", "num"], ["Would deny (report)", "would_deny", "num"], ["Errors", "errors", "num"], ["Bytes up", "bytes_up", "bytes"], ["Bytes down", "bytes_down", "bytes"]];
   function rowsOf(groups) {
     return Object.keys(groups).map(function (k) { var c = groups[k]; c.key = k; return c; });
   }
@@ -127,9 +128,9 @@
     var tot = zero();
     Object.keys(groups).forEach(function (k) {
       var g = groups[k];
-      ["allowed", "denied", "errors", "bytes_up", "bytes_down"].forEach(function (f) { tot[f] += g[f]; });
+      countFields.forEach(function (f) { tot[f] += g[f]; });
     });
-    ["allowed", "denied", "errors", "bytes_up", "bytes_down"].forEach(function (f) {
+    countFields.forEach(function (f) {
       var v = document.querySelector('#totals [data-k="' + f + '"] .v');
       v.setAttribute("data-v", tot[f]);
       v.textContent = f.indexOf("bytes") === 0 ? bytes(tot[f]) : num(tot[f]);
@@ -151,7 +152,7 @@
     });
     if (rows.length > topN) {
       var other = zero(); other.key = OTHER;
-      rows.slice(topN).forEach(function (r) { ["allowed", "denied", "errors", "bytes_up", "bytes_down"].forEach(function (f) { other[f] += r[f]; }); });
+      rows.slice(topN).forEach(function (r) { countFields.forEach(function (f) { other[f] += r[f]; }); });
       rows = rows.slice(0, topN).concat([other]);
     }
     table("t-destinations", [["Destination", "key", "mono"]].concat(countCols), rows, function (r) { return r.key; }, "no records match the filter");
@@ -161,8 +162,9 @@
     var m = {};
     R.cells.rows.forEach(function (r) {
       if (!matches(r, ci) || D.decision[r[ci.decision]] === "allow" || r[ci.count] === 0) return;
-      var k = r[ci.dest] + " " + r[ci.reason];
-      m[k] = m[k] || { destination: D.dest[r[ci.dest]], reason: D.reason[r[ci.reason]], count: 0, sbs: {} };
+      var outcome = D.decision[r[ci.decision]] === "would_deny" ? "would deny (report: let through)" : "deny";
+      var k = r[ci.dest] + " " + r[ci.reason] + " " + outcome;
+      m[k] = m[k] || { destination: D.dest[r[ci.dest]], reason: D.reason[r[ci.reason]], outcome: outcome, count: 0, sbs: {} };
       m[k].count += r[ci.count];
       m[k].sbs[r[ci.sandbox]] = true;
     });
@@ -173,8 +175,8 @@
       rows.slice(topN).forEach(function (r) { other.count += r.count; });
       rows = rows.slice(0, topN).concat([other]);
     }
-    table("t-denied", [["Destination", "destination", "mono"], ["Reason id", "reason", "mono"], ["Refused", "count", "num"], ["Sandboxes", "sandboxes"]],
-      rows, function (r) { return r.destination + " " + r.reason; }, "no denials match the filter");
+    table("t-denied", [["Destination", "destination", "mono"], ["Reason id", "reason", "mono"], ["Outcome", "outcome"], ["Requests", "count", "num"], ["Sandboxes", "sandboxes"]],
+      rows, function (r) { return r.destination + " " + r.reason + " " + r.outcome; }, "no denials match the filter");
   }
 
   function bySandbox(rows) { return rows.filter(function (r) { return !state.sandbox || r.sandbox === state.sandbox; }); }
@@ -221,14 +223,14 @@
     s.appendChild(svg("text", { x: L - 4, y: top + 10, "text-anchor": "end", "font-size": 10, fill: "#666" }, num(peak)));
     s.appendChild(svg("text", { x: L - 4, y: H - B, "text-anchor": "end", "font-size": 10, fill: "#666" }, "0"));
     b.forEach(function (x, i) {
-      var y = H - B, g = svg("g", { "class": "bucket", "data-bucket": i, "data-allowed": x.allowed, "data-denied": x.denied, "data-errors": x.errors });
-      [["allowed", "#2e7d32"], ["errors", "#ef6c00"], ["denied", "#c62828"]].forEach(function (p) {
+      var y = H - B, g = svg("g", { "class": "bucket", "data-bucket": i, "data-allowed": x.allowed, "data-denied": x.denied, "data-would-deny": x.would_deny, "data-errors": x.errors });
+      [["allowed", "#2e7d32"], ["would_deny", "#8e24aa"], ["errors", "#ef6c00"], ["denied", "#c62828"]].forEach(function (p) {
         if (!x[p[0]]) return;
         var h = Math.max(1, x[p[0]] / peak * plotH);
         y -= h;
         g.appendChild(svg("rect", { x: L + i * bw + 0.5, y: y, width: Math.max(1, bw - 1), height: h, fill: p[1] }));
       });
-      g.appendChild(svg("title", {}, bucketTime(i) + ": " + x.allowed + " allowed, " + x.denied + " denied, " + x.errors + " errors"));
+      g.appendChild(svg("title", {}, bucketTime(i) + ": " + x.allowed + " allowed, " + x.denied + " denied, " + x.would_deny + " would deny (report), " + x.errors + " errors"));
       if (x.denied > 0) {
         var cx = L + (i + 0.5) * bw;
         g.appendChild(svg("path", { "class": "deny-mark", d: "M" + cx + " " + (H - B + 3) + " l4 7 h-8 z", fill: "#c62828" }));
