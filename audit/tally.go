@@ -94,7 +94,8 @@ func (t *Tally) count(r *Record) {
 			host = "(summarized)"
 		}
 		n = max(n, 1)
-		k := tallyKey{kind: r.Kind, decision: r.Decision, host: host, port: r.Port}
+		// A report-mode denial was let through: counted apart (would_deny).
+		k := tallyKey{kind: r.Kind, decision: Outcome(r), host: host, port: r.Port}
 		t.mu.Lock()
 		if _, ok := t.counts[k]; !ok && len(t.counts) >= MaxTallyKeys {
 			k.host, k.port = "(other)", 0
@@ -133,7 +134,7 @@ func (t *Tally) Err() error {
 
 // TallyRow is one line of a summary.
 type TallyRow struct {
-	Decision string
+	Decision string // allow, deny, error or OutcomeWouldDeny
 	Kind     string
 	Host     string
 	Port     int
@@ -148,7 +149,14 @@ func (t *Tally) Rows() []TallyRow {
 		rows = append(rows, TallyRow{Decision: k.decision, Kind: k.kind, Host: k.host, Port: k.port, Count: n})
 	}
 	t.mu.Unlock()
-	rank := map[string]int{DecisionError: 0, DecisionDeny: 1, DecisionAllow: 2}
+	SortTallyRows(rows)
+	return rows
+}
+
+// SortTallyRows orders rows as Rows does: errors, denials, would-denials,
+// allows; then by count.
+func SortTallyRows(rows []TallyRow) {
+	rank := map[string]int{DecisionError: 0, DecisionDeny: 1, OutcomeWouldDeny: 2, DecisionAllow: 3}
 	sort.Slice(rows, func(i, j int) bool {
 		a, b := rows[i], rows[j]
 		if rank[a.Decision] != rank[b.Decision] {
@@ -162,22 +170,34 @@ func (t *Tally) Rows() []TallyRow {
 		}
 		return a.Kind < b.Kind
 	})
-	return rows
 }
 
 // WriteSummary prints at most maxRows rows (and how many were left out) as a
 // short table an operator reads at a glance.
 func (t *Tally) WriteSummary(w io.Writer, maxRows int) {
-	rows := t.Rows()
-	allowed, denied := 0, 0
+	WriteSummary(w, t.Rows(), maxRows)
+}
+
+// WriteSummary prints rows (in Rows' order) as Tally.WriteSummary does: the
+// counts, report mode's would-denials apart from denials, then at most
+// maxRows destinations.
+func WriteSummary(w io.Writer, rows []TallyRow, maxRows int) {
+	allowed, denied, would := 0, 0, 0
 	for _, r := range rows {
-		if r.Decision == DecisionAllow {
+		switch r.Decision {
+		case DecisionAllow:
 			allowed += r.Count
-		} else {
+		case OutcomeWouldDeny:
+			would += r.Count
+		default:
 			denied += r.Count
 		}
 	}
-	fmt.Fprintf(w, "airlock: egress summary: %d allowed, %d denied\n", allowed, denied)
+	fmt.Fprintf(w, "airlock: egress summary: %d allowed, %d denied", allowed, denied)
+	if would > 0 {
+		fmt.Fprintf(w, ", %d would deny (report mode: let through)", would)
+	}
+	fmt.Fprintln(w)
 	for i, r := range rows {
 		if i == maxRows {
 			fmt.Fprintf(w, "  ... %d more destinations (airlock audit query)\n", len(rows)-maxRows)
@@ -188,6 +208,10 @@ func (t *Tally) WriteSummary(w io.Writer, maxRows int) {
 			dest = fmt.Sprintf("%s:%d", r.Host, r.Port)
 		}
 		// A host is the sandbox's choice: escaped, it cannot drive the terminal.
-		fmt.Fprintf(w, "  %-5s %-7s %-40s x%d\n", termtext.Escape(r.Decision), termtext.Escape(r.Kind), termtext.Escape(dest), r.Count)
+		dec := r.Decision
+		if dec == OutcomeWouldDeny {
+			dec = "would deny (report)"
+		}
+		fmt.Fprintf(w, "  %-5s %-7s %-40s x%d\n", termtext.Escape(dec), termtext.Escape(r.Kind), termtext.Escape(dest), r.Count)
 	}
 }

@@ -99,3 +99,28 @@ func TestTallyReserveNeedsAReserver(t *testing.T) {
 		t.Fatal("Reserve through a tally over a logger that cannot reserve: got nil error")
 	}
 }
+
+// TestTallyWouldDenyApart pins a bug from a user trial: run's egress summary
+// counted report mode's would-denials (let through) as denials.
+func TestTallyWouldDenyApart(t *testing.T) {
+	tl := audit.NewTally(new(audittest.Log))
+	for _, r := range []*audit.Record{
+		{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: audit.ModeEnforce, Host: "enforced.example", Port: 80},
+		{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: audit.ModeReport, Host: "reported.example", Port: 80},
+		{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: audit.ModeReport, Host: "reported.example", Port: 80},
+		{Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Mode: audit.ModeReport, Host: "ok.example", Port: 80},
+	} {
+		if err := tl.Log(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b strings.Builder
+	tl.WriteSummary(&b, 12)
+	want := "airlock: egress summary: 1 allowed, 1 denied, 2 would deny (report mode: let through)\n" +
+		"  deny  http    enforced.example:80                      x1\n" +
+		"  would deny (report) http    reported.example:80                      x2\n" +
+		"  allow http    ok.example:80                            x1\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}

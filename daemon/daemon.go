@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -399,7 +400,11 @@ type Task struct {
 	// generates run-<random>.
 	ID     string
 	Labels map[string]string
-	Argv   []string
+	// Owner is the uid every audit record of the sandbox carries
+	// (audit.Record.Owner), as a daemon sandbox's carry its creator's: for
+	// airlock run, the user who invoked it. Negative: no owner.
+	Owner int
+	Argv  []string
 	// Env is extra KEY=VALUE entries (after the proxy and CA variables).
 	Env       []string
 	Workspace string
@@ -430,6 +435,17 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		return nil, err
 	}
 	sb := policy.Sandbox{ID: t.ID, Labels: t.Labels}
+	if t.Owner >= 0 {
+		// Closed last (defers run last first): after the teardown, nothing
+		// logs a record of the sandbox any more.
+		d.acct.open(sb.ID, t.Owner)
+		defer d.acct.close(sb.ID)
+	}
+	// Like a daemon sandbox's, the run's creation record names its labels
+	// (audit query --label, policy suggest --label read them) and mode.
+	if err := d.acct.Log(d.runRecord(sb)); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
 	ns, err := d.netns.Create(ctx, sb)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox network: %w", err)
@@ -467,6 +483,17 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		Stderr:    t.Stderr,
 		Limits:    t.Limits,
 	})
+}
+
+// runRecord is the creation record of Run's sandbox, shaped as a daemon
+// sandbox's (lifecycleRecord): kind sandbox, reason created, extra labels
+// and mode.
+func (d *Daemon) runRecord(sb policy.Sandbox) *audit.Record {
+	labels, _ := json.Marshal(sb.Labels)
+	mode, _ := json.Marshal(d.cfg.Policy.Mode)
+	return &audit.Record{ID: sb.ID + "/create", Sandbox: sb.ID, Kind: audit.KindSandbox, Decision: audit.DecisionAllow,
+		Reasons: []audit.Reason{{ID: ReasonCreated, Msg: "sandbox created (airlock run)"}},
+		Extra:   map[string]json.RawMessage{"labels": labels, "mode": mode}}
 }
 
 // Attach serves an existing namespace (a container's or a VM's) until Detach,

@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -170,6 +172,26 @@ func loadRunConfig(cmd *cobra.Command, o runOptions) (config.Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// invokingUser is the uid airlock run's records name as the sandbox's owner:
+// the user sudo ran it for (SUDO_UID, else SUDO_USER) when it runs as root
+// through sudo, else the real uid.
+func invokingUser(uid int, getenv func(string) string) int {
+	if uid != 0 {
+		return uid
+	}
+	if n, err := strconv.ParseUint(getenv("SUDO_UID"), 10, 31); err == nil {
+		return int(n)
+	}
+	if name := getenv("SUDO_USER"); name != "" {
+		if u, err := user.Lookup(name); err == nil {
+			if n, err := strconv.Atoi(u.Uid); err == nil {
+				return n
+			}
+		}
+	}
+	return uid
+}
+
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	c, inProcess := chooseDaemon(cmd, o)
 	if c != nil {
@@ -202,6 +224,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	res, err := d.Run(ctx, daemon.Task{
 		ID:        o.id,
 		Labels:    cfg.Sandbox.Labels,
+		Owner:     invokingUser(os.Getuid(), os.Getenv),
 		Argv:      argv,
 		Env:       cfg.Sandbox.Env,
 		Workspace: cfg.Sandbox.Workspace,
