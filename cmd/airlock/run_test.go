@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -114,6 +119,73 @@ func TestRunBrokenInputsAsRoot(t *testing.T) {
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Fatal("the command ran")
+			}
+		})
+	}
+}
+
+// TestRootRunRecordsOwnerAndLabels pins a bug from a user trial: the records
+// of an in-process airlock run carried no owner and no labels, so audit query
+// --owner/--label and policy suggest --label found nothing of it. Run through
+// sudo (SUDO_UID), every record of the sandbox names the invoking user, and
+// its creation record its labels.
+func TestRootRunRecordsOwnerAndLabels(t *testing.T) {
+	roottest.Require(t)
+	t.Setenv("SUDO_UID", "4242")
+	t.Setenv("AIRLOCK_SOCKET", filepath.Join(t.TempDir(), "no-daemon.sock"))
+	logPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := "alk-runown-" + hex.EncodeToString(b[:])
+	msg, code := runRunCmd(t, "--no-daemon", "--audit", logPath, "--id", id, "--label", "team=ml", "--", "/bin/sh", "-c", "exit 3")
+	if code != 3 {
+		t.Fatalf("got exit %d (%s), want the command's 3", code, msg)
+	}
+	out, err := runAudit(t, "query", "--file", logPath, "--sandbox", id, "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r audit.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, r.Kind)
+		if r.Owner != "4242" {
+			t.Errorf("%s record: got owner %q, want 4242", r.Kind, r.Owner)
+		}
+		if r.Kind == audit.KindSandbox && string(r.Extra["labels"]) != `{"team":"ml"}` {
+			t.Errorf("creation record: got labels %s, want {\"team\":\"ml\"}", r.Extra["labels"])
+		}
+	}
+	if len(kinds) < 3 || kinds[0] != audit.KindSandbox || !slices.Contains(kinds, audit.KindExec) {
+		t.Fatalf("got records of kinds %v, want the creation record first and the exec's", kinds)
+	}
+	out, err = runAudit(t, "query", "--file", logPath, "--label", "team=ml", "--owner", "4242", "--kind", "exec", "--format", "json")
+	if err != nil || strings.Count(out, "\n") != 2 {
+		t.Errorf("query --label team=ml --owner 4242 --kind exec: got %q, %v; want the exec's start and end", out, err)
+	}
+}
+
+func TestInvokingUser(t *testing.T) {
+	tests := []struct {
+		name string
+		uid  int
+		env  map[string]string
+		want int
+	}{
+		{"not root", 1000, map[string]string{"SUDO_UID": "4242"}, 1000},
+		{"root", 0, nil, 0},
+		{"sudo uid", 0, map[string]string{"SUDO_UID": "4242", "SUDO_USER": "root"}, 4242},
+		{"sudo user", 0, map[string]string{"SUDO_USER": "root"}, 0},
+		{"bad sudo uid", 0, map[string]string{"SUDO_UID": "-1"}, 0},
+		{"unknown sudo user", 0, map[string]string{"SUDO_USER": "airlock-no-such-user-x"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := invokingUser(tt.uid, func(k string) string { return tt.env[k] }); got != tt.want {
+				t.Errorf("got %d, want %d", got, tt.want)
 			}
 		})
 	}
