@@ -107,11 +107,22 @@ type Usage struct {
 // Egress counts a sandbox's audited decisions.
 type Egress struct {
 	Allowed int64 `json:"allowed"`
-	Denied  int64 `json:"denied"`
+	// Denied counts the decisions that refused egress; WouldDeny those that
+	// report mode let through although enforce mode would have refused them.
+	Denied    int64 `json:"denied"`
+	WouldDeny int64 `json:"would_deny"`
 	// DeniedByKind counts denials by record kind (http, connect, tls, tcp,
 	// dns, drop).
 	DeniedByKind map[string]int64 `json:"denied_by_kind"`
+	// Destinations are the sandbox's decisions by destination, as GET
+	// /v1/summary's rows: errors, denials, would-denials, then allows, most
+	// first; at most MaxEgressDestinations, DestinationsOmitted more.
+	Destinations        []SummaryRow `json:"destinations,omitempty"`
+	DestinationsOmitted int          `json:"destinations_omitted,omitempty"`
 }
+
+// MaxEgressDestinations bounds Egress.Destinations.
+const MaxEgressDestinations = 50
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
 type ExecRequest struct {
@@ -318,6 +329,8 @@ type PolicyRev struct {
 // SummaryRow is one entry of GET /v1/summary: decisions of one kind about
 // one destination since the daemon started.
 type SummaryRow struct {
+	// Decision is allow, deny, error, or would_deny: a request report mode
+	// let through that enforce mode would have refused.
 	Decision string `json:"decision"`
 	Kind     string `json:"kind"`
 	Host     string `json:"host"`

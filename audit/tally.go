@@ -182,25 +182,40 @@ func (t *Tally) WriteSummary(w io.Writer, maxRows int) {
 // counts, report mode's would-denials apart from denials, then at most
 // maxRows destinations.
 func WriteSummary(w io.Writer, rows []TallyRow, maxRows int) {
-	allowed, denied, would := 0, 0, 0
+	var s Summary
 	for _, r := range rows {
 		switch r.Decision {
 		case DecisionAllow:
-			allowed += r.Count
+			s.Allowed += int64(r.Count)
 		case OutcomeWouldDeny:
-			would += r.Count
+			s.WouldDeny += int64(r.Count)
 		default:
-			denied += r.Count
+			s.Denied += int64(r.Count)
 		}
 	}
-	fmt.Fprintf(w, "airlock: egress summary: %d allowed, %d denied", allowed, denied)
-	if would > 0 {
-		fmt.Fprintf(w, ", %d would deny (report mode: let through)", would)
+	s.Rows = rows
+	s.Write(w, maxRows)
+}
+
+// Summary is what an egress summary prints: counts, and rows by destination
+// (Rows' order) of which Omitted more were left out before.
+type Summary struct {
+	Allowed, Denied, WouldDeny int64
+	Rows                       []TallyRow
+	Omitted                    int
+}
+
+// Write prints s as `airlock run`'s egress summary: the counts, report
+// mode's would-denials apart from denials, then at most maxRows rows and how
+// many more there are. Hosts and kinds are escaped (termtext).
+func (s Summary) Write(w io.Writer, maxRows int) {
+	fmt.Fprintf(w, "airlock: egress summary: %d allowed, %d denied", s.Allowed, s.Denied)
+	if s.WouldDeny > 0 {
+		fmt.Fprintf(w, ", %d would deny (report mode: let through)", s.WouldDeny)
 	}
 	fmt.Fprintln(w)
-	for i, r := range rows {
+	for i, r := range s.Rows {
 		if i == maxRows {
-			fmt.Fprintf(w, "  ... %d more destinations (airlock audit query)\n", len(rows)-maxRows)
 			break
 		}
 		dest := r.Host
@@ -213,5 +228,8 @@ func WriteSummary(w io.Writer, rows []TallyRow, maxRows int) {
 			dec = "would deny (report)"
 		}
 		fmt.Fprintf(w, "  %-5s %-7s %-40s x%d\n", termtext.Escape(dec), termtext.Escape(r.Kind), termtext.Escape(dest), r.Count)
+	}
+	if more := len(s.Rows) - min(len(s.Rows), maxRows) + s.Omitted; more > 0 {
+		fmt.Fprintf(w, "  ... %d more destinations (airlock audit query)\n", more)
 	}
 }

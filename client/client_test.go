@@ -592,3 +592,24 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestSandboxEgressDestinations: a sandbox's egress carries its
+// destinations and report mode's would-denials apart from denials.
+func TestSandboxEgressDestinations(t *testing.T) {
+	srv, c := newFake(t)
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	rows := []api.SummaryRow{
+		{Decision: "deny", Kind: "http", Host: "evil.example", Port: 80, Count: 3},
+		{Decision: "would_deny", Kind: "connect", Host: "reported.example", Port: 443, Count: 2},
+	}
+	for _, r := range rows {
+		srv.AddDestination(sb.ID, r)
+	}
+	got, err := c.GetSandbox(t.Context(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Egress.Denied != 3 || got.Egress.WouldDeny != 2 || !slices.Equal(got.Egress.Destinations, rows) {
+		t.Errorf("got egress %+v, want 3 denied, 2 would deny, destinations %+v", got.Egress, rows)
+	}
+}

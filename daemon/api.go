@@ -390,7 +390,7 @@ func (d *Daemon) apiSummary(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]api.SummaryRow, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, api.SummaryRow{Decision: r.Decision, Kind: r.Kind, Host: r.Host, Port: r.Port, Count: r.Count})
+		out = append(out, summaryRow(r))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -404,4 +405,41 @@ func TestConnContextReadsPeerCredentials(t *testing.T) {
 	if c := <-got; c.uid != -1 {
 		t.Fatalf("caller over tcp %+v, want none", c)
 	}
+}
+
+// TestEgressDestinations pins what run's summary through a daemon lacked:
+// the sandbox's egress lists its destinations (as GET /v1/summary's rows),
+// and a report-mode denial is counted as would_deny, not denied.
+func TestEgressDestinations(t *testing.T) {
+	w := newFakeWorld(t)
+	c := w.client(alice)
+	sb := c.create(t, `{}`)
+	for _, r := range []*audit.Record{
+		{Kind: audit.KindConnect, Decision: audit.DecisionAllow, Host: "pypi.org", Port: 443},
+		{Kind: audit.KindConnect, Decision: audit.DecisionAllow, Host: "pypi.org", Port: 443},
+		{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: audit.ModeEnforce, Host: "evil.example", Port: 80},
+		{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: audit.ModeReport, Host: "reported.example", Port: 80},
+		{Kind: audit.KindExec, Decision: audit.DecisionAllow},
+	} {
+		r.Sandbox = sb.ID
+		if err := w.d.acct.Log(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []api.SummaryRow{
+		{Decision: audit.DecisionDeny, Kind: audit.KindHTTP, Host: "evil.example", Port: 80, Count: 1},
+		{Decision: audit.OutcomeWouldDeny, Kind: audit.KindHTTP, Host: "reported.example", Port: 80, Count: 1},
+		{Decision: audit.DecisionAllow, Kind: audit.KindConnect, Host: "pypi.org", Port: 443, Count: 2},
+	}
+	check := func(what string, e api.Egress) {
+		t.Helper()
+		if e.Allowed != 2 || e.Denied != 1 || e.WouldDeny != 1 || !slices.Equal(e.Destinations, want) || e.DestinationsOmitted != 0 {
+			t.Errorf("%s: got %+v, want 2 allowed, 1 denied, 1 would deny, destinations %+v", what, e, want)
+		}
+	}
+	var got api.Sandbox
+	c.json(t, "GET", "/v1/sandboxes/"+sb.ID, "").decode(t, &got)
+	check("GET", got.Egress)
+	c.json(t, "DELETE", "/v1/sandboxes/"+sb.ID, "").decode(t, &got)
+	check("DELETE", got.Egress)
 }

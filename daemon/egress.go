@@ -37,8 +37,10 @@ var (
 type account struct {
 	owner   int
 	tally   *audit.Tally // the owner's
+	dests   *audit.Tally // the sandbox's own, by destination (at most audit.MaxTallyKeys)
 	allowed atomic.Int64
 	denied  atomic.Int64
+	would   atomic.Int64 // report mode's would-denials (let through)
 
 	mu     sync.Mutex
 	byKind map[string]int64
@@ -58,7 +60,7 @@ func (a *accounts) open(id string, owner int) *account {
 		t = audit.NewTally(a.discards)
 		a.byOwner[owner] = t
 	}
-	acc := &account{owner: owner, tally: t, byKind: map[string]int64{}}
+	acc := &account{owner: owner, tally: t, dests: audit.NewTally(a.discards), byKind: map[string]int64{}}
 	a.sandbox[id] = acc
 	return acc
 }
@@ -190,11 +192,15 @@ func (acc *account) count(r *audit.Record) {
 		return
 	}
 	_ = acc.tally.Log(r)
+	_ = acc.dests.Log(r)
 	n := extraInt(r, audit.SummaryRequestsKey) + extraInt(r, audit.SummaryQueriesKey) + extraInt(r, audit.SummarySuppressedKey)
 	if n == 0 {
-		if r.Decision == audit.DecisionAllow {
+		switch {
+		case r.Decision == audit.DecisionAllow:
 			acc.allowed.Add(1)
-		} else {
+		case audit.WouldDeny(r):
+			acc.would.Add(1)
+		default:
 			acc.deny(map[string]int64{r.Kind: 1})
 		}
 		return
@@ -229,9 +235,20 @@ func (acc *account) deny(byKind map[string]int64) {
 
 // egress reports the counters.
 func (acc *account) egress() api.Egress {
+	rows := acc.dests.Rows()
+	dests := make([]api.SummaryRow, 0, min(len(rows), api.MaxEgressDestinations))
+	for _, r := range rows[:min(len(rows), api.MaxEgressDestinations)] {
+		dests = append(dests, summaryRow(r))
+	}
 	acc.mu.Lock()
 	defer acc.mu.Unlock()
-	return api.Egress{Allowed: acc.allowed.Load(), Denied: acc.denied.Load(), DeniedByKind: maps.Clone(acc.byKind)}
+	return api.Egress{Allowed: acc.allowed.Load(), Denied: acc.denied.Load(), WouldDeny: acc.would.Load(), DeniedByKind: maps.Clone(acc.byKind),
+		Destinations: dests, DestinationsOmitted: len(rows) - len(dests)}
+}
+
+// summaryRow is a tally row as the API gives it.
+func summaryRow(r audit.TallyRow) api.SummaryRow {
+	return api.SummaryRow{Decision: r.Decision, Kind: r.Kind, Host: r.Host, Port: r.Port, Count: r.Count}
 }
 
 // egressKind: records that are egress decisions (not an exec, a tunnel's

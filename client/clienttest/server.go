@@ -204,6 +204,28 @@ func (s *Server) CountEgress(id string, allowed bool, kind string) {
 	sb.Egress.DeniedByKind[kind]++
 }
 
+// AddDestination adds a row to sandbox id's egress destinations and counts
+// it (allow, deny or would_deny) as the daemon does.
+func (s *Server) AddDestination(id string, row api.SummaryRow) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.sandboxes[id]
+	if sb == nil {
+		return
+	}
+	e := &sb.Egress
+	e.Destinations = append(e.Destinations, row)
+	switch row.Decision {
+	case "allow":
+		e.Allowed += int64(row.Count)
+	case "would_deny":
+		e.WouldDeny += int64(row.Count)
+	default:
+		e.Denied += int64(row.Count)
+		e.DeniedByKind[row.Kind] += int64(row.Count)
+	}
+}
+
 // emit is Emit with s.mu held; a full subscriber loses the event.
 func (sb *sandbox) emit(typ string, ev api.Event) {
 	for ch := range sb.subs {

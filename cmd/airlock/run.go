@@ -18,6 +18,9 @@ import (
 	"github.com/airlock-dev/airlock/sandboxd"
 )
 
+// summaryRows is how many destinations run's egress summary lists.
+const summaryRows = 12
+
 // exitSetupFailed is airlock run's status when it could not set the sandbox up
 // (as docker and podman use 125), distinct from any status of the command.
 const exitSetupFailed = 125
@@ -252,7 +255,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		if res.Truncated {
 			fmt.Fprintln(w, "airlock: output was larger than the capture cap (the live output above is whole)")
 		}
-		d.Tally().WriteSummary(w, 12)
+		d.Tally().WriteSummary(w, summaryRows)
 		fmt.Fprintf(w, "airlock: exit %d, wall %s, cpu %s, peak memory %s, audit %s\n",
 			res.ExitStatus(), res.Wall.Round(1e6), res.CPU.Round(1e6), config.Size(res.PeakMemory), cfg.Audit.File)
 	}

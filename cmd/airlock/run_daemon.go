@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/termtext"
@@ -199,7 +200,13 @@ func writeDaemonSummary(w io.Writer, res *api.ExecResult, sb *api.Sandbox) {
 	case res.OOMKilled:
 		fmt.Fprintf(w, "airlock: out of memory (limit %s); the command was killed\n", config.Size(sb.Limits.MemoryBytes))
 	}
-	fmt.Fprintf(w, "airlock: egress summary: %s\n", termtext.Escape(egressText(sb.Egress)))
+	// The in-process run's printer: counts, then the destinations.
+	e := sb.Egress
+	s := audit.Summary{Allowed: e.Allowed, Denied: e.Denied, WouldDeny: e.WouldDeny, Omitted: e.DestinationsOmitted}
+	for _, r := range e.Destinations {
+		s.Rows = append(s.Rows, audit.TallyRow{Decision: r.Decision, Kind: r.Kind, Host: r.Host, Port: r.Port, Count: r.Count})
+	}
+	s.Write(w, summaryRows)
 	fmt.Fprintf(w, "airlock: exit %d, wall %s, cpu %s, peak memory %s, sandbox %s\n", res.ExitStatus,
 		time.Duration(res.WallMS*1e6).Round(time.Millisecond), time.Duration(res.CPUMS*1e6).Round(time.Millisecond),
 		config.Size(res.PeakMemory), termtext.Escape(sb.ID))

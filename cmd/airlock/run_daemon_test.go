@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/client/clienttest"
 	"github.com/airlock-dev/airlock/config"
@@ -243,4 +244,27 @@ func runAsNobody(t *testing.T, bin string, args ...string) (string, string, int)
 	}
 	t.Fatalf("running %s as nobody: %v", bin, err)
 	return "", "", 0
+}
+
+// TestDaemonSummaryListsHosts pins what a user trial found: through a daemon,
+// run's egress summary had counts but no hosts. It now prints the sandbox's
+// destinations with the in-process printer, report mode's would-denials
+// apart, and how many destinations the daemon left out.
+func TestDaemonSummaryListsHosts(t *testing.T) {
+	rows := []api.SummaryRow{
+		{Decision: "deny", Kind: "http", Host: "evil.example", Port: 80, Count: 3},
+		{Decision: "would_deny", Kind: "connect", Host: "reported.example", Port: 443, Count: 2},
+		{Decision: "allow", Kind: "connect", Host: "pypi.org", Port: 443, Count: 5},
+	}
+	var b bytes.Buffer
+	writeDaemonSummary(&b, &api.ExecResult{}, &api.Sandbox{ID: "sb-1",
+		Egress: api.Egress{Allowed: 5, Denied: 3, WouldDeny: 2, Destinations: rows, DestinationsOmitted: 4}})
+	want := "airlock: egress summary: 5 allowed, 3 denied, 2 would deny (report mode: let through)\n" +
+		"  deny  http    evil.example:80                          x3\n" +
+		"  would deny (report) connect reported.example:443                     x2\n" +
+		"  allow connect pypi.org:443                             x5\n" +
+		"  ... 4 more destinations (airlock audit query)\n"
+	if got, _, _ := strings.Cut(b.String(), "airlock: exit"); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
 }

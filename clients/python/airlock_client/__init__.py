@@ -12,11 +12,11 @@ from .client import (DEFAULT_SOCKET, SOCKET_ENV, Client, EventStream, ExecStream
 from .errors import AirlockError, APIError, ConnectionError, NotFound, StreamError
 from .files import UnsafeTarError, extract_tar, write_tar
 from .types import (Completed, Egress, Event, ExecInfo, ExecResult, FilesResult, Health, Limits, Output,
-                    RunResult, Sandbox, Started, Usage)
+                    RunResult, Sandbox, Started, SummaryRow, Usage)
 
 __all__ = [
     "DEFAULT_SOCKET", "SOCKET_ENV", "Client", "EventStream", "ExecStream", "FilesStream", "SandboxSession",
     "AirlockError", "APIError", "ConnectionError", "NotFound", "StreamError", "UnsafeTarError",
     "extract_tar", "write_tar", "Completed", "Egress", "Event", "ExecInfo", "ExecResult", "FilesResult",
-    "Health", "Limits", "Output", "RunResult", "Sandbox", "Started", "Usage",
+    "Health", "Limits", "Output", "RunResult", "Sandbox", "Started", "SummaryRow", "Usage",
 ]

@@ -53,16 +53,34 @@ class Usage:
 
 
 @dataclass
+class SummaryRow:
+    """Decisions of one kind about one destination. decision is allow, deny,
+    error, or would_deny (report mode let it through; enforce would not)."""
+    decision: str = ""
+    kind: str = ""
+    host: str = ""
+    port: int = 0
+    count: int = 0
+
+
+@dataclass
 class Egress:
-    """A sandbox's audited decisions; denied_by_kind by record kind."""
+    """A sandbox's audited decisions; denied_by_kind by record kind;
+    would_deny the requests report mode let through that enforce mode would
+    have refused (not in denied); destinations the decisions by destination,
+    denials first (at most 50, destinations_omitted more)."""
     allowed: int = 0
     denied: int = 0
+    would_deny: int = 0
     denied_by_kind: Dict[str, int] = field(default_factory=dict)
+    destinations: List[SummaryRow] = field(default_factory=list)
+    destinations_omitted: int = 0
 
     @classmethod
     def from_json(cls, d: Optional[Dict[str, Any]]) -> "Egress":
         e = _build(cls, d)
         e.denied_by_kind = dict(e.denied_by_kind or {})
+        e.destinations = [_build(SummaryRow, r) for r in (d or {}).get("destinations") or []]
         return e
 
 

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from airlock_client import APIError, NotFound, UnsafeTarError, extract_tar, write_tar
+from airlock_client import APIError, Egress, NotFound, UnsafeTarError, extract_tar, write_tar
 from airlock_client.errors import api_error
 
 
@@ -95,3 +95,14 @@ def test_api_error_decoding():
     legacy = api_error(503, {"error": "shutting down"})
     assert (legacy.code, legacy.message) == ("unavailable", "shutting down")
     assert api_error(502, None, "bad gateway").code == "internal"
+
+
+def test_egress_destinations():
+    e = Egress.from_json({"allowed": 5, "denied": 3, "would_deny": 2, "denied_by_kind": {"http": 3},
+                          "destinations": [{"decision": "would_deny", "kind": "connect", "host": "reported.example",
+                                            "port": 443, "count": 2, "newer_field": 1}],
+                          "destinations_omitted": 4})
+    assert (e.allowed, e.denied, e.would_deny, e.destinations_omitted) == (5, 3, 2, 4)
+    row = e.destinations[0]
+    assert (row.decision, row.kind, row.host, row.port, row.count) == ("would_deny", "connect", "reported.example", 443, 2)
+    assert Egress.from_json(None).destinations == []
