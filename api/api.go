@@ -218,6 +218,13 @@ type Event struct {
 	Sandbox *Sandbox       `json:"sandbox,omitempty"`
 	// Dropped counts events this subscriber missed because it read too slowly.
 	Dropped int64 `json:"dropped,omitempty"`
+	// History marks a decision event as one of the sandbox's past records
+	// (events?history=true), sent before the live ones.
+	History bool `json:"history,omitempty"`
+	// HistoryOmitted, on the first event of a stream with history, counts
+	// the sandbox's older records the daemon no longer keeps (the audit log
+	// has them).
+	HistoryOmitted int64 `json:"history_omitted,omitempty"`
 }
 
 // RunRequest is the body of POST /v1/run: create, exec once, delete.

@@ -24,6 +24,42 @@ type Tap struct {
 
 	mu   sync.RWMutex
 	subs map[string][]*Subscription // by sandbox id
+	kept map[string]*history        // by sandbox id, for those Keep was called for
+}
+
+// History bounds, per sandbox, for Keep.
+const (
+	DefaultHistoryRecords = 500
+	DefaultHistoryBytes   = 256 << 10 // of the records' JSON
+)
+
+// history is a sandbox's last records as delivered (redacted, no Seq or
+// Prev), oldest first, at most max records and maxBytes of JSON.
+type history struct {
+	mu            sync.Mutex
+	recs          []Record
+	sizes         []int
+	bytes         int
+	max, maxBytes int
+	omitted       int64 // records no longer (or never) kept
+}
+
+func (h *history) add(r *Record) {
+	n := len(AppendJSON(nil, r))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n > h.maxBytes {
+		h.omitted++
+		return
+	}
+	for len(h.recs) > 0 && (len(h.recs) >= h.max || h.bytes+n > h.maxBytes) {
+		h.bytes -= h.sizes[0]
+		h.recs, h.sizes = h.recs[1:], h.sizes[1:]
+		h.omitted++
+	}
+	h.recs = append(h.recs, *r)
+	h.sizes = append(h.sizes, n)
+	h.bytes += n
 }
 
 var (
@@ -34,7 +70,55 @@ var (
 
 // NewTap wraps next.
 func NewTap(next Logger) *Tap {
-	return &Tap{next: next, subs: map[string][]*Subscription{}}
+	return &Tap{next: next, subs: map[string][]*Subscription{}, kept: map[string]*history{}}
+}
+
+// Keep starts keeping sandboxID's records as they are delivered: at most
+// maxRecords (DefaultHistoryRecords when < 1) and maxBytes of their JSON
+// (DefaultHistoryBytes when < 1), the oldest going first. Forget stops it
+// and frees them.
+func (t *Tap) Keep(sandboxID string, maxRecords, maxBytes int) {
+	if maxRecords < 1 {
+		maxRecords = DefaultHistoryRecords
+	}
+	if maxBytes < 1 {
+		maxBytes = DefaultHistoryBytes
+	}
+	t.mu.Lock()
+	t.kept[sandboxID] = &history{max: maxRecords, maxBytes: maxBytes}
+	t.mu.Unlock()
+}
+
+// Forget drops sandboxID's kept records.
+func (t *Tap) Forget(sandboxID string) {
+	t.mu.Lock()
+	delete(t.kept, sandboxID)
+	t.mu.Unlock()
+}
+
+// SubscribeHistory is Subscribe that also returns the records kept for
+// sandboxID so far (Keep), oldest first, and how many older ones were not
+// kept. No record is in both the history and the subscription, and none
+// falls between them.
+func (t *Tap) SubscribeHistory(sandboxID string, buffer int) (*Subscription, []Record, int64) {
+	if buffer < 1 {
+		buffer = DefaultTapBuffer
+	}
+	s := &Subscription{tap: t, sandbox: sandboxID, c: make(chan Record, buffer)}
+	// publish holds the read lock while it keeps and delivers a record:
+	// under the write lock, a record is either kept already or not yet
+	// published.
+	t.mu.Lock()
+	t.subs[sandboxID] = append(t.subs[sandboxID], s)
+	var recs []Record
+	var omitted int64
+	if h := t.kept[sandboxID]; h != nil {
+		h.mu.Lock()
+		recs, omitted = append([]Record(nil), h.recs...), h.omitted
+		h.mu.Unlock()
+	}
+	t.mu.Unlock()
+	return s, recs, omitted
 }
 
 // Subscription receives the records of one sandbox (Record.Sandbox equal to
@@ -165,8 +249,8 @@ func (t *Tap) publish(r *Record) {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	list := t.subs[r.Sandbox]
-	if len(list) == 0 {
+	list, h := t.subs[r.Sandbox], t.kept[r.Sandbox]
+	if len(list) == 0 && h == nil {
 		return
 	}
 	c := redact(r)
@@ -177,6 +261,9 @@ func (t *Tap) publish(r *Record) {
 	c.Seq, c.Prev, c.Checkpoint = 0, "", nil
 	if c.TS.IsZero() {
 		c.TS = time.Now().UTC()
+	}
+	if h != nil {
+		h.add(c)
 	}
 	for _, s := range list {
 		s.deliver(c)

@@ -3,7 +3,9 @@ package audit_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,5 +262,55 @@ func TestTapThroughWriter(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("got %v, file holds %v", got, want)
 		}
+	}
+}
+
+// TestTapHistoryBounded: the records kept for a sandbox are its last ones,
+// at most the count and the bytes given; older ones are counted as omitted;
+// another sandbox's records and those of a sandbox not kept are not kept;
+// SubscribeHistory splits history and live records without a gap or a
+// duplicate; Forget frees them.
+func TestTapHistoryBounded(t *testing.T) {
+	tap := audit.NewTap(new(audittest.Log))
+	tap.Keep("sb-a", 3, 1<<20)
+	tap.Keep("sb-b", 100, 600) // room for about three of these records
+	for i := range 10 {
+		for _, sb := range []string{"sb-a", "sb-b", "sb-c"} {
+			if err := tap.Log(&audit.Record{Sandbox: sb, Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: fmt.Sprintf("h%d.example", i), Port: 80}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hosts := func(recs []audit.Record) string {
+		var hs []string
+		for _, r := range recs {
+			hs = append(hs, r.Host)
+		}
+		return strings.Join(hs, ",")
+	}
+	sub, recs, omitted := tap.SubscribeHistory("sb-a", 4)
+	defer sub.Close()
+	if got := hosts(recs); got != "h7.example,h8.example,h9.example" || omitted != 7 {
+		t.Errorf("sb-a: got %s, %d omitted; want the last 3, 7 omitted", got, omitted)
+	}
+	_, recs, omitted = tap.SubscribeHistory("sb-b", 1)
+	size := 0
+	for i := range recs {
+		size += len(audit.AppendJSON(nil, &recs[i]))
+	}
+	if len(recs) == 0 || size > 600 || int(omitted)+len(recs) != 10 || recs[len(recs)-1].Host != "h9.example" {
+		t.Errorf("sb-b: got %d records of %d bytes, %d omitted; want the last ones within 600 bytes", len(recs), size, omitted)
+	}
+	if _, recs, _ = tap.SubscribeHistory("sb-c", 1); len(recs) != 0 {
+		t.Errorf("sb-c (not kept): got %d records", len(recs))
+	}
+	// After SubscribeHistory, a new record goes to the subscription only.
+	_ = tap.Log(&audit.Record{Sandbox: "sb-a", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "live.example"})
+	if r := <-sub.C(); r.Host != "live.example" {
+		t.Errorf("live: got %s, want live.example", r.Host)
+	}
+	tap.Forget("sb-a")
+	if _, recs, _ = tap.SubscribeHistory("sb-a", 1); len(recs) != 0 {
+		t.Errorf("after Forget: got %d records", len(recs))
 	}
 }

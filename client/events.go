@@ -9,8 +9,10 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlock-dev/airlock/api"
 )
@@ -47,7 +49,35 @@ type EventStream struct {
 // sandbox's state now ("sandbox"); it ends after the sandbox has stopped. An
 // unknown sandbox is an error here, before any event.
 func (c *Client) Events(ctx context.Context, id string) (*EventStream, error) {
-	resp, err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "events")})
+	return c.EventsWith(ctx, id, EventsOptions{})
+}
+
+// EventsOptions asks the events stream for the sandbox's past records.
+type EventsOptions struct {
+	// History sends the records the daemon kept of the sandbox (its last
+	// few hundred) after the first state, as decision events with History
+	// set; the first event's HistoryOmitted counts older ones.
+	History bool
+	// Since, when set, sends only the kept records at or after it (and
+	// implies History).
+	Since time.Time
+	// NoFollow ends the stream after the first state and the history.
+	NoFollow bool
+}
+
+// EventsWith is Events with o.
+func (c *Client) EventsWith(ctx context.Context, id string, o EventsOptions) (*EventStream, error) {
+	q := url.Values{}
+	if o.History {
+		q.Set("history", "true")
+	}
+	if !o.Since.IsZero() {
+		q.Set("since", o.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if o.NoFollow {
+		q.Set("follow", "false")
+	}
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "events"), query: q})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -442,4 +443,69 @@ func TestEgressDestinations(t *testing.T) {
 	check("GET", got.Egress)
 	c.json(t, "DELETE", "/v1/sandboxes/"+sb.ID, "").decode(t, &got)
 	check("DELETE", got.Egress)
+}
+
+// TestEventsHistory pins what a user trial found: sandbox logs showed only
+// live events, and a developer who is not root cannot read the audit log.
+// The events stream with history=true sends the sandbox's kept records to
+// its owner (since filters them, follow=false ends the stream after them);
+// another uid gets 404 and nothing of them; bad parameters are 400s naming
+// the field.
+func TestEventsHistory(t *testing.T) {
+	w := newFakeWorld(t)
+	a, b := w.client(alice), w.client(bob)
+	sb := a.create(t, `{}`)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, host := range []string{"old.example", "evil.example", "reported.example"} {
+		r := &audit.Record{Sandbox: sb.ID, Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: host, Port: 80, TS: t0.Add(time.Duration(i) * time.Minute)}
+		if host == "reported.example" {
+			r.Mode = audit.ModeReport
+		}
+		if err := w.d.acct.Log(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := func(c *apiClient, query string) (int, []string) {
+		t.Helper()
+		r := c.do(t, "GET", "/v1/sandboxes/"+sb.ID+"/events"+query, nil)
+		var hosts []string
+		sc := bufio.NewScanner(bytes.NewReader(r.body))
+		for e := readSSE(sc); e != nil; e = readSSE(sc) {
+			var ev api.Event
+			if e.comment || json.Unmarshal([]byte(e.data), &ev) != nil || ev.Record == nil || ev.Record["kind"] != audit.KindHTTP {
+				continue
+			}
+			if !ev.History {
+				t.Errorf("%s: a record not marked history: %s", query, e.data)
+			}
+			hosts = append(hosts, fmt.Sprint(ev.Record["host"]))
+		}
+		return r.status, hosts
+	}
+	tests := []struct {
+		name  string
+		c     *apiClient
+		query string
+		code  int
+		hosts string
+	}{
+		{"owner", a, "?history=true&follow=false", 200, "old.example,evil.example,reported.example"},
+		{"owner since", a, "?since=" + t0.Add(time.Minute).Format(time.RFC3339) + "&follow=false", 200, "evil.example,reported.example"},
+		{"owner without history", a, "?follow=false", 200, ""},
+		{"another uid", b, "?history=true&follow=false", 404, ""},
+		{"bad since", a, "?since=yesterday&follow=false", 400, ""},
+		{"bad history", a, "?history=maybe&follow=false", 400, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, hosts := events(tt.c, tt.query)
+			if code != tt.code || strings.Join(hosts, ",") != tt.hosts {
+				t.Errorf("got %d %v, want %d %s", code, hosts, tt.code, tt.hosts)
+			}
+		})
+	}
+	r := a.do(t, "GET", "/v1/sandboxes/"+sb.ID+"/events?since=yesterday", nil)
+	if e := r.apiError(t); e.Code != api.CodeInvalidField || e.Field != "since" {
+		t.Errorf("bad since: got %+v, want invalid_field since", e)
+	}
 }

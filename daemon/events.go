@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
@@ -32,8 +33,20 @@ const (
 // sandbox's audit records as they are accepted ("decision") and its
 // lifecycle changes ("sandbox"), the current state first; the stream ends
 // after the sandbox has stopped.
+//
+// With history=true the sandbox's recent records come after the first
+// state, as decision events marked history (the daemon keeps the last
+// DefaultHistoryRecords, at most DefaultHistoryBytes of them, while the
+// sandbox runs; the first event's history_omitted counts older ones), only
+// those at or after since (RFC 3339) when it is given. follow=false ends the
+// stream after them.
 func (d *Daemon) apiEvents(w http.ResponseWriter, r *http.Request) {
 	sb, e := d.visible(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	q, e := eventsQueryOf(r)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -44,7 +57,7 @@ func (d *Daemon) apiEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sb.endStream()
-	sub := d.tap.Subscribe(sb.id, eventBuffer)
+	sub, past, omitted := d.tap.SubscribeHistory(sb.id, eventBuffer)
 	defer sub.Close()
 	changes, stop := sb.watch()
 	defer stop()
@@ -54,7 +67,22 @@ func (d *Daemon) apiEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	if sw.event(eventSandbox, api.Event{Sandbox: d.sandboxView(sb)}) != nil {
+	first := api.Event{Sandbox: d.sandboxView(sb)}
+	if q.history {
+		first.HistoryOmitted = omitted
+	}
+	if sw.event(eventSandbox, first) != nil {
+		return
+	}
+	for i := range past {
+		if !q.history || past[i].TS.Before(q.since) {
+			continue
+		}
+		if sw.historyRecord(past[i]) != nil {
+			return
+		}
+	}
+	if !q.follow {
 		return
 	}
 	tick := time.NewTicker(d.heartbeat)
@@ -94,21 +122,67 @@ func (d *Daemon) apiEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// eventsQuery is GET /v1/sandboxes/{id}/events's parameters.
+type eventsQuery struct {
+	history, follow bool
+	since           time.Time
+}
+
+func eventsQueryOf(r *http.Request) (eventsQuery, *api.Error) {
+	q := eventsQuery{follow: true}
+	v := r.URL.Query()
+	var err error
+	if s := v.Get("history"); s != "" {
+		if q.history, err = strconv.ParseBool(s); err != nil {
+			return q, apiErr(api.CodeInvalidField, "history", "history: %.40q is not true or false", s)
+		}
+	}
+	if s := v.Get("follow"); s != "" {
+		if q.follow, err = strconv.ParseBool(s); err != nil {
+			return q, apiErr(api.CodeInvalidField, "follow", "follow: %.40q is not true or false", s)
+		}
+	}
+	if s := v.Get("since"); s != "" {
+		if q.since, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			return q, apiErr(api.CodeInvalidField, "since", "since: %.60q is not an RFC 3339 time", s)
+		}
+		q.history = true
+	}
+	return q, nil
+}
+
 type sseWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
 }
 
 func (s *sseWriter) record(rec audit.Record, dropped int64) error {
-	b, err := json.Marshal(rec)
+	m, err := recordMap(&rec)
 	if err != nil {
 		return err
 	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
+	return s.event(eventDecision, api.Event{Record: m, Dropped: dropped})
+}
+
+// historyRecord sends a kept record, marked as history.
+func (s *sseWriter) historyRecord(rec audit.Record) error {
+	m, err := recordMap(&rec)
+	if err != nil {
 		return err
 	}
-	return s.event(eventDecision, api.Event{Record: m, Dropped: dropped})
+	return s.event(eventDecision, api.Event{Record: m, History: true})
+}
+
+func recordMap(rec *audit.Record) (map[string]any, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 func (s *sseWriter) event(typ string, ev api.Event) error {

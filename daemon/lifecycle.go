@@ -72,8 +72,11 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 	}
 	sb := newSandbox(id, c.uid, p, time.Now())
 	sb.acct = d.acct.open(id, c.uid)
+	// Its owner reads its recent records back (events ?history=true).
+	d.tap.Keep(id, 0, 0) // audit.DefaultHistoryRecords, DefaultHistoryBytes
 	if err := d.acct.Log(d.lifecycleRecord(sb, ReasonCreated, nil)); err != nil {
 		d.acct.close(id)
+		d.tap.Forget(id)
 		return nil, apiErr(api.CodeUnavailable, "", "the audit log refused the sandbox's record: %v", err)
 	}
 	b, err := d.build(ctx, sb, ws)
@@ -88,6 +91,7 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 			d.log.Error("audit sandbox end", oplog.SandboxKey, id, oplog.ErrorKey, lerr)
 		}
 		d.acct.close(id)
+		d.tap.Forget(id)
 		d.metrics.ended.WithLabelValues(ReasonFailed).Inc()
 		if errors.Is(err, context.Canceled) {
 			return nil, apiErr(api.CodeUnavailable, "", "create sandbox: %v", err)
@@ -204,6 +208,7 @@ func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
 		d.log.Error("audit sandbox end", oplog.SandboxKey, sb.id, oplog.ErrorKey, err)
 	}
 	d.acct.close(sb.id)
+	d.tap.Forget(sb.id)
 	sb.stopped(u, final)
 	d.reg.beginTeardown(sb)
 	go d.teardown(sb.id, sb.box)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,7 +48,8 @@ type sandbox struct {
 	env       []string
 	execs     []*execState
 	subs      map[chan event]struct{}
-	done      chan struct{} // closed when deleted
+	done      chan struct{}    // closed when deleted
+	history   []map[string]any // records the events stream sends with history=true
 }
 
 type event struct {
@@ -223,6 +225,16 @@ func (s *Server) AddDestination(id string, row api.SummaryRow) {
 	default:
 		e.Denied += int64(row.Count)
 		e.DeniedByKind[row.Kind] += int64(row.Count)
+	}
+}
+
+// Remember adds a record to the past records sandbox id's events stream
+// sends with history=true (the daemon's kept records).
+func (s *Server) Remember(id string, record map[string]any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb := s.sandboxes[id]; sb != nil {
+		sb.history = append(sb.history, record)
 	}
 }
 
@@ -502,10 +514,21 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	// As the daemon does: a comment, then the sandbox's state now.
 	s.mu.Lock()
 	now := sb.view()
+	past := slices.Clone(sb.history)
 	s.mu.Unlock()
 	b, _ := json.Marshal(api.Event{Sandbox: &now})
 	fmt.Fprintf(w, ": ping\n\nevent: sandbox\ndata: %s\n\n", b)
+	q := r.URL.Query()
+	if q.Get("history") == "true" || q.Get("since") != "" {
+		for _, rec := range past {
+			b, _ := json.Marshal(api.Event{Record: rec, History: true})
+			fmt.Fprintf(w, "event: decision\ndata: %s\n\n", b)
+		}
+	}
 	fl.Flush()
+	if q.Get("follow") == "false" {
+		return
+	}
 	for {
 		select {
 		case e := <-ch:

@@ -22,48 +22,53 @@ import (
 )
 
 func newSandboxLogsCmd() *cobra.Command {
-	var follow, asJSON bool
+	var (
+		follow, asJSON bool
+		since          string
+	)
 	cmd := &cobra.Command{
-		Use:   "logs [-f] [--json] ID",
-		Short: "Show a sandbox's state and egress; with -f, every decision as it is made",
-		Long: `logs reads the sandbox's events stream. Without -f it prints the sandbox's state
-and egress counters now. With -f it then prints one line per egress decision as
-the daemon audits it (time, decision, kind, destination, request, status,
-reason) and each lifecycle change, until the sandbox ends or you interrupt it.
---json prints the events' data as the daemon sends it, one JSON object a line.
+		Use:   "logs [-f] [--since T] [--json] ID",
+		Short: "Show a sandbox's state, egress and recent decisions; with -f, every decision as it is made",
+		Long: `logs reads the sandbox's events stream: its state and egress counters now, then
+its recent records, one line each (time, decision, kind, destination, request,
+status, reason; a denial report mode let through shows as would_deny). With -f
+it then prints each decision as the daemon audits it and each lifecycle
+change, until the sandbox ends or you interrupt it. --since keeps the recent
+records at or after a time (RFC 3339, or a duration ago: 10m). --json prints
+the events' data as the daemon sends it, one JSON object a line (past records
+have "history": true).
 
-The daemon keeps no history of a sandbox's decisions; the audit log has them all
-(airlock audit query --sandbox ID, for root).`,
+The daemon keeps each running sandbox's last 500 records (at most 256 KiB) for
+its owner; the audit log has them all (airlock audit query --sandbox ID, for
+root).`,
 		Example: `  airlock sandbox logs sb-1a2b3c
+  airlock sandbox logs --since 10m sb-1a2b3c
   airlock sandbox logs -f sb-1a2b3c
   airlock sandbox logs -f --json sb-1a2b3c | jq -r 'select(.record.decision == "deny") | .record.host'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runSandboxLogs(ctx, cmd, args[0], follow, asJSON)
+			when, err := parseWhen("--since", since, time.Now())
+			if err != nil {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			return runSandboxLogs(ctx, cmd, args[0], client.EventsOptions{History: true, Since: when, NoFollow: !follow}, asJSON)
 		},
 	}
+	cmd.Flags().StringVar(&since, "since", "", "recent records at or after this RFC 3339 time, or this long ago (10m)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print every decision and lifecycle change until the sandbox ends")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each event's data as JSON, one a line")
 	return cmd
 }
 
-func runSandboxLogs(ctx context.Context, cmd *cobra.Command, id string, follow, asJSON bool) error {
+func runSandboxLogs(ctx context.Context, cmd *cobra.Command, id string, o client.EventsOptions, asJSON bool) error {
 	c := newClient(cmd)
 	defer c.Close()
-	if !follow {
-		// The state now, without a stream: nothing to wait for.
-		sb, err := c.GetSandbox(ctx, id)
-		if err != nil {
-			return apiFailure(err, exitFailed)
-		}
-		printEvent(cmd.OutOrStdout(), client.Event{Type: client.EventSandbox, Event: api.Event{Sandbox: sb}}, asJSON)
-		return nil
-	}
-	// The stream's first event is the sandbox's state now; it ends after
-	// the sandbox has stopped.
-	es, err := c.Events(ctx, id)
+	// The stream's first event is the sandbox's state now, then its kept
+	// records; it ends there without -f (NoFollow), else after the sandbox
+	// has stopped.
+	es, err := c.EventsWith(ctx, id, o)
 	if err != nil {
 		return apiFailure(err, exitFailed)
 	}
@@ -78,6 +83,9 @@ func runSandboxLogs(ctx context.Context, cmd *cobra.Command, id string, follow, 
 			return &exitError{Code: exitFailed, Msg: err.Error()}
 		}
 		printEvent(out, ev, asJSON)
+		if ev.HistoryOmitted > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %d older records are no longer kept by the daemon (the audit log has them)\n", ev.HistoryOmitted)
+		}
 		if ev.Dropped > dropped {
 			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %d events were dropped (read too slowly)\n", ev.Dropped-dropped)
 			dropped = ev.Dropped
@@ -142,7 +150,7 @@ func decisionLine(m map[string]any) string {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return termtext.Escape(string(b))
 	}
-	cells := []string{r.TS.Local().Format("15:04:05.000"), fmt.Sprintf("%-5s", termtext.Escape(r.Decision)), fmt.Sprintf("%-7s", termtext.Escape(r.Kind))}
+	cells := []string{r.TS.Local().Format("15:04:05.000"), fmt.Sprintf("%-5s", termtext.Escape(audit.Outcome(&r))), fmt.Sprintf("%-7s", termtext.Escape(r.Kind))}
 	dest, req, status, reason := recordCells(&r)
 	for _, c := range []string{dest, req, status, reason} {
 		if c != "" {

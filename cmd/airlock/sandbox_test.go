@@ -134,6 +134,15 @@ func TestSandboxCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, id+" running") || !strings.Contains(out, "1 denied (connect 1)") {
 		t.Errorf("logs: exit %d, %q", code, out)
 	}
+	// The sandbox's kept records, after its state: a report-mode denial
+	// shows as would_deny.
+	srv.Remember(id, map[string]any{"ts": "2026-01-02T03:04:05Z", "kind": "http", "decision": "deny", "mode": "report",
+		"host": "reported.example", "port": 80, "method": "POST", "path": "/upload"})
+	out, _, code = run("", "sandbox", "logs", id)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 2 ||
+		!strings.Contains(lines[1], "would_deny http    reported.example:80 POST /upload") {
+		t.Errorf("logs with history: exit %d, %q; want the state, then the kept record", code, out)
+	}
 
 	out, _, code = run("", "sandbox", "rm", id, other)
 	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, other) {
