@@ -276,11 +276,22 @@ class Client:
 
     # -- events, run, the rest ---------------------------------------------
 
-    def events(self, sandbox_id: str, read_timeout: Optional[float] = EVENTS_TIMEOUT) -> "EventStream":
+    def events(self, sandbox_id: str, read_timeout: Optional[float] = EVENTS_TIMEOUT, *, history: bool = False,
+               since: Optional[str] = None, follow: bool = True) -> "EventStream":
         """The sandbox's live events: first its state now ("sandbox"), then
         each audited decision ("decision") and lifecycle change as they
-        happen; it ends after the sandbox has stopped."""
-        conn, resp = self._open("GET", f"/sandboxes/{_quote(sandbox_id)}/events", timeout=read_timeout)
+        happen; it ends after the sandbox has stopped. With history (or
+        since, an RFC 3339 time) the records the daemon kept of the sandbox
+        (its last 500) come after the first state, marked history; with
+        follow=False the stream ends after them."""
+        query = []
+        if history:
+            query.append(("history", "true"))
+        if since:
+            query.append(("since", since))
+        if not follow:
+            query.append(("follow", "false"))
+        conn, resp = self._open("GET", f"/sandboxes/{_quote(sandbox_id)}/events", query=query, timeout=read_timeout)
         ctype = resp.getheader("Content-Type", "")
         if not ctype.startswith("text/event-stream"):
             conn.close()

@@ -208,17 +208,21 @@ class Event:
     """One server-sent event of a sandbox: type "decision" (record is the
     audit record, as written to the log) or "sandbox" (a lifecycle change:
     sandbox holds the state). dropped counts events missed by reading too
-    slowly."""
+    slowly. history marks a past record (events(history=True));
+    history_omitted, on the first event, counts older ones not kept."""
     type: str
     record: Optional[Dict[str, Any]] = None
     sandbox: Optional[Sandbox] = None
     dropped: int = 0
+    history: bool = False
+    history_omitted: int = 0
 
     @classmethod
     def from_json(cls, typ: str, d: Dict[str, Any]) -> "Event":
         sb = d.get("sandbox")
         return cls(type=typ, record=d.get("record"), sandbox=Sandbox.from_json(sb) if sb else None,
-                   dropped=int(d.get("dropped") or 0))
+                   dropped=int(d.get("dropped") or 0), history=bool(d.get("history")),
+                   history_omitted=int(d.get("history_omitted") or 0))
 
 
 @dataclass

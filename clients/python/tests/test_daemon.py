@@ -220,6 +220,23 @@ def test_events(client):
     assert got[-1].type == "sandbox" and got[-1].sandbox.state == "stopped"
 
 
+def test_events_history(client):
+    sb = client.create_sandbox(labels={"agent": "py-history"})
+    try:
+        client.run_command(sb.id, ["python3", "-c",
+                                    "import socket\ntry: socket.getaddrinfo('evil.example', 443)\nexcept Exception: pass"],
+                           timeout=30)
+        # The decision is in the sandbox's kept records: read back without
+        # following, they end the stream.
+        got = list(client.events(sb.id, history=True, follow=False))
+        assert got[0].type == "sandbox" and got[0].sandbox.id == sb.id
+        past = [e for e in got[1:] if e.type == "decision"]
+        assert past and all(e.history for e in past), got
+        assert any("evil.example" in str(e.record.get("qname", "")) + str(e.record.get("host", "")) for e in past), past
+    finally:
+        client.delete_sandbox(sb.id)
+
+
 def test_run(client):
     r = client.run(["sh", "-c", "cat; echo err >&2; exit 2"], stdin="from stdin", labels={"agent": "py-run"},
                    timeout="30s")

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from airlock_client import APIError, Egress, NotFound, UnsafeTarError, extract_tar, write_tar
+from airlock_client import APIError, Egress, Event, NotFound, UnsafeTarError, extract_tar, write_tar
 from airlock_client.errors import api_error
 
 
@@ -106,3 +106,10 @@ def test_egress_destinations():
     row = e.destinations[0]
     assert (row.decision, row.kind, row.host, row.port, row.count) == ("would_deny", "connect", "reported.example", 443, 2)
     assert Egress.from_json(None).destinations == []
+
+
+def test_event_history():
+    e = Event.from_json("decision", {"record": {"host": "evil.example"}, "history": True})
+    assert e.history and e.record == {"host": "evil.example"} and e.history_omitted == 0
+    first = Event.from_json("sandbox", {"sandbox": {"id": "sb-1"}, "history_omitted": 7})
+    assert first.history_omitted == 7 and not first.history and first.sandbox.id == "sb-1"
