@@ -42,7 +42,11 @@ type unprivReport struct {
 	Attach     string   `json:"attach"`
 	Check      string   `json:"check_attach"`
 	Deleted    string   `json:"deleted"`
-	Err        string   `json:"error,omitempty"`
+	// History is the kinds of the own sandbox's kept records read back;
+	// HistoryOther the error code of reading root's.
+	History      []string `json:"history"`
+	HistoryOther string   `json:"history_other"`
+	Err          string   `json:"error,omitempty"`
 }
 
 // unprivClient is the other user's side of TestRootSandboxOwners: create and
@@ -81,6 +85,27 @@ func unprivClient() int {
 	list, _ := c.ListSandboxes(ctx, nil)
 	for _, s := range list {
 		rep.Listed = append(rep.Listed, s.ID)
+	}
+	past := client.EventsOptions{History: true, NoFollow: true}
+	if es, err := c.EventsWith(ctx, sb.ID, past); err != nil {
+		rep.Err = "own history: " + err.Error()
+	} else {
+		for ev, err := range es.All() {
+			if err != nil {
+				rep.Err = "own history: " + err.Error()
+				break
+			}
+			if ev.Record != nil && ev.History {
+				rep.History = append(rep.History, fmt.Sprint(ev.Record["kind"]))
+			}
+		}
+		es.Close()
+	}
+	if es, err := c.EventsWith(ctx, other, past); err != nil {
+		rep.HistoryOther = client.Code(err)
+	} else {
+		es.Close()
+		rep.HistoryOther = "opened"
 	}
 	end, err := c.DeleteSandbox(ctx, sb.ID)
 	if err != nil {
@@ -160,6 +185,14 @@ func TestRootSandboxOwners(t *testing.T) {
 	}
 	if !slices.Equal(rep.Listed, []string{rep.Own}) {
 		t.Errorf("uid %d listed %v, want only its own %s", uid, rep.Listed, rep.Own)
+	}
+	// The owner reads its sandbox's past records back (it cannot read the
+	// audit log); root's are not there for it.
+	if !slices.Contains(rep.History, audit.KindSandbox) || !slices.Contains(rep.History, audit.KindExec) {
+		t.Errorf("uid %d's own history: kinds %v, want its creation and exec records", uid, rep.History)
+	}
+	if rep.HistoryOther != api.CodeNotFound {
+		t.Errorf("history of root's sandbox as uid %d: %q, want %s", uid, rep.HistoryOther, api.CodeNotFound)
 	}
 	got, err := a.c.GetSandbox(context.Background(), mine.ID)
 	if err != nil || got.State != api.StateRunning || got.ExecsTotal != 0 {
