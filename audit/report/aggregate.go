@@ -95,6 +95,9 @@ type aggregator struct {
 	budgets                map[budgetKey]*BudgetRow
 	events                 []Event
 	folded                 map[string]int64
+	infos                  map[string]*SandboxInfo
+	samples                map[sampleKey][]string
+	bypasses               map[bypassKey]*BypassRow
 }
 
 func newAggregator(cfg *Config) *aggregator {
@@ -110,6 +113,10 @@ func newAggregator(cfg *Config) *aggregator {
 		drops:   map[string]*DropRow{},
 		budgets: map[budgetKey]*BudgetRow{},
 		folded:  map[string]int64{},
+
+		infos:    map[string]*SandboxInfo{},
+		samples:  map[sampleKey][]string{},
+		bypasses: map[bypassKey]*BypassRow{},
 	}
 }
 
@@ -126,6 +133,9 @@ func (a *aggregator) add(r *audit.Record) {
 		}
 	}
 	sb := a.sandbox(r.Sandbox)
+	if r.Sandbox != "" {
+		a.who(sb, r)
+	}
 	for i := range r.Secrets {
 		a.secret(sb, r, &r.Secrets[i])
 	}
@@ -152,7 +162,10 @@ func (a *aggregator) add(r *audit.Record) {
 	}
 	// A report-mode denial was let through: counted as would_deny, apart
 	// from the denials that were enforced.
-	a.count(sb, r.Kind, audit.Outcome(r), destOf(r), firstReason(r), r.TS, tally{n: 1, up: r.BytesUp, down: r.BytesDown})
+	outcome, dest := audit.Outcome(r), destOf(r)
+	a.count(sb, r.Kind, outcome, dest, firstReason(r), r.TS, tally{n: 1, up: r.BytesUp, down: r.BytesDown})
+	a.sample(r, outcome, dest, firstReason(r))
+	a.bypass(sb, r, outcome, dest)
 	switch r.Kind {
 	case audit.KindDNS:
 		a.dns(sb, r)

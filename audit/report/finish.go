@@ -23,6 +23,8 @@ func (a *aggregator) finish() *Report {
 	rep.Sandboxes, rep.Totals = a.sandboxRows()
 	rep.Destinations = a.destinationRows()
 	rep.TopDenied = a.deniedRows()
+	rep.Who = a.infoRows()
+	rep.Bypass = a.bypassRows()
 	rep.DNS = a.dnsOut()
 	rep.Secrets = a.secretRows()
 	rep.Drops = valuesSorted(a.drops, func(x, y *DropRow) int { return cmp.Compare(x.Sandbox, y.Sandbox) })
@@ -187,7 +189,11 @@ func (a *aggregator) deniedRows() []DeniedRow {
 		if d.would {
 			outcome = audit.OutcomeWouldDeny
 		}
-		rows = append(rows, DeniedRow{Destination: a.dests.list[d.dest], Reason: a.reasons.list[d.reason], Outcome: outcome, Count: n, Sandboxes: len(sbs[d])})
+		samples := a.samples[sampleKey{a.dests.list[d.dest], a.reasons.list[d.reason], outcome}]
+		if samples == nil {
+			samples = []string{}
+		}
+		rows = append(rows, DeniedRow{Destination: a.dests.list[d.dest], Reason: a.reasons.list[d.reason], Outcome: outcome, Count: n, Sandboxes: len(sbs[d]), Samples: samples})
 	}
 	slices.SortFunc(rows, func(x, y DeniedRow) int {
 		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Destination, y.Destination), cmp.Compare(x.Reason, y.Reason), cmp.Compare(x.Outcome, y.Outcome))

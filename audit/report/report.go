@@ -33,13 +33,17 @@ type Report struct {
 	Sandboxes    []Row        `json:"sandboxes"`
 	Destinations []Row        `json:"destinations"`
 	TopDenied    []DeniedRow  `json:"top_denied"`
-	Timeline     Timeline     `json:"timeline"`
-	Cells        Cells        `json:"cells"`
-	DNS          DNS          `json:"dns"`
-	Secrets      []SecretUse  `json:"secrets"`
-	Drops        []DropRow    `json:"drops"`
-	Budgets      []BudgetRow  `json:"budgets"`
-	Events       []Event      `json:"events"`
+	// Who is what ran in each sandbox and for whom.
+	Who []SandboxInfo `json:"who"`
+	// Bypass is the attempts to get around the proxy.
+	Bypass   []BypassRow `json:"bypass"`
+	Timeline Timeline    `json:"timeline"`
+	Cells    Cells       `json:"cells"`
+	DNS      DNS         `json:"dns"`
+	Secrets  []SecretUse `json:"secrets"`
+	Drops    []DropRow   `json:"drops"`
+	Budgets  []BudgetRow `json:"budgets"`
+	Events   []Event     `json:"events"`
 }
 
 // Selection is what the report was asked to cover.
@@ -106,6 +110,8 @@ type DeniedRow struct {
 	Outcome   string `json:"outcome"`
 	Count     int64  `json:"count"`
 	Sandboxes int    `json:"sandboxes"`
+	// Samples are up to 3 distinct requests (method and path) behind it.
+	Samples []string `json:"samples"`
 }
 
 // Timeline is counts per bucket, sandbox, kind and decision, as rows of

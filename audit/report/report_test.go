@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	stdhtml "html"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -90,15 +91,15 @@ func TestReportFixtureNumbers(t *testing.T) {
 func checkTables(t *testing.T, rep *report.Report) {
 	t.Helper()
 	wantDenied := []report.DeniedRow{
-		{Destination: report.Summarized, Reason: audit.ReasonAuditSummary, Outcome: audit.DecisionDeny, Count: 100, Sandboxes: 1},
-		{Destination: report.Summarized, Reason: "dns_audit_summary", Outcome: audit.DecisionDeny, Count: 40, Sandboxes: 1},
-		{Destination: report.Summarized, Reason: "drop_summary", Outcome: audit.DecisionDeny, Count: 25, Sandboxes: 1},
+		{Destination: report.Summarized, Reason: audit.ReasonAuditSummary, Outcome: audit.DecisionDeny, Count: 100, Sandboxes: 1, Samples: []string{}},
+		{Destination: report.Summarized, Reason: "dns_audit_summary", Outcome: audit.DecisionDeny, Count: 40, Sandboxes: 1, Samples: []string{}},
+		{Destination: report.Summarized, Reason: "drop_summary", Outcome: audit.DecisionDeny, Count: 25, Sandboxes: 1, Samples: []string{}},
 	}
 	if len(rep.TopDenied) != 13 {
 		t.Errorf("top denied: got %d rows %+v, want 13", len(rep.TopDenied), rep.TopDenied)
 	}
 	for i, w := range wantDenied {
-		if i >= len(rep.TopDenied) || rep.TopDenied[i] != w {
+		if i >= len(rep.TopDenied) || !reflect.DeepEqual(rep.TopDenied[i], w) {
 			t.Errorf("top denied %d: got %+v, want %+v", i, rep.TopDenied, w)
 		}
 	}

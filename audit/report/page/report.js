@@ -162,9 +162,11 @@
     var m = {};
     R.cells.rows.forEach(function (r) {
       if (!matches(r, ci) || D.decision[r[ci.decision]] === "allow" || r[ci.count] === 0) return;
-      var outcome = D.decision[r[ci.decision]] === "would_deny" ? "would deny (report: let through)" : "deny";
+      var would = D.decision[r[ci.decision]] === "would_deny";
+      var outcome = would ? "would deny (report: let through)" : "deny";
       var k = r[ci.dest] + " " + r[ci.reason] + " " + outcome;
-      m[k] = m[k] || { destination: D.dest[r[ci.dest]], reason: D.reason[r[ci.reason]], outcome: outcome, count: 0, sbs: {} };
+      m[k] = m[k] || { destination: D.dest[r[ci.dest]], reason: D.reason[r[ci.reason]], outcome: outcome, count: 0, sbs: {},
+        samples: samplesOf[D.dest[r[ci.dest]] + "\n" + D.reason[r[ci.reason]] + "\n" + (would ? "would_deny" : "deny")] || [] };
       m[k].count += r[ci.count];
       m[k].sbs[r[ci.sandbox]] = true;
     });
@@ -175,7 +177,7 @@
       rows.slice(topN).forEach(function (r) { other.count += r.count; });
       rows = rows.slice(0, topN).concat([other]);
     }
-    table("t-denied", [["Destination", "destination", "mono"], ["Reason id", "reason", "mono"], ["Outcome", "outcome"], ["Requests", "count", "num"], ["Sandboxes", "sandboxes"]],
+    table("t-denied", [["Destination", "destination", "mono"], ["Reason id", "reason", "mono"], ["Outcome", "outcome"], ["Requests", "count", "num"], ["Sandboxes", "sandboxes"], ["Samples", "samples", "list"]],
       rows, function (r) { return r.destination + " " + r.reason + " " + r.outcome; }, "no denials match the filter");
   }
 
@@ -190,7 +192,18 @@
       bySandbox(R.dns.names), function (r) { return r.sandbox + " " + r.domain; }, "no flagged domains");
   }
 
+  var samplesOf = {};
+  (R.top_denied || []).forEach(function (r) { samplesOf[r.destination + "\n" + r.reason + "\n" + r.outcome] = r.samples || []; });
+
   function renderRest() {
+    table("t-who", [["Sandbox", "sandbox"], ["Owner uid", "owner"], ["Labels", "labels", "map"], ["Pod", "pod_text"], ["Execs", "execs", "num"], ["Commands", "argv", "list"]],
+      bySandbox((R.who || []).map(function (r) {
+        var p = r.pod;
+        r.pod_text = p ? (p.namespace || "") + "/" + (p.name || "") + (p.service_account ? " (" + p.service_account + ")" : "") : "";
+        return r;
+      })), function (r) { return r.sandbox; }, "no sandbox records");
+    table("t-bypass", [["Sandbox", "sandbox"], ["Destination", "destination", "mono"], ["How", "how"], ["Outcome", "outcome"], ["Connections", "count", "num"]],
+      bySandbox(R.bypass || []), function (r) { return r.sandbox + " " + r.destination + " " + r.how + " " + r.outcome; }, "no attempt to get around the proxy");
     table("t-secrets", [["Sandbox", "sandbox"], ["Secret", "id", "mono"], ["Version", "version", "mono"], ["Fingerprint", "fingerprint", "mono"], ["Where", "where"], ["Destination", "destination", "mono"], ["Decision", "decision"], ["Uses", "count", "num"], ["First", "first"], ["Last", "last"]],
       bySandbox(R.secrets), function (r) { return r.sandbox + " " + r.id + " " + r.destination; }, "no secret was injected");
     table("t-drops", [["Sandbox", "sandbox"], ["Logged", "logged", "num"], ["Summarized", "suppressed", "num"]],
