@@ -26,6 +26,12 @@ type Config struct {
 	// inclusive, Until exclusive); the chain is verified whole regardless.
 	Sandbox      string
 	Since, Until time.Time
+	// Mode, Owner and Labels select records as audit.Filter's fields do
+	// (report mode's would-denials or the rest; the owner's uid; the
+	// sandboxes whose creation record carried every label).
+	Mode   string
+	Owner  string
+	Labels map[string]string
 	// PublicKey checks checkpoint signatures; nil checks the chain only.
 	PublicKey ed25519.PublicKey
 	// Partial accepts a first file that starts mid-chain (audit.VerifyOptions).

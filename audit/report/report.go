@@ -48,9 +48,12 @@ type Report struct {
 
 // Selection is what the report was asked to cover.
 type Selection struct {
-	Sandbox string    `json:"sandbox,omitempty"`
-	Since   time.Time `json:"since,omitzero"`
-	Until   time.Time `json:"until,omitzero"`
+	Sandbox string            `json:"sandbox,omitempty"`
+	Mode    string            `json:"mode,omitempty"`
+	Owner   string            `json:"owner,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Since   time.Time         `json:"since,omitzero"`
+	Until   time.Time         `json:"until,omitzero"`
 }
 
 // Verification is audit.Verify's result over the whole files, and what it
@@ -225,7 +228,7 @@ func Build(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	f := audit.Filter{Sandbox: cfg.Sandbox, Since: cfg.Since, Until: cfg.Until}
+	f := audit.Filter{Sandbox: cfg.Sandbox, Since: cfg.Since, Until: cfg.Until, Mode: cfg.Mode, Owner: cfg.Owner, Labels: cfg.Labels}
 	agg := newAggregator(&cfg)
 	ver := verify(&cfg, func(r *audit.Record) {
 		if f.Match(r) {
@@ -249,7 +252,7 @@ func Build(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Version = FormatVersion
 	rep.Generated = cfg.Now().UTC()
 	rep.Files = cfg.Files
-	rep.Selection = Selection{Sandbox: cfg.Sandbox, Since: cfg.Since, Until: cfg.Until}
+	rep.Selection = Selection{Sandbox: cfg.Sandbox, Since: cfg.Since, Until: cfg.Until, Mode: cfg.Mode, Owner: cfg.Owner, Labels: cfg.Labels}
 	rep.Verification = ver
 	return rep, nil
 }

@@ -126,3 +126,39 @@ func TestAuditQueryModeFilters(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditReportFilters: audit report takes --mode, --owner and --label as
+// audit query does, and counts report mode's denials apart.
+func TestAuditReportFilters(t *testing.T) {
+	log := modeLog(t)
+	tests := []struct {
+		name string
+		args []string
+		want string // totals
+	}{
+		{"all", nil, `"allowed":2,"denied":2,"would_deny":2,"errors":0`},
+		{"report mode", []string{"--mode", "report"}, `"allowed":0,"denied":0,"would_deny":2,"errors":0`},
+		{"owner", []string{"--owner", "4242"}, `"allowed":1,"denied":1,"would_deny":1,"errors":0`},
+		{"label", []string{"--label", "team=ml", "--mode", "enforce"}, `"allowed":1,"denied":1,"would_deny":0,"errors":0`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runAudit(t, append([]string{"report", log, "--format", "json"}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep struct {
+				Totals json.RawMessage `json:"totals"`
+			}
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(rep.Totals), tt.want) {
+				t.Errorf("totals: got %s, want %s", rep.Totals, tt.want)
+			}
+		})
+	}
+	if _, err := runAudit(t, "report", log, "--mode", "audit"); exitCode(err) != 2 || !strings.Contains(err.Error(), "--mode") {
+		t.Errorf("--mode audit: got %v, want exit 2 naming --mode", err)
+	}
+}

@@ -20,9 +20,11 @@ func newAuditReportCmd() *cobra.Command {
 		pubkeyFile   string
 		cfg          report.Config
 		rotated      bool
+		mode, owner  string
+		labels       []string
 	)
 	cmd := &cobra.Command{
-		Use:   "report FILE... [--out report.html] [--format html|json] [--pubkey KEY] [--sandbox ID] [--since T] [--until T]",
+		Use:   "report FILE... [--out report.html] [--format html|json] [--pubkey KEY] [--sandbox ID] [--owner U] [--label K=V] [--mode M] [--since T] [--until T]",
 		Short: "Write a self-contained HTML (or JSON) report of FILE...: verification, traffic per sandbox and destination, denials, DNS flags, secret uses",
 		Long: `Report verifies FILE... (oldest first) as one chain, as verify does, and in the
 same run folds the records into aggregates: requests allowed, denied and failed
@@ -41,8 +43,12 @@ page says what was folded), so a log of a million records stays a small page.
 
 Without --pubkey the signatures are not checked, and the page says so. A broken
 chain does not stop the report: the page opens with the failure. --sandbox,
---since and --until select the records aggregated (the chain is verified
-whole); --since and --until take an RFC 3339 time or a duration ago (24h).`,
+--owner, --label, --mode, --since and --until select the records aggregated
+(the chain is verified whole), as they do for audit query; --since and --until
+take an RFC 3339 time or a duration ago (24h).
+
+A denial report mode let through is counted as would deny, apart from the
+denials that were enforced, everywhere the page counts decisions.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "html" && format != "json" {
@@ -56,6 +62,11 @@ whole); --since and --until take an RFC 3339 time or a duration ago (24h).`,
 			if cfg.Until, err = parseWhen("--until", until, now); err != nil {
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
+			filter := audit.Filter{Mode: mode}
+			if err := queryFilterFlags(&filter, labels, owner); err != nil {
+				return &exitError{Code: 2, Msg: err.Error()}
+			}
+			cfg.Mode, cfg.Owner, cfg.Labels = filter.Mode, filter.Owner, filter.Labels
 			if pubkeyFile != "" {
 				if cfg.PublicKey, err = readPublicKey(pubkeyFile); err != nil {
 					return &exitError{Code: 2, Msg: err.Error()}
@@ -89,6 +100,9 @@ whole); --since and --until take an RFC 3339 time or a duration ago (24h).`,
 	f.BoolVar(&rotated, "rotated", false, "expand each FILE to its rotated siblings (FILE.1, FILE.2, ...) followed by FILE")
 	f.IntVar(&cfg.MaxUnsigned, "max-unsigned", audit.DefaultCheckpointEvery, "with --pubkey, most records allowed after the last signed checkpoint (-1: no limit)")
 	f.StringVar(&cfg.Sandbox, "sandbox", "", "aggregate only this sandbox's records")
+	f.StringVar(&owner, "owner", "", "aggregate only the records of this owner's sandboxes (uid or user name)")
+	f.StringArrayVar(&labels, "label", nil, "aggregate only sandboxes with label K=V from their creation record (repeatable)")
+	f.StringVar(&mode, "mode", "", "aggregate only report mode's decisions (report) or the others (enforce)")
 	f.StringVar(&since, "since", "", "aggregate records at or after this RFC 3339 time, or this long ago (24h)")
 	f.StringVar(&until, "until", "", "aggregate records before this RFC 3339 time, or this long ago")
 	f.IntVar(&cfg.TopN, "top", report.DefaultTopN, "rows of the destination and denial tables before an (other) row")
