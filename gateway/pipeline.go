@@ -647,6 +647,12 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 	if d != nil && d.flag != "" {
 		r.Flags = append(r.Flags, d.flag)
 	}
+	if d != nil && rc.decided && rc.dec.Allowed && r.Mode == string(policy.ModeReport) {
+		// Policy allowed it; the gateway's own refusal is enforced in every
+		// mode. The record must not read as report mode's would-deny
+		// (audit.WouldDeny: let through).
+		r.Mode = string(policy.ModeEnforce)
+	}
 	if rc.err != nil {
 		if _, isDenial := rc.err.(*denial); !isDenial {
 			r.Error = rc.err.Error()
