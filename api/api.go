@@ -335,9 +335,9 @@ type Health struct {
 	// order (HealthPart* names; a part the daemon does not have is absent).
 	Parts     []HealthPart `json:"parts"`
 	PolicyRev string       `json:"policy_rev"`
-	Sandboxes []string `json:"sandboxes"` // ids the caller may see
-	PoolDepth int      `json:"pool_depth"`
-	Audit     string   `json:"audit"` // "ok" or why the log refuses records
+	Sandboxes []string     `json:"sandboxes"` // ids the caller may see
+	PoolDepth int          `json:"pool_depth"`
+	Audit     string       `json:"audit"` // "ok" or why the log refuses records
 	// PolicyBundle is the bundle source's state when the policy comes from
 	// an OPA bundle (config policy.bundle); absent otherwise.
 	PolicyBundle *PolicyBundle `json:"policy_bundle,omitempty"`
