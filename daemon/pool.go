@@ -41,6 +41,9 @@ type warmPool struct {
 	mu     sync.Mutex
 	ready  []*pooled
 	closed bool
+	// failure is the last preparation's error, nil once one succeeds
+	// (health's pool part).
+	failure error
 	kick   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -103,6 +106,16 @@ func (p *warmPool) take() *pooled {
 	return nil
 }
 
+// problem is why the last preparation failed ("" when it succeeded).
+func (p *warmPool) problem() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failure == nil {
+		return ""
+	}
+	return "preparing a sandbox failed: " + p.failure.Error()
+}
+
 func (p *warmPool) refill() {
 	select {
 	case p.kick <- struct{}{}:
@@ -129,6 +142,9 @@ func (p *warmPool) fill() {
 		}
 		for p.depth() < p.size {
 			pb, err := p.make()
+			p.mu.Lock()
+			p.failure = err
+			p.mu.Unlock()
 			if err != nil {
 				p.log.Error("pool: prepare a sandbox", oplog.ErrorKey, err)
 				select {
