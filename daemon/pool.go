@@ -44,9 +44,9 @@ type warmPool struct {
 	// failure is the last preparation's error, nil once one succeeds
 	// (health's pool part).
 	failure error
-	kick   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // pooled is one prepared sandbox and its namespace.
