@@ -331,6 +331,7 @@ func (d *Daemon) initSandboxes(o Options) {
 	}
 	d.pool = newWarmPool(poolSize, d.net, d.exe, d.prepareSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
+	d.metrics.reg.MustRegister(poolBrokenMetric(d.pool.broken.Load))
 	d.metrics.reg.MustRegister(inboundMetric(d.netns.InboundAccepted))
 	d.closers = append(d.closers, func() error {
 		d.stopping.Store(true)

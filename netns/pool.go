@@ -135,6 +135,7 @@ func (m *Manager) movePooled(src, dst string) error {
 type Pooled struct {
 	m    *Manager
 	path string
+	id   nsID // the namespace at path when it was taken (Check)
 
 	mu   sync.Mutex
 	used bool // handed to CreateFrom, or discarded
@@ -171,7 +172,13 @@ func (m *Manager) TakePooled(ctx context.Context) (*Pooled, error) {
 			return nil, fmt.Errorf("netns: take pooled: %w", err)
 		}
 	}
-	p := &Pooled{m: m, path: path}
+	id, err := nsInode(path)
+	if err != nil {
+		m.poolNames.Delete(path)
+		unmountRemove(path)
+		return nil, fmt.Errorf("netns: take pooled: %w", err)
+	}
+	p := &Pooled{m: m, path: path, id: id}
 	m.mu.Lock()
 	closed = m.closed
 	if !closed {
@@ -183,6 +190,20 @@ func (m *Manager) TakePooled(ctx context.Context) (*Pooled, error) {
 		return nil, errors.New("netns: take pooled: manager is closed")
 	}
 	return p, nil
+}
+
+// Check reports whether p's namespace is still where it was taken: an
+// `ip netns delete` of its name, or its bind mount unmounted or replaced
+// from outside, leaves a Pooled that CreateFrom can only fail on.
+func (p *Pooled) Check() error {
+	id, err := nsInode(p.path)
+	if err != nil {
+		return fmt.Errorf("netns: pooled namespace %s is gone: %w", p.path, err)
+	}
+	if id != p.id {
+		return fmt.Errorf("netns: pooled namespace %s was replaced", p.path)
+	}
+	return nil
 }
 
 // use marks p used once; it reports false when it already was.
