@@ -48,9 +48,9 @@ type warmPool struct {
 	failure error
 	// broken counts the entries take dropped (airlock_pool_broken_total).
 	broken atomic.Int64
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // pooled is one prepared sandbox and its namespace.
