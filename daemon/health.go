@@ -35,6 +35,8 @@ func (d *Daemon) health() api.Health {
 		problem := ""
 		if h.PolicyRev == policy.RevNoPolicy {
 			problem = "no policy in force: every request is denied"
+		} else if err := d.engine.ReloadErr(); err != nil {
+			problem = "stale: " + err.Error()
 		}
 		add(api.HealthPartPolicy, problem)
 	}

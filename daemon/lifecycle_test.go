@@ -138,66 +138,6 @@ func TestWarmPoolRetries(t *testing.T) {
 	poll.Until(t, 10*time.Second, "the pool filled after failures", func() bool { return w.d.pool.depth() == 1 })
 }
 
-// TestWarmPoolDropsBrokenEntries pins a pool that handed out entries whose
-// namespace was removed from outside: every create that took one failed
-// (internal) until the pool drained. Now a create drops the broken entries
-// (counted in airlock_pool_broken_total), builds its own sandbox, and the
-// pool refills with good ones.
-func TestWarmPoolDropsBrokenEntries(t *testing.T) {
-	w := newFakeWorld(t, func(c *config.Config) { c.Sandbox.PoolSize = 2 })
-	poll.Until(t, 5*time.Second, "the pool filled", func() bool { return w.d.pool.depth() == 2 })
-	w.d.pool.mu.Lock()
-	for _, pb := range w.d.pool.ready {
-		pb.net.(*fakePooledNet).broken.Store(true)
-	}
-	w.d.pool.mu.Unlock()
-	c := w.client(alice)
-	sb := c.create(t, `{}`)
-	w.net.mu.Lock()
-	fromPool, created := w.net.fromPool[sb.ID], w.net.created[sb.ID]
-	w.net.mu.Unlock()
-	if fromPool || !created {
-		t.Fatalf("create: from the pool %v, created %v; want built cold", fromPool, created)
-	}
-	if got := w.d.metricValue(t, "airlock_pool_broken_total", ""); got != 2 {
-		t.Errorf("airlock_pool_broken_total %v, want 2", got)
-	}
-	poll.Until(t, 5*time.Second, "the pool refilled", func() bool { return w.d.pool.depth() == 2 })
-	w.d.pool.mu.Lock()
-	for _, pb := range w.d.pool.ready {
-		if err := pb.net.Check(); err != nil {
-			t.Errorf("refilled entry %s: %v", pb.net.Path(), err)
-		}
-	}
-	w.d.pool.mu.Unlock()
-	if next := c.create(t, `{}`); !w.net.fromPool[next.ID] {
-		t.Errorf("the create after the refill did not take a pooled sandbox")
-	}
-}
-
-// TestHealthPoolPart: health's pool part fails while the pool's
-// preparation fails (503, ok false) and is ok again once one succeeds.
-func TestHealthPoolPart(t *testing.T) {
-	w := newFakeWorld(t, func(c *config.Config) { c.Sandbox.PoolSize = 1 })
-	poll.Until(t, 5*time.Second, "the pool filled", func() bool { return w.d.pool.depth() == 1 })
-	w.exe.failPrepare.Store(true)
-	c := w.client(alice)
-	c.create(t, `{}`) // takes the ready one: the refill fails
-	var h api.Health
-	poll.Until(t, 5*time.Second, "health to report the pool failing", func() bool {
-		r := c.json(t, "GET", "/v1/health", "")
-		r.decode(t, &h)
-		return r.status == 503
-	})
-	if h.OK || len(h.Failing()) != 1 || !strings.HasPrefix(h.Failing()[0], api.HealthPartPool+": ") {
-		t.Fatalf("health: got %+v, want ok false with the pool failing", h)
-	}
-	w.exe.failPrepare.Store(false)
-	poll.Until(t, 10*time.Second, "health ok again", func() bool {
-		return c.json(t, "GET", "/v1/health", "").status == 200
-	})
-}
-
 // TestShutdownDrains: stopping refuses new sandboxes at once, lets running
 // execs finish until the deadline, then ends every sandbox.
 func TestShutdownDrains(t *testing.T) {

@@ -11,6 +11,43 @@ import (
 	"github.com/airlock-dev/airlock/test/poll"
 )
 
+// TestWarmPoolDropsBrokenEntries pins a pool that handed out entries whose
+// namespace was removed from outside: every create that took one failed
+// (internal) until the pool drained. Now a create drops the broken entries
+// (counted in airlock_pool_broken_total), builds its own sandbox, and the
+// pool refills with good ones.
+func TestWarmPoolDropsBrokenEntries(t *testing.T) {
+	w := newFakeWorld(t, func(c *config.Config) { c.Sandbox.PoolSize = 2 })
+	poll.Until(t, 5*time.Second, "the pool filled", func() bool { return w.d.pool.depth() == 2 })
+	w.d.pool.mu.Lock()
+	for _, pb := range w.d.pool.ready {
+		pb.net.(*fakePooledNet).broken.Store(true)
+	}
+	w.d.pool.mu.Unlock()
+	c := w.client(alice)
+	sb := c.create(t, `{}`)
+	w.net.mu.Lock()
+	fromPool, created := w.net.fromPool[sb.ID], w.net.created[sb.ID]
+	w.net.mu.Unlock()
+	if fromPool || !created {
+		t.Fatalf("create: from the pool %v, created %v; want built cold", fromPool, created)
+	}
+	if got := w.d.metricValue(t, "airlock_pool_broken_total", ""); got != 2 {
+		t.Errorf("airlock_pool_broken_total %v, want 2", got)
+	}
+	poll.Until(t, 5*time.Second, "the pool refilled", func() bool { return w.d.pool.depth() == 2 })
+	w.d.pool.mu.Lock()
+	for _, pb := range w.d.pool.ready {
+		if err := pb.net.Check(); err != nil {
+			t.Errorf("refilled entry %s: %v", pb.net.Path(), err)
+		}
+	}
+	w.d.pool.mu.Unlock()
+	if next := c.create(t, `{}`); !w.net.fromPool[next.ID] {
+		t.Errorf("the create after the refill did not take a pooled sandbox")
+	}
+}
+
 // TestRootPoolHealsAfterOutsideRemoval pins a warm pool that kept handing
 // out entries whose namespace was removed from outside (`ip netns delete`
 // on a ready pool namespace): each create that took one failed with
