@@ -361,7 +361,8 @@ const (
 	// HealthPartAudit: the audit log takes records.
 	HealthPartAudit = "audit"
 	// HealthPartPolicy: a policy is in force (not the fail-closed deny of
-	// an engine with none).
+	// an engine with none) and its last reload did not fail (a failed one
+	// leaves an older policy than its files in force).
 	HealthPartPolicy = "policy"
 	// HealthPartPolicyBundle: the bundle source has a bundle in force and
 	// its last download, verification and activation succeeded.
