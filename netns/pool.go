@@ -160,23 +160,9 @@ func (m *Manager) TakePooled(ctx context.Context) (*Pooled, error) {
 	if err := m.prepare(); err != nil {
 		return nil, err
 	}
-	path, ok := m.readyPooled()
-	if !ok {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("netns: take pooled: %w", err)
-		}
-		path = m.poolPath()
-		m.poolNames.Store(path, struct{}{})
-		if err := m.makePooled(path); err != nil {
-			m.poolNames.Delete(path)
-			return nil, fmt.Errorf("netns: take pooled: %w", err)
-		}
-	}
-	id, err := nsInode(path)
+	path, id, err := m.readyOrNew(ctx)
 	if err != nil {
-		m.poolNames.Delete(path)
-		unmountRemove(path)
-		return nil, fmt.Errorf("netns: take pooled: %w", err)
+		return nil, err
 	}
 	p := &Pooled{m: m, path: path, id: id}
 	m.mu.Lock()
@@ -190,6 +176,41 @@ func (m *Manager) TakePooled(ctx context.Context) (*Pooled, error) {
 		return nil, errors.New("netns: take pooled: manager is closed")
 	}
 	return p, nil
+}
+
+// readyOrNew takes a ready pool namespace, dropping any that was removed
+// from outside while it waited (`ip netns delete` on its name), or makes one
+// now when none is ready.
+func (m *Manager) readyOrNew(ctx context.Context) (string, nsID, error) {
+	for {
+		path, ok := m.readyPooled()
+		if !ok {
+			break
+		}
+		id, err := nsInode(path)
+		if err == nil {
+			return path, id, nil
+		}
+		m.log.Warn("pool: dropped a namespace removed from outside", oplog.PathKey, path, oplog.ErrorKey, err)
+		m.poolNames.Delete(path)
+		unmountRemove(path)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", nsID{}, fmt.Errorf("netns: take pooled: %w", err)
+	}
+	path := m.poolPath()
+	m.poolNames.Store(path, struct{}{})
+	if err := m.makePooled(path); err != nil {
+		m.poolNames.Delete(path)
+		return "", nsID{}, fmt.Errorf("netns: take pooled: %w", err)
+	}
+	id, err := nsInode(path)
+	if err != nil {
+		m.poolNames.Delete(path)
+		unmountRemove(path)
+		return "", nsID{}, fmt.Errorf("netns: take pooled: %w", err)
+	}
+	return path, id, nil
 }
 
 // Check reports whether p's namespace is still where it was taken: an
