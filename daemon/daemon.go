@@ -79,6 +79,7 @@ type Daemon struct {
 	log      *slog.Logger
 	cfg      config.Config
 	runDir   string
+	runLock  *os.File // the run directory's lock, held until Close (rundir.go)
 	engine   *policy.Engine
 	writer   *audit.Writer
 	tally    *audit.Tally
@@ -283,25 +284,41 @@ func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
 
 // removeStale tears down what `airlock run` processes that died left in
 // DefaultRunDir/run-<pid>: their namespaces (through a Manager that owns their
-// state files) and the directory itself.
+// state files) and the directory itself. A directory is removed only under
+// its lock (rundir.go): one whose lock is held belongs to a live process,
+// whatever its name says; one without a lock file (made by an older
+// airlock, or not yet locked) only when no process has its pid.
 func removeStale(ctx context.Context, logger *slog.Logger) {
 	entries, _ := os.ReadDir(DefaultRunDir)
 	for _, e := range entries {
 		pidStr, ok := strings.CutPrefix(e.Name(), "run-")
 		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || pid == os.Getpid() || processAlive(pid) {
+		if !ok || err != nil || pid == os.Getpid() {
 			continue
 		}
 		dir := filepath.Join(DefaultRunDir, e.Name())
-		m, err := netns.New(netns.Config{StateDir: filepath.Join(dir, "netns")}, server{}, nil, logger)
-		if err == nil {
-			if res, err := m.Recover(ctx, netns.RecoverRemove); err == nil && len(res.Removed) > 0 {
-				logger.Info("removed namespaces of a dead airlock run", "pid", pid, "sandboxes", res.Removed)
-			}
-			m.Close()
+		lock, held, err := tryLockRunDir(dir)
+		if held || err != nil || (lock == nil && processAlive(pid)) {
+			continue
 		}
-		_ = os.RemoveAll(dir)
+		removeStaleDir(ctx, dir, pid, logger)
+		if lock != nil {
+			lock.Close()
+		}
 	}
+}
+
+// removeStaleDir removes a dead run's namespaces and its directory; the
+// caller holds the directory's lock, or it has none.
+func removeStaleDir(ctx context.Context, dir string, pid int, logger *slog.Logger) {
+	m, err := netns.New(netns.Config{StateDir: filepath.Join(dir, "netns")}, server{}, nil, logger)
+	if err == nil {
+		if res, err := m.Recover(ctx, netns.RecoverRemove); err == nil && len(res.Removed) > 0 {
+			logger.Info("removed namespaces of a dead airlock run", "pid", pid, "sandboxes", res.Removed)
+		}
+		m.Close()
+	}
+	_ = os.RemoveAll(dir)
 }
 
 func processAlive(pid int) bool {

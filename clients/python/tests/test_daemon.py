@@ -23,7 +23,8 @@ def wait_until(what, cond, timeout=20.0):
 
 def test_health_and_openapi(client):
     h = client.health()
-    assert h.policy_rev and h.audit == "ok" and h.policy_bundle is None
+    assert h.ok and h.policy_rev and h.audit == "ok" and h.policy_bundle is None
+    assert {p.name for p in h.parts} >= {"state_dir", "audit", "policy", "pool"} and not h.failing()
     doc = client.openapi()
     assert doc["openapi"].startswith("3.")
     assert "/v1/sandboxes/{id}/exec" in doc["paths"]
@@ -276,3 +277,18 @@ def test_attach_with_pod_check_detach(client):
         except NotFound:
             pass
         subprocess.run(["ip", "netns", "delete", name], check=False)
+
+
+def test_health_reports_run_dir_gone(daemon, client):
+    """The daemon's run directory moved away from outside: health fails
+    (Unhealthy, naming state_dir) until it is put back."""
+    from airlock_client import Unhealthy
+    run_dir = os.path.join(daemon.dir, "run")
+    os.rename(run_dir, run_dir + ".moved")
+    try:
+        with pytest.raises(Unhealthy) as e:
+            client.health()
+        assert [p.name for p in e.value.health.failing()] == ["state_dir"], e.value
+    finally:
+        os.rename(run_dir + ".moved", run_dir)
+    assert client.health().ok
