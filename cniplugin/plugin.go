@@ -144,7 +144,8 @@ func (p *Plugin) attach(c *Config, kv map[string]string, args *skel.CmdArgs) err
 	// A daemon with a broken part (its state directory gone, the audit log
 	// refusing records, no policy) must not be handed a pod: its attach
 	// could fail later, or serve the pod without a record of what it did.
-	if _, err := cl.Health(ctx); err != nil {
+	// A failing warm pool is the one part an attach does not use.
+	if h, err := cl.Health(ctx); err != nil && !onlyPoolFailing(h) {
 		return daemonError("health before attaching "+id, c.Socket, err, ErrAttach)
 	}
 	err = cl.Attach(ctx, api.AttachRequest{ID: id, NetNS: args.Netns, Labels: labels, Pod: pod, Inbound: c.Inbound})
@@ -238,4 +239,22 @@ func errMsg(err error) string {
 		return te.Msg
 	}
 	return err.Error()
+}
+
+// onlyPoolFailing reports whether h is a health answer whose failing parts
+// are all the warm pool (an attach never takes from it).
+func onlyPoolFailing(h *api.Health) bool {
+	if h == nil {
+		return false
+	}
+	failing := 0
+	for _, p := range h.Parts {
+		if p.Status != api.HealthOK {
+			if p.Name != api.HealthPartPool {
+				return false
+			}
+			failing++
+		}
+	}
+	return failing > 0
 }

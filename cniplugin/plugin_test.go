@@ -178,6 +178,16 @@ func TestAddFailsClosed(t *testing.T) {
 			t.Errorf("attached %v, quarantined %v; want nothing attached and the namespace quarantined", h.fake.Attached(), h.quarantined)
 		}
 	})
+	t.Run("only the warm pool failing still attaches", func(t *testing.T) {
+		h := newHarness(t)
+		h.fake.SetFailing(api.HealthPartPool, "prepare: no space")
+		if err := h.p.Add(cmdArgs(conf(t, h.fake.Socket, enabled, true))); err != nil {
+			t.Fatalf("got %v, want the attach (an attach never takes from the pool)", err)
+		}
+		if len(h.fake.Attached()) != 1 || len(h.quarantined) != 0 {
+			t.Errorf("attached %v, quarantined %v; want the pod attached, nothing quarantined", h.fake.Attached(), h.quarantined)
+		}
+	})
 	t.Run("quarantine fails too", func(t *testing.T) {
 		h := newHarness(t)
 		h.p.Quarantine = func(string) error { return errors.New("no such namespace") }
