@@ -35,7 +35,9 @@ type CreateSandboxRequest struct {
 	// Mode is "enforce" or "report" for this sandbox; empty means the daemon's.
 	Mode string `json:"mode,omitempty"`
 	// Allow adds hosts for this sandbox only, with --allow's meaning
-	// ("host" = ports 443 and 80, "host:port", "*.x", "**.x").
+	// ("host" = ports 443 and 80, "host:port", "*.x", "**.x"), each written
+	// as enforced; for a caller other than root a wildcard stays inside one
+	// registrable domain (*.example.com, **.api.example.com).
 	Allow []string `json:"allow,omitempty"`
 	// IdleTimeout ends the sandbox after this long with no exec running and no
 	// API call for it; 0 means the daemon's default (sandbox.idle_timeout).
