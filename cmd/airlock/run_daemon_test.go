@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/client/clienttest"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -22,6 +23,9 @@ import (
 const mainEnv = "AIRLOCK_TEST_CLI_MAIN"
 
 func TestMain(m *testing.M) {
+	if sandboxd.IsStage() {
+		sandboxd.InitMain() // the executor re-executes this binary as a sandbox's init
+	}
 	if os.Getenv(mainEnv) == "1" {
 		os.Exit(run(os.Args[1:]))
 	}
