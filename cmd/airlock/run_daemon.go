@@ -163,6 +163,10 @@ func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []str
 	if !o.quiet {
 		writeDaemonSummary(cmd.ErrOrStderr(), res, final)
 	}
+	if res.Error != "" {
+		// The command's stderr already said why, as a shell would.
+		return &exitError{Code: res.ExitStatus}
+	}
 	return execExit(res)
 }
 
