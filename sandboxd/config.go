@@ -162,7 +162,7 @@ type Spec struct {
 	// the proxy and CA variables (later entries win).
 	Env []string
 	// Dir is the working directory inside the sandbox. Default: the workspace
-	// when set, else the empty one (Config.WorkspaceDir).
+	// when set, else the empty one (Config.WorkspaceDir; $HOME with a RootFS).
 	Dir string
 	// NetNS is the network namespace to join (a /run/netns path or /proc/PID/ns/net).
 	// Empty gives a fresh namespace with only lo.
