@@ -66,10 +66,11 @@ COMMAND runs in the current directory: it is bound read-write at the same path
 inside the sandbox and is the command's working directory, so ./agent.sh,
 python agent.py and pytest see the project and what they write lands in it.
 --workspace DIR binds DIR instead, --workspace none gives an empty /workspace.
-A directory that is / or root's home, or that holds or lies inside a path kept
-from sandboxes (the audit log, secrets file, config, CA key, airlock's state),
-is refused; one further down it is hidden inside. Through a daemon the
-directory must be yours.
+A directory that is / or root's home, holds the audit log, or lies inside a
+directory kept from sandboxes (the audit log's, the policy directory,
+/etc/airlock, /var/lib/airlock, ...) is refused, naming the file and the fix;
+the secrets file, config, CA key or audit log further down are hidden inside.
+Through a daemon the directory must be yours.
 
 It exits with the command's exit code (124 on timeout, 137 on OOM kill, 128+n on
 signal n) and prints an egress summary to stderr. Its own failures have codes of
