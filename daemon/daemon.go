@@ -461,7 +461,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		t.ID = "run-" + hex.EncodeToString(b[:])
 	}
 	if t.Workspace != "" {
-		if err := d.CheckWorkspace(t.Workspace); err != nil {
+		if err := workspaceRefusal(t.Workspace, d.hiddenNamed); err != nil {
 			return nil, err
 		}
 	}

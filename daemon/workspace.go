@@ -78,15 +78,21 @@ func (e *WorkspaceError) Error() string {
 	return fmt.Sprintf("the workspace %s %s", e.Workspace, e.Problem)
 }
 
-// CheckWorkspace returns a *WorkspaceError when dir may not be bound as a
-// sandbox's workspace (checkWorkspace), or an error when it cannot be
-// resolved.
-func (d *Daemon) CheckWorkspace(dir string) error {
+// CheckWorkspace returns a *WorkspaceError when dir may not be bound as the
+// workspace of a sandbox of a daemon New would build from o (checkWorkspace),
+// or an error when dir cannot be resolved. It builds nothing, so a caller
+// can refuse before New writes anything (Run checks again).
+func CheckWorkspace(o Options, dir string) error {
+	return workspaceRefusal(dir, namedHidden(o, o.Config, ""))
+}
+
+// workspaceRefusal is checkWorkspace on dir resolved.
+func workspaceRefusal(dir string, hidden []hiddenPath) error {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return fmt.Errorf("workspace %s: %w", dir, err)
 	}
-	if we := checkWorkspace(dir, real, d.hiddenNamed); we != nil {
+	if we := checkWorkspace(dir, real, hidden); we != nil {
 		return we
 	}
 	return nil
@@ -103,7 +109,7 @@ func checkWorkspace(dir, real string, hidden []hiddenPath) *WorkspaceError {
 		return refuse("", "is the host's root directory")
 	}
 	if home := rootHome(); real == home {
-		return refuse("", "is the home directory of root (%s)", home)
+		return refuse("", "is the home directory of root")
 	}
 	for _, h := range hidden {
 		for _, p := range hiddenForms(h.path) {

@@ -192,6 +192,16 @@ func runWorkspace(ws string) (string, error) {
 	return absWorkspace(ws)
 }
 
+// workspaceRefused is run's exit for a workspace daemon.CheckWorkspace
+// refused (exit 2 with the fix), or could not resolve.
+func workspaceRefused(err error) error {
+	var we *daemon.WorkspaceError
+	if errors.As(err, &we) {
+		return &exitError{Code: 2, Msg: fmt.Sprintf("run: %v: %s", we, workspaceFix(we.Field))}
+	}
+	return &exitError{Code: 2, Msg: "run: " + err.Error()}
+}
+
 // workspaceFix is what to do about a refused workspace whose hidden path
 // config field sets ("" for none).
 func workspaceFix(field string) string {
@@ -228,7 +238,14 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger})
+	opts := daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger}
+	if cfg.Sandbox.Workspace != "" {
+		// Before New, which would create the audit log in a refused workspace.
+		if err := daemon.CheckWorkspace(opts, cfg.Sandbox.Workspace); err != nil {
+			return workspaceRefused(err)
+		}
+	}
+	d, err := daemon.New(ctx, opts)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
@@ -252,7 +269,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 			// The command's stderr already says why, as a shell would.
 			return &exitError{Code: ee.Code}
 		case errors.As(err, &we):
-			return &exitError{Code: 2, Msg: fmt.Sprintf("run: %v: %s", we, workspaceFix(we.Field))}
+			return workspaceRefused(err)
 		}
 		return &exitError{Code: exitSetupFailed, Msg: err.Error()}
 	}

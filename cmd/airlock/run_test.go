@@ -127,17 +127,18 @@ func TestRunBrokenInputsAsRoot(t *testing.T) {
 	}
 }
 
+var writeProjectFiles = map[string]string{
+	"data.txt": "project-data\n",
+	"agent.sh": "#!/bin/sh\npwd\ncat data.txt\necho from-sh > sh-out.txt\n",
+	"agent.py": "import os\nprint(os.getcwd())\nprint(open('data.txt').read().strip())\nopen('py-out.txt', 'w').write('from-py')\n",
+}
+
 // writeProject makes a project directory for `airlock run`'s default
 // workspace: agent.sh and agent.py print where they run and the project's
 // data.txt, and each leaves a file of its own in the directory.
 func writeProject(t *testing.T, dir string) {
 	t.Helper()
-	files := map[string]string{
-		"data.txt": "project-data\n",
-		"agent.sh": "#!/bin/sh\npwd\ncat data.txt\necho from-sh > sh-out.txt\n",
-		"agent.py": "import os\nprint(os.getcwd())\nprint(open('data.txt').read().strip())\nopen('py-out.txt', 'w').write('from-py')\n",
-	}
-	for name, body := range files {
+	for name, body := range writeProjectFiles {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -232,6 +233,9 @@ func TestRootRunWorkspaceRefused(t *testing.T) {
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Fatal("the command ran")
+			}
+			if ents, _ := os.ReadDir(proj); len(ents) != len(writeProjectFiles) {
+				t.Errorf("the refused run left files in the project: %v", ents)
 			}
 		})
 	}
