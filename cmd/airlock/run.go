@@ -64,7 +64,7 @@ its own (--config, --policy, --preset, --secrets, --audit, --id) and
 
 COMMAND runs in the current directory: it is bound read-write at the same path
 inside the sandbox and is the command's working directory, so ./agent.sh,
-python agent.py and pytest see the project and what they write lands in it.
+python3 agent.py and pytest see the project and what they write lands in it.
 --workspace DIR binds DIR instead, --workspace none gives an empty /workspace.
 A directory that is / or root's home, holds the audit log, or lies inside a
 directory kept from sandboxes (the audit log's, the policy directory,
