@@ -245,6 +245,7 @@ type Sandbox struct {
 	// Labels are matched by policy (input.sandbox.labels) and secret bindings.
 	Labels map[string]string `yaml:"labels"`
 	// Workspace is a host directory mounted read-write at the same path.
+	// Empty: `airlock run`'s current directory; "none": an empty /workspace.
 	Workspace string `yaml:"workspace"`
 	// Env lists extra KEY=VALUE pairs for the command.
 	Env []string `yaml:"env"`

@@ -159,6 +159,16 @@ class Completed:
     def exit_status(self) -> int:
         return self.result.exit_status
 
+    @property
+    def timed_out(self) -> bool:
+        """The exec's timeout killed the command (exit_status 124)."""
+        return self.result.timed_out
+
+    @property
+    def oom_killed(self) -> bool:
+        """The sandbox ran out of memory and the command was killed."""
+        return self.result.oom_killed
+
 
 @dataclass
 class ExecInfo:

@@ -99,6 +99,14 @@ def test_exec_results(sandbox):
     assert timed.exit_status == 124 and timed.result.timed_out
 
 
+def test_completed_timed_out(sandbox):
+    # Completed says timed_out itself, as the Go client's result does.
+    timed = sandbox.run(["sleep", "30"], timeout=0.5)
+    assert timed.timed_out and not timed.oom_killed and timed.exit_status == 124
+    done = sandbox.run(["true"])
+    assert not done.timed_out and done.exit_status == 0
+
+
 def test_exec_signal(sandbox):
     s = sandbox.exec(["sh", "-c", "trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done"])
     it = iter(s)
