@@ -38,6 +38,9 @@ type Sandbox struct {
 	// early is Create's workspace tree, made while init starts (nil: none).
 	early     chan earlyWorkspace
 	earlyUsed bool
+	// initKilled: we killed init (the sandbox is ending), so its exit is
+	// expected, not a lost sandbox. Under mu.
+	initKilled bool
 
 	ch      *channel
 	init    *os.Process
@@ -621,6 +624,9 @@ func (s *Sandbox) killAll() {
 // killInit kills init, and with it its PID namespace: every process of the
 // sandbox.
 func (s *Sandbox) killInit() {
+	s.mu.Lock()
+	s.initKilled = true
+	s.mu.Unlock()
 	if s.init != nil {
 		_ = s.init.Kill() // a pidfd: never another process
 	}
@@ -731,7 +737,7 @@ func (s *Sandbox) readLoop() {
 // initExited records why the channel ended: destroyed, or init died.
 func (s *Sandbox) initExited() {
 	s.mu.Lock()
-	destroyed := s.state == stateDestroyed
+	destroyed := s.state == stateDestroyed || s.initKilled
 	s.mu.Unlock()
 	if destroyed {
 		s.fail(fmt.Errorf("%w: destroyed", ErrSandboxGone))
