@@ -108,6 +108,7 @@ type Daemon struct {
 	exe       executor
 	net       network
 	metrics   *metrics
+	conns     *apiConns // the API's connections and streams by uid (apiconns.go)
 	host      hostBounds
 	home      string
 	heartbeat time.Duration
@@ -130,6 +131,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		}
 	}()
 	if err := d.makeRunDir(); err != nil {
+		return nil, err
+	}
+	caps, err := deriveConnCaps(cfg.API, nofileLimit())
+	if err != nil {
 		return nil, err
 	}
 	upstreams := cfg.DNS.Upstreams
@@ -199,6 +204,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	// pool namespaces its manager does not know yet, and a fill under way
 	// makes its namespace before the manager records it.
 	d.initSandboxes(o)
+	d.conns = newAPIConns(caps, d.log, d.metrics.reg)
 	d.startBundleReports()
 	return d, nil
 }
