@@ -17,9 +17,9 @@
 // the executor (sandboxd) and the namespaces (netns).
 //
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
-// ListenAPI, RaiseNOFILE,
-// ConnContext, Shutdown, Close. The build order step by step and the sandbox
-// API: docs/ARCHITECTURE.md, "Daemon and command line".
+// ListenAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step
+// by step and the sandbox API: docs/ARCHITECTURE.md, "Daemon and command
+// line".
 //
 // daemon must never import: cmd/airlock, bench/..., netns/netnstest, test/....
 package daemon
