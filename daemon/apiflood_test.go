@@ -135,11 +135,14 @@ func egressClient(sock string) floodReport {
 		return rep
 	}
 	defer func() { _, _ = c.DeleteSandbox(context.Background(), sb.ID) }()
-	for range 3 {
-		var out strings.Builder
-		if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Argv: fetchPypi}, client.ExecIO{Stdout: &out}); err == nil && out.String() == "200" {
+	for i := range 3 {
+		var out, errb strings.Builder
+		res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Argv: fetchPypi}, client.ExecIO{Stdout: &out, Stderr: &errb})
+		if err == nil && out.String() == "200" {
 			rep.Egress++
+			continue
 		}
+		rep.Err += fmt.Sprintf("fetch %d: %q %q %+v %v; ", i, out.String(), errb.String(), res, err)
 	}
 	return rep
 }

@@ -107,6 +107,7 @@ func (r *Reserve) shed(l net.Listener, name string, cause error) {
 	c, err := l.Accept()
 	_ = dl.SetDeadline(time.Time{})
 	if err == nil {
+		r.refused.Add(1) // before the client can see its connection end
 		c.Close()
 	}
 	r.spare, _ = os.Open(os.DevNull)
@@ -114,7 +115,6 @@ func (r *Reserve) shed(l net.Listener, name string, cause error) {
 		r.mu.Unlock()
 		return
 	}
-	r.refused.Add(1)
 	now := time.Now()
 	if now.Sub(r.lastLog) < logInterval {
 		r.quiet++
