@@ -13,5 +13,5 @@
 // How the chain, checkpoints, rotation, retention, recovery and budgets work:
 // docs/ARCHITECTURE.md, "Audit log". Record kinds and fields: the same section.
 //
-// audit must never import: any other airlock package but oplog.
+// audit must never import: any other airlock package but oplog, termtext.
 package audit

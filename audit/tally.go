@@ -6,6 +6,8 @@ import (
 	"io"
 	"sort"
 	"sync"
+
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 // Tally is a Logger that counts decisions by destination before passing each
@@ -185,6 +187,7 @@ func (t *Tally) WriteSummary(w io.Writer, maxRows int) {
 		if r.Port != 0 && r.Kind != KindDNS {
 			dest = fmt.Sprintf("%s:%d", r.Host, r.Port)
 		}
-		fmt.Fprintf(w, "  %-5s %-7s %-40s x%d\n", r.Decision, r.Kind, dest, r.Count)
+		// A host is the sandbox's choice: escaped, it cannot drive the terminal.
+		fmt.Fprintf(w, "  %-5s %-7s %-40s x%d\n", termtext.Escape(r.Decision), termtext.Escape(r.Kind), termtext.Escape(dest), r.Count)
 	}
 }

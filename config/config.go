@@ -246,6 +246,7 @@ type Sandbox struct {
 	// Labels are matched by policy (input.sandbox.labels) and secret bindings.
 	Labels map[string]string `yaml:"labels"`
 	// Workspace is a host directory mounted read-write at the same path.
+	// Empty: `airlock run`'s current directory; "none": an empty /workspace.
 	Workspace string `yaml:"workspace"`
 	// Env lists extra KEY=VALUE pairs for the command.
 	Env []string `yaml:"env"`
@@ -886,6 +887,12 @@ func ParseSize(s string) (Size, error) {
 	if v > math.MaxInt64/2 {
 		return 0, fmt.Errorf("size %q: too large", s)
 	}
+	// A fraction of a byte would be cut off, and "0.5" would become 0,
+	// which means "the default" to every limit: refuse what would not be
+	// enforced as written.
+	if v != math.Trunc(v) {
+		return 0, fmt.Errorf("size %q: not a whole number of bytes (%.1f)", s, v)
+	}
 	return Size(v), nil
 }
 
@@ -943,6 +950,11 @@ func (d *Duration) Set(v string) error {
 	}
 	if p < 0 {
 		return fmt.Errorf("duration %q: negative", v)
+	}
+	// "0.4ns" parses to 0, which means "the default" to every timeout:
+	// refuse a duration that is not zero as written but is as parsed.
+	if p == 0 && strings.ContainsAny(v, "123456789") {
+		return fmt.Errorf("duration %q: under a nanosecond (write 0 for the default)", v)
 	}
 	*d = Duration(p)
 	return nil

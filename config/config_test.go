@@ -245,6 +245,9 @@ func TestParseSize(t *testing.T) {
 		{"512", 512, false}, {"64K", 64 << 10, false}, {"512M", 512 << 20, false},
 		{"100MB", 100 << 20, false}, {"1G", 1 << 30, false}, {"1GiB", 1 << 30, false},
 		{"1.5G", 3 << 29, false}, {"", 0, true}, {"M", 0, true}, {"-1M", 0, true}, {"1X", 0, true},
+		{"0", 0, false}, {"0.0", 0, false}, {"0.5K", 512, false},
+		// A fraction of a byte: "0.5" was 0, the default, and "1.7" was 1.
+		{"0.5", 0, true}, {"1.7", 0, true}, {"0.3K", 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -299,5 +302,29 @@ func TestValidateRejectsExplicitZeroAndNaNLimits(t *testing.T) {
 	c := Default()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: got %v, want nil", err)
+	}
+}
+
+// TestDurationSetUnderANanosecond: "0.4ns" parsed to 0, which every timeout
+// reads as "the default", so a limit written as not zero was enforced as
+// the default without being checked.
+func TestDurationSetUnderANanosecond(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Duration
+		wantErr bool
+	}{
+		{"0", 0, false}, {"0s", 0, false}, {"0.0s", 0, false}, {"0h0m", 0, false},
+		{"1ns", 1, false}, {"1.5ns", 1, false}, {"10s", Duration(10 * time.Second), false},
+		{"0.4ns", 0, true}, {"0.9ns", 0, true}, {"-1s", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var d Duration
+			err := d.Set(tt.in)
+			if (err != nil) != tt.wantErr || d != tt.want {
+				t.Fatalf("Set(%q): got %v, %v, want %v, error %v", tt.in, d, err, tt.want, tt.wantErr)
+			}
+		})
 	}
 }

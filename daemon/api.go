@@ -130,16 +130,11 @@ func (d *Daemon) apiOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(api.OpenAPI())
 }
 
+// apiHealth is GET /v1/health: 200 when every part is ok, 503 with the same
+// body when any is failing (health.go).
 func (d *Daemon) apiHealth(w http.ResponseWriter, r *http.Request) {
 	c, _ := callerFrom(r.Context())
-	h := api.Health{Sandboxes: []string{}, PoolDepth: d.pool.depth(), Audit: "ok"}
-	if d.engine != nil {
-		h.PolicyRev = d.engine.Rev()
-	}
-	if err := d.acct.Err(); err != nil {
-		h.Audit = err.Error()
-	}
-	h.PolicyBundle = d.bundleHealth()
+	h := d.health()
 	for _, sb := range d.reg.all() {
 		if c.may(sb.owner) {
 			h.Sandboxes = append(h.Sandboxes, sb.id)
@@ -152,7 +147,11 @@ func (d *Daemon) apiHealth(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, h)
+	status := http.StatusOK
+	if !h.OK {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, h)
 }
 
 // apiCreate is POST /v1/sandboxes.

@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if sandboxd.IsStage() {
 		sandboxd.InitMain()
 	}
+	if os.Getenv(unprivAllowEnv) != "" {
+		os.Exit(unprivAllowClient()) // TestRootAllowInvisibleWildcardRefused's user
+	}
 	if os.Getenv(unprivSocketEnv) != "" {
 		os.Exit(unprivClient()) // TestRootSandboxOwners' other user
 	}

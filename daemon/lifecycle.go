@@ -65,7 +65,7 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 	var ws *os.File
 	if p.workspace != "" {
 		var e *api.Error
-		if ws, e = openWorkspace(p.workspace, c); e != nil {
+		if ws, e = openWorkspace(p.workspace, c, d.hiddenNamed); e != nil {
 			return nil, e
 		}
 		defer ws.Close()

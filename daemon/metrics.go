@@ -21,6 +21,14 @@ type metrics struct {
 	teardownFailures prometheus.Counter
 }
 
+// poolBrokenMetric counts the ready pool entries a create found broken
+// (init dead, namespace removed or replaced from outside) and dropped.
+func poolBrokenMetric(broken func() int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_pool_broken_total",
+		Help: "Prepared sandboxes of the warm pool found broken when a create took them (init exited, namespace removed or replaced from outside); dropped, the create built its own and the pool refilled."},
+		func() float64 { return float64(broken()) })
+}
+
 func newMetrics(active, poolDepth func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),

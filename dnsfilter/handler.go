@@ -375,6 +375,13 @@ func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	}
 	size := dns.MaxMsgSize
 	opt := req.IsEdns0()
+	var ede *explanation
+	if opt != nil {
+		decision, reasons, _ := q.verdict()
+		if e, ok := q.explain(decision, reasons); ok {
+			ede = &e
+		}
+	}
 	if q.proto == "udp" {
 		size = dns.MinMsgSize
 		if opt != nil {
@@ -383,7 +390,7 @@ func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	}
 	bp := replyBufs.Get().(*[]byte)
 	defer replyBufs.Put(bp)
-	if b, ok := appendReply((*bp)[:0], req, rcode, rrs, q.ansWire, opt != nil, size); ok {
+	if b, ok := appendReply((*bp)[:0], req, rcode, rrs, q.ansWire, opt != nil, ede, size); ok {
 		*bp = b
 		if _, err := w.Write(b); err != nil && !errors.Is(err, net.ErrClosed) {
 			s.f.log.Warn("write reply", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
@@ -397,6 +404,10 @@ func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	resp.Answer = rrs
 	if opt != nil {
 		resp.SetEdns0(DefaultEDNSSize, false)
+		if ede != nil {
+			o := resp.IsEdns0()
+			o.Option = append(o.Option, &dns.EDNS0_EDE{InfoCode: ede.code, ExtraText: ede.text})
+		}
 	}
 	resp.Truncate(size)
 	if err := w.WriteMsg(resp); err != nil && !errors.Is(err, net.ErrClosed) {
@@ -408,9 +419,9 @@ var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 
 // appendReply appends the reply's wire form to dst: header, the question as
 // asked, the answer records (packed, or packed here when ansWire is nil) and an
-// OPT when the query had one. It reports false when the reply would exceed size
+// OPT when the query had one, carrying ede when set. It reports false when the reply would exceed size
 // or a record cannot be packed; the caller then builds it with miekg/dns.
-func appendReply(dst []byte, req *dns.Msg, rcode int, rrs []dns.RR, ansWire []byte, edns bool, size int) ([]byte, bool) {
+func appendReply(dst []byte, req *dns.Msg, rcode int, rrs []dns.RR, ansWire []byte, edns bool, ede *explanation, size int) ([]byte, bool) {
 	if rcode > 0xf || len(req.Question) != 1 {
 		return dst, false
 	}
@@ -449,9 +460,7 @@ func appendReply(dst []byte, req *dns.Msg, rcode int, rrs []dns.RR, ansWire []by
 	dst = binary.BigEndian.AppendUint16(dst, q.Qclass)
 	dst = append(dst, ansWire...)
 	if edns {
-		// OPT: root name, type 41, class = our buffer size, extended rcode 0,
-		// version 0, no flags, no options.
-		dst = append(dst, 0, 0, 41, byte(DefaultEDNSSize>>8), byte(DefaultEDNSSize&0xff), 0, 0, 0, 0, 0, 0)
+		dst = appendOPT(dst, ede)
 	}
 	if len(dst) > size {
 		return dst, false

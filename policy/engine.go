@@ -58,6 +58,9 @@ type Engine struct {
 	stop   func()
 	// bundle is the bundle source when Config.Bundle is set (bundle.go).
 	bundle *bundleSource
+	// reloadErr is the last Reload's failure, nil once one succeeds
+	// (ReloadErr).
+	reloadErr atomic.Pointer[error]
 }
 
 // New builds the engine from cfg: the embedded library, default policy and
@@ -95,6 +98,16 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 // has no policy).
 func (e *Engine) Rev() string { return e.cur.Load().rev }
 
+// ReloadErr is the last Reload's failure (a policy file that no longer
+// compiles, on SIGHUP or through the watch): the policy in force is then
+// older than its files. Nil once a Reload succeeds.
+func (e *Engine) ReloadErr() error {
+	if p := e.reloadErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Mode returns the global mode.
 func (e *Engine) Mode() Mode { return e.cfg.Mode }
 
@@ -115,8 +128,11 @@ func (e *Engine) Reload(ctx context.Context) error {
 	old := e.cur.Load()
 	if err != nil {
 		e.log.Error("policy reload failed, keeping current policy", oplog.PolicyRevKey, old.rev, oplog.ErrorKey, err)
-		return fmt.Errorf("policy: reload failed, keeping revision %s: %w", old.rev, err)
+		err = fmt.Errorf("policy: reload failed, keeping revision %s: %w", old.rev, err)
+		e.reloadErr.Store(&err)
+		return err
 	}
+	e.reloadErr.Store(nil)
 	if s.rev == old.rev {
 		return nil
 	}

@@ -131,7 +131,8 @@ type PrepareSpec struct {
 
 	// rootFS replaces the host root (Run's Spec.RootFS).
 	rootFS string
-	// noWorkspace leaves out the empty workspace (Run, as before it).
+	// noWorkspace leaves out the empty workspace (Run, when it binds one or
+	// has a root of its own, which may lack the mount point).
 	noWorkspace bool
 }
 

@@ -69,6 +69,10 @@ mkdir -p "$out"
 "$bin" audit report --pubkey "$work/audit.pub" --out "$out/report.html" "$work/audit.jsonl"
 "$bin" audit report --pubkey "$work/audit.pub" --format json --out "$out/report.json" "$work/audit.jsonl"
 echo "report: $out/report.html (open it in a browser; it fetches nothing)"
+# The log outlives the demo's work directory, with the public key that
+# checks its signatures, so the reader can verify and query it themselves.
+cp "$work/audit.jsonl" "$work/audit.pub" "$out/"
+echo "log: $out/audit.jsonl; verify it yourself: airlock audit verify --pubkey $out/audit.pub $out/audit.jsonl"
 step "someone turns a deny into an allow in the log; verify names the line"
 cp "$work/audit.jsonl" "$work/tampered.jsonl"
 line=$(grep -n '"decision":"deny"' "$work/tampered.jsonl" | head -1 | cut -d: -f1)

@@ -10,6 +10,8 @@ import (
 	"html/template"
 	"io"
 	"strconv"
+
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 // The page's parts, inlined into every report: nothing is fetched.
@@ -53,7 +55,11 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	t, err := template.New("report").Funcs(template.FuncMap{"num": formatCount, "bytes": formatBytes}).Parse(pageTemplate)
+	// shown: text from the log is escaped as on a terminal, so a bidi
+	// override or an invisible character cannot reorder or hide what the
+	// page shows (html/template escapes markup; the script does the same
+	// for what it draws).
+	t, err := template.New("report").Funcs(template.FuncMap{"num": formatCount, "bytes": formatBytes, "shown": termtext.Escape}).Parse(pageTemplate)
 	if err != nil {
 		return fmt.Errorf("report: page template: %w", err)
 	}

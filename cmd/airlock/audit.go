@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -32,6 +33,7 @@ func newAuditCmd() *cobra.Command {
 func newAuditVerifyCmd() *cobra.Command {
 	var (
 		pubkeyFile  string
+		requireSigs bool
 		partial     bool
 		rotated     bool
 		maxUnsigned int
@@ -44,8 +46,10 @@ func newAuditVerifyCmd() *cobra.Command {
 and valid JSON, seq rising by one, prev the SHA-256 of the previous line, every
 checkpoint consistent. With --pubkey every checkpoint signature is checked and at
 most --max-unsigned records may follow the last checkpoint, so a rewrite of the
-whole chain by someone without the signing key is caught. Exit 0 when the chain
-is intact, 1 naming FILE:LINE and the reason otherwise.
+whole chain by someone without the signing key is caught. Without --pubkey only
+the chain is checked, and a warning on stderr says the signatures were not;
+--require-signatures makes that an error (exit 2). Exit 0 when the chain is
+intact, 1 naming FILE:LINE and the reason otherwise.
 
 With retention (audit.max_files, audit.max_bytes) the oldest rotated files are
 deleted; the chain then starts past seq 1, which is accepted only where a
@@ -64,6 +68,9 @@ elsewhere: compare the printed "head" and last seq with a copy taken earlier.`,
 			opts := audit.VerifyOptions{Partial: partial, MaxUnsigned: maxUnsigned, Complete: complete}
 			if complete && pubkeyFile == "" {
 				return &exitError{Code: 2, Msg: "--complete needs --pubkey (it checks for a final signed checkpoint)"}
+			}
+			if requireSigs && pubkeyFile == "" {
+				return &exitError{Code: 2, Msg: "--require-signatures: no --pubkey given, so the checkpoint signatures cannot be checked"}
 			}
 			if pubkeyFile != "" {
 				pub, err := readPublicKey(pubkeyFile)
@@ -95,6 +102,9 @@ elsewhere: compare the printed "head" and last seq with a copy taken earlier.`,
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), verifySummary(rep))
+			if !rep.SignaturesChecked && rep.Lines > 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), unsignedWarning)
+			}
 			return nil
 		},
 	}
@@ -103,9 +113,15 @@ elsewhere: compare the printed "head" and last seq with a copy taken earlier.`,
 	f.BoolVar(&partial, "partial", false, "the first file may start mid-chain (older rotated files were removed)")
 	f.BoolVar(&rotated, "rotated", false, "expand each FILE to its rotated siblings (FILE.1, FILE.2, ...) followed by FILE")
 	f.BoolVar(&complete, "complete", false, "with --pubkey, the chain must end in a signed checkpoint (its writer has stopped): catches records cut from the end after the last checkpoint")
+	f.BoolVar(&requireSigs, "require-signatures", false, "exit 2 when the signatures would not be checked (no --pubkey)")
 	f.IntVar(&maxUnsigned, "max-unsigned", audit.DefaultCheckpointEvery, "with --pubkey, most records allowed after the last signed checkpoint (-1: no limit)")
 	return cmd
 }
+
+// unsignedWarning is verify's word on a chain checked without --pubkey.
+const unsignedWarning = "airlock: warning: signatures were NOT checked (no --pubkey): an intact chain shows the records were not edited in place, " +
+	"not that airlock wrote them; anyone can write a new chain. Give --pubkey (airlock audit pubkey --key KEY) to check them, " +
+	"and --require-signatures to make their absence an error."
 
 func verifySummary(rep audit.Report) string {
 	var b strings.Builder
@@ -163,7 +179,10 @@ first) and prints the records matching every filter. --host pypi.org is exact;
 Checkpoints are shown only with --kind checkpoint. --by host|sandbox|reason|kind
 prints one row per group instead (requests allowed, denied and failed, bytes up
 and down; summary records count the events they stand for, as in audit report).
---format csv neutralizes cells a spreadsheet would run as formulas.`,
+Values from the log are shown escaped in the table and CSV (a control, bidi or
+invisible character as \x1b, \u202e; a backslash as \\), so none can drive the
+terminal; --format json is the records exactly. --format csv also neutralizes
+cells a spreadsheet would run as formulas.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
@@ -306,8 +325,9 @@ func tableRow(r *audit.Record) string {
 	dest, req, status, reason := recordCells(r)
 	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, r.Decision, dest, req, status, reason}
 	for i, c := range cells {
-		// One record per row: no tabs or newlines from logged values.
-		cells[i] = oneLine(c)
+		// One record per row, and nothing a terminal acts on: logged
+		// values are escaped (tabs and newlines too).
+		cells[i] = termtext.Escape(c)
 		if cells[i] == "" {
 			cells[i] = "-"
 		}
@@ -329,7 +349,10 @@ func newAuditTailCmd() *cobra.Command {
 			defer stop()
 			out := cmd.OutOrStdout()
 			err := audit.Tail(ctx, args[0], audit.TailOptions{Lines: lines, Follow: follow}, func(line []byte) error {
-				if _, err := out.Write(line); err != nil {
+				// Still JSON with the same values, but what JSON leaves
+				// raw (DEL, C1, bidi and other invisible characters) is
+				// written as \u escapes, so the terminal shows it.
+				if _, err := out.Write(termtext.EscapeJSON(line)); err != nil {
 					return err
 				}
 				_, err := io.WriteString(out, "\n")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/report"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 // queryCSVHeader names the columns of audit query --format csv.
@@ -35,12 +36,16 @@ func csvEmitter(out io.Writer) (emit func(*audit.Record) error, flush func() err
 	return emit, flush
 }
 
-// csvSafe keeps logged values from being formulas when the CSV is opened in
-// a spreadsheet: a cell starting with = + - @ tab or CR gets a leading '.
-// Numbers are left alone (a negative count is still a number).
+// csvSafe makes logged values safe to open: each cell is escaped as the
+// table's are (a spreadsheet, or a terminal showing the file, gets no control,
+// bidi or invisible character), and a cell starting with = + - or @ gets a
+// leading ' so a spreadsheet does not run it as a formula. Numbers are left
+// alone (a negative count is still a number).
 func csvSafe(cells []string) []string {
 	for i, c := range cells {
-		if c == "" || strings.IndexByte("=+-@\t\r", c[0]) < 0 {
+		c = termtext.Escape(c)
+		cells[i] = c
+		if c == "" || strings.IndexByte("=+-@", c[0]) < 0 {
 			continue
 		}
 		if _, err := strconv.ParseFloat(c, 64); err == nil {
@@ -86,7 +91,7 @@ func runQueryBy(cmd *cobra.Command, paths []string, f audit.Filter, by, format s
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%s\tALLOWED\tDENIED\tERRORS\tBYTES UP\tBYTES DOWN\t\n", strings.ToUpper(by))
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t\n", oneLine(r.Key), strings.Join(countCells(r), "\t"))
+		fmt.Fprintf(tw, "%s\t%s\t\n", termtext.Escape(r.Key), strings.Join(countCells(r), "\t"))
 	}
 	return tw.Flush()
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 func main() {
@@ -32,6 +34,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newRunCmd())
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newSandboxCmd())
+	root.AddCommand(newConfigCmd())
 	root.PersistentFlags().String(socketFlag, "", "the daemon's API socket (default $"+client.SocketEnv+", else "+client.DefaultSocket+")")
 	return root
 }
@@ -44,12 +47,23 @@ func execute(root *cobra.Command, args []string) int {
 		var ec exitCoder
 		if asExitCoder(err, &ec) {
 			if msg := err.Error(); msg != "" {
-				root.PrintErrln("airlock:", msg)
+				root.PrintErrln("airlock:", errorText(msg))
 			}
 			return ec.ExitCode()
 		}
-		root.PrintErrln("airlock:", err)
+		root.PrintErrln("airlock:", errorText(err.Error()))
 		return 2
 	}
 	return 0
+}
+
+// errorText is an error's text for a terminal: it may quote a host, a path
+// or a file name from a sandbox, so each line is escaped; the line breaks
+// of a joined error are kept.
+func errorText(msg string) string {
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		lines[i] = termtext.Escape(l)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/policy/learn"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 // exitNewlyAllowed is the exit status of replay and diff when the new policy
@@ -155,11 +156,11 @@ func printChanges(w io.Writer, title string, cs []learn.Change) {
 	}
 	fmt.Fprintf(w, "%s:\n", title)
 	for _, c := range cs {
-		fmt.Fprintf(w, "  %6d  %s\n", c.Count, c.Destination())
+		fmt.Fprintf(w, "  %6d  %s\n", c.Count, termtext.Escape(c.Destination()))
 		for _, x := range c.Examples {
 			what := strings.TrimSpace(x.Method + " " + x.Path + " " + x.QType)
-			fmt.Fprintf(w, "          seq %d %s %s (was: %s; now: %s)\n", x.Seq, x.Sandbox, what,
-				reasonsOr(x.Before, "allowed"), reasonsOr(x.After, "allowed"))
+			fmt.Fprintf(w, "          seq %d %s %s (was: %s; now: %s)\n", x.Seq, termtext.Escape(x.Sandbox), termtext.Escape(what),
+				termtext.Escape(reasonsOr(x.Before, "allowed")), termtext.Escape(reasonsOr(x.After, "allowed")))
 		}
 	}
 }
@@ -180,9 +181,9 @@ func printSkipped(w io.Writer, skipped map[string]map[string]int) {
 	for _, r := range reasons {
 		kinds := make([]string, 0, len(skipped[r]))
 		for k, n := range skipped[r] {
-			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+			kinds = append(kinds, fmt.Sprintf("%s %d", termtext.Escape(k), n))
 		}
 		sort.Strings(kinds)
-		fmt.Fprintf(w, "skipped (%s): %s\n", r, strings.Join(kinds, ", "))
+		fmt.Fprintf(w, "skipped (%s): %s\n", termtext.Escape(r), strings.Join(kinds, ", "))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 // inProcessFlags are run's flags only a gateway of run's own can honour;
@@ -90,7 +91,7 @@ func daemonCreateRequest(cmd *cobra.Command, o runOptions) (api.CreateSandboxReq
 	if err != nil {
 		return api.CreateSandboxRequest{}, err
 	}
-	ws, err := absWorkspace(o.workspace)
+	ws, err := runWorkspace(o.workspace)
 	if err != nil {
 		return api.CreateSandboxRequest{}, err
 	}
@@ -125,6 +126,10 @@ func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []str
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	sb, err := c.CreateSandbox(ctx, req)
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Field == "workspace" {
+		return &exitError{Code: exitUsage, Msg: fmt.Sprintf("run: %s: run from a directory of yours, or give --workspace DIR, or --workspace none", ae.Message)}
+	}
 	if err != nil {
 		return apiFailure(err, exitSetupFailed)
 	}
@@ -146,18 +151,22 @@ func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []str
 	var se *client.StdinError
 	switch {
 	case errors.As(execErr, &se):
-		fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", execErr)
+		fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", termtext.Escape(execErr.Error()))
 	case execErr != nil && ctx.Err() != nil && cmd.Context().Err() == nil:
 		return &exitError{Code: exitInterrupted, Msg: "run: interrupted; the command was killed and sandbox " + sb.ID + " removed"}
 	case execErr != nil:
 		return apiFailure(execErr, exitSetupFailed)
 	}
 	if delErr != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: removing sandbox %s: %v\n", sb.ID, delErr)
+		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: removing sandbox %s: %s\n", termtext.Escape(sb.ID), termtext.Escape(delErr.Error()))
 		final = sb
 	}
 	if !o.quiet {
 		writeDaemonSummary(cmd.ErrOrStderr(), res, final)
+	}
+	if res.Error != "" {
+		// The command's stderr already said why, as a shell would.
+		return &exitError{Code: res.ExitStatus}
 	}
 	return execExit(res)
 }
@@ -169,7 +178,7 @@ func printDecisions(ctx context.Context, c *client.Client, id string, w io.Write
 	done := make(chan struct{})
 	es, err := c.Events(ctx, id)
 	if err != nil {
-		fmt.Fprintln(w, "airlock: -v: no events stream:", err)
+		fmt.Fprintln(w, "airlock: -v: no events stream:", termtext.Escape(err.Error()))
 		close(done)
 		return done
 	}
@@ -198,8 +207,8 @@ func writeDaemonSummary(w io.Writer, res *api.ExecResult, sb *api.Sandbox) {
 	case res.OOMKilled:
 		fmt.Fprintf(w, "airlock: out of memory (limit %s); the command was killed\n", config.Size(sb.Limits.MemoryBytes))
 	}
-	fmt.Fprintf(w, "airlock: egress summary: %s\n", egressText(sb.Egress))
+	fmt.Fprintf(w, "airlock: egress summary: %s\n", termtext.Escape(egressText(sb.Egress)))
 	fmt.Fprintf(w, "airlock: exit %d, wall %s, cpu %s, peak memory %s, sandbox %s\n", res.ExitStatus,
 		time.Duration(res.WallMS*1e6).Round(time.Millisecond), time.Duration(res.CPUMS*1e6).Round(time.Millisecond),
-		config.Size(res.PeakMemory), sb.ID)
+		config.Size(res.PeakMemory), termtext.Escape(sb.ID))
 }

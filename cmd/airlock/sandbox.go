@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 // Exit statuses of the sandbox commands (exec and run have their own: the
@@ -120,7 +121,7 @@ running, or --max-lifetime.`,
 	f.StringVar(&o.workspace, "workspace", "", "host directory bound read-write at the same path (default: an empty /workspace)")
 	f.StringArrayVar(&o.env, "env", nil, "KEY=VALUE every exec gets (repeatable)")
 	f.StringVar(&o.mode, "mode", "", "enforce or report for this sandbox (default: the daemon's)")
-	f.StringArrayVar(&o.allow, "allow", nil, "allow HOST, HOST:PORT, *.domain or **.domain for this sandbox only (repeatable)")
+	f.StringArrayVar(&o.allow, "allow", nil, "allow HOST, HOST:PORT, *.domain or **.domain for this sandbox only, written as enforced (repeatable; if you are not root, a wildcard must stay inside one registrable domain: *.example.com, **.api.example.com)")
 	f.Var(&o.idleTimeout, "idle-timeout", "remove the sandbox after this long with nothing running (default: the daemon's)")
 	f.Var(&o.maxLifetime, "max-lifetime", "remove the sandbox this long after creation (default: the daemon's)")
 	f.BoolVar(&o.json, "json", false, "print the whole sandbox as JSON instead of its id")
@@ -218,8 +219,8 @@ func printSandboxTable(w io.Writer, list []api.Sandbox) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIDLE\tEXECS\tEGRESS\tLABELS")
 	for _, sb := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%s\n", sb.ID, sb.State, msDuration(sb.AgeMS), msDuration(sb.IdleMS),
-			sb.ExecsRunning, sb.ExecsTotal, sb.Egress.Allowed, sb.Egress.Denied, labelList(sb.Labels))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%s\n", termtext.Escape(sb.ID), termtext.Escape(sb.State), msDuration(sb.AgeMS), msDuration(sb.IdleMS),
+			sb.ExecsRunning, sb.ExecsTotal, sb.Egress.Allowed, sb.Egress.Denied, termtext.Escape(labelList(sb.Labels)))
 	}
 	return tw.Flush()
 }
@@ -232,6 +233,8 @@ func msDuration(ms int64) string {
 	return d.Round(100 * time.Millisecond).String()
 }
 
+// labelList is the labels as K=V,K=V, sorted. Any API user may set them and
+// root sees every sandbox's: print it escaped.
 func labelList(labels map[string]string) string {
 	if len(labels) == 0 {
 		return "-"
@@ -287,14 +290,10 @@ func printSandboxFields(w io.Writer, sb *api.Sandbox) error {
 		}
 		return s
 	}
-	state := sb.State
-	if sb.EndReason != "" {
-		state += " (" + sb.EndReason + ")"
-	}
 	l, u := sb.Limits, sb.Usage
 	rows := [][2]string{
 		{"ID", sb.ID},
-		{"State", state},
+		{"State", stateText(sb)},
 		{"Owner", strconv.Itoa(sb.Owner)},
 		{"Labels", labelList(sb.Labels)},
 		{"Workspace", orDash(sb.Workspace)},
@@ -316,7 +315,7 @@ func printSandboxFields(w io.Writer, sb *api.Sandbox) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s:\t%s\n", r[0], oneLine(r[1]))
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], termtext.Escape(r[1]))
 	}
 	return tw.Flush()
 }
@@ -342,7 +341,7 @@ reported and the others are still removed; the exit status is then 1.`,
 					errs = append(errs, fmt.Errorf("%s: %w", id, err))
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s\tcpu %s, peak memory %s, egress %d allowed, %d denied\n", sb.ID,
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\tcpu %s, peak memory %s, egress %d allowed, %d denied\n", termtext.Escape(sb.ID),
 					time.Duration(sb.Usage.CPUMS*1e6).Round(time.Millisecond), config.Size(sb.Usage.MemoryPeakBytes),
 					sb.Egress.Allowed, sb.Egress.Denied)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 // exitInterrupted is exec's status when a second interrupt made it give up
@@ -82,7 +83,7 @@ func runSandboxExec(cmd *cobra.Command, o execOptions, id string, argv []string)
 	if o.interactive {
 		go func() {
 			if err := s.Stdin(ctx, cmd.InOrStdin()); err != nil && ctx.Err() == nil && !stdinEndedWithExec(err) {
-				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: stdin:", err)
+				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: stdin:", termtext.Escape(err.Error()))
 			}
 		}()
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 func newSandboxLogsCmd() *cobra.Command {
@@ -103,18 +104,23 @@ func eventLine(ev client.Event) string {
 	case ev.Record != nil:
 		return decisionLine(ev.Record)
 	}
-	return ev.Type
+	return termtext.Escape(ev.Type)
 }
 
 func sandboxLine(sb *api.Sandbox) string {
-	state := sb.State
-	if sb.EndReason != "" {
-		state += " (" + sb.EndReason + ")"
-	}
-	return fmt.Sprintf("%s sandbox %s %s, egress %s", time.Now().Format("15:04:05.000"), sb.ID, state, egressText(sb.Egress))
+	return fmt.Sprintf("%s sandbox %s %s, egress %s", time.Now().Format("15:04:05.000"), termtext.Escape(sb.ID),
+		termtext.Escape(stateText(sb)), termtext.Escape(egressText(sb.Egress)))
 }
 
-// egressText is "N allowed, M denied (kind n, ...)".
+// stateText is the sandbox's state, with why it ended.
+func stateText(sb *api.Sandbox) string {
+	if sb.EndReason != "" {
+		return sb.State + " (" + sb.EndReason + ")"
+	}
+	return sb.State
+}
+
+// egressText is "N allowed, M denied (kind n, ...)", to be printed escaped.
 func egressText(e api.Egress) string {
 	s := fmt.Sprintf("%d allowed, %d denied", e.Allowed, e.Denied)
 	if len(e.DeniedByKind) == 0 {
@@ -134,24 +140,14 @@ func decisionLine(m map[string]any) string {
 	var r audit.Record
 	b, _ := json.Marshal(m)
 	if err := json.Unmarshal(b, &r); err != nil {
-		return string(b)
+		return termtext.Escape(string(b))
 	}
-	cells := []string{r.TS.Local().Format("15:04:05.000"), fmt.Sprintf("%-5s", r.Decision), fmt.Sprintf("%-7s", r.Kind)}
+	cells := []string{r.TS.Local().Format("15:04:05.000"), fmt.Sprintf("%-5s", termtext.Escape(r.Decision)), fmt.Sprintf("%-7s", termtext.Escape(r.Kind))}
 	dest, req, status, reason := recordCells(&r)
 	for _, c := range []string{dest, req, status, reason} {
 		if c != "" {
-			cells = append(cells, oneLine(c))
+			cells = append(cells, termtext.Escape(c))
 		}
 	}
 	return strings.Join(cells, " ")
-}
-
-// oneLine keeps a logged value on its line.
-func oneLine(s string) string {
-	return strings.Map(func(c rune) rune {
-		if c == '\n' || c == '\r' || c == '\t' {
-			return ' '
-		}
-		return c
-	}, s)
 }

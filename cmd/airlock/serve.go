@@ -37,7 +37,10 @@ GET /v1/openapi.json. Metrics are served on metrics.listen on the host. SIGHUP
 reloads the policy; a failing reload keeps the old one. On SIGINT or SIGTERM
 new sandboxes are refused, running execs get --drain-timeout to finish, then
 every sandbox is killed and removed; attached namespaces are left closed (no
-way out) and re-attached by the next serve with the same --run-dir.
+way out) and re-attached by the next serve with the same --run-dir. The run
+directory is locked for serve's life: a second serve on it exits (2) naming the
+first's pid and touches nothing there. GET /v1/health answers 503 with each
+part's status while one is failing (state dir, audit, policy, bundle, pool).
 
 Every audit record carries audit.node ($NODE_NAME, else the host name). The
 sinks of audit.export ship the log as it grows; a jsonl sink with endpoint -

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 // Files Write creates in the policy directory.
@@ -99,7 +100,9 @@ func Write(ctx context.Context, dir string, s *Suggestion) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(dir, FileData, append(data, '\n')); err != nil {
+	// People review it before use: what a terminal would act on is
+	// written as \u escapes (the same values).
+	if err := writeFile(dir, FileData, append(termtext.EscapeJSON(data), '\n')); err != nil {
 		return err
 	}
 	if err := writeFile(dir, FilePolicy, []byte(suggestedRego)); err != nil {
@@ -165,7 +168,10 @@ func testsOf(s *Suggestion, max int) []byte {
 	b.WriteString("# decision the log shows (its record's seq in the comment).\n")
 	b.WriteString("package suggested_test\n\nimport data.airlock\n")
 	write := func(name string, x Sample, want bool) {
+		// JSON as Rego reads it, with what a terminal would act on
+		// written as \u escapes: same value, safe to cat.
 		in, _ := json.Marshal(&x.Input)
+		in = termtext.EscapeJSON(in)
 		fmt.Fprintf(&b, "\n# seq %d: %s\n%s if {\n\t", x.Seq, describe(&x.Input), name)
 		if !want {
 			b.WriteString("not ")
@@ -195,7 +201,8 @@ func describe(in *policy.Input) string {
 	case in.DNS != nil:
 		d = fmt.Sprintf("dns %s %s", in.DNS.QName, in.DNS.QType)
 	}
-	return strings.ReplaceAll(d, "\n", " ")
+	// One comment line, shown escaped: the host and path are the sandbox's.
+	return termtext.Escape(d)
 }
 
 func readmeOf(s *Suggestion) []byte {

@@ -2,8 +2,11 @@
 // works: the YAML config decodes strictly, the secrets file validates, the
 // Rego policy compiles in strict mode against the input schema, the CNI
 // conflist parses as libcni and airlock-cni read it, and every airlock (and
-// airlock-cni) command line names subcommands and flags that exist. As root it also
-// runs `make demo`'s script and checks what it shows.
+// airlock-cni) command line names subcommands and flags that exist, and the Go
+// client's instructions build its example in a new module. As root it also
+// runs `make demo`'s script and checks what it shows, the daemon section's
+// commands for real (TestRootReadmeDaemon) and the Python agent loop against a
+// real serve.
 //
 // Entry point: go test ./test/readme/. The package has no code of its own
 // outside tests; it builds ./cmd/airlock and ./cmd/airlock-cni and runs them.

@@ -1,6 +1,7 @@
 // airlock audit report: draws the embedded aggregates and filters them.
 // Everything here reads #report-data; nothing is fetched. Text from the log
-// is only ever set with textContent, never parsed as markup.
+// is only ever set with textContent, never parsed as markup, and always
+// through shown().
 (function () {
   "use strict";
   var R = JSON.parse(document.getElementById("report-data").textContent);
@@ -13,17 +14,35 @@
   var OTHER = "(other)";
   var state = { sandbox: "", kind: "", decision: "", from: 0, to: Math.max(R.timeline.buckets - 1, 0) };
 
+  // shown writes text as Go's termtext.Escape does: a backslash, a control,
+  // a bidi override, isolate or mark, or an invisible or unprintable
+  // character becomes an escape naming it (\x1b, \u202e), so a value from
+  // the log cannot reorder or hide what the page shows.
+  var UNSAFE = /[\\\p{C}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
+  function hex(n, w) { var h = n.toString(16); while (h.length < w) h = "0" + h; return h; }
+  function shown(text) {
+    return String(text).replace(UNSAFE, function (c) {
+      var cp = c.codePointAt(0);
+      if (c === "\\") return "\\\\";
+      if (c === "\t") return "\\t";
+      if (c === "\n") return "\\n";
+      if (c === "\r") return "\\r";
+      if (cp < 0x80) return "\\x" + hex(cp, 2);
+      if (cp <= 0xffff) return "\\u" + hex(cp, 4);
+      return "\\U" + hex(cp, 8);
+    });
+  }
   function $(id) { return document.getElementById(id); }
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
     if (attrs) { for (var k in attrs) { if (attrs[k] !== undefined && attrs[k] !== null) e.setAttribute(k, attrs[k]); } }
-    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (text !== undefined && text !== null) e.textContent = shown(text);
     return e;
   }
   function svg(tag, attrs, text) {
     var e = document.createElementNS("http://www.w3.org/2000/svg", tag);
     for (var k in attrs) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
+    if (text !== undefined) e.textContent = shown(text);
     return e;
   }
   function num(n) { return Number(n).toLocaleString("en-US"); }
@@ -240,7 +259,7 @@
     if (state.kind) parts.push("kind " + state.kind);
     if (state.decision) parts.push("decision " + state.decision);
     if (timeFiltered()) parts.push("time " + bucketTime(state.from) + " to the end of " + bucketTime(state.to));
-    $("f-state").textContent = parts.length ? "Showing " + parts.join(", ") + "." : "No filter (all records).";
+    $("f-state").textContent = parts.length ? shown("Showing " + parts.join(", ") + ".") : "No filter (all records).";
   }
   function render() {
     describe();

@@ -180,6 +180,17 @@ func (p *Page) Shown() Shown {
 	return out
 }
 
+// Text returns the text the page renders (document.body.innerText): what
+// a reader sees, without the embedded data.
+func (p *Page) Text() string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil {
+		p.t.Fatalf("read the page's text: %v", err)
+	}
+	return s
+}
+
 // Choose sets a filter's select (f-sandbox, f-kind, f-decision, f-from,
 // f-to) as a user would and fires its change event.
 func (p *Page) Choose(id, value string) {
