@@ -171,6 +171,27 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		}},
 		{name: "bad api group", yaml: "api: {group: \"a b\"}", wantErr: "api.group"},
 		{name: "unknown api field", yaml: "api: {grop: x}", wantErr: "field grop not found"},
+		{name: "api caps and caller limits", yaml: "api: {max_conns: 64, max_conns_per_uid: 8, max_streams_per_uid: 4, caller_limits: {memory: 2G, cpus: 4, pids: 2048}}", check: func(t *testing.T, c Config) {
+			a := c.API
+			want := CallerLimits{Memory: 2 << 30, CPUs: 4, Pids: 2048}
+			if a.MaxConns != 64 || a.MaxConnsPerUID != 8 || a.MaxStreamsPerUID != 4 || a.CallerLimits != want || a.Group != DefaultAPIGroup {
+				t.Fatalf("got %+v, want the caps 64/8/4, %+v and the default group", a, want)
+			}
+		}},
+		{name: "api caps default to derived", yaml: "api: {socket: /run/x.sock}", check: func(t *testing.T, c Config) {
+			if c.API.MaxConns != 0 || c.API.MaxConnsPerUID != 0 || c.API.MaxStreamsPerUID != 0 || c.API.CallerLimits != (CallerLimits{}) {
+				t.Fatalf("got %+v, want every cap 0 (derived by the daemon)", c.API)
+			}
+		}},
+		{name: "negative max_conns", yaml: "api: {max_conns: -1}", wantErr: "api.max_conns:"},
+		{name: "max_conns too large", yaml: "api: {max_conns: 2000000}", wantErr: "api.max_conns:"},
+		{name: "per-uid over total", yaml: "api: {max_conns: 8, max_conns_per_uid: 9}", wantErr: "api.max_conns_per_uid"},
+		{name: "streams over per-uid", yaml: "api: {max_conns_per_uid: 4, max_streams_per_uid: 5}", wantErr: "api.max_streams_per_uid"},
+		{name: "caller memory tiny", yaml: "api: {caller_limits: {memory: 1M}}", wantErr: "api.caller_limits.memory"},
+		{name: "caller cpus negative", yaml: "api: {caller_limits: {cpus: -1}}", wantErr: "api.caller_limits.cpus"},
+		{name: "caller cpus NaN", yaml: "api: {caller_limits: {cpus: .nan}}", wantErr: "api.caller_limits.cpus"},
+		{name: "caller pids negative", yaml: "api: {caller_limits: {pids: -5}}", wantErr: "api.caller_limits.pids"},
+		{name: "unknown caller_limits field", yaml: "api: {caller_limits: {sandboxes: 3}}", wantErr: "field sandboxes not found"},
 		{name: "sandbox keys", yaml: "sandbox: {pool_size: 5, idle_timeout: 1m, max_lifetime: 2h, max_upload: 64M, max_sandboxes: 10, max_sandboxes_per_owner: 3}", check: func(t *testing.T, c Config) {
 			s := c.Sandbox
 			if s.PoolSize != 5 || time.Duration(s.IdleTimeout) != time.Minute || time.Duration(s.MaxLifetime) != 2*time.Hour ||

@@ -13,8 +13,10 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/fdreserve"
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/netns"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/secrets"
@@ -273,9 +275,11 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 
 // buildNetns builds the island namespace manager.
 func (d *Daemon) buildNetns() error {
+	d.fdr = fdreserve.New(d.log.With(oplog.ComponentKey, "fdreserve"))
+	d.closers = append(d.closers, d.fdr.Close)
 	m, err := netns.New(netns.Config{StateDir: filepath.Join(d.runDir, "netns"),
 		NewFlowRate: d.cfg.Limits.NewFlows, NewFlowBurst: d.cfg.Limits.NewFlowBurst},
-		server{gw: d.gw, dns: d.dns, budget: d.budget}, d.tally, d.log)
+		server{gw: d.gw, dns: d.dns, budget: d.budget, fdr: d.fdr}, d.tally, d.log)
 	if err != nil {
 		return err
 	}
@@ -332,7 +336,7 @@ func (d *Daemon) initSandboxes(o Options) {
 	d.pool = newWarmPool(poolSize, d.net, d.exe, d.prepareSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
 	d.metrics.reg.MustRegister(poolBrokenMetric(d.pool.broken.Load))
-	d.metrics.reg.MustRegister(inboundMetric(d.netns.InboundAccepted))
+	d.metrics.reg.MustRegister(inboundMetric(d.netns.InboundAccepted), fdRefusedMetric(d.fdr.Refused))
 	d.closers = append(d.closers, func() error {
 		d.stopping.Store(true)
 		d.endAll(ReasonDaemonStopped)

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/fdreserve"
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/netns"
@@ -111,6 +112,8 @@ type Daemon struct {
 	exe       executor
 	net       network
 	metrics   *metrics
+	conns     *apiConns          // the API's connections and streams by uid (apiconns.go)
+	fdr       *fdreserve.Reserve // the spare descriptor of the sandboxes' listeners
 	host      hostBounds
 	home      string
 	heartbeat time.Duration
@@ -133,6 +136,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		}
 	}()
 	if err := d.makeRunDir(); err != nil {
+		return nil, err
+	}
+	caps, err := deriveConnCaps(cfg.API, nofileLimit())
+	if err != nil {
 		return nil, err
 	}
 	upstreams := cfg.DNS.Upstreams
@@ -203,6 +210,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	// pool namespaces its manager does not know yet, and a fill under way
 	// makes its namespace before the manager records it.
 	d.initSandboxes(o)
+	d.conns = newAPIConns(caps, d.log, d.metrics.reg)
 	d.startBundleReports()
 	return d, nil
 }
@@ -581,11 +589,24 @@ type server struct {
 	gw     *gateway.Gateway
 	dns    *dnsfilter.Filter
 	budget *audit.Budget
+	// fdr wraps the sandbox's TCP listeners: at the descriptor limit a new
+	// connection is refused, not left waiting (nil: not wrapped).
+	fdr *fdreserve.Reserve
 }
 
 var _ netns.Server = server{}
 
 func (s server) Serve(sb policy.Sandbox, own []netip.Addr, ls netns.Listeners) error {
+	if s.fdr != nil {
+		for _, l := range []struct {
+			l    *net.Listener
+			name string
+		}{{&ls.Explicit, "explicit"}, {&ls.Transparent, "transparent"}, {&ls.DNSTCP, "dns_tcp"}} {
+			if *l.l != nil {
+				*l.l = s.fdr.Listener(*l.l, l.name)
+			}
+		}
+	}
 	if err := s.dns.ServeSandbox(sb, own, ls.DNSUDP, ls.DNSTCP); err != nil {
 		return err
 	}

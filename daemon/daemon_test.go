@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(unprivSocketEnv) != "" {
 		os.Exit(unprivClient()) // TestRootSandboxOwners' other user
 	}
+	if os.Getenv(floodModeEnv) != "" {
+		os.Exit(floodClient()) // TestRootAPIConnFlood's other users
+	}
 	os.Exit(m.Run())
 }
 

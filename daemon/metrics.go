@@ -68,6 +68,14 @@ func inboundMetric(accepted func() uint64) prometheus.Collector {
 		func() float64 { return float64(accepted()) })
 }
 
+// fdRefusedMetric counts the sandbox connections (gateway, DNS over TCP)
+// refused because the process was out of descriptors (package fdreserve).
+func fdRefusedMetric(refused func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_conns_refused_fd_limit_total",
+		Help: "Sandbox connections to the gateway or the DNS filter refused at accept because the daemon had no descriptor left."},
+		func() float64 { return float64(refused()) })
+}
+
 // execDone counts an exec's end.
 func (m *metrics) execDone(r *api.ExecResult) {
 	m.execWall.Observe(r.WallMS / 1e3)

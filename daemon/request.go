@@ -3,9 +3,11 @@ package daemon
 import (
 	"encoding/base64"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,10 +41,15 @@ const (
 type hostBounds struct {
 	memory int64
 	cpus   int
+	pids   int64 // sandboxd.MaxPids: pid_max and RLIMIT_NPROC's bound
+	pidMax int64 // the kernel's pid_max
 }
 
 func readHostBounds() hostBounds {
-	b := hostBounds{cpus: runtime.NumCPU()}
+	b := hostBounds{cpus: runtime.NumCPU(), pids: sandboxd.MaxPids()}
+	if v, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		b.pidMax, _ = strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+	}
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
 		b.memory = int64(si.Totalram) * int64(si.Unit)
@@ -147,8 +154,12 @@ func (d *Daemon) resolveLimits(l api.Limits) (sandboxd.Limits, api.ResolvedLimit
 		lim.CPUs = l.CPUs
 	}
 	if l.Pids != 0 {
-		if l.Pids < 1 || l.Pids > maxPids {
-			return lim, api.ResolvedLimits{}, apiErr(api.CodeInvalidField, "limits.pids", "limits.pids: %d is not between 1 and %d", l.Pids, maxPids)
+		top := int64(maxPids)
+		if hb.pids > 0 {
+			top = min(top, hb.pids)
+		}
+		if l.Pids < 1 || l.Pids > top {
+			return lim, api.ResolvedLimits{}, apiErr(api.CodeInvalidField, "limits.pids", "limits.pids: %d is not between 1 and %d (the host's bound: kernel.pid_max, RLIMIT_NPROC)", l.Pids, top)
 		}
 		lim.Pids = l.Pids
 	}

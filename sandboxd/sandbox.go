@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/oplog"
 )
@@ -409,6 +413,24 @@ func (s *Sandbox) nproc(lim Limits) int64 {
 		return 2*(lim.Pids+initPidsOverhead) + 64
 	}
 	return lim.Pids
+}
+
+// MaxPids is the largest Limits.Pids this host can give a sandbox: the
+// kernel's pid_max (no more tasks can exist at all), and what keeps nproc's
+// RLIMIT_NPROC (its larger, v1 form) within the hard limit this process
+// passes on: a job cannot raise its own.
+func MaxPids() int64 {
+	bound := int64(math.MaxInt64)
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+			bound = n
+		}
+	}
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NPROC, &rl) == nil && rl.Max != unix.RLIM_INFINITY && rl.Max < math.MaxInt64 {
+		bound = min(bound, (int64(rl.Max)-64)/2-initPidsOverhead)
+	}
+	return max(bound, 1)
 }
 
 // applyLimits writes lim into the cgroup.

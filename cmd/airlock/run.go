@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/daemon"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/sandboxd"
 )
 
@@ -235,6 +236,11 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	// The gateway relays every connection of the command with two
+	// descriptors: give it the hard limit.
+	if _, err := daemon.RaiseNOFILE(); err != nil {
+		logger.Warn("descriptor limit", oplog.ErrorKey, err)
+	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -74,6 +74,10 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 		return &exitError{Code: 2, Msg: "serve: needs root"}
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// The API's connection caps are derived from the descriptor limit.
+	if _, err := daemon.RaiseNOFILE(); err != nil {
+		logger.Warn("descriptor limit", oplog.ErrorKey, err)
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: cfgPath, RunDir: runDir,
@@ -110,8 +114,7 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	// the drain is over, which kills what they still run.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	api := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ConnContext: daemon.ConnContext, BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	api := d.APIServer(baseCtx)
 	metrics := &http.Server{Handler: d.MetricsHandler(exportReg), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- api.Serve(apiLn) }()
