@@ -156,6 +156,10 @@ func (m *Manager) prepare() error {
 			m.prepErr = err
 			return
 		}
+		if err := writableNetSysctls(); err != nil {
+			m.prepErr = err
+			return
+		}
 		if err := os.MkdirAll(m.cfg.StateDir, 0o700); err != nil {
 			m.prepErr = fmt.Errorf("netns: state_dir %s: %w", m.cfg.StateDir, err)
 		}
