@@ -33,7 +33,7 @@ func TestContainerfileMatches(t *testing.T) {
 	text := string(b)
 	one := func(re string) string {
 		t.Helper()
-		m := regexp.MustCompile(`(?m)` + re).FindAllStringSubmatch(text, -1)
+		m := regexp.MustCompile(`(?m)`+re).FindAllStringSubmatch(text, -1)
 		if len(m) != 1 {
 			t.Fatalf("Containerfile: got %d lines matching %s, want 1", len(m), re)
 		}
