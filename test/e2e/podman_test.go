@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +33,9 @@ const podmanTimeout = 2 * time.Minute
 type podman struct {
 	t   *testing.T
 	dir string
+	// cgroup is the parent of the containers' and conmon's cgroups
+	// (podman's default is /libpod_parent), removed at the end.
+	cgroup string
 }
 
 func newPodman(t *testing.T, pluginDir string) *podman {
@@ -38,7 +43,23 @@ func newPodman(t *testing.T, pluginDir string) *podman {
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Fatalf("podman not found (Debian's podman; scripts/deps.sh installs it): %v", err)
 	}
-	p := &podman{t: t, dir: t.TempDir()}
+	p := &podman{t: t, dir: t.TempDir(), cgroup: fmt.Sprintf("/alk-podman-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	t.Cleanup(func() {
+		// conmon's and the containers' cgroups are below it; a conmon may
+		// still be exiting after podman rm returned.
+		dirs, _ := filepath.Glob(filepath.Join(runctest.CgroupRoot, "*", p.cgroup))
+		var err error
+		poll.Within(20*time.Second, func() bool {
+			err = nil
+			for _, d := range dirs {
+				err = errors.Join(err, removeCgroupTree(d))
+			}
+			return err == nil
+		})
+		if err != nil {
+			t.Errorf("remove podman's cgroups: %v", err)
+		}
+	})
 	for _, d := range []string{"net.d", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(p.dir, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -62,6 +83,22 @@ runtime = "runc"
 		t.Fatal(err)
 	}
 	return p
+}
+
+// removeCgroupTree removes a cgroup directory and its children (each must
+// hold no process); one already gone is no error.
+func removeCgroupTree(dir string) error {
+	ents, _ := os.ReadDir(dir)
+	var err error
+	for _, e := range ents {
+		if e.IsDir() {
+			err = errors.Join(err, removeCgroupTree(filepath.Join(dir, e.Name())))
+		}
+	}
+	if rerr := os.Remove(dir); rerr != nil && !os.IsNotExist(rerr) {
+		err = errors.Join(err, rerr)
+	}
+	return err
 }
 
 // run runs podman with args and returns its stdout; a failure is returned
@@ -178,6 +215,9 @@ func writeBusyboxTar(path string) error {
 func TestRootPodmanCNI(t *testing.T) {
 	e := newServeEnv(t) // roottest-gated
 	d := startServe(t, e, filepath.Join(e.dir, "run"))
+	// Stopped, not killed, so it removes its pool namespaces; after the
+	// container's removal (registered later, run earlier).
+	t.Cleanup(func() { d.Stop(syscall.SIGTERM) })
 	pluginDir := buildCNI(t)
 	pod := newCNIPod(t, pluginDir) // the bridge, its subnet and the gateway listener
 	pm := newPodman(t, pluginDir)
@@ -199,7 +239,7 @@ func TestRootPodmanCNI(t *testing.T) {
 
 	// The control: the bridge alone lets the container connect to the
 	// gateway listener, the route airlock must close.
-	if out, err := pm.run("run", "--rm", "--network", plainNet, image, "sh", "-c", "timeout 10 nc "+pod.gw.String()+" "+fmt.Sprint(pod.direct.port())+" </dev/null"); err != nil || !strings.Contains(out, "direct") {
+	if out, err := pm.run("run", "--rm", "--cgroup-parent", pm.cgroup, "--network", plainNet, image, "sh", "-c", "timeout 10 nc "+pod.gw.String()+" "+fmt.Sprint(pod.direct.port())+" </dev/null"); err != nil || !strings.Contains(out, "direct") {
 		t.Fatalf("control container on the bridge alone: %v: %q", err, out)
 	}
 	if pod.direct.n.Load() != 1 {
@@ -207,7 +247,7 @@ func TestRootPodmanCNI(t *testing.T) {
 	}
 
 	name := "alk-pm-" + pod.tag
-	cid := strings.TrimSpace(pm.must("run", "-d", "--name", name, "--network", airNet, dns, image, "sleep", "600"))
+	cid := strings.TrimSpace(pm.must("run", "-d", "--cgroup-parent", pm.cgroup, "--name", name, "--network", airNet, dns, image, "sleep", "600"))
 	removed := false
 	t.Cleanup(func() {
 		if !removed {
