@@ -40,7 +40,7 @@ have chromium || need+=(chromium)
 # their rootfs built from the static busybox (the dynamic busybox package
 # provides /bin/busybox too, and cannot run in a rootfs without libraries).
 have runc || need+=(runc)
-# The image test (test/e2e TestImageServeAttach) unpacks the OCI layout
+# The image test (test/e2e TestRootImageServeAttach) unpacks the OCI layout
 # test/ociimage writes with Debian's umoci, a reader independent of ours; the
 # layout takes iptables' files from the host's package.
 have umoci || need+=(umoci)

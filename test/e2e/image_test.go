@@ -36,7 +36,7 @@ const xtablesLock = "/run/xtables.lock"
 var imageCaps = []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_SYS_ADMIN", "CAP_SETUID",
 	"CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_MKNOD", "CAP_KILL"}
 
-// TestImageServeAttach runs the image `make image` builds the way the
+// TestRootImageServeAttach runs the image `make image` builds the way the
 // DaemonSet runs it, with nothing but the image and runc: the OCI layout is
 // written from the binaries and the host's Debian packages (test/ociimage),
 // unpacked by an independent reader (umoci), and run by runc as root with the
@@ -46,7 +46,7 @@ var imageCaps = []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE",
 // namespace through the socket shared out of the container (as airlock-cni
 // does), and the pod's egress then goes through it: the allowed host is
 // reached from the gateway, the denied host sees no connection.
-func TestImageServeAttach(t *testing.T) {
+func TestRootImageServeAttach(t *testing.T) {
 	e := newServeEnv(t) // roottest-gated
 	if _, err := exec.LookPath("umoci"); err != nil {
 		t.Fatalf("umoci not found (Debian's umoci; scripts/deps.sh installs it): %v", err)
