@@ -18,6 +18,8 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/airlock-dev/airlock/test/roottest"
 )
 
 const containerfile = "../../Containerfile"
@@ -267,4 +269,55 @@ func readLayer(t *testing.T, p string, diffID digest.Digest) map[string]*tar.Hea
 		t.Errorf("layer diff id: got %s, want %s", got, diffID)
 	}
 	return out
+}
+
+// TestRootWriteDir: the directory the Containerfile's assembly stage writes
+// (mkimage -rootfs) holds every entry with its type, mode, link and size, and
+// the dynamically linked iptables in it runs against the image's own
+// libraries (chroot), which is what a missing library would break.
+func TestRootWriteDir(t *testing.T) {
+	roottest.Require(t)
+	requireDpkg(t)
+	tree, err := Assemble(fakeBin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "rootfs")
+	if err := tree.WriteDir(root); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range tree.Entries() {
+		p := filepath.Join(root, e.Path)
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		if st.Mode() != e.Mode {
+			t.Errorf("%s: got mode %v, want %v", e.Path, st.Mode(), e.Mode)
+		}
+		if e.Link != "" {
+			if l, _ := os.Readlink(p); l != e.Link {
+				t.Errorf("%s: got link %q, want %q", e.Path, l, e.Link)
+			}
+		}
+		if e.Mode.IsRegular() {
+			if _, size, _ := e.open(); size != st.Size() {
+				t.Errorf("%s: got %d bytes, want %d", e.Path, st.Size(), size)
+			}
+		}
+	}
+	if err := tree.WriteDir(root); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("a second WriteDir into the same directory: got %v, want a not-empty error", err)
+	}
+	for _, argv := range [][]string{
+		{"/usr/sbin/iptables-legacy-save", "--version"},
+		{"/usr/sbin/iptables-nft-restore", "--version"},
+		{"/bin/sh", "-c", "cp /etc/passwd /tmp/p && chmod 0600 /tmp/p && mv /tmp/p /tmp/q"},
+	} {
+		out, err := exec.Command("chroot", append([]string{root}, argv...)...).CombinedOutput()
+		if err != nil {
+			t.Errorf("chroot %v: %v: %s", argv, err, out)
+		}
+	}
 }
