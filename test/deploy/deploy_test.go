@@ -124,7 +124,28 @@ func checkDeployment(t reporter, o objects) {
 	checkSecrets(t, o, pod, main, cfg)
 	checkCNI(t, o, pod, cfg)
 	checkSecurity(t, pod)
+	checkXtablesLock(t, pod, main)
 	checkWiring(t, o, main, cfg)
+}
+
+// checkXtablesLock: iptables-legacy takes /run/xtables.lock, which it cannot
+// create on the read-only root; the daemon gets the node's (the lock is the
+// node's other iptables users' too). TestRootImageServeAttach runs the image
+// this way.
+func checkXtablesLock(t reporter, pod *corev1.PodSpec, main *corev1.Container) {
+	t.Helper()
+	const lock = "/run/xtables.lock"
+	for _, m := range main.VolumeMounts {
+		if m.MountPath != lock {
+			continue
+		}
+		_, v := mountFor(t, pod, main, m.Name)
+		if v.HostPath == nil || v.HostPath.Path != lock || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathFileOrCreate || m.ReadOnly {
+			t.Errorf("%s: got volume %s %+v (read-only %v), want the node's %s, FileOrCreate, writable", lock, m.Name, v.VolumeSource, m.ReadOnly, lock)
+		}
+		return
+	}
+	t.Errorf("the airlock container does not mount %s: iptables-legacy fails on the read-only root", lock)
 }
 
 func container(t reporter, cs []corev1.Container, name string) *corev1.Container {
