@@ -7,11 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
@@ -22,27 +26,22 @@ import (
 
 // The DaemonSet's paths, which the daemon's container sees.
 const (
-	imgConfigDir = "/etc/airlock/config"
-	imgCADir     = "/etc/airlock/upstream-ca"
-	imgRunDir    = "/run/airlock"
-	imgLogDir    = "/var/log/airlock"
+	imgCADir  = "/etc/airlock/upstream-ca"
+	imgRunDir = "/run/airlock"
+	imgLogDir = "/var/log/airlock"
 )
 
 // xtablesLock is the node's iptables lock file, which the DaemonSet mounts.
 const xtablesLock = "/run/xtables.lock"
 
-// imageCaps are the capabilities deploy/daemonset.yaml adds (test/deploy
-// keeps that list justified); the container gets these and no others.
-var imageCaps = []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_SYS_ADMIN", "CAP_SETUID",
-	"CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_MKNOD", "CAP_KILL"}
-
 // TestRootImageServeAttach runs the image `make image` builds the way the
 // DaemonSet runs it, with nothing but the image and runc: the OCI layout is
 // written from the binaries and the host's Debian packages (test/ociimage),
-// unpacked by an independent reader (umoci), and run by runc as root with the
-// DaemonSet's capabilities only, a read-only root, the host's network, /proc
-// /sys masked as container runtimes do, and the DaemonSet's host
-// directories bind-mounted. `airlock serve` must start in it, attach a pod's
+// unpacked by an independent reader (umoci), and run by runc as
+// deploy/daemonset.yaml's airlock container says (its command, root with its
+// capabilities only, no privilege escalation, a read-only root, the host's
+// network, its volumes), with /proc/sys read-only and /proc masked as
+// containerd and CRI-O do. `airlock serve` must start in it, attach a pod's
 // namespace through the socket shared out of the container (as airlock-cni
 // does), and the pod's egress then goes through it: the allowed host is
 // reached from the gateway, the denied host sees no connection.
@@ -174,8 +173,17 @@ func buildImageBundle(t *testing.T) string {
 	return bundle
 }
 
+// daemonSetFile is the plain DaemonSet (the chart rendered with its
+// defaults), which the image test follows.
+const daemonSetFile = "../../deploy/daemonset.yaml"
+
 // editImageSpec turns umoci's config (the image's entrypoint and user) into
-// the DaemonSet's container.
+// the airlock container of deploy/daemonset.yaml: its command and args, user,
+// capabilities, privilege escalation, read-only root, host network, and its
+// volumes, each hostPath bound from the directory the test gives it (h, or
+// the node's own for /run/netns, /sys/fs/cgroup and /run/xtables.lock) and
+// each emptyDir a tmpfs. A volume the test does not know fails it: a change
+// to the DaemonSet's mounts must be followed here.
 func editImageSpec(t *testing.T, path string, h imageHost) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -192,16 +200,26 @@ func editImageSpec(t *testing.T, path string, h imageHost) {
 	if len(s.Process.Args) == 0 || s.Process.Args[0] != "/usr/local/bin/airlock" {
 		t.Errorf("the image's entrypoint: got %q, want /usr/local/bin/airlock", s.Process.Args)
 	}
+	ds, c := daemonSetContainer(t)
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsUser == nil || sc.Capabilities == nil || sc.AllowPrivilegeEscalation == nil || sc.ReadOnlyRootFilesystem == nil {
+		t.Fatalf("%s: the airlock container's securityContext lacks runAsUser, capabilities, allowPrivilegeEscalation or readOnlyRootFilesystem", daemonSetFile)
+	}
 	s.Process.Terminal = false
-	s.Process.Args = []string{"/usr/local/bin/airlock", "serve", "--config", imgConfigDir + "/airlock.yaml",
-		"--run-dir", imgRunDir + "/serve", "--drain-timeout", "5s"}
+	s.Process.Args = append(slices.Concat(c.Command, c.Args), "--drain-timeout", "5s")
 	s.Process.Env = append(s.Process.Env, "NODE_NAME=alk-image-node")
-	// runAsUser: 0, the DaemonSet's capabilities, allowPrivilegeEscalation: false.
-	s.Process.User = specs.User{UID: 0, GID: 0}
-	s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: imageCaps, Effective: imageCaps, Permitted: imageCaps}
-	s.Process.NoNewPrivileges = true
-	s.Root.Readonly = true
-	// hostNetwork: true; pid, ipc, uts and mount of its own.
+	s.Process.User = specs.User{UID: uint32(*sc.RunAsUser), GID: uint32(*sc.RunAsUser)}
+	var caps []string
+	for _, c := range sc.Capabilities.Add {
+		caps = append(caps, "CAP_"+string(c))
+	}
+	s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	s.Process.NoNewPrivileges = !*sc.AllowPrivilegeEscalation
+	s.Root.Readonly = *sc.ReadOnlyRootFilesystem
+	if !ds.Spec.Template.Spec.HostNetwork {
+		t.Fatalf("%s: hostNetwork is false; this test runs the daemon on the host's network", daemonSetFile)
+	}
+	// pid, ipc, uts and mount of its own; the host's network.
 	s.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
 		{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}}
 	// What containerd and CRI-O mask and make read-only in a container that
@@ -215,30 +233,75 @@ func editImageSpec(t *testing.T, path string, h imageHost) {
 			mounts = append(mounts, m)
 		}
 	}
-	bind := func(src, dst string, opts ...string) specs.Mount {
-		return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: append([]string{"rbind"}, opts...)}
-	}
-	tmpfs := func(dst string) specs.Mount {
-		return specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "size=64m"}}
-	}
-	s.Mounts = append(mounts,
-		bind(h.config, imgConfigDir, "ro"),
-		bind(h.ca, imgCADir, "ro"),
-		bind(h.run, imgRunDir, "rw"),
-		bind(h.log, imgLogDir, "rw"),
-		// mountPropagation: HostToContainer.
-		bind("/run/netns", "/run/netns", "rw", "rslave"),
-		bind("/sys/fs/cgroup", "/sys/fs/cgroup", "rw"),
-		// iptables-legacy's lock, shared with the node's other users.
-		bind(xtablesLock, xtablesLock, "rw"),
-		tmpfs("/tmp"), tmpfs("/run/airlock-trust"),
-	)
+	s.Mounts = append(mounts, daemonSetMounts(t, ds, c, h)...)
 	if b, err = json.MarshalIndent(&s, "", "\t"); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// daemonSetContainer reads deploy/daemonset.yaml and returns it and its
+// airlock container.
+func daemonSetContainer(t *testing.T) (*appsv1.DaemonSet, *corev1.Container) {
+	t.Helper()
+	b, err := os.ReadFile(daemonSetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
+		t.Fatalf("%s: %v", daemonSetFile, err)
+	}
+	for i, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name == "airlock" {
+			return &ds, &ds.Spec.Template.Spec.Containers[i]
+		}
+	}
+	t.Fatalf("%s: no airlock container", daemonSetFile)
+	return nil, nil
+}
+
+// daemonSetMounts are the container's volume mounts as OCI mounts.
+func daemonSetMounts(t *testing.T, ds *appsv1.DaemonSet, c *corev1.Container, h imageHost) []specs.Mount {
+	t.Helper()
+	// Where each of the DaemonSet's volumes comes from in the test.
+	sources := map[string]string{
+		"config": h.config, "run": h.run, "log": h.log,
+		"netns": "/run/netns", "cgroup": "/sys/fs/cgroup", "xtables-lock": xtablesLock,
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		volumes[v.Name] = v
+	}
+	// The fake internet's CA, which only the test's config names.
+	out := []specs.Mount{{Destination: imgCADir, Type: "bind", Source: h.ca, Options: []string{"rbind", "ro"}}}
+	for _, m := range c.VolumeMounts {
+		v, ok := volumes[m.Name]
+		switch {
+		case !ok:
+			t.Fatalf("%s: mount %s of a volume the pod does not have", daemonSetFile, m.Name)
+		case m.Name == "secrets":
+			continue // the test's config reads no secrets file
+		case v.EmptyDir != nil:
+			out = append(out, specs.Mount{Destination: m.MountPath, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "size=64m"}})
+			continue
+		}
+		src, ok := sources[m.Name]
+		if !ok {
+			t.Fatalf("%s: volume %s at %s: the image test does not know where it comes from; add it to daemonSetMounts", daemonSetFile, m.Name, m.MountPath)
+		}
+		opts := []string{"rbind", "rw"}
+		if m.ReadOnly {
+			opts[1] = "ro"
+		}
+		if m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationHostToContainer {
+			opts = append(opts, "rslave")
+		}
+		out = append(out, specs.Mount{Destination: m.MountPath, Type: "bind", Source: src, Options: opts})
+	}
+	return out
 }
 
 // stopImageDaemon sends the daemon SIGTERM and waits up to a minute for its
