@@ -78,6 +78,7 @@ type reqCtx struct {
 
 	up    *upstreamConn // HTTP: the upstream connection used
 	upRaw net.Conn      // tunnels: the upstream connection
+	route *route        // CONNECT: the checked destination, connected once the tunnel is decided
 
 	bytesUp, bytesDown int64
 	tunnel             bool // a close record follows the decision record
@@ -370,7 +371,34 @@ func (g *Gateway) dial(rc *reqCtx) error {
 			return nil // each inner request dials
 		}
 	}
+	if rc.kind == policy.KindConnect {
+		// Resolve and check now, so the CONNECT's answer says whether the
+		// destination can be reached; connect only once what the tunnel
+		// carries is decided (relayConnect, connectRoute).
+		ctx, cancel := context.WithTimeout(context.Background(), g.dialer.timeout)
+		defer cancel()
+		t, err := g.dialer.plan(ctx, rc.cc.sb.info.ID, rc.host, rc.port)
+		rc.dialedAt(t.at)
+		rc.route = t
+		return err
+	}
 	c, at, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, rc.host, rc.port)
+	rc.dialedAt(at)
+	if err != nil {
+		return err
+	}
+	rc.upRaw = c
+	return nil
+}
+
+// connectRoute opens the upstream connection of a CONNECT planned by dial,
+// once everything that could refuse the tunnel has allowed it.
+func (g *Gateway) connectRoute(rc *reqCtx) error {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), g.dialer.timeout)
+	defer cancel()
+	c, at, err := g.dialer.connect(ctx, rc.route)
+	rc.dialDur += time.Since(t0)
 	rc.dialedAt(at)
 	if err != nil {
 		return err
