@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -70,6 +71,8 @@ type reqCtx struct {
 	ws       *wsBody // a websocket goproxy relays
 
 	in      policy.Input
+	adm     *admitted              // what a long-lived connection was admitted with (redecide.go)
+	revoked atomic.Pointer[denial] // set by Redecide when it closed the connection
 	dec     policy.Decision
 	decided bool
 	mitm    bool
@@ -217,6 +220,7 @@ func (g *Gateway) decide(rc *reqCtx) error {
 	if err := denialOf(d); err != nil {
 		return err
 	}
+	defer func() { rc.adm = &admitted{opening: rc.in, mitm: rc.mitm} }()
 	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
 		// Passthrough wins over everything that would intercept, placeholders
 		// included (policy.Decision.Passthrough).
@@ -280,6 +284,10 @@ func (g *Gateway) decideCarried(rc *reqCtx, kind policy.Kind) error {
 	first := rc.dec
 	rc.dec = g.ask(rc)
 	rc.carriedDecided = true
+	if rc.adm != nil {
+		carried := *in
+		rc.adm.carried = &carried
+	}
 	if !first.Allowed && first.Err == nil && rc.dec.Err == nil && rc.dec.Mode == policy.ModeReport {
 		// Report mode let the CONNECT through although enforce would have
 		// refused it: the record keeps that, whatever the second decision.
@@ -475,6 +483,7 @@ func (g *Gateway) openTunnel(rc *reqCtx) error {
 		return deny(ReasonAuditUnavailable, "audit log refused the record")
 	}
 	rc.opened, rc.res = true, closeRes
+	g.holdOpen(rc)
 	return nil
 }
 
@@ -551,6 +560,10 @@ func refusalBody(status int, reason, id string) string {
 // already wrote it) and, for tunnels, the close record, through the room
 // reserved for it when there is one.
 func (g *Gateway) finish(rc *reqCtx) {
+	g.letGo(rc)
+	if r := rc.revoked.Load(); r != nil {
+		rc.err = r // closed by Redecide: that is why it ended
+	}
 	result := resultOf(rc)
 	g.metrics.decided(rc.kind, result)
 	if rc.upRaw != nil {
