@@ -601,3 +601,46 @@ func TestPassthroughDecision(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadAnnouncesChange: Changed closes when a new revision is swapped in,
+// never for an unchanged or failed reload, and a decision cached under the
+// old revision is not served after the swap (the gateway re-decides its open
+// connections on Changed and must get the new answer).
+func TestReloadAnnouncesChange(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\nallow if input.destination.host == \"one.example\"\n"})
+	e := newEngine(t, Config{Dir: dir})
+	ctx := context.Background()
+	in := kindIn(KindConnect, "one.example")
+	for range 2 { // the second is served from the cache when it is on
+		if d := e.Decide(ctx, in); !d.Allowed {
+			t.Fatalf("before: got %+v, want allowed", d)
+		}
+	}
+	ch := e.Changed()
+	closed := func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	if err := e.Reload(ctx); err != nil || closed() {
+		t.Fatalf("unchanged reload: got err %v closed %v, want nil and false", err, closed())
+	}
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\nallow if {\n"})
+	if err := e.Reload(ctx); err == nil || closed() {
+		t.Fatalf("failed reload: got err %v closed %v, want an error and false", err, closed())
+	}
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\nallow if input.destination.host == \"two.example\"\n"})
+	if err := e.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !closed() {
+		t.Fatal("Changed not closed after a new revision was swapped in")
+	}
+	if d := e.Decide(ctx, in); d.Allowed {
+		t.Fatalf("after: got %+v, want denied (an answer of the old revision)", d)
+	}
+}
