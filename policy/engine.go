@@ -50,15 +50,15 @@ type snapshot struct {
 // Engine is the Rego policy engine behind the Decider seam. It is safe for
 // concurrent use; Reload swaps the snapshot atomically.
 type Engine struct {
-	cfg    Config
-	log    *slog.Logger
-	cur    atomic.Pointer[snapshot]
+	cfg Config
+	log *slog.Logger
+	cur atomic.Pointer[snapshot]
 	// changed is closed, and replaced, each time a new snapshot is swapped
 	// in (Changed).
 	changed atomic.Pointer[chan struct{}]
-	mu     sync.Mutex // serializes Reload and bundle activations
-	stopMu sync.Mutex
-	stop   func()
+	mu      sync.Mutex // serializes Reload and bundle activations
+	stopMu  sync.Mutex
+	stop    func()
 	// bundle is the bundle source when Config.Bundle is set (bundle.go).
 	bundle *bundleSource
 }
