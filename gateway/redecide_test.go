@@ -218,3 +218,36 @@ func TestKeepAliveRequestAfterPolicyChange(t *testing.T) {
 		t.Fatalf("upstream requests after the change: got %d, want 0", got)
 	}
 }
+
+// TestRedecideOneSandbox: Redecide with a sandbox id (the entry point for a
+// change to one sandbox's own rules) re-decides that sandbox's connections
+// only, and reports how many it closed.
+func TestRedecideOneSandbox(t *testing.T) {
+	echo := newRawUpstream(t, "")
+	dec := &changingDecider{Decider: tunnelPolicy(), ch: make(chan struct{})}
+	h := newHarness(t, dec, names("raw.example"), nil)
+	h.dialer.allow(echo.addr)
+	c, br := connectTo(t, h, "raw.example", echo.port)
+	ping := func() error {
+		io.WriteString(c, "ping")
+		buf := make([]byte, 4)
+		_, err := io.ReadFull(br, buf)
+		return err
+	}
+	if err := ping(); err != nil {
+		t.Fatal(err)
+	}
+	dec.denyAll.Store(true) // changed, not announced
+	if got := h.g.Redecide("alk-other-sandbox"); got != 0 {
+		t.Fatalf("another sandbox: closed %d, want 0", got)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("the tunnel of a sandbox not re-decided was cut: %v", err)
+	}
+	if got := h.g.Redecide("sb-test"); got != 1 {
+		t.Fatalf("its sandbox: closed %d, want 1", got)
+	}
+	if err := ping(); err == nil {
+		t.Fatal("the tunnel still works after its sandbox was re-decided")
+	}
+}
