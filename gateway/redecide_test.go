@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -27,6 +28,7 @@ import (
 type changingDecider struct {
 	*policytest.Decider
 	denyAll atomic.Bool
+	mitmAll atomic.Bool // every allowed tunnel intercepted
 	mu      sync.Mutex
 	ch      chan struct{}
 }
@@ -43,7 +45,11 @@ func (d *changingDecider) Decide(ctx context.Context, in *policy.Input) policy.D
 	if d.denyAll.Load() {
 		return policytest.Denied(policytest.ReasonNotAllowed)
 	}
-	return d.Decider.Decide(ctx, in)
+	dec := d.Decider.Decide(ctx, in)
+	if dec.Allowed && d.mitmAll.Load() {
+		dec.MITM = true
+	}
+	return dec
 }
 
 // denyEverything switches to a policy that denies everything and announces
@@ -249,5 +255,43 @@ func TestRedecideOneSandbox(t *testing.T) {
 	}
 	if err := ping(); err == nil {
 		t.Fatal("the tunnel still works after its sandbox was re-decided")
+	}
+}
+
+// TestPolicyChangeToInterceptionClosesTunnel: a spliced TLS tunnel whose
+// destination the new policy intercepts is closed (it would now be admitted
+// differently), with a policy_changed close record.
+func TestPolicyChangeToInterceptionClosesTunnel(t *testing.T) {
+	pki := newTestPKI(t)
+	cert := pki.leaf(t, "pypi.org")
+	up := newUpstream(t, nil, &cert)
+	dec := &changingDecider{Decider: tunnelPolicy(), ch: make(chan struct{})}
+	h := newHarness(t, dec, names("pypi.org"), pki)
+	h.allowUpstreams(up)
+	c, br := connectTo(t, h, "pypi.org", up.port)
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "pypi.org", RootCAs: pki.upPool})
+	get := func() error {
+		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: pypi.org\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	if err := get(); err != nil {
+		t.Fatalf("before the change: %v", err)
+	}
+	n := len(h.log.Records())
+	dec.mitmAll.Store(true)
+	if got := h.g.Redecide(""); got != 1 {
+		t.Fatalf("closed %d, want 1", got)
+	}
+	if err := get(); err == nil {
+		t.Fatal("the spliced tunnel still works after its destination became intercepted")
+	}
+	recs := settledRecords(t, h.log, n, 1)
+	if len(recs) != 1 || recs[0].Kind != audit.KindClose || !audittest.HasReason(recs[0], ReasonPolicyChanged) {
+		t.Fatalf("records: got %+v, want one close record with reason %s", recs, ReasonPolicyChanged)
 	}
 }
