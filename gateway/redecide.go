@@ -94,6 +94,7 @@ func (g *Gateway) Redecide(sandboxID string) int {
 func (g *Gateway) stillAdmitted(rc *reqCtx) string {
 	a := rc.adm
 	in := a.opening
+	in.Sandbox = rc.cc.sb.info // the sandbox as it is now (its own rules may have changed)
 	d := g.redecide(&in)
 	if !d.Permit() {
 		return "the policy in force refuses " + string(in.Kind) + " to " + in.Destination.Host
@@ -109,6 +110,7 @@ func (g *Gateway) stillAdmitted(rc *reqCtx) string {
 	}
 	if a.carried != nil {
 		c := *a.carried
+		c.Sandbox = in.Sandbox
 		if d := g.redecide(&c); !d.Permit() {
 			return "the policy in force refuses what the tunnel to " + in.Destination.Host + " carries"
 		}
