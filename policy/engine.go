@@ -50,12 +50,15 @@ type snapshot struct {
 // Engine is the Rego policy engine behind the Decider seam. It is safe for
 // concurrent use; Reload swaps the snapshot atomically.
 type Engine struct {
-	cfg    Config
-	log    *slog.Logger
-	cur    atomic.Pointer[snapshot]
-	mu     sync.Mutex // serializes Reload and bundle activations
-	stopMu sync.Mutex
-	stop   func()
+	cfg Config
+	log *slog.Logger
+	cur atomic.Pointer[snapshot]
+	// changed is closed, and replaced, each time a new snapshot is swapped
+	// in (Changed).
+	changed atomic.Pointer[chan struct{}]
+	mu      sync.Mutex // serializes Reload and bundle activations
+	stopMu  sync.Mutex
+	stop    func()
 	// bundle is the bundle source when Config.Bundle is set (bundle.go).
 	bundle *bundleSource
 	// reloadErr is the last Reload's failure, nil once one succeeds
@@ -72,6 +75,8 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, log: oplog.For(logger, "policy")}
+	ch := make(chan struct{})
+	e.changed.Store(&ch)
 	if cfg.Bundle != nil {
 		if err := e.startBundle(); err != nil {
 			return nil, err
@@ -108,6 +113,20 @@ func (e *Engine) ReloadErr() error {
 	return nil
 }
 
+// Changed returns a channel closed the next time a new policy revision is
+// swapped in (a reload or a bundle activation). Ask again after it closes.
+// Connections admitted under the old revision are re-decided by whoever
+// watches it (the gateway's Redecide): the decision cache is per revision,
+// so no decision after the swap is served from the old one.
+func (e *Engine) Changed() <-chan struct{} { return *e.changed.Load() }
+
+// swap puts s in force and wakes whoever waits on Changed.
+func (e *Engine) swap(s *snapshot) {
+	e.cur.Store(s)
+	ch := make(chan struct{})
+	close(*e.changed.Swap(&ch))
+}
+
 // Mode returns the global mode.
 func (e *Engine) Mode() Mode { return e.cfg.Mode }
 
@@ -136,7 +155,7 @@ func (e *Engine) Reload(ctx context.Context) error {
 	if s.rev == old.rev {
 		return nil
 	}
-	e.cur.Store(s)
+	e.swap(s)
 	e.log.Info("policy reloaded", oplog.PolicyRevKey, s.rev, "previous_rev", old.rev, logCached, s.cache != nil)
 	return nil
 }
