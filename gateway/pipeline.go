@@ -498,14 +498,16 @@ func (g *Gateway) writeRecord(rc *reqCtx, r *audit.Record) error {
 }
 
 // refuse is the one place that answers a refusal to the client: 403 (or the
-// policy's status, or 502/504 for a failure) with a short body naming the reason
-// id and the decision id, and header X-Airlock-Decision. Where no HTTP answer is
+// policy's status, or 502/504 for a failure) with a reason phrase and a body
+// that explain it (refusalText: what, why, how to allow it, the decision id),
+// and headers X-Airlock-Decision and X-Airlock-Reason. Where no HTTP answer is
 // possible (TLS passthrough, raw TCP, a response already begun) it closes.
 func (g *Gateway) refuse(rc *reqCtx) {
 	status, reason := refusalOf(rc.err)
 	if rc.sess != nil && rc.sess.h2 != nil {
 		// One stream of an HTTP/2 connection: the others go on.
-		rc.sess.h2.refuse(rc, status, reason, refusalBody(status, reason, rc.id))
+		_, body := refusalText(rc, status, reason)
+		rc.sess.h2.refuse(rc, status, reason, body)
 		return
 	}
 	if rc.socks {
@@ -522,7 +524,7 @@ func (g *Gateway) refuse(rc *reqCtx) {
 		return
 	}
 	rc.status = status
-	body := refusalBody(status, reason, rc.id)
+	phrase, body := refusalText(rc, status, reason)
 	if rc.viaProxy {
 		// goproxy writes it through the connection's http.Server.
 		h := http.Header{}
@@ -532,7 +534,7 @@ func (g *Gateway) refuse(rc *reqCtx) {
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 		h.Set("Connection", "close")
 		rc.refusal = &http.Response{
-			StatusCode: status, Status: strconv.Itoa(status) + " " + http.StatusText(status),
+			StatusCode: status, Status: strconv.Itoa(status) + " " + phrase,
 			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Close: true,
 			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body)), Request: rc.req,
 		}
@@ -540,7 +542,7 @@ func (g *Gateway) refuse(rc *reqCtx) {
 		return
 	}
 	bw := rc.sess.bw
-	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
+	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + phrase + "\r\n")
 	bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Airlock-Decision: " + rc.id + "\r\n")
 	bw.WriteString("X-Airlock-Reason: " + reason + "\r\n")
 	bw.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n")
@@ -549,11 +551,6 @@ func (g *Gateway) refuse(rc *reqCtx) {
 	}
 	bw.Flush()
 	rc.responded = true
-}
-
-// refusalBody is the short text of a refusal: status, reason id, decision id.
-func refusalBody(status int, reason, id string) string {
-	return "airlock: " + http.StatusText(status) + ": " + reason + " (decision " + id + ")\n"
 }
 
 // finish is the one deferred audit call: the decision record (unless a tunnel
