@@ -4,6 +4,8 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/airlock
 CNI_BIN   := bin/airlock-cni
+IMAGE_DIR ?= bin/image
+IMAGE_TAG ?= 0.1.0
 STATICCHECK_VERSION ?= v0.8.2
 TEST_TIMEOUT ?= 30m
 
@@ -21,6 +23,15 @@ deps: ## Install the Debian packages tests and the demo need (only what is missi
 build: ## Build bin/airlock and bin/airlock-cni with the version stamped
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CNI_BIN) ./cmd/airlock-cni
+
+.PHONY: image
+image: build ## Write the container image as an OCI layout in bin/image, offline (no engine or registry; see Containerfile)
+	$(GO) run ./test/cmd/mkimage -bin bin -layout $(IMAGE_DIR) -ref $(IMAGE_TAG)
+	@echo "load it with one of:"
+	@echo "  skopeo copy oci:$(IMAGE_DIR):$(IMAGE_TAG) docker-daemon:airlock:$(IMAGE_TAG)"
+	@echo "  skopeo copy oci:$(IMAGE_DIR):$(IMAGE_TAG) containers-storage:localhost/airlock:$(IMAGE_TAG)   # podman, CRI-O"
+	@echo "  tar -C $(IMAGE_DIR) -cf bin/airlock-image.tar . && ctr -n k8s.io images import --index-name airlock:$(IMAGE_TAG) bin/airlock-image.tar   # containerd"
+	@echo "  skopeo copy oci:$(IMAGE_DIR):$(IMAGE_TAG) docker://registry.example/airlock:$(IMAGE_TAG)"
 
 .PHONY: test
 test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python as root

@@ -35,7 +35,9 @@ type CreateSandboxRequest struct {
 	// Mode is "enforce" or "report" for this sandbox; empty means the daemon's.
 	Mode string `json:"mode,omitempty"`
 	// Allow adds hosts for this sandbox only, with --allow's meaning
-	// ("host" = ports 443 and 80, "host:port", "*.x", "**.x").
+	// ("host" = ports 443 and 80, "host:port", "*.x", "**.x"), each written
+	// as enforced; for a caller other than root a wildcard stays inside one
+	// registrable domain (*.example.com, **.api.example.com).
 	Allow []string `json:"allow,omitempty"`
 	// IdleTimeout ends the sandbox after this long with no exec running and no
 	// API call for it; 0 means the daemon's default (sandbox.idle_timeout).
@@ -345,15 +347,64 @@ type SummaryRow struct {
 	Count    int    `json:"count"`
 }
 
-// Health is what GET /v1/health returns.
+// Health is what GET /v1/health returns: 200 when every part is ok, 503
+// (with this same body) when any is failing.
 type Health struct {
-	PolicyRev string   `json:"policy_rev"`
-	Sandboxes []string `json:"sandboxes"` // ids the caller may see
-	PoolDepth int      `json:"pool_depth"`
-	Audit     string   `json:"audit"` // "ok" or why the log refuses records
+	// OK is false when any part in Parts is failing: the daemon then must
+	// not be trusted to create or attach (airlock-cni refuses ADD).
+	OK bool `json:"ok"`
+	// Parts is the state of each part the daemon depends on, in a fixed
+	// order (HealthPart* names; a part the daemon does not have is absent).
+	Parts     []HealthPart `json:"parts"`
+	PolicyRev string       `json:"policy_rev"`
+	Sandboxes []string     `json:"sandboxes"` // ids the caller may see
+	PoolDepth int          `json:"pool_depth"`
+	Audit     string       `json:"audit"` // "ok" or why the log refuses records
 	// PolicyBundle is the bundle source's state when the policy comes from
 	// an OPA bundle (config policy.bundle); absent otherwise.
 	PolicyBundle *PolicyBundle `json:"policy_bundle,omitempty"`
+}
+
+// HealthPart is one part's state in Health.
+type HealthPart struct {
+	// Name is one of the HealthPart* names.
+	Name string `json:"name"`
+	// Status is HealthOK or HealthFailing.
+	Status string `json:"status"`
+	// Problem says what is wrong when Status is HealthFailing.
+	Problem string `json:"problem,omitempty"`
+}
+
+// The parts of Health and their statuses.
+const (
+	// HealthPartStateDir: the run directory (CA, bundle, namespace state)
+	// exists and this daemon holds its lock.
+	HealthPartStateDir = "state_dir"
+	// HealthPartAudit: the audit log takes records.
+	HealthPartAudit = "audit"
+	// HealthPartPolicy: a policy is in force (not the fail-closed deny of
+	// an engine with none) and its last reload did not fail (a failed one
+	// leaves an older policy than its files in force).
+	HealthPartPolicy = "policy"
+	// HealthPartPolicyBundle: the bundle source has a bundle in force and
+	// its last download, verification and activation succeeded.
+	HealthPartPolicyBundle = "policy_bundle"
+	// HealthPartPool: the warm pool's last preparation succeeded.
+	HealthPartPool = "pool"
+
+	HealthOK      = "ok"
+	HealthFailing = "failing"
+)
+
+// Failing returns the parts of h that are failing, as "name: problem".
+func (h *Health) Failing() []string {
+	var out []string
+	for _, p := range h.Parts {
+		if p.Status != HealthOK {
+			out = append(out, p.Name+": "+p.Problem)
+		}
+	}
+	return out
 }
 
 // PolicyBundle is a policy bundle source's state in GET /v1/health. Times

@@ -147,6 +147,19 @@ type request struct {
 // do sends r and returns a response with a 2xx status; any other status is
 // read into an *api.Error.
 func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
+}
+
+// send sends r and returns the response whatever its status.
+func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	u := baseURL + api.Version + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
@@ -168,10 +181,6 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 			return nil, fmt.Errorf("%s %s: %w", r.method, r.path, ctx.Err())
 		}
 		return nil, fmt.Errorf("%s %s: %w", r.method, r.path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		return nil, readError(resp)
 	}
 	return resp, nil
 }
@@ -210,6 +219,11 @@ func (c *Client) doJSON(ctx context.Context, method, path string, query url.Valu
 // and gets the code of its status.
 func readError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	return errorOf(resp, body)
+}
+
+// errorOf is readError for a body already read.
+func errorOf(resp *http.Response, body []byte) error {
 	var ae api.Error
 	if json.Unmarshal(body, &ae) == nil && ae.Code != "" {
 		return &ae

@@ -593,6 +593,25 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// TestHealthNotOK: a daemon with a failing part answers 503 with its parts;
+// Health returns them and an unavailable error naming the failing one, so
+// a caller that checks only the error fails closed.
+func TestHealthNotOK(t *testing.T) {
+	s, c := newFake(t)
+	h, err := c.Health(t.Context())
+	if err != nil || !h.OK || len(h.Parts) == 0 {
+		t.Fatalf("healthy: got %+v, %v; want ok with its parts", h, err)
+	}
+	s.SetFailing(api.HealthPartStateDir, "run directory removed")
+	h, err = c.Health(t.Context())
+	if client.Code(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "state_dir: run directory removed") {
+		t.Fatalf("got error %v, want code %s naming the failing part", err, api.CodeUnavailable)
+	}
+	if h == nil || h.OK || len(h.Failing()) != 1 {
+		t.Fatalf("got health %+v, want ok false with one failing part", h)
+	}
+}
+
 // TestSandboxEgressDestinations: a sandbox's egress carries its
 // destinations and report mode's would-denials apart from denials.
 func TestSandboxEgressDestinations(t *testing.T) {

@@ -3,9 +3,12 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 
 	"github.com/airlock-dev/airlock/api"
 )
@@ -124,14 +127,32 @@ func (c *Client) Summary(ctx context.Context) ([]SummaryRow, error) {
 	return out, nil
 }
 
-// Health returns the daemon's policy revision, pool depth, audit state and
-// the sandboxes the caller may see.
+// Health returns the state of each of the daemon's parts, its policy
+// revision, pool depth, audit state and the sandboxes the caller may see.
+// A daemon with a failing part answers 503: Health then returns its parts
+// and an *api.Error of code unavailable naming the failing ones, so a
+// caller that only checks the error fails closed.
 func (c *Client) Health(ctx context.Context) (*api.Health, error) {
-	var h api.Health
-	if err := c.doJSON(ctx, http.MethodGet, "/health", nil, nil, &h); err != nil {
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/health"})
+	if err != nil {
 		return nil, err
 	}
-	return &h, nil
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody))
+	if err != nil {
+		return nil, fmt.Errorf("GET /health: response: %w", err)
+	}
+	var h api.Health
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		if err := json.Unmarshal(body, &h); err != nil {
+			return nil, fmt.Errorf("GET /health: response: %w", err)
+		}
+		return &h, nil
+	case resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(body, &h) == nil && len(h.Parts) > 0:
+		return &h, &api.Error{Code: api.CodeUnavailable, Message: "the daemon is not healthy: " + strings.Join(h.Failing(), "; ")}
+	}
+	return nil, errorOf(resp, body)
 }
 
 // OpenAPI returns the daemon's OpenAPI 3 description of its API.

@@ -5,8 +5,8 @@
 // (Config, ParseConfig), pod selection (annotation or select.all), the pod
 // identity read from CNI_ARGS and the runtime config, the sandbox id derived
 // from the container id (SandboxID), and ADD, DEL and CHECK (Plugin). ADD
-// fails closed: a selected pod whose attach fails has its interfaces taken
-// down. Entry point: Plugin.Add, Del and Check, called by cmd/airlock-cni
+// fails closed: any failure of it (input, an unhealthy daemon, the attach, a
+// panic) takes the namespace's interfaces down. Entry point: Plugin.Add, Del and Check, called by cmd/airlock-cni
 // through the CNI skel. Usage and the conflist: README.md, "Kubernetes (CNI)";
 // design: docs/ARCHITECTURE.md, "CNI plugin".
 //

@@ -85,9 +85,26 @@ func load(args *skel.CmdArgs) (*Config, map[string]string, error) {
 
 // Add attaches a selected pod's namespace and prints the main plugin's
 // result unchanged. A pod not selected is passed through without a call to
-// the daemon. Any failure to attach a selected pod is an error (the pod does
-// not start without airlock) and leaves its interfaces down.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
+// the daemon. Any failure of ADD is an error (the pod does not start without
+// airlock) and leaves every interface of the namespace down: a bad
+// configuration, CNI_ARGS or prevResult (whether the pod would have been
+// selected cannot be trusted then), a daemon that is unreachable, unhealthy
+// or refuses, a timeout, a panic. The one deferred call below is the only
+// place that quarantines, so no error path can skip it.
+func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = types.NewError(types.ErrInternal, fmt.Sprintf("airlock-cni: internal error: %v", r), "")
+		}
+		if err != nil {
+			err = p.failClosed(args.Netns, err)
+		}
+	}()
+	return p.add(args)
+}
+
+// add is ADD's work; Add quarantines on any error it returns.
+func (p *Plugin) add(args *skel.CmdArgs) error {
 	c, kv, err := load(args)
 	if err != nil {
 		return err
@@ -98,14 +115,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err := version.ParsePrevResult(&c.PluginConf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, "airlock-cni: prevResult: "+err.Error(), "")
 	}
-	if c.Selected(kv) {
-		if err := p.attach(c, kv, args); err != nil {
-			return p.failClosed(args.Netns, err)
-		}
-	}
 	res, err := c.PrevResult.GetAsVersion(c.CNIVersion)
 	if err != nil {
 		return types.NewError(types.ErrIncompatibleCNIVersion, "airlock-cni: prevResult as "+c.CNIVersion+": "+err.Error(), "")
+	}
+	if c.Selected(kv) {
+		if err := p.attach(c, kv, args); err != nil {
+			return err
+		}
 	}
 	return res.PrintTo(p.stdout())
 }
@@ -124,6 +141,13 @@ func (p *Plugin) attach(c *Config, kv map[string]string, args *skel.CmdArgs) err
 	cl := p.client(c)
 	defer cl.Close()
 	id := SandboxID(args.ContainerID)
+	// A daemon with a broken part (its state directory gone, the audit log
+	// refusing records, no policy) must not be handed a pod: its attach
+	// could fail later, or serve the pod without a record of what it did.
+	// A failing warm pool is the one part an attach does not use.
+	if h, err := cl.Health(ctx); err != nil && !onlyPoolFailing(h) {
+		return daemonError("health before attaching "+id, c.Socket, err, ErrAttach)
+	}
 	err = cl.Attach(ctx, api.AttachRequest{ID: id, NetNS: args.Netns, Labels: labels, Pod: pod, Inbound: c.Inbound})
 	if err != nil {
 		return daemonError("attach "+id, c.Socket, err, ErrAttach)
@@ -131,8 +155,8 @@ func (p *Plugin) attach(c *Config, kv map[string]string, args *skel.CmdArgs) err
 	return nil
 }
 
-// failClosed takes the namespace's interfaces down after a failed attach,
-// so a runtime that started the pod anyway would start it with no way out.
+// failClosed takes the namespace's interfaces down after a failed ADD, so a
+// runtime that started the pod anyway would start it with no way out.
 func (p *Plugin) failClosed(netnsPath string, err error) error {
 	q := p.Quarantine
 	if q == nil {
@@ -215,4 +239,22 @@ func errMsg(err error) string {
 		return te.Msg
 	}
 	return err.Error()
+}
+
+// onlyPoolFailing reports whether h is a health answer whose failing parts
+// are all the warm pool (an attach never takes from it).
+func onlyPoolFailing(h *api.Health) bool {
+	if h == nil {
+		return false
+	}
+	failing := 0
+	for _, p := range h.Parts {
+		if p.Status != api.HealthOK {
+			if p.Name != api.HealthPartPool {
+				return false
+			}
+			failing++
+		}
+	}
+	return failing > 0
 }

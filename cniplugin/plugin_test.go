@@ -167,6 +167,27 @@ func TestAddFailsClosed(t *testing.T) {
 			t.Errorf("quarantined %v, want the pod's namespace", h.quarantined)
 		}
 	})
+	t.Run("daemon not healthy", func(t *testing.T) {
+		h := newHarness(t)
+		h.fake.SetFailing(api.HealthPartAudit, "audit log: disk full")
+		err := h.p.Add(cmdArgs(conf(t, h.fake.Socket, enabled, true)))
+		if cniCode(err) != int(ErrAttach) || !strings.Contains(err.Error(), "disk full") {
+			t.Fatalf("got %v (code %d), want code %d naming the failing part", err, cniCode(err), ErrAttach)
+		}
+		if len(h.fake.Attached()) != 0 || len(h.quarantined) != 1 {
+			t.Errorf("attached %v, quarantined %v; want nothing attached and the namespace quarantined", h.fake.Attached(), h.quarantined)
+		}
+	})
+	t.Run("only the warm pool failing still attaches", func(t *testing.T) {
+		h := newHarness(t)
+		h.fake.SetFailing(api.HealthPartPool, "prepare: no space")
+		if err := h.p.Add(cmdArgs(conf(t, h.fake.Socket, enabled, true))); err != nil {
+			t.Fatalf("got %v, want the attach (an attach never takes from the pool)", err)
+		}
+		if len(h.fake.Attached()) != 1 || len(h.quarantined) != 0 {
+			t.Errorf("attached %v, quarantined %v; want the pod attached, nothing quarantined", h.fake.Attached(), h.quarantined)
+		}
+	})
 	t.Run("quarantine fails too", func(t *testing.T) {
 		h := newHarness(t)
 		h.p.Quarantine = func(string) error { return errors.New("no such namespace") }
@@ -200,6 +221,11 @@ func TestAddBadInput(t *testing.T) {
 	}
 	if len(h.fake.Attached()) != 0 {
 		t.Errorf("bad input attached %v", h.fake.Attached())
+	}
+	// Bad input fails closed too: whether the pod was to be attached cannot
+	// be trusted when its configuration does not parse.
+	if len(h.quarantined) != len(tests) {
+		t.Errorf("quarantined %v, want each of the %d namespaces", h.quarantined, len(tests))
 	}
 }
 

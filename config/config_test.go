@@ -171,6 +171,27 @@ limits: {memory: 512M, cpus: 1, pids: 256, timeout: 10m, tmp_size: 256M}
 		}},
 		{name: "bad api group", yaml: "api: {group: \"a b\"}", wantErr: "api.group"},
 		{name: "unknown api field", yaml: "api: {grop: x}", wantErr: "field grop not found"},
+		{name: "api caps and caller limits", yaml: "api: {max_conns: 64, max_conns_per_uid: 8, max_streams_per_uid: 4, caller_limits: {memory: 2G, cpus: 4, pids: 2048}}", check: func(t *testing.T, c Config) {
+			a := c.API
+			want := CallerLimits{Memory: 2 << 30, CPUs: 4, Pids: 2048}
+			if a.MaxConns != 64 || a.MaxConnsPerUID != 8 || a.MaxStreamsPerUID != 4 || a.CallerLimits != want || a.Group != DefaultAPIGroup {
+				t.Fatalf("got %+v, want the caps 64/8/4, %+v and the default group", a, want)
+			}
+		}},
+		{name: "api caps default to derived", yaml: "api: {socket: /run/x.sock}", check: func(t *testing.T, c Config) {
+			if c.API.MaxConns != 0 || c.API.MaxConnsPerUID != 0 || c.API.MaxStreamsPerUID != 0 || c.API.CallerLimits != (CallerLimits{}) {
+				t.Fatalf("got %+v, want every cap 0 (derived by the daemon)", c.API)
+			}
+		}},
+		{name: "negative max_conns", yaml: "api: {max_conns: -1}", wantErr: "api.max_conns:"},
+		{name: "max_conns too large", yaml: "api: {max_conns: 2000000}", wantErr: "api.max_conns:"},
+		{name: "per-uid over total", yaml: "api: {max_conns: 8, max_conns_per_uid: 9}", wantErr: "api.max_conns_per_uid"},
+		{name: "streams over per-uid", yaml: "api: {max_conns_per_uid: 4, max_streams_per_uid: 5}", wantErr: "api.max_streams_per_uid"},
+		{name: "caller memory tiny", yaml: "api: {caller_limits: {memory: 1M}}", wantErr: "api.caller_limits.memory"},
+		{name: "caller cpus negative", yaml: "api: {caller_limits: {cpus: -1}}", wantErr: "api.caller_limits.cpus"},
+		{name: "caller cpus NaN", yaml: "api: {caller_limits: {cpus: .nan}}", wantErr: "api.caller_limits.cpus"},
+		{name: "caller pids negative", yaml: "api: {caller_limits: {pids: -5}}", wantErr: "api.caller_limits.pids"},
+		{name: "unknown caller_limits field", yaml: "api: {caller_limits: {sandboxes: 3}}", wantErr: "field sandboxes not found"},
 		{name: "sandbox keys", yaml: "sandbox: {pool_size: 5, idle_timeout: 1m, max_lifetime: 2h, max_upload: 64M, max_sandboxes: 10, max_sandboxes_per_owner: 3}", check: func(t *testing.T, c Config) {
 			s := c.Sandbox
 			if s.PoolSize != 5 || time.Duration(s.IdleTimeout) != time.Minute || time.Duration(s.MaxLifetime) != 2*time.Hour ||
@@ -224,6 +245,9 @@ func TestParseSize(t *testing.T) {
 		{"512", 512, false}, {"64K", 64 << 10, false}, {"512M", 512 << 20, false},
 		{"100MB", 100 << 20, false}, {"1G", 1 << 30, false}, {"1GiB", 1 << 30, false},
 		{"1.5G", 3 << 29, false}, {"", 0, true}, {"M", 0, true}, {"-1M", 0, true}, {"1X", 0, true},
+		{"0", 0, false}, {"0.0", 0, false}, {"0.5K", 512, false},
+		// A fraction of a byte: "0.5" was 0, the default, and "1.7" was 1.
+		{"0.5", 0, true}, {"1.7", 0, true}, {"0.3K", 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -278,5 +302,29 @@ func TestValidateRejectsExplicitZeroAndNaNLimits(t *testing.T) {
 	c := Default()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: got %v, want nil", err)
+	}
+}
+
+// TestDurationSetUnderANanosecond: "0.4ns" parsed to 0, which every timeout
+// reads as "the default", so a limit written as not zero was enforced as
+// the default without being checked.
+func TestDurationSetUnderANanosecond(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Duration
+		wantErr bool
+	}{
+		{"0", 0, false}, {"0s", 0, false}, {"0.0s", 0, false}, {"0h0m", 0, false},
+		{"1ns", 1, false}, {"1.5ns", 1, false}, {"10s", Duration(10 * time.Second), false},
+		{"0.4ns", 0, true}, {"0.9ns", 0, true}, {"-1s", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var d Duration
+			err := d.Set(tt.in)
+			if (err != nil) != tt.wantErr || d != tt.want {
+				t.Fatalf("Set(%q): got %v, %v, want %v, error %v", tt.in, d, err, tt.want, tt.wantErr)
+			}
+		})
 	}
 }

@@ -20,6 +20,9 @@ type route struct {
 	method, path string
 	handle       http.HandlerFunc
 	rootOnly     bool
+	// stream: the request lasts as long as what it serves (an exec, an
+	// events stream, a transfer); counted in api.max_streams_per_uid.
+	stream bool
 }
 
 func (d *Daemon) routes() []route {
@@ -30,14 +33,14 @@ func (d *Daemon) routes() []route {
 		{method: "GET", path: "/v1/sandboxes", handle: d.apiList},
 		{method: "GET", path: "/v1/sandboxes/{id}", handle: d.apiGet},
 		{method: "DELETE", path: "/v1/sandboxes/{id}", handle: d.apiDelete},
-		{method: "POST", path: "/v1/sandboxes/{id}/exec", handle: d.apiExec},
+		{method: "POST", path: "/v1/sandboxes/{id}/exec", handle: d.apiExec, stream: true},
 		{method: "GET", path: "/v1/sandboxes/{id}/execs", handle: d.apiExecs},
-		{method: "PUT", path: "/v1/sandboxes/{id}/execs/{exec_id}/stdin", handle: d.apiStdin},
+		{method: "PUT", path: "/v1/sandboxes/{id}/execs/{exec_id}/stdin", handle: d.apiStdin, stream: true},
 		{method: "POST", path: "/v1/sandboxes/{id}/execs/{exec_id}/signal", handle: d.apiSignal},
-		{method: "PUT", path: "/v1/sandboxes/{id}/files", handle: d.apiPutFiles},
-		{method: "GET", path: "/v1/sandboxes/{id}/files", handle: d.apiGetFiles},
-		{method: "GET", path: "/v1/sandboxes/{id}/events", handle: d.apiEvents},
-		{method: "POST", path: "/v1/run", handle: d.apiRun},
+		{method: "PUT", path: "/v1/sandboxes/{id}/files", handle: d.apiPutFiles, stream: true},
+		{method: "GET", path: "/v1/sandboxes/{id}/files", handle: d.apiGetFiles, stream: true},
+		{method: "GET", path: "/v1/sandboxes/{id}/events", handle: d.apiEvents, stream: true},
+		{method: "POST", path: "/v1/run", handle: d.apiRun, stream: true},
 		{method: "POST", path: "/v1/attach", handle: d.apiAttach, rootOnly: true},
 		{method: "GET", path: "/v1/attach/{id}", handle: d.apiCheckAttach, rootOnly: true},
 		{method: "DELETE", path: "/v1/attach/{id}", handle: d.apiDetach, rootOnly: true},
@@ -65,8 +68,8 @@ func (d *Daemon) Handler() http.Handler {
 	})
 }
 
-// guard refuses a request whose caller is unknown, and one to a root-only
-// route from anyone else.
+// guard refuses a request whose caller is unknown, one to a root-only
+// route from anyone else, and a stream past the caller's cap.
 func (d *Daemon) guard(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, ok := callerFrom(r.Context())
@@ -75,6 +78,14 @@ func (d *Daemon) guard(rt route) http.HandlerFunc {
 			writeError(w, apiErr(api.CodeForbidden, "", "the caller could not be identified: use the API's unix socket"))
 		case rt.rootOnly && !c.root():
 			writeError(w, apiErr(api.CodeForbidden, "", "%s %s: root only", rt.method, rt.path))
+		case rt.stream:
+			end, e := d.conns.beginStream(c)
+			if e != nil {
+				writeError(w, e)
+				return
+			}
+			defer end()
+			rt.handle(w, r)
 		default:
 			rt.handle(w, r)
 		}
@@ -119,16 +130,11 @@ func (d *Daemon) apiOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(api.OpenAPI())
 }
 
+// apiHealth is GET /v1/health: 200 when every part is ok, 503 with the same
+// body when any is failing (health.go).
 func (d *Daemon) apiHealth(w http.ResponseWriter, r *http.Request) {
 	c, _ := callerFrom(r.Context())
-	h := api.Health{Sandboxes: []string{}, PoolDepth: d.pool.depth(), Audit: "ok"}
-	if d.engine != nil {
-		h.PolicyRev = d.engine.Rev()
-	}
-	if err := d.acct.Err(); err != nil {
-		h.Audit = err.Error()
-	}
-	h.PolicyBundle = d.bundleHealth()
+	h := d.health()
 	for _, sb := range d.reg.all() {
 		if c.may(sb.owner) {
 			h.Sandboxes = append(h.Sandboxes, sb.id)
@@ -141,7 +147,11 @@ func (d *Daemon) apiHealth(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, h)
+	status := http.StatusOK
+	if !h.OK {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, h)
 }
 
 // apiCreate is POST /v1/sandboxes.

@@ -137,15 +137,11 @@ func systemUser(t *testing.T, name string, gid int) int {
 	return uid
 }
 
-// TestRootSandboxOwners: a user who is not root, in the socket's group,
-// creates and uses a sandbox of its own (its audit records carry its uid),
-// and root's sandbox is not there for it: not found on inspect, exec, files
-// and delete, not listed, and still running after; attach is root's only.
-func TestRootSandboxOwners(t *testing.T) {
-	a := newAPIRoot(t)
-	uid := systemUser(t, "alk-u"+strconv.Itoa(os.Getpid()), a.gid)
-	mine := a.create(t, api.CreateSandboxRequest{Labels: map[string]string{"who": "root"}})
-	// The test binary, where the user can run it.
+// asUser runs the test binary as uid, in the socket's group, with the
+// socket's path and env in its environment (TestMain sends it to the other
+// user's side), and decodes its report into rep.
+func (a *apiRoot) asUser(t *testing.T, uid int, rep any, env ...string) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -160,17 +156,28 @@ func TestRootSandboxOwners(t *testing.T) {
 	}
 	cmd := exec.Command(bin)
 	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/bin:/bin", unprivSocketEnv + "=" + a.sock, unprivOtherEnv + "=" + mine.ID}
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", unprivSocketEnv + "=" + a.sock}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(a.gid), Groups: []uint32{}}}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, runErr := cmd.Output()
-	var rep unprivReport
-	if err := json.Unmarshal(out, &rep); err != nil {
+	if err := json.Unmarshal(out, rep); err != nil || runErr != nil {
 		t.Fatalf("the other user's run: %v (%v), stdout %q, stderr %q", runErr, err, out, stderr.String())
 	}
-	if runErr != nil || rep.Err != "" {
-		t.Fatalf("the other user's run: %v, %+v, stderr %q", runErr, rep, stderr.String())
+}
+
+// TestRootSandboxOwners: a user who is not root, in the socket's group,
+// creates and uses a sandbox of its own (its audit records carry its uid),
+// and root's sandbox is not there for it: not found on inspect, exec, files
+// and delete, not listed, and still running after; attach is root's only.
+func TestRootSandboxOwners(t *testing.T) {
+	a := newAPIRoot(t)
+	uid := systemUser(t, "alk-u"+strconv.Itoa(os.Getpid()), a.gid)
+	mine := a.create(t, api.CreateSandboxRequest{Labels: map[string]string{"who": "root"}})
+	var rep unprivReport
+	a.asUser(t, uid, &rep, unprivOtherEnv+"="+mine.ID)
+	if rep.Err != "" {
+		t.Fatalf("the other user's run: %+v", rep)
 	}
 	if rep.Owner != uid || rep.Output != "hello\n" || rep.Deleted != api.StateStopped {
 		t.Fatalf("the user's own sandbox: %+v, want owner %d, output hello, deleted", rep, uid)

@@ -51,7 +51,7 @@ func newAPIRoot(t *testing.T, edit ...func(*config.Config)) *apiRoot {
 		d.Close()
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: d.Handler(), ConnContext: ConnContext, ReadHeaderTimeout: 10 * time.Second}
+	srv := d.APIServer(context.Background())
 	go func() { _ = srv.Serve(ln) }()
 	a.c = client.New(a.sock)
 	t.Cleanup(func() {

@@ -13,8 +13,10 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/fdreserve"
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/netns"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/secrets"
@@ -44,17 +46,26 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// makeRunDir creates the run directory; it is removed at Close unless
-// namespaces are kept for a later Recover.
+// makeRunDir creates the run directory and takes its lock (rundir.go)
+// before anything else touches it; it is removed at Close unless
+// namespaces are kept for a later Recover. A process that does not get the
+// lock (the directory is another's) fails here and never writes or removes
+// anything in it.
 func (d *Daemon) makeRunDir() error {
-	if err := os.MkdirAll(d.runDir, 0o700); err != nil {
-		return fmt.Errorf("run dir: %w", err)
+	f, err := lockRunDir(d.runDir)
+	if err != nil {
+		return err
 	}
+	d.runLock = f
 	d.closers = append(d.closers, func() error {
+		// The lock is released last: no other process takes the directory
+		// while it is being removed.
+		defer f.Close()
 		// Attached namespaces stay closed (rules in place, no listeners) with their
 		// state files, for the next instance's Recover; only then is the
-		// directory kept.
-		if d.keepState {
+		// directory kept. A directory that is no longer ours (removed and
+		// made again from outside) is left alone.
+		if d.keepState || !holdsLock(d.runDir, f) {
 			return nil
 		}
 		return os.RemoveAll(d.runDir)
@@ -264,9 +275,11 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 
 // buildNetns builds the island namespace manager.
 func (d *Daemon) buildNetns() error {
+	d.fdr = fdreserve.New(d.log.With(oplog.ComponentKey, "fdreserve"))
+	d.closers = append(d.closers, d.fdr.Close)
 	m, err := netns.New(netns.Config{StateDir: filepath.Join(d.runDir, "netns"),
 		NewFlowRate: d.cfg.Limits.NewFlows, NewFlowBurst: d.cfg.Limits.NewFlowBurst},
-		server{gw: d.gw, dns: d.dns, budget: d.budget}, d.tally, d.log)
+		server{gw: d.gw, dns: d.dns, budget: d.budget, fdr: d.fdr}, d.tally, d.log)
 	if err != nil {
 		return err
 	}
@@ -322,7 +335,8 @@ func (d *Daemon) initSandboxes(o Options) {
 	}
 	d.pool = newWarmPool(poolSize, d.net, d.exe, d.prepareSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
-	d.metrics.reg.MustRegister(inboundMetric(d.netns.InboundAccepted))
+	d.metrics.reg.MustRegister(poolBrokenMetric(d.pool.broken.Load))
+	d.metrics.reg.MustRegister(inboundMetric(d.netns.InboundAccepted), fdRefusedMetric(d.fdr.Refused))
 	d.closers = append(d.closers, func() error {
 		d.stopping.Store(true)
 		d.endAll(ReasonDaemonStopped)

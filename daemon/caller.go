@@ -30,28 +30,42 @@ func (c caller) may(owner int) bool { return c.root() || c.uid == owner }
 
 type callerKey struct{}
 
-// ConnContext is the API server's http.Server.ConnContext: it reads the
-// peer's credentials of each connection on the unix socket once, and every
-// request on that connection acts as that uid. A connection whose peer
-// cannot be identified (not a unix socket, getsockopt failed) carries no
-// caller and every request on it is refused.
+// ConnContext is the API server's http.Server.ConnContext: every request on
+// a connection acts as the uid of its peer, read once per connection
+// (SO_PEERCRED; at accept on APIServer's connections). A connection whose
+// peer cannot be identified (not a unix socket, getsockopt failed) carries
+// no caller and every request on it is refused.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if ac, ok := c.(*apiConn); ok {
+		if !ac.known {
+			return ctx
+		}
+		return withCaller(ctx, ac.who)
+	}
+	if who, ok := peerCaller(c); ok {
+		return withCaller(ctx, who)
+	}
+	return ctx
+}
+
+// peerCaller reads the credentials of a unix socket's peer.
+func peerCaller(c net.Conn) (caller, bool) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return ctx
+		return caller{}, false
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return ctx
+		return caller{}, false
 	}
 	var cred *unix.Ucred
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || serr != nil || cred == nil {
-		return ctx
+		return caller{}, false
 	}
-	return withCaller(ctx, caller{uid: int(cred.Uid), pid: int(cred.Pid)})
+	return caller{uid: int(cred.Uid), pid: int(cred.Pid)}, true
 }
 
 func withCaller(ctx context.Context, c caller) context.Context {

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/fdreserve"
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/netns"
@@ -80,6 +81,7 @@ type Daemon struct {
 	log      *slog.Logger
 	cfg      config.Config
 	runDir   string
+	runLock  *os.File // the run directory's lock, held until Close (rundir.go)
 	engine   *policy.Engine
 	writer   *audit.Writer
 	tally    *audit.Tally
@@ -92,8 +94,10 @@ type Daemon struct {
 	caBundle string
 	trustDir string // sandboxd.WriteTrustDir's forms of caBundle; "" when it is empty
 	hidden   []string
-	proxyURL string
-	closers  []func() error
+	// hiddenNamed are hidden, each with what it holds.
+	hiddenNamed []hiddenPath
+	proxyURL    string
+	closers     []func() error
 	// keepState is set at Close when namespaces are left for a later Recover.
 	keepState bool
 	// bundleAudit writes the policy bundle source's events (policybundle.go).
@@ -109,6 +113,8 @@ type Daemon struct {
 	exe       executor
 	net       network
 	metrics   *metrics
+	conns     *apiConns          // the API's connections and streams by uid (apiconns.go)
+	fdr       *fdreserve.Reserve // the spare descriptor of the sandboxes' listeners
 	host      hostBounds
 	home      string
 	heartbeat time.Duration
@@ -131,6 +137,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		}
 	}()
 	if err := d.makeRunDir(); err != nil {
+		return nil, err
+	}
+	caps, err := deriveConnCaps(cfg.API, nofileLimit())
+	if err != nil {
 		return nil, err
 	}
 	upstreams := cfg.DNS.Upstreams
@@ -181,6 +191,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildNetns(); err != nil {
 		return nil, err
 	}
+	d.hiddenNamed = namedHidden(o, cfg, caKey)
 	d.hidden = hiddenPaths(o, cfg, caKey)
 	d.proxyURL = "http://127.0.0.1:" + strconv.Itoa(netns.DefaultExplicitPort)
 	if !o.NoExecutor {
@@ -200,6 +211,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	// pool namespaces its manager does not know yet, and a fill under way
 	// makes its namespace before the manager records it.
 	d.initSandboxes(o)
+	d.conns = newAPIConns(caps, d.log, d.metrics.reg)
 	d.startBundleReports()
 	return d, nil
 }
@@ -269,40 +281,87 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 }
 
 func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
-	h := append([]string(nil), sandboxd.DefaultHiddenPaths...)
-	for _, p := range []string{o.ConfigPath, cfg.CA.Key, caKey, cfg.Secrets.File, cfg.Audit.File,
-		filepath.Dir(cfg.Audit.File), cfg.Audit.SigningKey, cfg.Audit.File + ".key", cfg.API.Socket, o.RunDir, cfg.Policy.Dir, bundlePersistDir(cfg)} {
-		if p == "" || p == "/" || p == "." {
+	var h []string
+	for _, n := range namedHidden(o, cfg, caKey) {
+		h = append(h, n.path)
+	}
+	return h
+}
+
+// namedHidden are the paths hidden from every sandbox, each with what it
+// holds (so a refused workspace can say which file it would have shown).
+func namedHidden(o Options, cfg config.Config, caKey string) []hiddenPath {
+	var h []hiddenPath
+	for _, n := range []hiddenPath{
+		{path: o.ConfigPath, what: "the config file", field: "config"},
+		{path: cfg.CA.Key, what: "the CA key", field: "ca.key"},
+		{path: caKey, what: "the CA key"},
+		{path: cfg.Secrets.File, what: "the secrets file", field: "secrets.file"},
+		{path: cfg.Audit.File, what: "the audit log", field: "audit.file"},
+		{path: filepath.Dir(cfg.Audit.File), what: "the audit log", file: cfg.Audit.File, field: "audit.file"},
+		{path: cfg.Audit.SigningKey, what: "the audit signing key", field: "audit.signing_key"},
+		{path: cfg.Audit.File + ".key", what: "the audit signing key", field: "audit.file"},
+		{path: cfg.API.Socket, what: "the daemon's socket", field: "api.socket"},
+		{path: o.RunDir, what: "airlock's run directory"},
+		{path: cfg.Policy.Dir, what: "the policy directory", field: "policy.dir"},
+		{path: bundlePersistDir(cfg), what: "the policy bundle cache", field: "policy.bundle.persist_dir"},
+	} {
+		if n.path == "" || n.path == "/" || n.path == "." {
 			continue
 		}
-		if abs, err := filepath.Abs(p); err == nil {
-			h = append(h, abs)
+		abs, err := filepath.Abs(n.path)
+		if err != nil {
+			continue
 		}
+		n.path = abs
+		if n.file != "" {
+			n.file, _ = filepath.Abs(n.file)
+		}
+		h = append(h, n)
+	}
+	for _, p := range sandboxd.DefaultHiddenPaths {
+		h = append(h, hiddenPath{path: p, what: "a directory of airlock's config and state"})
 	}
 	return h
 }
 
 // removeStale tears down what `airlock run` processes that died left in
 // DefaultRunDir/run-<pid>: their namespaces (through a Manager that owns their
-// state files) and the directory itself.
+// state files) and the directory itself. A directory is removed only under
+// its lock (rundir.go): one whose lock is held belongs to a live process,
+// whatever its name says; one without a lock file (made by an older
+// airlock, or not yet locked) only when no process has its pid.
 func removeStale(ctx context.Context, logger *slog.Logger) {
 	entries, _ := os.ReadDir(DefaultRunDir)
 	for _, e := range entries {
 		pidStr, ok := strings.CutPrefix(e.Name(), "run-")
 		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || pid == os.Getpid() || processAlive(pid) {
+		if !ok || err != nil || pid == os.Getpid() {
 			continue
 		}
 		dir := filepath.Join(DefaultRunDir, e.Name())
-		m, err := netns.New(netns.Config{StateDir: filepath.Join(dir, "netns")}, server{}, nil, logger)
-		if err == nil {
-			if res, err := m.Recover(ctx, netns.RecoverRemove); err == nil && len(res.Removed) > 0 {
-				logger.Info("removed namespaces of a dead airlock run", "pid", pid, "sandboxes", res.Removed)
-			}
-			m.Close()
+		lock, held, err := tryLockRunDir(dir)
+		if held || err != nil || (lock == nil && processAlive(pid)) {
+			continue
 		}
-		_ = os.RemoveAll(dir)
+		removeStaleDir(ctx, dir, pid, logger)
+		if lock != nil {
+			lock.Close()
+		}
 	}
+}
+
+// removeStaleDir removes a dead run's namespaces and its directory; the
+// caller holds the directory's lock, or it has none.
+func removeStaleDir(ctx context.Context, dir string, pid int, logger *slog.Logger) {
+	m, err := netns.New(netns.Config{StateDir: filepath.Join(dir, "netns")}, server{}, nil, logger)
+	if err == nil {
+		if res, err := m.Recover(ctx, netns.RecoverRemove); err == nil && len(res.Removed) > 0 {
+			logger.Info("removed namespaces of a dead airlock run", "pid", pid, "sandboxes", res.Removed)
+		}
+		m.Close()
+	}
+	_ = os.RemoveAll(dir)
 }
 
 func processAlive(pid int) bool {
@@ -431,6 +490,11 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		}
 		t.ID = "run-" + hex.EncodeToString(b[:])
 	}
+	if t.Workspace != "" {
+		if err := workspaceRefusal(t.Workspace, d.hiddenNamed); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.checkFreeSpace(); err != nil {
 		return nil, err
 	}
@@ -552,11 +616,24 @@ type server struct {
 	gw     *gateway.Gateway
 	dns    *dnsfilter.Filter
 	budget *audit.Budget
+	// fdr wraps the sandbox's TCP listeners: at the descriptor limit a new
+	// connection is refused, not left waiting (nil: not wrapped).
+	fdr *fdreserve.Reserve
 }
 
 var _ netns.Server = server{}
 
 func (s server) Serve(sb policy.Sandbox, own []netip.Addr, ls netns.Listeners) error {
+	if s.fdr != nil {
+		for _, l := range []struct {
+			l    *net.Listener
+			name string
+		}{{&ls.Explicit, "explicit"}, {&ls.Transparent, "transparent"}, {&ls.DNSTCP, "dns_tcp"}} {
+			if *l.l != nil {
+				*l.l = s.fdr.Listener(*l.l, l.name)
+			}
+		}
+	}
 	if err := s.dns.ServeSandbox(sb, own, ls.DNSUDP, ls.DNSTCP); err != nil {
 		return err
 	}

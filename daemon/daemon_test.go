@@ -23,8 +23,14 @@ func TestMain(m *testing.M) {
 	if sandboxd.IsStage() {
 		sandboxd.InitMain()
 	}
+	if os.Getenv(unprivAllowEnv) != "" {
+		os.Exit(unprivAllowClient()) // TestRootAllowInvisibleWildcardRefused's user
+	}
 	if os.Getenv(unprivSocketEnv) != "" {
 		os.Exit(unprivClient()) // TestRootSandboxOwners' other user
+	}
+	if os.Getenv(floodModeEnv) != "" {
+		os.Exit(floodClient()) // TestRootAPIConnFlood's other users
 	}
 	os.Exit(m.Run())
 }

@@ -16,9 +16,10 @@
 // ones, their lifetimes, execs, files, events and metrics, built on seams over
 // the executor (sandboxd) and the namespaces (netns).
 //
-// Entry points: New, (*Daemon).Run, Attach, Detach, Handler, ListenAPI,
-// ConnContext, Shutdown, Close. The build order step by step and the sandbox
-// API: docs/ARCHITECTURE.md, "Daemon and command line".
+// Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
+// ListenAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step
+// by step and the sandbox API: docs/ARCHITECTURE.md, "Daemon and command
+// line".
 //
 // daemon must never import: cmd/airlock, bench/..., netns/netnstest, test/....
 package daemon

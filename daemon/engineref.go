@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -18,8 +19,9 @@ type engineRef struct {
 }
 
 var (
-	_ policy.Decider       = (*engineRef)(nil)
-	_ dnsfilter.Revisioner = (*engineRef)(nil)
+	_ policy.Decider         = (*engineRef)(nil)
+	_ dnsfilter.Revisioner   = (*engineRef)(nil)
+	_ gateway.ChangeNotifier = (*engineRef)(nil)
 )
 
 func newEngineRef() *engineRef { return &engineRef{ready: make(chan struct{})} }
@@ -61,6 +63,22 @@ func (r *engineRef) Rev() string {
 	default:
 	}
 	return ""
+}
+
+// Changed is closed when the policy changes, so the gateway re-decides the
+// connections it holds open: before the engine is set, when it is set; then
+// on each reload or bundle activation of the engine. A failed compile never
+// changes (every decision is the fail-closed deny already).
+func (r *engineRef) Changed() <-chan struct{} {
+	select {
+	case <-r.ready:
+		if r.e != nil {
+			return r.e.Changed()
+		}
+		return nil
+	default:
+		return r.ready
+	}
 }
 
 func policyError(err error) policy.Decision {

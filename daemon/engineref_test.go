@@ -51,3 +51,39 @@ func TestEngineRefFailsClosed(t *testing.T) {
 		}
 	})
 }
+
+// TestEngineRefChanged: the gateway re-decides open connections when Changed
+// closes: when the engine is set, then on each of the engine's own swaps; a
+// failed compile never announces one.
+func TestEngineRefChanged(t *testing.T) {
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	r := newEngineRef()
+	before := r.Changed()
+	if closed(before) {
+		t.Fatal("closed before the engine was set")
+	}
+	e, err := policy.New(policy.Config{AllowHosts: []string{"example.test"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	r.set(e)
+	if !closed(before) {
+		t.Fatal("not closed when the engine was set")
+	}
+	if got, want := r.Changed(), e.Changed(); got != want {
+		t.Fatalf("after set: got %v, want the engine's channel %v", got, want)
+	}
+	failed := newEngineRef()
+	failed.set(nil)
+	if ch := failed.Changed(); closed(ch) {
+		t.Fatal("a failed compile announced a change")
+	}
+}

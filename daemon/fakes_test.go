@@ -384,12 +384,19 @@ func newFakeNetwork() *fakeNetwork {
 }
 
 type fakePooledNet struct {
-	n    *fakeNetwork
-	path string
-	used atomic.Bool
+	n      *fakeNetwork
+	path   string
+	used   atomic.Bool
+	broken atomic.Bool // as if removed from outside: Check fails
 }
 
 func (p *fakePooledNet) Path() string { return p.path }
+func (p *fakePooledNet) Check() error {
+	if p.broken.Load() {
+		return errors.New("fake: pooled namespace removed")
+	}
+	return nil
+}
 func (p *fakePooledNet) Discard() error {
 	p.n.mu.Lock()
 	p.n.discarded++

@@ -66,6 +66,12 @@ func newFakeWorld(t *testing.T, edit ...func(*config.Config)) *fakeWorld {
 	d.exe, d.net = w.exe, w.net
 	d.pool = newWarmPool(max(cfg.Sandbox.PoolSize, 0), d.net, d.exe, d.prepareSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
+	d.metrics.reg.MustRegister(poolBrokenMetric(d.pool.broken.Load))
+	caps, err := deriveConnCaps(cfg.API, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.conns = newAPIConns(caps, d.log, d.metrics.reg)
 	w.d = d
 	w.handler = d.Handler()
 	// A server without ConnContext: its callers are unknown.

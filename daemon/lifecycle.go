@@ -8,13 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/secrets"
 )
 
@@ -49,19 +52,20 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 		return nil, e
 	}
 	sc := d.cfg.Sandbox
-	if e := d.reg.reserve(c.uid, sc.MaxSandboxes, sc.MaxSandboxesPerOwner, c.root()); e != nil {
+	bk := bookingOf(p.limits)
+	if e := d.reg.reserve(c.uid, sc.MaxSandboxes, sc.MaxSandboxesPerOwner, c.root(), bk, d.callerCeiling()); e != nil {
 		return nil, e
 	}
 	added := false
 	defer func() {
 		if !added {
-			d.reg.unreserve(c.uid)
+			d.reg.unreserve(c.uid, bk)
 		}
 	}()
 	var ws *os.File
 	if p.workspace != "" {
 		var e *api.Error
-		if ws, e = openWorkspace(p.workspace, c); e != nil {
+		if ws, e = openWorkspace(p.workspace, c, d.hiddenNamed); e != nil {
 			return nil, e
 		}
 		defer ws.Close()
@@ -96,6 +100,9 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 		if errors.Is(err, context.Canceled) {
 			return nil, apiErr(api.CodeUnavailable, "", "create sandbox: %v", err)
 		}
+		if e := refusedLimit(err); e != nil {
+			return nil, e
+		}
 		return nil, apiErr(api.CodeInternal, "", "create sandbox: %v", err)
 	}
 	sb.box, sb.workDir = b, b.WorkDir()
@@ -105,6 +112,34 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 	sb.armTimers(func(reason string) { d.endSandbox(sb, reason) })
 	go d.monitor(sb)
 	return sb, nil
+}
+
+// refusedLimit is the 400 naming the limit the kernel refused to write
+// into the sandbox's cgroup, or nil for any other error.
+func refusedLimit(err error) *api.Error {
+	var le *sandboxd.LimitError
+	if !errors.As(err, &le) {
+		return nil
+	}
+	why := "out of the kernel's range"
+	if errors.Is(le.Err, syscall.EBUSY) {
+		why = "below what the sandbox's init already uses"
+	}
+	return apiErr(api.CodeInvalidField, "limits."+le.Limit, "limits.%s: the kernel refused %s for %s: %s", le.Limit, le.Value, filepath.Base(le.File), why)
+}
+
+// callerCeiling is api.caller_limits with its defaults: memory the host's,
+// pids a quarter of pid_max, cpus none.
+func (d *Daemon) callerCeiling() booking {
+	cl := d.cfg.API.CallerLimits
+	c := booking{memory: int64(cl.Memory), cpus: cl.CPUs, pids: cl.Pids}
+	if c.memory == 0 {
+		c.memory = d.host.memory
+	}
+	if c.pids == 0 {
+		c.pids = d.host.pidMax / 4
+	}
+	return c
 }
 
 // build gives sb its namespace and executor sandbox: a pooled pair when one

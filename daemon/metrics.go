@@ -21,6 +21,14 @@ type metrics struct {
 	teardownFailures prometheus.Counter
 }
 
+// poolBrokenMetric counts the ready pool entries a create found broken
+// (init dead, namespace removed or replaced from outside) and dropped.
+func poolBrokenMetric(broken func() int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_pool_broken_total",
+		Help: "Prepared sandboxes of the warm pool found broken when a create took them (init exited, namespace removed or replaced from outside); dropped, the create built its own and the pool refilled."},
+		func() float64 { return float64(broken()) })
+}
+
 func newMetrics(active, poolDepth func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
@@ -58,6 +66,14 @@ func inboundMetric(accepted func() uint64) prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_inbound_connections_accepted_total",
 		Help: "TCP connections from the network that attached namespaces in inbound accept mode let in (refused ones are drop records)."},
 		func() float64 { return float64(accepted()) })
+}
+
+// fdRefusedMetric counts the sandbox connections (gateway, DNS over TCP)
+// refused because the process was out of descriptors (package fdreserve).
+func fdRefusedMetric(refused func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_conns_refused_fd_limit_total",
+		Help: "Sandbox connections to the gateway or the DNS filter refused at accept because the daemon had no descriptor left."},
+		func() float64 { return float64(refused()) })
 }
 
 // execDone counts an exec's end.

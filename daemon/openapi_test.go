@@ -220,7 +220,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ExecRequest": api.ExecRequest{}, "ExecResult": api.ExecResult{}, "Frame": api.Frame{}, "Exec": api.Exec{},
 		"SignalRequest": api.SignalRequest{}, "FilesResult": api.FilesResult{}, "Event": api.Event{},
 		"RunRequest": api.RunRequest{}, "RunResponse": api.RunResponse{}, "AttachRequest": api.AttachRequest{},
-		"Attached": api.Attached{}, "Pod": api.Pod{}, "Inbound": api.Inbound{}, "AttachStatus": api.AttachStatus{}, "PolicyRev": api.PolicyRev{}, "SummaryRow": api.SummaryRow{}, "Health": api.Health{},
+		"Attached": api.Attached{}, "Pod": api.Pod{}, "Inbound": api.Inbound{}, "AttachStatus": api.AttachStatus{}, "PolicyRev": api.PolicyRev{}, "SummaryRow": api.SummaryRow{}, "Health": api.Health{}, "HealthPart": api.HealthPart{},
 		"PolicyBundle": api.PolicyBundle{},
 	}
 	for name, v := range types {
@@ -276,7 +276,7 @@ func TestOpenAPIValidatorCatchesDrift(t *testing.T) {
 	doc := loadOpenAPI(t)
 	rt := roundTripFunc(func(*http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
-			Body: io.NopCloser(strings.NewReader(`{"policy_rev": "x", "sandboxes": [], "pool_depth": "two", "audit": "ok"}`))}, nil
+			Body: io.NopCloser(strings.NewReader(`{"ok": true, "parts": [], "policy_rev": "x", "sandboxes": [], "pool_depth": "two", "audit": "ok"}`))}, nil
 	})
 	rec := &recordingTB{TB: t}
 	c := &http.Client{Transport: &validating{t: rec, next: rt, doc: doc}}

@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/oplog"
@@ -41,6 +43,11 @@ type warmPool struct {
 	mu     sync.Mutex
 	ready  []*pooled
 	closed bool
+	// failure is the last preparation's error, nil once one succeeds
+	// (health's pool part).
+	failure error
+	// broken counts the entries take dropped (airlock_pool_broken_total).
+	broken atomic.Int64
 	kick   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -85,6 +92,10 @@ func (p *warmPool) depth() int {
 }
 
 // take hands out a ready sandbox (nil when none is) and starts a refill.
+// An entry broken while it waited (its init died, its namespace removed or
+// replaced from outside) is dropped, logged and counted (broken), and the
+// next one tried: the create falls back to building its own, and the pool
+// refills in its place.
 func (p *warmPool) take() *pooled {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -92,15 +103,35 @@ func (p *warmPool) take() *pooled {
 		pb := p.ready[0]
 		p.ready = p.ready[1:]
 		p.refill()
-		select {
-		case <-pb.box.Done(): // its init died while it waited
+		if err := pb.check(); err != nil {
+			p.log.Warn("pool: dropped a broken sandbox", oplog.PathKey, pb.net.Path(), oplog.ErrorKey, err)
+			p.broken.Add(1)
 			go pb.discard(p.log)
 			continue
-		default:
 		}
 		return pb
 	}
 	return nil
+}
+
+// check fails when pb can no longer serve a create.
+func (pb *pooled) check() error {
+	select {
+	case <-pb.box.Done():
+		return errors.New("its init exited while it waited")
+	default:
+	}
+	return pb.net.Check()
+}
+
+// problem is why the last preparation failed ("" when it succeeded).
+func (p *warmPool) problem() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failure == nil {
+		return ""
+	}
+	return "preparing a sandbox failed: " + p.failure.Error()
 }
 
 func (p *warmPool) refill() {
@@ -129,6 +160,9 @@ func (p *warmPool) fill() {
 		}
 		for p.depth() < p.size {
 			pb, err := p.make()
+			p.mu.Lock()
+			p.failure = err
+			p.mu.Unlock()
 			if err != nil {
 				p.log.Error("pool: prepare a sandbox", oplog.ErrorKey, err)
 				select {

@@ -2,11 +2,12 @@ package daemon
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,10 +41,15 @@ const (
 type hostBounds struct {
 	memory int64
 	cpus   int
+	pids   int64 // sandboxd.MaxPids: pid_max and RLIMIT_NPROC's bound
+	pidMax int64 // the kernel's pid_max
 }
 
 func readHostBounds() hostBounds {
-	b := hostBounds{cpus: runtime.NumCPU()}
+	b := hostBounds{cpus: runtime.NumCPU(), pids: sandboxd.MaxPids()}
+	if v, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		b.pidMax, _ = strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+	}
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
 		b.memory = int64(si.Totalram) * int64(si.Unit)
@@ -100,13 +106,8 @@ func (d *Daemon) validateCreate(c caller, req *api.CreateSandboxRequest) (*creat
 	if p.shownMode == string(policy.ModeReport) && d.cfg.Policy.Mode != string(policy.ModeReport) && !c.root() {
 		return nil, apiErr(api.CodeForbidden, "mode", "mode: report lets denied requests out; only root may ask for it on a daemon that enforces")
 	}
-	if p.allowList, e = parseAllow(req.Allow); e != nil {
+	if p.allowList, e = parseAllow(req.Allow, c.root()); e != nil {
 		return nil, e
-	}
-	if !c.root() {
-		if e := callerAllowBounded(req.Allow); e != nil {
-			return nil, e
-		}
 	}
 	sc := d.cfg.Sandbox
 	p.maxLifetime = time.Duration(sc.MaxLifetime)
@@ -153,8 +154,12 @@ func (d *Daemon) resolveLimits(l api.Limits) (sandboxd.Limits, api.ResolvedLimit
 		lim.CPUs = l.CPUs
 	}
 	if l.Pids != 0 {
-		if l.Pids < 1 || l.Pids > maxPids {
-			return lim, api.ResolvedLimits{}, apiErr(api.CodeInvalidField, "limits.pids", "limits.pids: %d is not between 1 and %d", l.Pids, maxPids)
+		top := int64(maxPids)
+		if hb.pids > 0 {
+			top = min(top, hb.pids)
+		}
+		if l.Pids < 1 || l.Pids > top {
+			return lim, api.ResolvedLimits{}, apiErr(api.CodeInvalidField, "limits.pids", "limits.pids: %d is not between 1 and %d (the host's bound: kernel.pid_max, RLIMIT_NPROC)", l.Pids, top)
 		}
 		lim.Pids = l.Pids
 	}
@@ -288,51 +293,6 @@ func validateAbsPath(field, p string) *api.Error {
 		}
 	}
 	return nil
-}
-
-// callerAllowBounded refuses, for a caller other than root, a wildcard
-// entry over a whole top-level domain ("*.com", "**.org:*"): a handful of
-// them would open nearly every host, which is turning enforcement off by
-// another name. A wildcard must keep at least two labels ("*.example.com").
-// The entries have already been parsed (parseAllow).
-func callerAllowBounded(allow []string) *api.Error {
-	for i, a := range allow {
-		host := a
-		if h, _, ok := strings.Cut(a, ":"); ok && !strings.HasPrefix(a, "[") {
-			host = h
-		}
-		rest, wild := strings.CutPrefix(host, "**.")
-		if !wild {
-			rest, wild = strings.CutPrefix(host, "*.")
-		}
-		if wild && !strings.Contains(strings.Trim(rest, "."), ".") {
-			return apiErr(api.CodeForbidden, fmt.Sprintf("allow[%d]", i),
-				"allow[%d]: %.80q covers a whole top-level domain; only root may ask for it (name at least two labels, as in *.example.com)", i, a)
-		}
-	}
-	return nil
-}
-
-// parseAllow parses a sandbox's own allow entries with the policy's parser
-// (--allow's spellings); a bad one is refused naming it and its index.
-func parseAllow(allow []string) (*policy.AllowList, *api.Error) {
-	if len(allow) > maxAllow {
-		return nil, apiErr(api.CodeInvalidField, "allow", "allow: %d entries, at most %d", len(allow), maxAllow)
-	}
-	l, err := policy.NewAllowList(allow)
-	if err == nil {
-		return l, nil
-	}
-	// Which one: only on this error path is each entry parsed alone.
-	for i, a := range allow {
-		if _, perr := policy.NewAllowList([]string{a}); perr != nil {
-			if inner := errors.Unwrap(perr); inner != nil {
-				perr = inner
-			}
-			return nil, apiErr(api.CodeInvalidField, fmt.Sprintf("allow[%d]", i), "allow[%d]: %.80q: %v", i, a, perr)
-		}
-	}
-	return nil, apiErr(api.CodeInvalidField, "allow", "allow: %v", err)
 }
 
 // execParams is a validated POST .../exec.

@@ -189,7 +189,7 @@ func TestTopLevelWildcardAllowRefusedForUnprivilegedCaller(t *testing.T) {
 	if n := w.exe.prepared.Load(); n != 0 {
 		t.Fatalf("%d sandboxes prepared for refused allow entries, want 0", n)
 	}
-	if sb := a.create(t, `{"allow": ["*.example.com", "**.example.org:*", "api.example.net:8443"]}`); len(sb.Allow) != 3 {
+	if sb := a.create(t, `{"allow": ["*.example.com", "**.api.example.org:*", "api.example.net:8443"]}`); len(sb.Allow) != 3 {
 		t.Fatalf("alice's bounded wildcards: got allow %v", sb.Allow)
 	}
 	if sb := root.create(t, `{"allow": ["*.com"]}`); len(sb.Allow) != 1 {

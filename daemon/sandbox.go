@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/sandboxd"
 )
 
 // Why a sandbox ended (api.Sandbox.EndReason and the reason of its audit
@@ -279,8 +281,9 @@ func (s *sandbox) notify(v api.Sandbox) {
 type registry struct {
 	mu       sync.Mutex
 	byID     map[string]*sandbox
-	pending  int         // creates under way
-	perOwner map[int]int // live and pending, by owner
+	pending  int             // creates under way
+	perOwner map[int]int     // live and pending, by owner
+	booked   map[int]booking // their limits summed, by owner
 	// tearing holds the ids of ended sandboxes whose teardown (namespace,
 	// cgroup, uid) still runs: an id is never reused before it is done.
 	tearing  map[string]struct{}
@@ -288,31 +291,71 @@ type registry struct {
 }
 
 func newRegistry() *registry {
-	return &registry{byID: map[string]*sandbox{}, perOwner: map[int]int{}, tearing: map[string]struct{}{}}
+	return &registry{byID: map[string]*sandbox{}, perOwner: map[int]int{}, booked: map[int]booking{}, tearing: map[string]struct{}{}}
 }
 
-// reserve counts a create under way against the limits, or says which one
-// it is over.
-func (r *registry) reserve(owner, maxAll, maxOwner int, root bool) *api.Error {
+// booking is what sandboxes book of the host: their limits, summed.
+type booking struct {
+	memory int64
+	cpus   float64
+	pids   int64
+}
+
+func (b booking) plus(o booking) booking {
+	return booking{memory: b.memory + o.memory, cpus: b.cpus + o.cpus, pids: b.pids + o.pids}
+}
+
+func bookingOf(l sandboxd.Limits) booking {
+	return booking{memory: l.Memory, cpus: l.CPUs, pids: l.Pids}
+}
+
+// reserve counts a create under way, booking b, against the limits, or
+// says which one it is over. ceiling bounds what one owner other than root
+// books together (a zero field: none).
+func (r *registry) reserve(owner, maxAll, maxOwner int, root bool, b, ceiling booking) *api.Error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.byID)+r.pending >= maxAll {
 		return apiErr(api.CodeLimit, "", "the daemon holds %d sandboxes, sandbox.max_sandboxes is %d", len(r.byID)+r.pending, maxAll)
 	}
-	if !root && r.perOwner[owner] >= maxOwner {
-		return apiErr(api.CodeLimit, "", "uid %d holds %d sandboxes, sandbox.max_sandboxes_per_owner is %d", owner, r.perOwner[owner], maxOwner)
+	if !root {
+		if r.perOwner[owner] >= maxOwner {
+			return apiErr(api.CodeLimit, "", "uid %d holds %d sandboxes, sandbox.max_sandboxes_per_owner is %d", owner, r.perOwner[owner], maxOwner)
+		}
+		if e := overCeiling(owner, r.booked[owner], b, ceiling); e != nil {
+			return e
+		}
 	}
 	r.pending++
 	r.perOwner[owner]++
+	r.booked[owner] = r.booked[owner].plus(b)
+	return nil
+}
+
+// overCeiling names the first limit of b that takes what owner has booked
+// past ceiling.
+func overCeiling(owner int, have, b, ceiling booking) *api.Error {
+	sum := have.plus(b)
+	switch {
+	case ceiling.memory > 0 && sum.memory > ceiling.memory:
+		return apiErr(api.CodeLimit, "limits.memory", "limits.memory: uid %d's sandboxes book %s together; with this one's %s that is over api.caller_limits.memory (%s)",
+			owner, config.Size(have.memory), config.Size(b.memory), config.Size(ceiling.memory))
+	case ceiling.cpus > 0 && sum.cpus > ceiling.cpus+1e-9:
+		return apiErr(api.CodeLimit, "limits.cpus", "limits.cpus: uid %d's sandboxes book %g CPUs together; with this one's %g that is over api.caller_limits.cpus (%g)",
+			owner, have.cpus, b.cpus, ceiling.cpus)
+	case ceiling.pids > 0 && sum.pids > ceiling.pids:
+		return apiErr(api.CodeLimit, "limits.pids", "limits.pids: uid %d's sandboxes book %d tasks together; with this one's %d that is over api.caller_limits.pids (%d)",
+			owner, have.pids, b.pids, ceiling.pids)
+	}
 	return nil
 }
 
 // unreserve gives back a reservation whose create failed.
-func (r *registry) unreserve(owner int) {
+func (r *registry) unreserve(owner int, b booking) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pending--
-	r.dropOwner(owner)
+	r.dropOwner(owner, b)
 }
 
 // add turns a reservation into a live sandbox.
@@ -328,7 +371,7 @@ func (r *registry) remove(s *sandbox) {
 	defer r.mu.Unlock()
 	if r.byID[s.id] == s {
 		delete(r.byID, s.id)
-		r.dropOwner(s.owner)
+		r.dropOwner(s.owner, bookingOf(s.params.limits))
 	}
 }
 
@@ -361,9 +404,11 @@ func (r *registry) taken(id string) bool {
 	return live || tearing
 }
 
-func (r *registry) dropOwner(owner int) {
+func (r *registry) dropOwner(owner int, b booking) {
+	r.booked[owner] = r.booked[owner].plus(booking{memory: -b.memory, cpus: -b.cpus, pids: -b.pids})
 	if r.perOwner[owner]--; r.perOwner[owner] <= 0 {
 		delete(r.perOwner, owner)
+		delete(r.booked, owner)
 	}
 }
 

@@ -61,6 +61,9 @@ type network interface {
 // pooledNet is a namespace TakePooled handed out.
 type pooledNet interface {
 	Path() string
+	// Check fails when the namespace was removed or replaced from outside
+	// since it was taken (the pool drops such an entry).
+	Check() error
 	Discard() error
 }
 

@@ -58,51 +58,64 @@ func newDialer(res Resolver, guard *ipguard.Guard, dial func(ctx context.Context
 func (d *dialer) dialHost(ctx context.Context, sandboxID, host string, port int) (net.Conn, dialed, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	if d.parent == nil {
-		c, ip, err := d.dialDirect(ctx, sandboxID, host, port)
-		return c, dialed{ip: ip}, err
+	t, err := d.plan(ctx, sandboxID, host, port)
+	if err != nil {
+		return nil, t.at, err
 	}
-	if err := d.parent.refuseAsOrigin(host); err != nil {
-		return nil, dialed{}, err
-	}
-	if d.parent.noProxy.match(host) {
-		c, ip, err := d.dialDirect(ctx, sandboxID, host, port)
-		return c, dialed{ip: ip}, err
-	}
-	// The origin is not resolved here: the parent resolves the name. An IP
-	// literal is checked with the guard as a direct dial would be.
-	var at dialed
-	if ip, ok := hostname.ParseIP(host); ok {
-		at.ip = ip
-		if err := d.guard.Check(ip); err != nil {
-			return nil, at, deny(ReasonForbiddenAddress, "%s: %v", host, err)
-		}
-	}
-	at.parent = d.parent.hostPort
-	c, err := d.dialParent(ctx, host, port)
-	return c, at, err
+	return d.connect(ctx, t)
 }
 
-// dialDirect resolves host (unless it is an IP literal), checks every
-// candidate address with the guard and dials the first that connects.
-func (d *dialer) dialDirect(ctx context.Context, sandboxID, host string, port int) (net.Conn, netip.Addr, error) {
+// route is a destination resolved and checked but not connected to: what
+// plan found and connect dials. A CONNECT plans before it answers the client
+// and connects only once what the tunnel carries is decided (relayConnect),
+// so a tunnel refused on its content never opens a connection upstream.
+type route struct {
+	host  string
+	port  int
+	addrs []netip.Addr // direct: the checked addresses, in order
+	at    dialed       // the parent, or the origin's address when known
+}
+
+// plan resolves host (unless it is an IP literal or goes through the parent)
+// and checks it with the guard, without connecting. Its error is the one
+// dialHost would return for the same destination; the route is never nil.
+func (d *dialer) plan(ctx context.Context, sandboxID, host string, port int) (*route, error) {
+	t := &route{host: host, port: port}
+	if d.parent != nil && !d.parent.noProxy.match(host) {
+		if err := d.parent.refuseAsOrigin(host); err != nil {
+			return t, err
+		}
+		// The origin is not resolved here: the parent resolves the name. An IP
+		// literal is checked with the guard as a direct dial would be.
+		if ip, ok := hostname.ParseIP(host); ok {
+			t.at.ip = ip
+			if err := d.guard.Check(ip); err != nil {
+				return t, deny(ReasonForbiddenAddress, "%s: %v", host, err)
+			}
+		}
+		t.at.parent = d.parent.hostPort
+		return t, nil
+	}
+	if d.parent != nil {
+		if err := d.parent.refuseAsOrigin(host); err != nil {
+			return t, err
+		}
+	}
 	var addrs []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{ip}
 	} else {
 		addrs, err = d.lookup(ctx, sandboxID, host)
 		if err != nil {
-			return nil, netip.Addr{}, err
+			return t, err
 		}
 		if len(addrs) == 0 {
-			return nil, netip.Addr{}, fail(ReasonResolve, http.StatusBadGateway, fmt.Errorf("resolve %s: no addresses", host))
+			return t, fail(ReasonResolve, http.StatusBadGateway, fmt.Errorf("resolve %s: no addresses", host))
 		}
 	}
 	var (
 		refused    netip.Addr
 		refusedErr error
-		lastErr    error
-		lastIP     netip.Addr
 	)
 	for _, a := range addrs {
 		err := d.guard.Check(a)
@@ -115,22 +128,42 @@ func (d *dialer) dialDirect(ctx context.Context, sandboxID, host string, port in
 			}
 			continue
 		}
-		// Dial the checked address itself, never the name: a second lookup could
-		// answer differently (DNS rebinding).
-		target := netip.AddrPortFrom(a.Unmap(), uint16(port))
+		t.addrs = append(t.addrs, a)
+	}
+	if len(t.addrs) == 0 {
+		t.at.ip = refused
+		return t, deny(ReasonForbiddenAddress, "%s resolves only to refused addresses: %v", host, refusedErr)
+	}
+	return t, nil
+}
+
+// connect dials a planned route: the parent, or the first checked address
+// that connects. Dialing the checked address itself, never the name: a
+// second lookup could answer differently (DNS rebinding).
+func (d *dialer) connect(ctx context.Context, t *route) (net.Conn, dialed, error) {
+	if t.at.parent != "" {
+		c, err := d.dialParent(ctx, t.host, t.port)
+		return c, t.at, err
+	}
+	var (
+		lastErr error
+		lastIP  netip.Addr
+	)
+	for _, a := range t.addrs {
+		target := netip.AddrPortFrom(a.Unmap(), uint16(t.port))
 		c, err := d.dial(ctx, "tcp", target.String())
 		if err == nil {
-			return c, a, nil
+			return c, dialed{ip: a}, nil
 		}
 		lastErr, lastIP = err, a
 	}
 	if lastErr == nil {
-		return nil, refused, deny(ReasonForbiddenAddress, "%s resolves only to refused addresses: %v", host, refusedErr)
+		return nil, dialed{}, fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("dial %s: no checked address", t.host))
 	}
 	if errors.Is(lastErr, context.DeadlineExceeded) || isTimeout(lastErr) {
-		return nil, lastIP, fail(ReasonTimeout, http.StatusGatewayTimeout, fmt.Errorf("dial %s (%s): %w", host, lastIP, lastErr))
+		return nil, dialed{ip: lastIP}, fail(ReasonTimeout, http.StatusGatewayTimeout, fmt.Errorf("dial %s (%s): %w", t.host, lastIP, lastErr))
 	}
-	return nil, lastIP, fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("dial %s (%s): %w", host, lastIP, lastErr))
+	return nil, dialed{ip: lastIP}, fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("dial %s (%s): %w", t.host, lastIP, lastErr))
 }
 
 // lookup resolves host for the sandbox sandboxID: through LookupForSandbox

@@ -15,7 +15,11 @@
 //	refuse: the one place that answers a refusal
 //	finish: the one deferred call that writes the audit record
 //
-// Entry points: New, (*Gateway).ServeSandbox, StopSandbox, Shutdown. It talks
+// A CONNECT's dial only resolves and checks; it connects in relay, once what
+// the tunnel carries is decided, so nothing refused is ever dialed. Tunnels and
+// websockets are re-decided on a policy change (Redecide, redecide.go).
+//
+// Entry points: New, (*Gateway).ServeSandbox, StopSandbox, Shutdown, Redecide. It talks
 // to policy through policy.Decider, to audit through audit.Logger (and
 // audit.Reserver), to DNS through Resolver, SandboxResolver and SandboxNamer,
 // to secrets through Injector. Each stage, the CONNECT content rules, transparent

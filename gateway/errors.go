@@ -28,6 +28,7 @@ const (
 	ReasonParentUnavailable = "parent_proxy_unavailable" // the parent proxy could not be reached or did not answer
 	ReasonParentRefused     = "parent_proxy_refused"     // the parent proxy answered the CONNECT with a non-2xx status
 	ReasonStreamLimit       = "stream_limit"             // per-sandbox HTTP/2 stream cap
+	ReasonPolicyChanged     = "policy_changed"           // an open connection the policy in force no longer allows
 )
 
 // denial is a refusal decided by the gateway or by policy. It is distinct from a

@@ -222,6 +222,7 @@ func (s *httpSession) proxyExchange(rc *reqCtx) (*http.Response, error) {
 		rc.up = up
 		untrack := s.cc.track(up.nc)
 		rc.ws = &wsBody{r: up.br, c: up.nc, untrack: untrack, guard: s.g.streamGuard(rc, true)}
+		s.g.holdOpen(rc) // re-decided on a policy change, as a tunnel is
 		resp.Body = rc.ws
 		return resp, nil
 	}

@@ -56,6 +56,10 @@ type Gateway struct {
 
 	auditBlockedUntil atomic.Int64 // unix nanos; requests refused while in the future
 
+	live     liveSet       // long-lived connections, re-decided on a policy change (redecide.go)
+	quit     chan struct{} // closed by Shutdown: stops watchChanges
+	quitOnce sync.Once
+
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	draining  bool
@@ -108,6 +112,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		rootsUp:   &upstreamRoots{extra: upstreamCA, done: make(chan struct{})},
 		idPrefix:  hex.EncodeToString(prefix[:]) + "-",
 		sandboxes: make(map[string]*sandbox),
+		quit:      make(chan struct{}),
 	}
 	guard := ipguard.New(cfg.AllowCIDRs, cfg.OwnAddrs)
 	g.dialer = newDialer(res, guard, cfg.DialFunc, cfg.DialTimeout)
@@ -130,6 +135,9 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		if g.leaves, err = newLeafCache(ca, cfg.LeafTTL, cfg.LeafCacheSize); err != nil {
 			return nil, err
 		}
+	}
+	if n, ok := dec.(ChangeNotifier); ok {
+		go g.watchChanges(n, g.quit)
 	}
 	return g, nil
 }
@@ -271,6 +279,7 @@ func (s *sandbox) stop() {
 // Shutdown stops accepting, lets requests in flight finish (closing kept-alive
 // connections as they go idle), and when ctx ends closes whatever is left.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.quitOnce.Do(func() { close(g.quit) })
 	g.mu.Lock()
 	g.draining = true
 	sbs := make([]*sandbox, 0, len(g.sandboxes))

@@ -540,6 +540,7 @@ func (s *httpSession) forward(rc *reqCtx) error {
 		uHead, _ := up.br.Peek(up.br.Buffered())
 		s.conn.SetDeadline(time.Time{})
 		rc.tunnel = false
+		g.holdOpen(rc) // re-decided on a policy change, as a tunnel is
 		pipe(rc, s.conn, cHead, up.nc, uHead, g.streamGuard(rc, true))
 		return nil
 	}

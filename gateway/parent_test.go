@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy/policytest"
+	"github.com/airlock-dev/airlock/test/poll"
 	"github.com/airlock-dev/airlock/test/proxytest"
 )
 
@@ -324,16 +326,18 @@ func TestParentProxyFailsClosed(t *testing.T) {
 				p.ln.Close()
 			}
 			p.Status.Store(int64(tt.status))
-			for _, raw := range []string{
-				"GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\n\r\n",
-				"CONNECT plain.example:80 HTTP/1.1\r\n\r\n",
-			} {
-				resp, body := rawRequest(t, h.explicit, raw)
-				if resp.StatusCode != 502 || resp.Header.Get("X-Airlock-Reason") != tt.reason {
-					t.Fatalf("got %d %s %q, want 502 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), body, tt.reason)
+			for _, connect := range []bool{false, true} {
+				var r audit.Record
+				if connect {
+					r = parentConnectFailure(t, h, tt.reason)
+				} else {
+					resp, body := rawRequest(t, h.explicit, "GET http://plain.example/ HTTP/1.1\r\nHost: plain.example\r\n\r\n")
+					if resp.StatusCode != 502 || resp.Header.Get("X-Airlock-Reason") != tt.reason {
+						t.Fatalf("got %d %s %q, want 502 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), body, tt.reason)
+					}
+					id := resp.Header.Get("X-Airlock-Decision")
+					r = h.log.Wait(t, tt.name, func(r audit.Record) bool { return r.ID == id })
 				}
-				id := resp.Header.Get("X-Airlock-Decision")
-				r := h.log.Wait(t, tt.name, func(r audit.Record) bool { return r.ID == id })
 				if got := string(r.Extra["parent_proxy"]); got != strconv.Quote(p.addr) {
 					t.Fatalf("record parent_proxy %s, want %q", got, p.addr)
 				}
@@ -354,6 +358,46 @@ func TestParentProxyFailsClosed(t *testing.T) {
 		}
 	}
 	noCredential(t, h, &logs)
+}
+
+// parentConnectFailure sends a CONNECT and a first request inside it through
+// a failing parent. The parent is asked only once what the tunnel carries is
+// decided (nothing is dialed before the decision that can refuse it), so the
+// CONNECT is answered 200 and the tunnel closes when the parent fails; the
+// decision record carries the failure. It returns that record.
+func parentConnectFailure(t *testing.T, h *harness, reason string) audit.Record {
+	t.Helper()
+	n := len(h.log.Records())
+	c, err := net.Dial("tcp", h.explicit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "CONNECT plain.example:80 HTTP/1.1\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v, want 200", resp, err)
+	}
+	io.WriteString(c, "\x00\x01raw")
+	if rest, _ := io.ReadAll(br); len(rest) != 0 {
+		t.Fatalf("got %q after the 200, want the tunnel closed", rest)
+	}
+	var found *audit.Record
+	poll.Within(audittest.WaitLimit, func() bool {
+		for _, r := range h.log.Records()[n:] {
+			if r.Kind == "connect" && strings.Contains(r.Error, "parent") {
+				found = &r
+				return true
+			}
+		}
+		return false
+	})
+	if found == nil {
+		t.Fatalf("no connect record with the parent's failure (%s): %+v", reason, h.log.Records()[n:])
+	}
+	return *found
 }
 
 // TestParentProxyConfig: bad parent settings are refused by New with an

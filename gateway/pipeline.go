@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -70,6 +71,8 @@ type reqCtx struct {
 	ws       *wsBody // a websocket goproxy relays
 
 	in      policy.Input
+	adm     *admitted              // what a long-lived connection was admitted with (redecide.go)
+	revoked atomic.Pointer[denial] // set by Redecide when it closed the connection
 	dec     policy.Decision
 	decided bool
 	mitm    bool
@@ -78,6 +81,7 @@ type reqCtx struct {
 
 	up    *upstreamConn // HTTP: the upstream connection used
 	upRaw net.Conn      // tunnels: the upstream connection
+	route *route        // CONNECT: the checked destination, connected once the tunnel is decided
 
 	bytesUp, bytesDown int64
 	tunnel             bool // a close record follows the decision record
@@ -216,6 +220,7 @@ func (g *Gateway) decide(rc *reqCtx) error {
 	if err := denialOf(d); err != nil {
 		return err
 	}
+	defer func() { rc.adm = &admitted{opening: rc.in, mitm: rc.mitm} }()
 	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
 		// Passthrough wins over everything that would intercept, placeholders
 		// included (policy.Decision.Passthrough).
@@ -279,6 +284,10 @@ func (g *Gateway) decideCarried(rc *reqCtx, kind policy.Kind) error {
 	first := rc.dec
 	rc.dec = g.ask(rc)
 	rc.carriedDecided = true
+	if rc.adm != nil {
+		carried := *in
+		rc.adm.carried = &carried
+	}
 	if !first.Allowed && first.Err == nil && rc.dec.Err == nil && rc.dec.Mode == policy.ModeReport {
 		// Report mode let the CONNECT through although enforce would have
 		// refused it: the record keeps that, whatever the second decision.
@@ -370,7 +379,34 @@ func (g *Gateway) dial(rc *reqCtx) error {
 			return nil // each inner request dials
 		}
 	}
+	if rc.kind == policy.KindConnect {
+		// Resolve and check now, so the CONNECT's answer says whether the
+		// destination can be reached; connect only once what the tunnel
+		// carries is decided (relayConnect, connectRoute).
+		ctx, cancel := context.WithTimeout(context.Background(), g.dialer.timeout)
+		defer cancel()
+		t, err := g.dialer.plan(ctx, rc.cc.sb.info.ID, rc.host, rc.port)
+		rc.dialedAt(t.at)
+		rc.route = t
+		return err
+	}
 	c, at, err := g.dialer.dialHost(context.Background(), rc.cc.sb.info.ID, rc.host, rc.port)
+	rc.dialedAt(at)
+	if err != nil {
+		return err
+	}
+	rc.upRaw = c
+	return nil
+}
+
+// connectRoute opens the upstream connection of a CONNECT planned by dial,
+// once everything that could refuse the tunnel has allowed it.
+func (g *Gateway) connectRoute(rc *reqCtx) error {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), g.dialer.timeout)
+	defer cancel()
+	c, at, err := g.dialer.connect(ctx, rc.route)
+	rc.dialDur += time.Since(t0)
 	rc.dialedAt(at)
 	if err != nil {
 		return err
@@ -447,6 +483,7 @@ func (g *Gateway) openTunnel(rc *reqCtx) error {
 		return deny(ReasonAuditUnavailable, "audit log refused the record")
 	}
 	rc.opened, rc.res = true, closeRes
+	g.holdOpen(rc)
 	return nil
 }
 
@@ -461,14 +498,16 @@ func (g *Gateway) writeRecord(rc *reqCtx, r *audit.Record) error {
 }
 
 // refuse is the one place that answers a refusal to the client: 403 (or the
-// policy's status, or 502/504 for a failure) with a short body naming the reason
-// id and the decision id, and header X-Airlock-Decision. Where no HTTP answer is
+// policy's status, or 502/504 for a failure) with a reason phrase and a body
+// that explain it (refusalText: what, why, how to allow it, the decision id),
+// and headers X-Airlock-Decision and X-Airlock-Reason. Where no HTTP answer is
 // possible (TLS passthrough, raw TCP, a response already begun) it closes.
 func (g *Gateway) refuse(rc *reqCtx) {
 	status, reason := refusalOf(rc.err)
 	if rc.sess != nil && rc.sess.h2 != nil {
 		// One stream of an HTTP/2 connection: the others go on.
-		rc.sess.h2.refuse(rc, status, reason, refusalBody(status, reason, rc.id))
+		_, body := refusalText(rc, status, reason)
+		rc.sess.h2.refuse(rc, status, reason, body)
 		return
 	}
 	if rc.socks {
@@ -485,7 +524,7 @@ func (g *Gateway) refuse(rc *reqCtx) {
 		return
 	}
 	rc.status = status
-	body := refusalBody(status, reason, rc.id)
+	phrase, body := refusalText(rc, status, reason)
 	if rc.viaProxy {
 		// goproxy writes it through the connection's http.Server.
 		h := http.Header{}
@@ -495,7 +534,7 @@ func (g *Gateway) refuse(rc *reqCtx) {
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 		h.Set("Connection", "close")
 		rc.refusal = &http.Response{
-			StatusCode: status, Status: strconv.Itoa(status) + " " + http.StatusText(status),
+			StatusCode: status, Status: strconv.Itoa(status) + " " + phrase,
 			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Close: true,
 			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body)), Request: rc.req,
 		}
@@ -503,7 +542,7 @@ func (g *Gateway) refuse(rc *reqCtx) {
 		return
 	}
 	bw := rc.sess.bw
-	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
+	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + phrase + "\r\n")
 	bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Airlock-Decision: " + rc.id + "\r\n")
 	bw.WriteString("X-Airlock-Reason: " + reason + "\r\n")
 	bw.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n")
@@ -514,15 +553,14 @@ func (g *Gateway) refuse(rc *reqCtx) {
 	rc.responded = true
 }
 
-// refusalBody is the short text of a refusal: status, reason id, decision id.
-func refusalBody(status int, reason, id string) string {
-	return "airlock: " + http.StatusText(status) + ": " + reason + " (decision " + id + ")\n"
-}
-
 // finish is the one deferred audit call: the decision record (unless a tunnel
 // already wrote it) and, for tunnels, the close record, through the room
 // reserved for it when there is one.
 func (g *Gateway) finish(rc *reqCtx) {
+	g.letGo(rc)
+	if r := rc.revoked.Load(); r != nil {
+		rc.err = r // closed by Redecide: that is why it ended
+	}
 	result := resultOf(rc)
 	g.metrics.decided(rc.kind, result)
 	if rc.upRaw != nil {

@@ -158,11 +158,12 @@ func TestRedTeamConnectTunnelContent(t *testing.T) {
 		port    int
 		bytesIn *atomic.Int64
 		reqs    *atomic.Int64 // nil for raw servers
+		conns   *atomic.Int64 // connections the upstream accepted
 	}
-	tlsT := target{tlsUp.port, &tlsUp.bytesIn, &tlsUp.reqs}
-	plainT := target{plainUp.port, &plainUp.bytesIn, &plainUp.reqs}
-	echoT := target{echo.port, &echo.bytesIn, nil}
-	bannerT := target{banner.port, &banner.bytesIn, nil}
+	tlsT := target{tlsUp.port, &tlsUp.bytesIn, &tlsUp.reqs, &tlsUp.conns}
+	plainT := target{plainUp.port, &plainUp.bytesIn, &plainUp.reqs, &plainUp.conns}
+	echoT := target{echo.port, &echo.bytesIn, nil, &echo.conns}
+	bannerT := target{banner.port, &banner.bytesIn, nil, &banner.conns}
 
 	// Client actions: what the sandbox does after the 200; each returns what
 	// it saw.
@@ -305,6 +306,7 @@ func TestRedTeamConnectTunnelContent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := len(h.log.Records())
 			bytesBefore := tc.to.bytesIn.Load()
+			connsBefore := tc.to.conns.Load()
 			var reqsBefore int64
 			if tc.to.reqs != nil {
 				reqsBefore = tc.to.reqs.Load()
@@ -339,6 +341,16 @@ func TestRedTeamConnectTunnelContent(t *testing.T) {
 			}
 			if tc.upBytes && gotBytes == 0 {
 				t.Fatal("upstream received nothing (the allowed case proves nothing)")
+			}
+			// Decide before dialing: a tunnel refused on what it carries
+			// never opened a connection upstream (it used to be dialed when
+			// the CONNECT was allowed, before its content was seen).
+			gotConns := tc.to.conns.Load() - connsBefore
+			if refused := !strings.HasPrefix(tc.want, "200") && !strings.HasPrefix(tc.want, "echo") && !strings.HasPrefix(tc.want, "got 220"); refused && gotConns != 0 {
+				t.Fatalf("upstream accepted %d connections, want 0", gotConns)
+			}
+			if tc.upBytes && gotConns == 0 {
+				t.Fatal("upstream accepted no connection (the allowed case proves nothing)")
 			}
 			if tc.to.reqs != nil {
 				if got := tc.to.reqs.Load() - reqsBefore; got != tc.upReqs {

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,4 +332,50 @@ func FuzzSOCKSHandshake(f *testing.F) {
 			t.Fatalf("handshake wrote %x, want at most the method selection", out.Bytes())
 		}
 	})
+}
+
+// TestSOCKS5RefusedContentNeverDialed: a SOCKS5 CONNECT allowed by
+// destination whose bytes are then refused (plaintext HTTP naming another
+// host; opaque bytes where raw TCP is not allowed) never opens a connection
+// to the target. Regression: the target used to be dialed when the SOCKS
+// request was allowed, before what the tunnel carried was decided, so it saw
+// a TCP connection (with zero bytes) for every refused tunnel.
+func TestSOCKS5RefusedContentNeverDialed(t *testing.T) {
+	plain := newUpstream(t, nil, nil)
+	raw := newRawUpstream(t, "")
+	h := newHarness(t, tunnelPolicy(), names("pypi.org", "evil.example"), nil)
+	h.allowUpstreams(plain)
+	h.dialer.allow(raw.addr)
+	tests := []struct {
+		name  string
+		port  int
+		send  string
+		conns *atomic.Int64
+	}{
+		{"plaintext HTTP naming another host", plain.port, "GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n", &plain.conns},
+		{"opaque bytes where raw TCP is not allowed", raw.port, "\x00\x01binary", &raw.conns},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := len(h.log.Records())
+			before := tt.conns.Load()
+			c, br, rep := h.socksConnect(t, "pypi.org", tt.port)
+			if rep != socksSucceeded {
+				t.Fatalf("reply: got %x, want %x", rep, socksSucceeded)
+			}
+			io.WriteString(c, tt.send)
+			io.ReadAll(br) // the refusal, then the close
+			recs := settledRecords(t, h.log, n, 1)
+			var denied bool
+			for _, r := range recs {
+				denied = denied || r.Decision == audit.DecisionDeny
+			}
+			if !denied {
+				t.Fatalf("records: got %v, want a denial", recs)
+			}
+			if d := tt.conns.Load() - before; d != 0 {
+				t.Errorf("target connections: got %d, want 0", d)
+			}
+		})
+	}
 }

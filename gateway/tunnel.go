@@ -71,6 +71,9 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 			return err
 		}
 	}
+	if err := g.connectRoute(rc); err != nil {
+		return err
+	}
 	head, _ := s.br.Peek(s.br.Buffered())
 	return g.tunnel(rc, s.conn, head, rc.upRaw)
 }
@@ -78,8 +81,8 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 // connectHTTP serves plaintext HTTP inside an allowed CONNECT: a session
 // pinned to the CONNECT's host and port runs each request through the
 // pipeline as kind http, so every request must name that host and is decided
-// and audited on its own. The connection dialed for the CONNECT carries the
-// first allowed request.
+// and audited on its own. Nothing was dialed for the CONNECT: the first
+// allowed request dials, so a refused one never reaches the upstream.
 func (g *Gateway) connectHTTP(rc *reqCtx) error {
 	if err := g.openTunnel(rc); err != nil {
 		return err
@@ -88,10 +91,6 @@ func (g *Gateway) connectHTTP(rc *reqCtx) error {
 	head, _ := outer.br.Peek(outer.br.Buffered())
 	cnt := &countConn{Conn: outer.conn}
 	s := g.newPinnedSession(rc.cc, cnt, head, rc.host, rc.port)
-	s.up = newUpstreamConn(upstreamKey{sb: rc.cc.sb, host: rc.host, port: rc.port}, rc.upRaw, rc.ip)
-	s.up.parent = rc.parent
-	s.untrack = rc.cc.track(rc.upRaw)
-	rc.upRaw = nil
 	s.loop(policy.KindHTTP)
 	rc.bytesUp, rc.bytesDown = int64(len(head))+cnt.in.Load(), cnt.out.Load()
 	return nil
@@ -100,16 +99,12 @@ func (g *Gateway) connectHTTP(rc *reqCtx) error {
 // connectH2C serves h2c (prior knowledge) inside an allowed CONNECT: every
 // stream must name the CONNECT's host and port and is decided and audited on
 // its own, as connectHTTP does for HTTP/1.1. Upstream it is plain HTTP/1.1
-// (pooled connections; the one dialed for the CONNECT goes to the pool).
+// (pooled connections, dialed by the first allowed stream).
 func (g *Gateway) connectH2C(rc *reqCtx) error {
 	if err := g.openTunnel(rc); err != nil {
 		return err
 	}
 	outer := rc.sess
-	u := newUpstreamConn(upstreamKey{sb: rc.cc.sb, host: rc.host, port: rc.port}, rc.upRaw, rc.ip)
-	u.parent = rc.parent
-	g.pool.put(u)
-	rc.upRaw = nil
 	cnt := &countConn{Conn: &prefixConn{Conn: outer.conn, r: outer.br}}
 	g.serveH2(rc.cc, cnt, h2Target{scheme: "http", host: rc.host, port: rc.port, defaultPort: rc.port})
 	rc.bytesUp, rc.bytesDown = cnt.in.Load(), cnt.out.Load()

@@ -11,8 +11,11 @@
 // integer, octal, hex, shortened dotted forms, bracketed IPv6, IPv4-mapped
 // IPv6) become the canonical netip string, so 2130706433 and 0x7f.1 are both
 // 127.0.0.1. Suffixes precomputes the keys policy matches host lists against.
+// BelowRegistrable and WildcardBounded are the one Public Suffix List rule for
+// how far a wildcard may reach.
 //
-// Entry points: Normalize, SplitHostPort, NormalizePattern, Suffixes.
+// Entry points: Normalize, SplitHostPort, NormalizePattern, Suffixes,
+// WildcardBounded.
 //
 // hostname must never import: any other airlock package.
 package hostname

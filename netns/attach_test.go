@@ -2,6 +2,7 @@ package netns
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os/exec"
 	"strings"
@@ -310,5 +311,53 @@ func TestAttachWithDefaultRoute(t *testing.T) {
 	}
 	if routesAfter, _ := nsExec(t, c.path, 10*time.Second, "ip", "route"); routesAfter != routesBefore {
 		t.Errorf("routes after detach: %q, want %q", routesAfter, routesBefore)
+	}
+}
+
+// TestAttachLoopbackDown pins the bug where attaching a routed namespace
+// (an interface and a default route of its own, as a CNI pod's) whose lo was
+// down (a runtime that had not brought it up yet) failed with "bind: cannot
+// assign requested address", which named neither lo nor the fix. (A namespace
+// without a route gets the island route on lo, and lo up with it.) The error now says lo is down in the namespace the
+// caller gave and how to bring it up, is a LoopbackDownError, and the failed
+// attach leaves no rules; with lo up the same namespace attaches.
+func TestAttachLoopbackDown(t *testing.T) {
+	w := newWorld(t, Config{})
+	name := netnstest.NSName("lo")
+	t.Cleanup(func() { exec.Command("ip", "netns", "delete", name).Run() })
+	run(t, "ip", "netns", "add", name)
+	for _, argv := range [][]string{
+		{"ip", "-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1"},
+		{"ip", "-n", name, "link", "set", "eth1", "up"},
+		{"ip", "-n", name, "addr", "add", "198.18.201.1/30", "dev", "eth0"},
+		{"ip", "-n", name, "link", "set", "eth0", "up"},
+		{"ip", "-n", name, "route", "add", "default", "via", "198.18.201.2"},
+	} {
+		run(t, argv...)
+	}
+	path := "/run/netns/" + name
+	_, save := backendBinaries(w.m.Backend())
+	before, _ := nsExec(t, path, 10*time.Second, save)
+
+	id := netnstest.SandboxID("lodown")
+	_, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, path, Inbound{})
+	var lo *LoopbackDownError
+	if !errors.As(err, &lo) || lo.Namespace != path {
+		t.Fatalf("got %v, want a LoopbackDownError for %s", err, path)
+	}
+	want := "loopback is down in namespace " + path + ": bring it up (ip link set lo up) or let the runtime do it"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("got %q, want it to contain %q", err, want)
+	}
+	if after, _ := nsExec(t, path, 10*time.Second, save); stripComments(after) != stripComments(before) {
+		t.Errorf("rules after the failed attach:\n%s\nwant\n%s", after, before)
+	}
+
+	run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, path, Inbound{}); err != nil {
+		t.Fatalf("attach with lo up: %v", err)
+	}
+	if err := w.m.Detach(context.Background(), id); err != nil {
+		t.Errorf("detach: %v", err)
 	}
 }

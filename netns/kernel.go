@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -246,6 +247,34 @@ func linkNames(ns vnetns.NsHandle) ([]string, error) {
 	return names, nil
 }
 
+// LoopbackDownError: the gateway's listeners could not bind 127.0.0.1 in a
+// namespace because its lo is down (a runtime that has not brought it up yet,
+// or a namespace made by hand with `ip netns add`).
+type LoopbackDownError struct {
+	Namespace string // the path the caller gave
+	Err       error  // the bind error
+}
+
+func (e *LoopbackDownError) Error() string {
+	return fmt.Sprintf("loopback is down in namespace %s: bring it up (ip link set lo up) or let the runtime do it (%v)", e.Namespace, e.Err)
+}
+
+func (e *LoopbackDownError) Unwrap() error { return e.Err }
+
+// listenError names what failed to listen; run inside the namespace, it
+// turns "cannot assign requested address" into a LoopbackDownError when lo
+// is down there.
+func listenError(ns, what string, err error) error {
+	err = fmt.Errorf("%s: %w", what, err)
+	if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return err
+	}
+	if lo, lerr := netlink.LinkByName("lo"); lerr == nil && lo.Attrs().Flags&net.FlagUp == 0 {
+		return &LoopbackDownError{Namespace: ns, Err: err}
+	}
+	return err
+}
+
 // sysctl is one /proc/sys/net setting inside a namespace.
 type sysctl struct {
 	Key   string `json:"key"` // relative to /proc/sys, e.g. net/ipv6/conf/all/disable_ipv6
@@ -350,8 +379,10 @@ func sysctlPath(key string) (string, error) {
 	return filepath.Join("/proc/sys", key), nil
 }
 
-// openListeners opens the gateway's sockets inside ns, plus the NFLOG socket.
-func openListeners(ns vnetns.NsHandle, cfg Config) (Listeners, *nflogConn, error) {
+// openListeners opens the gateway's sockets inside ns, plus the NFLOG socket;
+// name is the namespace as the caller knows it, for the error when its lo is
+// down.
+func openListeners(ns vnetns.NsHandle, name string, cfg Config) (Listeners, *nflogConn, error) {
 	var ls Listeners
 	var nl *nflogConn
 	err := inNS(ns, func() error {
@@ -360,16 +391,16 @@ func openListeners(ns vnetns.NsHandle, cfg Config) (Listeners, *nflogConn, error
 		var err error
 		ctx := context.Background()
 		if ls.Explicit, err = lc.Listen(ctx, "tcp4", addr(cfg.ExplicitPort)); err != nil {
-			return fmt.Errorf("explicit listener: %w", err)
+			return listenError(name, "explicit listener", err)
 		}
 		if ls.Transparent, err = lc.Listen(ctx, "tcp4", addr(cfg.TransparentPort)); err != nil {
-			return fmt.Errorf("transparent listener: %w", err)
+			return listenError(name, "transparent listener", err)
 		}
 		if ls.DNSTCP, err = lc.Listen(ctx, "tcp4", addr(cfg.DNSPort)); err != nil {
-			return fmt.Errorf("dns tcp listener: %w", err)
+			return listenError(name, "dns tcp listener", err)
 		}
 		if ls.DNSUDP, err = lc.ListenPacket(ctx, "udp4", addr(cfg.DNSPort)); err != nil {
-			return fmt.Errorf("dns udp listener: %w", err)
+			return listenError(name, "dns udp listener", err)
 		}
 		if nl, err = openNFLog(uint16(cfg.NFLogGroup)); err != nil {
 			return fmt.Errorf("nflog: %w", err)

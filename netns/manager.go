@@ -156,6 +156,10 @@ func (m *Manager) prepare() error {
 			m.prepErr = err
 			return
 		}
+		if err := writableNetSysctls(); err != nil {
+			m.prepErr = err
+			return
+		}
 		if err := os.MkdirAll(m.cfg.StateDir, 0o700); err != nil {
 			m.prepErr = fmt.Errorf("netns: state_dir %s: %w", m.cfg.StateDir, err)
 		}
@@ -327,7 +331,11 @@ func (m *Manager) serve(s *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", s.Path, err)
 	}
-	ls, nl, err := openListeners(h, m.cfg)
+	name := s.Source // the caller's path for an attached namespace
+	if name == "" {
+		name = s.Path
+	}
+	ls, nl, err := openListeners(h, name, m.cfg)
 	h.Close()
 	if err != nil {
 		return err

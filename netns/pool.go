@@ -135,6 +135,7 @@ func (m *Manager) movePooled(src, dst string) error {
 type Pooled struct {
 	m    *Manager
 	path string
+	id   nsID // the namespace at path when it was taken (Check)
 
 	mu   sync.Mutex
 	used bool // handed to CreateFrom, or discarded
@@ -159,19 +160,11 @@ func (m *Manager) TakePooled(ctx context.Context) (*Pooled, error) {
 	if err := m.prepare(); err != nil {
 		return nil, err
 	}
-	path, ok := m.readyPooled()
-	if !ok {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("netns: take pooled: %w", err)
-		}
-		path = m.poolPath()
-		m.poolNames.Store(path, struct{}{})
-		if err := m.makePooled(path); err != nil {
-			m.poolNames.Delete(path)
-			return nil, fmt.Errorf("netns: take pooled: %w", err)
-		}
+	path, id, err := m.readyOrNew(ctx)
+	if err != nil {
+		return nil, err
 	}
-	p := &Pooled{m: m, path: path}
+	p := &Pooled{m: m, path: path, id: id}
 	m.mu.Lock()
 	closed = m.closed
 	if !closed {
@@ -183,6 +176,55 @@ func (m *Manager) TakePooled(ctx context.Context) (*Pooled, error) {
 		return nil, errors.New("netns: take pooled: manager is closed")
 	}
 	return p, nil
+}
+
+// readyOrNew takes a ready pool namespace, dropping any that was removed
+// from outside while it waited (`ip netns delete` on its name), or makes one
+// now when none is ready.
+func (m *Manager) readyOrNew(ctx context.Context) (string, nsID, error) {
+	for {
+		path, ok := m.readyPooled()
+		if !ok {
+			break
+		}
+		id, err := nsInode(path)
+		if err == nil {
+			return path, id, nil
+		}
+		m.log.Warn("pool: dropped a namespace removed from outside", oplog.PathKey, path, oplog.ErrorKey, err)
+		m.poolNames.Delete(path)
+		unmountRemove(path)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", nsID{}, fmt.Errorf("netns: take pooled: %w", err)
+	}
+	path := m.poolPath()
+	m.poolNames.Store(path, struct{}{})
+	if err := m.makePooled(path); err != nil {
+		m.poolNames.Delete(path)
+		return "", nsID{}, fmt.Errorf("netns: take pooled: %w", err)
+	}
+	id, err := nsInode(path)
+	if err != nil {
+		m.poolNames.Delete(path)
+		unmountRemove(path)
+		return "", nsID{}, fmt.Errorf("netns: take pooled: %w", err)
+	}
+	return path, id, nil
+}
+
+// Check reports whether p's namespace is still where it was taken: an
+// `ip netns delete` of its name, or its bind mount unmounted or replaced
+// from outside, leaves a Pooled that CreateFrom can only fail on.
+func (p *Pooled) Check() error {
+	id, err := nsInode(p.path)
+	if err != nil {
+		return fmt.Errorf("netns: pooled namespace %s is gone: %w", p.path, err)
+	}
+	if id != p.id {
+		return fmt.Errorf("netns: pooled namespace %s was replaced", p.path)
+	}
+	return nil
 }
 
 // use marks p used once; it reports false when it already was.

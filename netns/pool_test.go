@@ -363,3 +363,36 @@ func TestRecoverSparesAnotherManagersPool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPooledRemovedFromOutside pins a ready pool namespace removed with
+// `ip netns delete` while it waited: TakePooled handed its path out and
+// everything built on it failed. Now TakePooled drops it and hands out
+// one that is there, and Check tells a taken namespace that was removed
+// afterwards.
+func TestPooledRemovedFromOutside(t *testing.T) {
+	w := newWorld(t, Config{PoolSize: 1})
+	ctx := context.Background()
+	poll.Until(t, 5*time.Second, "pool filled", func() bool { return poolReady(w.m) == 1 })
+	ready := <-w.m.pool
+	w.m.pool <- ready
+	if out, err := exec.Command("ip", "netns", "delete", filepath.Base(ready)).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns delete: %v: %s", err, out)
+	}
+	p, err := w.m.TakePooled(ctx)
+	if err != nil {
+		t.Fatalf("TakePooled after the ready namespace was removed: %v", err)
+	}
+	defer p.Discard()
+	if p.Path() == ready || !mounted(t, p.Path()) {
+		t.Fatalf("TakePooled handed out %s (removed: %s), want a mounted namespace", p.Path(), ready)
+	}
+	if err := p.Check(); err != nil {
+		t.Fatalf("Check of a namespace that is there: %v", err)
+	}
+	if out, err := exec.Command("ip", "netns", "delete", filepath.Base(p.Path())).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns delete: %v: %s", err, out)
+	}
+	if err := p.Check(); err == nil {
+		t.Fatal("Check of a namespace removed from outside: got nil, want an error")
+	}
+}

@@ -391,7 +391,7 @@ func (s *bundleSource) activate(ctx context.Context, c *bundleContent, fromDisk 
 	}
 	old := e.cur.Load()
 	s.active = c
-	e.cur.Store(snap)
+	e.swap(snap)
 	s.mu.Lock()
 	s.st.Active, s.st.Revision, s.st.PolicyRev, s.st.ETag, s.st.FromDisk = true, c.revision, snap.rev, c.etag, fromDisk
 	s.st.LastActivation = now

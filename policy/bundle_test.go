@@ -113,8 +113,14 @@ func TestBundleActivation(t *testing.T) {
 		t.Fatalf("rev %q, want v1@<16 hex>", e.Rev())
 	}
 	revV1 := e.Rev()
+	changed := e.Changed() // closed by the activation of v2: the gateway re-decides open connections
 	srv.Publish(signedBundle(t, key, "v2", "two.example"))
 	poll(t, e)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("Changed not closed by the activation of v2")
+	}
 	if got := allowedHosts(e, "one.example", "two.example"); got["one.example"] || !got["two.example"] {
 		t.Fatalf("after v2: got %v, want two.example only", got)
 	}

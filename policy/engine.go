@@ -50,14 +50,20 @@ type snapshot struct {
 // Engine is the Rego policy engine behind the Decider seam. It is safe for
 // concurrent use; Reload swaps the snapshot atomically.
 type Engine struct {
-	cfg    Config
-	log    *slog.Logger
-	cur    atomic.Pointer[snapshot]
-	mu     sync.Mutex // serializes Reload and bundle activations
-	stopMu sync.Mutex
-	stop   func()
+	cfg Config
+	log *slog.Logger
+	cur atomic.Pointer[snapshot]
+	// changed is closed, and replaced, each time a new snapshot is swapped
+	// in (Changed).
+	changed atomic.Pointer[chan struct{}]
+	mu      sync.Mutex // serializes Reload and bundle activations
+	stopMu  sync.Mutex
+	stop    func()
 	// bundle is the bundle source when Config.Bundle is set (bundle.go).
 	bundle *bundleSource
+	// reloadErr is the last Reload's failure, nil once one succeeds
+	// (ReloadErr).
+	reloadErr atomic.Pointer[error]
 }
 
 // New builds the engine from cfg: the embedded library, default policy and
@@ -69,6 +75,8 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, log: oplog.For(logger, "policy")}
+	ch := make(chan struct{})
+	e.changed.Store(&ch)
 	if cfg.Bundle != nil {
 		if err := e.startBundle(); err != nil {
 			return nil, err
@@ -95,6 +103,30 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 // has no policy).
 func (e *Engine) Rev() string { return e.cur.Load().rev }
 
+// ReloadErr is the last Reload's failure (a policy file that no longer
+// compiles, on SIGHUP or through the watch): the policy in force is then
+// older than its files. Nil once a Reload succeeds.
+func (e *Engine) ReloadErr() error {
+	if p := e.reloadErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Changed returns a channel closed the next time a new policy revision is
+// swapped in (a reload or a bundle activation). Ask again after it closes.
+// Connections admitted under the old revision are re-decided by whoever
+// watches it (the gateway's Redecide): the decision cache is per revision,
+// so no decision after the swap is served from the old one.
+func (e *Engine) Changed() <-chan struct{} { return *e.changed.Load() }
+
+// swap puts s in force and wakes whoever waits on Changed.
+func (e *Engine) swap(s *snapshot) {
+	e.cur.Store(s)
+	ch := make(chan struct{})
+	close(*e.changed.Swap(&ch))
+}
+
 // Mode returns the global mode.
 func (e *Engine) Mode() Mode { return e.cfg.Mode }
 
@@ -115,12 +147,15 @@ func (e *Engine) Reload(ctx context.Context) error {
 	old := e.cur.Load()
 	if err != nil {
 		e.log.Error("policy reload failed, keeping current policy", oplog.PolicyRevKey, old.rev, oplog.ErrorKey, err)
-		return fmt.Errorf("policy: reload failed, keeping revision %s: %w", old.rev, err)
+		err = fmt.Errorf("policy: reload failed, keeping revision %s: %w", old.rev, err)
+		e.reloadErr.Store(&err)
+		return err
 	}
+	e.reloadErr.Store(nil)
 	if s.rev == old.rev {
 		return nil
 	}
-	e.cur.Store(s)
+	e.swap(s)
 	e.log.Info("policy reloaded", oplog.PolicyRevKey, s.rev, "previous_rev", old.rev, logCached, s.cache != nil)
 	return nil
 }

@@ -601,3 +601,96 @@ func TestPassthroughDecision(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadAnnouncesChange: Changed closes when a new revision is swapped in,
+// never for an unchanged or failed reload, and a decision cached under the
+// old revision is not served after the swap (the gateway re-decides its open
+// connections on Changed and must get the new answer).
+func TestReloadAnnouncesChange(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\nallow if input.destination.host == \"one.example\"\n"})
+	e := newEngine(t, Config{Dir: dir})
+	ctx := context.Background()
+	in := kindIn(KindConnect, "one.example")
+	for range 2 { // the second is served from the cache when it is on
+		if d := e.Decide(ctx, in); !d.Allowed {
+			t.Fatalf("before: got %+v, want allowed", d)
+		}
+	}
+	ch := e.Changed()
+	closed := func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	if err := e.Reload(ctx); err != nil || closed() {
+		t.Fatalf("unchanged reload: got err %v closed %v, want nil and false", err, closed())
+	}
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\nallow if {\n"})
+	if err := e.Reload(ctx); err == nil || closed() {
+		t.Fatalf("failed reload: got err %v closed %v, want an error and false", err, closed())
+	}
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\nallow if input.destination.host == \"two.example\"\n"})
+	if err := e.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !closed() {
+		t.Fatal("Changed not closed after a new revision was swapped in")
+	}
+	if d := e.Decide(ctx, in); d.Allowed {
+		t.Fatalf("after: got %+v, want denied (an answer of the old revision)", d)
+	}
+}
+
+// TestEmptyPolicyDenies: a policy that allows nothing more never turns into
+// "allow everything": no allow hosts and the default presets only, or a user
+// file that adds no rule, denies every other host for every kind in enforce
+// mode (report mode is entered only when
+// asked for; TestModes covers what it records), and a reload to such a
+// policy denies what the old one allowed.
+func TestEmptyPolicyDenies(t *testing.T) {
+	empty := t.TempDir()
+	writeFiles(t, empty, map[string]string{"p.rego": "package airlock.egress\n"})
+	engines := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no allow hosts, default presets", Config{}},
+		{"a user file with no rule", Config{Dir: empty}},
+	}
+	kinds := []Kind{KindHTTP, KindConnect, KindTLS, KindTCP, KindDNS}
+	for _, en := range engines {
+		e := newEngine(t, en.cfg)
+		if e.Mode() != ModeEnforce {
+			t.Fatalf("%s: mode got %s, want %s", en.name, e.Mode(), ModeEnforce)
+		}
+		for _, k := range kinds {
+			for _, host := range []string{"example.com", "evil.example", "127.0.0.1", "169.254.169.254"} { // not in a default preset
+				in := kindIn(k, host)
+				if k == KindHTTP {
+					in = httpIn("GET", host, "/")
+				}
+				if d := e.Decide(context.Background(), in); d.Permit() || d.Allowed || d.Mode != ModeEnforce {
+					t.Errorf("%s: %s %s: got %+v, want an enforced deny", en.name, k, host, d)
+				}
+			}
+		}
+	}
+	// A reload from a policy that allows a host to one that allows nothing.
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n\nallow if input.destination.host == \"one.example\"\n"})
+	e := newEngine(t, Config{Dir: dir})
+	if d := e.Decide(context.Background(), kindIn(KindConnect, "one.example")); !d.Allowed {
+		t.Fatalf("before: got %+v, want allowed", d)
+	}
+	writeFiles(t, dir, map[string]string{"p.rego": "package airlock.egress\n"})
+	if err := e.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.Decide(context.Background(), kindIn(KindConnect, "one.example")); d.Permit() {
+		t.Fatalf("after: got %+v, want denied", d)
+	}
+}

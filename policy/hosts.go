@@ -139,10 +139,13 @@ func presetPort(v any) (int, error) {
 	return p, nil
 }
 
-// normalizeAllow returns the canonical form of an allow entry: a host pattern
-// (host, *.domain, **.domain, IP), optionally followed by :PORT or :* —
-// "pypi.org", "pypi.org:8443", "*.corp.example:*", "[2001:db8::1]:8443". An
-// unbracketed IPv6 literal has no port.
+// NormalizeAllow returns the canonical form of one allow entry, the string
+// NewAllowList stores and policy enforces: a host pattern (host, *.domain,
+// **.domain, IP), optionally followed by :PORT or :* — "pypi.org",
+// "pypi.org:8443", "*.corp.example:*", "[2001:db8::1]:8443". An unbracketed
+// IPv6 literal has no port.
+func NormalizeAllow(s string) (string, error) { return normalizeAllow(s) }
+
 func normalizeAllow(s string) (string, error) {
 	pattern, port, err := splitAllow(s)
 	if err != nil {

@@ -6,7 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Limits and counters of a sandbox's cgroup.
@@ -78,9 +81,42 @@ func (w *limitWriter) unenforced(c, what string) error {
 	return nil
 }
 
+// LimitError is a limit the kernel refused when it was written into the
+// sandbox's cgroup (EINVAL for a value out of its range, EBUSY for a memory
+// limit below what the cgroup already uses): the limit asked for is at
+// fault, not the host. Limit is the Limits field: memory, cpus, pids or io.
+type LimitError struct {
+	Limit string
+	File  string // the cgroup file
+	Value string // what was written
+	Err   error
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("sandboxd: cgroup %s=%s: %v", e.File, e.Value, e.Err)
+}
+
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// limitOf names the Limits field a cgroup file holds.
+func limitOf(file string) string {
+	switch {
+	case strings.HasPrefix(file, "memory."):
+		return "memory"
+	case strings.HasPrefix(file, "cpu."):
+		return "cpus"
+	case strings.HasPrefix(file, "pids."):
+		return "pids"
+	}
+	return "io"
+}
+
 func (w *limitWriter) set(dir, file, v string) error {
 	p := filepath.Join(dir, file)
 	if err := w.cg.m.write(p, v); err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EBUSY) {
+			return &LimitError{Limit: limitOf(file), File: p, Value: v, Err: err}
+		}
 		return fmt.Errorf("sandboxd: cgroup %s=%s: %w", p, v, err)
 	}
 	return nil

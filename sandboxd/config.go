@@ -161,8 +161,8 @@ type Spec struct {
 	// Env is explicit "K=V" entries, added after the allow-listed host variables and
 	// the proxy and CA variables (later entries win).
 	Env []string
-	// Dir is the working directory inside the sandbox. Default: the workspace when
-	// set, else $HOME.
+	// Dir is the working directory inside the sandbox. Default: the workspace
+	// when set, else the empty one (Config.WorkspaceDir; $HOME with a RootFS).
 	Dir string
 	// NetNS is the network namespace to join (a /run/netns path or /proc/PID/ns/net).
 	// Empty gives a fresh namespace with only lo.

@@ -593,7 +593,10 @@ func setupProc() error {
 }
 
 // maskPath hides p: a directory gets an empty read-only tmpfs, anything else
-// /dev/null bound read-only. A path that does not exist needs no mask.
+// /dev/null bound read-only. A path that does not exist needs no mask. The
+// empty directory may be listed (mode 0555): a tool that walks a workspace
+// holding a hidden directory (pytest, git, find) sees it empty instead of
+// failing on EACCES; it shows nothing either way.
 func maskPath(p string) error {
 	st, err := os.Stat(p)
 	if err != nil {
@@ -603,7 +606,7 @@ func maskPath(p string) error {
 		return err
 	}
 	if st.IsDir() {
-		return unix.Mount("airlock-mask", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=1,mode=000")
+		return unix.Mount("airlock-mask", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=1,mode=555")
 	}
 	if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
 		return err

@@ -35,7 +35,7 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 	}
 	sb, err := e.Create(ctx,
 		PrepareSpec{NetNS: spec.NetNS, CABundle: spec.CABundle, TrustDir: spec.TrustDir, Hidden: spec.Hidden, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
-			rootFS: spec.RootFS, noWorkspace: true},
+			rootFS: spec.RootFS, noWorkspace: spec.Workspace != "" || spec.RootFS != ""},
 		StartSpec{ID: spec.ID, Limits: lim, Workspace: spec.Workspace, WorkspaceTarget: spec.WorkspaceTarget, Env: spec.Env,
 			Proxy: spec.Proxy, NoProxy: spec.NoProxy})
 	if err != nil {
@@ -60,13 +60,15 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 		runErr = treeErr // a process left in the cgroup is an error, never a result
 	}
 	e.auditEnd(id, res, runErr)
+	// A command that could not be executed is the command's outcome (127 or
+	// 126, its stderr says why), not a failure of the sandbox.
+	var ee *ExecError
 	lvl := slog.LevelInfo
-	if runErr != nil {
+	if runErr != nil && !errors.As(runErr, &ee) {
 		lvl = slog.LevelError
 	}
 	lg.Log(ctx, lvl, "sandbox finished", "exit", res.ExitStatus(), "timed_out", res.TimedOut,
 		"oom", res.OOMKilled, "wall", res.Wall, oplog.ErrorKey, runErr)
-	var ee *ExecError
 	if runErr != nil && !errors.As(runErr, &ee) && !errors.Is(runErr, context.Canceled) && !errors.Is(runErr, context.DeadlineExceeded) {
 		return nil, runErr
 	}
@@ -77,10 +79,7 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 func (e *Executor) runOnce(ctx context.Context, t0 time.Time, sb *Sandbox, spec *Spec, lim Limits, res *Result, lg *slog.Logger) error {
 	dir := spec.Dir
 	if dir == "" {
-		dir = e.cfg.Home
-		if spec.Workspace != "" {
-			dir = sb.WorkDir()
-		}
+		dir = sb.WorkDir() // the bound workspace, or the empty one
 	}
 	p, err := sb.exec(ctx, ExecSpec{Argv: spec.Argv, Dir: dir, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
 		Timeout: lim.Timeout, OutputCap: lim.OutputCap}, execOptions{onExit: sb.killInit})

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/oplog"
 )
@@ -38,6 +42,9 @@ type Sandbox struct {
 	// early is Create's workspace tree, made while init starts (nil: none).
 	early     chan earlyWorkspace
 	earlyUsed bool
+	// initKilled: we killed init (the sandbox is ending), so its exit is
+	// expected, not a lost sandbox. Under mu.
+	initKilled bool
 
 	ch      *channel
 	init    *os.Process
@@ -127,7 +134,8 @@ type PrepareSpec struct {
 
 	// rootFS replaces the host root (Run's Spec.RootFS).
 	rootFS string
-	// noWorkspace leaves out the empty workspace (Run, as before it).
+	// noWorkspace leaves out the empty workspace (Run, when it binds one or
+	// has a root of its own, which may lack the mount point).
 	noWorkspace bool
 }
 
@@ -407,6 +415,24 @@ func (s *Sandbox) nproc(lim Limits) int64 {
 	return lim.Pids
 }
 
+// MaxPids is the largest Limits.Pids this host can give a sandbox: the
+// kernel's pid_max (no more tasks can exist at all), and what keeps nproc's
+// RLIMIT_NPROC (its larger, v1 form) within the hard limit this process
+// passes on: a job cannot raise its own.
+func MaxPids() int64 {
+	bound := int64(math.MaxInt64)
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+			bound = n
+		}
+	}
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NPROC, &rl) == nil && rl.Max != unix.RLIM_INFINITY && rl.Max < math.MaxInt64 {
+		bound = min(bound, (int64(rl.Max)-64)/2-initPidsOverhead)
+	}
+	return max(bound, 1)
+}
+
 // applyLimits writes lim into the cgroup.
 func (s *Sandbox) applyLimits(lim Limits) error {
 	warns, err := s.slot.cg.apply(lim)
@@ -620,6 +646,9 @@ func (s *Sandbox) killAll() {
 // killInit kills init, and with it its PID namespace: every process of the
 // sandbox.
 func (s *Sandbox) killInit() {
+	s.mu.Lock()
+	s.initKilled = true
+	s.mu.Unlock()
 	if s.init != nil {
 		_ = s.init.Kill() // a pidfd: never another process
 	}
@@ -730,7 +759,7 @@ func (s *Sandbox) readLoop() {
 // initExited records why the channel ended: destroyed, or init died.
 func (s *Sandbox) initExited() {
 	s.mu.Lock()
-	destroyed := s.state == stateDestroyed
+	destroyed := s.state == stateDestroyed || s.initKilled
 	s.mu.Unlock()
 	if destroyed {
 		s.fail(fmt.Errorf("%w: destroyed", ErrSandboxGone))

@@ -167,10 +167,8 @@ func buildEntry(cacheDir, dir string, certs []bundleCert) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trust cache: %w", err)
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("trust cache: %w", err)
-	}
+	// Held before anything else is done to it: another process's evictor
+	// removes every directory nobody holds, a fresh one included.
 	lock, err := holdEntry(tmp)
 	if err != nil {
 		// An evictor may have taken it before the lock: build again.
@@ -184,6 +182,9 @@ func buildEntry(cacheDir, dir string, certs []bundleCert) (*os.File, error) {
 		lock.Close()
 		os.RemoveAll(tmp)
 		return nil, err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fail(fmt.Errorf("trust cache: %w", err))
 	}
 	if err := writeTrustTree(tmp, certs, sibling(cacheDir, filepath.Base(dir))); err != nil {
 		return fail(err)

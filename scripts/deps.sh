@@ -40,6 +40,13 @@ have chromium || need+=(chromium)
 # their rootfs built from the static busybox (the dynamic busybox package
 # provides /bin/busybox too, and cannot run in a rootfs without libraries).
 have runc || need+=(runc)
+# The image test (test/e2e TestRootImageServeAttach) unpacks the OCI layout
+# test/ociimage writes with Debian's umoci, a reader independent of ours; the
+# layout takes iptables' files from the host's package.
+have umoci || need+=(umoci)
+# The podman e2e test (TestRootPodmanCNI) runs airlock-cni under Debian's
+# podman with its CNI backend, which invokes the chain itself.
+have podman || need+=(podman)
 dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -182,6 +182,10 @@ func (s *Server) runExec(r *http.Request, x *execState, p execPlan, fw *frameWri
 		if stdinW != nil {
 			stdinW.Close()
 		}
+		// As the daemon: started, then its init says why on the command's
+		// stderr, as a shell would, then the exit.
+		fw.write(api.Frame{Type: api.FrameStarted, ExecID: x.ExecID})
+		fw.write(api.Frame{Type: api.FrameStderr, Data: base64.StdEncoding.EncodeToString([]byte("airlock: " + err.Error() + "\n"))})
 		return s.finish(x, notStarted(x.ExecID, err, start))
 	}
 	fw.write(api.Frame{Type: api.FrameStarted, ExecID: x.ExecID, PID: x.PID})

@@ -37,6 +37,7 @@ type Server struct {
 	created   []api.CreateSandboxRequest
 	attached  map[string]api.AttachRequest
 	problems  map[string]string // attached id -> what its check reports
+	failing   []api.HealthPart  // parts health reports failing (SetFailing)
 	wg        sync.WaitGroup    // execs' processes
 }
 
@@ -318,7 +319,25 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	}
 	s.mu.Unlock()
 	sort.Strings(ids)
-	writeJSON(w, 200, api.Health{PolicyRev: "fake", Sandboxes: ids, Audit: "ok"})
+	s.mu.Lock()
+	failing := s.failing
+	s.mu.Unlock()
+	h := api.Health{OK: len(failing) == 0, PolicyRev: "fake", Sandboxes: ids, Audit: "ok",
+		Parts: []api.HealthPart{{Name: api.HealthPartStateDir, Status: api.HealthOK}}}
+	h.Parts = append(h.Parts, failing...)
+	status := 200
+	if !h.OK {
+		status = 503
+	}
+	writeJSON(w, status, h)
+}
+
+// SetFailing makes health report the part name failing with problem (ok
+// false, 503), as a daemon whose part broke does.
+func (s *Server) SetFailing(name, problem string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing = append(s.failing, api.HealthPart{Name: name, Status: api.HealthFailing, Problem: problem})
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {

@@ -20,8 +20,9 @@ network configuration on stdin; it is not meant to be run by hand.
 
 ADD    attaches a selected pod's namespace (CNI_NETNS) to the node's airlock
        daemon as an island, with the pod's identity, and prints the main
-       plugin's result unchanged; other pods pass through untouched. If the
-       daemon cannot attach it, ADD fails and the pod's interfaces are down.
+       plugin's result unchanged; other pods pass through untouched. If ADD
+       fails for any reason (bad configuration or CNI_ARGS, a daemon that is
+       unreachable, unhealthy or refuses), the pod's interfaces are down.
 DEL    detaches it (nothing to detach is success).
 CHECK  fails unless the pod's rules are still in force.
 

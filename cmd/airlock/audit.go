@@ -34,6 +34,7 @@ func newAuditCmd() *cobra.Command {
 func newAuditVerifyCmd() *cobra.Command {
 	var (
 		pubkeyFile  string
+		requireSigs bool
 		partial     bool
 		rotated     bool
 		maxUnsigned int
@@ -46,8 +47,10 @@ func newAuditVerifyCmd() *cobra.Command {
 and valid JSON, seq rising by one, prev the SHA-256 of the previous line, every
 checkpoint consistent. With --pubkey every checkpoint signature is checked and at
 most --max-unsigned records may follow the last checkpoint, so a rewrite of the
-whole chain by someone without the signing key is caught. Exit 0 when the chain
-is intact, 1 naming FILE:LINE and the reason otherwise.
+whole chain by someone without the signing key is caught. Without --pubkey only
+the chain is checked, and a warning on stderr says the signatures were not;
+--require-signatures makes that an error (exit 2). Exit 0 when the chain is
+intact, 1 naming FILE:LINE and the reason otherwise.
 
 With retention (audit.max_files, audit.max_bytes) the oldest rotated files are
 deleted; the chain then starts past seq 1, which is accepted only where a
@@ -66,6 +69,9 @@ elsewhere: compare the printed "head" and last seq with a copy taken earlier.`,
 			opts := audit.VerifyOptions{Partial: partial, MaxUnsigned: maxUnsigned, Complete: complete}
 			if complete && pubkeyFile == "" {
 				return &exitError{Code: 2, Msg: "--complete needs --pubkey (it checks for a final signed checkpoint)"}
+			}
+			if requireSigs && pubkeyFile == "" {
+				return &exitError{Code: 2, Msg: "--require-signatures: no --pubkey given, so the checkpoint signatures cannot be checked"}
 			}
 			if pubkeyFile != "" {
 				pub, err := readPublicKey(pubkeyFile)
@@ -97,6 +103,9 @@ elsewhere: compare the printed "head" and last seq with a copy taken earlier.`,
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), verifySummary(rep))
+			if !rep.SignaturesChecked && rep.Lines > 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), unsignedWarning)
+			}
 			return nil
 		},
 	}
@@ -105,9 +114,15 @@ elsewhere: compare the printed "head" and last seq with a copy taken earlier.`,
 	f.BoolVar(&partial, "partial", false, "the first file may start mid-chain (older rotated files were removed)")
 	f.BoolVar(&rotated, "rotated", false, "expand each FILE to its rotated siblings (FILE.1, FILE.2, ...) followed by FILE")
 	f.BoolVar(&complete, "complete", false, "with --pubkey, the chain must end in a signed checkpoint (its writer has stopped): catches records cut from the end after the last checkpoint")
+	f.BoolVar(&requireSigs, "require-signatures", false, "exit 2 when the signatures would not be checked (no --pubkey)")
 	f.IntVar(&maxUnsigned, "max-unsigned", audit.DefaultCheckpointEvery, "with --pubkey, most records allowed after the last signed checkpoint (-1: no limit)")
 	return cmd
 }
+
+// unsignedWarning is verify's word on a chain checked without --pubkey.
+const unsignedWarning = "airlock: warning: signatures were NOT checked (no --pubkey): an intact chain shows the records were not edited in place, " +
+	"not that airlock wrote them; anyone can write a new chain. Give --pubkey (airlock audit pubkey --key KEY) to check them, " +
+	"and --require-signatures to make their absence an error."
 
 func verifySummary(rep audit.Report) string {
 	var b strings.Builder

@@ -41,6 +41,13 @@ func auditFixture(t *testing.T, n int) (logPath, keyPath string) {
 
 func runAudit(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	out, _, err := runAuditErr(t, args...)
+	return out, err
+}
+
+// runAuditErr runs `airlock audit ARGS...` and returns stdout and stderr.
+func runAuditErr(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
 	cmd := newAuditCmd()
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
@@ -48,7 +55,41 @@ func runAudit(t *testing.T, args ...string) (string, error) {
 	cmd.SetArgs(args)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	err := cmd.Execute()
-	return out.String(), err
+	return out.String(), errOut.String(), err
+}
+
+// TestAuditVerifyUnsigned: verify without --pubkey says on stderr that the
+// signatures were not checked, and --require-signatures makes that an error
+// (exit 2, nothing verified). With --pubkey neither applies. Regression: the
+// only word of it was a clause inside the summary's parentheses.
+func TestAuditVerifyUnsigned(t *testing.T) {
+	logPath, keyPath := auditFixture(t, 12)
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		out      string // stdout starts with it
+		warn     bool   // the warning on stderr
+		errorMsg string
+	}{
+		{"no pubkey", []string{logPath}, 0, "12 records", true, ""},
+		{"required, no pubkey", []string{"--require-signatures", logPath}, 2, "", false, "--require-signatures: no --pubkey given"},
+		{"required, pubkey", []string{"--require-signatures", "--pubkey", keyPath + ".pub", logPath}, 0, "12 records", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errs, err := runAuditErr(t, append([]string{"verify"}, tt.args...)...)
+			if code := exitCode(err); code != tt.code || !strings.HasPrefix(out, tt.out) {
+				t.Fatalf("got exit %d, %q, %v; want %d, %q", code, out, err, tt.code, tt.out)
+			}
+			if got := strings.Contains(errs, "signatures were NOT checked (no --pubkey)"); got != tt.warn {
+				t.Errorf("warning on stderr: got %v, want %v (%q)", got, tt.warn, errs)
+			}
+			if tt.errorMsg != "" && (err == nil || !strings.Contains(err.Error(), tt.errorMsg)) {
+				t.Errorf("got %v, want %q", err, tt.errorMsg)
+			}
+		})
+	}
 }
 
 func exitCode(err error) int {

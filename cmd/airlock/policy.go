@@ -114,13 +114,29 @@ func newPolicyEvalCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "eval --input FILE",
 		Short: "Evaluate one input document (FILE, or - for stdin) and print the decision",
-		Args:  cobra.NoArgs,
+		Long: `eval evaluates one policy input document (FILE, or - for stdin) and prints the
+decision as JSON, its reasons on stderr.
+
+FILE may instead be one audit record (a line of the audit log): eval then
+rebuilds the input the record stands for, as policy replay does, evaluates it
+and prints it beside the decision. What a record does not keep is absent from
+that input: header and query values, and a daemon sandbox's labels, mode and
+allow list (only its creation record has them).`,
+		Example: `  airlock policy eval --input req.json
+  sed -n 12p /var/log/airlock/audit.jsonl | airlock policy eval --policy ./policies -i -`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			src, err := readInput(cmd.InOrStdin(), input)
 			if err != nil {
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
-			in, err := policy.ParseInput(src)
+			var in *policy.Input
+			fromRecord := isAuditRecord(src)
+			if fromRecord {
+				in, err = recordInput(src)
+			} else {
+				in, err = policy.ParseInput(src)
+			}
 			if err != nil {
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
@@ -134,7 +150,12 @@ func newPolicyEvalCmd() *cobra.Command {
 				policy.Decision
 				Permit bool   `json:"permit"`
 				Error  string `json:"error,omitempty"`
+				// Input is the input rebuilt from an audit record.
+				Input *policy.Input `json:"input,omitempty"`
 			}{Decision: d, Permit: d.Permit()}
+			if fromRecord {
+				doc.Input = in
+			}
 			if d.Err != nil {
 				doc.Error = d.Err.Error()
 			}
@@ -153,7 +174,7 @@ func newPolicyEvalCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&input, "input", "i", "", "input document (JSON), - for stdin")
+	cmd.Flags().StringVarP(&input, "input", "i", "", "input document (JSON) or one audit record, - for stdin")
 	cmd.Flags().StringVar(&dir, "policy", "", "policy directory (default: the embedded default policy)")
 	cmd.Flags().StringVar(&mode, "mode", "", "global mode: enforce (default) or report")
 	cmd.Flags().StringArrayVar(&presets, "preset", nil, "active preset (repeatable; default all, none for none)")

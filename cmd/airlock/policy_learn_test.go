@@ -161,7 +161,8 @@ func TestPolicyReplayJSON(t *testing.T) {
 }
 
 // TestReadmePolicyLearnExample runs the README's suggest/replay/diff example
-// for real, on the fixture log copied as audit.jsonl.
+// for real, on the fixture log copied as audit.jsonl, which stands for the
+// README's log outside the project (/var/tmp/agent.jsonl).
 func TestReadmePolicyLearnExample(t *testing.T) {
 	f, err := os.Open(filepath.Join("..", "..", "README.md"))
 	if err != nil {
@@ -198,6 +199,11 @@ func TestReadmePolicyLearnExample(t *testing.T) {
 			want = exitNewlyAllowed
 		}
 		args := strings.Fields(cmdline)[2:]
+		for i, a := range args {
+			if a == "/var/tmp/agent.jsonl" {
+				args[i] = "audit.jsonl"
+			}
+		}
 		if out, errOut, code := runPolicy(t, "", args...); code != want {
 			t.Fatalf("README %q: got exit %d, want %d\n%s\n%s", l, code, want, out, errOut)
 		}

@@ -105,3 +105,55 @@ func TestPolicyEvalCommand(t *testing.T) {
 		t.Fatalf("bad preset: got exit %d, %s", code, errOut)
 	}
 }
+
+// TestPolicyEvalRecord: eval given one audit record evaluates the input the
+// record stands for (rebuilt as replay rebuilds it) and prints it beside the
+// decision; a record that is no decision, or several, are refused naming
+// why. Regression: a record was refused as "unknown field seq".
+func TestPolicyEvalRecord(t *testing.T) {
+	lines := strings.Split(strings.TrimSpace(readFile(t, filepath.Join("testdata", "learn", "audit.jsonl"))), "\n")
+	get, post, tcp := lines[1], lines[2], lines[10] // GET and POST pypi.org, tcp to db.corp.example
+	exec := `{"seq":40,"ts":"0001-01-01T00:00:00Z","prev":"","id":"x/start","sandbox":"sb-1","kind":"exec","decision":"allow","exec":{"phase":"start","argv":["true"]}}`
+	tests := []struct {
+		name, in string
+		code     int
+		allowed  bool
+		want     string // in stdout (code 0) or stderr
+	}{
+		{"allowed GET", get, 0, true, `"method": "GET"`},
+		{"denied POST", post, 0, false, `"method": "POST"`},
+		{"tcp by name", tcp, 0, false, `"host": "db.corp.example"`},
+		{"not a decision", exec, 2, false, "stands for no policy input: not_a_decision"},
+		{"two records", get + "\n" + post, 2, false, "more than one audit record"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := runPolicy(t, tt.in, "eval", "-i", "-")
+			if code != tt.code {
+				t.Fatalf("got exit %d, want %d\n%s%s", code, tt.code, out, errOut)
+			}
+			if code != 0 {
+				if !strings.Contains(errOut, tt.want) {
+					t.Errorf("got %q, want %q", errOut, tt.want)
+				}
+				return
+			}
+			var d struct {
+				Allowed bool            `json:"allowed"`
+				Input   json.RawMessage `json:"input"`
+			}
+			if err := json.Unmarshal([]byte(out), &d); err != nil || d.Allowed != tt.allowed || !strings.Contains(out, tt.want) {
+				t.Errorf("got allowed %v, %v; want %v and %q in\n%s", d.Allowed, err, tt.allowed, tt.want, out)
+			}
+		})
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

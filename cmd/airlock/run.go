@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/daemon"
+	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/sandboxd"
 )
 
@@ -68,14 +68,25 @@ and --workspace flags go with the request. Flags that configure a gateway of
 its own (--config, --policy, --preset, --secrets, --audit, --id) and
 --no-daemon make run work in-process, which needs root.
 
+COMMAND runs in the current directory: it is bound read-write at the same path
+inside the sandbox and is the command's working directory, so ./agent.sh,
+python3 agent.py and pytest see the project and what they write lands in it.
+--workspace DIR binds DIR instead, --workspace none gives an empty /workspace.
+A directory that is / or root's home, holds the audit log, or lies inside a
+directory kept from sandboxes (the audit log's, the policy directory,
+/etc/airlock, /var/lib/airlock, ...) is refused, naming the file and the fix;
+the secrets file, config, CA key or audit log further down are hidden inside.
+Through a daemon the directory must be yours.
+
 It exits with the command's exit code (124 on timeout, 137 on OOM kill, 128+n on
 signal n) and prints an egress summary to stderr. Its own failures have codes of
 their own, so they are never mistaken for the command's: 2 for a usage or
 configuration error (nothing ran), 125 when the sandbox could not be set up, 126
 or 127 when the command could not be executed.`,
-		Example: `  airlock run -- pip install requests
-  airlock run --allow api.openai.com --memory 1G --timeout 10m -- python agent.py
-  sudo airlock run --no-daemon --policy ./policies --workspace "$PWD" -- npm test`,
+		Example: `  cd my-project && airlock run -- ./agent.sh
+  airlock run --allow api.openai.com --memory 1G --timeout 10m -- python3 agent.py
+  airlock run --workspace none -- pip install requests
+  sudo airlock run --no-daemon --policy ./policies --audit /var/tmp/agent.jsonl -- pytest`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return &exitError{Code: 2, Msg: "run: missing command (airlock run [flags] -- COMMAND [ARG...])"}
@@ -99,7 +110,7 @@ or 127 when the command could not be executed.`,
 	f.IntVar(&o.pids, "pids", 0, "process and thread limit (overrides limits.pids)")
 	f.Var(&o.timeout, "timeout", "wall-clock limit, e.g. 60s (overrides limits.timeout)")
 	f.Var(&o.tmpSize, "tmp-size", "size of each of /tmp and $HOME, e.g. 256M (overrides limits.tmp_size)")
-	f.StringVar(&o.workspace, "workspace", "", "host directory mounted read-write at the same path")
+	f.StringVar(&o.workspace, "workspace", "", "host directory bound read-write at the same path, where COMMAND starts (default: the current directory; none: an empty /workspace)")
 	f.StringArrayVar(&o.env, "env", nil, "KEY=VALUE for the command (repeatable)")
 	f.StringVar(&o.mode, "mode", "", "enforce or report (overrides policy.mode)")
 	f.StringVar(&o.id, "id", "", "sandbox id policy and audit see (default run-<random>)")
@@ -148,7 +159,7 @@ func loadRunConfig(cmd *cobra.Command, o runOptions) (config.Config, error) {
 	if f.Changed("tmp-size") {
 		cfg.Limits.TmpSize = o.tmpSize
 	}
-	if o.workspace != "" {
+	if f.Changed("workspace") {
 		cfg.Sandbox.Workspace = o.workspace
 	}
 	cfg.Sandbox.Env = append(cfg.Sandbox.Env, o.env...)
@@ -162,15 +173,8 @@ func loadRunConfig(cmd *cobra.Command, o runOptions) (config.Config, error) {
 		}
 		cfg.Sandbox.Labels[k] = v
 	}
-	if cfg.Sandbox.Workspace != "" {
-		abs, err := filepath.Abs(cfg.Sandbox.Workspace)
-		if err != nil {
-			return cfg, err
-		}
-		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
-			return cfg, fmt.Errorf("--workspace %s: not a directory", cfg.Sandbox.Workspace)
-		}
-		cfg.Sandbox.Workspace = abs
+	if cfg.Sandbox.Workspace, err = runWorkspace(cfg.Sandbox.Workspace); err != nil {
+		return cfg, err
 	}
 	return cfg, cfg.Validate()
 }
@@ -195,6 +199,48 @@ func invokingUser(uid int, getenv func(string) string) int {
 	return uid
 }
 
+// workspaceNone is --workspace's value for an empty workspace.
+const workspaceNone = "none"
+
+// runWorkspace is the directory run binds for --workspace ws: ws made
+// absolute, the current directory when ws is empty, nothing for "none".
+func runWorkspace(ws string) (string, error) {
+	switch ws {
+	case workspaceNone:
+		return "", nil
+	case "":
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("the current directory (the default workspace): %w; give --workspace DIR, or --workspace none", err)
+		}
+		return wd, nil
+	}
+	return absWorkspace(ws)
+}
+
+// workspaceRefused is run's exit for a workspace daemon.CheckWorkspace
+// refused (exit 2 with the fix), or could not resolve.
+func workspaceRefused(err error) error {
+	var we *daemon.WorkspaceError
+	if errors.As(err, &we) {
+		return &exitError{Code: 2, Msg: fmt.Sprintf("run: %v: %s", we, workspaceFix(we.Field))}
+	}
+	return &exitError{Code: 2, Msg: "run: " + err.Error()}
+}
+
+// workspaceFix is what to do about a refused workspace whose hidden path
+// config field sets ("" for none).
+func workspaceFix(field string) string {
+	flag := map[string]string{"audit.file": "--audit", "secrets.file": "--secrets", "policy.dir": "--policy", "config": "--config"}[field]
+	switch {
+	case flag != "":
+		return fmt.Sprintf("move it (%s PATH, outside the workspace) or run from another directory, or --workspace none", flag)
+	case field != "":
+		return fmt.Sprintf("change %s in the config or run from another directory, or --workspace none", field)
+	}
+	return "run from a project directory, or give --workspace DIR, or --workspace none"
+}
+
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	c, inProcess := chooseDaemon(cmd, o)
 	if c != nil {
@@ -215,10 +261,22 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	// The gateway relays every connection of the command with two
+	// descriptors: give it the hard limit.
+	if _, err := daemon.RaiseNOFILE(); err != nil {
+		logger.Warn("descriptor limit", oplog.ErrorKey, err)
+	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger})
+	opts := daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger}
+	if cfg.Sandbox.Workspace != "" {
+		// Before New, which would create the audit log in a refused workspace.
+		if err := daemon.CheckWorkspace(opts, cfg.Sandbox.Workspace); err != nil {
+			return workspaceRefused(err)
+		}
+	}
+	d, err := daemon.New(ctx, opts)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
@@ -237,8 +295,13 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	})
 	if err != nil {
 		var ee *sandboxd.ExecError
-		if errors.As(err, &ee) {
-			return &exitError{Code: 127, Msg: err.Error()}
+		var we *daemon.WorkspaceError
+		switch {
+		case errors.As(err, &ee):
+			// The command's stderr already says why, as a shell would.
+			return &exitError{Code: ee.Code}
+		case errors.As(err, &we):
+			return workspaceRefused(err)
 		}
 		return &exitError{Code: exitSetupFailed, Msg: err.Error()}
 	}

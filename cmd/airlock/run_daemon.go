@@ -92,7 +92,7 @@ func daemonCreateRequest(cmd *cobra.Command, o runOptions) (api.CreateSandboxReq
 	if err != nil {
 		return api.CreateSandboxRequest{}, err
 	}
-	ws, err := absWorkspace(o.workspace)
+	ws, err := runWorkspace(o.workspace)
 	if err != nil {
 		return api.CreateSandboxRequest{}, err
 	}
@@ -127,6 +127,10 @@ func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []str
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	sb, err := c.CreateSandbox(ctx, req)
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Field == "workspace" {
+		return &exitError{Code: exitUsage, Msg: fmt.Sprintf("run: %s: run from a directory of yours, or give --workspace DIR, or --workspace none", ae.Message)}
+	}
 	if err != nil {
 		return apiFailure(err, exitSetupFailed)
 	}
@@ -160,6 +164,10 @@ func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []str
 	}
 	if !o.quiet {
 		writeDaemonSummary(cmd.ErrOrStderr(), res, final)
+	}
+	if res.Error != "" {
+		// The command's stderr already said why, as a shell would.
+		return &exitError{Code: res.ExitStatus}
 	}
 	return execExit(res)
 }

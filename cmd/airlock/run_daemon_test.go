@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/roottest"
+	"github.com/airlock-dev/airlock/test/servetest"
 )
 
 // mainEnv makes the test binary run the CLI on its arguments instead of the
@@ -25,7 +26,7 @@ const mainEnv = "AIRLOCK_TEST_CLI_MAIN"
 
 func TestMain(m *testing.M) {
 	if sandboxd.IsStage() {
-		sandboxd.InitMain() // the init of a sandbox an in-process run made
+		sandboxd.InitMain() // the executor re-executes this binary as a sandbox's init
 	}
 	if os.Getenv(mainEnv) == "1" {
 		os.Exit(run(os.Args[1:]))
@@ -228,9 +229,15 @@ func userBinary(t *testing.T) string {
 // runAsNobody runs the CLI in bin as uid and gid 65534.
 func runAsNobody(t *testing.T, bin string, args ...string) (string, string, int) {
 	t.Helper()
+	return runAsNobodyIn(t, "/", bin, args...)
+}
+
+// runAsNobodyIn runs the CLI in bin as uid and gid 65534 in directory dir.
+func runAsNobodyIn(t *testing.T, dir, bin string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Env = []string{mainEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/"}
-	cmd.Dir = "/"
+	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -244,6 +251,94 @@ func runAsNobody(t *testing.T, bin string, args ...string) (string, string, int)
 	}
 	t.Fatalf("running %s as nobody: %v", bin, err)
 	return "", "", 0
+}
+
+// TestRootRunViaDaemonWorkspace: through a real daemon, `airlock run` by a
+// user who is not root binds the current directory: ./agent.sh and python3
+// agent.py see the project and write into it as its owner. A directory the
+// caller does not own is refused by the daemon's owner check with one message
+// naming the directory and the fix, and nothing runs; --workspace none runs
+// in an empty /workspace from there.
+func TestRootRunViaDaemonWorkspace(t *testing.T) {
+	roottest.Require(t)
+	bin := userBinary(t)
+	dir, err := os.MkdirTemp("", "alk-rund-") // short: a socket path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock, cfg := filepath.Join(dir, "airlock.sock"), filepath.Join(dir, "airlock.yaml")
+	yaml := "api:\n  group: \"\"\naudit:\n  file: " + filepath.Join(dir, "audit", "audit.jsonl") +
+		"\nmetrics:\n  listen: 127.0.0.1:0\nsandbox:\n  pool_size: -1\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	servetest.StartWith(t, servetest.Options{Env: []string{mainEnv + "=1"}}, bin, cfg, sock, filepath.Join(dir, "run"))
+	if err := os.Chmod(sock, 0o666); err != nil { // as the daemon's group would
+		t.Fatal(err)
+	}
+
+	mine := filepath.Join(dir, "mine")
+	notMine := filepath.Join(dir, "not-mine")
+	for _, d := range []string{mine, notMine} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeProject(t, d)
+	}
+	for _, name := range []string{"", "data.txt", "agent.sh", "agent.py"} {
+		if err := os.Chown(filepath.Join(mine, name), 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name, out string
+		argv      []string
+	}{
+		{"shell script", "sh-out.txt", []string{"./agent.sh"}},
+		{"python", "py-out.txt", []string{"python3", "agent.py"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errs, code := runAsNobodyIn(t, mine, bin, append([]string{"--socket", sock, "run", "--"}, tt.argv...)...)
+			if want := mine + "\nproject-data\n"; code != 0 || out != want {
+				t.Fatalf("got exit %d, stdout %q; want 0, %q\nstderr: %s", code, out, want, errs)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(filepath.Join(mine, tt.out), &st); err != nil || st.Uid != 65534 {
+				t.Errorf("the file the command wrote: %v, owner %d; want it in the project, owned by its owner 65534", err, st.Uid)
+			}
+		})
+	}
+	t.Run("not the caller's", func(t *testing.T) {
+		_, errs, code := runAsNobodyIn(t, notMine, bin, "--socket", sock, "run", "--", "sh", "-c", "echo ran > ran")
+		want := []string{notMine + `" is owned by uid 0; you (uid 65534) may bind only a directory you own`, "--workspace none"}
+		if code != exitUsage {
+			t.Errorf("got exit %d, want %d\n%s", code, exitUsage, errs)
+		}
+		for _, w := range want {
+			if n := strings.Count(errs, w); n != 1 {
+				t.Errorf("%q appears %d times, want once in:\n%s", w, n, errs)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(notMine, "ran")); err == nil {
+			t.Error("the command ran")
+		}
+	})
+	t.Run("workspace none", func(t *testing.T) {
+		out, errs, code := runAsNobodyIn(t, notMine, bin, "--socket", sock, "run", "--workspace", "none", "--", "sh", "-c", "pwd; ls -A")
+		if code != 0 || out != "/workspace\n" {
+			t.Errorf("got exit %d, stdout %q; want 0, %q\nstderr: %s", code, out, "/workspace\n", errs)
+		}
+	})
+	t.Run("command not found", func(t *testing.T) {
+		_, errs, code := runAsNobodyIn(t, mine, bin, "--socket", sock, "run", "--", "./nope.sh")
+		if n := strings.Count(errs, "nope.sh: no such file or directory"); code != 127 || n != 1 {
+			t.Errorf("got exit %d and the error %d times, want 127 and once:\n%s", code, n, errs)
+		}
+	})
 }
 
 // TestDaemonSummaryListsHosts pins what a user trial found: through a daemon,

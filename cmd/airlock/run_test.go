@@ -20,6 +20,14 @@ import (
 // runRunCmd runs `airlock run ARGS...` and returns stderr and the exit code.
 func runRunCmd(t *testing.T, args ...string) (string, int) {
 	t.Helper()
+	_, errs, code := runRunOut(t, args...)
+	return errs, code
+}
+
+// runRunOut runs `airlock run ARGS...` and returns stdout, stderr (with the
+// error main would print) and the exit code.
+func runRunOut(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := newRunCmd()
 	var out, errb bytes.Buffer
 	cmd.SetOut(&out)
@@ -30,14 +38,14 @@ func runRunCmd(t *testing.T, args ...string) (string, int) {
 	cmd.SilenceErrors = true
 	err := cmd.ExecuteContext(context.Background())
 	if err == nil {
-		return errb.String(), 0
+		return out.String(), errb.String(), 0
 	}
 	errb.WriteString(err.Error())
 	var ec exitCoder
 	if errors.As(err, &ec) {
-		return errb.String(), ec.ExitCode()
+		return out.String(), errb.String(), ec.ExitCode()
 	}
-	return errb.String(), 2
+	return out.String(), errb.String(), 2
 }
 
 // TestRunUsageErrors: every bad invocation is exit 2 with a message naming the
@@ -122,6 +130,127 @@ func TestRunBrokenInputsAsRoot(t *testing.T) {
 			}
 		})
 	}
+}
+
+var writeProjectFiles = map[string]string{
+	"data.txt": "project-data\n",
+	"agent.sh": "#!/bin/sh\npwd\ncat data.txt\necho from-sh > sh-out.txt\n",
+	"agent.py": "import os\nprint(os.getcwd())\nprint(open('data.txt').read().strip())\nopen('py-out.txt', 'w').write('from-py')\n",
+}
+
+// writeProject makes a project directory for `airlock run`'s default
+// workspace: agent.sh and agent.py print where they run and the project's
+// data.txt, and each leaves a file of its own in the directory.
+func writeProject(t *testing.T, dir string) {
+	t.Helper()
+	for name, body := range writeProjectFiles {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRootRunInProjectDir: `airlock run` with no --workspace runs the
+// command in the current directory (bound at the same path): ./agent.sh and
+// python3 agent.py find the project's files and what they write lands in it.
+// Regression: run used to start in an empty /workspace, so the README's
+// `./agent.sh` failed with "no such file or directory", printed three times.
+func TestRootRunInProjectDir(t *testing.T) {
+	roottest.Require(t)
+	proj := t.TempDir()
+	writeProject(t, proj)
+	t.Chdir(proj)
+	tests := []struct {
+		name, out string
+		argv      []string
+	}{
+		{"shell script", "sh-out.txt", []string{"./agent.sh"}},
+		{"python", "py-out.txt", []string{"python3", "agent.py"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--audit", filepath.Join(t.TempDir(), "audit.jsonl"), "--"}, tt.argv...)
+			out, errs, code := runRunOut(t, args...)
+			if want := proj + "\nproject-data\n"; code != 0 || out != want {
+				t.Fatalf("got exit %d, stdout %q; want 0, %q\nstderr: %s", code, out, want, errs)
+			}
+			if _, err := os.Stat(filepath.Join(proj, tt.out)); err != nil {
+				t.Errorf("the file the command wrote is not in the project: %v", err)
+			}
+		})
+	}
+}
+
+// TestRootRunWorkspaceNone: --workspace none runs in an empty /workspace;
+// the current directory is neither seen nor written.
+func TestRootRunWorkspaceNone(t *testing.T) {
+	roottest.Require(t)
+	proj := t.TempDir()
+	writeProject(t, proj)
+	t.Chdir(proj)
+	out, errs, code := runRunOut(t, "--workspace", "none", "--audit", filepath.Join(t.TempDir(), "audit.jsonl"), "--",
+		"sh", "-c", "pwd; ls -A; ls "+proj+" 2>/dev/null; touch "+proj+"/none-out.txt 2>/dev/null; true")
+	if want := "/workspace\n"; code != 0 || out != want {
+		t.Fatalf("got exit %d, stdout %q; want 0, %q\nstderr: %s", code, out, want, errs)
+	}
+	if _, err := os.Stat(filepath.Join(proj, "none-out.txt")); err == nil {
+		t.Error("the command wrote into the current directory with --workspace none")
+	}
+}
+
+// TestRootRunWorkspaceRefused: a current directory that holds the audit log
+// (or is /) is refused before anything runs, with one message naming the
+// file and the fix; a command that is not found is reported once.
+// Regression: the refusal was sandboxd's "workspace ... is inside hidden path
+// ..." and an exec failure was printed three times (the command's stderr,
+// an error log line, run's own error).
+func TestRootRunWorkspaceRefused(t *testing.T) {
+	roottest.Require(t)
+	proj := t.TempDir()
+	writeProject(t, proj)
+	marker := filepath.Join(proj, "ran")
+	tests := []struct {
+		name string
+		dir  string
+		args []string
+		code int
+		want []string
+	}{
+		{"holds the audit log", proj, []string{"--audit", filepath.Join(proj, "audit.jsonl")}, 2,
+			[]string{"the workspace " + proj + " holds the audit log " + filepath.Join(proj, "audit.jsonl"), "--audit PATH", "--workspace none"}},
+		{"is /", "/", nil, 2, []string{"the workspace / is the host's root directory", "--workspace none"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Chdir(tt.dir)
+			args := tt.args
+			if len(args) == 0 {
+				args = []string{"--audit", filepath.Join(t.TempDir(), "audit.jsonl")}
+			}
+			_, errs, code := runRunOut(t, append(args, "--", "touch", marker)...)
+			if code != tt.code {
+				t.Errorf("got exit %d, want %d\n%s", code, tt.code, errs)
+			}
+			for _, w := range tt.want {
+				if n := strings.Count(errs, w); n != 1 {
+					t.Errorf("%q appears %d times, want once in:\n%s", w, n, errs)
+				}
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the command ran")
+			}
+			if ents, _ := os.ReadDir(proj); len(ents) != len(writeProjectFiles) {
+				t.Errorf("the refused run left files in the project: %v", ents)
+			}
+		})
+	}
+	t.Run("command not found", func(t *testing.T) {
+		t.Chdir(proj)
+		_, errs, code := runRunOut(t, "--audit", filepath.Join(t.TempDir(), "audit.jsonl"), "--", "./nope.sh")
+		if n := strings.Count(errs, "nope.sh: no such file or directory"); code != 127 || n != 1 {
+			t.Errorf("got exit %d and the error %d times, want 127 and once:\n%s", code, n, errs)
+		}
+	})
 }
 
 // TestRootRunRecordsOwnerAndLabels pins a bug from a user trial: the records

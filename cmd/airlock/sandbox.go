@@ -121,7 +121,7 @@ running, or --max-lifetime.`,
 	f.StringVar(&o.workspace, "workspace", "", "host directory bound read-write at the same path (default: an empty /workspace)")
 	f.StringArrayVar(&o.env, "env", nil, "KEY=VALUE every exec gets (repeatable)")
 	f.StringVar(&o.mode, "mode", "", "enforce or report for this sandbox (default: the daemon's)")
-	f.StringArrayVar(&o.allow, "allow", nil, "allow HOST, HOST:PORT, *.domain or **.domain for this sandbox only (repeatable)")
+	f.StringArrayVar(&o.allow, "allow", nil, "allow HOST, HOST:PORT, *.domain or **.domain for this sandbox only, written as enforced (repeatable; if you are not root, a wildcard must stay inside one registrable domain: *.example.com, **.api.example.com)")
 	f.Var(&o.idleTimeout, "idle-timeout", "remove the sandbox after this long with nothing running (default: the daemon's)")
 	f.Var(&o.maxLifetime, "max-lifetime", "remove the sandbox this long after creation (default: the daemon's)")
 	f.BoolVar(&o.json, "json", false, "print the whole sandbox as JSON instead of its id")

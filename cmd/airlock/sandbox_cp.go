@@ -84,9 +84,22 @@ func runSandboxCp(cmd *cobra.Command, srcArg, dstArg string) error {
 		return apiFailure(err, exitFailed)
 	}
 	if res != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: copied %d entries, %d bytes\n", res.Files, res.Bytes)
+		fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", copiedLine(res.Files, res.Bytes))
 	}
 	return nil
+}
+
+// copiedLine says how much a copy moved: "copied 1 entry, 7 bytes".
+func copiedLine(entries, bytes int64) string {
+	return fmt.Sprintf("copied %s, %s", plural(entries, "entry", "entries"), plural(bytes, "byte", "bytes"))
+}
+
+// plural is n with the noun's singular or plural form.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // sandboxPath makes a relative sandbox path absolute from the sandbox's

@@ -122,8 +122,9 @@ func TestSandboxCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(tarOut, "content") || !strings.HasPrefix(tarOut, "f.txt") {
 		t.Errorf("cp to -: exit %d, %q", code, tarOut)
 	}
-	if _, errs, code := run(tarOut, "sandbox", "cp", "-", id+":/workspace/again"); code != 0 {
-		t.Errorf("cp from -: exit %d: %s", code, errs)
+	// Regression: one entry was reported as "copied 1 entries".
+	if _, errs, code := run(tarOut, "sandbox", "cp", "-", id+":/workspace/again"); code != 0 || !strings.Contains(errs, "copied 1 entry, 7 bytes\n") {
+		t.Errorf("cp from -: exit %d: %q; want copied 1 entry, 7 bytes", code, errs)
 	}
 	if _, err := os.Stat(filepath.Join(srv.Dir(id), "again", "f.txt")); err != nil {
 		t.Errorf("cp from -: %v", err)
@@ -405,5 +406,26 @@ func TestSandboxExecForwardsInterrupt(t *testing.T) {
 	}
 	if c := <-code; c != 5 {
 		t.Errorf("got exit %d, want 5 (the command's)", c)
+	}
+}
+
+// TestCopiedLine: cp's report says entry and entries, byte and bytes, as
+// the count asks. Regression: it said "copied 1 entries".
+func TestCopiedLine(t *testing.T) {
+	tests := []struct {
+		name           string
+		entries, bytes int64
+		want           string
+	}{
+		{"none", 0, 0, "copied 0 entries, 0 bytes"},
+		{"one", 1, 1, "copied 1 entry, 1 byte"},
+		{"two", 2, 4096, "copied 2 entries, 4096 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := copiedLine(tt.entries, tt.bytes); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -37,7 +37,10 @@ GET /v1/openapi.json. Metrics are served on metrics.listen on the host. SIGHUP
 reloads the policy; a failing reload keeps the old one. On SIGINT or SIGTERM
 new sandboxes are refused, running execs get --drain-timeout to finish, then
 every sandbox is killed and removed; attached namespaces are left closed (no
-way out) and re-attached by the next serve with the same --run-dir.
+way out) and re-attached by the next serve with the same --run-dir. The run
+directory is locked for serve's life: a second serve on it exits (2) naming the
+first's pid and touches nothing there. GET /v1/health answers 503 with each
+part's status while one is failing (state dir, audit, policy, bundle, pool).
 
 Every audit record carries audit.node ($NODE_NAME, else the host name). The
 sinks of audit.export ship the log as it grows; a jsonl sink with endpoint -
@@ -71,6 +74,10 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 		return &exitError{Code: 2, Msg: "serve: needs root"}
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// The API's connection caps are derived from the descriptor limit.
+	if _, err := daemon.RaiseNOFILE(); err != nil {
+		logger.Warn("descriptor limit", oplog.ErrorKey, err)
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: cfgPath, RunDir: runDir,
@@ -107,8 +114,7 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	// the drain is over, which kills what they still run.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	api := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ConnContext: daemon.ConnContext, BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	api := d.APIServer(baseCtx)
 	metrics := &http.Server{Handler: d.MetricsHandler(exportReg), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- api.Serve(apiLn) }()

@@ -282,6 +282,10 @@ func TestWildcardOK(t *testing.T) {
 		{"a.b.corp.example", true},               // deep enough
 		{"198.18.0.1", false},                    // an address
 		{"objects.githubusercontent.com", false}, // githubusercontent.com is a public suffix
+		// Every name one label under it is a public suffix (the list's
+		// *.compute-1.amazonaws.com rule), each an EC2 host of its own
+		// owner: suggested before the rule was hostname's.
+		{"compute-1.amazonaws.com", false},
 	} {
 		t.Run(tc.parent, func(t *testing.T) {
 			if got := wildcardOK(tc.parent); got != tc.want {

@@ -10,8 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"golang.org/x/net/publicsuffix"
-
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policies"
@@ -294,18 +292,13 @@ func wildcardGroups(need map[string][]policy.Input, denied []Sample, threshold i
 }
 
 // wildcardOK: "*.parent" may be suggested only when parent is below a
-// registrable domain: not a public suffix (com, co.uk, github.io) and not
-// directly under one (example.com, user.github.io), so a wildcard never spans
-// names of different owners nor all of one owner's names.
+// registrable domain (hostname.BelowRegistrable: not a public suffix such as
+// com, co.uk, github.io, and not directly under one, as example.com and
+// user.github.io are) and the wildcard stays inside it
+// (hostname.WildcardBounded), so a wildcard never spans names of different
+// owners nor all of one owner's names.
 func wildcardOK(parent string) bool {
-	if isIP(parent) {
-		return false
-	}
-	if ps, _ := publicsuffix.PublicSuffix(parent); ps == parent {
-		return false
-	}
-	reg, err := publicsuffix.EffectiveTLDPlusOne(parent)
-	return err == nil && reg != parent
+	return hostname.BelowRegistrable(parent) && hostname.WildcardBounded("*."+parent)
 }
 
 // deniedUnder reports whether a denied input's host is a name one label under

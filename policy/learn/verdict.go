@@ -25,7 +25,7 @@ var outsideReasons = map[string]bool{
 	"too_many_query_params": true, "body_scan_timeout": true,
 	"parent_proxy_unavailable": true, "parent_proxy_refused": true,
 	"socks_no_acceptable_method": true, "socks_command_not_supported": true,
-	"socks_address_type_not_supported": true,
+	"socks_address_type_not_supported": true, "policy_changed": true,
 	// gateway/secrets.go
 	"secret_unavailable": true, "secret_response_refused": true,
 	// dnsfilter

@@ -61,6 +61,10 @@ func TestChecksCatch(t *testing.T) {
 			want: "no jsonl sink on stdout"},
 		{name: "node name not from the downward API", edits: []edit{{"daemonset.yaml", "fieldPath: spec.nodeName", "fieldPath: metadata.name"}},
 			want: "NODE_NAME not from spec.nodeName"},
+		{name: "no iptables lock", edits: []edit{{"daemonset.yaml", "              mountPath: /run/xtables.lock\n", "              mountPath: /run/xtables-lock\n"}},
+			want: "does not mount /run/xtables.lock"},
+		{name: "iptables lock not the node's", edits: []edit{{"daemonset.yaml", "            path: /run/xtables.lock\n", "            path: /var/run/other.lock\n"}},
+			want: "want the node's /run/xtables.lock"},
 		{name: "init container on another image", edits: []edit{{"daemonset.yaml", "        - name: install-cni\n          image: airlock:0.1.0", "        - name: install-cni\n          image: busybox:1"}},
 			want: "runs busybox:1"},
 	}

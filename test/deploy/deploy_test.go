@@ -54,46 +54,57 @@ func TestChartRendersStrictly(t *testing.T) {
 }
 
 func TestStaticManifestsDecodeStrictly(t *testing.T) {
-	o := decodeAll(t, staticFiles(t))
-	if len(o.namespaces) != 1 || o.namespaces[0].Name != releaseNamespace {
-		t.Fatalf("namespace.yaml: got %d namespaces, want exactly %q", len(o.namespaces), releaseNamespace)
+	base := staticFiles(t, deployDir)
+	for _, docs := range [][]manifest{base, append(base, staticFiles(t, filepath.Join(deployDir, monitoringDir))...)} {
+		o := decodeAll(t, docs)
+		if len(o.namespaces) != 1 || o.namespaces[0].Name != releaseNamespace {
+			t.Fatalf("namespace.yaml: got %d namespaces, want exactly %q", len(o.namespaces), releaseNamespace)
+		}
+		checkDeployment(t, o)
 	}
-	checkDeployment(t, o)
 }
 
 // TestStaticMatchesChart: the plain manifests are the chart rendered with its
-// defaults, less the Helm-only lines; -update rewrites them.
+// defaults, less the Helm-only lines, deploy/ holding all but the objects
+// that need the Prometheus Operator, which the monitoring overlay adds;
+// -update rewrites them.
 func TestStaticMatchesChart(t *testing.T) {
 	want := staticFromChart(t)
 	if *update {
 		for name, body := range want {
-			if err := os.WriteFile(filepath.Join(deployDir, name), body, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(deployDir, staticPath(name)), body, 0o644); err != nil {
 				t.Fatalf("%v", err)
 			}
 		}
 	}
-	k := readKustomization(t)
-	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
-		t.Errorf("kustomization.yaml: got %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization", k.APIVersion, k.Kind)
+	wantRes := map[string][]string{deployDir: {"namespace.yaml"}, filepath.Join(deployDir, monitoringDir): nil}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		dir := filepath.Join(deployDir, filepath.Dir(staticPath(name)))
+		wantRes[dir] = append(wantRes[dir], name)
 	}
-	wantRes := append([]string{"namespace.yaml"}, slices.Sorted(maps.Keys(want))...)
-	if !slices.Equal(k.Resources, wantRes) {
-		t.Errorf("kustomization.yaml resources: got %v, want %v", k.Resources, wantRes)
-	}
-	onDisk, _ := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
-	for _, p := range onDisk {
-		if n := filepath.Base(p); n != "kustomization.yaml" && !slices.Contains(k.Resources, n) {
-			t.Errorf("deploy/%s is not a resource of kustomization.yaml", n)
+	for dir, res := range wantRes {
+		k := readKustomization(t, dir)
+		if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
+			t.Errorf("%s/kustomization.yaml: got %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization", dir, k.APIVersion, k.Kind)
+		}
+		if !slices.Equal(k.Resources, res) {
+			t.Errorf("%s/kustomization.yaml resources: got %v, want %v", dir, k.Resources, res)
+		}
+		onDisk, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		for _, p := range onDisk {
+			if n := filepath.Base(p); n != "kustomization.yaml" && !slices.Contains(k.Resources, n) {
+				t.Errorf("%s is not a resource of %s/kustomization.yaml", p, dir)
+			}
 		}
 	}
 	for name, body := range want {
-		got, err := os.ReadFile(filepath.Join(deployDir, name))
+		got, err := os.ReadFile(filepath.Join(deployDir, staticPath(name)))
 		if err != nil {
-			t.Errorf("deploy/%s: %v (go test ./test/deploy -update writes it)", name, err)
+			t.Errorf("deploy/%s: %v (go test ./test/deploy -update writes it)", staticPath(name), err)
 			continue
 		}
 		if !bytes.Equal(got, body) {
-			t.Errorf("deploy/%s differs from the chart rendered with its defaults (edit the chart, then go test ./test/deploy -update):\n got:\n%s\nwant:\n%s", name, got, body)
+			t.Errorf("deploy/%s differs from the chart rendered with its defaults (edit the chart, then go test ./test/deploy -update):\n got:\n%s\nwant:\n%s", staticPath(name), got, body)
 		}
 	}
 }
@@ -113,7 +124,28 @@ func checkDeployment(t reporter, o objects) {
 	checkSecrets(t, o, pod, main, cfg)
 	checkCNI(t, o, pod, cfg)
 	checkSecurity(t, pod)
+	checkXtablesLock(t, pod, main)
 	checkWiring(t, o, main, cfg)
+}
+
+// checkXtablesLock: iptables-legacy takes /run/xtables.lock, which it cannot
+// create on the read-only root; the daemon gets the node's (the lock is the
+// node's other iptables users' too). TestRootImageServeAttach runs the image
+// this way.
+func checkXtablesLock(t reporter, pod *corev1.PodSpec, main *corev1.Container) {
+	t.Helper()
+	const lock = "/run/xtables.lock"
+	for _, m := range main.VolumeMounts {
+		if m.MountPath != lock {
+			continue
+		}
+		_, v := mountFor(t, pod, main, m.Name)
+		if v.HostPath == nil || v.HostPath.Path != lock || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathFileOrCreate || m.ReadOnly {
+			t.Errorf("%s: got volume %s %+v (read-only %v), want the node's %s, FileOrCreate, writable", lock, m.Name, v.VolumeSource, m.ReadOnly, lock)
+		}
+		return
+	}
+	t.Errorf("the airlock container does not mount %s: iptables-legacy fails on the read-only root", lock)
 }
 
 func container(t reporter, cs []corev1.Container, name string) *corev1.Container {
@@ -381,7 +413,7 @@ func checkSecurity(t reporter, pod *corev1.PodSpec) {
 		}
 	}
 	// Every hostPath is one the README explains.
-	want := map[string]bool{"run": true, "log": true, "netns": true, "cgroup": true, "cni-bin": true, "cni-conf": true}
+	want := map[string]bool{"run": true, "log": true, "netns": true, "cgroup": true, "xtables-lock": true, "cni-bin": true, "cni-conf": true}
 	for _, v := range pod.Volumes {
 		if v.HostPath != nil && !want[v.Name] {
 			t.Errorf("volume %s: hostPath %s is not one deploy/README.md explains", v.Name, v.HostPath.Path)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,7 +55,7 @@ func TestDeployReadme(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	var helms, kubectls, airlocks, jsons int
+	var helms, kubectls, airlocks, jsons, images int
 	for _, b := range deployReadme(t) {
 		switch b.lang {
 		case "sh":
@@ -67,10 +68,16 @@ func TestDeployReadme(t *testing.T) {
 					checkHelmLine(t, where, fields)
 				case len(fields) > 0 && fields[0] == "kubectl":
 					kubectls++
-					if strings.Join(fields, " ") != "kubectl apply -k deploy/" {
-						t.Errorf("README.md:%d: %q: only kubectl apply -k deploy/ is checked", where, line)
+					if len(fields) != 4 || strings.Join(fields[:3], " ") != "kubectl apply -k" || (fields[3] != "deploy/" && fields[3] != "deploy/monitoring") {
+						t.Errorf("README.md:%d: %q: only kubectl apply -k deploy/ or deploy/monitoring is checked", where, line)
+						continue
 					}
-					staticFiles(t)
+					if docs := kustomizeBuild(t, fields[3]); len(docs) == 0 {
+						t.Errorf("README.md:%d: %s builds nothing", where, fields[3])
+					}
+				case len(fields) > 0 && slices.Contains([]string{"make", "podman", "docker", "skopeo"}, fields[0]):
+					images++
+					checkImageLine(t, where, line)
 				case len(fields) > 0 && fields[0] == "airlock":
 					airlocks++
 					checkAirlockLine(t, bin, where, fields[1:])
@@ -93,8 +100,36 @@ func TestDeployReadme(t *testing.T) {
 			}
 		}
 	}
-	if helms < 2 || kubectls < 1 || airlocks < 2 || jsons < 1 {
-		t.Fatalf("checked %d helm, %d kubectl, %d airlock lines and %d JSON blocks: the README lost its examples", helms, kubectls, airlocks, jsons)
+	if helms < 2 || kubectls < 2 || airlocks < 2 || jsons < 1 || images < 3 {
+		t.Fatalf("checked %d helm, %d kubectl, %d airlock, %d image lines and %d JSON blocks: the README lost its examples", helms, kubectls, airlocks, images, jsons)
+	}
+}
+
+// checkImageLine checks a line that builds or loads the image: `make image`
+// is a Makefile target with help, an engine's build line is the one the
+// Containerfile's header shows, and a load line is one `make image` prints
+// (with its default IMAGE_DIR and IMAGE_TAG).
+func checkImageLine(t *testing.T, where int, line string) {
+	t.Helper()
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(deployDir, "..", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	var ok bool
+	switch f := strings.Fields(line); f[0] {
+	case "make":
+		ok = len(f) == 2 && strings.Contains(read("Makefile"), "\n"+f[1]+": build ## ")
+	case "podman", "docker":
+		ok = strings.Contains(read("Containerfile"), "\n#   "+line+"\n")
+	case "skopeo":
+		mk := strings.NewReplacer("$(IMAGE_DIR)", "bin/image", "$(IMAGE_TAG)", "0.1.0").Replace(read("Makefile"))
+		ok = strings.Contains(mk, "@echo \"  "+line)
+	}
+	if !ok {
+		t.Errorf("README.md:%d: %q is not a make target, the Containerfile's build line or a load line make image prints", where, line)
 	}
 }
 

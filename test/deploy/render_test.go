@@ -110,13 +110,30 @@ func hasContent(doc string) bool {
 	return false
 }
 
-// staticFiles are the plain manifests, in kustomization order.
-func staticFiles(t *testing.T) []manifest {
+// monitoringDir (below deployDir) is the kustomization that adds, to what
+// deploy/ installs, the objects needing the Prometheus Operator's CRDs.
+const monitoringDir = "monitoring"
+
+// overlayFiles are the rendered files that live in monitoringDir, not in
+// deploy/ itself: a cluster without the CRDs applies deploy/ alone.
+var overlayFiles = map[string]bool{"servicemonitor.yaml": true}
+
+// staticPath is where a rendered file lives, relative to deployDir.
+func staticPath(name string) string {
+	if overlayFiles[name] {
+		return filepath.Join(monitoringDir, name)
+	}
+	return name
+}
+
+// staticFiles are the plain manifests of the kustomization in dir (deployDir
+// or monitoringDir's), in kustomization order.
+func staticFiles(t *testing.T, dir string) []manifest {
 	t.Helper()
-	k := readKustomization(t)
+	k := readKustomization(t, dir)
 	var out []manifest
 	for _, r := range k.Resources {
-		b, err := os.ReadFile(filepath.Join(deployDir, r))
+		b, err := os.ReadFile(filepath.Join(dir, r))
 		if err != nil {
 			t.Fatalf("kustomization resource: %v", err)
 		}
@@ -134,9 +151,9 @@ type kustomization struct {
 	Resources  []string `json:"resources"`
 }
 
-func readKustomization(t *testing.T) kustomization {
+func readKustomization(t *testing.T, dir string) kustomization {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,9 +79,14 @@ func sandboxID(prefix string) string {
 }
 
 // airlockCmd builds `airlock run --config C FLAGS... -- ARGV...`. hostEnv adds
-// variables to airlock's own environment (secret sources).
+// variables to airlock's own environment (secret sources). Without a
+// --workspace in FLAGS it adds --workspace none: the test's own directory
+// (run's default workspace) is never bound.
 func (e *env) airlockCmd(ctx context.Context, flags []string, argv []string, hostEnv ...string) *exec.Cmd {
 	args := append([]string{"run", "--config", e.config}, flags...)
+	if !slices.Contains(flags, "--workspace") {
+		args = append(args, "--workspace", "none")
+	}
 	args = append(append(args, "--"), argv...)
 	cmd := exec.CommandContext(ctx, w.bin, args...)
 	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}, hostEnv...)

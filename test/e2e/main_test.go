@@ -115,16 +115,19 @@ func setup(dir string) (*world, error) {
 }
 
 // buildAirlock builds ./cmd/airlock from the module root.
-func buildAirlock(out string) error {
+func buildAirlock(out string) error { return buildPackage("./cmd/airlock", out) }
+
+// buildPackage builds a command of the module, static, into out.
+func buildPackage(pkg, out string) error {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/airlock")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/airlock: %v: %s", err, b)
+		return fmt.Errorf("go build %s: %v: %s", pkg, err, b)
 	}
 	return nil
 }

@@ -8,12 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/airlock-dev/airlock/client"
-	"github.com/airlock-dev/airlock/test/poll"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -197,37 +193,7 @@ func editConfig(t *testing.T, path string, subst *strings.Replacer) {
 // returns once the daemon answers on sock.
 func serveInBackground(t *testing.T, line string, env []string, sock string) {
 	t.Helper()
-	var log bytes.Buffer
 	serve := exec.Command("bash", "-c", "sudo() { \"$@\"; }\nexec "+strings.TrimPrefix(line, "sudo "))
 	serve.Env = env
-	serve.Stdout, serve.Stderr = &log, &log
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- serve.Wait() }()
-	t.Cleanup(func() {
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			_ = serve.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("airlock serve:\n%s", log.String())
-		}
-	})
-	c := client.New(sock)
-	defer c.Close()
-	poll.Until(t, 60*time.Second, "airlock serve to answer", func() bool {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("airlock serve exited: %v\n%s", err, log.String())
-		default:
-		}
-		_, err := c.Health(t.Context())
-		return err == nil
-	})
+	runServe(t, serve, sock)
 }

@@ -84,8 +84,16 @@ func startServe(t *testing.T, bin string) string {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	runServe(t, exec.Command(bin, "serve", "--config", cfg, "--run-dir", filepath.Join(dir, "run"), "--drain-timeout", "5s"), sock)
+	return sock
+}
+
+// runServe starts serve (an airlock serve command) until the test ends,
+// stopping it with SIGTERM, and returns once it answers on sock; its output
+// is logged when the test failed.
+func runServe(t *testing.T, serve *exec.Cmd, sock string) {
+	t.Helper()
 	var log bytes.Buffer
-	serve := exec.Command(bin, "serve", "--config", cfg, "--run-dir", filepath.Join(dir, "run"), "--drain-timeout", "5s")
 	serve.Stdout, serve.Stderr = &log, &log
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
@@ -116,5 +124,4 @@ func startServe(t *testing.T, bin string) string {
 		_, err := c.Health(t.Context())
 		return err == nil
 	})
-	return sock
 }

@@ -51,8 +51,10 @@ type Container struct {
 	Bundle string
 	// Cgroup is linux.cgroupsPath: /alk-runc-... below every hierarchy.
 	Cgroup string
-	root   string // runc --root
-	t      testing.TB
+	// Log is the file the container's stdout and stderr go to.
+	Log  string
+	root string // runc --root
+	t    testing.TB
 }
 
 // Start builds a bundle in a directory of t's, runs it detached with runc and
@@ -67,16 +69,64 @@ func Start(t testing.TB, opts Options) *Container {
 	if err := checkStatic(Busybox); err != nil {
 		t.Fatalf("runctest: %v (Debian's busybox-static; scripts/deps.sh installs it)", err)
 	}
-	dir := t.TempDir()
-	id := fmt.Sprintf("alk-runc-%d-%d", os.Getpid(), seq.Add(1))
-	c := &Container{ID: id, Bundle: filepath.Join(dir, "bundle"), Cgroup: "/" + id, root: filepath.Join(dir, "state"), t: t}
+	c := newContainer(t)
 	if err := c.writeBundle(opts); err != nil {
 		t.Fatalf("runctest: bundle: %v", err)
 	}
+	c.start(opts.Created)
+	return c
+}
+
+// Run starts a bundle made elsewhere (an unpacked image: config.json and
+// rootfs in dir) the way Start starts its own: its config's cgroupsPath is
+// set to the container's own, and the container is removed at the test's
+// end. The container's output goes to (*Container).Log.
+func Run(t testing.TB, bundle string) *Container {
+	t.Helper()
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Fatalf("runctest: runc not found (Debian's runc; scripts/deps.sh installs it): %v", err)
+	}
+	c := newContainer(t)
+	c.Bundle = bundle
+	p := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("runctest: %v", err)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("runctest: %s: %v", p, err)
+	}
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	s.Linux.CgroupsPath = c.Cgroup
+	if b, err = json.MarshalIndent(&s, "", "\t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatalf("runctest: %v", err)
+	}
+	c.start(false)
+	return c
+}
+
+func newContainer(t testing.TB) *Container {
+	dir := t.TempDir()
+	id := fmt.Sprintf("alk-runc-%d-%d", os.Getpid(), seq.Add(1))
+	return &Container{ID: id, Bundle: filepath.Join(dir, "bundle"), Cgroup: "/" + id, root: filepath.Join(dir, "state"),
+		Log: filepath.Join(dir, "container.log"), t: t}
+}
+
+// start runs the bundle detached (or only creates it), registering its
+// removal first.
+func (c *Container) start(createOnly bool) {
+	t := c.t
+	t.Helper()
 	// Registered before runc starts anything, so a failed start is cleaned up
 	// too; it runs before t.TempDir's own removal (cleanups run last first).
 	t.Cleanup(c.remove)
-	log, err := os.Create(filepath.Join(dir, "container.log"))
+	log, err := os.Create(c.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,17 +135,16 @@ func Start(t testing.TB, opts Options) *Container {
 	defer cancel()
 	// The container's stdio is a file, not a pipe: a detached container keeps
 	// it open, and a pipe would hold runc's Wait until the container ends.
-	args := []string{"--root", c.root, "run", "--detach", "--bundle", c.Bundle, id}
-	if opts.Created {
-		args = []string{"--root", c.root, "create", "--bundle", c.Bundle, id}
+	args := []string{"--root", c.root, "run", "--detach", "--bundle", c.Bundle, c.ID}
+	if createOnly {
+		args = []string{"--root", c.root, "create", "--bundle", c.Bundle, c.ID}
 	}
 	cmd := exec.CommandContext(ctx, "runc", args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
 	if err := cmd.Run(); err != nil {
 		out, _ := os.ReadFile(log.Name())
-		t.Fatalf("runctest: runc %s %s: %v: %s", args[2], id, err, out)
+		t.Fatalf("runctest: runc %s %s: %v: %s", args[2], c.ID, err, out)
 	}
-	return c
 }
 
 // runc runs one runc command against the container's state root.
@@ -159,6 +208,26 @@ func (c *Container) Begin() {
 	}
 }
 
+// Signal sends sig to the container's first process (`runc kill`).
+func (c *Container) Signal(sig syscall.Signal) error {
+	_, err := c.runc(context.Background(), "kill", c.ID, strconv.Itoa(int(sig)))
+	return err
+}
+
+// Status is the container's state as runc reports it (created, running,
+// stopped), or "" when runc knows no such container.
+func (c *Container) Status() specs.ContainerState {
+	out, err := c.runc(context.Background(), "state", c.ID)
+	if err != nil {
+		return ""
+	}
+	var st specs.State
+	if json.Unmarshal(out, &st) != nil {
+		return ""
+	}
+	return st.Status
+}
+
 // Pid is the host pid of the container's first process (runc state), created
 // or running.
 func (c *Container) Pid() int {
@@ -191,7 +260,7 @@ func (c *Container) CgroupDirs() []string {
 // left of its cgroups; every step runs whatever the one before did.
 func (c *Container) remove() {
 	ctx := context.Background()
-	if _, err := c.runc(ctx, "kill", c.ID, strconv.Itoa(int(syscall.SIGKILL))); err != nil {
+	if _, err := c.runc(ctx, "kill", c.ID, strconv.Itoa(int(syscall.SIGKILL))); err != nil && !strings.Contains(err.Error(), "not running") {
 		c.t.Logf("runctest: %v", err)
 	}
 	var err error

@@ -9,14 +9,14 @@ and one-shot run. Standard library only, Python 3.9+.
 
 from .client import (DEFAULT_SOCKET, SOCKET_ENV, Client, EventStream, ExecStream, FilesStream,
                      SandboxSession)
-from .errors import AirlockError, APIError, ConnectionError, NotFound, StreamError
+from .errors import AirlockError, APIError, ConnectionError, NotFound, StreamError, Unhealthy
 from .files import UnsafeTarError, extract_tar, write_tar
-from .types import (Completed, Egress, Event, ExecInfo, ExecResult, FilesResult, Health, Limits, Output,
-                    RunResult, Sandbox, Started, SummaryRow, Usage)
+from .types import (Completed, Egress, Event, ExecInfo, ExecResult, FilesResult, Health, HealthPart, Limits,
+                    Output, RunResult, Sandbox, Started, SummaryRow, Usage)
 
 __all__ = [
     "DEFAULT_SOCKET", "SOCKET_ENV", "Client", "EventStream", "ExecStream", "FilesStream", "SandboxSession",
-    "AirlockError", "APIError", "ConnectionError", "NotFound", "StreamError", "UnsafeTarError",
+    "AirlockError", "APIError", "ConnectionError", "NotFound", "StreamError", "Unhealthy", "UnsafeTarError",
     "extract_tar", "write_tar", "Completed", "Egress", "Event", "ExecInfo", "ExecResult", "FilesResult",
-    "Health", "Limits", "Output", "RunResult", "Sandbox", "Started", "SummaryRow", "Usage",
+    "Health", "HealthPart", "Limits", "Output", "RunResult", "Sandbox", "Started", "SummaryRow", "Usage",
 ]

@@ -11,7 +11,7 @@ import urllib.parse
 from typing import IO, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import errors
-from .errors import APIError, StreamError, api_error
+from .errors import APIError, StreamError, Unhealthy, api_error
 from .files import extract_tar, write_tar
 from .types import (Completed, Event, ExecInfo, ExecResult, FilesResult, Health, Output, RunResult, Sandbox,
                     Started, decode_data)
@@ -318,11 +318,18 @@ class Client:
         finally:
             conn.close()
 
-    def health(self) -> Health:
-        d = self._json("GET", "/health") or {}
-        return Health(policy_rev=d.get("policy_rev", ""), sandboxes=list(d.get("sandboxes") or []),
-                      pool_depth=int(d.get("pool_depth", 0)), audit=d.get("audit", ""),
-                      policy_bundle=d.get("policy_bundle"))
+    def health(self, check: bool = True) -> Health:
+        """The state of each of the daemon's parts (GET /v1/health). A daemon
+        with a failing part answers 503: health raises Unhealthy (its health
+        attribute holds the parts), or with check=False returns them with
+        ok False."""
+        try:
+            d = self._json("GET", "/health") or {}
+        except Unhealthy as e:
+            if check:
+                raise
+            return e.health
+        return Health.from_json(d)
 
     def openapi(self) -> Dict[str, Any]:
         """The daemon's OpenAPI 3 description of its API."""

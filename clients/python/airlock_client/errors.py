@@ -3,6 +3,8 @@ daemon that could not be reached (ConnectionError)."""
 
 from typing import Optional
 
+from .types import Health
+
 # Stable error codes of the API (api.Code* in the Go package api).
 BAD_REQUEST = "bad_request"
 INVALID_FIELD = "invalid_field"
@@ -58,6 +60,15 @@ class NotFound(APIError):
     """No such sandbox or exec visible to the caller (code not_found)."""
 
 
+class Unhealthy(APIError):
+    """GET /v1/health answered 503: a part of the daemon is failing (code
+    unavailable). health holds every part's state (a types.Health)."""
+
+    def __init__(self, health: object, message: str):
+        super().__init__(UNAVAILABLE, message, "", 503)
+        self.health = health
+
+
 class ConnectionError(AirlockError):  # noqa: A001 - named for what it is
     """The daemon's socket could not be reached."""
 
@@ -78,7 +89,12 @@ class StreamError(AirlockError):
 
 
 def api_error(status: Optional[int], body: object, text: str = "") -> APIError:
-    """The APIError for a response; not_found is a NotFound."""
+    """The APIError for a response; not_found is a NotFound, a health
+    answer of 503 (a body with its parts) an Unhealthy."""
+    if status == 503 and isinstance(body, dict) and isinstance(body.get("parts"), list) and body["parts"]:
+        h = Health.from_json(body)
+        return Unhealthy(h, "the daemon is not healthy: " +
+                         "; ".join(f"{p.name}: {p.problem}" for p in h.failing()))
     e = APIError.from_body(status, body, text)
     if e.code == NOT_FOUND:
         return NotFound(e.code, e.message, e.field, e.status)

@@ -177,6 +177,16 @@ class Completed:
     def exit_status(self) -> int:
         return self.result.exit_status
 
+    @property
+    def timed_out(self) -> bool:
+        """The exec's timeout killed the command (exit_status 124)."""
+        return self.result.timed_out
+
+    @property
+    def oom_killed(self) -> bool:
+        """The sandbox ran out of memory and the command was killed."""
+        return self.result.oom_killed
+
 
 @dataclass
 class ExecInfo:
@@ -244,8 +254,24 @@ class RunResult:
 
 
 @dataclass
+class HealthPart:
+    """One part of the daemon in Health: name is state_dir, audit, policy,
+    policy_bundle or pool; status is "ok" or "failing"; problem says what
+    is wrong when it is failing."""
+    name: str = ""
+    status: str = ""
+    problem: str = ""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "HealthPart":
+        return cls(name=d.get("name", ""), status=d.get("status", ""), problem=d.get("problem", ""))
+
+
+@dataclass
 class Health:
-    """GET /v1/health."""
+    """GET /v1/health. ok is False when any part is failing."""
+    ok: bool = False
+    parts: List[HealthPart] = field(default_factory=list)
     policy_rev: str = ""
     sandboxes: List[str] = field(default_factory=list)
     pool_depth: int = 0
@@ -254,6 +280,17 @@ class Health:
     # last_request, last_download, last_activation, error, error_stage,
     # error_at) when the policy comes from an OPA bundle; None otherwise.
     policy_bundle: Optional[Dict[str, Any]] = None
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "Health":
+        return cls(ok=bool(d.get("ok")), parts=[HealthPart.from_json(p) for p in d.get("parts") or []],
+                   policy_rev=d.get("policy_rev", ""), sandboxes=list(d.get("sandboxes") or []),
+                   pool_depth=int(d.get("pool_depth", 0)), audit=d.get("audit", ""),
+                   policy_bundle=d.get("policy_bundle"))
+
+    def failing(self) -> List[HealthPart]:
+        """The parts that are not ok."""
+        return [p for p in self.parts if p.status != "ok"]
 
 
 def decode_data(s: str) -> bytes:

@@ -23,7 +23,8 @@ def wait_until(what, cond, timeout=20.0):
 
 def test_health_and_openapi(client):
     h = client.health()
-    assert h.policy_rev and h.audit == "ok" and h.policy_bundle is None
+    assert h.ok and h.policy_rev and h.audit == "ok" and h.policy_bundle is None
+    assert {p.name for p in h.parts} >= {"state_dir", "audit", "policy", "pool"} and not h.failing()
     doc = client.openapi()
     assert doc["openapi"].startswith("3.")
     assert "/v1/sandboxes/{id}/exec" in doc["paths"]
@@ -96,6 +97,14 @@ def test_exec_results(sandbox):
     assert missing.exit_status == 127 and missing.result.error
     timed = sandbox.run(["sleep", "30"], timeout=0.5)
     assert timed.exit_status == 124 and timed.result.timed_out
+
+
+def test_completed_timed_out(sandbox):
+    # Completed says timed_out itself, as the Go client's result does.
+    timed = sandbox.run(["sleep", "30"], timeout=0.5)
+    assert timed.timed_out and not timed.oom_killed and timed.exit_status == 124
+    done = sandbox.run(["true"])
+    assert not done.timed_out and done.exit_status == 0
 
 
 def test_exec_signal(sandbox):
@@ -293,3 +302,18 @@ def test_attach_with_pod_check_detach(client):
         except NotFound:
             pass
         subprocess.run(["ip", "netns", "delete", name], check=False)
+
+
+def test_health_reports_run_dir_gone(daemon, client):
+    """The daemon's run directory moved away from outside: health fails
+    (Unhealthy, naming state_dir) until it is put back."""
+    from airlock_client import Unhealthy
+    run_dir = os.path.join(daemon.dir, "run")
+    os.rename(run_dir, run_dir + ".moved")
+    try:
+        with pytest.raises(Unhealthy) as e:
+            client.health()
+        assert [p.name for p in e.value.health.failing()] == ["state_dir"], e.value
+    finally:
+        os.rename(run_dir + ".moved", run_dir)
+    assert client.health().ok

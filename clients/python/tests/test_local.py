@@ -97,6 +97,46 @@ def test_api_error_decoding():
     assert api_error(502, None, "bad gateway").code == "internal"
 
 
+def test_health_503_is_unhealthy_with_its_parts(tmp_path):
+    """A daemon with a failing part answers /v1/health with 503 and its
+    parts: health() raises Unhealthy carrying them (a caller that only
+    catches errors fails closed), health(check=False) returns them."""
+    import json
+    import socket
+    import threading
+
+    from airlock_client import Client, Unhealthy
+
+    body = json.dumps({"ok": False, "policy_rev": "r", "sandboxes": [], "pool_depth": 0, "audit": "ok", "parts": [
+        {"name": "state_dir", "status": "failing", "problem": "run dir /run/airlock/serve is gone"},
+        {"name": "audit", "status": "ok"}]}).encode()
+    sock_path = str(tmp_path / "d.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(4)
+
+    def serve():
+        for _ in range(2):
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                             b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(Unhealthy) as e:
+            Client(sock_path, timeout=5).health()
+        assert e.value.code == "unavailable" and "state_dir: run dir /run/airlock/serve is gone" in str(e.value)
+        assert not e.value.health.ok and [p.name for p in e.value.health.failing()] == ["state_dir"]
+        h = Client(sock_path, timeout=5).health(check=False)
+        assert not h.ok and [(p.name, p.status) for p in h.parts] == [("state_dir", "failing"), ("audit", "ok")]
+    finally:
+        t.join(5)
+        srv.close()
+
+
 def test_egress_destinations():
     e = Egress.from_json({"allowed": 5, "denied": 3, "would_deny": 2, "denied_by_kind": {"http": 3},
                           "destinations": [{"decision": "would_deny", "kind": "connect", "host": "reported.example",
