@@ -20,7 +20,10 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/policy/learn"
 	"github.com/airlock-dev/airlock/sandboxd"
 )
 
@@ -507,5 +510,21 @@ func TestEventsHistory(t *testing.T) {
 	r := a.do(t, "GET", "/v1/sandboxes/"+sb.ID+"/events?since=yesterday", nil)
 	if e := r.apiError(t); e.Code != api.CodeInvalidField || e.Field != "since" {
 		t.Errorf("bad since: got %+v, want invalid_field since", e)
+	}
+}
+
+// TestRunRecordIsACreationRecord: the creation record airlock run writes is
+// read as a daemon sandbox's is (labels and mode), so policy suggest --label
+// learns from a run's records.
+func TestRunRecordIsACreationRecord(t *testing.T) {
+	w := newFakeWorld(t)
+	r := w.d.runRecord(policy.Sandbox{ID: "run-1", Labels: map[string]string{"team": "ml"}})
+	b := learn.NewRebuilder()
+	b.Observe(r)
+	if got := b.Sandbox("run-1"); got.Labels["team"] != "ml" || got.Mode != policy.Mode(w.d.cfg.Policy.Mode) {
+		t.Errorf("rebuilt sandbox: got %+v, want label team=ml and mode %q", got, w.d.cfg.Policy.Mode)
+	}
+	if r.Kind != audit.KindSandbox || r.Decision != audit.DecisionAllow || !audittest.HasReason(*r, ReasonCreated) {
+		t.Errorf("record: got %+v, want kind sandbox, allow, reason created", r)
 	}
 }
