@@ -284,3 +284,59 @@ _verdict := {"allowed": true, "reasons": _allow_reasons, "mitm": _mitm, "http_st
 	"mitm": false,
 	"http_status": _deny_status,
 }
+
+# http_allow: a table in package airlock.egress that says which HTTP requests
+# may pass, keyed by host (the same keys as host_in: "h", "*.parent",
+# "**.ancestor"); each entry is a list of {"methods": [...], "paths": [...]}
+# where a path is a glob whose * matches any characters, "/" included:
+#
+#   http_allow := {"api.github.com": [{"methods": ["GET"], "paths": ["/repos/acme/*"]}]}
+#
+# The library derives everything such a rule needs, so it can never be a
+# silent no-op: the DNS question for the host, the CONNECT and TLS to it on
+# 443 and 80, interception of that TLS (mitm), and the inner requests that
+# match an entry. Any other request to the host is refused (default_deny), and
+# so is a path with dot or empty segments or encoded separators.
+_http_table_entries contains e if {
+	some k in host_keys
+	some e in data.airlock.egress.http_allow[k]
+}
+
+_http_table_host if {
+	some k in host_keys
+	data.airlock.egress.http_allow[k]
+}
+
+_allow if {
+	input.kind == "dns"
+	_http_table_host
+}
+
+_allow if {
+	input.kind in {"connect", "tls"}
+	on_default_port
+	_http_table_host
+}
+
+_allow if {
+	input.kind == "http"
+	on_default_port
+	some e in _http_table_entries
+	input.http.method in e.methods
+	_http_table_path_plain
+	some p in e.paths
+	glob.match(p, null, input.http.path)
+}
+
+# _http_table_path_plain: the path has no dot segment, empty segment,
+# backslash or encoded "/", "." or "\\", so a glob such as /repos/acme/* cannot
+# be walked out of (/repos/acme/../other) on an upstream that normalizes.
+_http_table_path_plain if {
+	startswith(input.http.path, "/")
+	not regex.match(`(^|/)\.\.?(/|$)|//|\\|%2[eEfF]|%5[cC]`, input.http.path)
+}
+
+_mitm if {
+	input.kind in {"connect", "tls"}
+	_http_table_host
+}
