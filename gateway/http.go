@@ -248,7 +248,25 @@ func (s *httpSession) normalizeRequest(rc *reqCtx) error {
 	if max := s.g.cfg.MaxQueryParams; queryParams(req.URL.RawQuery, max) > max {
 		return deny(ReasonTooManyParams, "more than %d query parameters (max_query_params)", max)
 	}
+	if hasDotSegment(req.URL.Path) {
+		return deny(ReasonBadRequest, "the path has a . or .. segment (plain or percent-encoded): policy would decide on another path than the server serves")
+	}
 	return nil
+}
+
+// hasDotSegment reports whether the decoded path has a "." or ".." segment.
+// Policy decides on the path as sent; a server that resolves the segments
+// (RFC 3986, 5.2.4) would serve another one: /v1/../admin passes a rule on
+// /v1/ and reaches /admin.
+func hasDotSegment(path string) bool {
+	for path != "" {
+		var seg string
+		seg, path, _ = strings.Cut(path, "/")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // normalizeConnect parses a CONNECT target (authority form, port required) and
