@@ -287,10 +287,13 @@ func TestCloseWaitsForPoolNameUnmounts(t *testing.T) {
 	// Back to back, then Close at once: several unmounts are still under way.
 	for i, p := range taken {
 		id := netnstest.SandboxID("unmount" + strconv.Itoa(i))
-		if _, err := w.m.CreateFrom(ctx, policy.Sandbox{ID: id}, p); err != nil {
+		sb, err := w.m.CreateFrom(ctx, policy.Sandbox{ID: id}, p)
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = w.m.Teardown(context.Background(), id) })
+		// Close forgets its sandboxes and leaves their namespaces (as serve
+		// leaves them for the next start): remove each by its path.
+		t.Cleanup(func() { _ = unmountRemove(sb.Path) })
 	}
 	if err := w.m.Close(); err != nil {
 		t.Fatal(err)
