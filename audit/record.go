@@ -124,25 +124,6 @@ const (
 	ExecEnd   = "end"
 )
 
-// Extra keys under which a record that stands for many events gives their
-// count; Tally counts each event.
-const (
-	SummaryRequestsKey   = "requests"   // a Budget's summary (kind summary)
-	SummaryQueriesKey    = "queries"    // the DNS filter's audit-budget summary (kind dns)
-	SummarySuppressedKey = "suppressed" // netns's rate-limited drops (kind drop)
-)
-
-// Extra keys every audit-budget summary record carries, a Budget's (kind
-// KindSummary) and the DNS filter's (kind KindDNS), besides its count.
-const (
-	SummaryByDecisionKey  = "by_decision" // count per decision
-	SummaryByFlagKey      = "by_flag"     // count per flag, when any
-	SummaryWindowStartKey = "window_start"
-	SummaryWindowEndKey   = "window_end"
-	SummaryWindowMSKey    = "window_ms"
-	SummaryFinalKey       = "final" // the sandbox's last summary, written as it stops
-)
-
 // Reason mirrors policy.Reason without importing policy.
 type Reason struct {
 	ID  string `json:"id"`
@@ -211,7 +192,7 @@ type Reserver interface {
 }
 
 // Health is implemented by a Logger that can tell whether it accepts records
-// now (Writer, and Budget and Tally for the logger they wrap). Err is nil while
+// now (Writer, and Budget and Observed for the logger they wrap). Err is nil while
 // it does and the failure otherwise (a failed write, ErrClosed). A caller about
 // to let traffic through asks first, so a broken log stops traffic before the
 // request goes out; a Logger that is not a Health is taken as healthy, and its

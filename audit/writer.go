@@ -107,7 +107,7 @@ var (
 	_ Reserver = (*Writer)(nil)
 	_ Health   = (*Writer)(nil)
 	_ Health   = (*Budget)(nil)
-	_ Health   = (*Tally)(nil)
+	_ Health   = (*Observed)(nil)
 )
 
 // Stats are the writer's counters since New.

@@ -168,14 +168,13 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 	}
 	d.writer = w
 	d.closers = append(d.closers, d.writer.Close)
-	// Every record passes the accounts (owner, egress counters) and then the
-	// tap (events streams) before the writer.
-	d.tap = audit.NewTap(d.writer)
-	d.acct = newAccounts(d.tap)
-	d.tally = audit.NewTally(d.acct)
+	// Every record is stamped by the accounts (owner, pod) and, once the
+	// writer accepted it, counted (accounts, tally) and streamed (tap).
+	d.tap, d.acct, d.tally = audit.NewTap(), newAccounts(), audit.NewTally()
+	d.audit = audit.Observe(d.writer, d.acct, d.tally, d.tap)
 	// The budget's last summaries are written before the writer closes
 	// (closers run last first).
-	d.budget, err = audit.NewBudget(audit.BudgetConfig{Rate: cfg.Audit.GatewayRate, Burst: cfg.Audit.GatewayBurst}, d.tally, d.log)
+	d.budget, err = audit.NewBudget(audit.BudgetConfig{Rate: cfg.Audit.GatewayRate, Burst: cfg.Audit.GatewayBurst}, d.audit, d.log)
 	if err != nil {
 		return fmt.Errorf("audit.gateway_rate, gateway_burst: %w", err)
 	}
@@ -198,7 +197,7 @@ func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Add
 		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
 		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
 		NameCheck:    d.placeholderInName(),
-	}, dec, d.tally, d.log)
+	}, dec, d.audit, d.log)
 	if err != nil {
 		return err
 	}
@@ -279,7 +278,7 @@ func (d *Daemon) buildNetns() error {
 	d.closers = append(d.closers, d.fdr.Close)
 	m, err := netns.New(netns.Config{StateDir: filepath.Join(d.runDir, "netns"),
 		NewFlowRate: d.cfg.Limits.NewFlows, NewFlowBurst: d.cfg.Limits.NewFlowBurst},
-		server{gw: d.gw, dns: d.dns, budget: d.budget, fdr: d.fdr}, d.tally, d.log)
+		server{gw: d.gw, dns: d.dns, budget: d.budget, fdr: d.fdr}, d.audit, d.log)
 	if err != nil {
 		return err
 	}
@@ -304,7 +303,7 @@ func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
 		Timeout: time.Duration(cfg.Limits.Timeout),
 		TmpSize: int64(cfg.Limits.TmpSize),
 	}
-	e, err := sandboxd.New(ec, d.tally, d.log)
+	e, err := sandboxd.New(ec, d.audit, d.log)
 	if err != nil {
 		return err
 	}

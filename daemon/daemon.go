@@ -85,7 +85,8 @@ type Daemon struct {
 	engine   *policy.Engine
 	writer   *audit.Writer
 	tally    *audit.Tally
-	budget   *audit.Budget // the gateway's records go through it to the tally
+	audit    *audit.Observed // the log every part writes through: the writer with its observers
+	budget   *audit.Budget   // the gateway's records go through it to the tally
 	dns      *dnsfilter.Filter
 	gw       *gateway.Gateway
 	secrets  *secrets.Injector
@@ -507,7 +508,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	}
 	// Like a daemon sandbox's, the run's creation record names its labels
 	// (audit query --label, policy suggest --label read them) and mode.
-	if err := d.acct.Log(d.runRecord(sb)); err != nil {
+	if err := d.audit.Log(d.runRecord(sb)); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	ns, err := d.netns.Create(ctx, sb)

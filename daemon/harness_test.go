@@ -58,9 +58,8 @@ func newFakeWorld(t *testing.T, edit ...func(*config.Config)) *fakeWorld {
 	}
 	w := &fakeWorld{t: t, exe: &fakeExecutor{t: t}, net: newFakeNetwork(), audit: &audittest.Log{}}
 	d := &Daemon{log: slog.New(slog.DiscardHandler), cfg: cfg, proxyURL: "http://127.0.0.1:3128"}
-	d.tap = audit.NewTap(w.audit)
-	d.acct = newAccounts(d.tap)
-	d.tally = audit.NewTally(d.acct)
+	d.tap, d.acct, d.tally = audit.NewTap(), newAccounts(), audit.NewTally()
+	d.audit = audit.Observe(w.audit, d.acct, d.tally, d.tap)
 	d.reg, d.home, d.heartbeat = newRegistry(), sandboxd.DefaultHome, DefaultHeartbeat
 	d.host = hostBounds{memory: 8 << 30, cpus: 4}
 	d.exe, d.net = w.exe, w.net

@@ -289,7 +289,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	for _, fl := range q.flags {
 		s.f.metrics.flag(fl)
 	}
-	if !s.budget.take(q.start) {
+	if !s.meter.Allow(q.start) {
 		if s.f.auditFailing.Load() && (rcode == dns.RcodeSuccess || len(rrs) > 0) {
 			rcode, rrs = dns.RcodeServerFailure, nil
 		}
@@ -303,7 +303,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 				e.name = req.Question[0].Name
 			}
 		}
-		if s.sum.add(&e) {
+		if s.meter.Count(e.count) {
 			s.write(w, req, q, rcode, rrs)
 			return
 		}
