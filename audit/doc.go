@@ -15,5 +15,6 @@
 // How the chain, checkpoints, rotation, retention, recovery and budgets work:
 // docs/ARCHITECTURE.md, "Audit log". Record kinds and fields: the same section.
 //
-// audit must never import: any other airlock package but budget, oplog, termtext.
+// audit must never import: any other airlock package but budget, hostname,
+// identity, oplog, termtext.
 package audit

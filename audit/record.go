@@ -3,6 +3,8 @@ package audit
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/airlock-dev/airlock/identity"
 )
 
 // Record is one audit line (docs/ARCHITECTURE.md, "Audit log"). Seq, TS,
@@ -56,14 +58,9 @@ type Record struct {
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
 }
 
-// Pod is a Kubernetes pod's identity on a record (policy.Pod's fields; audit
-// does not import policy). Empty fields were not given.
-type Pod struct {
-	Namespace      string `json:"namespace,omitempty"`
-	Name           string `json:"name,omitempty"`
-	UID            string `json:"uid,omitempty"`
-	ServiceAccount string `json:"service_account,omitempty"`
-}
+// Pod is a Kubernetes pod's identity on a record (identity.Pod). Empty
+// fields were not given.
+type Pod = identity.Pod
 
 // Record kinds. The first five are policy's decision kinds (policy.Kind), spelled
 // the same; audit does not import policy.

@@ -9,5 +9,5 @@
 // maps it onto each package's own Config (docs/ARCHITECTURE.md, "Daemon and
 // command line"). The keys are documented in README.md.
 //
-// config must never import: any other airlock package.
+// config must never import: any other airlock package but units.
 package config

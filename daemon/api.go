@@ -331,7 +331,7 @@ func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
 		return
 	}
-	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels, Pod: policyPod(req.Pod)}, req.NetNS, inbound)
+	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels, Pod: clonePod(req.Pod)}, req.NetNS, inbound)
 	if err != nil {
 		code := api.CodeUnprocessable
 		if errors.Is(err, ErrLowDiskSpace) {
@@ -353,7 +353,7 @@ func (d *Daemon) apiCheckAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr(api.CodeNotFound, "id", "no attached sandbox %.80q", id))
 		return
 	}
-	st := api.AttachStatus{ID: sb.ID, Path: sb.Path, Pod: apiPod(sb.Pod), Inbound: apiInbound(sb.Inbound), InboundAccepted: sb.InboundAccepted(), InForce: true}
+	st := api.AttachStatus{ID: sb.ID, Path: sb.Path, Pod: clonePod(sb.Pod), Inbound: apiInbound(sb.Inbound), InboundAccepted: sb.InboundAccepted(), InForce: true}
 	if err := d.CheckAttached(r.Context(), id); err != nil {
 		if errors.Is(err, netns.ErrNotAttached) {
 			writeError(w, apiErr(api.CodeNotFound, "id", "no attached sandbox %.80q", id))

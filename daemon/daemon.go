@@ -568,7 +568,7 @@ func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string, i
 	if err := d.checkFreeSpace(); err != nil {
 		return nil, err
 	}
-	claimed := sb.Pod != nil && d.acct.claimPod(sb.ID, auditPod(sb.Pod))
+	claimed := sb.Pod != nil && d.acct.claimPod(sb.ID, clonePod(sb.Pod))
 	s, err := d.netns.Attach(ctx, sb, nsPath, inbound)
 	if err != nil && claimed {
 		d.acct.setPod(sb.ID, nil)
@@ -596,14 +596,9 @@ func (d *Daemon) CheckAttached(ctx context.Context, id string) error {
 func (d *Daemon) stampRecoveredPods() {
 	for _, id := range d.netns.IDs() {
 		if s, ok := d.netns.Get(id); ok && s.Pod != nil {
-			d.acct.setPod(id, auditPod(s.Pod))
+			d.acct.setPod(id, clonePod(s.Pod))
 		}
 	}
-}
-
-// auditPod is p as audit records carry it.
-func auditPod(p *policy.Pod) *audit.Pod {
-	return &audit.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
 }
 
 // Backend names the iptables backend in use.

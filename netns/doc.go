@@ -20,6 +20,6 @@
 // capabilities a sandbox must never hold: docs/ARCHITECTURE.md, "Network
 // model".
 //
-// netns must never import: config, gateway, dnsfilter, sandboxd, secrets,
+// netns must never import: config, policy, gateway, dnsfilter, sandboxd, secrets,
 // daemon, cmd/airlock.
 package netns

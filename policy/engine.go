@@ -244,7 +244,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	if in == nil {
 		return e.fail(s, errors.New("nil input"))
 	}
-	if err := in.Sandbox.Mode.check(); err != nil {
+	if err := checkMode(in.Sandbox.Mode); err != nil {
 		return e.fail(s, err)
 	}
 	x := prepare(in)

@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/policies"
 )
 
@@ -381,7 +382,7 @@ func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 			if n != k {
 				return nil, fmt.Errorf("policy: preset %s: key %q is not normalized (want %q)", name, k, n)
 			}
-			if _, err := parsePresetEntry(val); err != nil {
+			if _, err := identity.ParseHostPorts(val); err != nil {
 				return nil, fmt.Errorf("policy: preset %s: key %q: %w", name, k, err)
 			}
 		}
@@ -394,30 +395,30 @@ func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 	case len(active) == 1 && active[0] == PresetNone:
 		active = []string{}
 	}
-	merged := map[string]*hostEntry{}
+	merged := map[string]*identity.HostPorts{}
 	for _, name := range active {
 		obj, ok := all[name].(map[string]any)
 		if !ok {
 			return nil, fmt.Errorf("policy: presets: unknown preset %q (known: %s, %s)", name, strings.Join(names, ", "), PresetNone)
 		}
 		for k, val := range obj {
-			e, _ := parsePresetEntry(val) // validated above
+			e, _ := identity.ParseHostPorts(val) // validated above
 			m := merged[k]
 			if m == nil {
 				merged[k] = e
 				continue
 			}
-			for p := range e.ports {
-				m.addPort(p)
+			for p := range e.Ports {
+				m.AddPort(p)
 			}
-			m.git = m.git || e.git
+			m.Git = m.Git || e.Git
 		}
 	}
 	registry := make(map[string]any, len(merged))
 	for k, e := range merged {
-		registry[k] = e.value()
+		registry[k] = e.Value()
 	}
-	allow, err := allowEntries(cfg.AllowHosts)
+	allow, err := identity.AllowEntries(cfg.AllowHosts)
 	if err != nil {
 		return nil, err
 	}

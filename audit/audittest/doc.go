@@ -7,5 +7,5 @@
 // Entry point: a &Log{} handed to the code under test as its audit.Logger.
 //
 // audit/audittest must never import: any other airlock package but audit, budget,
-// oplog, termtext, test/poll.
+// hostname, identity, oplog, termtext, test/poll.
 package audittest

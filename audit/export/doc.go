@@ -12,6 +12,6 @@
 // Entry points: New (a Shipper from a Config), NewSink, Read. The formats'
 // field mapping: docs/ARCHITECTURE.md, "Audit export".
 //
-// audit/export must never import: any other airlock package but audit, budget, oplog,
-// termtext.
+// audit/export must never import: any other airlock package but audit, budget, hostname,
+// identity, oplog, termtext.
 package export

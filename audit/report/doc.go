@@ -8,6 +8,6 @@
 // Entry points: Build (the aggregates), Report.WriteJSON, Report.WriteHTML.
 // What is aggregated and how it is bounded: docs/ARCHITECTURE.md, "Audit report".
 //
-// audit/report must never import: any other airlock package but audit, budget, oplog,
-// termtext.
+// audit/report must never import: any other airlock package but audit, budget, hostname,
+// identity, oplog, termtext.
 package report

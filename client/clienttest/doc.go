@@ -10,5 +10,6 @@
 // Entry points: New (the fake on a socket in t.TempDir()), Serve (any handler
 // on a unix socket, for malformed responses).
 //
-// client/clienttest must never import: any other airlock package but api, config, client.
+// client/clienttest must never import: any other airlock package but api,
+// config, client, hostname, identity, units.
 package clienttest
