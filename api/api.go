@@ -15,8 +15,8 @@ const Version = "/v1"
 // or a number of bytes, durations Go's ("30s", "10m").
 type Limits struct {
 	Memory  units.Size `json:"memory,omitempty"`
-	CPUs    float64     `json:"cpus,omitempty"`
-	Pids    int64       `json:"pids,omitempty"`
+	CPUs    float64    `json:"cpus,omitempty"`
+	Pids    int64      `json:"pids,omitempty"`
 	TmpSize units.Size `json:"tmp_size,omitempty"`
 	// ExecTimeout is the default timeout of each exec (an exec may ask for its
 	// own); for POST /v1/run it is the run's timeout.
