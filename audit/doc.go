@@ -7,6 +7,10 @@
 // behind the egress summary and the Tap that feeds live per-sandbox
 // subscribers. And the readers (Verify, Query, Tail, SummaryOf).
 //
+// The Writer is four files: writer.go (type, New), enqueue.go (the callers'
+// side: Log, Reserve, Err, Sync, Close), loop.go (its one goroutine:
+// batching, ticks, shutdown), append.go (chain, checkpoints, write, failure).
+//
 // Entry points: New (the Writer), NewBudget, Observe, NewTally, NewTap, Verify and
 // VerifyFiles, Query, Tail. Every writer of records depends only on the Logger seam, and on
 // Reserver and Reservation where a request must not leave before its record
