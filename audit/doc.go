@@ -17,7 +17,7 @@
 // is accepted (record.go). Values of credential headers never reach the file.
 //
 // How the chain, checkpoints, rotation, retention, recovery and budgets work:
-// docs/ARCHITECTURE.md, "Audit log". Record kinds and fields: the same section.
+// audit/DESIGN.md, which also lists the record kinds and fields.
 //
 // audit must never import: any other airlock package but budget, hostname,
 // identity, oplog, termtext.

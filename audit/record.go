@@ -7,7 +7,7 @@ import (
 	"github.com/airlock-dev/airlock/identity"
 )
 
-// Record is one audit line (docs/ARCHITECTURE.md, "Audit log"). Seq, TS,
+// Record is one audit line (audit/DESIGN.md). Seq, TS,
 // Prev and Node are set by the writer; callers fill the rest. Fields that do
 // not apply stay zero and are omitted.
 type Record struct {

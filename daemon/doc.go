@@ -18,8 +18,7 @@
 //
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
 // ListenAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step
-// by step and the sandbox API: docs/ARCHITECTURE.md, "Daemon and command
-// line".
+// by step and the sandbox API: daemon/DESIGN.md.
 //
 // daemon must never import: cmd/airlock, bench/..., netns/netnstest, test/....
 package daemon

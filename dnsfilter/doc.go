@@ -11,7 +11,7 @@
 // Entry points: New, (*Filter).ServeSandbox, StopSandbox, Shutdown, Resolver,
 // NameFor (the name a sandbox was answered for an address, for raw TCP).
 // The query path, query types, flags, resolver and audit
-// budget: docs/ARCHITECTURE.md, "DNS filter".
+// budget: dnsfilter/DESIGN.md.
 //
 // dnsfilter must never import: config, gateway, netns, sandboxd, secrets,
 // daemon, cmd/airlock.

@@ -22,7 +22,7 @@ import (
 // and the one it reads from policy.
 const (
 	// ReasonQTypeOptIn, on an allowed decision, lets a restricted query type
-	// (TXT, MX, SRV, NULL, ...) through for that name (docs/ARCHITECTURE.md, "DNS filter").
+	// (TXT, MX, SRV, NULL, ...) through for that name (dnsfilter/DESIGN.md).
 	ReasonQTypeOptIn  = "dns_qtype_optin"
 	ReasonMalformed   = "dns_malformed"
 	ReasonBadName     = "dns_bad_name"
@@ -52,7 +52,7 @@ type query struct {
 	pending  bool   // stopped there
 }
 
-// ServeDNS is the request path, in the order docs/ARCHITECTURE.md gives. It writes
+// ServeDNS is the request path, in the order dnsfilter/DESIGN.md gives. It writes
 // exactly one audit record and then exactly one reply.
 func (s *sandboxServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	s.serveDNS(w, req, false)

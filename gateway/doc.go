@@ -23,7 +23,7 @@
 // to policy through policy.Decider, to audit through audit.Logger (and
 // audit.Reserver), to DNS through Resolver, SandboxResolver and SandboxNamer,
 // to secrets through Injector. Each stage, the CONNECT content rules, transparent
-// sniffing and HTTP/2: docs/ARCHITECTURE.md, "Gateway pipeline".
+// sniffing and HTTP/2: gateway/DESIGN.md.
 //
 // gateway must never import: config, dnsfilter, netns, sandboxd, daemon,
 // cmd/airlock.

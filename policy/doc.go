@@ -15,7 +15,7 @@
 // decision of a bundle source that has no good bundle yet.
 //
 // Entry points: New, (*Engine).Decide, Reload, BundleStatus. Who fills which input field,
-// the library, modes and the cache: docs/ARCHITECTURE.md, "Policy"; the rules
+// the library, modes and the cache: policy/DESIGN.md; the rules
 // a policy writes: policies/README.md.
 //
 // policy must never import: audit, config, secrets, gateway, dnsfilter, netns,

@@ -31,7 +31,7 @@ const (
 	ModeReport  = identity.ModeReport
 )
 
-// Input is the document policy sees as `input` (docs/ARCHITECTURE.md, "Policy").
+// Input is the document policy sees as `input` (policy/DESIGN.md).
 // Absent parts are nil and so absent from the JSON, never empty objects.
 type Input struct {
 	Kind        Kind        `json:"kind"`

@@ -15,8 +15,7 @@
 // return (Start, Exec, PutFiles, GetFiles, Usage, Destroy), and InitMain for
 // the re-executed stages (`airlock __sandbox-init`, started by the executor
 // only). It needs nothing from the network side but a namespace path. The
-// processes, the filesystem view, seccomp and cgroups: docs/ARCHITECTURE.md,
-// "Executor".
+// processes, the filesystem view, seccomp and cgroups: sandboxd/DESIGN.md.
 //
 // sandboxd must never import: config, policy, secrets, gateway, dnsfilter,
 // netns, daemon, cmd/airlock.

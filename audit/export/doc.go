@@ -10,7 +10,7 @@
 // OpenTelemetry Go SDK) or RFC 5424 syslog over TCP or TLS.
 //
 // Entry points: New (a Shipper from a Config), NewSink, Read. The formats'
-// field mapping: docs/ARCHITECTURE.md, "Audit export".
+// field mapping: audit/DESIGN.md, "Audit export".
 //
 // audit/export must never import: any other airlock package but audit, budget, hostname,
 // identity, oplog, termtext.

@@ -6,7 +6,7 @@
 //
 // Entry points: Rebuilder, Replay, Collect and Suggest. What a rebuilt input
 // lacks (header and query values, the body size), the wildcard threshold and
-// the public-suffix rule: docs/ARCHITECTURE.md, "Policy from the log".
+// the public-suffix rule: policy/DESIGN.md, "Policy from the log".
 //
 // policy/learn must never import: gateway, dnsfilter, netns, sandboxd, daemon,
 // secrets, config, cmd/airlock.
