@@ -35,7 +35,7 @@ except OSError as e:
 EOF
 `
 
-// TestRootSuggestRoundTrip is issue 11's suggest round trip with the real
+// TestRootSuggestRoundTrip: the suggest round trip with the real
 // gateway: an agent runs in report mode (everything it does goes through,
 // what the default policy would refuse is logged as denied), `airlock policy
 // suggest` writes a policy from that log, and the same agent in enforce mode
