@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"math"
+
+	"github.com/airlock-dev/airlock/hostname"
 )
 
 // Audit defaults.
@@ -149,18 +151,6 @@ func (a *Audit) validateExport() error {
 	return nil
 }
 
-// ValidNodeName reports whether name may be audit.node: empty, or at most
-// 253 bytes of ASCII letters, digits, '-', '.' and '_' (the writer's rule,
-// audit.ValidNode; config imports no airlock package).
-func ValidNodeName(name string) bool {
-	if len(name) > 253 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// ValidNodeName reports whether name may be audit.node: the audit writer's
+// rule, hostname.ValidNode.
+func ValidNodeName(name string) bool { return hostname.ValidNode(name) }

@@ -11,5 +11,5 @@
 // Entry points: Load, Decode, Default. config holds data only: package daemon
 // maps it onto each package's own Config (daemon/build.go). The keys are documented in README.md.
 //
-// config must never import: any other airlock package but units.
+// config must never import: any other airlock package but hostname, units.
 package config
