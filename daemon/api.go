@@ -287,8 +287,7 @@ func (d *Daemon) runOnce(ctx context.Context, sb *sandbox, req api.RunRequest) (
 		return nil, execStartError(sb.id, err)
 	}
 	ar := apiResult(res)
-	x.finish(ar)
-	sb.finishExec(x.id)
+	sb.execDone(x, ar)
 	d.metrics.execDone(ar)
 	if err != nil {
 		return nil, apiErr(api.CodeUnavailable, "", "run: %v", err)
