@@ -8,7 +8,10 @@
 #   - a namespace a live process is in, or holds open, is kept;
 #   - a cgroup with a process in it is kept;
 #   - a link or a mount whose name carries no pid is kept (only tests make
-#     them, and they always name them with their pid).
+#     them, and they always name them with their pid);
+#   - a namespace or cgroup whose name carries no pid (a daemon's sandbox,
+#     airlock-sb-...) is kept until it is CLEAN_STALE_MIN_AGE seconds old
+#     (default 600): a run in progress makes and removes its own well before.
 #
 # Usage: clean-stale.sh [--dry-run | --list | --check BEFORE]
 #   --dry-run      print what would be removed, remove nothing
@@ -16,6 +19,7 @@
 #   --check FILE   fail (exit 1) on any resource not in FILE (a --list made
 #                  before the run) that no live process owns: what the run
 #                  left behind. Removes nothing.
+# --check ignores CLEAN_STALE_MIN_AGE: what the run made is young.
 # CLEAN_STALE_MATCH=REGEX limits every mode to names matching REGEX (a test
 # of this script uses it to touch only its own resources).
 set -u
@@ -106,6 +110,21 @@ list() {
 	return 0
 }
 
+# young KIND NAME: true when a resource without a pid in its name is younger
+# than CLEAN_STALE_MIN_AGE seconds (its inode's change time: when the
+# namespace or the cgroup directory was made).
+young() {
+	local kind=$1 name=$2 path made
+	has_pid "${name##*/}" && return 1
+	case $kind in
+	netns) path=/run/netns/$name ;;
+	cgroup) path=$name ;;
+	*) return 1 ;;
+	esac
+	made=$(stat -L -c %Z "$path" 2>/dev/null) || return 1
+	[ $(($(date +%s) - made)) -lt "${CLEAN_STALE_MIN_AGE:-600}" ]
+}
+
 # in_use KIND NAME: true when a live process owns the resource.
 in_use() {
 	local kind=$1 name=$2 base ino
@@ -175,6 +194,7 @@ esac
 
 while read -r kind name; do
 	in_use "$kind" "$name" && continue
+	young "$kind" "$name" && continue
 	remove "$kind" "$name"
 done < <(list)
 exit 0

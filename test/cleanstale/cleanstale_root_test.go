@@ -57,8 +57,14 @@ func netnsExists(name string) bool {
 // exit code and output.
 func run(t *testing.T, match string, args ...string) (int, string) {
 	t.Helper()
+	return runEnv(t, match, []string{"CLEAN_STALE_MIN_AGE=0"}, args...)
+}
+
+// runEnv is run with env added (CLEAN_STALE_MIN_AGE unset unless env sets it).
+func runEnv(t *testing.T, match string, env []string, args ...string) (int, string) {
+	t.Helper()
 	c := exec.Command("bash", append([]string{script}, args...)...)
-	c.Env = append(os.Environ(), "CLEAN_STALE_MATCH="+match, "CLEAN_STALE_GRACE=0")
+	c.Env = append(append(os.Environ(), "CLEAN_STALE_MATCH="+match, "CLEAN_STALE_GRACE=0"), env...)
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
 	err := c.Run()
@@ -170,6 +176,18 @@ func TestCleanStaleKeepsWhatIsLive(t *testing.T) {
 	}
 	if code, out := run(t, tag, "--check", all); code != 0 {
 		t.Errorf("--check with every resource there before: got exit %d, want 0\n%s", code, out)
+	}
+
+	// Clean with the default minimum age: a namespace without a pid in its
+	// name, a minute old at most, may be a run in progress: kept.
+	if code, out := runEnv(t, tag, nil); code != 0 {
+		t.Fatalf("clean: exit %d\n%s", code, out)
+	}
+	if !netnsExists(names["no pid, empty"]) {
+		t.Errorf("clean removed %s, made a moment ago (younger than CLEAN_STALE_MIN_AGE)", names["no pid, empty"])
+	}
+	if netnsExists(names["dead pid"]) {
+		t.Errorf("clean kept %s, whose owner is dead", names["dead pid"])
 	}
 
 	// Clean: the dead ones go, the live ones stay.
