@@ -78,6 +78,7 @@ type Config struct {
 	Secrets  Secrets  `yaml:"secrets"`
 	Limits   Limits   `yaml:"limits"`
 	Sandbox  Sandbox  `yaml:"sandbox"`
+	Pool     Pool     `yaml:"pool"`
 	API      API      `yaml:"api"`
 	Metrics  Metrics  `yaml:"metrics"`
 }
@@ -502,6 +503,7 @@ func (c *Config) applyDefaults() {
 		c.API.Group, c.API.groupSet = DefaultAPIGroup, true
 	}
 	c.Sandbox.applyDefaults()
+	c.Pool.applyDefaults(c.Sandbox.PoolSize)
 	if c.Metrics.Listen == "" {
 		c.Metrics.Listen = DefaultMetricsListen
 	}
@@ -586,6 +588,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limits.new_flow_burst: %d is not between 1 and %d", c.Limits.NewFlowBurst, MaxNewFlows)
 	}
 	if err := c.Sandbox.validate(); err != nil {
+		return err
+	}
+	if err := c.Pool.validate(c.Sandbox.PoolSize); err != nil {
 		return err
 	}
 	if !validGroup(c.API.Group) {
