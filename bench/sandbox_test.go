@@ -219,6 +219,22 @@ func BenchmarkSandboxLoop(b *testing.B) {
 			// and its reaped children's (inits with their jobs, iptables).
 			b.ReportMetric(ms(self1-self0)/float64(len(lat)), "daemon-cpu-ms/sandbox")
 			b.ReportMetric(ms(kids1-kids0)/float64(len(lat)), "children-cpu-ms/sandbox")
+			// The depth the pool refills to after the loop: what it sized
+			// itself to (pool.max bounds it), once it stops growing.
+			depth, same := 0, 0
+			for t := 0; t < 100 && same < 5; t++ {
+				time.Sleep(100 * time.Millisecond)
+				h, err := d.C.Health(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if h.PoolDepth == depth {
+					same++
+				} else {
+					depth, same = h.PoolDepth, 0
+				}
+			}
+			b.ReportMetric(float64(depth), "pool-depth-after")
 		})
 	}
 }

@@ -34,6 +34,13 @@ const (
 	poolMaxBatch = 4
 )
 
+// Keys of the pool's operational log lines.
+const (
+	poolTargetKey   = "target"
+	poolIntervalKey = "take_interval"
+	poolPrepareKey  = "prepare_time"
+)
+
 // poolTarget is the depth the pool keeps given the configured size and
 // bound and what it observed: interval, the smoothed time between takes, and
 // prep, the smoothed time one preparation takes (0: not seen yet). While
@@ -154,7 +161,10 @@ func (p *warmPool) take() *pooled {
 		p.interval = ewma(p.interval, now.Sub(p.lastTake))
 	}
 	p.lastTake = now
-	p.target = max(p.target, poolTarget(p.size, p.bound, p.interval, p.prep))
+	if t := poolTarget(p.size, p.bound, p.interval, p.prep); t > p.target {
+		p.log.Info("pool: growing", poolTargetKey, t, poolIntervalKey, p.interval, poolPrepareKey, p.prep)
+		p.target = t
+	}
 	for len(p.ready) > 0 {
 		pb := p.ready[0]
 		p.ready = p.ready[1:]
@@ -306,6 +316,7 @@ func (p *warmPool) shrink() {
 		p.mu.Unlock()
 		return
 	}
+	p.log.Info("pool: shrinking after an idle spell", poolTargetKey, p.size)
 	p.target = p.size
 	var extra []*pooled
 	if len(p.ready) > p.size {
