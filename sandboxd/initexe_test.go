@@ -1,6 +1,8 @@
 package sandboxd
 
 import (
+	"archive/tar"
+	"bytes"
 	"errors"
 	"io"
 	"io/fs"
@@ -166,5 +168,20 @@ func TestRootRunFromInitBinary(t *testing.T) {
 	}
 	if got := string(res.Stdout); !strings.HasPrefix(got, "/proc/self/fd/") {
 		t.Errorf("init's command line: got %q, want it started from the open file", got)
+	}
+	// The files stage init starts is the same binary re-executed.
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{})
+	if _, err := s.PutFiles(t.Context(), DefaultHome, tarOf(t, []*tar.Header{file("f")}, map[string]string{"f": "through the files stage"})); err != nil {
+		t.Fatalf("PutFiles: %v", err)
+	}
+	var out bytes.Buffer
+	if err := s.GetFiles(t.Context(), DefaultHome+"/f", &out); err != nil {
+		t.Fatalf("GetFiles: %v", err)
+	}
+	if g := readTar(t, &out); g["f"].body != "through the files stage" {
+		t.Errorf("round trip: got %+v", g)
+	}
+	if got := string(mustExec(t, s, ExecSpec{Argv: []string{"cat", "/proc/1/comm"}}).Stdout); got != InitBinary+"\n" {
+		t.Errorf("init's name: got %q, want %q", got, InitBinary+"\n")
 	}
 }
