@@ -4,6 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/airlock
 CNI_BIN   := bin/airlock-cni
+INIT_BIN  := bin/airlock-init
 IMAGE_DIR ?= bin/image
 IMAGE_TAG ?= 0.1.0
 STATICCHECK_VERSION ?= v0.8.2
@@ -20,8 +21,9 @@ deps: ## Install the Debian packages tests and the demo need (only what is missi
 	@./scripts/deps.sh
 
 .PHONY: build
-build: ## Build bin/airlock and bin/airlock-cni with the version stamped
+build: ## Build bin/airlock, bin/airlock-init (the sandbox init, written second) and bin/airlock-cni with the version stamped
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(INIT_BIN) ./cmd/airlock-init
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CNI_BIN) ./cmd/airlock-cni
 
 .PHONY: image

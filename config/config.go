@@ -20,6 +20,7 @@ type Config struct {
 	Secrets  Secrets  `yaml:"secrets"`
 	Limits   Limits   `yaml:"limits"`
 	Sandbox  Sandbox  `yaml:"sandbox"`
+	Pool     Pool     `yaml:"pool"`
 	API      API      `yaml:"api"`
 	Metrics  Metrics  `yaml:"metrics"`
 }
@@ -82,6 +83,7 @@ func (c *Config) applyDefaults() {
 	c.Limits.applyDefaults()
 	c.API.applyDefaults()
 	c.Sandbox.applyDefaults()
+	c.Pool.applyDefaults(c.Sandbox.PoolSize)
 	c.Metrics.applyDefaults()
 }
 
@@ -106,6 +108,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Sandbox.validate(); err != nil {
+		return err
+	}
+	if err := c.Pool.validate(c.Sandbox.PoolSize); err != nil {
 		return err
 	}
 	return c.API.validate()

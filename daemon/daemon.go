@@ -240,26 +240,43 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // writeBundle writes the trust bundle sandboxes get: the system roots, the
 // interception CA and the operator's upstream CA (so tunnels that are not
 // intercepted to an internal registry verify too); and the same roots as a
-// hashed directory and a Java truststore (sandboxd.OpenTrustDir: built once
-// per bundle and reused by later processes).
+// hashed directory and a Java truststore. The system roots and the upstream
+// CA, the same for every process, are a trust cache entry
+// (sandboxd.OpenTrustDir: built once and reused by later processes); the
+// interception CA, new in every `airlock run`, is laid over it in the run
+// directory (sandboxd.OverlayTrustDir: the entry's files linked, the CA and
+// the Java store written), so a run's start no longer writes, hashes and
+// evicts a cache entry of its own.
 func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, err error) {
-	var b []byte
-	for _, p := range []string{systemBundle, caCert, upstreamCA} {
+	read := func(p string) ([]byte, error) {
 		if p == "" {
-			continue
+			return nil, nil
 		}
 		pem, err := os.ReadFile(p)
 		if err != nil {
 			if p == systemBundle && errors.Is(err, os.ErrNotExist) {
-				continue
+				return nil, nil
 			}
-			return "", "", fmt.Errorf("ca bundle: %w", err)
+			return nil, fmt.Errorf("ca bundle: %w", err)
 		}
-		b = append(b, pem...)
-		if len(b) > 0 && b[len(b)-1] != '\n' {
-			b = append(b, '\n')
+		if len(pem) > 0 && pem[len(pem)-1] != '\n' {
+			pem = append(pem, '\n')
 		}
+		return pem, nil
 	}
+	sys, err := read(systemBundle)
+	if err != nil {
+		return "", "", err
+	}
+	own, err := read(caCert)
+	if err != nil {
+		return "", "", err
+	}
+	upstream, err := read(upstreamCA)
+	if err != nil {
+		return "", "", err
+	}
+	b := append(append(append([]byte(nil), sys...), own...), upstream...)
 	path := filepath.Join(d.runDir, "ca-bundle.pem")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return "", "", fmt.Errorf("ca bundle: %w", err)
@@ -273,11 +290,29 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	if filepath.Dir(d.runDir) == DefaultRunDir {
 		cache = filepath.Join(DefaultRunDir, "trust-cache")
 	}
-	trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
+	base := append(sys[:len(sys):len(sys)], upstream...)
+	if len(base) == 0 || len(own) == 0 {
+		trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
+		if err != nil {
+			return "", "", err
+		}
+		d.closers = append(d.closers, func() error { release(); return nil })
+		return path, trust, nil
+	}
+	baseDir, _, release, err := sandboxd.OpenTrustDir(cache, base)
 	if err != nil {
 		return "", "", err
 	}
+	// Held to Close: another process's eviction would remove it (and the
+	// next start build it again) the moment nobody holds it.
 	d.closers = append(d.closers, func() error { release(); return nil })
+	trust := filepath.Join(d.runDir, "trust")
+	if err := os.RemoveAll(trust); err != nil { // a kept run directory's
+		return "", "", fmt.Errorf("trust dir: %w", err)
+	}
+	if _, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own); err != nil {
+		return "", "", err
+	}
 	return path, trust, nil
 }
 

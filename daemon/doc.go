@@ -13,7 +13,8 @@
 //
 // It also holds the sandboxes of the API: a registry of long-lived sandboxes by
 // owner (the uid SO_PEERCRED gives each connection), a warm pool of prepared
-// ones, their lifetimes, execs, files, events and metrics, built on seams over
+// ones that sizes itself between sandbox.pool_size and pool.max from the
+// observed create rate (pool.go), their lifetimes, execs, files, events and metrics, built on seams over
 // the executor (sandboxd) and the namespaces (netns).
 //
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
