@@ -12,5 +12,5 @@
 // (`airlock __sandbox-init`), so `go run` and an airlock copied alone work.
 // `make build` writes it to bin/ next to bin/airlock.
 //
-// cmd/airlock-init must never import: any other airlock package but sandboxd, audit, oplog, termtext.
+// cmd/airlock-init must never import: any other airlock package but sandboxd, audit, budget, hostname, identity, oplog, termtext.
 package main
