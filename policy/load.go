@@ -267,6 +267,9 @@ func build(u unit, cfg Config) (*built, error) {
 	if b.Schema == nil {
 		return nil, fmt.Errorf("policy: %s missing", schemaFile)
 	}
+	if err := derive(b.Modules, b.Tests); err != nil {
+		return nil, err
+	}
 	if err := mergeAt(b.Data, []string{"airlock", "presets"}, presets, "presets/"); err != nil {
 		return nil, err
 	}

@@ -340,3 +340,65 @@ _mitm if {
 	input.kind in {"connect", "tls"}
 	_http_table_host
 }
+
+# HTTP rules take effect. A hand-written allow or deny rule of airlock.egress
+# (or airlock.defaults) that reads input.http only sees the requests of an
+# intercepted connection. The engine (policy/derive.go) copies each such rule
+# with its expressions about the request removed, into _airlock_http_allow,
+# _airlock_http_allow_host (the copy still names the destination host) and
+# _airlock_http_deny, and copies every allow rule that does not read
+# input.http into _airlock_http_open. The copies are asked about this CONNECT,
+# TLS or DNS decision as if it were an HTTP request to the same destination
+# from the same sandbox:
+#   - a deny about HTTP could apply, or an allow about HTTP could and no rule
+#     allows every request: the connection is intercepted (mitm), so the rule
+#     sees each request;
+#   - an allow about HTTP names this host: its CONNECT and TLS on 443 and 80
+#     and its DNS question are allowed, as for the http_allow table.
+# passthrough still wins over the derived interception (its author chose the
+# tunnel).
+_http_inspect if count(data.airlock.egress._airlock_http_deny) > 0 with input.kind as "http"
+
+_http_inspect if count(data.airlock.defaults._airlock_http_deny) > 0 with input.kind as "http"
+
+_http_inspect if {
+	_http_allow_applies
+	not _http_open
+}
+
+_http_allow_applies if count(data.airlock.egress._airlock_http_allow) > 0 with input.kind as "http"
+
+_http_allow_applies if count(data.airlock.defaults._airlock_http_allow) > 0 with input.kind as "http"
+
+_http_open if data.airlock.egress._airlock_http_open with input.kind as "http"
+
+_http_open if data.airlock.defaults._airlock_http_open with input.kind as "http"
+
+_mitm if {
+	input.kind in {"connect", "tls"}
+	_http_inspect
+}
+
+_allow if {
+	input.kind in {"connect", "tls"}
+	on_default_port
+	_http_names_host(input.destination.port)
+}
+
+_allow if {
+	input.kind == "dns"
+	some port in default_ports
+	_http_names_host(port)
+}
+
+# _http_names_host(port): an allow about HTTP names the destination host, as
+# a request on port would see it.
+_http_names_host(port) if {
+	count(data.airlock.egress._airlock_http_allow_host) > 0 with input.kind as "http"
+		with input.destination.port as port
+}
+
+_http_names_host(port) if {
+	count(data.airlock.defaults._airlock_http_allow_host) > 0 with input.kind as "http"
+		with input.destination.port as port
+}
