@@ -54,7 +54,7 @@ type refFacts struct{ http, host bool }
 // rule id.
 type analyzer struct {
 	mods  []*ast.Module
-	names []string // display names of mods, in the same order
+	names []string        // display names of mods, in the same order
 	rules map[string]bool // ids of every rule
 	facts map[string]refFacts
 }
@@ -81,7 +81,7 @@ func newAnalyzer(mods map[string]*ast.Module) *analyzer {
 			for _, r := range m.Rules {
 				id := ruleID(m, r)
 				f := a.facts[id]
-				g := a.read(m, r, nil)
+				g := a.readRule(m, r)
 				g.http, g.host = g.http || f.http, g.host || f.host
 				if g != f {
 					a.facts[id] = g
@@ -115,7 +115,7 @@ func (a *analyzer) resolve(m *ast.Module, ref ast.Ref) ast.Ref {
 		return p.Concat(ref[1:])
 	}
 	if a.rules[m.Package.Path.String()+"."+string(head)] {
-		return m.Package.Path.Concat(ref)
+		return m.Package.Path.Append(ast.StringTerm(string(head))).Concat(ref[1:])
 	}
 	return nil
 }
@@ -150,6 +150,25 @@ func (a *analyzer) readRef(ref ast.Ref) refFacts {
 	return f
 }
 
+// readRule reports what one definition of a rule reads: its body, else
+// chain, arguments, key and value (not its own name).
+func (a *analyzer) readRule(m *ast.Module, r *ast.Rule) refFacts {
+	var f refFacts
+	for ; r != nil; r = r.Else {
+		parts := []any{r.Body}
+		for _, t := range append(append([]*ast.Term{}, r.Head.Args...), r.Head.Key, r.Head.Value) {
+			if t != nil {
+				parts = append(parts, t)
+			}
+		}
+		for _, p := range parts {
+			g := a.read(m, p, nil)
+			f.http, f.host = f.http || g.http, f.host || g.host
+		}
+	}
+	return f
+}
+
 // read reports what x (a rule, body or expression of m) reads; tainted local
 // variables (bound by an expression about HTTP) count as reading HTTP.
 func (a *analyzer) read(m *ast.Module, x any, tainted ast.VarSet) refFacts {
@@ -169,8 +188,11 @@ func (a *analyzer) read(m *ast.Module, x any, tainted ast.VarSet) refFacts {
 			}
 			return true
 		case ast.Var:
-			if v == "input" || tainted.Contains(v) {
+			if tainted.Contains(v) {
 				f.http = true
+			} else if abs := a.resolve(m, ast.Ref{ast.NewTerm(v)}); abs != nil {
+				g := a.readRef(abs)
+				f.http, f.host = f.http || g.http, f.host || g.host
 			}
 		}
 		return false
@@ -215,7 +237,7 @@ func derive(mods map[string]*ast.Module, tests map[string]bool) error {
 				continue
 			}
 			id := ruleID(m, r)
-			if !a.read(m, r, nil).http {
+			if !a.readRule(m, r).http {
 				if name == "allow" && r.Else == nil {
 					add = append(add, derivedRule(r, derivedOpen, r.Body.Copy(), false))
 				}
