@@ -70,7 +70,7 @@ allow if {
 	input.destination.host == "api.openai.com"
 	input.http.method == "POST"
 }`,
-			in: &Input{Kind: KindDNS, Sandbox: Sandbox{ID: "sb-1"}, Destination: Destination{Host: "api.openai.com"}, DNS: &DNS{QName: "api.openai.com.", QType: "A"}},
+			in:      &Input{Kind: KindDNS, Sandbox: Sandbox{ID: "sb-1"}, Destination: Destination{Host: "api.openai.com"}, DNS: &DNS{QName: "api.openai.com.", QType: "A"}},
 			allowed: true,
 		},
 		{
