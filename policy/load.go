@@ -53,7 +53,7 @@ func relevant(rel string) bool {
 		return true
 	case base == "data.json" || base == "data.yaml" || base == "data.yml":
 		return true
-	case rel == schemaFile:
+	case rel == schemaFile || rel == ManifestFile:
 		return true
 	case path.Dir(rel) == presetsDir && strings.HasSuffix(base, ".json"):
 		return true
@@ -211,6 +211,10 @@ type built struct {
 // build parses a unit's modules, merges its data, validates presets and adds the
 // config documents (data.airlock.config, data.airlock.hosts).
 func build(u unit, cfg Config) (*built, error) {
+	cfg, err := applyManifest(u.Files, cfg)
+	if err != nil {
+		return nil, err
+	}
 	b := &built{
 		Modules: map[string]*ast.Module{},
 		Tests:   map[string]bool{},
@@ -238,6 +242,8 @@ func build(u unit, cfg Config) (*built, error) {
 			if strings.HasSuffix(rel, "_test.rego") {
 				b.Tests[f.Name] = true
 			}
+		case rel == ManifestFile:
+			// Read by applyManifest; hashed into the revision above.
 		case rel == schemaFile:
 			var s any
 			if err := util.UnmarshalJSON(f.Src, &s); err != nil {
