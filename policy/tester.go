@@ -243,7 +243,7 @@ func explainFailures(ctx context.Context, b *built, names []string) (map[string]
 		SetModules(b.Modules).
 		SetTimeout(DefaultTestTimeout).
 		EnableTracing(true).
-		Filter("^(" + strings.Join(quoted, "|") + ")$").
+		Filter("^("+strings.Join(quoted, "|")+")$").
 		RunTests(ctx, txn)
 	if err != nil {
 		return nil, err

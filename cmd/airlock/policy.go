@@ -19,7 +19,7 @@ func newPolicyCmd() *cobra.Command {
 		Short: "Test, check, evaluate, suggest and replay Rego egress policies (the embedded default when no directory is given)",
 	}
 	cmd.AddCommand(newPolicyTestCmd(), newPolicyCheckCmd(), newPolicyEvalCmd(),
-		newPolicySuggestCmd(), newPolicyReplayCmd(), newPolicyDiffCmd(), newPolicyBundleCmd())
+		newPolicySuggestCmd(), newPolicyReplayCmd(), newPolicyDiffCmd(), newPolicyExplainCmd(), newPolicyBundleCmd())
 	return cmd
 }
 
