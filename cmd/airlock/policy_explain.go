@@ -47,7 +47,9 @@ func (f *explainFlags) explain(cmd *cobra.Command, dir string) (*policy.Explanat
 		return nil, &exitError{Code: 2, Msg: err.Error()}
 	}
 	x, err := policy.Explain(cmd.Context(), policy.ExplainConfig{
-		Policy:  policy.Config{Dir: dir, Presets: f.presets, AllowHosts: f.allow},
+		Policy: policy.Config{Dir: dir, Presets: f.presets, AllowHosts: f.allow, FailingTests: func(err error) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s: %s (run and serve refuse this policy)\n", orEmbedded(dir), termtext.Escape(err.Error()))
+		}},
 		Labels:  labels,
 		Secrets: bound,
 	})
