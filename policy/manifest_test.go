@@ -114,3 +114,21 @@ func TestFailingTestExplained(t *testing.T) {
 		t.Fatalf("FailingTests: got %v", warned)
 	}
 }
+
+// The manifest example of policies/README.md is a manifest.
+func TestReadmeManifestExample(t *testing.T) {
+	n := 0
+	for _, src := range blocks(t, "../policies/README.md", "yaml") {
+		if !strings.Contains(src, "presets:") {
+			continue
+		}
+		n++
+		m, err := readManifest(map[string]unitFile{ManifestFile: {Rel: ManifestFile, Name: ManifestFile, Src: []byte(src)}})
+		if err != nil || m == nil || m.Presets == nil {
+			t.Fatalf("README manifest %q: got %+v, %v", src, m, err)
+		}
+	}
+	if n == 0 {
+		t.Fatal("policies/README.md has no manifest example")
+	}
+}
