@@ -38,9 +38,10 @@ const (
 	derivedPrefix    = "_airlock_"
 )
 
-// derivedPackages are the packages whose allow and deny rules the library
-// reads.
-var derivedPackages = map[string]bool{"data.airlock.egress": true, "data.airlock.defaults": true}
+// derivedPackages are the packages whose allow and deny rules are derived
+// from: the user's. (The embedded default policy, airlock.defaults, states its
+// own CONNECT, DNS and mitm rules and is tested when airlock is built.)
+var derivedPackages = map[string]bool{"data.airlock.egress": true}
 
 // ruleID names a rule by its package path and first head name.
 func ruleID(m *ast.Module, r *ast.Rule) string {
@@ -358,8 +359,8 @@ func (a *analyzer) localVars(m *ast.Module, e *ast.Expr) ast.VarSet {
 // the array of the body's declared and assigned variables, so none is unused.
 func derivedRule(from *ast.Rule, name string, body ast.Body, set bool) *ast.Rule {
 	h := ast.NewHead(ast.Var(name))
-	h.Reference[0].Location = from.Location
-	h.Location = from.Location
+	h.Reference[0].Location = derivedLoc(from.Location)
+	h.Location = derivedLoc(from.Location)
 	if set {
 		var elems []*ast.Term
 		vs := ast.NewVarSet()
@@ -390,5 +391,55 @@ func derivedRule(from *ast.Rule, name string, body ast.Body, set bool) *ast.Rule
 	} else {
 		h.Value = ast.BooleanTerm(true)
 	}
-	return &ast.Rule{Head: h, Body: body, Location: from.Location}
+	relocate(body)
+	return &ast.Rule{Head: h, Body: body, Location: derivedLoc(from.Location)}
+}
+
+// derivedSuffix marks the file of a derived rule's locations: an error in one
+// names the rule it was derived from, and coverage (which counts the
+// policy's own files) does not count the copies.
+const derivedSuffix = " (derived)"
+
+func derivedLoc(l *ast.Location) *ast.Location {
+	if l == nil {
+		return nil
+	}
+	c := *l
+	c.File += derivedSuffix
+	return &c
+}
+
+// relocate gives every expression and term of body a derived location.
+func relocate(body ast.Body) {
+	ast.NewGenericVisitor(func(x any) bool {
+		switch v := x.(type) {
+		case *ast.Expr:
+			v.Location = derivedLoc(v.Location)
+		case *ast.Term:
+			v.Location = derivedLoc(v.Location)
+		}
+		return false
+	}).Walk(body)
+}
+
+// withoutDerived returns m without its derived rules (for coverage, which
+// counts the lines of the policy's own rules).
+func withoutDerived(m *ast.Module) *ast.Module {
+	n := 0
+	for _, r := range m.Rules {
+		if strings.HasPrefix(string(r.Head.Ref()[0].Value.(ast.Var)), derivedPrefix) {
+			n++
+		}
+	}
+	if n == 0 {
+		return m
+	}
+	c := *m
+	c.Rules = make([]*ast.Rule, 0, len(m.Rules)-n)
+	for _, r := range m.Rules {
+		if !strings.HasPrefix(string(r.Head.Ref()[0].Value.(ast.Var)), derivedPrefix) {
+			c.Rules = append(c.Rules, r)
+		}
+	}
+	return &c
 }

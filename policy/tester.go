@@ -83,7 +83,7 @@ func RunTests(ctx context.Context, dir string) (*TestReport, error) {
 		nonTest := map[string]*ast.Module{}
 		for name, m := range b.Modules {
 			if !b.Tests[name] {
-				nonTest[name] = m
+				nonTest[name] = withoutDerived(m)
 			}
 		}
 		cr := cov.Report(nonTest)

@@ -2,11 +2,14 @@ package main
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy/learn"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 func newPolicySuggestCmd() *cobra.Command {
@@ -72,6 +75,9 @@ pass.`,
 				out, len(s.Hosts), len(s.Presets), min(len(s.Allowed), learn.DefaultMaxTests), min(len(s.Denied), learn.DefaultMaxTests))
 			fmt.Fprintf(w, "records %d: allowed %d, learned %d, denied for other reasons %d\n", s.Records, s.AllowedAlready, s.Learned, s.OtherDenied)
 			printSkipped(w, s.Skipped)
+			for _, k := range sortedFlagged(s.Flagged) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "flagged, not suggested: %s: %s\n", termtext.Escape(k), termtext.Escape(strings.Join(s.Flagged[k], "; ")))
+			}
 			for _, c := range s.Conflicts {
 				fmt.Fprintf(cmd.ErrOrStderr(), "conflict: seq %d was refused but looks like an allowed request to a policy; not tested\n", c.Seq)
 			}
@@ -87,4 +93,13 @@ pass.`,
 	_ = cmd.MarkFlagRequired("out")
 	cmd.MarkFlagsMutuallyExclusive("sandbox", "label")
 	return cmd
+}
+
+func sortedFlagged(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -342,7 +342,7 @@ _mitm if {
 }
 
 # HTTP rules take effect. A hand-written allow or deny rule of airlock.egress
-# (or airlock.defaults) that reads input.http only sees the requests of an
+# that reads input.http only sees the requests of an
 # intercepted connection. The engine (policy/derive.go) copies each such rule
 # with its expressions about the request removed, into _airlock_http_allow,
 # _airlock_http_allow_host (the copy still names the destination host) and
@@ -359,8 +359,6 @@ _mitm if {
 # tunnel).
 _http_inspect if count(data.airlock.egress._airlock_http_deny) > 0 with input.kind as "http"
 
-_http_inspect if count(data.airlock.defaults._airlock_http_deny) > 0 with input.kind as "http"
-
 _http_inspect if {
 	_http_allow_applies
 	not _http_open
@@ -368,11 +366,11 @@ _http_inspect if {
 
 _http_allow_applies if count(data.airlock.egress._airlock_http_allow) > 0 with input.kind as "http"
 
-_http_allow_applies if count(data.airlock.defaults._airlock_http_allow) > 0 with input.kind as "http"
-
 _http_open if data.airlock.egress._airlock_http_open with input.kind as "http"
 
-_http_open if data.airlock.defaults._airlock_http_open with input.kind as "http"
+# The default policy's allow that reads no input.http (an --allow host, a host
+# on the sandbox's own list): every request to the host passes.
+_http_open if allowed_host
 
 _mitm if {
 	input.kind in {"connect", "tls"}
@@ -395,10 +393,5 @@ _allow if {
 # a request on port would see it.
 _http_names_host(port) if {
 	count(data.airlock.egress._airlock_http_allow_host) > 0 with input.kind as "http"
-		with input.destination.port as port
-}
-
-_http_names_host(port) if {
-	count(data.airlock.defaults._airlock_http_allow_host) > 0 with input.kind as "http"
 		with input.destination.port as port
 }
