@@ -104,8 +104,10 @@ func generatedLabel(label string) string {
 			return "almost no vowels"
 		case maxRun >= 6:
 			return "a long run of consonants"
-		case len(p) >= 20 && digits > 0 && letters > 0 && switches >= 2:
-			return "long and mixed"
+		case len(p) >= 10 && switches >= 2:
+			return "letters and digits mixed"
+		case letters >= 12 && digits == 0 && wordlike(p) < 0.6:
+			return "unlike words"
 		}
 	}
 	return ""
@@ -178,4 +180,36 @@ func flaggedOf(s *Suggestion) []byte {
 		fmt.Fprintf(&b, "  - %s: %s\n", termtext.Escape(k), termtext.Escape(strings.Join(s.Flagged[k], "; ")))
 	}
 	return []byte(b.String())
+}
+
+// commonBigrams are frequent letter pairs of English text (and of the words
+// names are made of); a generated label has few of them.
+var commonBigrams = func() map[string]bool {
+	m := map[string]bool{}
+	for _, b := range strings.Fields(`th he in er an re on at en nd ti es or te of ed is it al ar st to nt ng
+		se ha as ou io le ve co me de hi ri ro ic ne ea ra ce li ch ll be ma si om ur ca el ta la ns di fo ho
+		pe ec pr no ct us ac ot il tr ly nc et ut ss so rs un lo wa ge ie wh ee wi em ad ol rt po we na ul ni
+		ts mo ow pa im mi ai sh ir su id os iv ia am fi ci vi pl ig tu ev ld ry mp fe bl ab gh ty op wo sa ay
+		ex ke fr oo av ag if ap gr od bo sp rd do uc bu ei ov by rm ep tt oc fa ef cu rn sc gi da yo cr cl du
+		ga qu ue ff ba ey ls va um pp ua up lu go ht ru ug ds lt pi rc rr eg au ck ew mu br bi pt ak pu ui rg
+		ib tl ny ki rk ys ob mm fu ph og ms ye ud mb ip ub oi rl gu dr hr cc tw ft wn nu af hu nn eo vo rv nf
+		xp gn sm fl iz ok nl my gl aw ju oa sy ks yp py th ts dy ky hy ze za zo`) {
+		m[b] = true
+	}
+	return m
+}()
+
+// wordlike is the share of p's letter pairs that are common bigrams.
+func wordlike(p string) float64 {
+	n, common := 0, 0
+	for i := 1; i < len(p); i++ {
+		n++
+		if commonBigrams[p[i-1:i+1]] {
+			common++
+		}
+	}
+	if n == 0 {
+		return 1
+	}
+	return float64(common) / float64(n)
 }
