@@ -59,9 +59,9 @@ func exfilHosts() []string {
 	}
 	for i := 0; i < 30; i++ {
 		out = append(out, gen(12+r.IntN(10), alnum)+".attacker.example") // data in a label
-		out = append(out, gen(16+r.IntN(16), hexd)+".c2.example")          // hex chunks
-		out = append(out, gen(10+r.IntN(6), alnum)+".xyz")                 // a throwaway domain
-		out = append(out, gen(12+r.IntN(8), alnum[:26])+".top")            // letters only: the hard case
+		out = append(out, gen(16+r.IntN(16), hexd)+".c2.example")        // hex chunks
+		out = append(out, gen(10+r.IntN(6), alnum)+".xyz")               // a throwaway domain
+		out = append(out, gen(12+r.IntN(8), alnum[:26])+".top")          // letters only: the hard case
 	}
 	return out
 }
