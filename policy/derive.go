@@ -218,8 +218,10 @@ func (e *DeriveError) Error() string {
 }
 
 // derive adds the derived rules to the non-test modules of mods (see the
-// constants above). It returns every rule it cannot derive from.
-func derive(mods map[string]*ast.Module, tests map[string]bool) error {
+// constants above) and reports whether it added any. Its error names every
+// rule it cannot derive from.
+func derive(mods map[string]*ast.Module, tests map[string]bool) (bool, error) {
+	added := false
 	a := newAnalyzer(mods)
 	var errs []string
 	for i, m := range a.mods {
@@ -267,12 +269,13 @@ func derive(mods map[string]*ast.Module, tests map[string]bool) error {
 		for _, d := range add {
 			d.Module = m
 			m.Rules = append(m.Rules, d)
+			added = true
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("policy: %s", strings.Join(errs, "; "))
+		return false, fmt.Errorf("policy: %s", strings.Join(errs, "; "))
 	}
-	return nil
+	return added, nil
 }
 
 // keep returns the expressions of body that are not about the HTTP request:

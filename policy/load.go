@@ -273,7 +273,8 @@ func build(u unit, cfg Config) (*built, error) {
 	if b.Schema == nil {
 		return nil, fmt.Errorf("policy: %s missing", schemaFile)
 	}
-	if err := derive(b.Modules, b.Tests); err != nil {
+	derived, err := derive(b.Modules, b.Tests)
+	if err != nil {
 		return nil, err
 	}
 	if err := mergeAt(b.Data, []string{"airlock", "presets"}, presets, "presets/"); err != nil {
@@ -287,6 +288,8 @@ func build(u unit, cfg Config) (*built, error) {
 	for k, v := range cfgDoc {
 		air[k] = v
 	}
+	// The library skips the derived rules' checks when there are none.
+	air["derived"] = map[string]any{"http": derived}
 	cj, _ := json.Marshal(map[string]any{"mode": cfg.Mode, "presets": cfg.Presets, "allow": cfg.AllowHosts})
 	h.Write(cj)
 	b.Rev = hex.EncodeToString(h.Sum(nil))[:16]
@@ -369,7 +372,7 @@ func mergeObj(dst, src map[string]any, at []string, from string) error {
 // host indexes the default policy looks up).
 func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 	air, _ := data["airlock"].(map[string]any)
-	for _, k := range []string{"config", "hosts"} {
+	for _, k := range []string{"config", "hosts", "derived"} {
 		if _, ok := air[k]; ok {
 			return nil, fmt.Errorf("policy: data.airlock.%s is computed by the engine; set presets and allow_hosts in the config instead", k)
 		}

@@ -357,9 +357,15 @@ _mitm if {
 #     and its DNS question are allowed, as for the http_allow table.
 # passthrough still wins over the derived interception (its author chose the
 # tunnel).
-_http_inspect if count(data.airlock.egress._airlock_http_deny) > 0 with input.kind as "http"
+# data.airlock.derived.http: the engine derived rules from this policy (false
+# for a policy with no rule about HTTP, which then pays nothing for these).
+_http_inspect if {
+	data.airlock.derived.http == true
+	count(data.airlock.egress._airlock_http_deny) > 0 with input.kind as "http"
+}
 
 _http_inspect if {
+	data.airlock.derived.http == true
 	_http_allow_applies
 	not _http_open
 }
@@ -379,12 +385,14 @@ _mitm if {
 
 _allow if {
 	input.kind in {"connect", "tls"}
+	data.airlock.derived.http == true
 	on_default_port
 	_http_names_host(input.destination.port)
 }
 
 _allow if {
 	input.kind == "dns"
+	data.airlock.derived.http == true
 	some port in default_ports
 	_http_names_host(port)
 }

@@ -464,6 +464,7 @@ _conn(kind, port) := {"kind": kind, "sandbox": {"id": "s"}, "destination": {"hos
 test_derived_deny_intercepts if {
 	d := airlock.decision with input as _conn("connect", 443)
 		with data.airlock.egress.allow as true
+		with data.airlock.derived.http as true
 		with data.airlock.egress._airlock_http_deny as {[]}
 	d.allowed
 	d.mitm
@@ -472,31 +473,37 @@ test_derived_deny_intercepts if {
 test_derived_allow_host_opens_and_intercepts if {
 	every k in ["connect", "tls"] {
 		d := airlock.decision with input as _conn(k, 443)
-			with data.airlock.egress._airlock_http_allow as {[]}
-			with data.airlock.egress._airlock_http_allow_host as {[]}
+			with data.airlock.derived.http as true
+		with data.airlock.egress._airlock_http_allow as {[]}
+		with data.airlock.egress._airlock_http_allow_host as {[]}
 		d.allowed
 		d.mitm
 	}
 	airlock.decision.allowed with input as {"kind": "dns", "sandbox": {"id": "s"}, "destination": {"host": "x.example"}}
+		with data.airlock.derived.http as true
 		with data.airlock.egress._airlock_http_allow_host as {[]}
 	not airlock.decision.allowed with input as _conn("connect", 22)
+		with data.airlock.derived.http as true
 		with data.airlock.egress._airlock_http_allow_host as {[]}
 }
 
 test_derived_open_host_stays_a_tunnel if {
 	d := airlock.decision with input as _conn("connect", 443)
 		with data.airlock.egress.allow as true
+		with data.airlock.derived.http as true
 		with data.airlock.egress._airlock_http_allow as {[]}
 		with data.airlock.egress._airlock_http_open as true
 	d.allowed
 	not d.mitm
 	e := airlock.decision with input as _conn("connect", 443)
 		with data.airlock.hosts.allow as {"x.example": true}
+		with data.airlock.derived.http as true
 		with data.airlock.egress._airlock_http_allow as {[]}
 	e.allowed
 	not e.mitm
 	f := airlock.decision with input as _conn("connect", 443)
 		with data.airlock.egress.allow as true
+		with data.airlock.derived.http as true
 		with data.airlock.egress._airlock_http_allow as {[]}
 	f.mitm
 }
