@@ -6,7 +6,10 @@
 // of presets and --allow (hosts.go), the policy bundle source (bundle*.go:
 // OPA's downloader, verified bundles compiled and tested as a policy
 // directory before the swap, the last good one persisted), and the logic of
-// `airlock policy test|check|eval` (RunTests, Check, ParseInput). The Rego
+// `airlock policy test|check|eval|explain` (RunTests, Check, ParseInput,
+// Explain, DiffExplain), and a directory's manifest (manifest.go:
+// airlock-policy.yaml names the presets it builds on, for its tests and run
+// time alike). The Rego
 // library, default policy, presets and input schema live in policies/ and are
 // embedded.
 //
