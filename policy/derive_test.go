@@ -309,7 +309,8 @@ passthrough if input.destination.host == "api.github.com"`,
 }
 
 // A rule about HTTP whose connections cannot be told is refused at load,
-// naming the rule, by New (run, serve) and Check (policy check).
+// naming the rule, by New (run, serve, eval), RunTests (policy test) and
+// Check (policy check).
 func TestHTTPRuleRefusedAtLoad(t *testing.T) {
 	tests := []struct{ name, policy, want string }{
 		{"else chain", `
@@ -327,6 +328,9 @@ allow if {
 			_, err := New(Config{Dir: dir}, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("New: got %v, want %q", err, tt.want)
+			}
+			if _, err := RunTests(context.Background(), dir); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("RunTests: got %v, want %q", err, tt.want)
 			}
 			ps, err := Check(dir)
 			if err != nil {
