@@ -28,8 +28,10 @@ import (
 //     input.destination host field or host helper) derives no tunnel: the
 //     request is refused at CONNECT unless another rule allows it.
 //
-// A rule about HTTP whose meaning cannot be split that way (an else chain) is
-// refused at load, naming the rule.
+// A rule about HTTP whose meaning cannot be split that way (an else chain),
+// and a mitm or passthrough rule that reads input.http (decided on the
+// connection, before any request, so it never holds), are refused at load,
+// naming the rule.
 const (
 	derivedDeny      = "_airlock_http_deny"
 	derivedAllow     = "_airlock_http_allow"
@@ -236,10 +238,18 @@ func derive(mods map[string]*ast.Module, tests map[string]bool) (bool, error) {
 				errs = append(errs, fmt.Sprintf("%s:%d: rule name %s: names starting with %s are airlock's", r.Location.File, r.Location.Row, name, derivedPrefix))
 				continue
 			}
-			if !derivedPackages[pkg] || r.Default || len(r.Head.Args) > 0 || (name != "allow" && name != "deny") {
+			if !derivedPackages[pkg] || r.Default || len(r.Head.Args) > 0 {
 				continue
 			}
 			id := ruleID(m, r)
+			if (name == "mitm" || name == "passthrough") && a.readRule(m, r).http {
+				errs = append(errs, (&DeriveError{Rule: strings.TrimPrefix(id, "data."), Location: r.Location,
+					Msg: name + " is decided for the CONNECT or TLS connection, before any request is seen, so this rule never holds; name the host instead"}).Error())
+				continue
+			}
+			if name != "allow" && name != "deny" {
+				continue
+			}
 			if !a.readRule(m, r).http {
 				if name == "allow" && r.Else == nil {
 					add = append(add, derivedRule(r, derivedOpen, r.Body.Copy(), false))

@@ -320,6 +320,12 @@ allow if {
 	input.destination.host == "x.example"
 }`, "policy.rego:3: rule airlock.egress.allow reads input.http: airlock cannot tell"},
 		{"reserved name", `_airlock_http_open if true`, "names starting with _airlock_ are airlock's"},
+		{"mitm on a request field", `
+mitm if input.http.method == "POST"`, "policy.rego:3: rule airlock.egress.mitm reads input.http: mitm is decided for the CONNECT"},
+		{"passthrough through a helper", `
+import data.airlock
+
+passthrough if airlock.has_body`, "policy.rego:5: rule airlock.egress.passthrough reads input.http"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
