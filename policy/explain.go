@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -63,6 +64,9 @@ var (
 
 const anyPathProbe = "/airlock-explain/any/path"
 
+// offlineEvalTimeout bounds one of Explain's evaluations.
+const offlineEvalTimeout = 10 * time.Second
+
 // Explain describes, for each host a policy names, what a sandbox may do:
 // DNS, CONNECT/TLS per port and whether it is intercepted, raw TCP, HTTP
 // methods and paths, and the secrets bound. It works by asking the policy:
@@ -75,6 +79,11 @@ const anyPathProbe = "/airlock-explain/any/path"
 func Explain(ctx context.Context, ec ExplainConfig) (*Explanation, error) {
 	cfg := ec.Policy
 	cfg.CacheSize, cfg.Watch = -1, false
+	if cfg.EvalTimeout == 0 {
+		// Offline: nothing waits on a probe but the command, and a loaded
+		// machine must not turn an allow into a fail-closed deny.
+		cfg.EvalTimeout = offlineEvalTimeout
+	}
 	us, err := units(cfg.Dir, false)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 const githubReadTest = `package airlock.egress_test
@@ -52,7 +53,7 @@ func TestManifestPresets(t *testing.T) {
 				files[ManifestFile] = tt.manifest
 			}
 			writeFiles(t, dir, files)
-			e, err := New(Config{Dir: dir, Presets: tt.presets}, nil)
+			e, err := New(Config{Dir: dir, Presets: tt.presets, EvalTimeout: 10 * time.Second}, nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("New: got %v, want %q", err, tt.wantErr)
