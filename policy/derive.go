@@ -306,7 +306,9 @@ func (a *analyzer) keep(m *ast.Module, body ast.Body) ast.Body {
 			}
 			continue
 		}
-		bound.Update(vars)
+		if d, ok := e.Terms.(*ast.SomeDecl); !ok || isSomeIn(d) {
+			bound.Update(vars) // a plain `some x` declares x, binds nothing
+		}
 		kept = append(kept, e.Copy())
 	}
 	// A plain declaration whose variable is used by no other kept expression

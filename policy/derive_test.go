@@ -200,6 +200,19 @@ deny contains "no_delete" if {
 			in:    kindIn(KindConnect, "example.com"), allowed: true, mitm: true, wasHole: true,
 		},
 		{
+			name: "deny with a declared variable the request binds",
+			policy: `
+deny contains "bad_header" if {
+	some i
+	input.http.headers["x-index"] == data.bad[i]
+	i > 0
+	input.destination.host == "example.com"
+}`,
+			data:  `{"bad": ["a", "b"]}`,
+			allow: []string{"example.com"},
+			in:    kindIn(KindConnect, "example.com"), allowed: true, mitm: true, wasHole: true,
+		},
+		{
 			name: "deny on another host does not intercept this one",
 			policy: `
 deny contains "no_delete" if {
