@@ -133,3 +133,15 @@ func TestReadmeManifestExample(t *testing.T) {
 		t.Fatal("policies/README.md has no manifest example")
 	}
 }
+
+// A bundle cannot carry a manifest yet: policy bundle says so instead of
+// dropping it (the gateways would load other presets than the tests did).
+func TestBundleRefusesManifest(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"policy.rego": githubTable, ManifestFile: "presets: [none]\n"})
+	var out strings.Builder
+	err := BuildBundle(context.Background(), dir, BundleBuild{Revision: "r1"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "a bundle cannot carry a manifest yet") {
+		t.Fatalf("got %v, want the manifest refused", err)
+	}
+}
