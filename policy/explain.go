@@ -29,7 +29,13 @@ type ExplainConfig struct {
 type Explanation struct {
 	Presets []string   `json:"presets"`
 	Hosts   []HostView `json:"hosts"`
+	// NotProbed counts the host names past MaxExplainHosts, not asked about.
+	NotProbed int `json:"not_probed,omitempty"`
 }
+
+// MaxExplainHosts bounds the names Explain asks about (each costs a few dozen
+// decisions); the rest are counted in Explanation.NotProbed.
+const MaxExplainHosts = 2000
 
 // HostView is what one host (or wildcard pattern) may do.
 type HostView struct {
@@ -99,6 +105,10 @@ func Explain(ctx context.Context, ec ExplainConfig) (*Explanation, error) {
 	defer e.Close()
 	hosts, ports, paths := explainProbes(b, ec.Secrets)
 	out := &Explanation{Presets: activePresets(b)}
+	if len(hosts) > MaxExplainHosts {
+		out.NotProbed = len(hosts) - MaxExplainHosts
+		hosts = hosts[:MaxExplainHosts]
+	}
 	sb := Sandbox{ID: "explain", Labels: ec.Labels}
 	for _, h := range hosts {
 		v := explainHost(ctx, e, sb, h, ports, paths)

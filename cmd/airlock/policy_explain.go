@@ -137,6 +137,9 @@ func printExplanation(w io.Writer, x *policy.Explanation) {
 			fmt.Fprintf(w, "  %s\n", termtext.Escape(f))
 		}
 	}
+	if x.NotProbed > 0 {
+		fmt.Fprintf(w, "(%d more host names not asked about: at most %d are)\n", x.NotProbed, policy.MaxExplainHosts)
+	}
 }
 
 // explainDiff prints what NEW changes against OLD host by host; exit 3 when
