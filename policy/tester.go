@@ -54,8 +54,10 @@ func (r *TestReport) OK() bool { return r.Failed == 0 && r.Passed > 0 }
 // RunTests runs the *_test.rego tests of the policy in dir and of each of its
 // examples/NAME units, with the embedded library, default policy and presets
 // loaded (with dir empty: the embedded tests and examples). Tests run against
-// the default configuration (every preset, no allow hosts, enforce), so tests
-// answer the same whatever flags the gateway runs with. It measures line
+// the default configuration (every preset, or those the directory's manifest
+// names; no allow hosts; enforce), so tests answer the same whatever flags the
+// gateway runs with. A failing test's Error names the expression that failed,
+// its values and the input it was evaluated with. It measures line
 // coverage of the non-test files. An error means a unit could not be built or
 // compiled; failing tests are in the report.
 func RunTests(ctx context.Context, dir string) (*TestReport, error) {
