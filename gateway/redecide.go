@@ -100,11 +100,7 @@ func (g *Gateway) stillAdmitted(rc *reqCtx) string {
 		return "the policy in force refuses " + string(in.Kind) + " to " + in.Destination.Host
 	}
 	if in.Kind == policy.KindConnect || in.Kind == policy.KindTLS {
-		mitm := d.MITM && !d.Passthrough
-		if !mitm && !d.Passthrough && g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(sandboxOf(rc), in.Destination.Host, in.Destination.Port) {
-			mitm = true
-		}
-		if mitm != a.mitm {
+		if g.intercepts(rc, &in, d) != a.mitm {
 			return "the policy in force changed interception of " + in.Destination.Host
 		}
 	}

@@ -6,9 +6,19 @@
 // of presets and --allow (hosts.go), the policy bundle source (bundle*.go:
 // OPA's downloader, verified bundles compiled and tested as a policy
 // directory before the swap, the last good one persisted), and the logic of
-// `airlock policy test|check|eval` (RunTests, Check, ParseInput). The Rego
+// `airlock policy test|check|eval|explain` (RunTests, Check, ParseInput,
+// Explain, DiffExplain), and a directory's manifest (manifest.go:
+// airlock-policy.yaml names the presets it builds on, for its tests and run
+// time alike). The Rego
 // library, default policy, presets and input schema live in policies/ and are
 // embedded.
+//
+// Rules about HTTP take effect (derive.go): an allow or deny rule that reads
+// input.http is copied at load without its expressions about the request, and
+// the library asks the copies about each CONNECT, TLS and DNS decision, so the
+// connection such a rule needs to see is intercepted, and a host an HTTP allow
+// names is resolved and connected to. A rule whose connections cannot be told
+// (an else chain) is refused at load, naming its file:line.
 //
 // Fail closed: an evaluation error, an undefined or malformed decision or a
 // deadline is a deny with reason policy_error, in every mode; so is every

@@ -207,7 +207,10 @@ func (e *Engine) compileUnit(ctx context.Context, u unit, ownTests bool, revPref
 			return nil, err
 		}
 		if err := testsFailed(results); err != nil {
-			return nil, err
+			if e.cfg.FailingTests == nil {
+				return nil, err
+			}
+			e.cfg.FailingTests(err)
 		}
 	}
 	store := inmem.NewFromObjectWithOpts(b.Data, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))

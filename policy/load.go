@@ -54,7 +54,7 @@ func relevant(rel string) bool {
 		return true
 	case base == "data.json" || base == "data.yaml" || base == "data.yml":
 		return true
-	case rel == schemaFile:
+	case rel == schemaFile || rel == ManifestFile:
 		return true
 	case path.Dir(rel) == presetsDir && strings.HasSuffix(base, ".json"):
 		return true
@@ -212,6 +212,10 @@ type built struct {
 // build parses a unit's modules, merges its data, validates presets and adds the
 // config documents (data.airlock.config, data.airlock.hosts).
 func build(u unit, cfg Config) (*built, error) {
+	cfg, err := applyManifest(u.Files, cfg)
+	if err != nil {
+		return nil, err
+	}
 	b := &built{
 		Modules: map[string]*ast.Module{},
 		Tests:   map[string]bool{},
@@ -239,6 +243,8 @@ func build(u unit, cfg Config) (*built, error) {
 			if strings.HasSuffix(rel, "_test.rego") {
 				b.Tests[f.Name] = true
 			}
+		case rel == ManifestFile:
+			// Read by applyManifest; hashed into the revision above.
 		case rel == schemaFile:
 			var s any
 			if err := util.UnmarshalJSON(f.Src, &s); err != nil {
@@ -268,6 +274,10 @@ func build(u unit, cfg Config) (*built, error) {
 	if b.Schema == nil {
 		return nil, fmt.Errorf("policy: %s missing", schemaFile)
 	}
+	derived, err := derive(b.Modules, b.Tests)
+	if err != nil {
+		return nil, err
+	}
 	if err := mergeAt(b.Data, []string{"airlock", "presets"}, presets, "presets/"); err != nil {
 		return nil, err
 	}
@@ -279,6 +289,8 @@ func build(u unit, cfg Config) (*built, error) {
 	for k, v := range cfgDoc {
 		air[k] = v
 	}
+	// The library skips the derived rules' checks when there are none.
+	air["derived"] = map[string]any{"http": derived}
 	cj, _ := json.Marshal(map[string]any{"mode": cfg.Mode, "presets": cfg.Presets, "allow": cfg.AllowHosts})
 	h.Write(cj)
 	b.Rev = hex.EncodeToString(h.Sum(nil))[:16]
@@ -361,7 +373,7 @@ func mergeObj(dst, src map[string]any, at []string, from string) error {
 // host indexes the default policy looks up).
 func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 	air, _ := data["airlock"].(map[string]any)
-	for _, k := range []string{"config", "hosts"} {
+	for _, k := range []string{"config", "hosts", "derived"} {
 		if _, ok := air[k]; ok {
 			return nil, fmt.Errorf("policy: data.airlock.%s is computed by the engine; set presets and allow_hosts in the config instead", k)
 		}
