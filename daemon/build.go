@@ -325,7 +325,7 @@ func (d *Daemon) initSandboxes(o Options) {
 		d.home = o.Executor.Home
 	}
 	d.heartbeat = DefaultHeartbeat
-	d.net = netnsNetwork{d.netns}
+	d.net = netnsNetwork{m: d.netns, srv: server{gw: d.gw, dns: d.dns}}
 	if d.exec != nil {
 		d.exe = sandboxdExecutor{d.exec}
 	}

@@ -301,7 +301,7 @@ func (g *Gateway) decideCarried(rc *reqCtx, kind policy.Kind) error {
 func (g *Gateway) buildInput(rc *reqCtx) {
 	in := &rc.in
 	in.Kind = rc.kind
-	in.Sandbox = rc.cc.sb.info
+	in.Sandbox = rc.cc.sb.current()
 	in.Destination = policy.Destination{Host: rc.host, Port: rc.port}
 	if rc.sess != nil {
 		in.Destination.Suffixes = rc.sess.suffixes(rc.host)

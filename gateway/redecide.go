@@ -94,7 +94,7 @@ func (g *Gateway) Redecide(sandboxID string) int {
 func (g *Gateway) stillAdmitted(rc *reqCtx) string {
 	a := rc.adm
 	in := a.opening
-	in.Sandbox = rc.cc.sb.info // the sandbox as it is now (its own rules may have changed)
+	in.Sandbox = rc.cc.sb.current() // the sandbox as it is now (its own rules may have changed)
 	d := g.redecide(&in)
 	if !d.Permit() {
 		return "the policy in force refuses " + string(in.Kind) + " to " + in.Destination.Host

@@ -35,6 +35,7 @@ type Server struct {
 	seq       int
 	requests  []string
 	created   []api.CreateSandboxRequest
+	updates   []api.UpdateSandboxRequest // PATCHes accepted (update.go)
 	attached  map[string]api.AttachRequest
 	problems  map[string]string // attached id -> what its check reports
 	failing   []api.HealthPart  // parts health reports failing (SetFailing)
@@ -103,6 +104,7 @@ func (s *Server) handler() http.Handler {
 		"POST /v1/sandboxes":                          s.create,
 		"GET /v1/sandboxes":                           s.list,
 		"GET /v1/sandboxes/{id}":                      s.get,
+		"PATCH /v1/sandboxes/{id}":                    s.update,
 		"DELETE /v1/sandboxes/{id}":                   s.delete,
 		"POST /v1/sandboxes/{id}/exec":                s.exec,
 		"GET /v1/sandboxes/{id}/execs":                s.execs,
