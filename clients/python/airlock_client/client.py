@@ -167,6 +167,24 @@ class Client:
         """One sandbox: state, limits, usage now, egress counters."""
         return Sandbox.from_json(self._json("GET", f"/sandboxes/{_quote(sandbox_id)}"))
 
+    def update_sandbox(self, sandbox_id: str, *, allow: Optional[Sequence[str]] = None,
+                       allow_add: Optional[Sequence[str]] = None, allow_remove: Optional[Sequence[str]] = None,
+                       labels: Optional[Mapping[str, Optional[str]]] = None, mode: Optional[str] = None) -> Sandbox:
+        """Changes a running sandbox's own rules (PATCH /v1/sandboxes/{id})
+        and returns it as it is after the change. allow replaces the allow
+        list ([] empties it), then allow_remove removes entries and
+        allow_add adds them; labels sets each key, a None value removes it;
+        mode (root only) is "enforce" or "report". Requests the sandbox
+        makes from then on are decided under the new rules; its open
+        tunnels and websockets that they refuse are closed."""
+        body = _drop_none({
+            "allow_add": list(allow_add or []), "allow_remove": list(allow_remove or []),
+            "labels": dict(labels or {}), "mode": mode,
+        })
+        if allow is not None:
+            body["allow"] = list(allow)  # [] empties the list: kept
+        return Sandbox.from_json(self._json("PATCH", f"/sandboxes/{_quote(sandbox_id)}", body))
+
     def delete_sandbox(self, sandbox_id: str) -> Sandbox:
         """Kills every process of the sandbox, removes it, and returns its
         final state and usage."""

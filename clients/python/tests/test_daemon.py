@@ -254,6 +254,29 @@ def test_run(client):
         client.get_sandbox(r.id)
 
 
+def test_update_sandbox(client):
+    """PATCH through the client: the allow list and labels change for this
+    sandbox alone, a refused change names its field and changes nothing."""
+    sb = client.create_sandbox(labels={"agent": "py-update", "stage": "dev"}, allow=["a.example.com"])
+    other = client.create_sandbox(labels={"agent": "py-update-other"}, allow=["a.example.com"])
+    try:
+        got = client.update_sandbox(sb.id, allow_add=["b.example.com"], allow_remove=["a.example.com"],
+                                    labels={"stage": "review", "agent": None})
+        assert got.allow == ["b.example.com"] and got.labels == {"stage": "review"}
+        assert client.get_sandbox(sb.id).allow == ["b.example.com"]
+        assert client.get_sandbox(other.id).allow == ["a.example.com"]
+        assert client.update_sandbox(sb.id, allow=[]).allow == []
+        with pytest.raises(APIError) as e:
+            client.update_sandbox(sb.id, allow_remove=["nope.example.com"])
+        assert e.value.code == "invalid_field" and e.value.field == "allow_remove[0]"
+        with pytest.raises(APIError) as e:
+            client.update_sandbox(sb.id)
+        assert e.value.code == "invalid_field" and "nothing to change" in e.value.message
+    finally:
+        client.delete_sandbox(other.id)
+        client.delete_sandbox(sb.id)
+
+
 def test_bad_requests_name_the_field(client):
     cases = [({"mode": "audit"}, "mode"), ({"memory": "1K"}, "limits.memory"), ({"env": {"": "x"}}, "env")]
     for kwargs, field in cases:
