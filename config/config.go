@@ -80,6 +80,7 @@ type Config struct {
 	Sandbox  Sandbox  `yaml:"sandbox"`
 	API      API      `yaml:"api"`
 	Metrics  Metrics  `yaml:"metrics"`
+	Approval Approval `yaml:"approval"` // approval.go
 }
 
 // Policy selects the Rego policy and how it is applied.
@@ -502,6 +503,7 @@ func (c *Config) applyDefaults() {
 		c.API.Group, c.API.groupSet = DefaultAPIGroup, true
 	}
 	c.Sandbox.applyDefaults()
+	c.Approval.applyDefaults()
 	if c.Metrics.Listen == "" {
 		c.Metrics.Listen = DefaultMetricsListen
 	}
@@ -586,6 +588,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limits.new_flow_burst: %d is not between 1 and %d", c.Limits.NewFlowBurst, MaxNewFlows)
 	}
 	if err := c.Sandbox.validate(); err != nil {
+		return err
+	}
+	if err := c.Approval.validate(); err != nil {
 		return err
 	}
 	if !validGroup(c.API.Group) {
