@@ -47,6 +47,8 @@ func (d *Daemon) routes() []route {
 		{method: "DELETE", path: "/v1/attach/{id}", handle: d.apiDetach, rootOnly: true},
 		{method: "POST", path: "/v1/policy/reload", handle: d.apiReload, rootOnly: true},
 		{method: "GET", path: "/v1/summary", handle: d.apiSummary},
+		{method: "GET", path: "/v1/approvals", handle: d.apiApprovals, stream: true},
+		{method: "POST", path: "/v1/approvals/{id}", handle: d.apiAnswer},
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/fdreserve"
 	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
@@ -253,6 +254,8 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 	if d.secrets != nil {
 		gwCfg.Injector = d.secrets
 	}
+	d.buildApprovals(cfg, ipguard.New(allow, own))
+	gwCfg.Approver = d.approvals
 	gwCfg.ParentProxy, gwCfg.ParentNoProxy = cfg.Upstream.Proxy, cfg.Upstream.NoProxy
 	if id := cfg.Upstream.ProxyAuthSecret; id != "" {
 		if d.secrets == nil {

@@ -114,6 +114,7 @@ type Daemon struct {
 	net       network
 	metrics   *metrics
 	conns     *apiConns          // the API's connections and streams by uid (apiconns.go)
+	approvals *approvals         // requests held for a person's answer (approval.go)
 	fdr       *fdreserve.Reserve // the spare descriptor of the sandboxes' listeners
 	host      hostBounds
 	home      string

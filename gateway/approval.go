@@ -18,6 +18,18 @@ import (
 // connection open while the policy still only asks about it; a policy that
 // now denies it closes it.
 
+// Reasons of a held request's record (first) and of the approval records.
+const (
+	ReasonApprovalAsked       = "approval_asked"       // the question (approval record)
+	ReasonApprovedOnce        = "approved_once"        // a person let this request pass
+	ReasonApprovedSandbox     = "approved_sandbox"     // ... and the sandbox's later ones to the host and port
+	ReasonApprovedPolicy      = "approved_policy"      // ... and added the host and port to its allow list
+	ReasonApprovalDenied      = "approval_denied"      // a person refused it
+	ReasonApprovalTimeout     = "approval_timeout"     // nobody answered in time
+	ReasonApprovalLimit       = "approval_limit"       // the sandbox has too many requests held already
+	ReasonApprovalUnavailable = "approval_unavailable" // the question could not be asked (audit refused it)
+)
+
 // Approver answers the questions a policy asks. The daemon's approvals
 // broker implements it (the API, `airlock approve`, a webhook); it bounds
 // how long and how many requests of a sandbox are held.
