@@ -116,10 +116,15 @@ func (b *approvals) Approve(ctx context.Context, q gateway.Question) gateway.Ans
 	if b.notify != nil {
 		b.notify(h.a)
 	}
-	h.timer = time.AfterFunc(b.timeout, func() {
-		b.resolve(h.a.ID, gateway.Answer{Reason: gateway.ReasonApprovalTimeout,
-			Msg: fmt.Sprintf("nobody answered in %s (approval.timeout)", b.timeout)}, api.ApprovalTimedOut, "timeout", true)
-	})
+	b.mu.Lock()
+	if _, ok := b.pending[h.a.ID]; ok {
+		timeout := b.timeout
+		h.timer = time.AfterFunc(timeout, func() {
+			b.resolve(h.a.ID, gateway.Answer{Reason: gateway.ReasonApprovalTimeout,
+				Msg: fmt.Sprintf("nobody answered in %s (approval.timeout)", timeout)}, api.ApprovalTimedOut, "timeout", true)
+		})
+	}
+	b.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
 		b.resolve(h.a.ID, gateway.Answer{Reason: gateway.ReasonApprovalTimeout, Msg: "the request ended before an answer"}, api.ApprovalTimedOut, "cancelled", true)
 	})
@@ -360,4 +365,11 @@ func (d *Daemon) approvePolicy(c caller, id, entry string) *api.Error {
 		return apiErr(api.CodeConflict, "answer", "answer policy: %s is not a sandbox of the API (an attached or run sandbox has no allow list to add to); answer once or sandbox", id)
 	}
 	return d.updateSandbox(c, sb, &api.UpdateSandboxRequest{AllowAdd: []string{entry}})
+}
+
+// setTimeout changes approval.timeout for questions asked from now on.
+func (b *approvals) setTimeout(d time.Duration) {
+	b.mu.Lock()
+	b.timeout = d
+	b.mu.Unlock()
 }

@@ -195,7 +195,7 @@ func TestApprovalRoundTrip(t *testing.T) {
 	}
 
 	// Nobody answers the next one: denied at the time-out.
-	w.d.approvals.timeout = 300 * time.Millisecond
+	w.d.approvals.setTimeout(300 * time.Millisecond)
 	resp := wait(t, w.request(t, "/late"))
 	if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Reason") != gateway.ReasonApprovalTimeout || w.upReqs.Load() != 1 {
 		t.Fatalf("unanswered request: got %d reason %q, upstream requests %d; want 403 %s and 1", resp.StatusCode,
