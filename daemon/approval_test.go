@@ -207,7 +207,9 @@ func TestApprovalRoundTrip(t *testing.T) {
 	recs := func(match func(r audit.Record) bool) []audit.Record {
 		return settled(w.audit, match)
 	}
-	if q := recs(func(r audit.Record) bool { return r.Kind == audit.KindApproval && audittest.HasReason(r, gateway.ReasonApprovalAsked) }); len(q) != 2 {
+	if q := recs(func(r audit.Record) bool {
+		return r.Kind == audit.KindApproval && audittest.HasReason(r, gateway.ReasonApprovalAsked)
+	}); len(q) != 2 {
 		t.Errorf("question records: got %d, want 2", len(q))
 	}
 	for _, tc := range []struct{ reason, by, decision, path string }{
@@ -277,7 +279,9 @@ func TestApprovalAnswers(t *testing.T) {
 	if !slices.Contains(sb.Allow, entry) {
 		t.Errorf("allow list after answer policy: got %q, want %q in it", sb.Allow, entry)
 	}
-	if n := len(w.audit.Match(func(r audit.Record) bool { return audittest.HasReason(r, ReasonUpdated) && strings.Contains(string(r.Extra["by_uid"]), "1000") })); n != 1 {
+	if n := len(w.audit.Match(func(r audit.Record) bool {
+		return audittest.HasReason(r, ReasonUpdated) && strings.Contains(string(r.Extra["by_uid"]), "1000")
+	})); n != 1 {
 		t.Errorf("update records by uid 1000: got %d, want 1", n)
 	}
 }
