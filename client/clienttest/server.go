@@ -36,6 +36,7 @@ type Server struct {
 	requests  []string
 	created   []api.CreateSandboxRequest
 	updates   []api.UpdateSandboxRequest // PATCHes accepted (update.go)
+	appr      approvalState              // approvals.go
 	attached  map[string]api.AttachRequest
 	problems  map[string]string // attached id -> what its check reports
 	failing   []api.HealthPart  // parts health reports failing (SetFailing)
@@ -119,6 +120,8 @@ func (s *Server) handler() http.Handler {
 		"DELETE /v1/attach/{id}":                      s.detach,
 		"POST /v1/policy/reload":                      s.reload,
 		"GET /v1/summary":                             s.summary,
+		"GET /v1/approvals":                           s.approvals,
+		"POST /v1/approvals/{id}":                     s.answer,
 	}
 	for pattern, h := range routes {
 		mux.HandleFunc(pattern, h)
