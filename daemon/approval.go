@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/oplog"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // A person in the loop: the approvals broker is the gateway's Approver.
@@ -55,18 +56,21 @@ type approvals struct {
 
 	mu      sync.Mutex
 	pending map[string]*held
-	per     map[string]int             // held, by sandbox
-	grants  map[string]map[string]bool // sandbox -> host:port approved for its life
+	per     map[string]int                  // held, by sandbox
+	grants  map[string]map[string]time.Time // sandbox -> host:port (or host:*) -> until
 	subs    map[*approvalSub]struct{}
 }
 
 var _ gateway.Approver = (*approvals)(nil)
 
-// held is one request waiting.
+// held is one question waiting; a DNS question for a name already asked
+// about joins it (a resolver asks A and AAAA at once, and again on its
+// own time-out).
 type held struct {
 	a     api.Approval
-	owner int // -1: root only
-	done  chan gateway.Answer
+	owner int           // -1: root only
+	done  chan struct{} // closed with ans set
+	ans   gateway.Answer
 	timer *time.Timer
 }
 
@@ -81,24 +85,43 @@ func newApprovals(timeout time.Duration, maxPer int, log audit.Logger, logger *s
 	return &approvals{timeout: timeout, maxPer: maxPer, log: log, logger: logger,
 		owner:     func(string) (int, bool) { return 0, false },
 		inSandbox: func(caller, string) bool { return false },
-		pending:   map[string]*held{}, per: map[string]int{}, grants: map[string]map[string]bool{}, subs: map[*approvalSub]struct{}{}}
+		pending:   map[string]*held{}, per: map[string]int{}, grants: map[string]map[string]time.Time{}, subs: map[*approvalSub]struct{}{}}
+}
+
+// forLife is the expiry of a grant for the sandbox's life.
+var forLife = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// grantKeys are the grants that let q pass: its host and port, its host
+// on any port (a DNS question approved for the sandbox, or once for the
+// connection that follows it).
+func grantKeys(q gateway.Question) []string {
+	return []string{net.JoinHostPort(q.Host, strconv.Itoa(q.Port)), q.Host + ":*"}
 }
 
 // Approve holds q until it is answered or times out.
 func (b *approvals) Approve(ctx context.Context, q gateway.Question) gateway.Answer {
-	hp := net.JoinHostPort(q.Host, strconv.Itoa(q.Port))
+	now := time.Now()
 	b.mu.Lock()
-	if b.grants[q.Sandbox][hp] {
-		b.mu.Unlock()
-		return gateway.Answer{Allow: true, Reason: gateway.ReasonApprovedSandbox, Msg: "approved for this sandbox earlier: " + hp}
+	for _, k := range grantKeys(q) {
+		if exp, ok := b.grants[q.Sandbox][k]; ok && now.Before(exp) {
+			b.mu.Unlock()
+			return gateway.Answer{Allow: true, Reason: gateway.ReasonApprovedSandbox, Msg: "approved earlier for this sandbox: " + k}
+		}
+	}
+	if q.Kind == policy.KindDNS {
+		for _, h := range b.pending {
+			if h.a.Sandbox == q.Sandbox && h.a.Kind == string(policy.KindDNS) && h.a.Host == q.Host {
+				b.mu.Unlock()
+				return b.wait(ctx, h)
+			}
+		}
 	}
 	if n := b.per[q.Sandbox]; n >= b.maxPer {
 		b.mu.Unlock()
 		return gateway.Answer{Reason: gateway.ReasonApprovalLimit,
 			Msg: fmt.Sprintf("sandbox %s has %d requests waiting for approval, approval.max_pending_per_sandbox is %d", q.Sandbox, n, b.maxPer)}
 	}
-	now := time.Now()
-	h := &held{done: make(chan gateway.Answer, 1), owner: -1, a: api.Approval{
+	h := &held{done: make(chan struct{}), owner: -1, a: api.Approval{
 		ID: newApprovalID(), Sandbox: q.Sandbox, RequestID: q.ID, Kind: string(q.Kind), Host: q.Host, Port: q.Port,
 		Method: q.Method, Path: q.Path, Msg: q.Msg, AskedAt: now.UTC(), ExpiresAt: now.Add(b.timeout).UTC(), State: api.ApprovalPending}}
 	if uid, ok := b.owner(q.Sandbox); ok {
@@ -110,7 +133,7 @@ func (b *approvals) Approve(ctx context.Context, q gateway.Question) gateway.Ans
 	if err := b.log.Log(questionRecord(h.a)); err != nil {
 		b.logger.Error("audit approval question", oplog.SandboxKey, q.Sandbox, oplog.ErrorKey, err)
 		b.resolve(h.a.ID, gateway.Answer{Reason: gateway.ReasonApprovalUnavailable, Msg: "the audit log refused the question"}, "", "", false)
-		return <-h.done
+		return h.ans
 	}
 	b.publish(h.a, h.owner)
 	if b.notify != nil {
@@ -125,11 +148,18 @@ func (b *approvals) Approve(ctx context.Context, q gateway.Question) gateway.Ans
 		})
 	}
 	b.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() {
-		b.resolve(h.a.ID, gateway.Answer{Reason: gateway.ReasonApprovalTimeout, Msg: "the request ended before an answer"}, api.ApprovalTimedOut, "cancelled", true)
-	})
-	defer stop()
-	return <-h.done
+	return b.wait(ctx, h)
+}
+
+// wait waits for h's answer; a request that ends first stops waiting (the
+// question stays for the others joined to it, until its time-out).
+func (b *approvals) wait(ctx context.Context, h *held) gateway.Answer {
+	select {
+	case <-h.done:
+		return h.ans
+	case <-ctx.Done():
+		return gateway.Answer{Reason: gateway.ReasonApprovalTimeout, Msg: "the request ended before an answer"}
+	}
 }
 
 // resolve ends a pending approval with ans (state and by for the view and
@@ -148,6 +178,10 @@ func (b *approvals) resolve(id string, ans gateway.Answer, state, by string, rec
 		}
 		h.a.State, h.a.By = state, by
 		h.a.Answer = answerOf(ans.Reason)
+		if ans.Allow && h.a.Kind == string(policy.KindDNS) && ans.Reason == gateway.ReasonApprovedOnce {
+			// The name's approval covers the connection that follows it.
+			b.grantLocked(h.a.Sandbox, h.a.Host+":*", time.Now().Add(b.timeout))
+		}
 	}
 	b.mu.Unlock()
 	if !ok {
@@ -159,8 +193,16 @@ func (b *approvals) resolve(id string, ans gateway.Answer, state, by string, rec
 		}
 		b.publish(h.a, h.owner)
 	}
-	h.done <- ans
+	h.ans = ans
+	close(h.done)
 	return true
+}
+
+func (b *approvals) grantLocked(sandbox, key string, until time.Time) {
+	if b.grants[sandbox] == nil {
+		b.grants[sandbox] = map[string]time.Time{}
+	}
+	b.grants[sandbox][key] = until
 }
 
 // answer is POST /v1/approvals/{id} by caller c.
@@ -195,18 +237,20 @@ func (b *approvals) answer(c caller, id, answer string) (*api.Approval, *api.Err
 	if c.root() {
 		by = "root"
 	}
-	hp := net.JoinHostPort(a.Host, strconv.Itoa(a.Port))
+	// A DNS question stands for the host on every port; the allow entry
+	// of a bare host is what --allow host means (DNS, 443 and 80).
+	hp, entry := net.JoinHostPort(a.Host, strconv.Itoa(a.Port)), net.JoinHostPort(a.Host, strconv.Itoa(a.Port))
+	if a.Kind == string(policy.KindDNS) {
+		hp, entry = a.Host+":*", a.Host
+	}
 	ans.Msg = fmt.Sprintf("%s answered %s for %s", by, answer, hp)
 	switch answer {
 	case api.AnswerSandbox:
 		b.mu.Lock()
-		if b.grants[a.Sandbox] == nil {
-			b.grants[a.Sandbox] = map[string]bool{}
-		}
-		b.grants[a.Sandbox][hp] = true
+		b.grantLocked(a.Sandbox, hp, forLife)
 		b.mu.Unlock()
 	case api.AnswerPolicy:
-		if e := b.addAllow(c, a.Sandbox, hp); e != nil {
+		if e := b.addAllow(c, a.Sandbox, entry); e != nil {
 			return nil, e
 		}
 	}
@@ -372,4 +416,14 @@ func (b *approvals) setTimeout(d time.Duration) {
 	b.mu.Lock()
 	b.timeout = d
 	b.mu.Unlock()
+}
+
+// dnsApprove is the DNS filter's Approve: the question asked of the broker
+// as kind dns to the name, port 53.
+func (d *Daemon) dnsApprove(ctx context.Context, sb policy.Sandbox, name, msg string, reasons []policy.Reason) (bool, string, string) {
+	if d.approvals == nil {
+		return false, gateway.ReasonApprovalUnavailable, "approvals are not served"
+	}
+	a := d.approvals.Approve(ctx, gateway.Question{Sandbox: sb.ID, Kind: policy.KindDNS, Host: name, Port: 53, Msg: msg, Reasons: reasons})
+	return a.Allow, a.Reason, a.Msg
 }

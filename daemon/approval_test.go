@@ -343,3 +343,50 @@ func settled(l *audittest.Log, match func(audit.Record) bool) []audit.Record {
 	})
 	return l.Match(match)
 }
+
+// TestApprovalDNSJoinsAndCovers: a resolver's repeated DNS questions for
+// one name are one approval; its answer once lets the connection that
+// follows to the name pass without a second question.
+func TestApprovalDNSJoinsAndCovers(t *testing.T) {
+	log := &audittest.Log{}
+	b := newApprovals(time.Minute, 8, log, slog.New(slog.DiscardHandler))
+	q := gateway.Question{Sandbox: "sb-1", Kind: policy.KindDNS, Host: "new.example", Port: 53, Msg: "new name"}
+	got := make(chan gateway.Answer, 2)
+	for range 2 {
+		go func() { got <- b.Approve(context.Background(), q) }()
+	}
+	root := caller{uid: 0}
+	var list []api.Approval
+	poll.Within(audittest.WaitLimit, func() bool { list = b.list(root); return len(list) == 1 })
+	time.Sleep(50 * time.Millisecond) // the second question would have been asked by now
+	if list = b.list(root); len(list) != 1 {
+		t.Fatalf("pending: got %d, want 1 (the second question joins the first)", len(list))
+	}
+	if _, e := b.answer(root, list[0].ID, api.AnswerOnce); e != nil {
+		t.Fatal(e)
+	}
+	for range 2 {
+		if a := <-got; !a.Allow || a.Reason != gateway.ReasonApprovedOnce {
+			t.Fatalf("DNS answer: got %+v, want approved_once", a)
+		}
+	}
+	a := b.Approve(context.Background(), gateway.Question{Sandbox: "sb-1", Kind: policy.KindConnect, Host: "new.example", Port: 443})
+	if !a.Allow || len(b.list(root)) != 0 {
+		t.Fatalf("the connection after the name's approval: got %+v with %d pending, want allowed without asking", a, len(b.list(root)))
+	}
+	if n := len(log.Match(func(r audit.Record) bool { return audittest.HasReason(r, gateway.ReasonApprovalAsked) })); n != 1 {
+		t.Fatalf("questions audited: got %d, want 1", n)
+	}
+	// Another sandbox is not covered.
+	other := make(chan gateway.Answer, 1)
+	go func() {
+		other <- b.Approve(context.Background(), gateway.Question{Sandbox: "sb-2", Kind: policy.KindConnect, Host: "new.example", Port: 443})
+	}()
+	poll.Within(audittest.WaitLimit, func() bool { return len(b.list(root)) == 1 })
+	if _, e := b.answer(root, b.list(root)[0].ID, api.AnswerDeny); e != nil {
+		t.Fatal(e)
+	}
+	if a := <-other; a.Allow {
+		t.Fatal("another sandbox passed on the first one's approval")
+	}
+}

@@ -199,6 +199,7 @@ func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Add
 		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
 		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
 		NameCheck:    d.placeholderInName(),
+		Approve:      d.dnsApprove,
 	}, dec, d.tally, d.log)
 	if err != nil {
 		return err

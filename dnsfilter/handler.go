@@ -147,7 +147,7 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 			return dns.RcodeNameError, nil
 		}
 	}
-	q.dec = s.decide(q)
+	q.dec = s.approve(q, s.decide(q)) // a question the policy asks waits for its answer (approval.go)
 	if !q.dec.d.Permit() {
 		return dns.RcodeNameError, nil
 	}
