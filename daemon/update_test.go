@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
@@ -137,4 +138,33 @@ func TestUpdateSandboxAuditRefused(t *testing.T) {
 	if p, _ := w.net.policy(sb.ID); p.Allow.Len() != 1 {
 		t.Errorf("served rules changed: %+v", p)
 	}
+}
+
+// TestUpdateLatency prints how long a PATCH takes through the API (decode,
+// checks, the audit record, the hand-over to what serves the sandbox: a
+// fake here; the gateway's share is gateway's TestChangeToEffectLatency),
+// p50/p99 over a bounded number of PATCHes; no assertion on the numbers.
+func TestUpdateLatency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a measurement")
+	}
+	w := newFakeWorld(t)
+	a := w.client(1000)
+	sb := a.create(t, `{"allow":["api.example.com"]}`)
+	const n = 200
+	var d []time.Duration
+	for i := range n {
+		body := `{"allow_add":["pypi.org"]}`
+		if i%2 == 1 {
+			body = `{"allow_remove":["pypi.org"]}`
+		}
+		start := time.Now()
+		r := a.json(t, "PATCH", "/v1/sandboxes/"+sb.ID, body)
+		d = append(d, time.Since(start))
+		if r.status != 200 {
+			t.Fatalf("patch %d: %d %s", i, r.status, r.body)
+		}
+	}
+	slices.Sort(d)
+	t.Logf("PATCH /v1/sandboxes/{id} round trip over loopback HTTP, %d PATCHes: p50 %s p99 %s", n, d[n/2].Round(time.Microsecond), d[n*99/100].Round(time.Microsecond))
 }

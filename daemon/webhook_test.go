@@ -1,0 +1,49 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/ipguard"
+)
+
+// TestWebhookThroughTheGuard: the approval webhook POSTs the question as
+// JSON to an address the guard lets through; to one it refuses (loopback
+// without upstream.allow_cidrs) it sends nothing, and the receiver sees
+// nothing.
+func TestWebhookThroughTheGuard(t *testing.T) {
+	var got atomic.Pointer[api.Approval]
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		var a api.Approval
+		if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&a) != nil {
+			w.WriteHeader(400)
+			return
+		}
+		got.Store(&a)
+	}))
+	defer srv.Close()
+	q := api.Approval{ID: "ap-1", Sandbox: "sb-1", Kind: "connect", Host: "new.example", Port: 443, Msg: "new host", State: api.ApprovalPending}
+
+	refused := newWebhookPoster(srv.URL, 2*time.Second, ipguard.New(nil, nil))
+	if err := refused.post(q); err == nil {
+		t.Fatal("loopback without allow_cidrs: posted, want refused by the guard")
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("the receiver saw %d requests through a refusing guard, want 0", hits.Load())
+	}
+	allowed := newWebhookPoster(srv.URL, 2*time.Second, ipguard.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil))
+	if err := allowed.post(q); err != nil {
+		t.Fatal(err)
+	}
+	if a := got.Load(); a == nil || a.ID != "ap-1" || a.Host != "new.example" || a.State != api.ApprovalPending {
+		t.Fatalf("received: got %+v, want the question", a)
+	}
+}
