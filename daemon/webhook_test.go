@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,5 +48,31 @@ func TestWebhookThroughTheGuard(t *testing.T) {
 	}
 	if a := got.Load(); a == nil || a.ID != "ap-1" || a.Host != "new.example" || a.State != api.ApprovalPending {
 		t.Fatalf("received: got %+v, want the question", a)
+	}
+}
+
+// TestCallerInNetns: the check that refuses a caller inside a sandbox
+// compares the caller's network namespace with the sandbox's by device
+// and inode: a process in the namespace is in it; a missing path or an
+// unknown pid is not.
+func TestCallerInNetns(t *testing.T) {
+	self := caller{uid: 1000, pid: os.Getpid()}
+	ns := "/proc/" + strconv.Itoa(os.Getpid()) + "/ns/net"
+	for _, tc := range []struct {
+		name string
+		c    caller
+		path string
+		want bool
+	}{
+		{"the caller's own namespace", self, ns, true},
+		{"a missing namespace", self, filepath.Join(t.TempDir(), "none"), false},
+		{"no pid", caller{uid: 1000}, ns, false},
+		{"a regular file", self, "/proc/self/status", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := callerInNetns(tc.c, tc.path); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
