@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -125,5 +126,30 @@ func TestAskWithoutApprover(t *testing.T) {
 	resp, _ := rawRequest(t, h.explicit, "CONNECT raw.example:"+strconv.Itoa(echo.port)+" HTTP/1.1\r\n\r\n")
 	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Airlock-Reason") != policytest.ReasonNotAllowed || echo.conns.Load() != 0 {
 		t.Fatalf("got %d %q, upstream conns %d; want 403 %s and 0", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), echo.conns.Load(), policytest.ReasonNotAllowed)
+	}
+}
+
+// slowApprover approves after d.
+type slowApprover struct{ d time.Duration }
+
+func (a slowApprover) Approve(_ context.Context, q Question) Answer {
+	time.Sleep(a.d)
+	return Answer{Allow: true, Reason: ReasonApprovedOnce, Msg: "slow"}
+}
+
+// TestHoldOutlastsIdleTimeout: a request held for an answer longer than
+// the client connection's idle and header timeouts is still served when
+// the answer comes (the hold is bounded by the Approver, not by them).
+func TestHoldOutlastsIdleTimeout(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	dec := &askingDecider{ch: make(chan struct{})}
+	h := newHarness(t, dec, names("raw.example"), nil, func(c *Config) {
+		c.Approver = slowApprover{1500 * time.Millisecond}
+		c.IdleTimeout, c.ReadHeaderTimeout = 500*time.Millisecond, 500*time.Millisecond
+	})
+	h.allowUpstreams(up)
+	resp, body := rawRequest(t, h.explicit, fmt.Sprintf("GET http://raw.example:%d/x HTTP/1.1\r\nHost: raw.example:%d\r\n\r\n", up.port, up.port))
+	if resp.StatusCode != 200 {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
 	}
 }
