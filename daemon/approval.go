@@ -265,11 +265,21 @@ func (b *approvals) answer(c caller, id, answer string) (*api.Approval, *api.Err
 	return &a, nil
 }
 
-// forget drops what was granted to an ended sandbox.
+// forget drops what was granted to an ended sandbox and refuses what it
+// still has waiting (nobody is left to serve it).
 func (b *approvals) forget(sandbox string) {
 	b.mu.Lock()
 	delete(b.grants, sandbox)
+	var ids []string
+	for id, h := range b.pending {
+		if h.a.Sandbox == sandbox {
+			ids = append(ids, id)
+		}
+	}
 	b.mu.Unlock()
+	for _, id := range ids {
+		b.resolve(id, gateway.Answer{Reason: gateway.ReasonApprovalDenied, Msg: "the sandbox ended before an answer"}, api.ApprovalDenied, "sandbox_ended", true)
+	}
 }
 
 // list is the pending approvals caller c may answer, oldest first.

@@ -390,3 +390,21 @@ func TestApprovalDNSJoinsAndCovers(t *testing.T) {
 		t.Fatal("another sandbox passed on the first one's approval")
 	}
 }
+
+// TestApprovalSandboxEnded: a sandbox's end refuses what it has waiting
+// and drops what was approved for its life.
+func TestApprovalSandboxEnded(t *testing.T) {
+	b := newApprovals(time.Minute, 8, &audittest.Log{}, slog.New(slog.DiscardHandler))
+	q := gateway.Question{Sandbox: "sb-3", Kind: policy.KindConnect, Host: "new.example", Port: 443}
+	got := make(chan gateway.Answer, 1)
+	go func() { got <- b.Approve(context.Background(), q) }()
+	root := caller{uid: 0}
+	poll.Within(audittest.WaitLimit, func() bool { return len(b.list(root)) == 1 })
+	b.forget("sb-3")
+	if a := <-got; a.Allow || a.Reason != gateway.ReasonApprovalDenied {
+		t.Fatalf("held at the end: got %+v, want approval_denied", a)
+	}
+	if n := len(b.list(root)); n != 0 {
+		t.Fatalf("pending after the end: %d", n)
+	}
+}
