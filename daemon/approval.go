@@ -381,10 +381,10 @@ func answerRecord(a api.Approval, ans gateway.Answer) *audit.Record {
 		Method: a.Method, Path: a.Path, Reasons: []audit.Reason{{ID: ans.Reason, Msg: ans.Msg}}, Extra: extra}
 }
 
-// buildApprovals builds the broker the gateway asks (before the gateway:
-// its sandboxes' owners and allow lists are looked up when a question
-// comes, by then the registry exists); guard checks the webhook's
-// addresses as the gateway checks upstreams'.
+// buildApprovals builds the broker the DNS filter and the gateway ask
+// (airlock serve only: Options.Approvals). Its sandboxes' owners and allow
+// lists are looked up when a question comes, by then the registry exists;
+// guard checks the webhook's addresses as the gateway checks upstreams'.
 func (d *Daemon) buildApprovals(cfg config.Config, guard *ipguard.Guard) {
 	b := newApprovals(time.Duration(cfg.Approval.Timeout), cfg.Approval.MaxPendingPerSandbox, d.acct, d.log.With(oplog.ComponentKey, "approvals"))
 	b.owner = func(id string) (int, bool) {
@@ -431,9 +431,6 @@ func (b *approvals) setTimeout(d time.Duration) {
 // dnsApprove is the DNS filter's Approve: the question asked of the broker
 // as kind dns to the name, port 53.
 func (d *Daemon) dnsApprove(ctx context.Context, sb policy.Sandbox, name, msg string, reasons []policy.Reason) (bool, string, string) {
-	if d.approvals == nil {
-		return false, gateway.ReasonApprovalUnavailable, "approvals are not served"
-	}
 	a := d.approvals.Approve(ctx, gateway.Question{Sandbox: sb.ID, Kind: policy.KindDNS, Host: name, Port: 53, Msg: msg, Reasons: reasons})
 	return a.Allow, a.Reason, a.Msg
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/fdreserve"
 	"github.com/airlock-dev/airlock/gateway"
-	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
@@ -186,7 +185,12 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 
 // buildDNS builds the DNS filter.
 func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Addr, dec policy.Decider) error {
+	var approve dnsfilter.ApproveFunc
+	if d.approvals != nil {
+		approve = d.dnsApprove
+	}
 	f, err := dnsfilter.New(dnsfilter.Config{
+		Approve:      approve,
 		GatewayAddrs: own,
 		Upstreams:    upstreams,
 		RateLimit:    cfg.DNS.RateLimit,
@@ -199,7 +203,6 @@ func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Add
 		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
 		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
 		NameCheck:    d.placeholderInName(),
-		Approve:      d.dnsApprove,
 	}, dec, d.tally, d.log)
 	if err != nil {
 		return err
@@ -255,8 +258,9 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 	if d.secrets != nil {
 		gwCfg.Injector = d.secrets
 	}
-	d.buildApprovals(cfg, ipguard.New(allow, own))
-	gwCfg.Approver = d.approvals
+	if d.approvals != nil {
+		gwCfg.Approver = d.approvals
+	}
 	gwCfg.ParentProxy, gwCfg.ParentNoProxy = cfg.Upstream.Proxy, cfg.Upstream.NoProxy
 	if id := cfg.Upstream.ProxyAuthSecret; id != "" {
 		if d.secrets == nil {
