@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
 	"golang.org/x/net/websocket"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -52,7 +50,9 @@ func newRulesWorld(t *testing.T, eng *policy.Engine) *rulesWorld {
 	w.h.allowUpstreams(w.plain, w.ws)
 	w.h.dialer.allow(w.echo.addr)
 	w.redial(t)
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true) // h2c with prior knowledge
+	tr := &http.Transport{Protocols: &protos, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", w.h.explicit)
 	}}
@@ -103,6 +103,9 @@ func (w *rulesWorld) h2get() int {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		return -resp.ProtoMajor // not the h2c connection this measures
+	}
 	return resp.StatusCode
 }
 
