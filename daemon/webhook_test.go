@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,10 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/gateway"
 	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // TestWebhookThroughTheGuard: the approval webhook POSTs the question as
@@ -74,5 +78,48 @@ func TestCallerInNetns(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestWebhookGetsEachQuestion: with approval.webhook.url set the broker
+// POSTs each question once, and the answer that comes back through the
+// API lets the request pass.
+func TestWebhookGetsEachQuestion(t *testing.T) {
+	got := make(chan api.Approval, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a api.Approval
+		if json.NewDecoder(r.Body).Decode(&a) == nil {
+			got <- a
+		}
+	}))
+	defer srv.Close()
+	w := newFakeWorld(t)
+	cfg := w.d.cfg
+	cfg.Approval.Webhook.URL = srv.URL
+	w.d.buildApprovals(cfg, ipguard.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil))
+	sb := w.client(1000).create(t, `{}`)
+	answer := make(chan gateway.Answer, 1)
+	go func() {
+		answer <- w.d.approvals.Approve(context.Background(), gateway.Question{Sandbox: sb.ID, Kind: policy.KindConnect, Host: "new.example", Port: 443, Msg: "new"})
+	}()
+	var a api.Approval
+	select {
+	case a = <-got:
+	case <-time.After(audittest.WaitLimit):
+		t.Fatal("the webhook got no question")
+	}
+	if a.Sandbox != sb.ID || a.Host != "new.example" || a.State != api.ApprovalPending {
+		t.Fatalf("webhook body: got %+v", a)
+	}
+	if r := w.client(1000).json(t, "POST", "/v1/approvals/"+a.ID, `{"answer":"once"}`); r.status != 200 {
+		t.Fatalf("answer: %d %s", r.status, r.body)
+	}
+	if ans := <-answer; !ans.Allow {
+		t.Fatalf("answer: got %+v, want allowed", ans)
+	}
+	select {
+	case extra := <-got:
+		t.Fatalf("the webhook got a second POST: %+v", extra)
+	case <-time.After(100 * time.Millisecond):
 	}
 }
