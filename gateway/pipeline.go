@@ -70,15 +70,17 @@ type reqCtx struct {
 	upOK     bool    // the upstream response was read to its end: the connection may be reused
 	ws       *wsBody // a websocket goproxy relays
 
-	in       policy.Input
-	adm      *admitted              // what a long-lived connection was admitted with (redecide.go)
-	revoked  atomic.Pointer[denial] // set by Redecide when it closed the connection
-	approval *Answer                // a person's answer to what the policy asked (approval.go)
-	dec      policy.Decision
-	decided  bool
-	mitm     bool
-	applied  *secrets.Applied  // what Inject did; scrubs the response, audited
-	res      audit.Reservation // room reserved for the next record written
+	// approval is a person's answer to what the policy asked (approval.go).
+	approval *Answer
+
+	in      policy.Input
+	adm     *admitted              // what a long-lived connection was admitted with (redecide.go)
+	revoked atomic.Pointer[denial] // set by Redecide when it closed the connection
+	dec     policy.Decision
+	decided bool
+	mitm    bool
+	applied *secrets.Applied  // what Inject did; scrubs the response, audited
+	res     audit.Reservation // room reserved for the next record written
 
 	up    *upstreamConn // HTTP: the upstream connection used
 	upRaw net.Conn      // tunnels: the upstream connection
