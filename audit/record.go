@@ -106,6 +106,11 @@ const (
 	// policy_rev the revision in force after it, error why it was refused,
 	// extra url, revision, stage, from_disk.
 	KindPolicyBundle = "policy_bundle"
+	// KindApproval is a question the policy asked a person about a held
+	// request (reason approval_asked) or its answer (approved_once,
+	// approved_sandbox, approved_policy, approval_denied,
+	// approval_timeout): the daemon writes it, extra approval_id and by.
+	KindApproval = "approval"
 )
 
 // Decisions as records spell them.

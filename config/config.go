@@ -23,6 +23,7 @@ type Config struct {
 	Pool     Pool     `yaml:"pool"`
 	API      API      `yaml:"api"`
 	Metrics  Metrics  `yaml:"metrics"`
+	Approval Approval `yaml:"approval"` // approval.go
 }
 
 // Default returns the configuration used when no file is given.
@@ -84,6 +85,7 @@ func (c *Config) applyDefaults() {
 	c.API.applyDefaults()
 	c.Sandbox.applyDefaults()
 	c.Pool.applyDefaults(c.Sandbox.PoolSize)
+	c.Approval.applyDefaults()
 	c.Metrics.applyDefaults()
 }
 
@@ -111,6 +113,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Pool.validate(c.Sandbox.PoolSize); err != nil {
+		return err
+	}
+	if err := c.Approval.validate(); err != nil {
 		return err
 	}
 	return c.API.validate()

@@ -32,6 +32,7 @@ func (d *Daemon) routes() []route {
 		{method: "POST", path: "/v1/sandboxes", handle: d.apiCreate},
 		{method: "GET", path: "/v1/sandboxes", handle: d.apiList},
 		{method: "GET", path: "/v1/sandboxes/{id}", handle: d.apiGet},
+		{method: "PATCH", path: "/v1/sandboxes/{id}", handle: d.apiUpdate},
 		{method: "DELETE", path: "/v1/sandboxes/{id}", handle: d.apiDelete},
 		{method: "POST", path: "/v1/sandboxes/{id}/exec", handle: d.apiExec, stream: true},
 		{method: "GET", path: "/v1/sandboxes/{id}/execs", handle: d.apiExecs},
@@ -46,6 +47,8 @@ func (d *Daemon) routes() []route {
 		{method: "DELETE", path: "/v1/attach/{id}", handle: d.apiDetach, rootOnly: true},
 		{method: "POST", path: "/v1/policy/reload", handle: d.apiReload, rootOnly: true},
 		{method: "GET", path: "/v1/summary", handle: d.apiSummary},
+		{method: "GET", path: "/v1/approvals", handle: d.apiApprovals, stream: true},
+		{method: "POST", path: "/v1/approvals/{id}", handle: d.apiAnswer},
 	}
 }
 
@@ -96,7 +99,7 @@ func (d *Daemon) guard(rt route) http.HandlerFunc {
 // has, or 404.
 func noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, rs []route) {
 	var allow []string
-	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		if slices.ContainsFunc(rs, func(rt route) bool { return rt.method == m }) {
 			probe := r.Clone(r.Context())
 			probe.Method = m
@@ -190,7 +193,7 @@ func (d *Daemon) apiList(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []api.Sandbox{}
 	for _, sb := range d.reg.all() {
-		if !c.may(sb.owner) || !hasLabels(sb.labels, want) {
+		if !c.may(sb.owner) || !hasLabels(sb.labelsNow(), want) {
 			continue
 		}
 		out = append(out, *d.sandboxView(sb))

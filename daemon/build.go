@@ -184,7 +184,12 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 
 // buildDNS builds the DNS filter.
 func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Addr, dec policy.Decider) error {
+	var approve dnsfilter.ApproveFunc
+	if d.approvals != nil {
+		approve = d.dnsApprove
+	}
 	f, err := dnsfilter.New(dnsfilter.Config{
+		Approve:      approve,
 		GatewayAddrs: own,
 		Upstreams:    upstreams,
 		RateLimit:    cfg.DNS.RateLimit,
@@ -251,6 +256,9 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 	gwCfg.CACertFile, gwCfg.CAKeyFile = caCert, caKey
 	if d.secrets != nil {
 		gwCfg.Injector = d.secrets
+	}
+	if d.approvals != nil {
+		gwCfg.Approver = d.approvals
 	}
 	gwCfg.ParentProxy, gwCfg.ParentNoProxy = cfg.Upstream.Proxy, cfg.Upstream.NoProxy
 	if id := cfg.Upstream.ProxyAuthSecret; id != "" {
@@ -324,7 +332,7 @@ func (d *Daemon) initSandboxes(o Options) {
 		d.home = o.Executor.Home
 	}
 	d.heartbeat = DefaultHeartbeat
-	d.net = netnsNetwork{d.netns}
+	d.net = netnsNetwork{m: d.netns, srv: server{gw: d.gw, dns: d.dns}}
 	if d.exec != nil {
 		d.exe = sandboxdExecutor{d.exec}
 	}

@@ -65,6 +65,10 @@ type Options struct {
 	// creates (airlock serve). Without it there is no warm pool: a single
 	// `airlock run` would only pay for sandboxes nobody takes.
 	Pool bool
+	// Approvals holds requests the policy asks a person about for an answer
+	// through the API (airlock serve; approval.go). Without it nobody could
+	// answer, and an ask decision is the deny it is.
+	Approvals bool
 	// NoExecutor builds no executor (airlock attach serves a namespace whose
 	// processes someone else runs); Run then fails.
 	NoExecutor bool
@@ -115,6 +119,7 @@ type Daemon struct {
 	net       network
 	metrics   *metrics
 	conns     *apiConns          // the API's connections and streams by uid (apiconns.go)
+	approvals *approvals         // requests held for a person's answer (approval.go)
 	fdr       *fdreserve.Reserve // the spare descriptor of the sandboxes' listeners
 	host      hostBounds
 	home      string
@@ -178,6 +183,9 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	own = append(own, resolverAddrs(upstreams)...)
+	if o.Approvals { // before the DNS filter and the gateway, which ask it
+		d.buildApprovals(cfg, ipguard.New(allow, own))
+	}
 	// Secrets are built first: the DNS filter checks every question for a
 	// placeholder.
 	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {

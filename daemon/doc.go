@@ -17,6 +17,11 @@
 // observed create rate (pool.go), their lifetimes, execs, files, events and metrics, built on seams over
 // the executor (sandboxd) and the namespaces (netns).
 //
+// A running sandbox's allow list, labels and mode change with PATCH
+// /v1/sandboxes/{id} (update.go); requests the policy asks a person about
+// are held by the approvals broker (approval.go, approval_api.go,
+// webhook.go: GET /v1/approvals, POST /v1/approvals/{id}).
+//
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
 // ListenAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step
 // by step and the sandbox API: daemon/DESIGN.md.

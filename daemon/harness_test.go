@@ -92,10 +92,13 @@ func newFakeWorld(t *testing.T, edit ...func(*config.Config)) *fakeWorld {
 
 // client returns an HTTP client whose requests act as uid: it talks to a
 // listener of its own whose connections carry that caller.
-func (w *fakeWorld) client(uid int) *apiClient {
+func (w *fakeWorld) client(uid int) *apiClient { return w.clientAs(caller{uid: uid}) }
+
+// clientAs is client for a caller with a pid too.
+func (w *fakeWorld) clientAs(c caller) *apiClient {
 	srv := httptest.NewUnstartedServer(w.handler)
 	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
-		return withCaller(ctx, caller{uid: uid})
+		return withCaller(ctx, c)
 	}
 	srv.Start()
 	w.mu.Lock()

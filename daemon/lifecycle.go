@@ -246,6 +246,9 @@ func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
 	d.tap.Forget(sb.id)
 	sb.stopped(u, final)
 	d.reg.beginTeardown(sb)
+	if d.approvals != nil {
+		d.approvals.forget(sb.id) // what was approved for its life ends with it
+	}
 	go d.teardown(sb.id, sb.box)
 	d.metrics.ended.WithLabelValues(reason).Inc()
 	if final.OOMKills > 0 {

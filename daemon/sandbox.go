@@ -46,6 +46,11 @@ type sandbox struct {
 	idleTimeout time.Duration
 	maxLifetime time.Duration
 
+	// updating serializes PATCHes of the sandbox (update.go); updates
+	// counts them (under mu).
+	updating sync.Mutex
+	updates  int64
+
 	mu         sync.Mutex
 	state      string
 	endReason  string

@@ -204,6 +204,7 @@ type sandboxServer struct {
 	meter   *budget.Meter // the sandbox's audit budget
 	udp     *udpServer    // nil without a UDP listener
 	servers []*dns.Server // the TCP server, once started
+	upd     updates       // its rules as changed at run time (update.go)
 }
 
 func newSandboxServer(f *Filter, sb policy.Sandbox, own []netip.Addr) *sandboxServer {

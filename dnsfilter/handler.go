@@ -139,7 +139,7 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 	// A secret placeholder in a question is refused and flagged whatever
 	// policy would say (the name check; nil without secrets).
 	if check := s.f.cfg.NameCheck; check != nil {
-		if reason, flag, refused := check(s.sb, name); refused {
+		if reason, flag, refused := check(s.rules().sb, name); refused {
 			q.reasons = []audit.Reason{{ID: reason, Msg: "name refused before policy"}}
 			if flag != "" {
 				q.flags = append(q.flags, flag)
@@ -147,7 +147,7 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 			return dns.RcodeNameError, nil
 		}
 	}
-	q.dec = s.decide(q)
+	q.dec = s.approve(q, s.decide(q)) // a question the policy asks waits for its answer (approval.go)
 	if !q.dec.d.Permit() {
 		return dns.RcodeNameError, nil
 	}
@@ -211,9 +211,10 @@ func (s *sandboxServer) decide(q *query) *decided {
 	var rev string
 	cacheable := s.dcache != nil && len(q.flags) == 0
 	key := decisionKey{q.name, q.qtype, q.proto}
+	rules := s.rules()
 	if cacheable {
 		rev = s.f.revOf()
-		if d := s.dcache.get(rev, key); d != nil {
+		if d := s.dcache.get(rev+rules.gen, key); d != nil {
 			s.f.metrics.dcacheHit.Inc()
 			return d
 		}
@@ -223,7 +224,7 @@ func (s *sandboxServer) decide(q *query) *decided {
 	}
 	in := &policy.Input{
 		Kind:    policy.KindDNS,
-		Sandbox: s.sb,
+		Sandbox: rules.sb,
 		Destination: policy.Destination{
 			Host: q.name, Port: 53, Suffixes: hostname.Suffixes(q.name), Protocol: q.proto,
 		},
@@ -234,7 +235,7 @@ func (s *sandboxServer) decide(q *query) *decided {
 	cancel()
 	d.reasons = auditReasons(d.d.Reasons)
 	if cacheable && d.d.Err == nil && d.d.Rev == rev {
-		s.dcache.put(rev, key, d)
+		s.dcache.put(rev+rules.gen, key, d)
 	}
 	return d
 }

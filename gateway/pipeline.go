@@ -70,6 +70,9 @@ type reqCtx struct {
 	upOK     bool    // the upstream response was read to its end: the connection may be reused
 	ws       *wsBody // a websocket goproxy relays
 
+	// approval is a person's answer to what the policy asked (approval.go).
+	approval *Answer
+
 	in      policy.Input
 	adm     *admitted              // what a long-lived connection was admitted with (redecide.go)
 	revoked atomic.Pointer[denial] // set by Redecide when it closed the connection
@@ -268,7 +271,7 @@ func (g *Gateway) ask(rc *reqCtx) policy.Decision {
 	dur := time.Since(t0)
 	rc.policyDur += dur
 	g.metrics.policyEval.Observe(dur.Seconds())
-	return d
+	return g.approve(rc, d) // a question the policy asks waits for its answer (approval.go)
 }
 
 // denialOf is the denial a decision that does not permit stands for (nil when
@@ -325,7 +328,7 @@ func (g *Gateway) decideCarried(rc *reqCtx, kind policy.Kind) error {
 func (g *Gateway) buildInput(rc *reqCtx) {
 	in := &rc.in
 	in.Kind = rc.kind
-	in.Sandbox = rc.cc.sb.info
+	in.Sandbox = rc.cc.sb.current()
 	in.Destination = policy.Destination{Host: rc.host, Port: rc.port}
 	if rc.sess != nil {
 		in.Destination.Suffixes = rc.sess.suffixes(rc.host)

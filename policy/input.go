@@ -131,6 +131,12 @@ type Decision struct {
 	// certificate or carry compiled-in roots.
 	Passthrough bool `json:"passthrough,omitempty"`
 	HTTPStatus  int  `json:"http_status,omitempty"`
+	// Ask: the policy asks a person about this denied request (its ask
+	// rules, or on_unmatched "ask"); AskMsg is the question. A caller with
+	// an approver holds the request for the answer; any other denies it as
+	// Allowed says.
+	Ask    bool   `json:"ask,omitempty"`
+	AskMsg string `json:"ask_msg,omitempty"`
 	// Mode is the mode this decision was taken in: the policy's own (report or
 	// enforce rules), else the sandbox's (Sandbox.Mode), else the global one.
 	Mode Mode `json:"mode"`

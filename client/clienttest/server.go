@@ -36,6 +36,8 @@ type Server struct {
 	seq       int
 	requests  []string
 	created   []api.CreateSandboxRequest
+	updates   []api.UpdateSandboxRequest // PATCHes accepted (update.go)
+	appr      approvalState              // approvals.go
 	attached  map[string]api.AttachRequest
 	problems  map[string]string // attached id -> what its check reports
 	failing   []api.HealthPart  // parts health reports failing (SetFailing)
@@ -105,6 +107,7 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"POST /v1/sandboxes":                          s.create,
 		"GET /v1/sandboxes":                           s.list,
 		"GET /v1/sandboxes/{id}":                      s.get,
+		"PATCH /v1/sandboxes/{id}":                    s.update,
 		"DELETE /v1/sandboxes/{id}":                   s.delete,
 		"POST /v1/sandboxes/{id}/exec":                s.exec,
 		"GET /v1/sandboxes/{id}/execs":                s.execs,
@@ -119,6 +122,8 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"DELETE /v1/attach/{id}":                      s.detach,
 		"POST /v1/policy/reload":                      s.reload,
 		"GET /v1/summary":                             s.summary,
+		"GET /v1/approvals":                           s.approvals,
+		"POST /v1/approvals/{id}":                     s.answer,
 	}
 }
 

@@ -257,7 +257,31 @@ _mode_field := {"mode": "enforce"} if {
 	data.airlock.egress.report == true
 } else := {}
 
-decision := object.union(object.union(_verdict, _mode_field), _passthrough_field)
+decision := object.union(object.union(object.union(_verdict, _mode_field), _passthrough_field), _ask_field)
+
+# ask: a request no rule allows and none denies is held for a person to
+# answer (the daemon's approvals: API, airlock approve, webhook) when a rule
+# of package airlock.egress asks for it,
+#
+#   ask contains {"id": "new_host", "msg": "a host the team has not used"} if input.kind != "dns"
+#
+# or the policy says on_unmatched := "ask" (per sandbox by a condition on
+# input.sandbox). The decision stays a deny with its reasons and carries
+# ask and ask_msg; a deny rule always wins, and where nobody can answer
+# (airlock run, no approver) it is the deny it was.
+_ask_field := {"ask": true, "ask_msg": _ask_msg} if {
+	not _verdict.allowed
+	not _denied
+	_asks
+} else := {}
+
+_asks if some _ in data.airlock.egress.ask
+
+_asks if data.airlock.egress.on_unmatched == "ask"
+
+_ask_msg := concat("; ", sort([_reason(r).msg | some r in data.airlock.egress.ask])) if {
+	some _ in data.airlock.egress.ask
+} else := sprintf("no rule allows %s to %s", [_what, input.destination.host])
 
 # passthrough applies to an allowed connect or tls only, and turns mitm off.
 _passthrough_field := {"passthrough": true, "mitm": false} if {

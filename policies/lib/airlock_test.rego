@@ -506,4 +506,34 @@ test_derived_open_host_stays_a_tunnel if {
 		with data.airlock.derived.http as true
 		with data.airlock.egress._airlock_http_allow as {[]}
 	f.mitm
+
+test_ask_rule if {
+	# An ask rule turns a request nothing allows or denies into a question;
+	# the decision stays a deny with its reasons.
+	d := airlock.decision with input as req("connect", "new.example")
+		with data.airlock.egress.ask as [{"id": "new_vendor", "msg": "b"}, {"id": "new_vendor", "msg": "a"}]
+	not d.allowed
+	d.ask
+	d.ask_msg == "a; b"
+	d.reasons[0].id == "default_deny"
+}
+
+test_ask_unmatched if {
+	d := airlock.decision with input as req("connect", "new.example") with data.airlock.egress.on_unmatched as "ask"
+	d.ask
+	d.ask_msg == "no rule allows connect to new.example"
+}
+
+test_ask_never_over_allow_or_deny if {
+	a := airlock.decision with input as req("connect", "new.example")
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.on_unmatched as "ask"
+	a.allowed
+	not "ask" in object.keys(a)
+	d := airlock.decision with input as req("connect", "new.example")
+		with data.airlock.egress.deny as [{"id": "no", "msg": "never"}]
+		with data.airlock.egress.on_unmatched as "ask"
+	not "ask" in object.keys(d)
+	n := airlock.decision with input as req("connect", "new.example")
+	not "ask" in object.keys(n)
 }
