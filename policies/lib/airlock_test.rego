@@ -506,6 +506,7 @@ test_derived_open_host_stays_a_tunnel if {
 		with data.airlock.derived.http as true
 		with data.airlock.egress._airlock_http_allow as {[]}
 	f.mitm
+}
 
 test_ask_rule if {
 	# An ask rule turns a request nothing allows or denies into a question;
