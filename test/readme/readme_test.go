@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -249,11 +250,33 @@ func TestRootDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
+	checkPrintedPathsExist(t, string(out), artifacts)
 	checkDemoReport(t, artifacts)
 	// The log the demo points the reader at is still there and verifies.
 	verify := exec.Command(bin, "audit", "verify", "--pubkey", filepath.Join(artifacts, "audit.pub"), filepath.Join(artifacts, "audit.jsonl"))
 	if out, err := verify.CombinedOutput(); err != nil || !strings.Contains(string(out), "signatures ok") {
 		t.Errorf("verifying the log the demo left: %v\n%s", err, out)
+	}
+}
+
+// checkPrintedPathsExist: every path the demo told the reader about is still
+// there after it returned (it used to print its work directory's log and
+// tampered copy, removed on exit). The demo's output directory must be named.
+func checkPrintedPathsExist(t *testing.T, out, artifacts string) {
+	t.Helper()
+	// A path under the temporary directory or the output directory as the
+	// demo prints it: up to a space, a colon or a bracket.
+	printed := regexp.MustCompile(`(?:/tmp/|` + regexp.QuoteMeta(artifacts) + `)[^\s:;,()'"]*`)
+	named := false
+	for _, p := range printed.FindAllString(out, -1) {
+		p = strings.TrimRight(p, ".")
+		named = named || strings.HasPrefix(p, artifacts)
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the demo printed %s, which is gone after it returned: %v", p, err)
+		}
+	}
+	if !named {
+		t.Errorf("the demo printed no path under its output directory %s:\n%s", artifacts, out)
 	}
 }
 
