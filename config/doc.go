@@ -7,7 +7,7 @@
 //
 // Entry points: Load, Decode, Default. config holds data only: package daemon
 // maps it onto each package's own Config (docs/ARCHITECTURE.md, "Daemon and
-// command line"). The keys are documented in README.md.
+// command line"). The keys are documented in docs/CONFIG.md.
 //
 // config must never import: any other airlock package.
 package config

@@ -5,7 +5,7 @@
 //
 // Entry point: main.go builds the cobra command tree; every subcommand lives in
 // its own file. Commands and exit codes: docs/ARCHITECTURE.md, "Daemon and
-// command line"; usage: README.md.
+// command line"; usage: README.md and docs/CLI.md.
 //
 // cmd/airlock must never import: bench/..., netns/netnstest, test/....
 package main
