@@ -80,3 +80,10 @@ if "$bin" audit verify --pubkey "$out/audit.pub" "$out/tampered.jsonl"; then
 	echo "demo: tampering went unnoticed" >&2
 	exit 1
 fi
+
+step "what the demo leaves in $out"
+echo "audit.jsonl     the log (its signing key beside it: audit.jsonl.key, .pub)"
+echo "audit.pub       the public key that checks its signatures"
+echo "report.html     the auditor's page; report.json the same numbers"
+echo "tampered.jsonl  the copy with one deny turned into an allow"
+echo "next: README.md, \"Install\" and \"Run your project in a sandbox\""

@@ -289,6 +289,7 @@ func TestRootDemo(t *testing.T) {
 		"prev mismatch",
 		"report: " + artifacts + "/report.html",
 		"log: " + artifacts + "/audit.jsonl",
+		"what the demo leaves in " + artifacts,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
@@ -310,7 +311,7 @@ func checkPrintedPathsExist(t *testing.T, out, artifacts string) {
 	t.Helper()
 	// A path under the temporary directory or the output directory as the
 	// demo prints it: up to a space, a colon or a bracket.
-	printed := regexp.MustCompile(`(?:/tmp/|` + regexp.QuoteMeta(artifacts) + `)[^\s:;,()'"]*`)
+	printed := regexp.MustCompile(`(?:/tmp/|` + regexp.QuoteMeta(artifacts) + `)[^\s:;,()'"\x1b]*`)
 	named := false
 	for _, p := range printed.FindAllString(out, -1) {
 		p = strings.TrimRight(p, ".")
