@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -427,4 +428,73 @@ func commandLeaves(t *testing.T, bin string, path []string) [][]string {
 		leaves = append(leaves, commandLeaves(t, bin, append(slices.Clone(path), f[0]))...)
 	}
 	return leaves
+}
+
+// TestDocLinks: every relative link of the README, docs/ and the other
+// documents a reader is sent to names a file that exists and, with a
+// #fragment into a markdown file, a heading of it (GitHub's anchors), so
+// moving a section between documents cannot leave a link behind.
+func TestDocLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, name := range append(docFiles(t), "SECURITY.md", "policies/README.md", "deploy/README.md", "clients/python/README.md") {
+		data, err := os.ReadFile(filepath.Join("../..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := filepath.Join("../..", filepath.Dir(name), file)
+			if file == "" {
+				path = filepath.Join("../..", name)
+			}
+			checked++
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s: link %s: %v", name, target, err)
+				continue
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(t, path), frag) {
+				t.Errorf("%s: link %s: %s has no heading with anchor #%s", name, target, file, frag)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d links, want the documents' cross references", checked)
+	}
+}
+
+// anchors are the anchors GitHub gives a markdown file's headings: lower
+// case, punctuation but - and _ dropped, spaces as -.
+func anchors(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	inCode := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		if inCode || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var b strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }
