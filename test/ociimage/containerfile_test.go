@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -67,7 +66,7 @@ func (b *buildah) standInBases(t *testing.T) {
 	t.Helper()
 	b.commitDir(t, debianRootfs(t), debianBase, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	ctr := strings.TrimSpace(b.out(t, "from", debianBase))
-	b.out(t, "copy", ctr, runtime.GOROOT(), "/usr/local/go")
+	b.out(t, "copy", ctr, goEnv(t, "GOROOT"), "/usr/local/go")
 	b.out(t, "config", "--env", "PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"--env", "GOPATH=/go", "--env", "GOPROXY=off", "--env", "GOFLAGS=-mod=mod", ctr)
 	b.out(t, "commit", "--rm", "-q", ctr, goBase)
