@@ -25,7 +25,7 @@ type API struct {
 	// MaxConnsPerUID those of one caller other than root; a connection past
 	// either is answered 429 and closed. Root may always use a share of
 	// MaxConns no other caller can take. 0 derives each from the process's
-	// RLIMIT_NOFILE (README.md, "Configuration"); a value that would
+	// RLIMIT_NOFILE (docs/CONFIG.md, "The API socket's caps"); a value that would
 	// leave the gateway too few descriptors is refused when serve starts.
 	MaxConns       int `yaml:"max_conns"`
 	MaxConnsPerUID int `yaml:"max_conns_per_uid"`

@@ -46,7 +46,7 @@ type Audit struct {
 	// the downward API), else the host name.
 	Node string `yaml:"node"`
 	// Export lists the sinks `airlock serve` ships the log to (package
-	// audit/export; README.md, "Audit export"). A jsonl sink with endpoint
+	// audit/export; docs/AUDIT.md, "Audit export"). A jsonl sink with endpoint
 	// "-" writes the lines to serve's stdout.
 	Export []AuditExport `yaml:"export"`
 }

@@ -17,7 +17,7 @@ const (
 )
 
 // Bundle is policy.bundle: where the policy bundle comes from and how it is
-// checked (README.md, "Policy from an OPA bundle").
+// checked (docs/CONFIG.md, "Policy from an OPA bundle").
 type Bundle struct {
 	// URL is the bundle's full URL, http(s)://host[:port]/path; never with
 	// credentials in it.

@@ -9,7 +9,8 @@
 // metrics.go); config.go decodes and calls them in order.
 //
 // Entry points: Load, Decode, Default. config holds data only: package daemon
-// maps it onto each package's own Config (daemon/build.go). The keys are documented in README.md.
+// maps it onto each package's own Config (daemon/build.go). The keys are
+// documented in docs/CONFIG.md.
 //
 // config must never import: any other airlock package but hostname, units.
 package config

@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "demo: needs root (namespaces, cgroups, iptables): sudo make demo" >&2; exit 1; }
 
 bin=${AIRLOCK_BIN:-bin/airlock}
+out=${AIRLOCK_DEMO_OUT:-/tmp/airlock-demo}
+mkdir -p "$out"
+# A previous demo's files go: its log's chain and key would be continued.
+rm -f "$out"/audit.jsonl* "$out"/audit.pub "$out"/tampered.jsonl "$out"/report.html "$out"/report.json
 work=$(mktemp -d /tmp/airlock-demo.XXXXXX)
 chmod 755 "$work"
 fakepid=""
@@ -32,7 +36,7 @@ cat >"$work/airlock.yaml" <<YAML
 policy: {mode: enforce, presets: [python, node, go, github]}
 dns: {upstreams: ["$FAKENET_DNS"]}
 upstream: {allow_cidrs: ["$FAKENET_CIDR"], ca_file: "$FAKENET_CA"}
-audit: {file: $work/audit.jsonl}
+audit: {file: $out/audit.jsonl}
 ca: {cert: $work/ca/ca.pem, key: $work/ca/ca.key}
 limits: {memory: 256M, pids: 128, timeout: 60s}
 YAML
@@ -59,25 +63,27 @@ set -e
 echo "(exit code $code)"
 
 step "airlock audit verify (chain and Ed25519 checkpoints)"
-"$bin" audit pubkey --key "$work/audit.jsonl.key" >"$work/audit.pub"
-"$bin" audit verify --pubkey "$work/audit.pub" "$work/audit.jsonl"
+"$bin" audit pubkey --key "$out/audit.jsonl.key" >"$out/audit.pub"
+"$bin" audit verify --pubkey "$out/audit.pub" "$out/audit.jsonl"
 step "airlock audit query --decision deny"
-"$bin" audit query --file "$work/audit.jsonl" --decision deny --format table
+"$bin" audit query --file "$out/audit.jsonl" --decision deny --format table
 step "airlock audit report: one self-contained page for auditors"
-out=${AIRLOCK_DEMO_OUT:-/tmp/airlock-demo}
-mkdir -p "$out"
-"$bin" audit report --pubkey "$work/audit.pub" --out "$out/report.html" "$work/audit.jsonl"
-"$bin" audit report --pubkey "$work/audit.pub" --format json --out "$out/report.json" "$work/audit.jsonl"
+"$bin" audit report --pubkey "$out/audit.pub" --out "$out/report.html" "$out/audit.jsonl"
+"$bin" audit report --pubkey "$out/audit.pub" --format json --out "$out/report.json" "$out/audit.jsonl"
 echo "report: $out/report.html (open it in a browser; it fetches nothing)"
-# The log outlives the demo's work directory, with the public key that
-# checks its signatures, so the reader can verify and query it themselves.
-cp "$work/audit.jsonl" "$work/audit.pub" "$out/"
 echo "log: $out/audit.jsonl; verify it yourself: airlock audit verify --pubkey $out/audit.pub $out/audit.jsonl"
 step "someone turns a deny into an allow in the log; verify names the line"
-cp "$work/audit.jsonl" "$work/tampered.jsonl"
-line=$(grep -n '"decision":"deny"' "$work/tampered.jsonl" | head -1 | cut -d: -f1)
-sed -i "${line}s/\"decision\":\"deny\"/\"decision\":\"allow\"/" "$work/tampered.jsonl"
-if "$bin" audit verify --pubkey "$work/audit.pub" "$work/tampered.jsonl"; then
+cp "$out/audit.jsonl" "$out/tampered.jsonl"
+line=$(grep -n '"decision":"deny"' "$out/tampered.jsonl" | head -1 | cut -d: -f1)
+sed -i "${line}s/\"decision\":\"deny\"/\"decision\":\"allow\"/" "$out/tampered.jsonl"
+if "$bin" audit verify --pubkey "$out/audit.pub" "$out/tampered.jsonl"; then
 	echo "demo: tampering went unnoticed" >&2
 	exit 1
 fi
+
+step "what the demo leaves in $out"
+echo "audit.jsonl     the log (its signing key beside it: audit.jsonl.key, .pub)"
+echo "audit.pub       the public key that checks its signatures"
+echo "report.html     the auditor's page; report.json the same numbers"
+echo "tampered.jsonl  the copy with one deny turned into an allow"
+echo "next: README.md, \"Install\" and \"Run your project in a sandbox\""

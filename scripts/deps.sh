@@ -47,6 +47,12 @@ have umoci || need+=(umoci)
 # The podman e2e test (TestRootPodmanCNI) runs airlock-cni under Debian's
 # podman with its CNI backend, which invokes the chain itself.
 have podman || need+=(podman)
+# The Containerfile test (test/ociimage TestRootContainerfileBuild) builds it
+# with Debian's buildah, offline.
+have buildah || need+=(buildah)
+# The containerd e2e test (TestRootContainerdCRI) runs airlock-cni under
+# Debian's containerd, whose CRI plugin invokes the chain itself.
+have containerd && have ctr || need+=(containerd)
 dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -12,7 +12,7 @@
 // Entry points: LoadFile, New; the gateway calls the Injector through its
 // gateway.Injector seam, the daemon calls Placeholders and Forget. Modes,
 // placeholders, scrubbing and errors: secrets/DESIGN.md; the file
-// format: README.md and testdata/example.yaml.
+// format: docs/SECRETS.md and testdata/example.yaml.
 //
 // secrets must never import: config, policy, gateway, dnsfilter, netns,
 // sandboxd, daemon, cmd/airlock.

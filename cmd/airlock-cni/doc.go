@@ -3,7 +3,7 @@
 // pods' namespaces as islands. The runtime runs it with CNI_COMMAND set;
 // without one it prints its usage. The logic lives in package cniplugin.
 //
-// Entry point: main.go. Usage and the conflist: README.md, "Kubernetes (CNI)".
+// Entry point: main.go. Usage and the conflist: docs/KUBERNETES.md.
 //
 // cmd/airlock-cni must never import: audit/..., daemon, gateway/..., netns/..., policy/..., test/....
 package main

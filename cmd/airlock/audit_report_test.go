@@ -164,17 +164,14 @@ func TestAuditQueryCSVFormulas(t *testing.T) {
 	}
 }
 
-// TestReadmeAuditReportExamples runs the README's audit report and query --by
+// TestReadmeAuditReportExamples runs the documents' audit report and query --by
 // lines for real against the fixture log (test/readme only parses flags).
 func TestReadmeAuditReportExamples(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	readme := docsText(t)
 	dir := t.TempDir()
 	fx := reporttest.Write(t, dir)
 	ran := 0
-	for _, line := range strings.Split(string(readme), "\n") {
+	for _, line := range strings.Split(readme, "\n") {
 		line, _, _ = strings.Cut(line, "#")
 		if !strings.HasPrefix(line, "airlock audit report ") && !(strings.HasPrefix(line, "airlock audit query ") && strings.Contains(line, " --by ")) {
 			continue

@@ -4,7 +4,8 @@
 // the packages.
 //
 // Entry point: main.go builds the cobra command tree; every subcommand lives in
-// its own file. Commands and exit codes: daemon/DESIGN.md; usage: README.md.
+// its own file. Commands and exit codes: daemon/DESIGN.md; usage: README.md
+// and docs/CLI.md.
 //
 // cmd/airlock must never import: bench/..., netns/netnstest, test/....
 package main

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"os"
@@ -170,25 +169,18 @@ func TestPolicyReplayJSON(t *testing.T) {
 	}
 }
 
-// TestReadmePolicyLearnExample runs the README's suggest/replay/diff example
+// TestReadmePolicyLearnExample runs the documents' suggest/replay/diff example
 // for real, on the fixture log copied as audit.jsonl, which stands for the
 // README's log outside the project (/var/tmp/agent.jsonl).
 func TestReadmePolicyLearnExample(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var lines []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		l := sc.Text()
+	for _, l := range strings.Split(docsText(t), "\n") {
 		if strings.HasPrefix(l, "airlock policy suggest") || strings.HasPrefix(l, "airlock policy replay") || strings.HasPrefix(l, "airlock policy diff") {
 			lines = append(lines, l)
 		}
 	}
 	if len(lines) < 3 {
-		t.Fatalf("got %d README lines of policy suggest/replay/diff, want 3", len(lines))
+		t.Fatalf("got %d lines of policy suggest/replay/diff in the README and docs, want 3", len(lines))
 	}
 	log, err := os.ReadFile(learnLog)
 	if err != nil {

@@ -3,7 +3,9 @@
 // internet (package test/fakenet) whose servers answer for pypi.org,
 // registry.npmjs.org, proxy.golang.org, github.com and a few test hosts. The
 // runc tests start busybox containers with Debian's runc (package
-// test/runctest) and attach their namespaces through `airlock serve`'s API.
+// test/runctest) and attach their namespaces through `airlock serve`'s API;
+// podman and containerd's CRI plugin run the CNI chain with airlock-cni
+// themselves.
 //
 // Tests assert on the audit log and on the fake servers' counters, never on
 // log text; every "blocked" case also proves its target saw nothing. They need

@@ -13,42 +13,47 @@ import (
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
-// daemonSection is the README heading whose first two sh blocks
-// TestRootReadmeDaemon runs: the setup and the requests.
-const daemonSection = "## As a daemon"
+// daemonSection is the heading (in docs/DAEMON.md, or wherever the
+// documents put it) whose first two sh blocks TestRootReadmeDaemon runs: the
+// setup and the requests.
+const daemonSection = "## Starting the daemon"
 
-// daemonBlocks returns the README's daemon setup and request blocks.
+// daemonBlocks returns the documents' daemon setup and request blocks.
 func daemonBlocks(t *testing.T) (setup, requests block) {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := bytes.Index(data, []byte("\n"+daemonSection+"\n"))
-	if at < 0 {
-		t.Fatalf("README.md has no %q section", daemonSection)
-	}
-	start := bytes.Count(data[:at], []byte("\n")) + 2 // the heading's line number
-	var found []block
-	for _, b := range readmeBlocks(t) {
-		if b.line > start && b.lang == "sh" && len(found) < 2 {
-			found = append(found, b)
+	for _, name := range docFiles(t) {
+		data, err := os.ReadFile(filepath.Join("../..", name))
+		if err != nil {
+			t.Fatal(err)
 		}
+		at := bytes.Index(data, []byte("\n"+daemonSection+"\n"))
+		if at < 0 {
+			continue
+		}
+		start := bytes.Count(data[:at], []byte("\n")) + 2 // the heading's line number
+		var found []block
+		for _, b := range fileBlocks(t, name) {
+			if b.line > start && b.lang == "sh" && len(found) < 2 {
+				found = append(found, b)
+			}
+		}
+		if len(found) < 2 {
+			t.Fatalf("%s %q: want a setup and a requests sh block", name, daemonSection)
+		}
+		return found[0], found[1]
 	}
-	if len(found) < 2 {
-		t.Fatalf("README.md %q: want a setup and a requests sh block", daemonSection)
-	}
-	return found[0], found[1]
+	t.Fatalf("no document of %v has a %q section", docFiles(t), daemonSection)
+	return block{}, block{}
 }
 
 // isDaemonBlock: TestRootReadmeDaemon runs this block; the examples test
 // leaves its lines alone.
 func isDaemonBlock(t *testing.T, b block) bool {
 	setup, requests := daemonBlocks(t)
-	return b.line == setup.line || b.line == requests.line
+	return b.file == setup.file && (b.line == setup.line || b.line == requests.line)
 }
 
-// TestRootReadmeDaemon runs the README's daemon section as written, as root,
+// TestRootReadmeDaemon runs the documents' daemon section as written, as root,
 // with its paths moved under a temporary directory (/etc/airlock,
 // /run/airlock and /var/log/airlock), its group and namespace names made
 // unique, and `sudo` running the command as is. `usermod` is the one line not

@@ -25,7 +25,7 @@ func TestReadmeGoClient(t *testing.T) {
 		}
 	}
 	if cmds == "" || program == "" {
-		t.Fatal("README.md lost the Go client's go mod commands or its example")
+		t.Fatal("the README and docs lost the Go client's go mod commands or its example")
 	}
 	checkout, err := filepath.Abs("../..")
 	if err != nil {

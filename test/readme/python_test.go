@@ -31,7 +31,7 @@ func TestRootReadmePython(t *testing.T) {
 		}
 	}
 	if loop == "" {
-		t.Fatal("README.md has no python example using airlock_client")
+		t.Fatal("the README and docs have no python example using airlock_client")
 	}
 	bin := os.Getenv("AIRLOCK_BIN")
 	if bin == "" {

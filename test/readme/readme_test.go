@@ -3,11 +3,15 @@ package readme
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -20,13 +24,54 @@ import (
 )
 
 type block struct {
-	lang, text string
-	line       int
+	file, lang, text string
+	line             int
 }
 
+// where is the block's file:line, for messages.
+func (b block) where() string { return fmt.Sprintf("%s:%d", b.file, b.line) }
+
+// notInstructions are the documents under docs/ whose code blocks show how
+// the code works rather than what to type: the architecture map.
+var notInstructions = map[string]bool{"docs/ARCHITECTURE.md": true}
+
+// docFiles are the documents whose examples this package checks, relative to
+// the repository: the README and the reference documents in docs/ it links
+// (an example moved between them stays checked).
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"README.md"}
+	for _, d := range docs {
+		rel := strings.TrimPrefix(d, "../../")
+		if !notInstructions[rel] {
+			files = append(files, rel)
+		}
+	}
+	return files
+}
+
+// readmeBlocks returns the fenced code blocks of every document docFiles
+// names, README first.
 func readmeBlocks(t *testing.T) []block {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	var out []block
+	for _, name := range docFiles(t) {
+		out = append(out, fileBlocks(t, name)...)
+	}
+	if len(out) < 5 {
+		t.Fatalf("found %d code blocks in %v, want the examples", len(out), docFiles(t))
+	}
+	return out
+}
+
+// fileBlocks returns the fenced code blocks of one document.
+func fileBlocks(t *testing.T, name string) []block {
+	t.Helper()
+	f, err := os.Open(filepath.Join("../..", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +83,7 @@ func readmeBlocks(t *testing.T) []block {
 		line := sc.Text()
 		switch {
 		case cur == nil && strings.HasPrefix(line, "```"):
-			cur = &block{lang: strings.TrimPrefix(line, "```"), line: n}
+			cur = &block{file: name, lang: strings.TrimPrefix(line, "```"), line: n}
 		case cur != nil && line == "```":
 			out = append(out, *cur)
 			cur = nil
@@ -46,8 +91,8 @@ func readmeBlocks(t *testing.T) []block {
 			cur.text += line + "\n"
 		}
 	}
-	if len(out) < 5 {
-		t.Fatalf("found %d code blocks in README.md, want the examples", len(out))
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -75,12 +120,12 @@ func TestReadmeExamples(t *testing.T) {
 			// config's secrets key is a map).
 			if strings.Contains(b.text, "bindings:") || strings.HasPrefix(b.text, "secrets:\n  -") {
 				if _, err := secrets.Parse([]byte(b.text)); err != nil {
-					t.Errorf("README.md:%d secrets example: %v", b.line, err)
+					t.Errorf("%s secrets example: %v", b.where(), err)
 				}
 				continue
 			}
 			if _, err := config.Decode(strings.NewReader(b.text)); err != nil {
-				t.Errorf("README.md:%d config example: %v", b.line, err)
+				t.Errorf("%s config example: %v", b.where(), err)
 			}
 		case "rego":
 			regos++
@@ -89,7 +134,7 @@ func TestReadmeExamples(t *testing.T) {
 				t.Fatal(err)
 			}
 			if _, err := policy.New(policy.Config{Dir: dir}, nil); err != nil {
-				t.Errorf("README.md:%d policy example: %v", b.line, err)
+				t.Errorf("%s policy example: %v", b.where(), err)
 			}
 		case "python":
 			// Compiled here; TestRootReadmePython runs it against a daemon.
@@ -97,7 +142,7 @@ func TestReadmeExamples(t *testing.T) {
 			cmd := exec.Command("/usr/bin/python3", "-c", "import ast, sys; ast.parse(sys.stdin.read())")
 			cmd.Stdin = strings.NewReader(b.text)
 			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Errorf("README.md:%d python example: %v\n%s", b.line, err, out)
+				t.Errorf("%s python example: %v\n%s", b.where(), err, out)
 			}
 		case "sh":
 			if isDaemonBlock(t, b) || strings.Contains(b.text, "-replace github.com/airlock-dev/airlock=") {
@@ -110,13 +155,13 @@ func TestReadmeExamples(t *testing.T) {
 				} else if c := checkCommand(t, bin, line); c {
 					cmds++
 				} else if strings.Contains(line, "airlock ") && !strings.HasPrefix(strings.TrimSpace(line), "make") {
-					t.Errorf("README.md:%d: %q not checked", b.line+1+i, line)
+					t.Errorf("%s:%d: %q not checked", b.file, b.line+1+i, line)
 				}
 			}
 		}
 	}
 	if yamls < 2 || regos < 1 || cmds < 8 || pythons < 1 || conflists < 1 {
-		t.Fatalf("checked %d yaml, %d rego, %d commands, %d python, %d CNI conflists: the README lost its examples", yamls, regos, cmds, pythons, conflists)
+		t.Fatalf("checked %d yaml, %d rego, %d commands, %d python, %d CNI conflists: the README and docs lost their examples", yamls, regos, cmds, pythons, conflists)
 	}
 }
 
@@ -126,7 +171,7 @@ func checkConflist(t *testing.T, b block) {
 	t.Helper()
 	list, err := libcni.ConfListFromBytes([]byte(b.text))
 	if err != nil {
-		t.Errorf("README.md:%d conflist: %v", b.line, err)
+		t.Errorf("%s conflist: %v", b.where(), err)
 		return
 	}
 	found := false
@@ -136,11 +181,11 @@ func checkConflist(t *testing.T, b block) {
 		}
 		found = true
 		if _, err := cniplugin.ParseConfig(p.Bytes); err != nil {
-			t.Errorf("README.md:%d airlock-cni entry: %v", b.line, err)
+			t.Errorf("%s airlock-cni entry: %v", b.where(), err)
 		}
 	}
 	if !found || len(list.Plugins) < 2 || list.Plugins[len(list.Plugins)-1].Network.Type != "airlock-cni" {
-		t.Errorf("README.md:%d conflist: airlock-cni must be chained last, after the main plugin", b.line)
+		t.Errorf("%s conflist: airlock-cni must be chained last, after the main plugin", b.where())
 	}
 }
 
@@ -168,6 +213,7 @@ func checkCommand(t *testing.T, bin, line string) bool {
 	t.Helper()
 	line, _, _ = strings.Cut(line, "#")
 	line, _, _ = strings.Cut(line, "|")
+	line, _, _ = strings.Cut(line, " > ")
 	fields := strings.Fields(line)
 	if len(fields) > 0 && fields[0] == "sudo" {
 		fields = fields[1:]
@@ -244,16 +290,39 @@ func TestRootDemo(t *testing.T) {
 		"prev mismatch",
 		"report: " + artifacts + "/report.html",
 		"log: " + artifacts + "/audit.jsonl",
+		"what the demo leaves in " + artifacts,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
+	checkPrintedPathsExist(t, string(out), artifacts)
 	checkDemoReport(t, artifacts)
 	// The log the demo points the reader at is still there and verifies.
 	verify := exec.Command(bin, "audit", "verify", "--pubkey", filepath.Join(artifacts, "audit.pub"), filepath.Join(artifacts, "audit.jsonl"))
 	if out, err := verify.CombinedOutput(); err != nil || !strings.Contains(string(out), "signatures ok") {
 		t.Errorf("verifying the log the demo left: %v\n%s", err, out)
+	}
+}
+
+// checkPrintedPathsExist: every path the demo told the reader about is still
+// there after it returned (it used to print its work directory's log and
+// tampered copy, removed on exit). The demo's output directory must be named.
+func checkPrintedPathsExist(t *testing.T, out, artifacts string) {
+	t.Helper()
+	// A path under the temporary directory or the output directory as the
+	// demo prints it: up to a space, a colon or a bracket.
+	printed := regexp.MustCompile(`(?:/tmp/|` + regexp.QuoteMeta(artifacts) + `)[^\s:;,()'"\x1b]*`)
+	named := false
+	for _, p := range printed.FindAllString(out, -1) {
+		p = strings.TrimRight(p, ".")
+		named = named || strings.HasPrefix(p, artifacts)
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the demo printed %s, which is gone after it returned: %v", p, err)
+		}
+	}
+	if !named {
+		t.Errorf("the demo printed no path under its output directory %s:\n%s", artifacts, out)
 	}
 }
 
@@ -294,4 +363,138 @@ func checkDemoReport(t *testing.T, dir string) {
 	if got := page.Requests(); len(got) != 0 {
 		t.Errorf("the report sent requests: %v", got)
 	}
+}
+
+// TestEveryCommandHasExample: every airlock command (each leaf of the tree
+// `airlock --help` shows, cobra's help and completion aside) has an example
+// line in an sh block of the README or docs/, which TestReadmeExamples then
+// checks. A new command without one fails here, naming it.
+func TestEveryCommandHasExample(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "airlock")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	var shown []string // each example's words after airlock, up to the first flag
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "sh" {
+			continue
+		}
+		for _, line := range commandLines(b.text) {
+			line, _, _ = strings.Cut(line, "#")
+			fields := strings.Fields(line)
+			if len(fields) > 0 && fields[0] == "sudo" {
+				fields = fields[1:]
+			}
+			if len(fields) > 0 && fields[0] == "airlock" {
+				shown = append(shown, strings.Join(fields[1:], " ")+" ")
+			}
+		}
+	}
+	leaves := commandLeaves(t, bin, nil)
+	if len(leaves) < 20 {
+		t.Fatalf("found %d commands in airlock --help, want the whole tree: %v", len(leaves), leaves)
+	}
+	for _, leaf := range leaves {
+		path := strings.Join(leaf, " ") + " "
+		found := false
+		for _, s := range shown {
+			found = found || strings.HasPrefix(s, path)
+		}
+		if !found {
+			t.Errorf("airlock %s has no example in an sh block of %v", strings.TrimSpace(path), docFiles(t))
+		}
+	}
+}
+
+// commandLeaves walks `airlock PATH --help`'s "Available Commands" and
+// returns the commands that have none below them.
+func commandLeaves(t *testing.T, bin string, path []string) [][]string {
+	t.Helper()
+	out, err := exec.Command(bin, append(slices.Clone(path), "--help")...).Output()
+	if err != nil {
+		t.Fatalf("airlock %s --help: %v", strings.Join(path, " "), err)
+	}
+	_, list, ok := strings.Cut(string(out), "\nAvailable Commands:\n")
+	if !ok {
+		return [][]string{path}
+	}
+	list, _, _ = strings.Cut(list, "\n\n")
+	var leaves [][]string
+	for _, line := range strings.Split(list, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] == "help" || f[0] == "completion" {
+			continue
+		}
+		leaves = append(leaves, commandLeaves(t, bin, append(slices.Clone(path), f[0]))...)
+	}
+	return leaves
+}
+
+// TestDocLinks: every relative link of the README, docs/ and the other
+// documents a reader is sent to names a file that exists and, with a
+// #fragment into a markdown file, a heading of it (GitHub's anchors), so
+// moving a section between documents cannot leave a link behind.
+func TestDocLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, name := range append(docFiles(t), "SECURITY.md", "policies/README.md", "deploy/README.md", "clients/python/README.md") {
+		data, err := os.ReadFile(filepath.Join("../..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := filepath.Join("../..", filepath.Dir(name), file)
+			if file == "" {
+				path = filepath.Join("../..", name)
+			}
+			checked++
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s: link %s: %v", name, target, err)
+				continue
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(t, path), frag) {
+				t.Errorf("%s: link %s: %s has no heading with anchor #%s", name, target, file, frag)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d links, want the documents' cross references", checked)
+	}
+}
+
+// anchors are the anchors GitHub gives a markdown file's headings: lower
+// case, punctuation but - and _ dropped, spaces as -.
+func anchors(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	inCode := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		if inCode || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var b strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }

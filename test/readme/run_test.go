@@ -45,7 +45,7 @@ func TestRootReadmeRun(t *testing.T) {
 		}
 	}
 	if len(lines) < 5 {
-		t.Fatalf("found %d lines of airlock run examples in README.md, want the run section's and the report-mode one", len(lines))
+		t.Fatalf("found %d lines of airlock run examples in the README and docs, want the run section's and the report-mode one", len(lines))
 	}
 	bin := filepath.Join(t.TempDir(), "airlock")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
