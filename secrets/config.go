@@ -133,6 +133,10 @@ type BindingConfig struct {
 	// Strip lists further headers removed from matching requests, such as
 	// Cookie or Proxy-Authorization. The bound Header is always removed.
 	Strip []string `yaml:"strip"`
+	// AWS makes this an AWS SigV4 binding (aws.go): the secret is the secret
+	// access key and requests signed with the sandbox's placeholders are
+	// re-signed with the real credentials.
+	AWS *AWSConfig `yaml:"aws_sigv4"`
 }
 
 // LoadFile reads and validates a secrets file strictly: unknown fields, a
@@ -205,6 +209,9 @@ func (c *Config) applyDefaults() {
 		}
 		if b.Mode == "" {
 			b.Mode = DefaultMode
+			if b.AWS != nil {
+				b.Mode = ModeRequire
+			}
 		}
 		if len(b.Paths) == 0 {
 			b.Paths = []string{"/"}
@@ -316,6 +323,9 @@ func (b *BindingConfig) validate(ids map[string]bool) error {
 		if !tokenRE.MatchString(h) || forbiddenHeaders[http.CanonicalHeaderKey(h)] {
 			return fmt.Errorf("strip: %q is not a header that may be stripped", h)
 		}
+	}
+	if b.AWS != nil {
+		return b.validateAWS(ids)
 	}
 	switch {
 	case b.Template != "" && b.BasicUser != "":

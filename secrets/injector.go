@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
@@ -37,6 +38,8 @@ type Injector struct {
 	bindings []*binding
 	maxBody  int64
 	budget   *scanBudget
+	replay   *replayCache
+	now      func() time.Time
 
 	mu      sync.Mutex
 	ph      map[phKey]string // (sandbox, secret) -> placeholder
@@ -53,6 +56,7 @@ type Applied struct {
 	rec      audit.Secret
 	scrub    *scrubber
 	scrubbed atomic.Int64
+	partial  bool // a 206 may pass: only re-signed AWS requests (aws.go)
 }
 
 // Audit returns the audit entries of the injected secret, with the number of
@@ -95,6 +99,8 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		secrets: map[string]*secret{},
 		maxBody: cfg.MaxBodyScan,
 		budget:  newScanBudget(cfg.MaxBodyScanPerSandbox),
+		replay:  newReplayCache(DefaultAWSReplayEntries),
+		now:     time.Now,
 		ph:      map[phKey]string{},
 		phOwner: map[string]phKey{},
 		phCount: map[string]int{},
@@ -125,6 +131,12 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		}
 		for _, h := range bc.Strip {
 			b.strip = append(b.strip, http.CanonicalHeaderKey(h))
+		}
+		if a := bc.AWS; a != nil {
+			b.aws = &awsBinding{keyID: a.AccessKeyID, region: a.Region, service: a.Service}
+			if a.SessionTokenSecret != "" {
+				b.aws.token = in.secrets[a.SessionTokenSecret]
+			}
 		}
 		in.bindings = append(in.bindings, b)
 	}
@@ -182,6 +194,12 @@ func (in *Injector) Placeholders(sb Sandbox) (map[string]string, error) {
 	}
 	for _, b := range in.bindings {
 		if b.mode == ModeDefault || !b.matchSandbox(sb) {
+			continue
+		}
+		if b.aws != nil {
+			if err := in.awsPlaceholders(sb, b, out); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		p, err := in.placeholder(sb.ID, b.secret.cfg.ID)
@@ -261,6 +279,9 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 	}
 	if b == nil || (b.mode == ModePlaceholder && !present) {
 		return nil, nil
+	}
+	if b.aws != nil {
+		return in.injectAWS(ctx, sb, b, req)
 	}
 	v, err := b.secret.get(ctx)
 	if err != nil {
@@ -412,13 +433,16 @@ func (in *Injector) analyze(sb Sandbox, req *http.Request) (*binding, bool, erro
 // ownAllowed: the hit is this sandbox's placeholder for b's secret, in b's
 // header, and b substitutes placeholders.
 func (in *Injector) ownAllowed(sb Sandbox, h hit, b *binding) bool {
-	if b == nil || b.mode == ModeDefault || h.where != b.where() {
+	if b == nil || b.mode == ModeDefault {
 		return false
 	}
 	in.mu.Lock()
 	owner, ok := in.phOwner[h.token]
 	in.mu.Unlock()
-	return ok && owner.sandbox == sb.ID && owner.secret == b.secret.cfg.ID
+	if b.aws != nil {
+		return ok && awsOwnAllowed(owner, sb, h, b)
+	}
+	return ok && h.where == b.where() && owner.sandbox == sb.ID && owner.secret == b.secret.cfg.ID
 }
 
 func (in *Injector) denyToken(sb Sandbox, h hit, b *binding) error {

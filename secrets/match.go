@@ -76,6 +76,7 @@ type binding struct {
 	mode      string
 	env       string
 	strip     []string // canonical
+	aws       *awsBinding
 }
 
 func (b *binding) matchSandbox(sb Sandbox) bool {
