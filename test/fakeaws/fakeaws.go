@@ -1,0 +1,344 @@
+package fakeaws
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+)
+
+// Config is the real credentials and what the endpoint serves.
+type Config struct {
+	Service      string // "s3" or "sts"
+	Region       string
+	AccessKeyID  string
+	Secret       string
+	SessionToken string // required on every request when set
+	// Account is the account id GetCallerIdentity answers. Default 123456789012.
+	Account string
+}
+
+// Seen is one request as it arrived, with its raw body.
+type Seen struct {
+	Method, URL string
+	Header      http.Header
+	Body        []byte
+	Verified    bool
+	Err         string
+}
+
+// Server is a fake S3 or STS endpoint.
+type Server struct {
+	cfg  Config
+	mu   sync.Mutex
+	seen []Seen
+	objs map[string][]byte
+}
+
+// New returns a server for cfg.
+func New(cfg Config) *Server {
+	if cfg.Account == "" {
+		cfg.Account = "123456789012"
+	}
+	return &Server{cfg: cfg, objs: map[string][]byte{}}
+}
+
+// Requests returns every request the server received.
+func (s *Server) Requests() []Seen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Seen(nil), s.seen...)
+}
+
+// Object returns a stored S3 object by path ("/bucket/key").
+func (s *Server) Object(path string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.objs[path]
+	return b, ok
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	rec := Seen{Method: r.Method, URL: r.URL.String(), Header: r.Header.Clone(), Body: body}
+	if err == nil {
+		body, err = s.verify(r, body)
+	}
+	rec.Verified = err == nil
+	if err != nil {
+		rec.Err = err.Error()
+	}
+	s.mu.Lock()
+	s.seen = append(s.seen, rec)
+	s.mu.Unlock()
+	if err != nil {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprintf(w, "<Error><Code>SignatureDoesNotMatch</Code><Message>%s</Message><AWSAccessKeyId>%s</AWSAccessKeyId></Error>",
+			xmlEscape(err.Error()), xmlEscape(s.cfg.AccessKeyID))
+		return
+	}
+	if s.cfg.Service == "sts" {
+		s.sts(w, r, body)
+		return
+	}
+	s.s3(w, r, body)
+}
+
+func xmlEscape(s string) string {
+	var b bytes.Buffer
+	_ = xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
+
+// verify checks r's signature with the real credentials by signing the same
+// request again with the SDK's signer, and returns the decoded body.
+func (s *Server) verify(r *http.Request, body []byte) ([]byte, error) {
+	if r.URL.Query().Has("X-Amz-Signature") {
+		return body, s.verifyPresigned(r)
+	}
+	auth := r.Header.Get("Authorization")
+	cred, signed, sig, err := parseAuth(auth)
+	if err != nil {
+		return nil, err
+	}
+	t, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
+	if err != nil {
+		return nil, errors.New("bad x-amz-date")
+	}
+	if err := s.checkCred(cred, t); err != nil {
+		return nil, err
+	}
+	if s.cfg.SessionToken != "" && r.Header.Get("X-Amz-Security-Token") != s.cfg.SessionToken {
+		return nil, errors.New("missing or wrong session token")
+	}
+	hash := r.Header.Get("X-Amz-Content-Sha256")
+	if hash == "" {
+		hash = hexSHA(body)
+	} else if len(hash) == 64 && hash != hexSHA(body) {
+		return nil, errors.New("x-amz-content-sha256 does not match the body")
+	}
+	c := s.clone(r, signed, body)
+	if err := v4.NewSigner().SignHTTP(context.Background(), s.creds(), c, hash, s.cfg.Service, s.cfg.Region, t,
+		func(o *v4.SignerOptions) { o.DisableURIPathEscaping = s.cfg.Service == "s3" }); err != nil {
+		return nil, err
+	}
+	_, _, want, _ := parseAuth(c.Header.Get("Authorization"))
+	if want != sig {
+		return nil, errors.New("the request signature we calculated does not match the signature you provided")
+	}
+	switch hash {
+	case "STREAMING-AWS4-HMAC-SHA256-PAYLOAD":
+		return s.unchunk(body, sig, t, true)
+	case "STREAMING-UNSIGNED-PAYLOAD-TRAILER":
+		return s.unchunk(body, "", t, false)
+	}
+	return body, nil
+}
+
+func (s *Server) creds() aws.Credentials {
+	return aws.Credentials{AccessKeyID: s.cfg.AccessKeyID, SecretAccessKey: s.cfg.Secret, SessionToken: s.cfg.SessionToken}
+}
+
+func (s *Server) checkCred(cred string, t time.Time) error {
+	want := s.cfg.AccessKeyID + "/" + t.UTC().Format("20060102") + "/" + s.cfg.Region + "/" + s.cfg.Service + "/aws4_request"
+	if cred != want {
+		return fmt.Errorf("credential %q is not this endpoint's", cred)
+	}
+	return nil
+}
+
+// clone returns a request holding only what was signed, for the SDK to sign.
+func (s *Server) clone(r *http.Request, signed []string, body []byte) *http.Request {
+	u := *r.URL
+	u.Scheme, u.Host = "https", r.Host
+	c, _ := http.NewRequest(r.Method, u.String(), nil)
+	c.URL.RawPath, c.URL.Path, c.URL.RawQuery = r.URL.RawPath, r.URL.Path, r.URL.RawQuery
+	c.Host = r.Host
+	for _, h := range signed {
+		switch h {
+		case "host":
+		case "content-length":
+			c.ContentLength = r.ContentLength
+		default:
+			c.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
+		}
+	}
+	if c.ContentLength == 0 && len(body) > 0 && !contains(signed, "content-length") {
+		c.ContentLength = 0
+	}
+	return c
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) verifyPresigned(r *http.Request) error {
+	q := r.URL.Query()
+	t, err := time.Parse("20060102T150405Z", q.Get("X-Amz-Date"))
+	if err != nil {
+		return errors.New("bad X-Amz-Date")
+	}
+	if err := s.checkCred(q.Get("X-Amz-Credential"), t); err != nil {
+		return err
+	}
+	if s.cfg.SessionToken != "" && q.Get("X-Amz-Security-Token") != s.cfg.SessionToken {
+		return errors.New("missing or wrong session token")
+	}
+	sig := q.Get("X-Amz-Signature")
+	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders",
+		"X-Amz-Signature", "X-Amz-Security-Token"} {
+		q.Del(k)
+	}
+	c := s.clone(r, strings.Split(r.URL.Query().Get("X-Amz-SignedHeaders"), ";"), nil)
+	c.URL.RawQuery = q.Encode()
+	hash := "UNSIGNED-PAYLOAD"
+	if s.cfg.Service != "s3" {
+		hash = hexSHA(nil)
+	}
+	signedURL, _, err := v4.NewSigner().PresignHTTP(context.Background(), s.creds(), c, hash, s.cfg.Service, s.cfg.Region, t,
+		func(o *v4.SignerOptions) { o.DisableURIPathEscaping = s.cfg.Service == "s3" })
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(signedURL)
+	if err != nil || u.Query().Get("X-Amz-Signature") != sig {
+		return errors.New("the presigned signature does not match")
+	}
+	return nil
+}
+
+func parseAuth(auth string) (cred string, signed []string, sig string, err error) {
+	rest, ok := strings.CutPrefix(auth, "AWS4-HMAC-SHA256 ")
+	if !ok {
+		return "", nil, "", errors.New("not a SigV4 Authorization header")
+	}
+	for _, f := range strings.Split(rest, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(f), "=")
+		switch k {
+		case "Credential":
+			cred = v
+		case "SignedHeaders":
+			signed = strings.Split(v, ";")
+		case "Signature":
+			sig = v
+		}
+	}
+	if cred == "" || sig == "" || len(signed) == 0 {
+		return "", nil, "", errors.New("incomplete Authorization header")
+	}
+	return cred, signed, sig, nil
+}
+
+func hexSHA(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// unchunk decodes an aws-chunked body, checking each chunk signature with the
+// SDK's stream signer when signedChunks is set.
+func (s *Server) unchunk(body []byte, seed string, t time.Time, signedChunks bool) ([]byte, error) {
+	var ss *v4.StreamSigner
+	if signedChunks {
+		sb, err := hex.DecodeString(seed)
+		if err != nil {
+			return nil, err
+		}
+		ss = v4.NewStreamSigner(s.creds(), s.cfg.Service, s.cfg.Region, sb)
+	}
+	br := bufio.NewReader(bytes.NewReader(body))
+	var out []byte
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return nil, errors.New("aws-chunked: truncated")
+		}
+		line = strings.TrimSuffix(line, "\r\n")
+		sizeHex, ext, _ := strings.Cut(line, ";")
+		size, err := strconv.ParseUint(sizeHex, 16, 32)
+		if err != nil {
+			return nil, errors.New("aws-chunked: bad size")
+		}
+		data := make([]byte, size)
+		if _, err := io.ReadFull(br, data); err != nil {
+			return nil, errors.New("aws-chunked: short chunk")
+		}
+		if ss != nil {
+			got, _ := strings.CutPrefix(ext, "chunk-signature=")
+			want, _ := ss.GetSignature(context.Background(), nil, data, t)
+			if got != hex.EncodeToString(want) {
+				return nil, errors.New("aws-chunked: chunk signature does not match")
+			}
+		}
+		out = append(out, data...)
+		if size == 0 {
+			return out, nil // trailers (if any) follow; not checked
+		}
+		if crlf, _ := br.ReadString('\n'); crlf != "\r\n" {
+			return nil, errors.New("aws-chunked: missing CRLF")
+		}
+	}
+}
+
+func (s *Server) s3(w http.ResponseWriter, r *http.Request, body []byte) {
+	key := r.URL.Path
+	switch r.Method {
+	case http.MethodPut:
+		s.mu.Lock()
+		s.objs[key] = body
+		s.mu.Unlock()
+		sum := sha256.Sum256(body)
+		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:16])+`"`)
+	case http.MethodGet, http.MethodHead:
+		b, ok := s.Object(key)
+		if !ok {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, "<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>")
+			return
+		}
+		sum := sha256.Sum256(b)
+		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:16])+`"`)
+		w.Header().Set("Last-Modified", time.Unix(1700000000, 0).UTC().Format(http.TimeFormat))
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		if r.Method == http.MethodGet {
+			w.Write(b)
+		}
+	default:
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	}
+}
+
+func (s *Server) sts(w http.ResponseWriter, r *http.Request, body []byte) {
+	form, _ := url.ParseQuery(string(body))
+	if form.Get("Action") != "GetCallerIdentity" {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, "<ErrorResponse><Error><Code>InvalidAction</Code></Error></ErrorResponse>")
+		return
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	fmt.Fprintf(w, `<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><GetCallerIdentityResult>`+
+		`<Arn>arn:aws:iam::%[1]s:user/airlock-test</Arn><UserId>AIDAFAKEUSER</UserId><Account>%[1]s</Account>`+
+		`</GetCallerIdentityResult><ResponseMetadata><RequestId>fake</RequestId></ResponseMetadata></GetCallerIdentityResponse>`,
+		s.cfg.Account)
+}
