@@ -191,11 +191,7 @@ func (in *Injector) injectAWS(ctx context.Context, sb Sandbox, b *binding, req *
 	if err != nil {
 		return nil, err
 	}
-	signHost := host
-	if port != DefaultPort {
-		signHost = hostname.JoinHostPort(host, port)
-	}
-	sr, stream, err := in.awsRequest(req, p, signHost, a.service)
+	sr, stream, err := in.awsRequest(req, p, host, a.service)
 	if err != nil {
 		var d *Denial
 		if errors.As(err, &d) {
@@ -204,17 +200,38 @@ func (in *Injector) injectAWS(ctx context.Context, sb Sandbox, b *binding, req *
 		return nil, deny(CodeAWSSignature, err.Error())
 	}
 	phKeyBytes := sigv4Key(phSecret, p.scope)
-	c, err := sr.canonical()
-	if err != nil {
+	if err := verifySigv4(sr, p, phKeyBytes, host, port); err != nil {
 		return nil, deny(CodeAWSSignature, err.Error())
-	}
-	if !hmac.Equal([]byte(sigv4Sign(phKeyBytes, sigv4StringToSign(p.amzDate, p.scope, c))), []byte(p.signature)) {
-		return nil, deny(CodeAWSSignature, "the signature does not verify with the sandbox's placeholder secret for this host, region and service")
 	}
 	if !in.replay.first(p.signature, until, in.now()) {
 		return nil, deny(CodeAWSReplay, "this signature was already used")
 	}
 	return in.awsResign(ctx, sb, b, req, p, sr, stream, phKeyBytes)
+}
+
+// verifySigv4 checks p's signature over sr with the placeholder key. The
+// gateway sends an intercepted request's Host without the port of the
+// connection it arrived on, so the re-signed request signs the bare host;
+// the sandbox's SDK signed host:port when its endpoint named a port other
+// than 443, so that spelling is tried first, then the bare host. On success
+// sr.host is the bare host.
+func verifySigv4(sr *sigv4Request, p *sigv4Parts, key []byte, host string, port int) error {
+	hosts := []string{host}
+	if port != DefaultPort {
+		hosts = []string{hostname.JoinHostPort(host, port), host}
+	}
+	for _, h := range hosts {
+		sr.host = h
+		c, err := sr.canonical()
+		if err != nil {
+			return err
+		}
+		if hmac.Equal([]byte(sigv4Sign(key, sigv4StringToSign(p.amzDate, p.scope, c))), []byte(p.signature)) {
+			sr.host = host
+			return nil
+		}
+	}
+	return errors.New("the signature does not verify with the sandbox's placeholder secret for this host, region and service")
 }
 
 // awsFresh checks the request's date against the clock and returns until when

@@ -34,7 +34,7 @@ type Config struct {
 
 // Seen is one request as it arrived, with its raw body.
 type Seen struct {
-	Method, URL string
+	Method, Host, URL string
 	Header      http.Header
 	Body        []byte
 	Verified    bool
@@ -74,7 +74,7 @@ func (s *Server) Object(path string) ([]byte, bool) {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	rec := Seen{Method: r.Method, URL: r.URL.String(), Header: r.Header.Clone(), Body: body}
+	rec := Seen{Method: r.Method, Host: r.Host, URL: r.URL.String(), Header: r.Header.Clone(), Body: body}
 	if err == nil {
 		body, err = s.verify(r, body)
 	}
