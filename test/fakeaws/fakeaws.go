@@ -35,10 +35,10 @@ type Config struct {
 // Seen is one request as it arrived, with its raw body.
 type Seen struct {
 	Method, Host, URL string
-	Header      http.Header
-	Body        []byte
-	Verified    bool
-	Err         string
+	Header            http.Header
+	Body              []byte
+	Verified          bool
+	Err               string
 }
 
 // Server is a fake S3 or STS endpoint.
