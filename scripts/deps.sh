@@ -47,6 +47,9 @@ have umoci || need+=(umoci)
 # The podman e2e test (TestRootPodmanCNI) runs airlock-cni under Debian's
 # podman with its CNI backend, which invokes the chain itself.
 have podman || need+=(podman)
+# The e2e AWS test (TestRootAWSCLIPlaceholders) runs Debian's aws CLI in a
+# sandbox holding placeholder credentials.
+[ -x /usr/bin/aws ] || need+=(awscli)
 dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
 
 if [ ${#need[@]} -gt 0 ]; then
