@@ -42,30 +42,46 @@ type awsRig struct {
 	logs    *logSink
 }
 
-func newAWSRig(t *testing.T) *awsRig {
+func newAWSRig(t *testing.T) *awsRig { return newAWSRigToken(t, "") }
+
+// newAWSRigToken: with token, the real credentials are temporary ones with
+// that session token, which the fakes require.
+func newAWSRigToken(t *testing.T, token string) *awsRig {
 	t.Helper()
 	dir := t.TempDir()
 	f := filepath.Join(dir, "aws-secret")
 	if err := os.WriteFile(f, []byte(awsRealSecret), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	tokSecret, tokRef := "", ""
+	if token != "" {
+		tf := filepath.Join(dir, "aws-token")
+		if err := os.WriteFile(tf, []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tokSecret = "  - id: aws-token\n    file: " + tf + "\n"
+		tokRef = ", session_token_secret: aws-token"
+	}
 	cfg, err := Parse([]byte(fmt.Sprintf(`secrets:
   - id: aws
     file: %s
-bindings:
+%sbindings:
   - secret: aws
     sandboxes: {ids: [sb-aws]}
     host: s3.fake.test
-    aws_sigv4: {access_key_id: %s, region: %s, service: s3}
+    aws_sigv4: {access_key_id: %s, region: %s, service: s3%s}
   - secret: aws
     sandboxes: {ids: [sb-aws]}
     host: sts.fake.test
-    aws_sigv4: {access_key_id: %s, region: %s, service: sts}
-`, f, awsRealKeyID, awsRegion, awsRealKeyID, awsRegion)))
+    aws_sigv4: {access_key_id: %s, region: %s, service: sts%s}
+`, f, tokSecret, awsRealKeyID, awsRegion, tokRef, awsRealKeyID, awsRegion, tokRef)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	logger, logs := newLogSink(t, awsRealSecret)
+	if token != "" {
+		logs.Watch(token)
+	}
 	in, err := New(cfg, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +90,8 @@ bindings:
 	if r.ph, err = in.Placeholders(r.sb); err != nil {
 		t.Fatal(err)
 	}
-	r.s3 = fakeaws.New(fakeaws.Config{Service: "s3", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret})
-	r.sts = fakeaws.New(fakeaws.Config{Service: "sts", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret})
+	r.s3 = fakeaws.New(fakeaws.Config{Service: "s3", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret, SessionToken: token})
+	r.sts = fakeaws.New(fakeaws.Config{Service: "sts", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret, SessionToken: token})
 	srv := map[string]*httptest.Server{
 		"s3.fake.test:443":  httptest.NewTLSServer(r.s3),
 		"sts.fake.test:443": httptest.NewTLSServer(r.sts),
@@ -97,7 +113,8 @@ bindings:
 }
 
 func (r *awsRig) phCreds() aws.Credentials {
-	return aws.Credentials{AccessKeyID: r.ph[EnvAWSAccessKeyID], SecretAccessKey: r.ph[EnvAWSSecretAccessKey]}
+	return aws.Credentials{AccessKeyID: r.ph[EnvAWSAccessKeyID], SecretAccessKey: r.ph[EnvAWSSecretAccessKey],
+		SessionToken: r.ph[EnvAWSSessionToken]}
 }
 
 // sdkSign signs req with the SDK and the sandbox's placeholder credentials.
@@ -368,5 +385,43 @@ func TestAWSReflectedKeyScrubbed(t *testing.T) {
 	}
 	if strings.Contains(body, awsRealKeyID) || !strings.Contains(body, "[REDACTED]") {
 		t.Errorf("the real access key id was not scrubbed: %s", body)
+	}
+}
+
+// TestAWSSessionTokenSwapped: with temporary real credentials the sandbox
+// holds a placeholder session token too; the SDK sends it (header, or query
+// when presigned) and signs it; the gateway puts the real token in its place,
+// and the fake accepts only the real one.
+func TestAWSSessionTokenSwapped(t *testing.T) {
+	const token = "FwoGZXIvYXdzEREALsessiontoken0123456789abcdef"
+	r := newAWSRigToken(t, token)
+	if r.ph[EnvAWSSessionToken] == "" {
+		t.Fatal("no session token placeholder planted")
+	}
+	now := time.Now().UTC()
+	form := []byte("Action=GetCallerIdentity&Version=2011-06-15")
+	req, _ := http.NewRequest("POST", "https://sts.fake.test/", bytes.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+	r.sdkSign(t, req, sha(form), "sts", now)
+	if got := req.Header.Get("X-Amz-Security-Token"); got != r.ph[EnvAWSSessionToken] {
+		t.Fatalf("the SDK sent token %q, want the placeholder", got)
+	}
+	if resp, _, err := r.send(t, req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("header form: got %v %v, want 200; fake: %+v", resp, err, r.sts.Requests())
+	}
+	req, _ = http.NewRequest("GET", "https://s3.fake.test/bucket/none?X-Amz-Expires=300", nil)
+	u, _, err := v4.NewSigner().PresignHTTP(context.Background(), r.phCreds(), req, unsignedPayload, "s3", awsRegion, now,
+		func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest("GET", u, nil)
+	if resp, _, err := r.send(t, req); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("presigned: got %v %v, want the fake's 404 (verified, no such key); fake: %+v", resp, err, r.s3.Requests())
+	}
+	for _, seen := range append(r.s3.Requests(), r.sts.Requests()...) {
+		if !seen.Verified {
+			t.Errorf("fake refused %s %s: %s", seen.Method, seen.URL, seen.Err)
+		}
 	}
 }
