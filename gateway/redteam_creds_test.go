@@ -48,7 +48,7 @@ type awsSetup struct {
 	logs          *syncBuffer
 }
 
-func newAWSSetup(t *testing.T) *awsSetup {
+func newAWSSetup(t *testing.T, opts ...harnessOpt) *awsSetup {
 	t.Helper()
 	st := &awsSetup{logs: &syncBuffer{}}
 	pki := newTestPKI(t)
@@ -93,7 +93,8 @@ bindings:
 	}
 	st.ph = aws.Credentials{AccessKeyID: env[secrets.EnvAWSAccessKeyID], SecretAccessKey: env[secrets.EnvAWSSecretAccessKey]}
 	hosts := []string{"s3.aws.example", "sts.aws.example", "evil.example"}
-	st.h = newHarnessLogger(t, policytest.Allow(hosts...), names(hosts...), pki, logger, func(c *Config) { c.Injector = inj })
+	opts = append(opts, func(c *Config) { c.Injector = inj })
+	st.h = newHarnessLogger(t, policytest.Allow(hosts...), names(hosts...), pki, logger, opts...)
 	st.h.allowUpstreams(s3u, stsu, evilu)
 	roots := x509.NewCertPool()
 	roots.AddCert(pki.upCA)
@@ -298,5 +299,42 @@ func TestRedTeamAWSReflectedKeyScrubbed(t *testing.T) {
 	rec := lastHTTPRecord(t, st.h, "s3.aws.example", "/bucket/x")
 	if len(rec.Secrets) != 1 || rec.Secrets[0].Scrubbed == 0 {
 		t.Errorf("got audit secrets %+v, want one scrub counted", rec.Secrets)
+	}
+}
+
+// TestAWSLargeUpload: a 6 MB PUT signed UNSIGNED-PAYLOAD (as the aws CLI
+// sends it over HTTPS), with and without Expect: 100-continue, is re-signed
+// and stored. Regression: the client that waits for 100 Continue longer than
+// body_scan_timeout (the aws CLI waits without limit) was refused 408: the
+// body scan before policy waited for a body the client held back.
+func TestAWSLargeUpload(t *testing.T) {
+	st := newAWSSetup(t, func(c *Config) { c.BodyScanTimeout = 3 * time.Second })
+	body := bytes.Repeat([]byte("0123456789abcdef"), 6<<20/16)
+	for i, expect := range []bool{false, true} {
+		t.Run(fmt.Sprintf("expect=%v", expect), func(t *testing.T) {
+			path := fmt.Sprintf("/bucket/big%d", i)
+			req, _ := http.NewRequest("PUT", st.s3URL(path), bytes.NewReader(body))
+			req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+			if expect {
+				req.Header.Set("Expect", "100-continue")
+				st.client.Transport.(*http.Transport).ExpectContinueTimeout = time.Minute
+			}
+			if err := v4.NewSigner().SignHTTP(context.Background(), st.ph, req, "UNSIGNED-PAYLOAD", "s3", credsRegion,
+				time.Now().UTC().Add(time.Duration(i)*time.Second), func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("got %d %s, want 200", resp.StatusCode, b)
+			}
+			if got, _ := st.s3.Object(path); !bytes.Equal(got, body) {
+				t.Errorf("stored %d bytes, want %d", len(got), len(body))
+			}
+		})
 	}
 }
