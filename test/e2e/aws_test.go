@@ -59,8 +59,8 @@ export HOME=/tmp AWS_DEFAULT_REGION=`+region+` AWS_CONFIG_FILE=/tmp/awsconfig AW
 printf '[default]\ns3 =\n  addressing_style = path\n' > /tmp/awsconfig
 env | grep '^AWS_' | sort
 head -c 6000000 /dev/urandom > /tmp/up.bin
-/usr/bin/aws --debug --endpoint-url https://`+s3Host+` s3 cp /tmp/up.bin s3://bucket/up.bin 2>/tmp/dbg || { grep -v "^\s*$" /tmp/dbg | grep -iE "expect|continue|header|send|status|timeout|error" | tail -60 >&2; exit 1; }
-/usr/bin/aws --endpoint-url https://`+s3Host+` s3 cp s3://bucket/up.bin /tmp/down.bin
+/usr/bin/aws --debug --endpoint-url https://`+s3Host+` s3 cp --only-show-errors /tmp/up.bin s3://bucket/up.bin 2>/tmp/dbg || { grep -v "^\s*$" /tmp/dbg | grep -iE "expect|continue|header|send|status|timeout|error" | tail -60 >&2; exit 1; }
+/usr/bin/aws --endpoint-url https://`+s3Host+` s3 cp --only-show-errors s3://bucket/up.bin /tmp/down.bin
 cmp /tmp/up.bin /tmp/down.bin && echo same=yes
 echo "account=$(/usr/bin/aws --endpoint-url https://`+stsHost+` sts get-caller-identity --output text --query Account)"
 `, "E2E_AWS_SECRET="+secret)
