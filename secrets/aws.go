@@ -67,6 +67,9 @@ type AWSConfig struct {
 	Region string `yaml:"region"`
 	// Service is the one signing name requests may be signed for (s3, sts).
 	Service string `yaml:"service"`
+	// AssumeRole has the gateway sign with temporary credentials of a role,
+	// assumed per sandbox with the long-term key (aws_assume.go).
+	AssumeRole *AssumeRoleConfig `yaml:"assume_role"`
 }
 
 var (
@@ -94,6 +97,10 @@ func (b *BindingConfig) validateAWS(ids map[string]bool) error {
 		return fmt.Errorf("aws_sigv4.service: %q is not a signing name such as s3 or sts", a.Service)
 	case a.SessionTokenSecret != "" && !ids[a.SessionTokenSecret]:
 		return fmt.Errorf("aws_sigv4.session_token_secret: %q is not a defined secret id", a.SessionTokenSecret)
+	case a.AssumeRole != nil && a.SessionTokenSecret != "":
+		return errors.New("aws_sigv4: set session_token_secret or assume_role, not both (assume_role needs a long-term key)")
+	case a.AssumeRole != nil:
+		return a.AssumeRole.validate()
 	}
 	return nil
 }
@@ -104,7 +111,11 @@ type awsBinding struct {
 	region  string
 	service string
 	token   *secret // nil: long-term credentials
+	assume  *AssumeRoleConfig
 }
+
+// hasToken: the sandbox signs with a session token placeholder.
+func (a *awsBinding) hasToken() bool { return a.token != nil || a.assume != nil }
 
 // placeholder keys of an AWS binding's three placeholders.
 func awsKeyIDKey(secretID string) string  { return secretID + "/aws-access-key-id" }
@@ -131,7 +142,7 @@ func (in *Injector) awsPlaceholders(sb Sandbox, b *binding, out map[string]strin
 	if err := add(EnvAWSSecretAccessKey, awsSecretKey(id)); err != nil {
 		return err
 	}
-	if b.aws.token != nil {
+	if b.aws.hasToken() {
 		return add(EnvAWSSessionToken, awsTokenKey(id))
 	}
 	return nil
@@ -150,7 +161,7 @@ func awsOwnAllowed(owner phKey, sb Sandbox, h hit, b *binding) bool {
 	case awsKeyIDKey(id):
 		return h.where == "header:Authorization" || h.where == "query"
 	case awsTokenKey(id):
-		return b.aws.token != nil && (h.where == "header:X-Amz-Security-Token" || h.where == "query")
+		return b.aws.hasToken() && (h.where == "header:X-Amz-Security-Token" || h.where == "query")
 	}
 	return false
 }
@@ -314,23 +325,12 @@ func bufferedBody(req *http.Request) ([]byte, bool) {
 // signed headers, the real access key id and session token.
 func (in *Injector) awsResign(ctx context.Context, sb Sandbox, b *binding, req *http.Request,
 	p *sigv4Parts, sr *sigv4Request, stream bool, phKeyBytes []byte) (*Applied, error) {
-	a := b.aws
-	v, err := b.secret.get(ctx)
+	v, c, scrub, err := in.awsCredentials(ctx, sb, b)
 	if err != nil {
-		in.log.Error("secret unavailable", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID, oplog.ErrorKey, err)
 		return nil, err
 	}
-	scrub := mergeScrubbers(v.scrub, newScrubber(CanaryForms(a.keyID)))
-	token := ""
-	if a.token != nil {
-		tv, err := a.token.get(ctx)
-		if err != nil {
-			in.log.Error("secret unavailable", oplog.SandboxKey, sb.ID, "secret", a.token.cfg.ID, oplog.ErrorKey, err)
-			return nil, err
-		}
-		token, scrub = tv.value.reveal(), mergeScrubbers(scrub, tv.scrub)
-	}
-	cred := a.keyID + "/" + p.scope.String()
+	token := c.token
+	cred := c.keyID + "/" + p.scope.String()
 	signed := slices.DeleteFunc(slices.Clone(p.signedHeaders), func(h string) bool { return h == "x-amz-security-token" })
 	req.Header.Del("X-Amz-Security-Token")
 	if p.presigned {
@@ -341,12 +341,12 @@ func (in *Injector) awsResign(ctx context.Context, sb Sandbox, b *binding, req *
 		slices.Sort(signed)
 	}
 	sr.rawQuery, sr.signedHeaders = req.URL.RawQuery, signed
-	realKey := sigv4Key(v.value.reveal(), p.scope)
-	c, err := sr.canonical()
+	realKey := sigv4Key(c.secret, p.scope)
+	canon, err := sr.canonical()
 	if err != nil {
 		return nil, in.logDeny(sb, &Denial{Code: CodeAWSSignature, SecretID: b.secret.cfg.ID, Where: b.awsWhere(), Msg: err.Error()})
 	}
-	sig := sigv4Sign(realKey, sigv4StringToSign(p.amzDate, p.scope, c))
+	sig := sigv4Sign(realKey, sigv4StringToSign(p.amzDate, p.scope, canon))
 	if p.presigned {
 		req.URL.RawQuery += "&X-Amz-Signature=" + sig
 	} else {
@@ -367,6 +367,42 @@ func (in *Injector) awsResign(ctx context.Context, sb Sandbox, b *binding, req *
 	in.log.Info("aws request re-signed", oplog.SandboxKey, sb.ID, "secret", ap.rec.ID,
 		"version", ap.rec.Version, "where", ap.rec.Where, "presigned", p.presigned)
 	return ap, nil
+}
+
+// awsCredentials returns the credentials b signs with for sb: the long-term
+// ones (with their session token, if any), or the sandbox's temporary ones
+// with assume_role; the version of the long-term secret for the audit
+// record; and the scrubber of every value involved.
+func (in *Injector) awsCredentials(ctx context.Context, sb Sandbox, b *binding) (*version, *awsCreds, *scrubber, error) {
+	a := b.aws
+	v, err := b.secret.get(ctx)
+	if err != nil {
+		in.log.Error("secret unavailable", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID, oplog.ErrorKey, err)
+		return nil, nil, nil, err
+	}
+	c := &awsCreds{keyID: a.keyID, secret: v.value.reveal()}
+	scrub := mergeScrubbers(v.scrub, newScrubber(CanaryForms(a.keyID)))
+	if a.token != nil {
+		tv, err := a.token.get(ctx)
+		if err != nil {
+			in.log.Error("secret unavailable", oplog.SandboxKey, sb.ID, "secret", a.token.cfg.ID, oplog.ErrorKey, err)
+			return nil, nil, nil, err
+		}
+		c.token, scrub = tv.value.reveal(), mergeScrubbers(scrub, tv.scrub)
+	}
+	if a.assume != nil {
+		tc, err := in.assumed(ctx, sb, b, *c)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		c = tc
+		var forms []string
+		for _, s := range []string{c.keyID, c.secret, c.token} {
+			forms = append(forms, CanaryForms(s)...)
+		}
+		scrub = mergeScrubbers(scrub, newScrubber(forms))
+	}
+	return v, c, scrub, nil
 }
 
 // presignedQuery rewrites a presigned query for the real credentials: the

@@ -216,6 +216,9 @@ func (c *Config) applyDefaults() {
 		if len(b.Paths) == 0 {
 			b.Paths = []string{"/"}
 		}
+		if b.AWS != nil && b.AWS.AssumeRole != nil {
+			b.AWS.AssumeRole.applyDefaults(b.AWS.Region)
+		}
 	}
 }
 

@@ -40,11 +40,13 @@ type Injector struct {
 	budget   *scanBudget
 	replay   *replayCache
 	now      func() time.Time
+	assume   assumeCache
 
 	mu      sync.Mutex
 	ph      map[phKey]string // (sandbox, secret) -> placeholder
 	phOwner map[string]phKey // placeholder -> (sandbox, secret)
 	phCount map[string]int   // sandbox -> placeholders issued to it
+	tokens  TokenClient      // the gateway's client for token endpoints (SetTokenClient)
 }
 
 type phKey struct{ sandbox, secret string }
@@ -133,7 +135,7 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 			b.strip = append(b.strip, http.CanonicalHeaderKey(h))
 		}
 		if a := bc.AWS; a != nil {
-			b.aws = &awsBinding{keyID: a.AccessKeyID, region: a.Region, service: a.Service}
+			b.aws = &awsBinding{keyID: a.AccessKeyID, region: a.Region, service: a.Service, assume: a.AssumeRole}
 			if a.SessionTokenSecret != "" {
 				b.aws.token = in.secrets[a.SessionTokenSecret]
 			}
@@ -232,6 +234,7 @@ func (in *Injector) placeholder(sandbox, secretID string) (string, error) {
 // Forget drops a sandbox's placeholders when it ends; they are then denied as
 // unknown wherever they appear.
 func (in *Injector) Forget(sandboxID string) {
+	in.assume.forget(sandboxID)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for k, p := range in.ph {
