@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -336,5 +337,43 @@ func TestAWSLargeUpload(t *testing.T) {
 				t.Errorf("stored %d bytes, want %d", len(got), len(body))
 			}
 		})
+	}
+}
+
+// TestTokenClientGuarded: the gateway's own token calls go through the
+// guarded dialer: an allowed upstream answers; a name that resolves to the
+// metadata service or a private address is refused before any dial, and
+// plain HTTP is refused.
+func TestTokenClientGuarded(t *testing.T) {
+	pki := newTestPKI(t)
+	cert := pki.leaf(t, "sts.aws.example")
+	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "sts") }), &cert)
+	res := names("sts.aws.example")
+	res["metadata.example"] = []netip.Addr{netip.MustParseAddr("169.254.169.254")}
+	res["private.example"] = []netip.Addr{netip.MustParseAddr("10.1.2.3")}
+	h := newHarness(t, policytest.Allow(), res, pki)
+	h.allowUpstreams(up)
+	c := h.g.TokenClient()
+
+	resp, err := c.Get(fmt.Sprintf("https://sts.aws.example:%d/", up.port))
+	if err != nil {
+		t.Fatalf("allowed upstream: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "sts" {
+		t.Errorf("got %q, want the upstream's answer", b)
+	}
+	for _, u := range []string{"https://metadata.example/latest/meta-data/", "https://private.example/",
+		"https://169.254.169.254/", fmt.Sprintf("http://sts.aws.example:%d/", up.port)} {
+		if resp, err := c.Get(u); err == nil {
+			resp.Body.Close()
+			t.Errorf("%s: got %d, want a refusal", u, resp.StatusCode)
+		}
+	}
+	for _, a := range append(h.dialer.dialedAddrs(), h.dialer.refusedAddrs()...) {
+		if !strings.HasPrefix(a, "127.0.0.1:") {
+			t.Errorf("the dial function saw %s; the guard must refuse it first", a)
+		}
 	}
 }

@@ -46,7 +46,8 @@ type AssumeRoleConfig struct {
 	RoleARN string `yaml:"role_arn"`
 	// Duration of each set of credentials, 15m to 12h. Default 1h.
 	Duration time.Duration `yaml:"duration"`
-	// STSHost is the STS endpoint. Default sts.<region>.amazonaws.com.
+	// STSHost is the STS endpoint, host[:port] (HTTPS). Default
+	// sts.<region>.amazonaws.com.
 	STSHost string `yaml:"sts_host"`
 	// SessionPolicy is an IAM policy (JSON) that scopes the sandbox's
 	// credentials down; {{label.NAME}} is replaced by the sandbox's label NAME
@@ -76,8 +77,8 @@ func (a *AssumeRoleConfig) validate() error {
 	if a.Duration < MinAssumeDuration || a.Duration > MaxAssumeDuration {
 		return fmt.Errorf("aws_sigv4.assume_role.duration: %v is not in %v..%v", a.Duration, MinAssumeDuration, MaxAssumeDuration)
 	}
-	if _, err := hostname.Normalize(a.STSHost); err != nil {
-		return fmt.Errorf("aws_sigv4.assume_role.sts_host: %w", err)
+	if _, _, err := hostname.SplitHostPort(a.STSHost, 443); err != nil || strings.ContainsAny(a.STSHost, "/?#@") {
+		return fmt.Errorf("aws_sigv4.assume_role.sts_host: %q is not a host[:port]", a.STSHost)
 	}
 	if a.SessionPolicy != "" {
 		sample := labelRefRE.ReplaceAllString(a.SessionPolicy, "x")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/xml"
@@ -30,6 +31,48 @@ type Config struct {
 	SessionToken string // required on every request when set
 	// Account is the account id GetCallerIdentity answers. Default 123456789012.
 	Account string
+	// Keys, when set, holds further credentials this server accepts; an STS
+	// server adds the temporary credentials its AssumeRole issues, so an S3
+	// server sharing Keys accepts them.
+	Keys *Keys
+}
+
+// Keys is a set of credentials, shared by fake servers.
+type Keys struct {
+	mu sync.Mutex
+	m  map[string]aws.Credentials
+}
+
+// Add makes c acceptable.
+func (k *Keys) Add(c aws.Credentials) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[string]aws.Credentials{}
+	}
+	k.m[c.AccessKeyID] = c
+}
+
+// Expire makes a key id's credentials stop verifying.
+func (k *Keys) Expire(keyID string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, keyID)
+}
+
+func (k *Keys) get(id string) (aws.Credentials, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, ok := k.m[id]
+	return c, ok
+}
+
+// Issued is one AssumeRole answer.
+type Issued struct {
+	Role, Session, Policy string
+	Duration              time.Duration
+	KeyID                 string
+	Caller                string // the access key id that signed the call
 }
 
 // Seen is one request as it arrived, with its raw body.
@@ -43,10 +86,18 @@ type Seen struct {
 
 // Server is a fake S3 or STS endpoint.
 type Server struct {
-	cfg  Config
-	mu   sync.Mutex
-	seen []Seen
-	objs map[string][]byte
+	cfg    Config
+	mu     sync.Mutex
+	seen   []Seen
+	objs   map[string][]byte
+	issued []Issued
+}
+
+// Issued returns what AssumeRole handed out.
+func (s *Server) Issued() []Issued {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Issued(nil), s.issued...)
 }
 
 // New returns a server for cfg.
@@ -120,10 +171,11 @@ func (s *Server) verify(r *http.Request, body []byte) ([]byte, error) {
 	if err != nil {
 		return nil, errors.New("bad x-amz-date")
 	}
-	if err := s.checkCred(cred, t); err != nil {
+	creds, err := s.checkCred(cred, t)
+	if err != nil {
 		return nil, err
 	}
-	if s.cfg.SessionToken != "" && r.Header.Get("X-Amz-Security-Token") != s.cfg.SessionToken {
+	if creds.SessionToken != "" && r.Header.Get("X-Amz-Security-Token") != creds.SessionToken {
 		return nil, errors.New("missing or wrong session token")
 	}
 	hash := r.Header.Get("X-Amz-Content-Sha256")
@@ -133,7 +185,7 @@ func (s *Server) verify(r *http.Request, body []byte) ([]byte, error) {
 		return nil, errors.New("x-amz-content-sha256 does not match the body")
 	}
 	c := s.clone(r, signed, body)
-	if err := v4.NewSigner().SignHTTP(context.Background(), s.creds(), c, hash, s.cfg.Service, s.cfg.Region, t,
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, c, hash, s.cfg.Service, s.cfg.Region, t,
 		func(o *v4.SignerOptions) { o.DisableURIPathEscaping = s.cfg.Service == "s3" }); err != nil {
 		return nil, err
 	}
@@ -141,25 +193,33 @@ func (s *Server) verify(r *http.Request, body []byte) ([]byte, error) {
 	if want != sig {
 		return nil, errors.New("the request signature we calculated does not match the signature you provided")
 	}
+	r.Header.Set("X-Fake-Caller", creds.AccessKeyID)
 	switch hash {
 	case "STREAMING-AWS4-HMAC-SHA256-PAYLOAD":
-		return s.unchunk(body, sig, t, true)
+		return s.unchunk(body, creds, sig, t, true)
 	case "STREAMING-UNSIGNED-PAYLOAD-TRAILER":
-		return s.unchunk(body, "", t, false)
+		return s.unchunk(body, creds, "", t, false)
 	}
 	return body, nil
 }
 
-func (s *Server) creds() aws.Credentials {
-	return aws.Credentials{AccessKeyID: s.cfg.AccessKeyID, SecretAccessKey: s.cfg.Secret, SessionToken: s.cfg.SessionToken}
-}
-
-func (s *Server) checkCred(cred string, t time.Time) error {
-	want := s.cfg.AccessKeyID + "/" + t.UTC().Format("20060102") + "/" + s.cfg.Region + "/" + s.cfg.Service + "/aws4_request"
-	if cred != want {
-		return fmt.Errorf("credential %q is not this endpoint's", cred)
+// checkCred returns the credentials of the access key id cred names, if the
+// server knows it and the scope is its own.
+func (s *Server) checkCred(cred string, t time.Time) (aws.Credentials, error) {
+	id, scope, _ := strings.Cut(cred, "/")
+	want := t.UTC().Format("20060102") + "/" + s.cfg.Region + "/" + s.cfg.Service + "/aws4_request"
+	if scope != want {
+		return aws.Credentials{}, fmt.Errorf("credential scope %q is not this endpoint's", scope)
 	}
-	return nil
+	if id == s.cfg.AccessKeyID {
+		return aws.Credentials{AccessKeyID: id, SecretAccessKey: s.cfg.Secret, SessionToken: s.cfg.SessionToken}, nil
+	}
+	if s.cfg.Keys != nil {
+		if c, ok := s.cfg.Keys.get(id); ok {
+			return c, nil
+		}
+	}
+	return aws.Credentials{}, errors.New("the access key id does not exist in our records")
 }
 
 // clone returns a request holding only what was signed, for the SDK to sign.
@@ -199,10 +259,11 @@ func (s *Server) verifyPresigned(r *http.Request) error {
 	if err != nil {
 		return errors.New("bad X-Amz-Date")
 	}
-	if err := s.checkCred(q.Get("X-Amz-Credential"), t); err != nil {
+	creds, err := s.checkCred(q.Get("X-Amz-Credential"), t)
+	if err != nil {
 		return err
 	}
-	if s.cfg.SessionToken != "" && q.Get("X-Amz-Security-Token") != s.cfg.SessionToken {
+	if creds.SessionToken != "" && q.Get("X-Amz-Security-Token") != creds.SessionToken {
 		return errors.New("missing or wrong session token")
 	}
 	sig := q.Get("X-Amz-Signature")
@@ -216,7 +277,7 @@ func (s *Server) verifyPresigned(r *http.Request) error {
 	if s.cfg.Service != "s3" {
 		hash = hexSHA(nil)
 	}
-	signedURL, _, err := v4.NewSigner().PresignHTTP(context.Background(), s.creds(), c, hash, s.cfg.Service, s.cfg.Region, t,
+	signedURL, _, err := v4.NewSigner().PresignHTTP(context.Background(), creds, c, hash, s.cfg.Service, s.cfg.Region, t,
 		func(o *v4.SignerOptions) { o.DisableURIPathEscaping = s.cfg.Service == "s3" })
 	if err != nil {
 		return err
@@ -257,14 +318,14 @@ func hexSHA(b []byte) string {
 
 // unchunk decodes an aws-chunked body, checking each chunk signature with the
 // SDK's stream signer when signedChunks is set.
-func (s *Server) unchunk(body []byte, seed string, t time.Time, signedChunks bool) ([]byte, error) {
+func (s *Server) unchunk(body []byte, creds aws.Credentials, seed string, t time.Time, signedChunks bool) ([]byte, error) {
 	var ss *v4.StreamSigner
 	if signedChunks {
 		sb, err := hex.DecodeString(seed)
 		if err != nil {
 			return nil, err
 		}
-		ss = v4.NewStreamSigner(s.creds(), s.cfg.Service, s.cfg.Region, sb)
+		ss = v4.NewStreamSigner(creds, s.cfg.Service, s.cfg.Region, sb)
 	}
 	br := bufio.NewReader(bytes.NewReader(body))
 	var out []byte
@@ -331,6 +392,10 @@ func (s *Server) s3(w http.ResponseWriter, r *http.Request, body []byte) {
 
 func (s *Server) sts(w http.ResponseWriter, r *http.Request, body []byte) {
 	form, _ := url.ParseQuery(string(body))
+	if form.Get("Action") == "AssumeRole" {
+		s.assumeRole(w, r, form)
+		return
+	}
 	if form.Get("Action") != "GetCallerIdentity" {
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprint(w, "<ErrorResponse><Error><Code>InvalidAction</Code></Error></ErrorResponse>")
@@ -341,4 +406,34 @@ func (s *Server) sts(w http.ResponseWriter, r *http.Request, body []byte) {
 		`<Arn>arn:aws:iam::%[1]s:user/airlock-test</Arn><UserId>AIDAFAKEUSER</UserId><Account>%[1]s</Account>`+
 		`</GetCallerIdentityResult><ResponseMetadata><RequestId>fake</RequestId></ResponseMetadata></GetCallerIdentityResponse>`,
 		s.cfg.Account)
+}
+
+// assumeRole issues random temporary credentials, added to Config.Keys.
+func (s *Server) assumeRole(w http.ResponseWriter, r *http.Request, form url.Values) {
+	secs, _ := strconv.Atoi(form.Get("DurationSeconds"))
+	if s.cfg.Keys == nil || form.Get("RoleArn") == "" || form.Get("RoleSessionName") == "" || secs < 900 {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, "<ErrorResponse><Error><Code>ValidationError</Code><Message>bad AssumeRole</Message></Error></ErrorResponse>")
+		return
+	}
+	c := aws.Credentials{AccessKeyID: "ASIA" + strings.ToUpper(randHex(8)), SecretAccessKey: "tmp-" + randHex(20),
+		SessionToken: "tok-" + randHex(32)}
+	s.cfg.Keys.Add(c)
+	exp := time.Now().Add(time.Duration(secs) * time.Second).UTC()
+	s.mu.Lock()
+	s.issued = append(s.issued, Issued{Role: form.Get("RoleArn"), Session: form.Get("RoleSessionName"),
+		Policy: form.Get("Policy"), Duration: time.Duration(secs) * time.Second, KeyID: c.AccessKeyID,
+		Caller: r.Header.Get("X-Fake-Caller")})
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "text/xml")
+	fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials>`+
+		`<AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey><SessionToken>%s</SessionToken>`+
+		`<Expiration>%s</Expiration></Credentials></AssumeRoleResult></AssumeRoleResponse>`,
+		c.AccessKeyID, c.SecretAccessKey, c.SessionToken, exp.Format(time.RFC3339))
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
