@@ -123,3 +123,89 @@ func flatten(h map[string][]string) []string {
 	}
 	return out
 }
+
+// TestRootAWSAssumeRole: the binding holds a long-term key the fake S3 does
+// not accept; the gateway assumes a role with it at the fake STS (through its
+// guarded dialer), per sandbox, with a session policy naming the sandbox's
+// label, and re-signs the aws CLI's requests with the temporary credentials,
+// which the fake S3 accepts. The sandbox holds placeholders only.
+func TestRootAWSAssumeRole(t *testing.T) {
+	e := newEnv(t, "")
+	requireTool(t, "/usr/bin/aws")
+	const (
+		keyID  = "AKIAE2ELONGTERMKEY01"
+		secret = "e2eLONGtermSecretKey/0123456789+abcdefghij"
+		region = "eu-west-3"
+	)
+	tag := strings.TrimPrefix(sandboxID("r"), "e2e-r-")
+	s3Host, stsHost := "s3-"+tag+".aws.example.test", "sts-"+tag+".aws.example.test"
+	keys := &fakeaws.Keys{}
+	s3 := fakeaws.New(fakeaws.Config{Service: "s3", Region: region, AccessKeyID: "AKIANOTACCEPTEDHERE1", Secret: "unused-secret", Keys: keys})
+	sts := fakeaws.New(fakeaws.Config{Service: "sts", Region: region, AccessKeyID: keyID, Secret: secret, Keys: keys})
+	if _, err := w.net.AddHost([]string{s3Host}, s3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.net.AddHost([]string{stsHost}, sts); err != nil {
+		t.Fatal(err)
+	}
+	secretsFile := filepath.Join(e.dir, "secrets.yaml")
+	if err := os.WriteFile(secretsFile, []byte(`secrets:
+  - id: aws
+    env: E2E_AWS_SECRET
+bindings:
+  - secret: aws
+    sandboxes: {labels: {e2e: aws-role}}
+    host: `+s3Host+`
+    aws_sigv4:
+      access_key_id: `+keyID+`
+      region: `+region+`
+      service: s3
+      assume_role:
+        role_arn: arn:aws:iam::123456789012:role/agent
+        sts_host: `+stsHost+`
+        session_policy: '{"Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"arn:aws:s3:::{{label.team}}/*"}]}'
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := sandboxID("awsrole")
+	res := e.sh([]string{"--id", id, "--label", "e2e=aws-role", "--label", "team=red", "--secrets", secretsFile,
+		"--allow", s3Host}, `
+set -e
+export HOME=/tmp AWS_DEFAULT_REGION=`+region+` AWS_CONFIG_FILE=/tmp/awsconfig AWS_PAGER= AWS_EC2_METADATA_DISABLED=true
+printf '[default]\ns3 =\n  addressing_style = path\n' > /tmp/awsconfig
+env | grep '^AWS_' | sort
+echo hello-role > /tmp/up.txt
+/usr/bin/aws --endpoint-url https://`+s3Host+` s3 cp --only-show-errors /tmp/up.txt s3://red/up.txt
+/usr/bin/aws --endpoint-url https://`+s3Host+` s3 cp --only-show-errors s3://red/up.txt /tmp/down.txt
+echo "got=$(cat /tmp/down.txt)"
+`, "E2E_AWS_SECRET="+secret)
+	wantCode(t, res, 0)
+	m := kv(res.stdout)
+	wantKV(t, m, "got", "hello-role", res)
+	if !strings.HasPrefix(m[secrets.EnvAWSSessionToken], secrets.PlaceholderPrefix) {
+		t.Errorf("AWS_SESSION_TOKEN in the sandbox: got %q, want a placeholder", m[secrets.EnvAWSSessionToken])
+	}
+	issued := sts.Issued()
+	if len(issued) != 1 {
+		t.Fatalf("AssumeRole calls: got %d, want 1 (cached across the two commands)", len(issued))
+	}
+	if is := issued[0]; is.Caller != keyID || is.Session != "airlock-"+id || !strings.Contains(is.Policy, "arn:aws:s3:::red/*") {
+		t.Errorf("AssumeRole: got %+v, want the long-term key, session airlock-%s, the label in the policy", is, id)
+	}
+	for _, r := range s3.Requests() {
+		if !r.Verified {
+			t.Errorf("fake s3 refused %s %s: %s", r.Method, r.URL, r.Err)
+		}
+	}
+	auditBytes, err := os.ReadFile(e.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"sandbox output": res.stdout, "airlock stderr": res.stderr, "audit log": string(auditBytes)} {
+		for _, form := range secrets.CanaryForms(secret) {
+			if strings.Contains(text, form) {
+				t.Errorf("%s holds a form of the long-term secret (%q)", name, form)
+			}
+		}
+	}
+}
