@@ -137,6 +137,9 @@ type BindingConfig struct {
 	// access key and requests signed with the sandbox's placeholders are
 	// re-signed with the real credentials.
 	AWS *AWSConfig `yaml:"aws_sigv4"`
+	// OAuth has the gateway mint the injected value as an OAuth 2.0 access
+	// token (oauth.go): the secret is the client secret or refresh token.
+	OAuth *OAuthConfig `yaml:"oauth"`
 }
 
 // LoadFile reads and validates a secrets file strictly: unknown fields, a
@@ -215,6 +218,9 @@ func (c *Config) applyDefaults() {
 		}
 		if len(b.Paths) == 0 {
 			b.Paths = []string{"/"}
+		}
+		if b.OAuth != nil {
+			b.OAuth.applyDefaults()
 		}
 		if b.AWS != nil && b.AWS.AssumeRole != nil {
 			b.AWS.AssumeRole.applyDefaults(b.AWS.Region)
@@ -328,7 +334,15 @@ func (b *BindingConfig) validate(ids map[string]bool) error {
 		}
 	}
 	if b.AWS != nil {
+		if b.OAuth != nil {
+			return errors.New("aws_sigv4 and oauth: set only one")
+		}
 		return b.validateAWS(ids)
+	}
+	if b.OAuth != nil {
+		if err := b.OAuth.validate(ids); err != nil {
+			return err
+		}
 	}
 	switch {
 	case b.Template != "" && b.BasicUser != "":

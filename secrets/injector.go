@@ -41,6 +41,7 @@ type Injector struct {
 	replay   *replayCache
 	now      func() time.Time
 	assume   assumeCache
+	oauth    oauthCache
 
 	mu      sync.Mutex
 	ph      map[phKey]string // (sandbox, secret) -> placeholder
@@ -58,7 +59,8 @@ type Applied struct {
 	rec      audit.Secret
 	scrub    *scrubber
 	scrubbed atomic.Int64
-	partial  bool // a 206 may pass: only re-signed AWS requests (aws.go)
+	partial  bool   // a 206 may pass: only re-signed AWS requests (aws.go)
+	rejected func() // on a 401: drop the minted OAuth token it carried (oauth.go)
 }
 
 // Audit returns the audit entries of the injected secret, with the number of
@@ -133,6 +135,12 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		}
 		for _, h := range bc.Strip {
 			b.strip = append(b.strip, http.CanonicalHeaderKey(h))
+		}
+		if o := bc.OAuth; o != nil {
+			b.oauth = o
+			if o.ClientSecretSecret != "" {
+				b.oauthClientSecret = in.secrets[o.ClientSecretSecret]
+			}
 		}
 		if a := bc.AWS; a != nil {
 			b.aws = &awsBinding{keyID: a.AccessKeyID, region: a.Region, service: a.Service, assume: a.AssumeRole}
@@ -291,7 +299,17 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 		in.log.Error("secret unavailable", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID, oplog.ErrorKey, err)
 		return nil, err
 	}
-	cred, token := b.render(v.value.reveal())
+	value, scrub := v.value.reveal(), v.scrub
+	var reject func()
+	if b.oauth != nil {
+		t, err := in.oauthAccess(ctx, sb, b, v)
+		if err != nil {
+			return nil, err
+		}
+		value, scrub = t.access, mergeScrubbers(scrub, t.scrub)
+		reject = func() { in.oauthRejected(b.index, t.access) }
+	}
+	cred, token := b.render(value)
 	req.Header.Del(b.header)
 	for _, h := range b.strip {
 		req.Header.Del(h)
@@ -300,15 +318,15 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 	req.Header.Del("If-Range")
 	req.Header.Set(b.header, cred)
 	req.Header.Set("Accept-Encoding", "identity")
-	scrub := v.scrub
 	if token != "" {
-		scrub = mergeScrubbers(v.scrub, newScrubber(CanaryForms(token)))
+		scrub = mergeScrubbers(scrub, newScrubber(CanaryForms(token)))
 	}
 	a := &Applied{
 		rec: audit.Secret{
 			ID: b.secret.cfg.ID, Version: v.id, Fingerprint: v.fp, Where: b.where(),
 		},
-		scrub: scrub,
+		scrub:    scrub,
+		rejected: reject,
 	}
 	in.log.Info("secret injected", oplog.SandboxKey, sb.ID, "secret", a.rec.ID,
 		"version", a.rec.Version, "where", a.rec.Where)

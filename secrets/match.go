@@ -77,6 +77,9 @@ type binding struct {
 	env       string
 	strip     []string // canonical
 	aws       *awsBinding
+	oauth     *OAuthConfig
+	// oauthClientSecret holds the client secret of a refresh_token grant.
+	oauthClientSecret *secret
 }
 
 func (b *binding) matchSandbox(sb Sandbox) bool {

@@ -222,6 +222,9 @@ func (in *Injector) ScrubResponse(a *Applied, resp *http.Response) error {
 		in.log.Warn("secrets refused response", "secret", a.rec.ID, "reason", reason)
 		return &ResponseError{Reason: reason}
 	}
+	if resp.StatusCode == http.StatusUnauthorized && a.rejected != nil {
+		a.rejected()
+	}
 	switch resp.StatusCode {
 	case http.StatusSwitchingProtocols:
 		return refuse("protocol upgrade cannot be scrubbed")
