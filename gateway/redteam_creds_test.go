@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,5 +376,94 @@ func TestTokenClientGuarded(t *testing.T) {
 		if !strings.HasPrefix(a, "127.0.0.1:") {
 			t.Errorf("the dial function saw %s; the guard must refuse it first", a)
 		}
+	}
+}
+
+// TestOAuthThroughGateway: an oauth binding's token is minted by the gateway
+// itself (TokenClient, through the guarded dialer) from a token endpoint the
+// sandbox's policy does not allow, and injected; the upstream gets the
+// minted token, the sandbox never the client secret. When the token endpoint
+// refuses, the sandbox gets a 503 naming the binding and the endpoint's
+// error code, the audit record is a secret_unavailable failure, and the
+// upstream sees nothing.
+func TestOAuthThroughGateway(t *testing.T) {
+	const clientSecret = "oauth-CLIENT-secret-0123456789"
+	pki := newTestPKI(t)
+	cert := pki.leaf(t, "auth.example", "api.oauth.example", "bad.oauth.example")
+	var mints atomic.Int64
+	auth := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, sec, _ := r.BasicAuth()
+		if r.URL.Path != "/token" || sec != clientSecret {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"error":"invalid_client"}`)
+			return
+		}
+		fmt.Fprintf(w, `{"access_token":"minted-%d-abcdefghijkl","token_type":"Bearer","expires_in":3600}`, mints.Add(1))
+	}), &cert)
+	api := newEchoUpstream(t, &cert)
+	f := filepath.Join(t.TempDir(), "cs")
+	os.WriteFile(f, []byte(clientSecret), 0o600)
+	cfg, err := secrets.Parse([]byte(fmt.Sprintf(`secrets:
+  - id: cs
+    file: %s
+bindings:
+  - secret: cs
+    sandboxes: {ids: [sb-test]}
+    host: api.oauth.example
+    port: %d
+    template: "Bearer {{value}}"
+    oauth: {token_url: "https://auth.example:%d/token", grant: client_credentials, client_id: airlock}
+  - secret: cs
+    sandboxes: {ids: [sb-test]}
+    host: bad.oauth.example
+    port: %d
+    template: "Bearer {{value}}"
+    oauth: {token_url: "https://auth.example:%d/refused", grant: client_credentials, client_id: airlock}
+`, f, api.Port, auth.port, api.Port, auth.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	inj, err := secrets.New(cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{"api.oauth.example", "bad.oauth.example"}
+	res := names(append(hosts, "auth.example")...)
+	h := newHarnessLogger(t, policytest.Allow(hosts...), res, pki, logger, func(c *Config) { c.Injector = inj })
+	inj.SetTokenClient(h.g.TokenClient())
+	h.allowUpstreams(auth)
+	h.dialer.allow(api.Addr)
+	roots := x509.NewCertPool()
+	roots.AddCert(pki.upCA)
+	mitm, _ := LoadCACert(pki.mitmCert)
+	roots.AddCert(mitm)
+	c := clientVia(h.explicit, roots)
+
+	for i := 0; i < 2; i++ {
+		resp, body, all := do(t, c, "GET", fmt.Sprintf("https://api.oauth.example:%d/v1", api.Port), nil, "")
+		if resp.StatusCode != http.StatusOK || strings.Contains(all, clientSecret) {
+			t.Fatalf("got %d %s, want 200 and no client secret", resp.StatusCode, body)
+		}
+	}
+	if got := api.Last().Header.Get("Authorization"); got != "Bearer minted-1-abcdefghijkl" || mints.Load() != 1 {
+		t.Errorf("upstream got %q after %d mints, want the first minted token, minted once", got, mints.Load())
+	}
+	before := api.Received.Load()
+	resp, body, all := do(t, c, "GET", fmt.Sprintf("https://bad.oauth.example:%d/v1", api.Port), nil, "")
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "bindings[1]") || strings.Contains(all, clientSecret) {
+		t.Fatalf("refused token: got %d %q, want 503 naming bindings[1] and no secret", resp.StatusCode, body)
+	}
+	rec := auditOf(t, h, resp)
+	if rec.Status != http.StatusServiceUnavailable || !strings.HasPrefix(rec.Error, ReasonSecretUnavailable) ||
+		!strings.Contains(rec.Error, "bindings[1]") || strings.Contains(rec.Error, clientSecret) {
+		t.Errorf("got audit record %+v, want a 503 failure %s naming bindings[1]", rec, ReasonSecretUnavailable)
+	}
+	if api.Received.Load() != before {
+		t.Error("the upstream saw the request whose token could not be minted")
+	}
+	if strings.Contains(logs.String(), clientSecret) {
+		t.Error("operational logs carry the client secret")
 	}
 }

@@ -74,7 +74,7 @@ func secretsErr(err error) error {
 	}
 	var u *secrets.UnavailableError
 	if errors.As(err, &u) {
-		return fail(ReasonSecretUnavailable, status, err)
+		return &failure{reason: ReasonSecretUnavailable, status: status, err: err, note: u.Note}
 	}
 	var r *secrets.ResponseError
 	if errors.As(err, &r) {

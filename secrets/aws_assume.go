@@ -167,8 +167,8 @@ func (in *Injector) assumed(ctx context.Context, sb Sandbox, b *binding, long aw
 	if err != nil {
 		in.log.Error("assume role failed", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID,
 			"binding", b.index, oplog.ErrorKey, err)
-		return nil, &UnavailableError{SecretID: b.secret.cfg.ID,
-			Err: fmt.Errorf("bindings[%d]: assume role %s: %w", b.index, b.aws.assume.RoleARN, err)}
+		e := fmt.Errorf("bindings[%d] (secret %s): assume role %s: %w", b.index, b.secret.cfg.ID, b.aws.assume.RoleARN, err)
+		return nil, &UnavailableError{SecretID: b.secret.cfg.ID, Err: e, Note: e.Error()}
 	}
 	e.creds = c
 	in.log.Info("assumed role", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID, "binding", b.index,

@@ -147,8 +147,8 @@ func (in *Injector) oauthAccess(ctx context.Context, sb Sandbox, b *binding, v *
 	if err != nil {
 		in.log.Error("oauth token request failed", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID,
 			"binding", b.index, oplog.ErrorKey, err)
-		return nil, &UnavailableError{SecretID: b.secret.cfg.ID,
-			Err: fmt.Errorf("bindings[%d]: oauth token from %s: %w", b.index, b.oauth.TokenURL, err)}
+		e := fmt.Errorf("bindings[%d] (secret %s): oauth token from %s: %w", b.index, b.secret.cfg.ID, b.oauth.TokenURL, err)
+		return nil, &UnavailableError{SecretID: b.secret.cfg.ID, Err: e, Note: e.Error()}
 	}
 	e.tok = t
 	if rotated != "" {
