@@ -140,6 +140,10 @@ type BindingConfig struct {
 	// OAuth has the gateway mint the injected value as an OAuth 2.0 access
 	// token (oauth.go): the secret is the client secret or refresh token.
 	OAuth *OAuthConfig `yaml:"oauth"`
+	// GitHubApp has the gateway mint the injected value as a GitHub App
+	// installation token per sandbox (githubapp.go): the secret is the app's
+	// private key (PEM).
+	GitHubApp *GitHubAppConfig `yaml:"github_app"`
 }
 
 // LoadFile reads and validates a secrets file strictly: unknown fields, a
@@ -221,6 +225,9 @@ func (c *Config) applyDefaults() {
 		}
 		if b.OAuth != nil {
 			b.OAuth.applyDefaults()
+		}
+		if b.GitHubApp != nil && b.GitHubApp.APIURL == "" {
+			b.GitHubApp.APIURL = DefaultGitHubAPI
 		}
 		if b.AWS != nil && b.AWS.AssumeRole != nil {
 			b.AWS.AssumeRole.applyDefaults(b.AWS.Region)
@@ -333,14 +340,25 @@ func (b *BindingConfig) validate(ids map[string]bool) error {
 			return fmt.Errorf("strip: %q is not a header that may be stripped", h)
 		}
 	}
-	if b.AWS != nil {
-		if b.OAuth != nil {
-			return errors.New("aws_sigv4 and oauth: set only one")
+	n := 0
+	for _, set := range []bool{b.AWS != nil, b.OAuth != nil, b.GitHubApp != nil} {
+		if set {
+			n++
 		}
+	}
+	if n > 1 {
+		return errors.New("aws_sigv4, oauth, github_app: set at most one")
+	}
+	if b.AWS != nil {
 		return b.validateAWS(ids)
 	}
 	if b.OAuth != nil {
 		if err := b.OAuth.validate(ids); err != nil {
+			return err
+		}
+	}
+	if b.GitHubApp != nil {
+		if err := b.GitHubApp.validate(); err != nil {
 			return err
 		}
 	}

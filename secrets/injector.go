@@ -42,6 +42,7 @@ type Injector struct {
 	now      func() time.Time
 	assume   assumeCache
 	oauth    oauthCache
+	revokes  sync.WaitGroup // background revocations (githubapp.go)
 
 	mu      sync.Mutex
 	ph      map[phKey]string // (sandbox, secret) -> placeholder
@@ -136,6 +137,7 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		for _, h := range bc.Strip {
 			b.strip = append(b.strip, http.CanonicalHeaderKey(h))
 		}
+		b.github = bc.GitHubApp
 		if o := bc.OAuth; o != nil {
 			b.oauth = o
 			if o.ClientSecretSecret != "" {
@@ -243,6 +245,7 @@ func (in *Injector) placeholder(sandbox, secretID string) (string, error) {
 // unknown wherever they appear.
 func (in *Injector) Forget(sandboxID string) {
 	in.assume.forget(sandboxID)
+	in.revokeGitHub(sandboxID)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for k, p := range in.ph {
@@ -301,13 +304,17 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 	}
 	value, scrub := v.value.reveal(), v.scrub
 	var reject func()
-	if b.oauth != nil {
+	if b.oauth != nil || b.github != nil {
 		t, err := in.oauthAccess(ctx, sb, b, v)
 		if err != nil {
 			return nil, err
 		}
 		value, scrub = t.access, mergeScrubbers(scrub, t.scrub)
-		reject = func() { in.oauthRejected(b.index, t.access) }
+		key := tokenKey{binding: b.index}
+		if b.github != nil {
+			key.sandbox = sb.ID
+		}
+		reject = func() { in.oauthRejected(key, t.access) }
 	}
 	cred, token := b.render(value)
 	req.Header.Del(b.header)

@@ -78,6 +78,7 @@ type binding struct {
 	strip     []string // canonical
 	aws       *awsBinding
 	oauth     *OAuthConfig
+	github    *GitHubAppConfig
 	// oauthClientSecret holds the client secret of a refresh_token grant.
 	oauthClientSecret *secret
 }

@@ -101,13 +101,21 @@ type oauthToken struct {
 	access  string
 	expires time.Time
 	scrub   *scrubber
+	revoke  string // URL that revokes it (GitHub installation tokens); "" for none
 }
 
 // oauthCache holds each binding's current token; one mint at a time per
 // binding.
 type oauthCache struct {
 	mu sync.Mutex
-	m  map[int]*oauthEntry
+	m  map[tokenKey]*oauthEntry
+}
+
+// tokenKey: a binding's token, per sandbox for per-sandbox tokens (GitHub
+// App installation tokens); sandbox "" for one shared by the binding.
+type tokenKey struct {
+	binding int
+	sandbox string
 }
 
 type oauthEntry struct {
@@ -116,24 +124,42 @@ type oauthEntry struct {
 	refresh string // a rotated refresh token the endpoint handed back
 }
 
-func (c *oauthCache) entry(binding int) *oauthEntry {
+func (c *oauthCache) entry(k tokenKey) *oauthEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[int]*oauthEntry{}
+		c.m = map[tokenKey]*oauthEntry{}
 	}
-	e := c.m[binding]
+	e := c.m[k]
 	if e == nil {
 		e = &oauthEntry{}
-		c.m[binding] = e
+		c.m[k] = e
 	}
 	return e
+}
+
+// take removes and returns a sandbox's per-sandbox entries.
+func (c *oauthCache) take(sandbox string) []*oauthEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*oauthEntry
+	for k, e := range c.m {
+		if k.sandbox == sandbox && sandbox != "" {
+			out = append(out, e)
+			delete(c.m, k)
+		}
+	}
+	return out
 }
 
 // oauthAccess returns b's current access token, minting one when there is
 // none or it is about to expire.
 func (in *Injector) oauthAccess(ctx context.Context, sb Sandbox, b *binding, v *version) (*oauthToken, error) {
-	e := in.oauth.entry(b.index)
+	key := tokenKey{binding: b.index}
+	if b.github != nil {
+		key.sandbox = sb.ID
+	}
+	e := in.oauth.entry(key)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := in.now()
@@ -143,11 +169,20 @@ func (in *Injector) oauthAccess(ctx context.Context, sb Sandbox, b *binding, v *
 			return t, nil
 		}
 	}
-	t, rotated, err := in.mintOAuth(ctx, b, v, e.refresh)
+	var t *oauthToken
+	var rotated string
+	var err error
+	what := "oauth token from " + b.tokenURL()
+	if b.github != nil {
+		t, err = in.mintGitHub(ctx, sb, b, v)
+		what = "github app installation token from " + b.tokenURL()
+	} else {
+		t, rotated, err = in.mintOAuth(ctx, b, v, e.refresh)
+	}
 	if err != nil {
-		in.log.Error("oauth token request failed", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID,
+		in.log.Error("token request failed", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID,
 			"binding", b.index, oplog.ErrorKey, err)
-		e := fmt.Errorf("bindings[%d] (secret %s): oauth token from %s: %w", b.index, b.secret.cfg.ID, b.oauth.TokenURL, err)
+		e := fmt.Errorf("bindings[%d] (secret %s): %s: %w", b.index, b.secret.cfg.ID, what, err)
 		return nil, &UnavailableError{SecretID: b.secret.cfg.ID, Err: e, Note: e.Error()}
 	}
 	e.tok = t
@@ -163,8 +198,8 @@ func (in *Injector) oauthAccess(ctx context.Context, sb Sandbox, b *binding, v *
 // request that carried it, so the next request mints a fresh one. The 401
 // itself goes to the sandbox: the request is not retried (its body may be
 // gone, and a retry is the client's to decide).
-func (in *Injector) oauthRejected(index int, access string) {
-	e := in.oauth.entry(index)
+func (in *Injector) oauthRejected(key tokenKey, access string) {
+	e := in.oauth.entry(key)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.tok != nil && e.tok.access == access {
