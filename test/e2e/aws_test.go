@@ -12,8 +12,9 @@ import (
 )
 
 // TestRootAWSCLIPlaceholders: Debian's aws CLI in a sandbox that holds only
-// placeholder AWS credentials uploads and downloads a 6 MB object and asks
-// STS who it is. The fake S3 and STS endpoints accept only the REAL
+// placeholder AWS credentials uploads a 12 MB object in 5 MB parts (a
+// multipart upload), downloads it in ranged GETs (206 answers pass for
+// re-signed requests), and asks STS who it is. The fake S3 and STS endpoints accept only the REAL
 // credentials (checked with the AWS SDK for Go's signer): the gateway
 // verified each request's placeholder signature and re-signed it. The real
 // secret appears nowhere in the sandbox's environment, its output, airlock's
@@ -56,9 +57,9 @@ bindings:
 		"--allow", s3Host, "--allow", stsHost}, `
 set -e
 export HOME=/tmp AWS_DEFAULT_REGION=`+region+` AWS_CONFIG_FILE=/tmp/awsconfig AWS_PAGER= AWS_EC2_METADATA_DISABLED=true
-printf '[default]\ns3 =\n  addressing_style = path\n' > /tmp/awsconfig
+printf '[default]\ns3 =\n  addressing_style = path\n  multipart_threshold = 5MB\n  multipart_chunksize = 5MB\n' > /tmp/awsconfig
 env | grep '^AWS_' | sort
-head -c 6000000 /dev/urandom > /tmp/up.bin
+head -c 12000000 /dev/urandom > /tmp/up.bin
 /usr/bin/aws --debug --endpoint-url https://`+s3Host+` s3 cp --only-show-errors /tmp/up.bin s3://bucket/up.bin 2>/tmp/dbg || { grep -v "^\s*$" /tmp/dbg | grep -iE "expect|continue|header|send|status|timeout|error" | tail -60 >&2; exit 1; }
 /usr/bin/aws --endpoint-url https://`+s3Host+` s3 cp --only-show-errors s3://bucket/up.bin /tmp/down.bin
 cmp /tmp/up.bin /tmp/down.bin && echo same=yes
@@ -71,6 +72,18 @@ echo "account=$(/usr/bin/aws --endpoint-url https://`+stsHost+` sts get-caller-i
 	m := kv(res.stdout)
 	wantKV(t, m, "same", "yes", res)
 	wantKV(t, m, "account", "123456789012", res)
+	if n := s3.Parts(); n < 3 {
+		t.Errorf("fake s3 received %d upload parts, want 3 (a multipart upload)", n)
+	}
+	ranged := 0
+	for _, r := range s3.Requests() {
+		if r.Method == "GET" && r.Header.Get("Range") != "" {
+			ranged++
+		}
+	}
+	if ranged < 2 {
+		t.Errorf("fake s3 served %d ranged GETs, want the CLI's multipart download", ranged)
+	}
 	for _, k := range []string{secrets.EnvAWSAccessKeyID, secrets.EnvAWSSecretAccessKey} {
 		if !strings.HasPrefix(m[k], secrets.PlaceholderPrefix) {
 			t.Errorf("%s in the sandbox: got %q, want a placeholder", k, m[k])

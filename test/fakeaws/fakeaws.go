@@ -86,11 +86,13 @@ type Seen struct {
 
 // Server is a fake S3 or STS endpoint.
 type Server struct {
-	cfg    Config
-	mu     sync.Mutex
-	seen   []Seen
-	objs   map[string][]byte
-	issued []Issued
+	cfg       Config
+	mu        sync.Mutex
+	seen      []Seen
+	objs      map[string][]byte
+	issued    []Issued
+	parts     map[string]map[int][]byte // open multipart uploads
+	partsSeen int
 }
 
 // Issued returns what AssumeRole handed out.
@@ -105,7 +107,7 @@ func New(cfg Config) *Server {
 	if cfg.Account == "" {
 		cfg.Account = "123456789012"
 	}
-	return &Server{cfg: cfg, objs: map[string][]byte{}}
+	return &Server{cfg: cfg, objs: map[string][]byte{}, parts: map[string]map[int][]byte{}}
 }
 
 // Requests returns every request the server received.
@@ -362,32 +364,98 @@ func (s *Server) unchunk(body []byte, creds aws.Credentials, seed string, t time
 }
 
 func (s *Server) s3(w http.ResponseWriter, r *http.Request, body []byte) {
-	key := r.URL.Path
-	switch r.Method {
-	case http.MethodPut:
+	key, q := r.URL.Path, r.URL.Query()
+	switch {
+	case r.Method == http.MethodPost && q.Has("uploads"):
+		id := randHex(8)
+		s.mu.Lock()
+		s.parts[id] = map[int][]byte{}
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/xml")
+		fmt.Fprintf(w, "<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>%s</Key><UploadId>%s</UploadId></InitiateMultipartUploadResult>",
+			xmlEscape(key), id)
+	case r.Method == http.MethodPut && q.Has("uploadId"):
+		n, _ := strconv.Atoi(q.Get("partNumber"))
+		s.mu.Lock()
+		up, ok := s.parts[q.Get("uploadId")]
+		if ok {
+			up[n] = body
+			s.partsSeen++
+		}
+		s.mu.Unlock()
+		if !ok || n < 1 {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.Header().Set("ETag", etag(body))
+	case r.Method == http.MethodPost && q.Has("uploadId"):
+		s.mu.Lock()
+		up, ok := s.parts[q.Get("uploadId")]
+		var all []byte
+		for i := 1; ok && i <= len(up); i++ {
+			all = append(all, up[i]...)
+		}
+		if ok {
+			s.objs[key] = all
+			delete(s.parts, q.Get("uploadId"))
+		}
+		s.mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		fmt.Fprintf(w, "<CompleteMultipartUploadResult><Key>%s</Key><ETag>%s</ETag></CompleteMultipartUploadResult>",
+			xmlEscape(key), xmlEscape(etag(all)))
+	case r.Method == http.MethodPut:
 		s.mu.Lock()
 		s.objs[key] = body
 		s.mu.Unlock()
-		sum := sha256.Sum256(body)
-		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:16])+`"`)
-	case http.MethodGet, http.MethodHead:
-		b, ok := s.Object(key)
-		if !ok {
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusNotFound)
-			fmt.Fprint(w, "<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>")
-			return
-		}
-		sum := sha256.Sum256(b)
-		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:16])+`"`)
-		w.Header().Set("Last-Modified", time.Unix(1700000000, 0).UTC().Format(http.TimeFormat))
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		if r.Method == http.MethodGet {
-			w.Write(b)
-		}
+		w.Header().Set("ETag", etag(body))
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
+		s.get(w, r, key)
 	default:
 		w.WriteHeader(http.StatusMethodNotAllowed)
 	}
+}
+
+// get serves an object, or one byte range of it (206).
+func (s *Server) get(w http.ResponseWriter, r *http.Request, key string) {
+	b, ok := s.Object(key)
+	if !ok {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, "<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>")
+		return
+	}
+	w.Header().Set("ETag", etag(b))
+	w.Header().Set("Last-Modified", time.Unix(1700000000, 0).UTC().Format(http.TimeFormat))
+	w.Header().Set("Accept-Ranges", "bytes")
+	status, part := http.StatusOK, b
+	from, to := 0, len(b)-1
+	n, _ := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-%d", &from, &to) // "bytes=N-" reads one
+	if n >= 1 && from <= to && from < len(b) {
+		to = min(to, len(b)-1)
+		status, part = http.StatusPartialContent, b[from:to+1]
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, to, len(b)))
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(part)))
+	w.WriteHeader(status)
+	if r.Method == http.MethodGet {
+		w.Write(part)
+	}
+}
+
+func etag(b []byte) string {
+	sum := sha256.Sum256(b)
+	return `"` + hex.EncodeToString(sum[:16]) + `"`
+}
+
+// Parts returns the number of multipart upload parts received.
+func (s *Server) Parts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.partsSeen
 }
 
 func (s *Server) sts(w http.ResponseWriter, r *http.Request, body []byte) {
