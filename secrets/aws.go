@@ -354,6 +354,9 @@ func (in *Injector) awsResign(ctx context.Context, sb Sandbox, b *binding, req *
 			strings.Join(signed, ";")+", Signature="+sig)
 	}
 	req.Host = sr.host
+	if err := leftPlaceholder(req); err != nil {
+		return nil, in.logDeny(sb, err)
+	}
 	if stream {
 		req.Body = newChunkResigner(req.Body, p.amzDate, p.scope, phKeyBytes, realKey, p.signature, sig,
 			func(d *Denial) { d.SecretID = b.secret.cfg.ID; _ = in.logDeny(sb, d) })
@@ -367,6 +370,29 @@ func (in *Injector) awsResign(ctx context.Context, sb Sandbox, b *binding, req *
 	in.log.Info("aws request re-signed", oplog.SandboxKey, sb.ID, "secret", ap.rec.ID,
 		"version", ap.rec.Version, "where", ap.rec.Where, "presigned", p.presigned)
 	return ap, nil
+}
+
+// leftPlaceholder denies a re-signed request that still carries a
+// placeholder: the access key id's is allowed only where re-signing replaces
+// it (Authorization, X-Amz-Credential), the session token's only where it is
+// swapped (X-Amz-Security-Token); anywhere else in the query or a header it
+// would have been signed over and sent on.
+func leftPlaceholder(req *http.Request) error {
+	var hits []hit
+	findTokens(req.URL.RawQuery, "query", &hits)
+	if q, err := url.QueryUnescape(req.URL.RawQuery); err == nil {
+		findTokens(q, "query", &hits)
+	}
+	for name, vals := range req.Header {
+		for _, v := range vals {
+			findTokens(v, "header:"+name, &hits)
+		}
+	}
+	if len(hits) > 0 {
+		return &Denial{Code: CodePlaceholderMisuse, Flag: FlagPlaceholderLeak, Where: hits[0].where,
+			Msg: "an AWS placeholder outside the fields re-signing replaces"}
+	}
+	return nil
 }
 
 // awsCredentials returns the credentials b signs with for sb: the long-term

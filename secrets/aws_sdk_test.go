@@ -336,6 +336,17 @@ func TestAWSRefusals(t *testing.T) {
 			req := get("https://s3.fake.test/bucket/x")
 			return req
 		}, CodePlaceholderRequired},
+		{"access key placeholder in another query parameter", func() *http.Request {
+			req := get("https://s3.fake.test/bucket/x?note=" + r.ph[EnvAWSAccessKeyID])
+			r.sdkSign(t, req, emptySHA256, "s3", now)
+			return req
+		}, CodePlaceholderMisuse},
+		{"access key placeholder in another header", func() *http.Request {
+			req := get("https://s3.fake.test/bucket/x")
+			req.Header.Set("X-Amz-Meta-Note", r.ph[EnvAWSAccessKeyID])
+			r.sdkSign(t, req, emptySHA256, "s3", now)
+			return req
+		}, CodePlaceholderMisuse},
 		{"secret key placeholder on the wire", func() *http.Request {
 			req := get("https://s3.fake.test/bucket/x?leak=" + r.ph[EnvAWSSecretAccessKey])
 			r.sdkSign(t, req, emptySHA256, "s3", now)
