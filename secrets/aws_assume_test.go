@@ -18,6 +18,11 @@ import (
 // credentials the injector gets from the fake STS with the long-term key;
 // the fake S3 accepts only those (the long-term key is not one of its keys).
 func newAssumeRig(t *testing.T, policy string, labels map[string]string) (*awsRig, *fakeaws.Keys) {
+	return newAssumeRigSTS(t, policy, labels, awsRealKeyID, awsRealSecret)
+}
+
+// newAssumeRigSTS: the fake STS accepts the key stsKeyID/stsSecret.
+func newAssumeRigSTS(t *testing.T, policy string, labels map[string]string, stsKeyID, stsSecret string) (*awsRig, *fakeaws.Keys) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "aws-secret")
 	if err := os.WriteFile(f, []byte(awsRealSecret), 0o600); err != nil {
@@ -53,12 +58,9 @@ bindings:
 		t.Fatal(err)
 	}
 	keys := &fakeaws.Keys{}
-	base := newAWSRig(t) // for its transport to the fakes' addresses
-	r.client = base.client
-	r.s3, r.sts = base.s3, base.sts
-	// The rig's servers serve these pointers: swap the fakes in before any request.
-	*r.s3 = *fakeaws.New(fakeaws.Config{Service: "s3", Region: awsRegion, AccessKeyID: "AKIANOTTHELONGTERM01", Secret: "unused-secret-value", Keys: keys})
-	*r.sts = *fakeaws.New(fakeaws.Config{Service: "sts", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret, Keys: keys})
+	r.serve(t,
+		fakeaws.New(fakeaws.Config{Service: "s3", Region: awsRegion, AccessKeyID: "AKIANOTTHELONGTERM01", Secret: "unused-secret-value", Keys: keys}),
+		fakeaws.New(fakeaws.Config{Service: "sts", Region: awsRegion, AccessKeyID: stsKeyID, Secret: stsSecret, Keys: keys}))
 	in.SetTokenClient(r.client)
 	return r, keys
 }
@@ -120,21 +122,24 @@ func TestAWSAssumeRole(t *testing.T) {
 // nothing reaches S3.
 func TestAWSAssumeRoleFailure(t *testing.T) {
 	tests := []struct {
-		name   string
-		policy string
-		labels map[string]string
-		break_ func(r *awsRig)
-		want   string
+		name     string
+		policy   string
+		labels   map[string]string
+		otherKey bool // the fake STS knows another long-term key
+		break_   func(r *awsRig)
+		want     string
 	}{
-		{name: "sts refuses the caller", break_: func(r *awsRig) {
-			*r.sts = *fakeaws.New(fakeaws.Config{Service: "sts", Region: awsRegion, AccessKeyID: "AKIAOTHER00000000001", Secret: "other-secret-x"})
-		}, want: "sts answered 403"},
+		{name: "sts refuses the caller", otherKey: true, want: "sts answered 403"},
 		{name: "no token client", break_: func(r *awsRig) { r.in.SetTokenClient(nil) }, want: "no token client"},
 		{name: "missing label", policy: `{"Resource":"{{label.team}}"}`, want: `label "team"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, _ := newAssumeRig(t, tt.policy, tt.labels)
+			keyID, secret := awsRealKeyID, awsRealSecret
+			if tt.otherKey {
+				keyID, secret = "AKIAOTHER00000000001", "other-secret-x"
+			}
+			r, _ := newAssumeRigSTS(t, tt.policy, tt.labels, keyID, secret)
 			if tt.break_ != nil {
 				tt.break_(r)
 			}

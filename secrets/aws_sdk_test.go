@@ -90,11 +90,20 @@ func newAWSRigToken(t *testing.T, token string) *awsRig {
 	if r.ph, err = in.Placeholders(r.sb); err != nil {
 		t.Fatal(err)
 	}
-	r.s3 = fakeaws.New(fakeaws.Config{Service: "s3", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret, SessionToken: token})
-	r.sts = fakeaws.New(fakeaws.Config{Service: "sts", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret, SessionToken: token})
+	r.serve(t,
+		fakeaws.New(fakeaws.Config{Service: "s3", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret, SessionToken: token}),
+		fakeaws.New(fakeaws.Config{Service: "sts", Region: awsRegion, AccessKeyID: awsRealKeyID, Secret: awsRealSecret, SessionToken: token}))
+	return r
+}
+
+// serve starts the fakes on loopback as s3.fake.test and sts.fake.test and
+// gives the rig a client that reaches only them.
+func (r *awsRig) serve(t *testing.T, s3, sts *fakeaws.Server) {
+	t.Helper()
+	r.s3, r.sts = s3, sts
 	srv := map[string]*httptest.Server{
-		"s3.fake.test:443":  httptest.NewTLSServer(r.s3),
-		"sts.fake.test:443": httptest.NewTLSServer(r.sts),
+		"s3.fake.test:443":  httptest.NewTLSServer(s3),
+		"sts.fake.test:443": httptest.NewTLSServer(sts),
 	}
 	for _, s := range srv {
 		t.Cleanup(s.Close)
@@ -109,7 +118,6 @@ func newAWSRigToken(t *testing.T, token string) *awsRig {
 			return (&net.Dialer{}).DialContext(ctx, network, s.Listener.Addr().String())
 		},
 	}}
-	return r
 }
 
 func (r *awsRig) phCreds() aws.Credentials {
