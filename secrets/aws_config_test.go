@@ -67,3 +67,22 @@ func TestAWSPlaceholders(t *testing.T) {
 		t.Errorf("Forget kept the secret key placeholder")
 	}
 }
+
+// TestAWSPlaceholderConflict: two AWS bindings with different secrets for
+// one sandbox would need two values in AWS_ACCESS_KEY_ID: refused with an
+// error naming the variable, rather than one silently winning.
+func TestAWSPlaceholderConflict(t *testing.T) {
+	cfg, err := Parse([]byte("secrets:\n  - id: a\n    env: A\n  - id: b\n    env: B\nbindings:\n" +
+		"  - secret: a\n    sandboxes: {ids: [sb-1]}\n    host: s3.example\n    aws_sigv4: {access_key_id: AKIAEXAMPLE00000001, region: us-east-1, service: s3}\n" +
+		"  - secret: b\n    sandboxes: {ids: [sb-1]}\n    host: sts.example\n    aws_sigv4: {access_key_id: AKIAEXAMPLE00000002, region: us-east-1, service: sts}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := New(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Placeholders(Sandbox{ID: "sb-1"}); err == nil || !strings.Contains(err.Error(), EnvAWSAccessKeyID) {
+		t.Fatalf("got %v, want an error naming %s", err, EnvAWSAccessKeyID)
+	}
+}
