@@ -4,6 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/airlock
 CNI_BIN   := bin/airlock-cni
+INIT_BIN  := bin/airlock-init
 IMAGE_DIR ?= bin/image
 IMAGE_TAG ?= 0.1.0
 STATICCHECK_VERSION ?= v0.8.2
@@ -20,8 +21,9 @@ deps: ## Install the Debian packages tests and the demo need (only what is missi
 	@./scripts/deps.sh
 
 .PHONY: build
-build: ## Build bin/airlock and bin/airlock-cni with the version stamped
+build: ## Build bin/airlock, bin/airlock-init (the sandbox init, written second) and bin/airlock-cni with the version stamped
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(INIT_BIN) ./cmd/airlock-init
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CNI_BIN) ./cmd/airlock-cni
 
 .PHONY: image
@@ -34,9 +36,11 @@ image: build ## Write the container image as an OCI layout in bin/image, offline
 	@echo "  skopeo copy oci:$(IMAGE_DIR):$(IMAGE_TAG) docker://registry.example/airlock:$(IMAGE_TAG)"
 
 .PHONY: test
-test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python as root
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-python; else echo "test: test-python skipped (it needs root to run airlock serve)"; fi
+test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python as root; fail on any airlock resource the run left behind
+	@before=$$(mktemp) && ./scripts/clean-stale.sh --list >"$$before" && \
+	rc=0 && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-python || rc=$$?; elif [ "$$rc" = 0 ]; then echo "test: test-python skipped (it needs root to run airlock serve)"; fi; \
+	./scripts/clean-stale.sh --check "$$before" || rc=1; rm -f "$$before"; exit $$rc
 
 .PHONY: test-python
 test-python: deps build ## Run the Python client's tests (clients/python) against a real daemon, bin/airlock serve (root)

@@ -3,7 +3,8 @@ package api
 import (
 	"time"
 
-	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/identity"
+	"github.com/airlock-dev/airlock/units"
 )
 
 // Version is the path prefix of every route.
@@ -13,13 +14,13 @@ const Version = "/v1"
 // daemon's configured defaults; sizes use the config file's spellings ("512M")
 // or a number of bytes, durations Go's ("30s", "10m").
 type Limits struct {
-	Memory  config.Size `json:"memory,omitempty"`
-	CPUs    float64     `json:"cpus,omitempty"`
-	Pids    int64       `json:"pids,omitempty"`
-	TmpSize config.Size `json:"tmp_size,omitempty"`
+	Memory  units.Size `json:"memory,omitempty"`
+	CPUs    float64    `json:"cpus,omitempty"`
+	Pids    int64      `json:"pids,omitempty"`
+	TmpSize units.Size `json:"tmp_size,omitempty"`
 	// ExecTimeout is the default timeout of each exec (an exec may ask for its
 	// own); for POST /v1/run it is the run's timeout.
-	ExecTimeout config.Duration `json:"exec_timeout,omitempty"`
+	ExecTimeout units.Duration `json:"exec_timeout,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
@@ -41,10 +42,10 @@ type CreateSandboxRequest struct {
 	Allow []string `json:"allow,omitempty"`
 	// IdleTimeout ends the sandbox after this long with no exec running and no
 	// API call for it; 0 means the daemon's default (sandbox.idle_timeout).
-	IdleTimeout config.Duration `json:"idle_timeout,omitempty"`
+	IdleTimeout units.Duration `json:"idle_timeout,omitempty"`
 	// MaxLifetime ends the sandbox this long after creation whatever it does;
 	// 0 means the daemon's default (sandbox.max_lifetime).
-	MaxLifetime config.Duration `json:"max_lifetime,omitempty"`
+	MaxLifetime units.Duration `json:"max_lifetime,omitempty"`
 }
 
 // WorkspaceDir is where an empty (tmpfs) workspace is mounted in a sandbox.
@@ -140,7 +141,7 @@ type ExecRequest struct {
 	StdinStream bool   `json:"stdin_stream,omitempty"`
 	// Timeout ends this exec (its whole process group); 0 means the sandbox's
 	// exec_timeout.
-	Timeout config.Duration `json:"timeout,omitempty"`
+	Timeout units.Duration `json:"timeout,omitempty"`
 }
 
 // Frame is one line of an exec's response stream (Content-Type
@@ -296,13 +297,9 @@ type Inbound struct {
 }
 
 // Pod is a Kubernetes pod's identity, as its runtime passed it to the CNI
-// plugin. Each field is at most MaxPodField bytes; empty ones were not given.
-type Pod struct {
-	Namespace      string `json:"namespace,omitempty"`
-	Name           string `json:"name,omitempty"`
-	UID            string `json:"uid,omitempty"`
-	ServiceAccount string `json:"service_account,omitempty"`
-}
+// plugin (identity.Pod). Each field is at most MaxPodField bytes; empty ones
+// were not given.
+type Pod = identity.Pod
 
 // MaxPodField bounds each field of Pod (Kubernetes names are at most 253).
 const MaxPodField = 253

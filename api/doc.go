@@ -4,7 +4,9 @@
 // document that describes every route (openapi.json, embedded: OpenAPI).
 //
 // Entry point: the types themselves and OpenAPI; there is no logic here
-// beyond JSON. It uses config only for the Size and Duration spellings.
+// beyond JSON. It uses units for the Size and Duration spellings and
+// identity for Pod.
 //
-// api must never import: any other airlock package but config.
+// api must never import: any other airlock package but hostname, identity,
+// units.
 package api

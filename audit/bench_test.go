@@ -127,7 +127,7 @@ func BenchmarkReserveLog(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bu, err := NewBudget(BudgetConfig{}, NewTally(w), nil)
+	bu, err := NewBudget(BudgetConfig{}, Observe(w, NewTally()), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -167,7 +167,8 @@ func BenchmarkTapLog(b *testing.B) {
 		sub  string
 	}{{"none", ""}, {"other-sandbox", "sb-2"}, {"same-sandbox", "sb-1"}} {
 		b.Run(tc.name, func(b *testing.B) {
-			tap := NewTap(nopLogger{})
+			tap := NewTap()
+			lg := Observe(nopLogger{}, tap)
 			if tc.sub != "" {
 				s := tap.Subscribe(tc.sub, 1024)
 				done := make(chan struct{})
@@ -182,7 +183,7 @@ func BenchmarkTapLog(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				r := benchRecord()
 				for pb.Next() {
-					if err := tap.Log(r); err != nil {
+					if err := lg.Log(r); err != nil {
 						b.Error(err)
 						return
 					}

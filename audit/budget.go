@@ -1,17 +1,15 @@
 package audit
 
 import (
-	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/oplog"
 )
 
@@ -32,12 +30,6 @@ const ReasonAuditSummary = "audit_summary"
 // modeReport is policy's report mode (audit does not import policy): a
 // "deny" in report mode was let through.
 const modeReport = "report"
-
-// Bounds on one summary window's memory, whatever a sandbox sends.
-const (
-	maxBudgetHosts = 2048 // distinct hosts counted by name per window
-	maxBudgetKeys  = 64   // distinct values of each by_* count; more go under "other"
-)
 
 // BudgetConfig sizes each sandbox's budget. Zero fields take the Default*
 // values.
@@ -119,7 +111,7 @@ type Budget struct {
 	log  *slog.Logger
 
 	mu        sync.RWMutex
-	sandboxes map[string]*sandboxBudget
+	sandboxes map[string]*budget.Meter
 	closed    bool
 
 	summaries, summarized, lost atomic.Uint64
@@ -151,7 +143,7 @@ func NewBudget(cfg BudgetConfig, next Logger, logger *slog.Logger) (*Budget, err
 		cfg:       cfg,
 		next:      next,
 		log:       oplog.For(logger, "audit-budget"),
-		sandboxes: make(map[string]*sandboxBudget),
+		sandboxes: make(map[string]*budget.Meter),
 	}, nil
 }
 
@@ -171,7 +163,7 @@ func (b *Budget) Log(r *Record) error {
 		return b.next.Log(r)
 	}
 	s := b.sandbox(r.Sandbox)
-	if s == nil || s.bucket.take(time.Now()) {
+	if s == nil || s.Allow(time.Now()) {
 		return b.next.Log(r)
 	}
 	// Over budget. Count it only while the log accepts records: a broken log
@@ -179,7 +171,7 @@ func (b *Budget) Log(r *Record) error {
 	if err := b.Err(); err != nil {
 		return b.next.Log(r)
 	}
-	if !s.add(r) {
+	if !s.Count(func(sum *budget.Summary) { countRefusal(sum, r) }) {
 		return b.next.Log(r) // the sandbox was forgotten meanwhile
 	}
 	return nil
@@ -204,23 +196,26 @@ func (b *Budget) Err() error {
 }
 
 // sandbox returns id's budget, creating it; nil after Close.
-func (b *Budget) sandbox(id string) *sandboxBudget {
+func (b *Budget) sandbox(id string) *budget.Meter {
 	b.mu.RLock()
-	s, closed := b.sandboxes[id], b.closed
+	m, closed := b.sandboxes[id], b.closed
 	b.mu.RUnlock()
-	if s != nil || closed {
-		return s
+	if m != nil || closed {
+		return m
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil
 	}
-	if s = b.sandboxes[id]; s == nil {
-		s = &sandboxBudget{b: b, id: id, bucket: newTokenBucket(b.cfg.Rate, b.cfg.Burst, time.Now())}
-		b.sandboxes[id] = s
+	if m = b.sandboxes[id]; m == nil {
+		m = budget.NewMeter(b.cfg.Rate, b.cfg.Burst, b.cfg.SummaryInterval, budget.Hooks{
+			Write: func(s *budget.Summary, final bool) error { return b.write(id, s, final) },
+			Lost:  func(s *budget.Summary, err error) { b.lostSummary(id, s, err) },
+		}, time.Now())
+		b.sandboxes[id] = m
 	}
-	return s
+	return m
 }
 
 // Forget writes the sandbox's last summary, if it has one open, and drops its
@@ -228,11 +223,11 @@ func (b *Budget) sandbox(id string) *sandboxBudget {
 // a fresh budget.
 func (b *Budget) Forget(id string) {
 	b.mu.Lock()
-	s := b.sandboxes[id]
+	m := b.sandboxes[id]
 	delete(b.sandboxes, id)
 	b.mu.Unlock()
-	if s != nil {
-		s.close()
+	if m != nil {
+		m.Close()
 	}
 }
 
@@ -244,8 +239,8 @@ func (b *Budget) Close() error {
 	all := b.sandboxes
 	b.sandboxes = nil
 	b.mu.Unlock()
-	for _, s := range all {
-		s.close()
+	for _, m := range all {
+		m.Close()
 	}
 	return nil
 }
@@ -255,282 +250,65 @@ func (b *Budget) Stats() BudgetStats {
 	st := BudgetStats{Summaries: b.summaries.Load(), Summarized: b.summarized.Load(), Lost: b.lost.Load()}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	for _, s := range b.sandboxes {
-		s.mu.Lock()
-		if s.cur != nil {
+	for _, m := range b.sandboxes {
+		if m.Open() {
 			st.Open++
 		}
-		s.mu.Unlock()
 	}
 	return st
 }
 
-// tokenBucket is a GCRA token bucket: one atomic theoretical arrival time, no
-// lock; a take costs a load and a compare-and-swap.
-type tokenBucket struct {
-	base      time.Time
-	interval  int64 // nanoseconds per token
-	tolerance int64 // nanoseconds of burst
-	tat       atomic.Int64
-}
-
-func newTokenBucket(rate float64, burst int, now time.Time) *tokenBucket {
-	const maxNS = float64(1 << 62)
-	interval := math.Min(math.Max(1e9/rate, 1), maxNS)
-	tol := math.Min(interval*float64(burst), maxNS)
-	return &tokenBucket{base: now, interval: int64(interval), tolerance: int64(tol)}
-}
-
-// take reports whether one more record at now fits the budget.
-func (t *tokenBucket) take(now time.Time) bool {
-	at := int64(now.Sub(t.base))
-	for {
-		tat := t.tat.Load()
-		next := max(tat, at) + t.interval
-		if next-at > t.tolerance {
-			return false
-		}
-		if t.tat.CompareAndSwap(tat, next) {
-			return true
-		}
-	}
-}
-
-// sandboxBudget is one sandbox's bucket and open summary window. Windows
-// open and close under mu, so they never overlap; writeMu orders summary
-// writes so the final one is the last.
-type sandboxBudget struct {
-	b      *Budget
-	id     string
-	bucket *tokenBucket
-
-	writeMu sync.Mutex
-
-	mu     sync.Mutex
-	cur    *budgetSummary
-	timer  *time.Timer
-	closed bool
-}
-
-// add counts r into the open window, opening one if none is; false once the
-// sandbox is closed.
-func (s *sandboxBudget) add(r *Record) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	if s.cur == nil {
-		s.open(newBudgetSummary(time.Now()))
-	}
-	s.cur.add(r)
-	return true
-}
-
-// open makes sum the open window and arms its timer; s.mu is held.
-func (s *sandboxBudget) open(sum *budgetSummary) {
-	s.cur = sum
-	s.timer = time.AfterFunc(s.b.cfg.SummaryInterval, s.flushDue)
-}
-
-// take closes the open window, if any, and returns it; s.mu is held.
-func (s *sandboxBudget) take() *budgetSummary {
-	sum := s.cur
-	s.cur = nil
-	if sum != nil {
-		sum.end = time.Now()
-	}
-	return sum
-}
-
-// flushDue writes the window's summary when its interval ends; a refused one
-// is carried into the next window.
-func (s *sandboxBudget) flushDue() {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	s.mu.Lock()
-	sum := s.take()
-	s.mu.Unlock()
-	if sum == nil {
-		return
-	}
-	if err := s.write(sum, false); err != nil {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		switch {
-		case s.closed:
-			s.lostSummary(sum, err)
-		case s.cur == nil:
-			s.open(sum)
-		default:
-			s.cur.merge(sum)
-		}
-	}
-}
-
-// close writes the final summary, if any record is still uncounted, and makes
-// later adds fail.
-func (s *sandboxBudget) close() {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	s.mu.Lock()
-	s.closed = true
-	sum := s.take()
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	s.mu.Unlock()
-	if sum == nil {
-		return
-	}
-	if err := s.write(sum, true); err != nil {
-		s.lostSummary(sum, err)
-	}
-}
-
-func (s *sandboxBudget) write(sum *budgetSummary, final bool) error {
-	if err := s.b.next.Log(sum.record(s.id, s.b.cfg.TopHosts, final)); err != nil {
-		s.b.log.Error("audit summary refused", oplog.SandboxKey, s.id, SummaryRequestsKey, sum.n, SummaryFinalKey, final, oplog.ErrorKey, err)
-		return err
-	}
-	s.b.summaries.Add(1)
-	s.b.summarized.Add(uint64(sum.n))
-	return nil
-}
-
-// lostSummary reports counts that could not be written after the sandbox
-// stopped: they go to the operational log at Error, never silently away.
-func (s *sandboxBudget) lostSummary(sum *budgetSummary, err error) {
-	s.b.lost.Add(uint64(sum.n))
-	s.b.log.Error("audit summary lost", oplog.SandboxKey, s.id, SummaryRequestsKey, sum.n,
-		slog.Any(SummaryByDecisionKey, sum.byDecision), slog.Any("by_reason", sum.byReason),
-		SummaryWindowStartKey, sum.start, oplog.ErrorKey, err)
-}
-
-// budgetSummary is one window's counts for one sandbox.
-type budgetSummary struct {
-	start, end  time.Time
-	n           int
-	byKind      map[string]int
-	byDecision  map[string]int
-	byReason    map[string]int
-	byFlag      map[string]int
-	hosts       map[string]int
-	hostsCapped bool
-}
-
-func newBudgetSummary(start time.Time) *budgetSummary {
-	return &budgetSummary{
-		start:      start,
-		byKind:     make(map[string]int, 4),
-		byDecision: make(map[string]int, 2),
-		byReason:   make(map[string]int, 4),
-		byFlag:     make(map[string]int),
-		hosts:      make(map[string]int),
-	}
-}
-
-func countBudgetKey(m map[string]int, k string, n int) {
-	if _, ok := m[k]; !ok && len(m) >= maxBudgetKeys {
-		k = "other"
-	}
-	m[k] += n
-}
-
-// add counts r. A record with several reasons counts under each.
-func (s *budgetSummary) add(r *Record) {
-	s.n++
-	countBudgetKey(s.byKind, r.Kind, 1)
-	countBudgetKey(s.byDecision, r.Decision, 1)
+// countRefusal counts r into a summary. A record with several reasons counts
+// under each.
+func countRefusal(s *budget.Summary, r *Record) {
+	s.Count(SummaryByKindKey, r.Kind, 1)
+	s.Count(SummaryByDecisionKey, r.Decision, 1)
 	if len(r.Reasons) == 0 {
-		countBudgetKey(s.byReason, "none", 1)
+		s.Count(SummaryByReasonKey, "none", 1)
 	}
 	for _, x := range r.Reasons {
-		countBudgetKey(s.byReason, x.ID, 1)
+		s.Count(SummaryByReasonKey, x.ID, 1)
 	}
 	for _, f := range r.Flags {
-		countBudgetKey(s.byFlag, f, 1)
+		s.Count(SummaryByFlagKey, f, 1)
 	}
 	host := r.Host
 	if host == "" {
 		host = r.IP
 	}
-	s.addHost(host, 1)
-}
-
-func (s *budgetSummary) addHost(host string, n int) {
-	if host == "" {
-		return
-	}
 	if len(host) > shrinkString {
 		host = host[:shrinkString]
 	}
-	if _, ok := s.hosts[host]; !ok && len(s.hosts) >= maxBudgetHosts {
-		s.hostsCapped = true
-		return
-	}
-	s.hosts[host] += n
+	s.AddName(host, 1)
 }
 
-// merge adds o's counts to s (a summary whose write failed, carried on).
-func (s *budgetSummary) merge(o *budgetSummary) {
-	if o.start.Before(s.start) {
-		s.start = o.start
+// budgetFields are the names of a Budget summary's own fields.
+var budgetFields = budget.Fields{Count: SummaryRequestsKey, Distinct: "distinct_hosts", Top: "top_hosts", Item: "host"}
+
+func (b *Budget) write(id string, s *budget.Summary, final bool) error {
+	if err := b.next.Log(summaryRecord(id, s, b.cfg.TopHosts, final)); err != nil {
+		b.log.Error("audit summary refused", oplog.SandboxKey, id, SummaryRequestsKey, s.N, SummaryFinalKey, final, oplog.ErrorKey, err)
+		return err
 	}
-	s.n += o.n
-	for _, p := range [][2]map[string]int{{s.byKind, o.byKind}, {s.byDecision, o.byDecision}, {s.byReason, o.byReason}, {s.byFlag, o.byFlag}} {
-		for k, v := range p[1] {
-			countBudgetKey(p[0], k, v)
-		}
-	}
-	for h, v := range o.hosts {
-		s.addHost(h, v)
-	}
-	s.hostsCapped = s.hostsCapped || o.hostsCapped
+	b.summaries.Add(1)
+	b.summarized.Add(uint64(s.N))
+	return nil
 }
 
-// hostCount is one entry of a summary's top_hosts.
-type hostCount struct {
-	Host  string `json:"host"`
-	Count int    `json:"count"`
+// lostSummary reports counts that could not be written after the sandbox
+// stopped: they go to the operational log at Error, never silently away.
+func (b *Budget) lostSummary(id string, s *budget.Summary, err error) {
+	b.lost.Add(uint64(s.N))
+	b.log.Error("audit summary lost", oplog.SandboxKey, id, SummaryRequestsKey, s.N,
+		slog.Any(SummaryByDecisionKey, s.By[SummaryByDecisionKey]), slog.Any(SummaryByReasonKey, s.By[SummaryByReasonKey]),
+		SummaryWindowStartKey, s.Start, oplog.ErrorKey, err)
 }
 
-// record renders the summary. Its decision is deny unless every counted
-// record was an error.
-func (s *budgetSummary) record(sandbox string, topN int, final bool) *Record {
-	top := make([]hostCount, 0, len(s.hosts))
-	for h, c := range s.hosts {
-		top = append(top, hostCount{h, c})
-	}
-	slices.SortFunc(top, func(a, b hostCount) int {
-		if c := cmp.Compare(b.Count, a.Count); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Host, b.Host)
-	})
-	top = top[:min(len(top), topN)]
-	extra := map[string]json.RawMessage{}
-	put := func(k string, v any) { extra[k], _ = json.Marshal(v) }
-	put(SummaryRequestsKey, s.n)
-	put("by_kind", s.byKind)
-	put(SummaryByDecisionKey, s.byDecision)
-	put("by_reason", s.byReason)
-	if len(s.byFlag) > 0 {
-		put(SummaryByFlagKey, s.byFlag)
-	}
-	put("distinct_hosts", len(s.hosts))
-	if s.hostsCapped {
-		put("distinct_hosts_capped", true)
-	}
-	put("top_hosts", top)
-	put(SummaryWindowStartKey, s.start.UTC().Format(time.RFC3339Nano))
-	put(SummaryWindowEndKey, s.end.UTC().Format(time.RFC3339Nano))
-	put(SummaryWindowMSKey, s.end.Sub(s.start).Milliseconds())
-	if final {
-		put(SummaryFinalKey, true)
-	}
+// summaryRecord renders a sandbox's summary. Its decision is deny unless
+// every counted record was an error.
+func summaryRecord(sandbox string, s *budget.Summary, topN int, final bool) *Record {
 	decision := DecisionDeny
-	if s.byDecision[DecisionError] == s.n {
+	if s.By[SummaryByDecisionKey][DecisionError] == s.N {
 		decision = DecisionError
 	}
 	return &Record{
@@ -538,7 +316,7 @@ func (s *budgetSummary) record(sandbox string, topN int, final bool) *Record {
 		Kind:     KindSummary,
 		Decision: decision,
 		Reasons: []Reason{{ID: ReasonAuditSummary, Msg: fmt.Sprintf(
-			"%d refused requests over the sandbox's audit budget, counted here instead of one record each", s.n)}},
-		Extra: extra,
+			"%d refused requests over the sandbox's audit budget, counted here instead of one record each", s.N)}},
+		Extra: s.Extra(budgetFields, topN, final),
 	}
 }

@@ -51,8 +51,8 @@ func TestBudgetFloodCountsEveryRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tally := audit.NewTally(w)
-	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 100, Burst: 50, SummaryInterval: 20 * time.Millisecond}, tally, nil)
+	tally := audit.NewTally()
+	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 100, Burst: 50, SummaryInterval: 20 * time.Millisecond}, audit.Observe(w, tally), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestBudgetReservationNeverFolded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, audit.NewTally(w), nil)
+	b, err := audit.NewBudget(audit.BudgetConfig{Rate: 0.001, Burst: 1, SummaryInterval: time.Hour}, audit.Observe(w, audit.NewTally()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/airlock-dev/airlock/hostname"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -130,17 +132,5 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// ValidNode reports whether name may be a Config.Node: empty, or at most
-// 253 bytes of ASCII letters, digits, '-', '.' and '_'.
-func ValidNode(name string) bool {
-	if len(name) > 253 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// ValidNode reports whether name may be a Config.Node (hostname.ValidNode).
+func ValidNode(name string) bool { return hostname.ValidNode(name) }

@@ -86,8 +86,7 @@ const (
 )
 
 // WouldDeny reports whether r is a report-mode denial: policy would have
-// refused it, but report mode let it through (docs/ARCHITECTURE.md, "Audit
-// log"). Such a record says decision deny and mode report; it must be shown
+// refused it, but report mode let it through (audit/DESIGN.md). Such a record says decision deny and mode report; it must be shown
 // and counted apart from a denial that was enforced.
 func WouldDeny(r *Record) bool {
 	return r.Decision == DecisionDeny && r.Mode == modeReport

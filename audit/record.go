@@ -3,9 +3,11 @@ package audit
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/airlock-dev/airlock/identity"
 )
 
-// Record is one audit line (docs/ARCHITECTURE.md, "Audit log"). Seq, TS,
+// Record is one audit line (audit/DESIGN.md). Seq, TS,
 // Prev and Node are set by the writer; callers fill the rest. Fields that do
 // not apply stay zero and are omitted.
 type Record struct {
@@ -56,14 +58,9 @@ type Record struct {
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
 }
 
-// Pod is a Kubernetes pod's identity on a record (policy.Pod's fields; audit
-// does not import policy). Empty fields were not given.
-type Pod struct {
-	Namespace      string `json:"namespace,omitempty"`
-	Name           string `json:"name,omitempty"`
-	UID            string `json:"uid,omitempty"`
-	ServiceAccount string `json:"service_account,omitempty"`
-}
+// Pod is a Kubernetes pod's identity on a record (identity.Pod). Empty
+// fields were not given.
+type Pod = identity.Pod
 
 // Record kinds. The first five are policy's decision kinds (policy.Kind), spelled
 // the same; audit does not import policy.
@@ -109,6 +106,11 @@ const (
 	// policy_rev the revision in force after it, error why it was refused,
 	// extra url, revision, stage, from_disk.
 	KindPolicyBundle = "policy_bundle"
+	// KindApproval is a question the policy asked a person about a held
+	// request (reason approval_asked) or its answer (approved_once,
+	// approved_sandbox, approved_policy, approval_denied,
+	// approval_timeout): the daemon writes it, extra approval_id and by.
+	KindApproval = "approval"
 )
 
 // Decisions as records spell them.
@@ -122,25 +124,6 @@ const (
 const (
 	ExecStart = "start"
 	ExecEnd   = "end"
-)
-
-// Extra keys under which a record that stands for many events gives their
-// count; Tally counts each event.
-const (
-	SummaryRequestsKey   = "requests"   // a Budget's summary (kind summary)
-	SummaryQueriesKey    = "queries"    // the DNS filter's audit-budget summary (kind dns)
-	SummarySuppressedKey = "suppressed" // netns's rate-limited drops (kind drop)
-)
-
-// Extra keys every audit-budget summary record carries, a Budget's (kind
-// KindSummary) and the DNS filter's (kind KindDNS), besides its count.
-const (
-	SummaryByDecisionKey  = "by_decision" // count per decision
-	SummaryByFlagKey      = "by_flag"     // count per flag, when any
-	SummaryWindowStartKey = "window_start"
-	SummaryWindowEndKey   = "window_end"
-	SummaryWindowMSKey    = "window_ms"
-	SummaryFinalKey       = "final" // the sandbox's last summary, written as it stops
 )
 
 // Reason mirrors policy.Reason without importing policy.
@@ -211,7 +194,7 @@ type Reserver interface {
 }
 
 // Health is implemented by a Logger that can tell whether it accepts records
-// now (Writer, and Budget and Tally for the logger they wrap). Err is nil while
+// now (Writer, and Budget and Observed for the logger they wrap). Err is nil while
 // it does and the failure otherwise (a failed write, ErrClosed). A caller about
 // to let traffic through asks first, so a broken log stops traffic before the
 // request goes out; a Logger that is not a Health is taken as healthy, and its

@@ -254,17 +254,18 @@ func TestReserveConcurrent(t *testing.T) {
 	}
 }
 
-// Tally passes Reserve through and counts the reserved record once it is
-// logged; over a logger that cannot reserve it fails closed.
-func TestTallyReserve(t *testing.T) {
+// Observed passes Reserve through and its Tally counts the reserved record
+// once it is logged.
+func TestObservedReserve(t *testing.T) {
 	w, cfg, gate := newGatedWriter(t, 1, OverflowDeny)
-	tl := NewTally(w)
-	res, err := tl.Reserve()
+	tl := NewTally()
+	o := Observe(w, tl)
+	res, err := o.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tl.Log(sampleRecord(1)); !errors.Is(err, ErrOverflow) {
-		t.Fatalf("Log through the tally with its one place reserved: got %v, want ErrOverflow", err)
+	if err := o.Log(sampleRecord(1)); !errors.Is(err, ErrOverflow) {
+		t.Fatalf("Log through Observed with its one place reserved: got %v, want ErrOverflow", err)
 	}
 	if err := res.Log(&Record{Kind: KindConnect, Decision: DecisionAllow, Host: "pypi.org", Port: 443}); err != nil {
 		t.Fatal(err)

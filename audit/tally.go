@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -10,13 +9,13 @@ import (
 	"github.com/airlock-dev/airlock/termtext"
 )
 
-// Tally is a Logger that counts decisions by destination before passing each
-// record on, so `airlock run` can print a one-screen egress summary without
-// reading the audit file back. It keeps one counter per (kind, decision, host),
-// bounded by MaxTallyKeys; past that, destinations are folded into "(other)".
+// Tally is an Observer that counts decisions by destination, so `airlock
+// run` and the daemon's summary print a one-screen egress summary without
+// reading the audit file back. It keeps one counter per (kind, decision,
+// host), bounded by MaxTallyKeys; past that, destinations are folded into
+// "(other)". It is also a Logger that writes nowhere (Log counts), for
+// counters kept apart from the log.
 type Tally struct {
-	next Logger
-
 	mu     sync.Mutex
 	counts map[tallyKey]int
 }
@@ -30,58 +29,31 @@ type tallyKey struct {
 }
 
 var (
-	_ Reserver    = (*Tally)(nil)
-	_ Reservation = (*tallyReservation)(nil)
+	_ Observer = (*Tally)(nil)
+	_ Logger   = (*Tally)(nil)
 )
 
-// NewTally wraps next.
-func NewTally(next Logger) *Tally {
-	return &Tally{next: next, counts: make(map[tallyKey]int)}
+// NewTally returns an empty Tally.
+func NewTally() *Tally {
+	return &Tally{counts: make(map[tallyKey]int)}
 }
 
-// Log counts r (decisions only: close, checkpoint and exec records are not
-// egress decisions) and passes it on.
+// Observe counts r (decisions only: close, checkpoint, exec and sandbox
+// lifecycle records are not egress decisions).
+func (t *Tally) Observe(r *Record) { t.count(r) }
+
+// Log counts r; it never fails.
 func (t *Tally) Log(r *Record) error {
 	t.count(r)
-	return t.next.Log(r)
+	return nil
 }
-
-// Reserve passes through to the wrapped logger's Reserve; the reservation
-// counts its record when it is logged. A wrapped logger that cannot reserve
-// is an error (fail closed): it could not keep the promise that the record
-// will be accepted.
-func (t *Tally) Reserve() (Reservation, error) {
-	rs, ok := t.next.(Reserver)
-	if !ok {
-		return nil, fmt.Errorf("audit: %T cannot reserve room for a record", t.next)
-	}
-	res, err := rs.Reserve()
-	if err != nil {
-		return nil, err
-	}
-	return &tallyReservation{t: t, next: res}, nil
-}
-
-type tallyReservation struct {
-	t    *Tally
-	next Reservation
-}
-
-func (r *tallyReservation) Log(rec *Record) error {
-	if rec != nil {
-		r.t.count(rec)
-	}
-	return r.next.Log(rec)
-}
-
-func (r *tallyReservation) Cancel() { r.next.Cancel() }
 
 // count adds r to the counts if it is an egress decision.
 func (t *Tally) count(r *Record) {
 	if r == nil {
 		return
 	}
-	if r.Decision != "" && r.Kind != KindClose && r.Kind != KindExec && r.Kind != KindCheckpoint {
+	if r.Decision != "" && r.Kind != KindClose && r.Kind != KindExec && r.Kind != KindCheckpoint && r.Kind != KindSandbox {
 		host := r.Host
 		if r.Kind == KindDNS && r.QName != "" {
 			host = r.QName
@@ -103,33 +75,6 @@ func (t *Tally) count(r *Record) {
 		t.counts[k] += n
 		t.mu.Unlock()
 	}
-}
-
-// Summarized returns how many events a summary record stands for (the DNS
-// filter's over-budget queries, netns's rate-limited drops, a Budget's refused
-// requests), or 0 for an ordinary record.
-func Summarized(r *Record) int {
-	if len(r.Extra) == 0 {
-		return 0
-	}
-	for _, k := range [...]string{SummaryQueriesKey, SummarySuppressedKey, SummaryRequestsKey} {
-		if raw, ok := r.Extra[k]; ok {
-			var n int
-			if json.Unmarshal(raw, &n) == nil && n > 0 {
-				return n
-			}
-		}
-	}
-	return 0
-}
-
-// Err passes on the wrapped logger's health (see Writer.Err); a logger that
-// cannot tell is taken as healthy, its Log errors still deny.
-func (t *Tally) Err() error {
-	if h, ok := t.next.(Health); ok {
-		return h.Err()
-	}
-	return nil
 }
 
 // TallyRow is one line of a summary.

@@ -14,7 +14,8 @@ import (
 
 func TestTally(t *testing.T) {
 	next := &audittest.Log{}
-	ta := audit.NewTally(next)
+	ta := audit.NewTally()
+	log := audit.Observe(next, ta)
 	for _, r := range []*audit.Record{
 		{Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org", Port: 443},
 		{Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "pypi.org", Port: 443},
@@ -23,7 +24,7 @@ func TestTally(t *testing.T) {
 		{Kind: audit.KindClose, Host: "pypi.org"},
 		{Kind: audit.KindExec, Exec: &audit.Exec{Phase: audit.ExecStart}},
 	} {
-		if err := ta.Log(r); err != nil {
+		if err := log.Log(r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,7 +48,7 @@ func TestTally(t *testing.T) {
 // TestTallyCountsSummaries: a DNS flood summarized by the filter, or drops
 // summarized by netns, counts every event it stands for, not one.
 func TestTallyCountsSummaries(t *testing.T) {
-	ta := audit.NewTally(audittest.Discard{})
+	ta := audit.NewTally()
 	_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, Port: 53, Extra: map[string]json.RawMessage{audit.SummaryQueriesKey: json.RawMessage("1757")}})
 	_ = ta.Log(&audit.Record{Kind: audit.KindDrop, Decision: audit.DecisionDeny, Extra: map[string]json.RawMessage{audit.SummarySuppressedKey: json.RawMessage("40")}})
 	_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, QName: "x.example", Port: 53})
@@ -61,7 +62,7 @@ func TestTallyCountsSummaries(t *testing.T) {
 }
 
 func TestTallyBounded(t *testing.T) {
-	ta := audit.NewTally(audittest.Discard{})
+	ta := audit.NewTally()
 	for i := 0; i < audit.MaxTallyKeys+50; i++ {
 		_ = ta.Log(&audit.Record{Kind: audit.KindDNS, Decision: audit.DecisionDeny, QName: strings.Repeat("a", i%60+1) + ".x" + string(rune('a'+i%26)) + ".example", Port: i})
 	}
@@ -71,14 +72,14 @@ func TestTallyBounded(t *testing.T) {
 }
 
 // TestErrReportsHealth: Writer.Err is nil while the writer accepts records and
-// ErrClosed after Close; a Tally passes it on, so the gateway and the DNS filter
+// ErrClosed after Close; Observed passes it on, so the gateway and the DNS filter
 // can stop traffic before it leaves rather than after its record is refused.
 func TestErrReportsHealth(t *testing.T) {
 	w, err := audit.New(audit.Config{File: filepath.Join(t.TempDir(), "a.jsonl")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ta := audit.NewTally(w)
+	ta := audit.Observe(w, audit.NewTally())
 	if err := ta.Err(); err != nil {
 		t.Fatalf("Err of a working writer = %v, want nil", err)
 	}
@@ -88,22 +89,22 @@ func TestErrReportsHealth(t *testing.T) {
 	if err := ta.Err(); !errors.Is(err, audit.ErrClosed) {
 		t.Fatalf("Err after Close = %v, want ErrClosed", err)
 	}
-	if err := audit.NewTally(audittest.Discard{}).Err(); err != nil {
+	if err := audit.Observe(audittest.Discard{}).Err(); err != nil {
 		t.Fatalf("Err of a logger that cannot tell = %v, want nil", err)
 	}
 }
 
-// A Tally over a logger that cannot reserve room cannot either.
-func TestTallyReserveNeedsAReserver(t *testing.T) {
-	if _, err := audit.NewTally(audittest.Discard{}).Reserve(); err == nil {
-		t.Fatal("Reserve through a tally over a logger that cannot reserve: got nil error")
+// Observed over a logger that cannot reserve room cannot either.
+func TestObservedReserveNeedsAReserver(t *testing.T) {
+	if _, err := audit.Observe(audittest.Discard{}, audit.NewTally()).Reserve(); err == nil {
+		t.Fatal("Reserve through Observed over a logger that cannot reserve: got nil error")
 	}
 }
 
 // TestTallyWouldDenyApart pins a bug from a user trial: run's egress summary
 // counted report mode's would-denials (let through) as denials.
 func TestTallyWouldDenyApart(t *testing.T) {
-	tl := audit.NewTally(new(audittest.Log))
+	tl := audit.NewTally()
 	for _, r := range []*audit.Record{
 		{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: audit.ModeEnforce, Host: "enforced.example", Port: 80},
 		{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Mode: audit.ModeReport, Host: "reported.example", Port: 80},

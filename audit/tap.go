@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,18 +9,15 @@ import (
 // DefaultTapBuffer is a subscription's buffer when Subscribe is given none.
 const DefaultTapBuffer = 256
 
-// Tap is a Logger that hands every record the next logger accepted to the
+// Tap is an Observer that hands every record the log accepted to the
 // subscribers of its sandbox, so a live view (the daemon's events stream) sees
-// what the log holds as it is written. Log, Reserve and Err pass through;
-// a record is delivered only after the next logger accepted it (a refused
-// record never reaches a subscriber). Delivery never blocks a caller: a
+// what the log holds as it is written (Observed shows it only accepted
+// records: a refused record never reaches a subscriber). Delivery never blocks a caller: a
 // subscriber whose buffer is full loses the record, and Dropped counts it.
 // A delivered record is redacted exactly as the writer redacts it, and has no
 // Seq or Prev (the writer assigns them later); a zero TS is set to the time
 // of delivery. Safe for concurrent use.
 type Tap struct {
-	next Logger
-
 	mu   sync.RWMutex
 	subs map[string][]*Subscription // by sandbox id
 	kept map[string]*history        // by sandbox id, for those Keep was called for
@@ -62,15 +58,11 @@ func (h *history) add(r *Record) {
 	h.bytes += n
 }
 
-var (
-	_ Reserver    = (*Tap)(nil)
-	_ Health      = (*Tap)(nil)
-	_ Reservation = (*tapReservation)(nil)
-)
+var _ Observer = (*Tap)(nil)
 
-// NewTap wraps next.
-func NewTap(next Logger) *Tap {
-	return &Tap{next: next, subs: map[string][]*Subscription{}, kept: map[string]*history{}}
+// NewTap returns a Tap with no subscribers.
+func NewTap() *Tap {
+	return &Tap{subs: map[string][]*Subscription{}, kept: map[string]*history{}}
 }
 
 // Keep starts keeping sandboxID's records as they are delivered: at most
@@ -194,52 +186,9 @@ func (s *Subscription) deliver(r *Record) {
 	}
 }
 
-// Log passes r on and, when the next logger accepted it, delivers it.
-func (t *Tap) Log(r *Record) error {
-	if err := t.next.Log(r); err != nil {
-		return err
-	}
-	t.publish(r)
-	return nil
-}
-
-// Reserve passes through to the next logger's Reserve; the reservation
-// delivers its record once the next reservation accepted it. A next logger
-// that cannot reserve is an error (fail closed), as for Tally.
-func (t *Tap) Reserve() (Reservation, error) {
-	rs, ok := t.next.(Reserver)
-	if !ok {
-		return nil, fmt.Errorf("audit: %T cannot reserve room for a record", t.next)
-	}
-	res, err := rs.Reserve()
-	if err != nil {
-		return nil, err
-	}
-	return &tapReservation{t: t, next: res}, nil
-}
-
-type tapReservation struct {
-	t    *Tap
-	next Reservation
-}
-
-func (r *tapReservation) Log(rec *Record) error {
-	if err := r.next.Log(rec); err != nil {
-		return err
-	}
-	r.t.publish(rec)
-	return nil
-}
-
-func (r *tapReservation) Cancel() { r.next.Cancel() }
-
-// Err passes on the next logger's health (see Writer.Err).
-func (t *Tap) Err() error {
-	if h, ok := t.next.(Health); ok {
-		return h.Err()
-	}
-	return nil
-}
+// Observe delivers r, a record the log accepted, to its sandbox's
+// subscribers and history.
+func (t *Tap) Observe(r *Record) { t.publish(r) }
 
 // publish delivers r to its sandbox's subscribers. With none (the common
 // case) it costs a map lookup under a read lock.

@@ -32,7 +32,8 @@ func drain(s *audit.Subscription) []audit.Record {
 
 func TestTapDeliversBySandbox(t *testing.T) {
 	next := &audittest.Log{}
-	tap := audit.NewTap(next)
+	tap := audit.NewTap()
+	lg := audit.Observe(next, tap)
 	a := tap.Subscribe("sb-a", 10)
 	defer a.Close()
 	a2 := tap.Subscribe("sb-a", 10)
@@ -46,7 +47,7 @@ func TestTapDeliversBySandbox(t *testing.T) {
 		{ID: "4", Kind: audit.KindExec},
 		{ID: "5", Sandbox: "sb-a", Kind: audit.KindConnect, Owner: "1000"},
 	} {
-		if err := tap.Log(&r); err != nil {
+		if err := lg.Log(&r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +75,8 @@ func TestTapDeliversBySandbox(t *testing.T) {
 // reaches a subscriber, and the refusal reaches the caller.
 func TestTapDeliversOnlyAccepted(t *testing.T) {
 	next := &audittest.Log{}
-	tap := audit.NewTap(next)
+	tap := audit.NewTap()
+	lg := audit.Observe(next, tap)
 	s := tap.Subscribe("sb-a", 10)
 	defer s.Close()
 	next.Refuse(func(r *audit.Record) error {
@@ -83,16 +85,16 @@ func TestTapDeliversOnlyAccepted(t *testing.T) {
 		}
 		return nil
 	})
-	if err := tap.Log(&audit.Record{ID: "refused", Sandbox: "sb-a", Kind: audit.KindHTTP}); !errors.Is(err, audit.ErrOverflow) {
+	if err := lg.Log(&audit.Record{ID: "refused", Sandbox: "sb-a", Kind: audit.KindHTTP}); !errors.Is(err, audit.ErrOverflow) {
 		t.Fatalf("got %v, want the next logger's refusal", err)
 	}
-	tap.Log(&audit.Record{ID: "ok", Sandbox: "sb-a", Kind: audit.KindHTTP})
+	lg.Log(&audit.Record{ID: "ok", Sandbox: "sb-a", Kind: audit.KindHTTP})
 	broken := errors.New("disk full")
 	next.Break(broken)
-	if err := tap.Err(); !errors.Is(err, broken) {
+	if err := lg.Err(); !errors.Is(err, broken) {
 		t.Fatalf("Err: got %v, want the next logger's", err)
 	}
-	if err := tap.Log(&audit.Record{ID: "while-broken", Sandbox: "sb-a", Kind: audit.KindHTTP}); !errors.Is(err, broken) {
+	if err := lg.Log(&audit.Record{ID: "while-broken", Sandbox: "sb-a", Kind: audit.KindHTTP}); !errors.Is(err, broken) {
 		t.Fatalf("got %v, want %v", err, broken)
 	}
 	if got := drain(s); len(got) != 1 || got[0].ID != "ok" {
@@ -104,14 +106,15 @@ func TestTapDeliversOnlyAccepted(t *testing.T) {
 // does not fit its buffer, counted, and Log goes on at once.
 func TestTapSlowSubscriberNeverBlocks(t *testing.T) {
 	next := &audittest.Log{}
-	tap := audit.NewTap(next)
+	tap := audit.NewTap()
+	lg := audit.Observe(next, tap)
 	slow := tap.Subscribe("sb-a", 2)
 	defer slow.Close()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for range 1000 {
-			tap.Log(&audit.Record{Sandbox: "sb-a", Kind: audit.KindHTTP})
+			lg.Log(&audit.Record{Sandbox: "sb-a", Kind: audit.KindHTTP})
 		}
 	}()
 	select {
@@ -129,10 +132,11 @@ func TestTapSlowSubscriberNeverBlocks(t *testing.T) {
 
 func TestTapReservations(t *testing.T) {
 	next := &audittest.Log{}
-	tap := audit.NewTap(next)
+	tap := audit.NewTap()
+	lg := audit.Observe(next, tap)
 	s := tap.Subscribe("sb-a", 10)
 	defer s.Close()
-	res, err := tap.Reserve()
+	res, err := lg.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +146,7 @@ func TestTapReservations(t *testing.T) {
 	if err := res.Log(&audit.Record{ID: "r", Sandbox: "sb-a", Kind: audit.KindHTTP}); err != nil {
 		t.Fatal(err)
 	}
-	cancelled, _ := tap.Reserve()
+	cancelled, _ := lg.Reserve()
 	cancelled.Cancel()
 	if got := drain(s); len(got) != 1 || got[0].ID != "r" || !next.Reserved("r", audit.KindHTTP) {
 		t.Fatalf("got %+v, want the reserved record, written through the next reservation", got)
@@ -151,10 +155,10 @@ func TestTapReservations(t *testing.T) {
 		t.Fatalf("got %+v, want 2 taken, 1 logged, 1 cancelled", r)
 	}
 	next.RefuseRoom(audit.ErrOverflow)
-	if _, err := tap.Reserve(); !errors.Is(err, audit.ErrOverflow) {
+	if _, err := lg.Reserve(); !errors.Is(err, audit.ErrOverflow) {
 		t.Fatalf("got %v, want the next logger's refusal", err)
 	}
-	if _, err := audit.NewTap(audittest.Discard{}).Reserve(); err == nil {
+	if _, err := audit.Observe(audittest.Discard{}, audit.NewTap()).Reserve(); err == nil {
 		t.Fatal("got a reservation from a logger that cannot reserve, want an error")
 	}
 }
@@ -162,12 +166,13 @@ func TestTapReservations(t *testing.T) {
 // TestTapRedacts: a subscriber sees a record as the file would hold it:
 // credential values in extra and query values in the path are gone.
 func TestTapRedacts(t *testing.T) {
-	tap := audit.NewTap(&audittest.Log{})
+	tap := audit.NewTap()
+	lg := audit.Observe(&audittest.Log{}, tap)
 	s := tap.Subscribe("sb-a", 10)
 	defer s.Close()
 	in := &audit.Record{Sandbox: "sb-a", Kind: audit.KindHTTP, Path: "/x?token=s3cret&a=1",
 		Extra: map[string]json.RawMessage{"headers": json.RawMessage(`{"Authorization":"Bearer s3cret","Accept":"*/*"}`)}}
-	if err := tap.Log(in); err != nil {
+	if err := lg.Log(in); err != nil {
 		t.Fatal(err)
 	}
 	got := drain(s)
@@ -186,7 +191,8 @@ func TestTapRedacts(t *testing.T) {
 // TestTapCloseWhileLogging: Close under concurrent Log never panics (no send
 // on a closed channel) and closes C once.
 func TestTapCloseWhileLogging(t *testing.T) {
-	tap := audit.NewTap(&audittest.Log{})
+	tap := audit.NewTap()
+	lg := audit.Observe(&audittest.Log{}, tap)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 4 {
@@ -199,7 +205,7 @@ func TestTapCloseWhileLogging(t *testing.T) {
 					return
 				default:
 				}
-				tap.Log(&audit.Record{Sandbox: "sb-a", Kind: audit.KindHTTP})
+				lg.Log(&audit.Record{Sandbox: "sb-a", Kind: audit.KindHTTP})
 			}
 		}()
 	}
@@ -227,7 +233,8 @@ func TestTapThroughWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tap := audit.NewTap(w)
+	tap := audit.NewTap()
+	lg := audit.Observe(w, tap)
 	s := tap.Subscribe("sb-a", 100)
 	defer s.Close()
 	for i := range 20 {
@@ -235,14 +242,14 @@ func TestTapThroughWriter(t *testing.T) {
 		if i%2 == 1 {
 			sb = "sb-b"
 		}
-		if err := tap.Log(&audit.Record{ID: string(rune('a' + i)), Sandbox: sb, Owner: "1000", Kind: audit.KindHTTP}); err != nil {
+		if err := lg.Log(&audit.Record{ID: string(rune('a' + i)), Sandbox: sb, Owner: "1000", Kind: audit.KindHTTP}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := tap.Log(&audit.Record{ID: "late", Sandbox: "sb-a", Kind: audit.KindHTTP}); !errors.Is(err, audit.ErrClosed) {
+	if err := lg.Log(&audit.Record{ID: "late", Sandbox: "sb-a", Kind: audit.KindHTTP}); !errors.Is(err, audit.ErrClosed) {
 		t.Fatalf("got %v, want ErrClosed", err)
 	}
 	var want []string
@@ -271,12 +278,13 @@ func TestTapThroughWriter(t *testing.T) {
 // SubscribeHistory splits history and live records without a gap or a
 // duplicate; Forget frees them.
 func TestTapHistoryBounded(t *testing.T) {
-	tap := audit.NewTap(new(audittest.Log))
+	tap := audit.NewTap()
+	lg := audit.Observe(new(audittest.Log), tap)
 	tap.Keep("sb-a", 3, 1<<20)
 	tap.Keep("sb-b", 100, 600) // room for about three of these records
 	for i := range 10 {
 		for _, sb := range []string{"sb-a", "sb-b", "sb-c"} {
-			if err := tap.Log(&audit.Record{Sandbox: sb, Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: fmt.Sprintf("h%d.example", i), Port: 80}); err != nil {
+			if err := lg.Log(&audit.Record{Sandbox: sb, Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: fmt.Sprintf("h%d.example", i), Port: 80}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -305,7 +313,7 @@ func TestTapHistoryBounded(t *testing.T) {
 		t.Errorf("sb-c (not kept): got %d records", len(recs))
 	}
 	// After SubscribeHistory, a new record goes to the subscription only.
-	_ = tap.Log(&audit.Record{Sandbox: "sb-a", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "live.example"})
+	_ = lg.Log(&audit.Record{Sandbox: "sb-a", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "live.example"})
 	if r := <-sub.C(); r.Host != "live.example" {
 		t.Errorf("live: got %s, want live.example", r.Host)
 	}

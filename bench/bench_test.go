@@ -100,6 +100,11 @@ func newFixture() (*fixture, error) {
 		if err := goBuild(f.bin, "./cmd/airlock"); err != nil {
 			return fail(err)
 		}
+		// The sandbox init beside it, as make build puts it (written second:
+		// the executor takes it from a modified tree only when it is newer).
+		if err := goBuild(filepath.Join(dir, "airlock-init"), "./cmd/airlock-init"); err != nil {
+			return fail(err)
+		}
 	}
 	if err := goBuild(f.client, "./bench/loadclient"); err != nil {
 		return fail(err)

@@ -27,6 +27,10 @@ const (
 	fleetSize    = 50
 	fleetFor     = 30 * time.Second
 	fleetExecCap = 5000 // per sandbox, whatever the machine's speed
+	// loopIterations bounds BenchmarkSandboxLoop: each client creates,
+	// execs and deletes this many sandboxes back to back.
+	loopIterations = 500
+	loopFor        = 5 * time.Minute
 )
 
 // serve starts `airlock serve` with the fixture's policy, a warm pool of
@@ -151,6 +155,90 @@ func BenchmarkSandboxLifecycle(b *testing.B) {
 	b.ReportMetric(percentile(del, 0.5), "delete-p50-ms")
 }
 
+// BenchmarkSandboxLoop: create, exec /bin/true, delete in a tight loop
+// through the API, loopIterations times per client, from 1 and from 8
+// clients at once: the pool is never waited for, so it has to keep up (or
+// size itself up) while the loop runs. Each iteration is one latency; the
+// first create finds the pool the daemon filled at start.
+func BenchmarkSandboxLoop(b *testing.B) {
+	for _, clients := range []int{1, 8} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			f := setup(b)
+			d := f.serve(b)
+			waitPool(b, d.C)
+			ctx, cancel := context.WithTimeout(context.Background(), loopFor)
+			defer cancel()
+			var (
+				mu   sync.Mutex
+				lat  []float64
+				errs []error
+				wg   sync.WaitGroup
+			)
+			per := loopIterations / clients
+			self0, kids0 := procCPU(b, d.PID())
+			b.ResetTimer()
+			t0 := time.Now()
+			for c := 0; c < clients; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var mine []float64
+					for n := 0; n < per && ctx.Err() == nil; n++ {
+						s := time.Now()
+						sb, err := d.C.CreateSandbox(ctx, api.CreateSandboxRequest{})
+						if err == nil {
+							err = execTrue(ctx, d.C, sb.ID)
+							if _, derr := d.C.DeleteSandbox(ctx, sb.ID); err == nil {
+								err = derr
+							}
+						}
+						if err != nil {
+							mu.Lock()
+							errs = append(errs, err)
+							mu.Unlock()
+							return
+						}
+						mine = append(mine, ms(time.Since(s)))
+					}
+					mu.Lock()
+					lat = append(lat, mine...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(t0)
+			b.StopTimer()
+			if len(errs) > 0 {
+				b.Fatalf("%d of %d clients failed; first: %v", len(errs), clients, errs[0])
+			}
+			self1, kids1 := procCPU(b, d.PID())
+			reportLatency(b, "create-exec-delete", lat, directTrue(b, 50))
+			b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "sandboxes/s")
+			b.ReportMetric(float64(len(lat)), "iterations")
+			// Where the machine's time goes per sandbox: the daemon's own CPU
+			// and its reaped children's (inits with their jobs, iptables).
+			b.ReportMetric(ms(self1-self0)/float64(len(lat)), "daemon-cpu-ms/sandbox")
+			b.ReportMetric(ms(kids1-kids0)/float64(len(lat)), "children-cpu-ms/sandbox")
+			// The depth the pool refills to after the loop: what it sized
+			// itself to (pool.max bounds it), once it stops growing.
+			depth, same := 0, 0
+			for t := 0; t < 100 && same < 5; t++ {
+				time.Sleep(100 * time.Millisecond)
+				h, err := d.C.Health(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if h.PoolDepth == depth {
+					same++
+				} else {
+					depth, same = h.PoolDepth, 0
+				}
+			}
+			b.ReportMetric(float64(depth), "pool-depth-after")
+		})
+	}
+}
+
 // BenchmarkSandboxExec: exec /bin/true in one existing sandbox through the
 // API (streamed frames, result with usage), against fork+exec on the host.
 func BenchmarkSandboxExec(b *testing.B) {
@@ -239,6 +327,31 @@ func BenchmarkSandboxFleet(b *testing.B) {
 			b.Errorf("delete %s: %v", id, err)
 		}
 	}
+}
+
+// procCPU is a process's CPU time (user+system) and its reaped children's,
+// from /proc/<pid>/stat.
+func procCPU(b *testing.B, pid int) (self, children time.Duration) {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name (which may hold spaces) start at state.
+	_, rest, ok := strings.Cut(string(raw), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 15 {
+		b.Fatalf("/proc/%d/stat: %q", pid, raw)
+	}
+	tick := func(i int) time.Duration {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/%d/stat field %d: %v", pid, i+3, err)
+		}
+		return time.Duration(n) * time.Second / 100 // USER_HZ
+	}
+	// utime, stime, cutime, cstime are fields 14-17 (11-14 from state).
+	return tick(11) + tick(12), tick(13) + tick(14)
 }
 
 // procStatusKB reads a "kB" field of /proc/<pid>/status.

@@ -10,5 +10,6 @@
 // daemon that cannot be reached is a *ConnError. Cancelling a call's context
 // closes its request, which ends a running exec on the server.
 //
-// client must never import: any other airlock package but api, config.
+// client must never import: any other airlock package but api, config,
+// hostname, identity, units.
 package client

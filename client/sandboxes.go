@@ -54,6 +54,19 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error
 	return &sb, nil
 }
 
+// UpdateSandbox changes a running sandbox's own rules (its allow list,
+// labels and, for root, mode; PATCH /v1/sandboxes/{id}) and returns the
+// sandbox as it is after the change. Requests the sandbox makes from then
+// on are decided under the new rules; its open tunnels and websockets that
+// they refuse are closed.
+func (c *Client) UpdateSandbox(ctx context.Context, id string, req api.UpdateSandboxRequest) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.doJSON(ctx, http.MethodPatch, sandboxPath(id), nil, req, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
 // DeleteSandbox kills every process of the sandbox, removes it, and returns
 // its final state and usage.
 func (c *Client) DeleteSandbox(ctx context.Context, id string) (*api.Sandbox, error) {

@@ -8,7 +8,7 @@
 // fails closed: any failure of it (input, an unhealthy daemon, the attach, a
 // panic) takes the namespace's interfaces down. Entry point: Plugin.Add, Del and Check, called by cmd/airlock-cni
 // through the CNI skel. Usage and the conflist: README.md, "Kubernetes (CNI)";
-// design: docs/ARCHITECTURE.md, "CNI plugin".
+// design: netns/DESIGN.md, "CNI plugin".
 //
 // cniplugin must never import: audit/..., daemon, gateway/..., netns/..., policy/..., sandboxd/..., dnsfilter/..., test/....
 package cniplugin

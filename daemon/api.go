@@ -32,6 +32,7 @@ func (d *Daemon) routes() []route {
 		{method: "POST", path: "/v1/sandboxes", handle: d.apiCreate},
 		{method: "GET", path: "/v1/sandboxes", handle: d.apiList},
 		{method: "GET", path: "/v1/sandboxes/{id}", handle: d.apiGet},
+		{method: "PATCH", path: "/v1/sandboxes/{id}", handle: d.apiUpdate},
 		{method: "DELETE", path: "/v1/sandboxes/{id}", handle: d.apiDelete},
 		{method: "POST", path: "/v1/sandboxes/{id}/exec", handle: d.apiExec, stream: true},
 		{method: "GET", path: "/v1/sandboxes/{id}/execs", handle: d.apiExecs},
@@ -46,6 +47,8 @@ func (d *Daemon) routes() []route {
 		{method: "DELETE", path: "/v1/attach/{id}", handle: d.apiDetach, rootOnly: true},
 		{method: "POST", path: "/v1/policy/reload", handle: d.apiReload, rootOnly: true},
 		{method: "GET", path: "/v1/summary", handle: d.apiSummary},
+		{method: "GET", path: "/v1/approvals", handle: d.apiApprovals, stream: true},
+		{method: "POST", path: "/v1/approvals/{id}", handle: d.apiAnswer},
 	}
 }
 
@@ -96,7 +99,7 @@ func (d *Daemon) guard(rt route) http.HandlerFunc {
 // has, or 404.
 func noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, rs []route) {
 	var allow []string
-	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		if slices.ContainsFunc(rs, func(rt route) bool { return rt.method == m }) {
 			probe := r.Clone(r.Context())
 			probe.Method = m
@@ -190,7 +193,7 @@ func (d *Daemon) apiList(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []api.Sandbox{}
 	for _, sb := range d.reg.all() {
-		if !c.may(sb.owner) || !hasLabels(sb.labels, want) {
+		if !c.may(sb.owner) || !hasLabels(sb.labelsNow(), want) {
 			continue
 		}
 		out = append(out, *d.sandboxView(sb))
@@ -287,8 +290,7 @@ func (d *Daemon) runOnce(ctx context.Context, sb *sandbox, req api.RunRequest) (
 		return nil, execStartError(sb.id, err)
 	}
 	ar := apiResult(res)
-	x.finish(ar)
-	sb.finishExec(x.id)
+	sb.execDone(x, ar)
 	d.metrics.execDone(ar)
 	if err != nil {
 		return nil, apiErr(api.CodeUnavailable, "", "run: %v", err)
@@ -331,7 +333,7 @@ func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
 		return
 	}
-	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels, Pod: policyPod(req.Pod)}, req.NetNS, inbound)
+	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels, Pod: clonePod(req.Pod)}, req.NetNS, inbound)
 	if err != nil {
 		code := api.CodeUnprocessable
 		if errors.Is(err, ErrLowDiskSpace) {
@@ -353,7 +355,7 @@ func (d *Daemon) apiCheckAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr(api.CodeNotFound, "id", "no attached sandbox %.80q", id))
 		return
 	}
-	st := api.AttachStatus{ID: sb.ID, Path: sb.Path, Pod: apiPod(sb.Pod), Inbound: apiInbound(sb.Inbound), InboundAccepted: sb.InboundAccepted(), InForce: true}
+	st := api.AttachStatus{ID: sb.ID, Path: sb.Path, Pod: clonePod(sb.Pod), Inbound: apiInbound(sb.Inbound), InboundAccepted: sb.InboundAccepted(), InForce: true}
 	if err := d.CheckAttached(r.Context(), id); err != nil {
 		if errors.Is(err, netns.ErrNotAttached) {
 			writeError(w, apiErr(api.CodeNotFound, "id", "no attached sandbox %.80q", id))

@@ -162,8 +162,8 @@ func TestEvents(t *testing.T) {
 		t.Fatalf("first event %+v, want the sandbox", first)
 	}
 	// A decision of this sandbox arrives, another sandbox's does not.
-	_ = w.d.acct.Log(&audit.Record{ID: "r1", Sandbox: "sb-other", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "other.example"})
-	_ = w.d.acct.Log(&audit.Record{ID: "r2", Sandbox: sb.ID, Kind: audit.KindConnect, Decision: audit.DecisionDeny, Host: "evil.example"})
+	_ = w.d.audit.Log(&audit.Record{ID: "r1", Sandbox: "sb-other", Kind: audit.KindHTTP, Decision: audit.DecisionAllow, Host: "other.example"})
+	_ = w.d.audit.Log(&audit.Record{ID: "r2", Sandbox: sb.ID, Kind: audit.KindConnect, Decision: audit.DecisionDeny, Host: "evil.example"})
 	var got *sseEvent
 	sawPing := false
 	for got == nil {
@@ -258,7 +258,7 @@ func TestEgressCounters(t *testing.T) {
 		{Kind: audit.KindDrop, Decision: audit.DecisionDeny, Extra: extra(audit.SummarySuppressedKey, 3)},
 	} {
 		r.Sandbox = sb.ID
-		if err := w.d.acct.Log(r); err != nil {
+		if err := w.d.audit.Log(r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -277,7 +277,7 @@ func TestEgressCounters(t *testing.T) {
 	}
 	// A record the log refused is not counted.
 	w.audit.Break(errAuditDown)
-	_ = w.d.acct.Log(&audit.Record{Sandbox: sb.ID, Kind: audit.KindHTTP, Decision: audit.DecisionAllow})
+	_ = w.d.audit.Log(&audit.Record{Sandbox: sb.ID, Kind: audit.KindHTTP, Decision: audit.DecisionAllow})
 	w.audit.Break(nil)
 	c.json(t, "GET", "/v1/sandboxes/"+sb.ID, "").decode(t, &got)
 	if got.Egress.Allowed != want.Allowed {
@@ -303,8 +303,8 @@ func TestSummaryByOwner(t *testing.T) {
 	w := newFakeWorld(t)
 	a, b := w.client(alice), w.client(bob)
 	sa, sb := a.create(t, `{}`), b.create(t, `{}`)
-	_ = w.d.tally.Log(&audit.Record{Sandbox: sa.ID, Kind: audit.KindConnect, Decision: audit.DecisionAllow, Host: "alice.example", Port: 443})
-	_ = w.d.tally.Log(&audit.Record{Sandbox: sb.ID, Kind: audit.KindConnect, Decision: audit.DecisionDeny, Host: "bob.example", Port: 443})
+	_ = w.d.audit.Log(&audit.Record{Sandbox: sa.ID, Kind: audit.KindConnect, Decision: audit.DecisionAllow, Host: "alice.example", Port: 443})
+	_ = w.d.audit.Log(&audit.Record{Sandbox: sb.ID, Kind: audit.KindConnect, Decision: audit.DecisionDeny, Host: "bob.example", Port: 443})
 	var rows []api.SummaryRow
 	b.json(t, "GET", "/v1/summary", "").decode(t, &rows)
 	if len(rows) != 1 || rows[0].Host != "bob.example" || rows[0].Count != 1 {
@@ -426,7 +426,7 @@ func TestEgressDestinations(t *testing.T) {
 		{Kind: audit.KindExec, Decision: audit.DecisionAllow},
 	} {
 		r.Sandbox = sb.ID
-		if err := w.d.acct.Log(r); err != nil {
+		if err := w.d.audit.Log(r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -464,7 +464,7 @@ func TestEventsHistory(t *testing.T) {
 		if host == "reported.example" {
 			r.Mode = audit.ModeReport
 		}
-		if err := w.d.acct.Log(r); err != nil {
+		if err := w.d.audit.Log(r); err != nil {
 			t.Fatal(err)
 		}
 	}

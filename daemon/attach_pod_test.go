@@ -91,12 +91,13 @@ func TestValidatePod(t *testing.T) {
 // when the pod is unset.
 func TestAccountsStampPod(t *testing.T) {
 	var got []*audit.Record
-	a := newAccounts(loggerFunc(func(r *audit.Record) error { got = append(got, r); return nil }))
+	a := newAccounts()
+	log := audit.Observe(loggerFunc(func(r *audit.Record) error { got = append(got, r); return nil }), a)
 	pod := &audit.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1"}
 	a.setPod("alk-pod-1", pod)
 	recs := []*audit.Record{{Sandbox: "alk-pod-1", Kind: audit.KindTCP}, {Sandbox: "alk-pod-1", Kind: audit.KindDNS}, {Sandbox: "sb-other", Kind: audit.KindTCP}, {Kind: audit.KindCheckpoint}}
 	for _, r := range recs {
-		if err := a.Log(r); err != nil {
+		if err := log.Log(r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,7 +115,7 @@ func TestAccountsStampPod(t *testing.T) {
 	}
 	a.setPod("alk-pod-1", nil)
 	r := &audit.Record{Sandbox: "alk-pod-1", Kind: audit.KindTCP}
-	_ = a.Log(r)
+	_ = log.Log(r)
 	if r.Pod != nil {
 		t.Errorf("after the pod was unset: got %+v, want none", r.Pod)
 	}

@@ -168,14 +168,13 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 	}
 	d.writer = w
 	d.closers = append(d.closers, d.writer.Close)
-	// Every record passes the accounts (owner, egress counters) and then the
-	// tap (events streams) before the writer.
-	d.tap = audit.NewTap(d.writer)
-	d.acct = newAccounts(d.tap)
-	d.tally = audit.NewTally(d.acct)
+	// Every record is stamped by the accounts (owner, pod) and, once the
+	// writer accepted it, counted (accounts, tally) and streamed (tap).
+	d.tap, d.acct, d.tally = audit.NewTap(), newAccounts(), audit.NewTally()
+	d.audit = audit.Observe(d.writer, d.acct, d.tally, d.tap)
 	// The budget's last summaries are written before the writer closes
 	// (closers run last first).
-	d.budget, err = audit.NewBudget(audit.BudgetConfig{Rate: cfg.Audit.GatewayRate, Burst: cfg.Audit.GatewayBurst}, d.tally, d.log)
+	d.budget, err = audit.NewBudget(audit.BudgetConfig{Rate: cfg.Audit.GatewayRate, Burst: cfg.Audit.GatewayBurst}, d.audit, d.log)
 	if err != nil {
 		return fmt.Errorf("audit.gateway_rate, gateway_burst: %w", err)
 	}
@@ -185,7 +184,12 @@ func (d *Daemon) buildAudit(cfg config.Config) error {
 
 // buildDNS builds the DNS filter.
 func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Addr, dec policy.Decider) error {
+	var approve dnsfilter.ApproveFunc
+	if d.approvals != nil {
+		approve = d.dnsApprove
+	}
 	f, err := dnsfilter.New(dnsfilter.Config{
+		Approve:      approve,
 		GatewayAddrs: own,
 		Upstreams:    upstreams,
 		RateLimit:    cfg.DNS.RateLimit,
@@ -198,7 +202,7 @@ func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Add
 		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
 		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
 		NameCheck:    d.placeholderInName(),
-	}, dec, d.tally, d.log)
+	}, dec, d.audit, d.log)
 	if err != nil {
 		return err
 	}
@@ -253,6 +257,9 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 	if d.secrets != nil {
 		gwCfg.Injector = d.secrets
 	}
+	if d.approvals != nil {
+		gwCfg.Approver = d.approvals
+	}
 	gwCfg.ParentProxy, gwCfg.ParentNoProxy = cfg.Upstream.Proxy, cfg.Upstream.NoProxy
 	if id := cfg.Upstream.ProxyAuthSecret; id != "" {
 		if d.secrets == nil {
@@ -282,7 +289,7 @@ func (d *Daemon) buildNetns() error {
 	d.closers = append(d.closers, d.fdr.Close)
 	m, err := netns.New(netns.Config{StateDir: filepath.Join(d.runDir, "netns"),
 		NewFlowRate: d.cfg.Limits.NewFlows, NewFlowBurst: d.cfg.Limits.NewFlowBurst},
-		server{gw: d.gw, dns: d.dns, budget: d.budget, fdr: d.fdr}, d.tally, d.log)
+		server{gw: d.gw, dns: d.dns, budget: d.budget, fdr: d.fdr}, d.audit, d.log)
 	if err != nil {
 		return err
 	}
@@ -307,7 +314,7 @@ func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
 		Timeout: time.Duration(cfg.Limits.Timeout),
 		TmpSize: int64(cfg.Limits.TmpSize),
 	}
-	e, err := sandboxd.New(ec, d.tally, d.log)
+	e, err := sandboxd.New(ec, d.audit, d.log)
 	if err != nil {
 		return err
 	}
@@ -328,7 +335,7 @@ func (d *Daemon) initSandboxes(o Options) {
 		d.home = o.Executor.Home
 	}
 	d.heartbeat = DefaultHeartbeat
-	d.net = netnsNetwork{d.netns}
+	d.net = netnsNetwork{m: d.netns, srv: server{gw: d.gw, dns: d.dns}}
 	if d.exec != nil {
 		d.exe = sandboxdExecutor{d.exec}
 	}
@@ -336,7 +343,7 @@ func (d *Daemon) initSandboxes(o Options) {
 	if d.exe == nil || !o.Pool {
 		poolSize = 0
 	}
-	d.pool = newWarmPool(poolSize, d.net, d.exe, d.prepareSpec, d.log)
+	d.pool = newWarmPool(poolSize, d.cfg.Pool.Max, d.net, d.exe, d.prepareSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
 	d.metrics.reg.MustRegister(poolBrokenMetric(d.pool.broken.Load))
 	d.metrics.reg.MustRegister(inboundMetric(d.netns.InboundAccepted), fdRefusedMetric(d.fdr.Refused))

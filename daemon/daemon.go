@@ -65,6 +65,10 @@ type Options struct {
 	// creates (airlock serve). Without it there is no warm pool: a single
 	// `airlock run` would only pay for sandboxes nobody takes.
 	Pool bool
+	// Approvals holds requests the policy asks a person about for an answer
+	// through the API (airlock serve; approval.go). Without it nobody could
+	// answer, and an ask decision is the deny it is.
+	Approvals bool
 	// NoExecutor builds no executor (airlock attach serves a namespace whose
 	// processes someone else runs); Run then fails.
 	NoExecutor bool
@@ -85,7 +89,8 @@ type Daemon struct {
 	engine   *policy.Engine
 	writer   *audit.Writer
 	tally    *audit.Tally
-	budget   *audit.Budget // the gateway's records go through it to the tally
+	audit    *audit.Observed // the log every part writes through: the writer with its observers
+	budget   *audit.Budget   // the gateway's records go through it to the tally
 	dns      *dnsfilter.Filter
 	gw       *gateway.Gateway
 	secrets  *secrets.Injector
@@ -114,6 +119,7 @@ type Daemon struct {
 	net       network
 	metrics   *metrics
 	conns     *apiConns          // the API's connections and streams by uid (apiconns.go)
+	approvals *approvals         // requests held for a person's answer (approval.go)
 	fdr       *fdreserve.Reserve // the spare descriptor of the sandboxes' listeners
 	host      hostBounds
 	home      string
@@ -177,6 +183,9 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	own = append(own, resolverAddrs(upstreams)...)
+	if o.Approvals { // before the DNS filter and the gateway, which ask it
+		d.buildApprovals(cfg, ipguard.New(allow, own))
+	}
 	// Secrets are built first: the DNS filter checks every question for a
 	// placeholder.
 	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
@@ -239,26 +248,43 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // writeBundle writes the trust bundle sandboxes get: the system roots, the
 // interception CA and the operator's upstream CA (so tunnels that are not
 // intercepted to an internal registry verify too); and the same roots as a
-// hashed directory and a Java truststore (sandboxd.OpenTrustDir: built once
-// per bundle and reused by later processes).
+// hashed directory and a Java truststore. The system roots and the upstream
+// CA, the same for every process, are a trust cache entry
+// (sandboxd.OpenTrustDir: built once and reused by later processes); the
+// interception CA, new in every `airlock run`, is laid over it in the run
+// directory (sandboxd.OverlayTrustDir: the entry's files linked, the CA and
+// the Java store written), so a run's start no longer writes, hashes and
+// evicts a cache entry of its own.
 func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, err error) {
-	var b []byte
-	for _, p := range []string{systemBundle, caCert, upstreamCA} {
+	read := func(p string) ([]byte, error) {
 		if p == "" {
-			continue
+			return nil, nil
 		}
 		pem, err := os.ReadFile(p)
 		if err != nil {
 			if p == systemBundle && errors.Is(err, os.ErrNotExist) {
-				continue
+				return nil, nil
 			}
-			return "", "", fmt.Errorf("ca bundle: %w", err)
+			return nil, fmt.Errorf("ca bundle: %w", err)
 		}
-		b = append(b, pem...)
-		if len(b) > 0 && b[len(b)-1] != '\n' {
-			b = append(b, '\n')
+		if len(pem) > 0 && pem[len(pem)-1] != '\n' {
+			pem = append(pem, '\n')
 		}
+		return pem, nil
 	}
+	sys, err := read(systemBundle)
+	if err != nil {
+		return "", "", err
+	}
+	own, err := read(caCert)
+	if err != nil {
+		return "", "", err
+	}
+	upstream, err := read(upstreamCA)
+	if err != nil {
+		return "", "", err
+	}
+	b := append(append(append([]byte(nil), sys...), own...), upstream...)
 	path := filepath.Join(d.runDir, "ca-bundle.pem")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return "", "", fmt.Errorf("ca bundle: %w", err)
@@ -272,11 +298,29 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	if filepath.Dir(d.runDir) == DefaultRunDir {
 		cache = filepath.Join(DefaultRunDir, "trust-cache")
 	}
-	trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
+	base := append(sys[:len(sys):len(sys)], upstream...)
+	if len(base) == 0 || len(own) == 0 {
+		trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
+		if err != nil {
+			return "", "", err
+		}
+		d.closers = append(d.closers, func() error { release(); return nil })
+		return path, trust, nil
+	}
+	baseDir, _, release, err := sandboxd.OpenTrustDir(cache, base)
 	if err != nil {
 		return "", "", err
 	}
+	// Held to Close: another process's eviction would remove it (and the
+	// next start build it again) the moment nobody holds it.
 	d.closers = append(d.closers, func() error { release(); return nil })
+	trust := filepath.Join(d.runDir, "trust")
+	if err := os.RemoveAll(trust); err != nil { // a kept run directory's
+		return "", "", fmt.Errorf("trust dir: %w", err)
+	}
+	if _, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own); err != nil {
+		return "", "", err
+	}
 	return path, trust, nil
 }
 
@@ -507,7 +551,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	}
 	// Like a daemon sandbox's, the run's creation record names its labels
 	// (audit query --label, policy suggest --label read them) and mode.
-	if err := d.acct.Log(d.runRecord(sb)); err != nil {
+	if err := d.audit.Log(d.runRecord(sb)); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	ns, err := d.netns.Create(ctx, sb)
@@ -567,7 +611,7 @@ func (d *Daemon) Attach(ctx context.Context, sb policy.Sandbox, nsPath string, i
 	if err := d.checkFreeSpace(); err != nil {
 		return nil, err
 	}
-	claimed := sb.Pod != nil && d.acct.claimPod(sb.ID, auditPod(sb.Pod))
+	claimed := sb.Pod != nil && d.acct.claimPod(sb.ID, clonePod(sb.Pod))
 	s, err := d.netns.Attach(ctx, sb, nsPath, inbound)
 	if err != nil && claimed {
 		d.acct.setPod(sb.ID, nil)
@@ -595,14 +639,9 @@ func (d *Daemon) CheckAttached(ctx context.Context, id string) error {
 func (d *Daemon) stampRecoveredPods() {
 	for _, id := range d.netns.IDs() {
 		if s, ok := d.netns.Get(id); ok && s.Pod != nil {
-			d.acct.setPod(id, auditPod(s.Pod))
+			d.acct.setPod(id, clonePod(s.Pod))
 		}
 	}
-}
-
-// auditPod is p as audit records carry it.
-func auditPod(p *policy.Pod) *audit.Pod {
-	return &audit.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
 }
 
 // Backend names the iptables backend in use.

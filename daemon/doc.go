@@ -13,13 +13,18 @@
 //
 // It also holds the sandboxes of the API: a registry of long-lived sandboxes by
 // owner (the uid SO_PEERCRED gives each connection), a warm pool of prepared
-// ones, their lifetimes, execs, files, events and metrics, built on seams over
+// ones that sizes itself between sandbox.pool_size and pool.max from the
+// observed create rate (pool.go), their lifetimes, execs, files, events and metrics, built on seams over
 // the executor (sandboxd) and the namespaces (netns).
+//
+// A running sandbox's allow list, labels and mode change with PATCH
+// /v1/sandboxes/{id} (update.go); requests the policy asks a person about
+// are held by the approvals broker (approval.go, approval_api.go,
+// webhook.go: GET /v1/approvals, POST /v1/approvals/{id}).
 //
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
 // ListenAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step
-// by step and the sandbox API: docs/ARCHITECTURE.md, "Daemon and command
-// line".
+// by step and the sandbox API: daemon/DESIGN.md.
 //
 // daemon must never import: cmd/airlock, bench/..., netns/netnstest, test/....
 package daemon

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
 	"maps"
 	"strconv"
 	"sync"
@@ -11,26 +10,23 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 )
 
-// accounts is the audit Logger in front of the writer that knows which
-// sandbox belongs to whom: it stamps every record of a daemon sandbox with
-// its owner's uid (audit.Record.Owner) and, once the record is accepted,
-// counts it into the sandbox's egress counters and its owner's tally (the
-// rows GET /v1/summary shows a caller who is not root). Gateway, DNS filter,
-// netns and executor records all pass through it, so none of them needs to
-// know owners.
+// accounts is the audit observer that knows which sandbox belongs to whom:
+// it stamps every record of a daemon sandbox with its owner's uid
+// (audit.Record.Owner) and, once the record is accepted, counts it into the
+// sandbox's egress counters and its owner's tally (the rows GET /v1/summary
+// shows a caller who is not root). Gateway, DNS filter, netns and executor
+// records all pass the daemon's audit.Observed, so none of them needs to know
+// owners.
 type accounts struct {
-	next audit.Logger
-
-	mu       sync.RWMutex
-	sandbox  map[string]*account
-	pods     map[string]*audit.Pod // attached sandboxes' pods (airlock-cni), by id
-	byOwner  map[int]*audit.Tally
-	discards audit.Logger
+	mu      sync.RWMutex
+	sandbox map[string]*account
+	pods    map[string]*audit.Pod // attached sandboxes' pods (airlock-cni), by id
+	byOwner map[int]*audit.Tally
 }
 
 var (
-	_ audit.Reserver = (*accounts)(nil)
-	_ audit.Health   = (*accounts)(nil)
+	_ audit.Observer = (*accounts)(nil)
+	_ audit.Stamper  = (*accounts)(nil)
 )
 
 // account is one sandbox's owner and egress counters.
@@ -46,8 +42,8 @@ type account struct {
 	byKind map[string]int64
 }
 
-func newAccounts(next audit.Logger) *accounts {
-	return &accounts{next: next, sandbox: map[string]*account{}, pods: map[string]*audit.Pod{}, byOwner: map[int]*audit.Tally{}, discards: discard{}}
+func newAccounts() *accounts {
+	return &accounts{sandbox: map[string]*account{}, pods: map[string]*audit.Pod{}, byOwner: map[int]*audit.Tally{}}
 }
 
 // open starts accounting sandbox id to owner. Call it before anything can
@@ -57,10 +53,10 @@ func (a *accounts) open(id string, owner int) *account {
 	defer a.mu.Unlock()
 	t := a.byOwner[owner]
 	if t == nil {
-		t = audit.NewTally(a.discards)
+		t = audit.NewTally()
 		a.byOwner[owner] = t
 	}
-	acc := &account{owner: owner, tally: t, dests: audit.NewTally(a.discards), byKind: map[string]int64{}}
+	acc := &account{owner: owner, tally: t, dests: audit.NewTally(), byKind: map[string]int64{}}
 	a.sandbox[id] = acc
 	return acc
 }
@@ -110,20 +106,11 @@ func (a *accounts) ownerRows(owner int) []audit.TallyRow {
 	return t.Rows()
 }
 
-func (a *accounts) Log(r *audit.Record) error {
-	acc := a.stamp(r)
-	err := a.next.Log(r)
-	if err == nil && acc != nil {
-		acc.count(r)
-	}
-	return err
-}
-
-// stamp sets r's owner when it is a record of an accounted sandbox, and its
+// Stamp sets r's owner when it is a record of an accounted sandbox, and its
 // pod when it is a record of an attached pod's.
-func (a *accounts) stamp(r *audit.Record) *account {
-	if r == nil || r.Sandbox == "" {
-		return nil
+func (a *accounts) Stamp(r *audit.Record) {
+	if r.Sandbox == "" {
+		return
 	}
 	a.mu.RLock()
 	acc, pod := a.sandbox[r.Sandbox], a.pods[r.Sandbox]
@@ -135,53 +122,20 @@ func (a *accounts) stamp(r *audit.Record) *account {
 		c := *pod // the record's own: a writer may change what it was given
 		r.Pod = &c
 	}
-	return acc
 }
 
-func (a *accounts) Reserve() (audit.Reservation, error) {
-	rs, ok := a.next.(audit.Reserver)
-	if !ok {
-		return nil, errNoReserve{a.next}
+// Observe counts an accepted record of an accounted sandbox.
+func (a *accounts) Observe(r *audit.Record) {
+	if r.Sandbox == "" {
+		return
 	}
-	res, err := rs.Reserve()
-	if err != nil {
-		return nil, err
+	a.mu.RLock()
+	acc := a.sandbox[r.Sandbox]
+	a.mu.RUnlock()
+	if acc != nil {
+		acc.count(r)
 	}
-	return &accountedReservation{a: a, next: res}, nil
 }
-
-func (a *accounts) Err() error {
-	if h, ok := a.next.(audit.Health); ok {
-		return h.Err()
-	}
-	return nil
-}
-
-type accountedReservation struct {
-	a    *accounts
-	next audit.Reservation
-}
-
-func (r *accountedReservation) Log(rec *audit.Record) error {
-	acc := r.a.stamp(rec)
-	err := r.next.Log(rec)
-	if err == nil && acc != nil {
-		acc.count(rec)
-	}
-	return err
-}
-
-func (r *accountedReservation) Cancel() { r.next.Cancel() }
-
-type errNoReserve struct{ l audit.Logger }
-
-func (e errNoReserve) Error() string {
-	return "daemon: the audit logger cannot reserve room for a record"
-}
-
-type discard struct{}
-
-func (discard) Log(*audit.Record) error { return nil }
 
 // count adds an accepted record to the counters: one decision for an
 // ordinary record, as many as a summary record stands for (the budget's
@@ -191,9 +145,10 @@ func (acc *account) count(r *audit.Record) {
 	if r.Decision == "" || !egressKind(r.Kind) {
 		return
 	}
-	_ = acc.tally.Log(r)
-	_ = acc.dests.Log(r)
-	n := extraInt(r, audit.SummaryRequestsKey) + extraInt(r, audit.SummaryQueriesKey) + extraInt(r, audit.SummarySuppressedKey)
+	acc.tally.Observe(r)
+	acc.dests.Observe(r)
+	sum := audit.SummaryOf(r)
+	n := sum.N
 	if n == 0 {
 		switch {
 		case r.Decision == audit.DecisionAllow:
@@ -205,7 +160,7 @@ func (acc *account) count(r *audit.Record) {
 		}
 		return
 	}
-	byDecision := extraCounts(r, audit.SummaryByDecisionKey)
+	byDecision := sum.ByDecision
 	if byDecision == nil {
 		byDecision = map[string]int64{r.Decision: n}
 	}
@@ -214,15 +169,12 @@ func (acc *account) count(r *audit.Record) {
 	if denied <= 0 {
 		return
 	}
-	byKind := extraCounts(r, summaryByKindKey)
+	byKind := sum.ByKind
 	if byKind == nil {
 		byKind = map[string]int64{r.Kind: denied}
 	}
 	acc.deny(byKind)
 }
-
-// summaryByKindKey is where a Budget summary counts its requests by kind.
-const summaryByKindKey = "by_kind"
 
 func (acc *account) deny(byKind map[string]int64) {
 	acc.mu.Lock()
@@ -259,28 +211,4 @@ func egressKind(kind string) bool {
 		return true
 	}
 	return false
-}
-
-func extraInt(r *audit.Record, key string) int64 {
-	raw, ok := r.Extra[key]
-	if !ok {
-		return 0
-	}
-	var n int64
-	if json.Unmarshal(raw, &n) != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
-func extraCounts(r *audit.Record, key string) map[string]int64 {
-	raw, ok := r.Extra[key]
-	if !ok {
-		return nil
-	}
-	var m map[string]int64
-	if json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
-	return m
 }

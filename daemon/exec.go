@@ -113,7 +113,7 @@ func (d *Daemon) apiExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fw.start(api.Frame{Type: api.FrameStarted, ExecID: x.id, PID: x.pid})
-	d.finishExec(ctx, sb, x, proc, fw)
+	d.awaitExec(ctx, sb, x, proc, fw)
 }
 
 // startExec starts p in sb. It returns the running process; or a nil process
@@ -138,8 +138,7 @@ func (d *Daemon) startExec(ctx context.Context, sb *sandbox, x *execEntry, p *ex
 		res := &api.ExecResult{ExecID: x.id, ExitStatus: ee.Code, ExitCode: ee.Code, Error: ee.Msg,
 			WallMS: float64(time.Since(t0)) / 1e6}
 		sb.addExec(x)
-		x.finish(res)
-		sb.finishExec(x.id)
+		sb.execDone(x, res)
 		return nil, res, nil
 	}
 	if err != nil {
@@ -156,9 +155,10 @@ func (d *Daemon) startExec(ctx context.Context, sb *sandbox, x *execEntry, p *ex
 	return proc, nil, nil
 }
 
-// finishExec waits for a started exec and writes its last frame: exit, or
-// error when the sandbox ended under it; nothing when its client is gone.
-func (d *Daemon) finishExec(ctx context.Context, sb *sandbox, x *execEntry, proc process, fw *frameWriter) {
+// awaitExec waits for a started exec, ends it (execDone) and writes its last
+// frame: exit, or error when the sandbox ended under it; nothing when its
+// client is gone.
+func (d *Daemon) awaitExec(ctx context.Context, sb *sandbox, x *execEntry, proc process, fw *frameWriter) {
 	res, err := proc.Wait()
 	var ar *api.ExecResult
 	if res != nil {
@@ -166,8 +166,7 @@ func (d *Daemon) finishExec(ctx context.Context, sb *sandbox, x *execEntry, proc
 	} else {
 		ar = &api.ExecResult{ExecID: x.id, ExitStatus: 128 + int(unix.SIGKILL), Signal: int(unix.SIGKILL), SignalName: "SIGKILL"}
 	}
-	x.finish(ar)
-	sb.finishExec(x.id)
+	sb.execDone(x, ar)
 	d.metrics.execDone(ar)
 	switch {
 	case err == nil:

@@ -450,6 +450,16 @@ func (n *fakeNetwork) Teardown(ctx context.Context, id string) error {
 	return n.tearErr
 }
 
+func (n *fakeNetwork) Update(sb policy.Sandbox) (int, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.policies[sb.ID]; !ok || n.torn[sb.ID] > 0 {
+		return 0, errors.New("fake: sandbox not served")
+	}
+	n.policies[sb.ID] = sb
+	return 0, nil
+}
+
 func (n *fakeNetwork) policy(id string) (policy.Sandbox, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -58,13 +58,12 @@ func newFakeWorld(t *testing.T, edit ...func(*config.Config)) *fakeWorld {
 	}
 	w := &fakeWorld{t: t, exe: &fakeExecutor{t: t}, net: newFakeNetwork(), audit: &audittest.Log{}}
 	d := &Daemon{log: slog.New(slog.DiscardHandler), cfg: cfg, proxyURL: "http://127.0.0.1:3128"}
-	d.tap = audit.NewTap(w.audit)
-	d.acct = newAccounts(d.tap)
-	d.tally = audit.NewTally(d.acct)
+	d.tap, d.acct, d.tally = audit.NewTap(), newAccounts(), audit.NewTally()
+	d.audit = audit.Observe(w.audit, d.acct, d.tally, d.tap)
 	d.reg, d.home, d.heartbeat = newRegistry(), sandboxd.DefaultHome, DefaultHeartbeat
 	d.host = hostBounds{memory: 8 << 30, cpus: 4}
 	d.exe, d.net = w.exe, w.net
-	d.pool = newWarmPool(max(cfg.Sandbox.PoolSize, 0), d.net, d.exe, d.prepareSpec, d.log)
+	d.pool = newWarmPool(max(cfg.Sandbox.PoolSize, 0), cfg.Pool.Max, d.net, d.exe, d.prepareSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
 	d.metrics.reg.MustRegister(poolBrokenMetric(d.pool.broken.Load))
 	caps, err := deriveConnCaps(cfg.API, 1<<16)
@@ -93,10 +92,13 @@ func newFakeWorld(t *testing.T, edit ...func(*config.Config)) *fakeWorld {
 
 // client returns an HTTP client whose requests act as uid: it talks to a
 // listener of its own whose connections carry that caller.
-func (w *fakeWorld) client(uid int) *apiClient {
+func (w *fakeWorld) client(uid int) *apiClient { return w.clientAs(caller{uid: uid}) }
+
+// clientAs is client for a caller with a pid too.
+func (w *fakeWorld) clientAs(c caller) *apiClient {
 	srv := httptest.NewUnstartedServer(w.handler)
 	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
-		return withCaller(ctx, caller{uid: uid})
+		return withCaller(ctx, c)
 	}
 	srv.Start()
 	w.mu.Lock()

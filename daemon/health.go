@@ -25,7 +25,7 @@ func (d *Daemon) health() api.Health {
 		add(api.HealthPartStateDir, d.runDirProblem())
 	}
 	auditProblem := ""
-	if err := d.acct.Err(); err != nil {
+	if err := d.audit.Err(); err != nil {
 		auditProblem = err.Error()
 		h.Audit = auditProblem
 	}

@@ -35,7 +35,7 @@ func (d *Daemon) admit() *api.Error {
 	if d.exe == nil {
 		return apiErr(api.CodeUnavailable, "", "this airlock has no executor for sandboxes")
 	}
-	if err := d.acct.Err(); err != nil {
+	if err := d.audit.Err(); err != nil {
 		return apiErr(api.CodeUnavailable, "", "the audit log refuses records: %v", err)
 	}
 	if err := d.checkFreeSpace(); err != nil {
@@ -78,7 +78,7 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 	sb.acct = d.acct.open(id, c.uid)
 	// Its owner reads its recent records back (events ?history=true).
 	d.tap.Keep(id, 0, 0) // audit.DefaultHistoryRecords, DefaultHistoryBytes
-	if err := d.acct.Log(d.lifecycleRecord(sb, ReasonCreated, nil)); err != nil {
+	if err := d.audit.Log(d.lifecycleRecord(sb, ReasonCreated, nil)); err != nil {
 		d.acct.close(id)
 		d.tap.Forget(id)
 		return nil, apiErr(api.CodeUnavailable, "", "the audit log refused the sandbox's record: %v", err)
@@ -91,7 +91,7 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 		}
 		final := api.Usage{}
 		sb.endReason = ReasonFailed
-		if lerr := d.acct.Log(d.lifecycleRecord(sb, ReasonFailed, &final)); lerr != nil {
+		if lerr := d.audit.Log(d.lifecycleRecord(sb, ReasonFailed, &final)); lerr != nil {
 			d.log.Error("audit sandbox end", oplog.SandboxKey, id, oplog.ErrorKey, lerr)
 		}
 		d.acct.close(id)
@@ -239,13 +239,16 @@ func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
 		d.secrets.Forget(sb.id)
 	}
 	final := apiUsage(u)
-	if err := d.acct.Log(d.lifecycleRecord(sb, reason, &final)); err != nil {
+	if err := d.audit.Log(d.lifecycleRecord(sb, reason, &final)); err != nil {
 		d.log.Error("audit sandbox end", oplog.SandboxKey, sb.id, oplog.ErrorKey, err)
 	}
 	d.acct.close(sb.id)
 	d.tap.Forget(sb.id)
 	sb.stopped(u, final)
 	d.reg.beginTeardown(sb)
+	if d.approvals != nil {
+		d.approvals.forget(sb.id) // what was approved for its life ends with it
+	}
 	go d.teardown(sb.id, sb.box)
 	d.metrics.ended.WithLabelValues(reason).Inc()
 	if final.OOMKills > 0 {

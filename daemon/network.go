@@ -9,7 +9,10 @@ import (
 )
 
 // netnsNetwork is the network seam over the island namespace manager.
-type netnsNetwork struct{ m *netns.Manager }
+type netnsNetwork struct {
+	m   *netns.Manager
+	srv server // what serves its sandboxes: Update's gateway and DNS filter
+}
 
 var (
 	_ network   = netnsNetwork{}
@@ -40,3 +43,12 @@ func (n netnsNetwork) Create(ctx context.Context, sb policy.Sandbox) (*netns.San
 }
 
 func (n netnsNetwork) Teardown(ctx context.Context, id string) error { return n.m.Teardown(ctx, id) }
+
+// Update swaps a served sandbox's rules in the DNS filter, then in the
+// gateway, which re-decides its open connections.
+func (n netnsNetwork) Update(sb policy.Sandbox) (int, error) {
+	if err := n.srv.dns.UpdateSandbox(sb); err != nil {
+		return 0, err
+	}
+	return n.srv.gw.UpdateSandbox(sb)
+}

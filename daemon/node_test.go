@@ -40,9 +40,9 @@ func TestAuditNode(t *testing.T) {
 	}
 }
 
-// TestNodeRulesAgree: config (which imports no airlock package) keeps its own
-// copy of the audit writer's node-name rule; the two must never disagree, or
-// a config that loads would make a writer that refuses to start.
+// TestNodeRulesAgree: config and the audit writer must never disagree on a
+// node name, or a config that loads would make a writer that refuses to
+// start (both apply hostname.ValidNode).
 func TestNodeRulesAgree(t *testing.T) {
 	for _, name := range []string{"", "node-1", "ip-10-0-1-17.eu-west-1.compute.internal", "Node_A", "node a",
 		"node/1", "nöde", "node\n", strings.Repeat("a", 253), strings.Repeat("a", 254)} {

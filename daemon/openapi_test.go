@@ -1,10 +1,8 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +22,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitest"
 )
 
 // openAPI is the checked-in document, loaded and validated once, with a
@@ -42,7 +41,7 @@ var (
 func loadOpenAPI(t testing.TB) *openAPI {
 	t.Helper()
 	openAPIOnce.Do(func() {
-		registerStreamDecoders()
+		apitest.RegisterStreamDecoders()
 		doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI())
 		if err != nil {
 			openAPIErr = err
@@ -63,56 +62,6 @@ func loadOpenAPI(t testing.TB) *openAPI {
 		t.Fatal(openAPIErr)
 	}
 	return openAPIDoc
-}
-
-// registerStreamDecoders teaches the validator the API's streams: each
-// NDJSON line and each server-sent event's data is validated against the
-// documented schema on its own (the whole stream then stands for its last).
-func registerStreamDecoders() {
-	openapi3filter.RegisterBodyDecoder("application/x-tar", openapi3filter.FileBodyDecoder)
-	openapi3filter.RegisterBodyDecoder("application/x-ndjson", func(body io.Reader, _ http.Header, s *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
-		var last any
-		sc := bufio.NewScanner(body)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for n := 1; sc.Scan(); n++ {
-			var v any
-			if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-				return nil, fmt.Errorf("line %d: %w", n, err)
-			}
-			if err := s.Value.VisitJSON(v, openapi3.VisitAsResponse()); err != nil {
-				return nil, fmt.Errorf("line %d %s: %w", n, sc.Bytes(), err)
-			}
-			last = v
-		}
-		return last, sc.Err()
-	})
-	openapi3filter.RegisterBodyDecoder("text/event-stream", func(body io.Reader, _ http.Header, s *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
-		var last any
-		sc := bufio.NewScanner(body)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for {
-			ev := readSSE(sc)
-			if ev == nil {
-				return last, sc.Err()
-			}
-			if ev.comment {
-				continue
-			}
-			var v map[string]any
-			if err := json.Unmarshal([]byte(ev.data), &v); err != nil {
-				return nil, fmt.Errorf("event %q: %w", ev.data, err)
-			}
-			if err := s.Value.VisitJSON(v, openapi3.VisitAsResponse()); err != nil {
-				return nil, fmt.Errorf("event %s: %w", ev.data, err)
-			}
-			_, rec := v["record"]
-			_, sb := v["sandbox"]
-			if !(ev.typ == eventDecision && rec) && !(ev.typ == eventSandbox && sb) {
-				return nil, fmt.Errorf("event %q with data %s: want decision with a record or sandbox with a sandbox", ev.typ, ev.data)
-			}
-			last = v
-		}
-	})
 }
 
 // validating checks every response against the document once its body has

@@ -89,7 +89,7 @@ func (d *Daemon) bundleHealth() *api.PolicyBundle {
 func (d *Daemon) startBundleReports() {
 	d.registerBundleMetrics()
 	if d.bundleAudit != nil {
-		d.bundleAudit.start(d.tally)
+		d.bundleAudit.start(d.audit)
 	}
 }
 

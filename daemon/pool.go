@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,23 +19,68 @@ const (
 	poolRetryMax = 30 * time.Second
 	// poolPrepareTimeout bounds one pooled sandbox's preparation.
 	poolPrepareTimeout = 2 * time.Minute
-	// poolRefillDelay is how long a refill waits after a take while
-	// another sandbox is still ready: the create that took one usually runs
-	// its first command within milliseconds, and a preparation (a Go
-	// process start, mounts, a namespace and a cgroup move) competing with
-	// it for the CPUs made that create + exec take 1.5x as long. An empty
-	// pool refills at once.
-	poolRefillDelay = 50 * time.Millisecond
+	// poolQuiet is how long after a take the refill holds back while the
+	// pool is above its low-water mark (half its target): the create that
+	// took one usually runs its first command and is deleted within
+	// milliseconds, and a preparation (a process start, mounts, a namespace,
+	// a cgroup) competing with it for the CPUs made create + exec take 1.5x
+	// as long. At or below the mark the refill runs at once, a batch at a
+	// time.
+	poolQuiet = 20 * time.Millisecond
+	// poolShrinkAfter: with no take for this long the target falls back to
+	// the configured size and the sandboxes above it are destroyed.
+	poolShrinkAfter = time.Minute
+	// poolMaxBatch bounds the preparations run at once.
+	poolMaxBatch = 4
 )
 
-// warmPool keeps size sandboxes prepared ahead of the creates that will take
+// Keys of the pool's operational log lines.
+const (
+	poolTargetKey   = "target"
+	poolIntervalKey = "take_interval"
+	poolPrepareKey  = "prepare_time"
+)
+
+// poolTarget is the depth the pool keeps given the configured size and
+// bound and what it observed: interval, the smoothed time between takes, and
+// prep, the smoothed time one preparation takes (0: not seen yet). While
+// creates come faster than a preparation, a refill that starts when a take
+// leaves the pool at its low-water mark (half the target) must cover the
+// takes until its batch is ready: prep/interval of them, twice over for the
+// burst around it.
+func poolTarget(size, bound int, interval, prep time.Duration) int {
+	if interval <= 0 || prep <= 0 {
+		return size
+	}
+	need := 2 * int((prep+interval-1)/interval)
+	return min(max(size, need), bound)
+}
+
+// ewma folds sample into avg (0: none yet) with weight 1/4.
+func ewma(avg, sample time.Duration) time.Duration {
+	if avg == 0 {
+		return sample
+	}
+	return avg + (sample-avg)/4
+}
+
+// warmPool keeps sandboxes prepared ahead of the creates that will take
 // them: a namespace with its rules (netns TakePooled) and an executor
 // sandbox whose init waits in it (Prepare). A create takes one and gives it
-// its id, limits, workspace and environment; the pool refills in the
-// background (after poolRefillDelay while one is still ready). A pooled sandbox serves exactly one create: it is destroyed
-// with that sandbox, never handed out again.
+// its id, limits, workspace and environment. A pooled sandbox serves exactly
+// one create: it is destroyed with that sandbox, never handed out again.
+//
+// It sizes itself: size sandboxes while creates are rare, up to bound while
+// they come faster than a preparation takes (poolTarget, from the observed
+// take interval and preparation time), back to size after poolShrinkAfter
+// without a take. The refill yields to the creates: it holds back for
+// poolQuiet after a take unless the pool is at its low-water mark, and then
+// prepares a batch at once (up to the CPUs, poolMaxBatch) so the creates
+// that follow find the pool full rather than a preparation beside them.
 type warmPool struct {
-	size    int
+	size    int // the floor, what sandbox.pool_size asks for
+	bound   int // the ceiling, pool.max
+	batch   int // preparations run at once
 	net     network
 	exe     executor
 	prepare func(netns string) prepareSpec
@@ -43,6 +89,12 @@ type warmPool struct {
 	mu     sync.Mutex
 	ready  []*pooled
 	closed bool
+	// target is the depth the pool refills to, between size and bound.
+	target int
+	// lastTake, interval (smoothed time between takes) and prep (smoothed
+	// preparation time) drive target.
+	lastTake       time.Time
+	interval, prep time.Duration
 	// failure is the last preparation's error, nil once one succeeds
 	// (health's pool part).
 	failure error
@@ -71,9 +123,11 @@ func (p *pooled) discard(log *slog.Logger) {
 	}
 }
 
-// newWarmPool starts filling a pool of size (0: no pool).
-func newWarmPool(size int, net network, exe executor, prepare func(string) prepareSpec, log *slog.Logger) *warmPool {
-	p := &warmPool{size: size, net: net, exe: exe, prepare: prepare, log: log,
+// newWarmPool starts filling a pool of size (0: no pool) that may grow to
+// bound (at least size).
+func newWarmPool(size, bound int, net network, exe executor, prepare func(string) prepareSpec, log *slog.Logger) *warmPool {
+	p := &warmPool{size: size, bound: max(size, bound), target: size, batch: min(max(runtime.NumCPU(), 1), poolMaxBatch),
+		net: net, exe: exe, prepare: prepare, log: log,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if size <= 0 {
 		close(p.done)
@@ -99,6 +153,18 @@ func (p *warmPool) depth() int {
 func (p *warmPool) take() *pooled {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.size <= 0 {
+		return nil
+	}
+	now := time.Now()
+	if !p.lastTake.IsZero() {
+		p.interval = ewma(p.interval, now.Sub(p.lastTake))
+	}
+	p.lastTake = now
+	if t := poolTarget(p.size, p.bound, p.interval, p.prep); t > p.target {
+		p.log.Info("pool: growing", poolTargetKey, t, poolIntervalKey, p.interval, poolPrepareKey, p.prep)
+		p.target = t
+	}
 	for len(p.ready) > 0 {
 		pb := p.ready[0]
 		p.ready = p.ready[1:]
@@ -141,29 +207,37 @@ func (p *warmPool) refill() {
 	}
 }
 
-// fill prepares sandboxes until the pool is full, whenever kicked.
+// fill prepares sandboxes until the pool holds its target, whenever kicked,
+// yielding to the creates (see warmPool), and shrinks an idle pool.
 func (p *warmPool) fill() {
 	defer close(p.done)
 	retry := poolRetryMin
+	shrink := time.NewTimer(poolShrinkAfter)
+	defer shrink.Stop()
 	for {
 		select {
 		case <-p.stop:
 			return
 		case <-p.kick:
+		case <-shrink.C:
+			p.shrink()
+			shrink.Reset(poolShrinkAfter)
+			continue
 		}
-		if d := p.depth(); d > 0 && d < p.size {
-			select {
-			case <-p.stop:
-				return
-			case <-time.After(poolRefillDelay):
+		for {
+			n, wait := p.want()
+			if n == 0 {
+				break
 			}
-		}
-		for p.depth() < p.size {
-			pb, err := p.make()
-			p.mu.Lock()
-			p.failure = err
-			p.mu.Unlock()
-			if err != nil {
+			if wait > 0 {
+				select {
+				case <-p.stop:
+					return
+				case <-time.After(wait):
+				}
+				continue
+			}
+			if err := p.prepareBatch(n); err != nil {
 				p.log.Error("pool: prepare a sandbox", oplog.ErrorKey, err)
 				select {
 				case <-p.stop:
@@ -174,16 +248,91 @@ func (p *warmPool) fill() {
 				continue
 			}
 			retry = poolRetryMin
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				pb.discard(p.log)
+			if p.isClosed() {
 				return
 			}
-			p.ready = append(p.ready, pb)
-			p.mu.Unlock()
 		}
 	}
+}
+
+// want is how many sandboxes to prepare now (0: the pool holds its
+// target), or how long to hold back first: a take came within poolQuiet and
+// the pool is above its low-water mark.
+func (p *warmPool) want() (n int, wait time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := len(p.ready)
+	if p.closed || d >= p.target {
+		return 0, 0
+	}
+	if since := time.Since(p.lastTake); d > p.target/2 && since < poolQuiet {
+		return 1, poolQuiet - since
+	}
+	return min(p.target-d, p.batch), 0
+}
+
+// prepareBatch prepares n sandboxes at once and adds those that succeed;
+// the error is the last failure (nil when all succeeded).
+func (p *warmPool) prepareBatch(n int) error {
+	type made struct {
+		pb   *pooled
+		took time.Duration
+		err  error
+	}
+	out := make(chan made, n)
+	for range n {
+		go func() {
+			t0 := time.Now()
+			pb, err := p.make()
+			out <- made{pb, time.Since(t0), err}
+		}()
+	}
+	var last error
+	for range n {
+		m := <-out
+		p.mu.Lock()
+		if m.err != nil {
+			last = m.err
+		} else {
+			p.prep = ewma(p.prep, m.took)
+			if p.closed {
+				p.mu.Unlock()
+				m.pb.discard(p.log)
+				continue
+			}
+			p.ready = append(p.ready, m.pb)
+		}
+		p.failure = last
+		p.mu.Unlock()
+	}
+	return last
+}
+
+// shrink lowers an idle pool's target back to its size and destroys the
+// sandboxes above it.
+func (p *warmPool) shrink() {
+	p.mu.Lock()
+	if p.closed || time.Since(p.lastTake) < poolShrinkAfter || p.target <= p.size {
+		p.mu.Unlock()
+		return
+	}
+	p.log.Info("pool: shrinking after an idle spell", poolTargetKey, p.size)
+	p.target = p.size
+	var extra []*pooled
+	if len(p.ready) > p.size {
+		extra = append(extra, p.ready[p.size:]...)
+		p.ready = p.ready[:p.size]
+	}
+	p.mu.Unlock()
+	for _, pb := range extra {
+		pb.discard(p.log)
+	}
+}
+
+func (p *warmPool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // make prepares one sandbox in a pooled namespace.

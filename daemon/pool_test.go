@@ -95,3 +95,92 @@ func TestRootPoolHealsAfterOutsideRemoval(t *testing.T) {
 		t.Errorf("from the refilled pool: %v, want 1", got)
 	}
 }
+
+func TestPoolTarget(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name           string
+		size, bound    int
+		interval, prep time.Duration
+		want           int
+	}{
+		{"nothing seen yet", 2, 8, 0, 0, 2},
+		{"no preparation timed yet", 2, 8, 5 * ms, 0, 2},
+		{"creates rarer than a preparation", 2, 8, time.Second, 30 * ms, 2},
+		{"one preparation covers three takes", 2, 8, 10 * ms, 30 * ms, 6},
+		{"a part take rounds up", 2, 8, 10 * ms, 31 * ms, 8},
+		{"bounded", 2, 8, ms, 30 * ms, 8},
+		{"fixed pool", 4, 4, ms, 30 * ms, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := poolTarget(tt.size, tt.bound, tt.interval, tt.prep); got != tt.want {
+				t.Errorf("poolTarget(%d, %d, %v, %v): got %d, want %d", tt.size, tt.bound, tt.interval, tt.prep, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWarmPoolSizesItself: creates coming faster than a preparation raise
+// the pool's target up to pool.max and the pool fills to it; an idle pool
+// falls back to sandbox.pool_size and destroys the sandboxes above it.
+func TestWarmPoolSizesItself(t *testing.T) {
+	w := newFakeWorld(t, func(c *config.Config) { c.Sandbox.PoolSize, c.Pool.Max = 2, 6 })
+	p := w.d.pool
+	poll.Until(t, 5*time.Second, "the pool filled", func() bool { return p.depth() == 2 })
+	// As if preparations took a second and creates came every 10 ms: any
+	// interval the next take adds keeps the need above the bound.
+	p.mu.Lock()
+	p.prep, p.interval, p.lastTake = time.Second, 10*time.Millisecond, time.Now()
+	p.mu.Unlock()
+	c := w.client(alice)
+	c.create(t, `{}`)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	if target != 6 {
+		t.Fatalf("target after fast creates: got %d, want pool.max 6", target)
+	}
+	poll.Until(t, 5*time.Second, "the pool grew to its target", func() bool { return p.depth() == 6 })
+
+	w.net.mu.Lock()
+	discarded := w.net.discarded
+	w.net.mu.Unlock()
+	p.mu.Lock()
+	p.lastTake = time.Now().Add(-2 * poolShrinkAfter)
+	p.mu.Unlock()
+	p.shrink()
+	if got := p.depth(); got != 2 {
+		t.Errorf("depth after an idle spell: got %d, want sandbox.pool_size 2", got)
+	}
+	w.net.mu.Lock()
+	if got := w.net.discarded - discarded; got != 4 {
+		t.Errorf("namespaces discarded by the shrink: got %d, want 4", got)
+	}
+	w.net.mu.Unlock()
+}
+
+// TestWarmPoolYieldsToCreates: right after a take the refill holds back
+// while the pool is above half its target, and prepares a batch at once at
+// or below it.
+func TestWarmPoolYieldsToCreates(t *testing.T) {
+	p := &warmPool{size: 2, bound: 8, target: 8, batch: 2}
+	p.ready = make([]*pooled, 5)
+	p.lastTake = time.Now().Add(time.Hour) // a take "just now", whatever the clock does
+	if n, wait := p.want(); wait <= 0 || n != 1 {
+		t.Errorf("depth 5 of 8 right after a take: got (%d, %v), want to hold back", n, wait)
+	}
+	p.ready = make([]*pooled, 4)
+	if n, wait := p.want(); wait != 0 || n != 2 {
+		t.Errorf("depth 4 of 8 (the low-water mark): got (%d, %v), want a batch of 2 now", n, wait)
+	}
+	p.lastTake = time.Now().Add(-time.Hour)
+	p.ready = make([]*pooled, 7)
+	if n, wait := p.want(); wait != 0 || n != 1 {
+		t.Errorf("depth 7 of 8, no take lately: got (%d, %v), want 1 now", n, wait)
+	}
+	p.ready = make([]*pooled, 8)
+	if n, _ := p.want(); n != 0 {
+		t.Errorf("full pool: got %d to prepare, want 0", n)
+	}
+}

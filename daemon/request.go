@@ -254,20 +254,14 @@ func apiInbound(in netns.Inbound) api.Inbound {
 	return api.Inbound{Mode: string(in.Mode), Ports: slices.Clone(in.Ports)}
 }
 
-// policyPod is p as policy input carries it (nil for none).
-func policyPod(p *api.Pod) *policy.Pod {
+// clonePod is a copy of p (nil for none): the API's, policy's and the
+// audit record's Pod are one type (identity.Pod), each holder its own copy.
+func clonePod(p *api.Pod) *api.Pod {
 	if p == nil {
 		return nil
 	}
-	return &policy.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
-}
-
-// apiPod is p as the API shows it (nil for none).
-func apiPod(p *policy.Pod) *api.Pod {
-	if p == nil {
-		return nil
-	}
-	return &api.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
+	c := *p
+	return &c
 }
 
 func validateEnv(field string, env []string) *api.Error {

@@ -46,6 +46,11 @@ type sandbox struct {
 	idleTimeout time.Duration
 	maxLifetime time.Duration
 
+	// updating serializes PATCHes of the sandbox (update.go); updates
+	// counts them (under mu).
+	updating sync.Mutex
+	updates  int64
+
 	mu         sync.Mutex
 	state      string
 	endReason  string
@@ -158,12 +163,14 @@ func (s *sandbox) addExec(x *execEntry) {
 	s.execs[x.id] = x
 }
 
-// finishExec moves an exec to the finished list, forgetting the oldest
+// execDone is the one place an exec ends: it records r on x (closing a
+// streamed stdin) and moves x to the finished list, forgetting the oldest
 // past keptExecs.
-func (s *sandbox) finishExec(id string) {
+func (s *sandbox) execDone(x *execEntry, r *api.ExecResult) {
+	x.finish(r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.finished = append(s.finished, id)
+	s.finished = append(s.finished, x.id)
 	for len(s.finished) > keptExecs {
 		delete(s.execs, s.finished[0])
 		s.finished = s.finished[1:]

@@ -56,6 +56,9 @@ type network interface {
 	// Create makes and serves a namespace for sb at once.
 	Create(ctx context.Context, sb policy.Sandbox) (*netns.Sandbox, error)
 	Teardown(ctx context.Context, id string) error
+	// Update gives a served sandbox new labels, mode and allow list and
+	// re-decides its open connections; it returns how many it closed.
+	Update(sb policy.Sandbox) (closed int, err error)
 }
 
 // pooledNet is a namespace TakePooled handed out.

@@ -62,7 +62,7 @@ func askAt(t *testing.T, addr, name string, qtype uint16) {
 	}
 }
 
-// TestNameFor is issue 12 item 2's memory: the filter remembers, per sandbox,
+// TestNameFor: the filter remembers, per sandbox,
 // which allowed name it answered with which address, for the TTL it sent.
 // Addresses it never sent (a denied name, a rebinding answer it dropped),
 // sent to another sandbox, or past their TTL have no name.

@@ -113,6 +113,9 @@ type Config struct {
 	// policy; refused means NXDOMAIN, never forwarded, audited with reason and
 	// (if not empty) flag. The daemon checks for secret placeholders with it.
 	NameCheck func(sb policy.Sandbox, name string) (reason, flag string, refused bool)
+	// Approve, when set, holds a question the policy asks a person about
+	// until the answer (approval.go); nil: it is refused as policy says.
+	Approve ApproveFunc
 	// GatewayAddrs are the gateway's own addresses; answers naming them are dropped.
 	GatewayAddrs []netip.Addr
 	// RateLimit (queries/s) and RateBurst size each sandbox's token bucket; a query

@@ -8,10 +8,15 @@
 // gateway dials with; LookupForSandbox charges the gateway's lookups to the
 // sandbox's own DNS limits.
 //
-// Entry points: New, (*Filter).ServeSandbox, StopSandbox, Shutdown, Resolver,
-// NameFor (the name a sandbox was answered for an address, for raw TCP).
+// A served sandbox's rules change at run time with UpdateSandbox (update.go);
+// a question the policy asks a person about waits for Config.Approve
+// (approval.go).
+//
+// Entry points: New, (*Filter).ServeSandbox, UpdateSandbox, StopSandbox,
+// Shutdown, Resolver, NameFor (the name a sandbox was answered for an
+// address, for raw TCP).
 // The query path, query types, flags, resolver and audit
-// budget: docs/ARCHITECTURE.md, "DNS filter".
+// budget: dnsfilter/DESIGN.md.
 //
 // dnsfilter must never import: config, gateway, netns, sandboxd, secrets,
 // daemon, cmd/airlock.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/budget"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
@@ -138,7 +139,7 @@ func (f *Filter) ServeSandbox(sb policy.Sandbox, own []netip.Addr, udp net.Packe
 	f.mu.Unlock()
 
 	if err := s.start(udp, tcp); err != nil {
-		s.sum.close()
+		s.meter.Close()
 		f.mu.Lock()
 		delete(f.sandboxes, sb.ID)
 		f.mu.Unlock()
@@ -161,7 +162,7 @@ func (f *Filter) StopSandbox(id string) {
 		if err := s.stop(ctx); err != nil {
 			f.log.Error("stop sandbox", oplog.SandboxKey, id, oplog.ErrorKey, err)
 		}
-		s.sum.close()
+		s.meter.Close()
 		f.memo.forget(s)
 	}
 }
@@ -179,7 +180,7 @@ func (f *Filter) Shutdown(ctx context.Context) error {
 		if err := s.stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		s.sum.close()
+		s.meter.Close()
 		f.memo.forget(s)
 	}
 	return errors.Join(errs...)
@@ -200,18 +201,17 @@ type sandboxServer struct {
 	sig     *signals
 	names   *nameCache
 	dcache  *decisionCache
-	budget  *auditBudget
-	sum     *summarizer
+	meter   *budget.Meter // the sandbox's audit budget
 	udp     *udpServer    // nil without a UDP listener
 	servers []*dns.Server // the TCP server, once started
+	upd     updates       // its rules as changed at run time (update.go)
 }
 
 func newSandboxServer(f *Filter, sb policy.Sandbox, own []netip.Addr) *sandboxServer {
 	s := &sandboxServer{
 		f: f, sb: sb, ptr: make(map[string]string), sig: newSignals(f.cfg), names: newNameCache(maxNames),
-		budget: newAuditBudget(f.cfg.AuditRate, f.cfg.AuditBurst, time.Now()),
-		sum:    newSummarizer(f, sb),
 	}
+	s.meter = s.newMeter()
 	if f.revOf != nil {
 		s.dcache = newDecisionCache(f.cfg.DecisionCacheSize)
 	}
@@ -357,7 +357,7 @@ func (s *sandboxServer) invalid(m []byte, err error) {
 
 func (s *sandboxServer) auditMalformed(rcode, msg string) {
 	s.f.metrics.query(audit.DecisionDeny, qtypeNone)
-	if now := time.Now(); !s.budget.take(now) && s.sum.add(&summaryEntry{decision: audit.DecisionDeny, rcode: rcode}) {
+	if now := time.Now(); !s.meter.Allow(now) && s.meter.Count((&summaryEntry{decision: audit.DecisionDeny, rcode: rcode}).count) {
 		return
 	}
 	rec := &audit.Record{

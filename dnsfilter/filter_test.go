@@ -58,7 +58,7 @@ func TestDeniedNameNeverForwarded(t *testing.T) {
 	if len(rec.Reasons) == 0 || rec.Reasons[0].ID != policytest.ReasonNotAllowed {
 		t.Errorf("audit reasons: got %v, want not_allowed", rec.Reasons)
 	}
-	// Policy saw the question as docs/ARCHITECTURE.md ("Policy") describes it.
+	// Policy saw the question as policy/DESIGN.md describes it.
 	in := e.dec.Inputs()[0]
 	if in.Kind != policy.KindDNS || in.Destination.Host != "evil.example.com" || in.Destination.Port != 53 ||
 		in.DNS == nil || in.DNS.QName != "evil.example.com" || in.DNS.QType != "A" || in.Sandbox.ID != "sb-1" {

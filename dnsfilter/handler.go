@@ -22,7 +22,7 @@ import (
 // and the one it reads from policy.
 const (
 	// ReasonQTypeOptIn, on an allowed decision, lets a restricted query type
-	// (TXT, MX, SRV, NULL, ...) through for that name (docs/ARCHITECTURE.md, "DNS filter").
+	// (TXT, MX, SRV, NULL, ...) through for that name (dnsfilter/DESIGN.md).
 	ReasonQTypeOptIn  = "dns_qtype_optin"
 	ReasonMalformed   = "dns_malformed"
 	ReasonBadName     = "dns_bad_name"
@@ -52,7 +52,7 @@ type query struct {
 	pending  bool   // stopped there
 }
 
-// ServeDNS is the request path, in the order docs/ARCHITECTURE.md gives. It writes
+// ServeDNS is the request path, in the order dnsfilter/DESIGN.md gives. It writes
 // exactly one audit record and then exactly one reply.
 func (s *sandboxServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	s.serveDNS(w, req, false)
@@ -139,7 +139,7 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 	// A secret placeholder in a question is refused and flagged whatever
 	// policy would say (the name check; nil without secrets).
 	if check := s.f.cfg.NameCheck; check != nil {
-		if reason, flag, refused := check(s.sb, name); refused {
+		if reason, flag, refused := check(s.rules().sb, name); refused {
 			q.reasons = []audit.Reason{{ID: reason, Msg: "name refused before policy"}}
 			if flag != "" {
 				q.flags = append(q.flags, flag)
@@ -147,7 +147,7 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 			return dns.RcodeNameError, nil
 		}
 	}
-	q.dec = s.decide(q)
+	q.dec = s.approve(q, s.decide(q)) // a question the policy asks waits for its answer (approval.go)
 	if !q.dec.d.Permit() {
 		return dns.RcodeNameError, nil
 	}
@@ -211,9 +211,10 @@ func (s *sandboxServer) decide(q *query) *decided {
 	var rev string
 	cacheable := s.dcache != nil && len(q.flags) == 0
 	key := decisionKey{q.name, q.qtype, q.proto}
+	rules := s.rules()
 	if cacheable {
 		rev = s.f.revOf()
-		if d := s.dcache.get(rev, key); d != nil {
+		if d := s.dcache.get(rev+rules.gen, key); d != nil {
 			s.f.metrics.dcacheHit.Inc()
 			return d
 		}
@@ -223,7 +224,7 @@ func (s *sandboxServer) decide(q *query) *decided {
 	}
 	in := &policy.Input{
 		Kind:    policy.KindDNS,
-		Sandbox: s.sb,
+		Sandbox: rules.sb,
 		Destination: policy.Destination{
 			Host: q.name, Port: 53, Suffixes: hostname.Suffixes(q.name), Protocol: q.proto,
 		},
@@ -234,7 +235,7 @@ func (s *sandboxServer) decide(q *query) *decided {
 	cancel()
 	d.reasons = auditReasons(d.d.Reasons)
 	if cacheable && d.d.Err == nil && d.d.Rev == rev {
-		s.dcache.put(rev, key, d)
+		s.dcache.put(rev+rules.gen, key, d)
 	}
 	return d
 }
@@ -289,7 +290,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	for _, fl := range q.flags {
 		s.f.metrics.flag(fl)
 	}
-	if !s.budget.take(q.start) {
+	if !s.meter.Allow(q.start) {
 		if s.f.auditFailing.Load() && (rcode == dns.RcodeSuccess || len(rrs) > 0) {
 			rcode, rrs = dns.RcodeServerFailure, nil
 		}
@@ -303,7 +304,7 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 				e.name = req.Question[0].Name
 			}
 		}
-		if s.sum.add(&e) {
+		if s.meter.Count(e.count) {
 			s.write(w, req, q, rcode, rrs)
 			return
 		}

@@ -119,7 +119,7 @@ func lookupMetric(t *testing.T, e *env, result string) float64 {
 	return metricValue(t, e.f.Registry(), "airlock_dns_gateway_lookups_total", map[string]string{"result": result})
 }
 
-// TestGatewayLookupPastUniqueNameCap pins issue 16 item 4: once a sandbox has
+// TestGatewayLookupPastUniqueNameCap: once a sandbox has
 // filled its unique-name cap with its own queries, the gateway resolved new
 // names for it anyway (LookupNetIP charges nothing), an unlimited channel to
 // the upstream. LookupForSandbox refuses them, sends nothing upstream, still

@@ -42,7 +42,7 @@ func reserveHarness(t *testing.T, refuse bool, pki *testPKI) (*harness, *auditte
 	return h, rl
 }
 
-// TestAuditReservedBeforeRequestLeaves (issue 16 item 9): with a log that
+// TestAuditReservedBeforeRequestLeaves: with a log that
 // holds room for records (audit.overflow deny), a plain HTTP request leaves
 // only once room for its record is reserved, and a tunnel's bytes flow only
 // once room for its close record is: when the log refuses, the sandbox is

@@ -228,7 +228,7 @@ func BenchmarkConnectBulk(b *testing.B) {
 }
 
 // BenchmarkTunnelsHeld: what one open CONNECT tunnel holds in the gateway
-// (issue 13: 1,000 tunnels without errors, RSS bounded). Each iteration opens
+// (1,000 tunnels without errors, RSS bounded). Each iteration opens
 // tunnels (the per-sandbox cap's worth) to a TCP echo upstream, echoes a byte
 // on each, and reports the heap and goroutine stacks the gateway process
 // holds per open tunnel (runtime.MemStats after a GC, so what the client side

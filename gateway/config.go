@@ -140,6 +140,9 @@ type Config struct {
 
 	// Injector adds credentials to allowed intercepted requests; nil means none.
 	Injector Injector
+	// Approver answers what the policy asks (approval.go); nil means nobody
+	// is asked and an ask decision is the deny it is.
+	Approver Approver
 
 	// DialFunc replaces the network dial (tests use a recording fake that refuses
 	// every address outside their allowed set). It is only ever called with an

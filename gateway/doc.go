@@ -17,13 +17,14 @@
 //
 // A CONNECT's dial only resolves and checks; it connects in relay, once what
 // the tunnel carries is decided, so nothing refused is ever dialed. Tunnels and
-// websockets are re-decided on a policy change (Redecide, redecide.go).
+// websockets are re-decided on a policy change and on one sandbox's (Redecide,
+// UpdateSandbox); an Ask decision waits for Config.Approver (approval.go).
 //
-// Entry points: New, (*Gateway).ServeSandbox, StopSandbox, Shutdown, Redecide. It talks
+// Entry points: New, (*Gateway).ServeSandbox, UpdateSandbox, StopSandbox, Shutdown, Redecide. It talks
 // to policy through policy.Decider, to audit through audit.Logger (and
 // audit.Reserver), to DNS through Resolver, SandboxResolver and SandboxNamer,
 // to secrets through Injector. Each stage, the CONNECT content rules, transparent
-// sniffing and HTTP/2: docs/ARCHITECTURE.md, "Gateway pipeline".
+// sniffing and HTTP/2: gateway/DESIGN.md.
 //
 // gateway must never import: config, dnsfilter, netns, sandboxd, daemon,
 // cmd/airlock.

@@ -68,7 +68,8 @@ type Gateway struct {
 
 // sandbox is one sandbox's listeners and live connections.
 type sandbox struct {
-	info      policy.Sandbox
+	info      policy.Sandbox                 // as served; its ID never changes
+	rules     atomic.Pointer[policy.Sandbox] // its rules as changed since (update.go)
 	listeners []net.Listener
 	conns     atomic.Int64
 	tunnels   atomic.Int64

@@ -70,6 +70,9 @@ type reqCtx struct {
 	upOK     bool    // the upstream response was read to its end: the connection may be reused
 	ws       *wsBody // a websocket goproxy relays
 
+	// approval is a person's answer to what the policy asked (approval.go).
+	approval *Answer
+
 	in      policy.Input
 	adm     *admitted              // what a long-lived connection was admitted with (redecide.go)
 	revoked atomic.Pointer[denial] // set by Redecide when it closed the connection
@@ -222,17 +225,41 @@ func (g *Gateway) decide(rc *reqCtx) error {
 	}
 	defer func() { rc.adm = &admitted{opening: rc.in, mitm: rc.mitm} }()
 	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
-		// Passthrough wins over everything that would intercept, placeholders
-		// included (policy.Decision.Passthrough).
-		rc.mitm = d.MITM && !d.Passthrough
-		if !rc.mitm && !d.Passthrough && g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(sandboxOf(rc), rc.host, rc.port) {
-			rc.mitm = true
-		}
+		rc.mitm = g.intercepts(rc, &rc.in, d)
 		if rc.mitm && g.leaves == nil {
 			return deny(ReasonMITMUnavailable, "interception of %s requested but no CA is configured", rc.host)
 		}
 	}
 	return nil
+}
+
+// intercepts reports whether an allowed CONNECT or TLS connection (opening
+// input in, decision d) is intercepted: policy asks for it (mitm), a secret
+// bound to the destination needs it, or report mode learns what it carries
+// (reportIntercepts). Passthrough wins over all of them, placeholders
+// included (policy.Decision.Passthrough).
+func (g *Gateway) intercepts(rc *reqCtx, in *policy.Input, d policy.Decision) bool {
+	switch {
+	case d.Passthrough:
+		return false
+	case d.MITM:
+		return true
+	case g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(sandboxOf(rc), in.Destination.Host, in.Destination.Port):
+		return true
+	}
+	return g.reportIntercepts(in, d)
+}
+
+// reportIntercepts: in report mode, a TLS connection (kind tls, or a CONNECT
+// to port 443) that policy would refuse, and lets through only because it is
+// reported, is intercepted, so that its records carry each request's method
+// and path (what policy suggest learns HTTP rules from, and replay checks
+// method and path rules against). Only where the gateway has a CA and the
+// sandbox trusts it: sandboxes of airlock run and the daemon always do; an
+// attached pod (input.sandbox.pod) may not, and stays tunnelled.
+func (g *Gateway) reportIntercepts(in *policy.Input, d policy.Decision) bool {
+	return g.leaves != nil && d.Mode == policy.ModeReport && !d.Allowed && d.Err == nil &&
+		in.Sandbox.Pod == nil && (in.Kind == policy.KindTLS || in.Destination.Port == 443)
 }
 
 // ask runs one policy decision on rc.in, bounded by PolicyTimeout.
@@ -244,7 +271,7 @@ func (g *Gateway) ask(rc *reqCtx) policy.Decision {
 	dur := time.Since(t0)
 	rc.policyDur += dur
 	g.metrics.policyEval.Observe(dur.Seconds())
-	return d
+	return g.approve(rc, d) // a question the policy asks waits for its answer (approval.go)
 }
 
 // denialOf is the denial a decision that does not permit stands for (nil when
@@ -301,7 +328,7 @@ func (g *Gateway) decideCarried(rc *reqCtx, kind policy.Kind) error {
 func (g *Gateway) buildInput(rc *reqCtx) {
 	in := &rc.in
 	in.Kind = rc.kind
-	in.Sandbox = rc.cc.sb.info
+	in.Sandbox = rc.cc.sb.current()
 	in.Destination = policy.Destination{Host: rc.host, Port: rc.port}
 	if rc.sess != nil {
 		in.Destination.Suffixes = rc.sess.suffixes(rc.host)

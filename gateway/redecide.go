@@ -94,24 +94,20 @@ func (g *Gateway) Redecide(sandboxID string) int {
 func (g *Gateway) stillAdmitted(rc *reqCtx) string {
 	a := rc.adm
 	in := a.opening
-	in.Sandbox = rc.cc.sb.info // the sandbox as it is now (its own rules may have changed)
+	in.Sandbox = rc.cc.sb.current() // the sandbox as it is now (its own rules may have changed)
 	d := g.redecide(&in)
-	if !d.Permit() {
+	if !d.Permit() && !approvedStill(rc, d) {
 		return "the policy in force refuses " + string(in.Kind) + " to " + in.Destination.Host
 	}
 	if in.Kind == policy.KindConnect || in.Kind == policy.KindTLS {
-		mitm := d.MITM && !d.Passthrough
-		if !mitm && !d.Passthrough && g.cfg.Injector != nil && g.cfg.Injector.NeedsMITM(sandboxOf(rc), in.Destination.Host, in.Destination.Port) {
-			mitm = true
-		}
-		if mitm != a.mitm {
+		if g.intercepts(rc, &in, d) != a.mitm {
 			return "the policy in force changed interception of " + in.Destination.Host
 		}
 	}
 	if a.carried != nil {
 		c := *a.carried
 		c.Sandbox = in.Sandbox
-		if d := g.redecide(&c); !d.Permit() {
+		if d := g.redecide(&c); !d.Permit() && !approvedStill(rc, d) {
 			return "the policy in force refuses what the tunnel to " + in.Destination.Host + " carries"
 		}
 	}

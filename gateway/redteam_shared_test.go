@@ -29,7 +29,7 @@ import (
 
 // Red-team battery for the gateway that all sandboxes share: what one sandbox
 // does must not reach past the limits set for it, nor touch another sandbox's
-// traffic (issue 16 items 4, 5 and 6).
+// traffic.
 
 // twoSandboxes is a gateway serving sb-a and sb-b, each on its own explicit
 // listener, with the given resolver and audit logger.
@@ -115,7 +115,7 @@ func (r *limitResolver) LookupForSandbox(_ context.Context, sb, host string) ([]
 
 var _ SandboxResolver = (*limitResolver)(nil)
 
-// TestGatewayLookupsCountAgainstSandboxDNSLimits (issue 16 item 4): the
+// TestGatewayLookupsCountAgainstSandboxDNSLimits: the
 // gateway resolves a request's host through LookupForSandbox with the
 // requesting sandbox's id, so a sandbox the DNS filter has started refusing
 // gets no new names resolved by the gateway either: its request is denied with
@@ -196,7 +196,7 @@ func paramQuery(n int, keyPad int) string {
 	return strings.Join(parts, "&")
 }
 
-// TestTooManyQueryParamsDeniedBeforePolicy (issue 16 item 5): a request with
+// TestTooManyQueryParamsDeniedBeforePolicy: a request with
 // more than max_query_params parameters is denied before policy sees it
 // (fail closed: a query cut short could hide what a deny rule looks for), on
 // the explicit proxy and on a transparent connection; one at the limit is
@@ -252,7 +252,7 @@ func TestTooManyQueryParamsDeniedBeforePolicy(t *testing.T) {
 	}
 }
 
-// TestAuditRecordsBounded (issue 16 item 5): whatever a request carries, its
+// TestAuditRecordsBounded: whatever a request carries, its
 // record lists at most 64 query keys, each and the path cut to a bound, and
 // messages cut too, so a hostile sandbox cannot make records huge.
 func TestAuditRecordsBounded(t *testing.T) {
@@ -337,7 +337,7 @@ func TestQueryKeys(t *testing.T) {
 // policy.
 func bareInjector(t *testing.T) *secrets.Injector { return bareInjectorWith(t, "") }
 
-// TestSlowBodyScanRefused (issue 16 item 5): with secrets configured, the
+// TestSlowBodyScanRefused: with secrets configured, the
 // request body the placeholder check reads before policy must arrive within
 // body_scan_timeout as a whole: a body that stalls, or dribbles a byte at a
 // time (so no per-read idle timeout fires), is refused with 408 and audited,
@@ -441,7 +441,7 @@ func (cu *connUpstream) last() string {
 	return cu.seen[len(cu.seen)-1]
 }
 
-// TestUpstreamConnectionsNotSharedAcrossSandboxes (issue 16 item 6): two
+// TestUpstreamConnectionsNotSharedAcrossSandboxes: two
 // sandboxes request the same upstream in turn; no upstream connection that
 // carried one sandbox's exchange ever carries the other's. Each sandbox still
 // reuses its own kept-alive connections, and StopSandbox closes the idle
@@ -486,7 +486,7 @@ func TestUpstreamConnectionsNotSharedAcrossSandboxes(t *testing.T) {
 	}
 }
 
-// TestBodyScanBudgetRefusedAsDenial (issue 16 item 5): a sandbox whose
+// TestBodyScanBudgetRefusedAsDenial: a sandbox whose
 // placeholder scans hold its whole body-scan budget gets 429 with the secrets
 // package's reason, as a denial, before policy; nothing reaches the upstream.
 func TestBodyScanBudgetRefusedAsDenial(t *testing.T) {

@@ -135,8 +135,7 @@ func readRest(c net.Conn, br *bufio.Reader) string {
 	return string(b)
 }
 
-// TestRedTeamConnectTunnelContent: domain fronting through CONNECT (issue 16
-// item 1). A tunnel carries TLS whose complete ClientHello names the CONNECT
+// TestRedTeamConnectTunnelContent: domain fronting through CONNECT. A tunnel carries TLS whose complete ClientHello names the CONNECT
 // host, plaintext HTTP whose every request names it, or opaque bytes only
 // where policy allows raw TCP to that host and port.
 func TestRedTeamConnectTunnelContent(t *testing.T) {
@@ -410,7 +409,7 @@ func TestConnectHTTPKeepsHostPinned(t *testing.T) {
 	}
 }
 
-// TestStatusReasonPhraseRelay (issue 16 item 8, gateway side; a guard): the
+// TestStatusReasonPhraseRelay (gateway side; a guard): the
 // explicit proxy never relays the upstream's reason phrase (net/http writes
 // its own from the code), and the transparent and intercepted relays write
 // resp.Status, the field secrets.ScrubResponse rewrites. Neither path builds

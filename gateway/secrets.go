@@ -51,7 +51,7 @@ const (
 )
 
 func sandboxOf(rc *reqCtx) secrets.Sandbox {
-	return secrets.Sandbox{ID: rc.cc.sb.info.ID, Labels: rc.cc.sb.info.Labels}
+	return secrets.Sandbox{ID: rc.cc.sb.info.ID, Labels: rc.cc.sb.current().Labels}
 }
 
 // secretsErr maps an error of package secrets onto the gateway's denial or

@@ -93,7 +93,7 @@ func (h *harness) rawExchange(t *testing.T, dst netip.AddrPort) string {
 	return line
 }
 
-// TestTCPByName is issue 12 item 2: a raw TCP connection to an address the
+// TestTCPByName: a raw TCP connection to an address the
 // DNS filter answered this sandbox is decided by the name it resolved and the
 // port, and dialed at the address the gateway resolves for that name (never
 // the original destination). Every other case is refused with the target

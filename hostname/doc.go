@@ -14,8 +14,10 @@
 // BelowRegistrable and WildcardBounded are the one Public Suffix List rule for
 // how far a wildcard may reach.
 //
+// ValidNode is the one rule for a node name (audit.node).
+//
 // Entry points: Normalize, SplitHostPort, NormalizePattern, Suffixes,
-// WildcardBounded.
+// WildcardBounded, ValidNode.
 //
 // hostname must never import: any other airlock package.
 package hostname

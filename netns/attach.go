@@ -8,8 +8,8 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/oplog"
-	"github.com/airlock-dev/airlock/policy"
 )
 
 // Attach gives the existing namespace at nsPath (/var/run/netns/x, /proc/PID/ns/net)
@@ -22,7 +22,7 @@ import (
 // iptables rules and the sysctls it changes first, so Detach (or Recover after a
 // crash) puts them back. The namespace is also bind-mounted at RunDir/airlock-<id>
 // so a restarted gateway finds it. On error the namespace is left as it was.
-func (m *Manager) Attach(ctx context.Context, sb policy.Sandbox, nsPath string, inbound Inbound) (*Sandbox, error) {
+func (m *Manager) Attach(ctx context.Context, sb identity.Sandbox, nsPath string, inbound Inbound) (*Sandbox, error) {
 	if err := inbound.Validate(); err != nil {
 		return nil, fmt.Errorf("netns: attach %s: %w", sb.ID, err)
 	}
@@ -47,7 +47,7 @@ func (m *Manager) Attach(ctx context.Context, sb policy.Sandbox, nsPath string, 
 	return s, nil
 }
 
-func (m *Manager) attach(ctx context.Context, sb policy.Sandbox, nsPath string, inbound Inbound) (s *Sandbox, err error) {
+func (m *Manager) attach(ctx context.Context, sb identity.Sandbox, nsPath string, inbound Inbound) (s *Sandbox, err error) {
 	var undo []func()
 	defer func() {
 		if err != nil {

@@ -12,8 +12,8 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
 )
 
@@ -147,14 +147,14 @@ func TestAttachAndDetach(t *testing.T) {
 	sysBefore, _ := nsExec(t, c.path, 10*time.Second, "sysctl", "net.ipv6.conf.all.disable_ipv6", "net.ipv4.conf.all.route_localnet")
 
 	id := netnstest.SandboxID("attach")
-	s, err := w.m.Attach(ctx, policy.Sandbox{ID: id, Labels: map[string]string{"kind": "vm"}}, c.path, Inbound{})
+	s, err := w.m.Attach(ctx, identity.Sandbox{ID: id, Labels: map[string]string{"kind": "vm"}}, c.path, Inbound{})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
-	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: netnstest.SandboxID("again")}, c.path, Inbound{}); err == nil {
+	if _, err := w.m.Attach(ctx, identity.Sandbox{ID: netnstest.SandboxID("again")}, c.path, Inbound{}); err == nil {
 		t.Errorf("attaching the same namespace twice succeeded")
 	}
-	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: netnstest.SandboxID("host")}, "/proc/self/ns/net", Inbound{}); err == nil {
+	if _, err := w.m.Attach(ctx, identity.Sandbox{ID: netnstest.SandboxID("host")}, "/proc/self/ns/net", Inbound{}); err == nil {
 		t.Errorf("attaching the host namespace succeeded")
 	}
 
@@ -252,7 +252,7 @@ func TestAttachFailureRestores(t *testing.T) {
 			}
 			defer func() { w.m.hook = nil }()
 			id := netnstest.SandboxID("afail")
-			if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, c.path, Inbound{}); err == nil {
+			if _, err := w.m.Attach(context.Background(), identity.Sandbox{ID: id}, c.path, Inbound{}); err == nil {
 				t.Fatalf("Attach with a failure at %s succeeded", step)
 			}
 			after, _ := nsExec(t, c.path, 10*time.Second, save)
@@ -281,7 +281,7 @@ func TestAttachWithDefaultRoute(t *testing.T) {
 	routesBefore, _ := nsExec(t, c.path, 10*time.Second, "ip", "route")
 
 	id := netnstest.SandboxID("defroute")
-	if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, c.path, Inbound{}); err != nil {
+	if _, err := w.m.Attach(context.Background(), identity.Sandbox{ID: id}, c.path, Inbound{}); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	reqs := w.web.Requests()
@@ -340,7 +340,7 @@ func TestAttachLoopbackDown(t *testing.T) {
 	before, _ := nsExec(t, path, 10*time.Second, save)
 
 	id := netnstest.SandboxID("lodown")
-	_, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, path, Inbound{})
+	_, err := w.m.Attach(context.Background(), identity.Sandbox{ID: id}, path, Inbound{})
 	var lo *LoopbackDownError
 	if !errors.As(err, &lo) || lo.Namespace != path {
 		t.Fatalf("got %v, want a LoopbackDownError for %s", err, path)
@@ -354,7 +354,7 @@ func TestAttachLoopbackDown(t *testing.T) {
 	}
 
 	run(t, "ip", "-n", name, "link", "set", "lo", "up")
-	if _, err := w.m.Attach(context.Background(), policy.Sandbox{ID: id}, path, Inbound{}); err != nil {
+	if _, err := w.m.Attach(context.Background(), identity.Sandbox{ID: id}, path, Inbound{}); err != nil {
 		t.Fatalf("attach with lo up: %v", err)
 	}
 	if err := w.m.Detach(context.Background(), id); err != nil {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -41,7 +41,7 @@ func BenchmarkCreate(b *testing.B) {
 				id := netnstest.SandboxID("bench")
 				b.StartTimer()
 				start := time.Now()
-				s, err := m.Create(context.Background(), policy.Sandbox{ID: id})
+				s, err := m.Create(context.Background(), identity.Sandbox{ID: id})
 				d := time.Since(start)
 				b.StopTimer()
 				if err != nil {
@@ -72,7 +72,7 @@ func BenchmarkTeardown(b *testing.B) {
 	durs := make([]time.Duration, 0, b.N)
 	for range b.N {
 		b.StopTimer()
-		s, err := m.Create(context.Background(), policy.Sandbox{ID: netnstest.SandboxID("bench")})
+		s, err := m.Create(context.Background(), identity.Sandbox{ID: netnstest.SandboxID("bench")})
 		if err != nil {
 			b.Fatal(err)
 		}

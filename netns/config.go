@@ -69,7 +69,7 @@ type Config struct {
 	// PoolSize namespaces are kept ready (rules installed, no listeners) so that
 	// Create only has to claim one. 0 disables the pool.
 	PoolSize int
-	// IPTables is the backend: auto, nft or legacy (docs/ARCHITECTURE.md, "Network model").
+	// IPTables is the backend: auto, nft or legacy (netns/DESIGN.md).
 	IPTables string
 	// ExecTimeout bounds each iptables-restore/iptables-save run.
 	ExecTimeout time.Duration

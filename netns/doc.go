@@ -17,9 +17,8 @@
 // Entry points: New, (*Manager).Create, TakePooled, CreateFrom, Attach,
 // Detach, Teardown, Recover, Close. The listeners go to a caller-owned Server (package daemon glues in
 // the gateway and the DNS filter). Rules, attach, recovery, the pool and the
-// capabilities a sandbox must never hold: docs/ARCHITECTURE.md, "Network
-// model".
+// capabilities a sandbox must never hold: netns/DESIGN.md.
 //
-// netns must never import: config, gateway, dnsfilter, sandboxd, secrets,
+// netns must never import: config, policy, gateway, dnsfilter, sandboxd, secrets,
 // daemon, cmd/airlock.
 package netns

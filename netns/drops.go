@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/oplog"
-	"github.com/airlock-dev/airlock/policy"
 )
 
 // Audit reason ids for drop records.
@@ -74,7 +74,7 @@ func (l *dropLimiter) take() (int, map[string]int) {
 // counts the inbound connections InboundAccept logged as accepted.
 type dropReader struct {
 	conn     *nflogConn
-	sb       policy.Sandbox
+	sb       identity.Sandbox
 	audit    audit.Logger
 	log      *slog.Logger
 	lim      dropLimiter
@@ -82,7 +82,7 @@ type dropReader struct {
 	done     chan struct{}
 }
 
-func newDropReader(conn *nflogConn, sb policy.Sandbox, al audit.Logger, log *slog.Logger, burst int, interval time.Duration, accepted func()) *dropReader {
+func newDropReader(conn *nflogConn, sb identity.Sandbox, al audit.Logger, log *slog.Logger, burst int, interval time.Duration, accepted func()) *dropReader {
 	d := &dropReader{
 		conn:     conn,
 		sb:       sb,
@@ -165,7 +165,7 @@ func (d *dropReader) flush() {
 		Sandbox:  d.sb.ID,
 		Kind:     audit.KindDrop,
 		Decision: audit.DecisionDeny,
-		Mode:     string(policy.ModeEnforce),
+		Mode:     string(identity.ModeEnforce),
 		Reasons:  []audit.Reason{{ID: ReasonDropSummary, Msg: fmt.Sprintf("%d more dropped packets not logged one by one", n)}},
 		Extra:    extra,
 	})
@@ -177,7 +177,7 @@ func (d *dropReader) record(p droppedPacket) *audit.Record {
 		Sandbox:  d.sb.ID,
 		Kind:     audit.KindDrop,
 		Decision: audit.DecisionDeny,
-		Mode:     string(policy.ModeEnforce),
+		Mode:     string(identity.ModeEnforce),
 		Reasons:  []audit.Reason{{ID: ReasonDrop, Msg: "packet dropped by the sandbox network rules"}},
 		Protocol: p.Protocol,
 		IP:       p.Dst.String(),

@@ -18,8 +18,8 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
@@ -124,7 +124,7 @@ var _ Server = (*testServer)(nil)
 var _ gateway.SandboxResolver = (*dnsfilter.Resolver)(nil)
 var _ gateway.SandboxNamer = (*dnsfilter.Resolver)(nil)
 
-func (s *testServer) Serve(sb policy.Sandbox, own []netip.Addr, ls Listeners) error {
+func (s *testServer) Serve(sb identity.Sandbox, own []netip.Addr, ls Listeners) error {
 	if err := s.dns.ServeSandbox(sb, own, ls.DNSUDP, ls.DNSTCP); err != nil {
 		return err
 	}

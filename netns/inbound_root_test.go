@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/poll"
 )
@@ -300,7 +300,7 @@ func TestAttachInboundAccept(t *testing.T) {
 	// Capture (the default): what arrives is taken for egress; the pod's
 	// server sees nothing.
 	id := netnstest.SandboxID("incap")
-	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: id}, c.path, Inbound{}); err != nil {
+	if _, err := w.m.Attach(ctx, identity.Sandbox{ID: id}, c.path, Inbound{}); err != nil {
 		t.Fatalf("Attach (capture): %v", err)
 	}
 	n := listed.n.Load()
@@ -316,7 +316,7 @@ func TestAttachInboundAccept(t *testing.T) {
 
 	// Accept on 8080.
 	id = netnstest.SandboxID("inacc")
-	s, err := w.m.Attach(ctx, policy.Sandbox{ID: id}, c.path, Inbound{Mode: InboundAccept, Ports: []int{8080}})
+	s, err := w.m.Attach(ctx, identity.Sandbox{ID: id}, c.path, Inbound{Mode: InboundAccept, Ports: []int{8080}})
 	if err != nil {
 		t.Fatalf("Attach (accept): %v", err)
 	}
@@ -517,7 +517,7 @@ func testAttachInboundCheck(t *testing.T, backend string) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := netnstest.SandboxID("incheck")
-			if _, err := w.m.Attach(ctx, policy.Sandbox{ID: id}, c.path, Inbound{Mode: InboundAccept, Ports: []int{8080}}); err != nil {
+			if _, err := w.m.Attach(ctx, identity.Sandbox{ID: id}, c.path, Inbound{Mode: InboundAccept, Ports: []int{8080}}); err != nil {
 				t.Fatalf("Attach: %v", err)
 			}
 			defer func() {

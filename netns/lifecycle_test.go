@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/poll"
 )
@@ -229,7 +229,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 				return nil
 			}
 			defer func() { w.m.hook = nil }()
-			if _, err := w.m.Create(context.Background(), policy.Sandbox{ID: id}); err == nil {
+			if _, err := w.m.Create(context.Background(), identity.Sandbox{ID: id}); err == nil {
 				t.Fatalf("Create with a failure at %s succeeded", step)
 			}
 			if _, err := os.Lstat(w.m.nsPath(id)); !os.IsNotExist(err) {
@@ -249,7 +249,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 			}
 			// The id is free again.
 			w.m.hook = nil
-			s, err := w.m.Create(context.Background(), policy.Sandbox{ID: id})
+			s, err := w.m.Create(context.Background(), identity.Sandbox{ID: id})
 			if err != nil {
 				t.Fatalf("Create after the failure: %v", err)
 			}
@@ -390,7 +390,7 @@ func TestRecoverAfterCrashMidCreate(t *testing.T) {
 	if err := w.m.prepare(); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.m.writeState(w.m.newState(policy.Sandbox{ID: id, Labels: map[string]string{"a": "b"}}, originCreated)); err != nil {
+	if err := w.m.writeState(w.m.newState(identity.Sandbox{ID: id, Labels: map[string]string{"a": "b"}}, originCreated)); err != nil {
 		t.Fatal(err)
 	}
 	h, err := newNamespace(w.m.nsPath(id))
@@ -444,7 +444,7 @@ func TestFailedRulesRunLeavesNothing(t *testing.T) {
 	f := &fakeRunner{rules: map[string]string{}, failOn: "restore"}
 	w.m.ipt = f
 	id := netnstest.SandboxID("ipt")
-	if _, err := w.m.Create(context.Background(), policy.Sandbox{ID: id}); err == nil {
+	if _, err := w.m.Create(context.Background(), identity.Sandbox{ID: id}); err == nil {
 		t.Fatal("Create with a failing iptables-restore succeeded")
 	}
 	if len(f.calls) != 1 || f.calls[0] != "restore "+w.m.Backend() {
@@ -456,7 +456,7 @@ func TestFailedRulesRunLeavesNothing(t *testing.T) {
 	// With the fake succeeding, Create runs, and what it applied is the island
 	// ruleset.
 	f.failOn = ""
-	s, err := w.m.Create(context.Background(), policy.Sandbox{ID: id})
+	s, err := w.m.Create(context.Background(), identity.Sandbox{ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}

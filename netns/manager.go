@@ -18,8 +18,8 @@ import (
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/oplog"
-	"github.com/airlock-dev/airlock/policy"
 )
 
 // Listeners are the sockets a sandbox's namespace gets, all on 127.0.0.1 inside it.
@@ -44,7 +44,7 @@ func (l Listeners) Close() {
 // serving and returns; from then on the server owns the listeners and closes them
 // in Stop. If Serve returns an error the Manager closes the listeners itself.
 type Server interface {
-	Serve(sb policy.Sandbox, own []netip.Addr, ls Listeners) error
+	Serve(sb identity.Sandbox, own []netip.Addr, ls Listeners) error
 	Stop(id string)
 }
 
@@ -62,7 +62,7 @@ type Sandbox struct {
 	// Own are the gateway's addresses as the sandbox sees them.
 	Own []netip.Addr
 	// Pod is the Kubernetes pod of an attached namespace (airlock-cni), or nil.
-	Pod *policy.Pod
+	Pod *identity.Pod
 	// Inbound is what an attached namespace's rules do with arriving
 	// traffic (normalized: mode set, ports sorted).
 	Inbound Inbound
@@ -71,7 +71,7 @@ type Sandbox struct {
 	// logged: NFLOG may lose messages under load).
 	accepted atomic.Uint64
 
-	info  policy.Sandbox // what the Server is told: id, labels, mode, allow
+	info  identity.Sandbox // what the Server is told: id, labels, mode, allow
 	ls    Listeners
 	drops *dropReader
 }
@@ -206,7 +206,7 @@ func (m *Manager) release(id string) {
 
 // Create makes the island namespace for sb, opens its listeners, installs its
 // rules and hands the listeners to the Server. On error nothing is left behind.
-func (m *Manager) Create(ctx context.Context, sb policy.Sandbox) (*Sandbox, error) {
+func (m *Manager) Create(ctx context.Context, sb identity.Sandbox) (*Sandbox, error) {
 	if err := m.reserve(sb.ID); err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func (m *Manager) Create(ctx context.Context, sb policy.Sandbox) (*Sandbox, erro
 
 // create makes sb's namespace at path (from the pooled namespace p when
 // given, else from the pool when one is ready, else a new one) and serves it.
-func (m *Manager) create(ctx context.Context, sb policy.Sandbox, path string, p *Pooled) (s *Sandbox, err error) {
+func (m *Manager) create(ctx context.Context, sb identity.Sandbox, path string, p *Pooled) (s *Sandbox, err error) {
 	var undo []func()
 	defer func() {
 		if err != nil {

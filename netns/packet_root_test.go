@@ -15,8 +15,8 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/poll"
 )
@@ -172,7 +172,7 @@ func testAttachPacketSockets(t *testing.T, inbound Inbound) {
 	listenInPod(t, c.path, 8080)
 
 	id := netnstest.SandboxID("pkt")
-	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: id}, c.path, inbound); err != nil {
+	if _, err := w.m.Attach(ctx, identity.Sandbox{ID: id}, c.path, inbound); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	t.Cleanup(func() { _ = w.m.Detach(context.Background(), id) })
@@ -288,7 +288,7 @@ func TestAttachCaptureServesTheNetwork(t *testing.T) {
 	c := newContainer(t)
 	ctx := context.Background()
 	id := netnstest.SandboxID("capnet")
-	if _, err := w.m.Attach(ctx, policy.Sandbox{ID: id}, c.path, Inbound{}); err != nil {
+	if _, err := w.m.Attach(ctx, identity.Sandbox{ID: id}, c.path, Inbound{}); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	t.Cleanup(func() { _ = w.m.Detach(context.Background(), id) })

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/oplog"
-	"github.com/airlock-dev/airlock/policy"
 )
 
 // fillPool keeps Config.PoolSize ready namespaces (rules installed, no listeners)
@@ -263,7 +263,7 @@ func (p *Pooled) Discard() error {
 // been removed (nothing is left; a process inside has no way out). Call it
 // before any of the sandbox's own code runs in the namespace: a listener port
 // something there already bound makes CreateFrom fail.
-func (m *Manager) CreateFrom(ctx context.Context, sb policy.Sandbox, p *Pooled) (*Sandbox, error) {
+func (m *Manager) CreateFrom(ctx context.Context, sb identity.Sandbox, p *Pooled) (*Sandbox, error) {
 	if p == nil || p.m != m {
 		return nil, errors.New("netns: create from pooled: not a namespace this manager's TakePooled returned")
 	}

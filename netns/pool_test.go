@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/poll"
 )
 
@@ -135,7 +135,7 @@ func TestPooledCreateFrom(t *testing.T) {
 	}
 
 	id := netnstest.SandboxID("pooled")
-	s, err := w.m.CreateFrom(ctx, policy.Sandbox{ID: id, Labels: map[string]string{"test": t.Name()}}, p)
+	s, err := w.m.CreateFrom(ctx, identity.Sandbox{ID: id, Labels: map[string]string{"test": t.Name()}}, p)
 	if err != nil {
 		t.Fatalf("CreateFrom: %v", err)
 	}
@@ -169,7 +169,7 @@ func TestPooledCreateFrom(t *testing.T) {
 	if err := p.Discard(); err != nil || !mounted(t, s.Path) {
 		t.Fatalf("Discard after CreateFrom: %v, sandbox mounted %v; want a no-op", err, mounted(t, s.Path))
 	}
-	if _, err := w.m.CreateFrom(ctx, policy.Sandbox{ID: netnstest.SandboxID("again")}, p); err == nil {
+	if _, err := w.m.CreateFrom(ctx, identity.Sandbox{ID: netnstest.SandboxID("again")}, p); err == nil {
 		t.Fatal("a second CreateFrom of one pooled namespace succeeded")
 	}
 	if err := w.m.Teardown(ctx, id); err != nil {
@@ -211,7 +211,7 @@ func TestPooledDiscardLeavesNothing(t *testing.T) {
 			t.Fatalf("second Discard: %v", err)
 		}
 		gone(t, "discarded", p.Path())
-		if _, err := w.m.CreateFrom(ctx, policy.Sandbox{ID: netnstest.SandboxID("late")}, p); err == nil {
+		if _, err := w.m.CreateFrom(ctx, identity.Sandbox{ID: netnstest.SandboxID("late")}, p); err == nil {
 			t.Fatal("CreateFrom of a discarded namespace succeeded")
 		}
 		if got := fdCount(t); got != fds {
@@ -234,7 +234,7 @@ func TestPooledDiscardLeavesNothing(t *testing.T) {
 				}
 				return nil
 			}
-			_, err = w.m.CreateFrom(ctx, policy.Sandbox{ID: id}, p)
+			_, err = w.m.CreateFrom(ctx, identity.Sandbox{ID: id}, p)
 			w.m.hook = nil
 			if err == nil {
 				t.Fatalf("%s: CreateFrom succeeded", step)
@@ -287,7 +287,7 @@ func TestCloseWaitsForPoolNameUnmounts(t *testing.T) {
 	// Back to back, then Close at once: several unmounts are still under way.
 	for i, p := range taken {
 		id := netnstest.SandboxID("unmount" + strconv.Itoa(i))
-		sb, err := w.m.CreateFrom(ctx, policy.Sandbox{ID: id}, p)
+		sb, err := w.m.CreateFrom(ctx, identity.Sandbox{ID: id}, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -358,7 +358,7 @@ func TestRecoverSparesAnotherManagersPool(t *testing.T) {
 			t.Errorf("the other Manager's Recover or Close removed live pool namespace %s", path)
 		}
 	}
-	sb, err := w.m.Create(ctx, policy.Sandbox{ID: netnstest.SandboxID("pool-spared")})
+	sb, err := w.m.Create(ctx, identity.Sandbox{ID: netnstest.SandboxID("pool-spared")})
 	if err != nil {
 		t.Fatalf("create from the pool after the other's Recover and Close: %v", err)
 	}

@@ -12,8 +12,8 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
 )
 
@@ -70,13 +70,13 @@ func testRecoverReattachesOnlyAttached(t *testing.T, oldState bool) {
 	rulesBefore, _ := nsExec(t, c.path, 10*time.Second, save)
 
 	created := w.create(t, "created")
-	allow, err := policy.NewAllowList([]string{"extra.test"})
+	allow, err := identity.NewAllowList([]string{"extra.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	aid := netnstest.SandboxID("attached")
-	pod := &policy.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1"}
-	attached, err := w.m.Attach(ctx, policy.Sandbox{ID: aid, Labels: map[string]string{"kind": "vm"}, Mode: policy.ModeReport, Allow: allow, Pod: pod}, c.path, Inbound{Mode: InboundAccept, Ports: []int{8443, 8080}})
+	pod := &identity.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1"}
+	attached, err := w.m.Attach(ctx, identity.Sandbox{ID: aid, Labels: map[string]string{"kind": "vm"}, Mode: identity.ModeReport, Allow: allow, Pod: pod}, c.path, Inbound{Mode: InboundAccept, Ports: []int{8443, 8080}})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -144,7 +144,7 @@ func testRecoverReattachesOnlyAttached(t *testing.T, oldState bool) {
 	if !ok || !got.Attached || got.Labels["kind"] != "vm" || got.Path != attached.Path {
 		t.Fatalf("re-attached sandbox: %+v, want the attached one with its labels", got)
 	}
-	if !oldState && (got.info.Mode != policy.ModeReport || !slices.Equal(got.info.Allow.Entries(), []string{"extra.test"})) {
+	if !oldState && (got.info.Mode != identity.ModeReport || !slices.Equal(got.info.Allow.Entries(), []string{"extra.test"})) {
 		t.Errorf("re-attached policy identity: mode %q allow %v, want report [extra.test]", got.info.Mode, got.info.Allow.Entries())
 	}
 	if !oldState && (got.Pod == nil || *got.Pod != *pod || got.info.Pod == nil || *got.info.Pod != *pod) {

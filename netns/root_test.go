@@ -13,8 +13,8 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/netns/netnstest"
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
@@ -63,7 +63,7 @@ func (w *world) newManager(t *testing.T) *Manager {
 
 func (w *world) create(t *testing.T, tag string) *Sandbox {
 	t.Helper()
-	s, err := w.m.Create(context.Background(), policy.Sandbox{ID: netnstest.SandboxID(tag), Labels: map[string]string{"test": t.Name()}})
+	s, err := w.m.Create(context.Background(), identity.Sandbox{ID: netnstest.SandboxID(tag), Labels: map[string]string{"test": t.Name()}})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}

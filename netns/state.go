@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/oplog"
-	"github.com/airlock-dev/airlock/policy"
 )
 
 // Origins of a managed namespace (state.Origin).
@@ -33,14 +33,14 @@ type state struct {
 	Origin string `json:"origin,omitempty"`
 	// Mode and Allow are the sandbox's own policy mode and allow entries, so
 	// a re-attached sandbox is decided as before the crash.
-	Mode  policy.Mode `json:"mode,omitempty"`
-	Allow []string    `json:"allow,omitempty"`
+	Mode  identity.Mode `json:"mode,omitempty"`
+	Allow []string      `json:"allow,omitempty"`
 	// Pod is the Kubernetes pod an attached namespace belongs to (airlock-cni).
-	Pod          *policy.Pod `json:"pod,omitempty"`
-	Attached     bool        `json:"attached,omitempty"`
-	Source       string      `json:"source,omitempty"`
-	SavedRules   string      `json:"saved_rules,omitempty"`
-	SavedSysctls []sysctl    `json:"saved_sysctls,omitempty"`
+	Pod          *identity.Pod `json:"pod,omitempty"`
+	Attached     bool          `json:"attached,omitempty"`
+	Source       string        `json:"source,omitempty"`
+	SavedRules   string        `json:"saved_rules,omitempty"`
+	SavedSysctls []sysctl      `json:"saved_sysctls,omitempty"`
 	// AddedIsland says Attach added the island address and default route (the
 	// namespace had no default route), so detaching removes them.
 	AddedIsland bool `json:"added_island,omitempty"`
@@ -102,7 +102,7 @@ func (m *Manager) readState(id string) (*state, error) {
 
 // newState is the first state of a sandbox: who it is and who made its
 // namespace.
-func (m *Manager) newState(sb policy.Sandbox, origin string) *state {
+func (m *Manager) newState(sb identity.Sandbox, origin string) *state {
 	return &state{
 		ID: sb.ID, Labels: maps.Clone(sb.Labels), Backend: m.backend, Origin: origin,
 		Mode: sb.Mode, Allow: sb.Allow.Entries(), Attached: origin == originAttached, Pod: clonePod(sb.Pod),
@@ -140,12 +140,12 @@ func (st *state) inbound() Inbound {
 }
 
 // sandbox is the policy identity a re-attached namespace is served with.
-func (st *state) sandbox() (policy.Sandbox, error) {
-	allow, err := policy.NewAllowList(st.Allow)
+func (st *state) sandbox() (identity.Sandbox, error) {
+	allow, err := identity.NewAllowList(st.Allow)
 	if err != nil {
-		return policy.Sandbox{}, err
+		return identity.Sandbox{}, err
 	}
-	return policy.Sandbox{ID: st.ID, Labels: maps.Clone(st.Labels), Mode: st.Mode, Allow: allow, Pod: clonePod(st.Pod)}, nil
+	return identity.Sandbox{ID: st.ID, Labels: maps.Clone(st.Labels), Mode: st.Mode, Allow: allow, Pod: clonePod(st.Pod)}, nil
 }
 
 func (m *Manager) removeState(id string) {
@@ -155,7 +155,7 @@ func (m *Manager) removeState(id string) {
 }
 
 // clonePod copies p, so a state or a Sandbox never shares the caller's.
-func clonePod(p *policy.Pod) *policy.Pod {
+func clonePod(p *identity.Pod) *identity.Pod {
 	if p == nil {
 		return nil
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/identity"
 )
 
 // TestStateOrigin: who made a namespace, from a state file of this version
@@ -49,12 +49,12 @@ func TestStateOrigin(t *testing.T) {
 // allow list, and gives them back when it is re-attached.
 func TestNewStateKeepsPolicyIdentity(t *testing.T) {
 	m := &Manager{backend: IPTablesLegacy}
-	allow, err := policy.NewAllowList([]string{"b.example:22", "a.example"})
+	allow, err := identity.NewAllowList([]string{"b.example:22", "a.example"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := &policy.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1", ServiceAccount: "runner"}
-	sb := policy.Sandbox{ID: "x", Labels: map[string]string{"k": "v"}, Mode: policy.ModeReport, Allow: allow, Pod: pod}
+	pod := &identity.Pod{Namespace: "ci", Name: "agent-0", UID: "u-1", ServiceAccount: "runner"}
+	sb := identity.Sandbox{ID: "x", Labels: map[string]string{"k": "v"}, Mode: identity.ModeReport, Allow: allow, Pod: pod}
 	for _, origin := range []string{originCreated, originAttached} {
 		st := m.newState(sb, origin)
 		b, _ := json.Marshal(st)
@@ -69,7 +69,7 @@ func TestNewStateKeepsPolicyIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.ID != "x" || got.Labels["k"] != "v" || got.Mode != policy.ModeReport || strings.Join(got.Allow.Entries(), ",") != "a.example,b.example:22" {
+		if got.ID != "x" || got.Labels["k"] != "v" || got.Mode != identity.ModeReport || strings.Join(got.Allow.Entries(), ",") != "a.example,b.example:22" {
 			t.Fatalf("got %+v (allow %v), want the sandbox back", got, got.Allow.Entries())
 		}
 		if got.Pod == nil || *got.Pod != *pod || got.Pod == pod {

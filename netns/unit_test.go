@@ -12,7 +12,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/identity"
 )
 
 func TestRulesIsland(t *testing.T) {
@@ -374,7 +374,7 @@ func TestRestoreRoundTripWithFake(t *testing.T) {
 
 type testServerStub struct{}
 
-func (testServerStub) Serve(policy.Sandbox, []netip.Addr, Listeners) error { return nil }
-func (testServerStub) Stop(string)                                         {}
+func (testServerStub) Serve(identity.Sandbox, []netip.Addr, Listeners) error { return nil }
+func (testServerStub) Stop(string)                                           {}
 
-func policyStubSandbox(id string) policy.Sandbox { return policy.Sandbox{ID: id} }
+func policyStubSandbox(id string) identity.Sandbox { return identity.Sandbox{ID: id} }

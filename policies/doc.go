@@ -6,7 +6,7 @@
 // policy directory.
 //
 // Entry point: FS. Package policy is its only reader. What the library and the
-// default policy decide: policies/README.md and docs/ARCHITECTURE.md, "Policy".
+// default policy decide: policies/README.md and policy/DESIGN.md.
 //
 // policies must never import: any other airlock package.
 package policies

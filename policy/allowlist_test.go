@@ -59,7 +59,7 @@ func TestNewAllowList(t *testing.T) {
 			if err := json.Unmarshal(mustJSON(t, tc.entries), &arr); err != nil {
 				t.Fatalf("array form: %v", err)
 			}
-			if !slices.Equal(arr.Entries(), a.Entries()) || string(mustJSON(t, &obj)) != tc.json || obj.digest != a.digest || arr.digest != a.digest {
+			if !slices.Equal(arr.Entries(), a.Entries()) || string(mustJSON(t, &obj)) != tc.json || obj.Digest() != a.Digest() || arr.Digest() != a.Digest() {
 				t.Fatalf("got object form %s, array form %q, want %s and %q, one digest", mustJSON(t, &obj), arr.Entries(), tc.json, a.Entries())
 			}
 		})

@@ -53,6 +53,9 @@ func BuildBundle(ctx context.Context, dir string, o BundleBuild, w io.Writer) er
 	if _, ok := files[schemaFile]; ok {
 		return fmt.Errorf("policy: bundle: %s: a bundle cannot carry the input schema (the embedded one applies)", filepath.Join(dir, schemaFile))
 	}
+	if _, ok := files[ManifestFile]; ok {
+		return fmt.Errorf("policy: bundle: %s: a bundle cannot carry a manifest yet; set policy.presets in the gateways' configuration instead", filepath.Join(dir, ManifestFile))
+	}
 	// The directory as a bundle of it would be activated: compiled, tested.
 	e, err := New(Config{Dir: dir}, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -98,7 +98,7 @@ func floodInput(i, size int) *Input {
 	return in
 }
 
-// Regression (issue 16 item 5): the decision cache was bounded by count only
+// Regression: the decision cache was bounded by count only
 // while its keys hold whole headers and queries, so a sandbox sending distinct
 // requests with large headers made it hold up to 10,000 large keys. Now the
 // bytes it accounts stay under Config.CacheBytes through a flood, and hits
@@ -167,7 +167,7 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
-// Regression (issue 16 item 5), measured on the heap with the default
+// Regression, measured on the heap with the default
 // configuration: 3,000 distinct requests with 24 KiB headers (70 MiB of keys,
 // under the 10,000-entry count bound that was the only bound) leave the cache
 // holding about DefaultCacheBytes, not all of them.

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"strings"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -43,6 +45,11 @@ func compileModules(mods map[string]*ast.Module, schema any) (*ast.Compiler, err
 	c := newCompiler(schema, false)
 	c.Compile(mods)
 	if c.Failed() {
+		for _, e := range c.Errors {
+			if e.Location != nil && strings.HasSuffix(e.Location.File, derivedSuffix) {
+				e.Message += " (in the copy of this rule airlock derives to decide which connections it must intercept: name the host in a mitm rule, or write the rule so its conditions on the request stand apart)"
+			}
+		}
 		return nil, c.Errors
 	}
 	return c, nil

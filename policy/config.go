@@ -59,6 +59,11 @@ type Config struct {
 	// comes from an OPA bundle server (bundle.go). Dir and Watch must be
 	// empty.
 	Bundle *BundleConfig
+	// FailingTests, when set, lets New build an engine whose directory's own
+	// tests fail (it still fails on a compile error): FailingTests is called
+	// with the failure. For `policy eval`, which
+	// must answer while a policy is being fixed; run and serve leave it nil.
+	FailingTests func(error)
 }
 
 // withDefaults applies defaults and validates; errors name the field.

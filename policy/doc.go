@@ -2,20 +2,27 @@
 // (Rego v1 only, github.com/open-policy-agent/opa/v1). It owns the input and
 // decision documents (input.go), the engine behind the Decider seam (an
 // immutable compiled snapshot behind an atomic pointer, swapped by Reload),
-// the decision cache (cache.go, bounded by count and bytes), the host entries
-// of presets and --allow (hosts.go), the policy bundle source (bundle*.go:
-// OPA's downloader, verified bundles compiled and tested as a policy
-// directory before the swap, the last good one persisted), and the logic of
-// `airlock policy test|check|eval` (RunTests, Check, ParseInput). The Rego
-// library, default policy, presets and input schema live in policies/ and are
-// embedded.
+// the decision cache (cache.go), preset and --allow host entries (hosts.go),
+// bundles (bundle*.go: verified, compiled and tested before the swap, the last
+// good one persisted), `airlock policy test|check|eval|explain` (RunTests,
+// Check, ParseInput, Explain, DiffExplain), and a directory's manifest
+// (manifest.go: airlock-policy.yaml names the presets it builds on, for tests
+// and run time alike). policies/ holds the embedded Rego library, default
+// policy, presets and input schema.
+//
+// Rules about HTTP take effect (derive.go): an allow or deny rule that reads
+// input.http is copied at load without its expressions about the request, and
+// the library asks the copies about each CONNECT, TLS and DNS decision, so the
+// connection such a rule needs to see is intercepted, and a host an HTTP allow
+// names is resolved and connected to. A rule whose connections cannot be told
+// (an else chain) is refused at load, naming its file:line.
 //
 // Fail closed: an evaluation error, an undefined or malformed decision or a
 // deadline is a deny with reason policy_error, in every mode; so is every
 // decision of a bundle source that has no good bundle yet.
 //
 // Entry points: New, (*Engine).Decide, Reload, BundleStatus. Who fills which input field,
-// the library, modes and the cache: docs/ARCHITECTURE.md, "Policy"; the rules
+// the library, modes and the cache: policy/DESIGN.md; the rules
 // a policy writes: policies/README.md.
 //
 // policy must never import: audit, config, secrets, gateway, dnsfilter, netns,

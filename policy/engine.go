@@ -207,7 +207,10 @@ func (e *Engine) compileUnit(ctx context.Context, u unit, ownTests bool, revPref
 			return nil, err
 		}
 		if err := testsFailed(results); err != nil {
-			return nil, err
+			if e.cfg.FailingTests == nil {
+				return nil, err
+			}
+			e.cfg.FailingTests(err)
 		}
 	}
 	store := inmem.NewFromObjectWithOpts(b.Data, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
@@ -244,7 +247,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	if in == nil {
 		return e.fail(s, errors.New("nil input"))
 	}
-	if err := in.Sandbox.Mode.check(); err != nil {
+	if err := checkMode(in.Sandbox.Mode); err != nil {
 		return e.fail(s, err)
 	}
 	x := prepare(in)
@@ -389,6 +392,18 @@ func parseResult(rs rego.ResultSet) (Decision, error) {
 				return Decision{}, fmt.Errorf("decision.passthrough is %T, want boolean", v)
 			}
 			d.Passthrough = b
+		case "ask":
+			b, ok := v.(bool)
+			if !ok {
+				return Decision{}, fmt.Errorf("decision.ask is %T, want boolean", v)
+			}
+			d.Ask = b
+		case "ask_msg":
+			m, ok := v.(string)
+			if !ok {
+				return Decision{}, fmt.Errorf("decision.ask_msg is %T, want string", v)
+			}
+			d.AskMsg = m
 		case "http_status":
 			n, ok := v.(json.Number)
 			if !ok {
@@ -434,6 +449,9 @@ func parseResult(rs rego.ResultSet) (Decision, error) {
 	}
 	if !d.Allowed && len(d.Reasons) == 0 {
 		return Decision{}, errors.New("decision denies without a reason")
+	}
+	if d.Ask && d.Allowed {
+		return Decision{}, errors.New("decision both allows and asks")
 	}
 	if d.Passthrough && d.MITM {
 		return Decision{}, errors.New("decision has both mitm and passthrough")

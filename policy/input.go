@@ -1,20 +1,37 @@
 package policy
 
-import "context"
+import (
+	"context"
 
-// Kind names what is being decided. Every kind shares one input shape.
-type Kind string
+	"github.com/airlock-dev/airlock/identity"
+)
+
+// Identity types, defined in package identity so the layers that only pass
+// them along do not compile the engine.
+type (
+	Kind      = identity.Kind
+	Mode      = identity.Mode
+	Sandbox   = identity.Sandbox
+	Pod       = identity.Pod
+	AllowList = identity.AllowList
+)
 
 // The kinds of decision the gateway, DNS filter and netns drop logger ask for.
 const (
-	KindHTTP    Kind = "http"
-	KindConnect Kind = "connect"
-	KindTLS     Kind = "tls"
-	KindTCP     Kind = "tcp"
-	KindDNS     Kind = "dns"
+	KindHTTP    = identity.KindHTTP
+	KindConnect = identity.KindConnect
+	KindTLS     = identity.KindTLS
+	KindTCP     = identity.KindTCP
+	KindDNS     = identity.KindDNS
 )
 
-// Input is the document policy sees as `input` (docs/ARCHITECTURE.md, "Policy").
+// Modes.
+const (
+	ModeEnforce = identity.ModeEnforce
+	ModeReport  = identity.ModeReport
+)
+
+// Input is the document policy sees as `input` (policy/DESIGN.md).
 // Absent parts are nil and so absent from the JSON, never empty objects.
 type Input struct {
 	Kind        Kind        `json:"kind"`
@@ -26,35 +43,6 @@ type Input struct {
 	// Attributes mirrors the Envoy ext_authz shape; the engine fills it from HTTP
 	// and Destination, callers leave it nil.
 	Attributes *Attributes `json:"attributes,omitempty"`
-}
-
-// Sandbox identifies who is asking. It comes from the listener that accepted the
-// connection, never from anything the sandbox sent.
-type Sandbox struct {
-	ID     string            `json:"id"`
-	Labels map[string]string `json:"labels,omitempty"`
-	// Mode is this sandbox's mode: ModeEnforce, ModeReport, or empty for the
-	// engine's (Config.Mode). A policy's own report/enforce rules still win
-	// (enforce over report), and a policy error is never let through. Any
-	// other value is a policy_error deny.
-	Mode Mode `json:"mode,omitempty"`
-	// Allow holds hosts reachable from this sandbox only, with --allow's
-	// meaning (NewAllowList). The library's allowed_host matches them with the
-	// port rules of data.airlock.hosts.allow; a policy's deny rules still win.
-	Allow *AllowList `json:"allow,omitempty"`
-	// Pod is the Kubernetes pod this sandbox is, for a namespace attached by
-	// the CNI plugin (airlock-cni); nil otherwise. A policy can match by pod
-	// namespace or service account: input.sandbox.pod.namespace == "ci".
-	Pod *Pod `json:"pod,omitempty"`
-}
-
-// Pod is a Kubernetes pod's identity as its runtime gave it to the CNI
-// plugin. Empty fields were not given and are absent from the input.
-type Pod struct {
-	Namespace      string `json:"namespace,omitempty"`
-	Name           string `json:"name,omitempty"`
-	UID            string `json:"uid,omitempty"`
-	ServiceAccount string `json:"service_account,omitempty"`
 }
 
 // Destination is the normalized target. Host is the output of hostname.Normalize
@@ -121,15 +109,6 @@ type AttributesHTTP struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
-// Mode says whether a decision is enforced or only reported.
-type Mode string
-
-// Modes.
-const (
-	ModeEnforce Mode = "enforce"
-	ModeReport  Mode = "report"
-)
-
 // Reason explains a decision. ID is stable and machine-readable.
 type Reason struct {
 	ID  string `json:"id"`
@@ -152,6 +131,12 @@ type Decision struct {
 	// certificate or carry compiled-in roots.
 	Passthrough bool `json:"passthrough,omitempty"`
 	HTTPStatus  int  `json:"http_status,omitempty"`
+	// Ask: the policy asks a person about this denied request (its ask
+	// rules, or on_unmatched "ask"); AskMsg is the question. A caller with
+	// an approver holds the request for the answer; any other denies it as
+	// Allowed says.
+	Ask    bool   `json:"ask,omitempty"`
+	AskMsg string `json:"ask_msg,omitempty"`
 	// Mode is the mode this decision was taken in: the policy's own (report or
 	// enforce rules), else the sandbox's (Sandbox.Mode), else the global one.
 	Mode Mode `json:"mode"`

@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-dev/airlock/hostname"
+	"github.com/airlock-dev/airlock/identity"
 	"github.com/airlock-dev/airlock/policies"
 )
 
@@ -53,7 +54,7 @@ func relevant(rel string) bool {
 		return true
 	case base == "data.json" || base == "data.yaml" || base == "data.yml":
 		return true
-	case rel == schemaFile:
+	case rel == schemaFile || rel == ManifestFile:
 		return true
 	case path.Dir(rel) == presetsDir && strings.HasSuffix(base, ".json"):
 		return true
@@ -211,6 +212,10 @@ type built struct {
 // build parses a unit's modules, merges its data, validates presets and adds the
 // config documents (data.airlock.config, data.airlock.hosts).
 func build(u unit, cfg Config) (*built, error) {
+	cfg, err := applyManifest(u.Files, cfg)
+	if err != nil {
+		return nil, err
+	}
 	b := &built{
 		Modules: map[string]*ast.Module{},
 		Tests:   map[string]bool{},
@@ -238,6 +243,8 @@ func build(u unit, cfg Config) (*built, error) {
 			if strings.HasSuffix(rel, "_test.rego") {
 				b.Tests[f.Name] = true
 			}
+		case rel == ManifestFile:
+			// Read by applyManifest; hashed into the revision above.
 		case rel == schemaFile:
 			var s any
 			if err := util.UnmarshalJSON(f.Src, &s); err != nil {
@@ -267,6 +274,10 @@ func build(u unit, cfg Config) (*built, error) {
 	if b.Schema == nil {
 		return nil, fmt.Errorf("policy: %s missing", schemaFile)
 	}
+	derived, err := derive(b.Modules, b.Tests)
+	if err != nil {
+		return nil, err
+	}
 	if err := mergeAt(b.Data, []string{"airlock", "presets"}, presets, "presets/"); err != nil {
 		return nil, err
 	}
@@ -278,6 +289,8 @@ func build(u unit, cfg Config) (*built, error) {
 	for k, v := range cfgDoc {
 		air[k] = v
 	}
+	// The library skips the derived rules' checks when there are none.
+	air["derived"] = map[string]any{"http": derived}
 	cj, _ := json.Marshal(map[string]any{"mode": cfg.Mode, "presets": cfg.Presets, "allow": cfg.AllowHosts})
 	h.Write(cj)
 	b.Rev = hex.EncodeToString(h.Sum(nil))[:16]
@@ -360,7 +373,7 @@ func mergeObj(dst, src map[string]any, at []string, from string) error {
 // host indexes the default policy looks up).
 func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 	air, _ := data["airlock"].(map[string]any)
-	for _, k := range []string{"config", "hosts"} {
+	for _, k := range []string{"config", "hosts", "derived"} {
 		if _, ok := air[k]; ok {
 			return nil, fmt.Errorf("policy: data.airlock.%s is computed by the engine; set presets and allow_hosts in the config instead", k)
 		}
@@ -381,7 +394,7 @@ func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 			if n != k {
 				return nil, fmt.Errorf("policy: preset %s: key %q is not normalized (want %q)", name, k, n)
 			}
-			if _, err := parsePresetEntry(val); err != nil {
+			if _, err := identity.ParseHostPorts(val); err != nil {
 				return nil, fmt.Errorf("policy: preset %s: key %q: %w", name, k, err)
 			}
 		}
@@ -394,30 +407,30 @@ func configDocs(data map[string]any, cfg Config) (map[string]any, error) {
 	case len(active) == 1 && active[0] == PresetNone:
 		active = []string{}
 	}
-	merged := map[string]*hostEntry{}
+	merged := map[string]*identity.HostPorts{}
 	for _, name := range active {
 		obj, ok := all[name].(map[string]any)
 		if !ok {
 			return nil, fmt.Errorf("policy: presets: unknown preset %q (known: %s, %s)", name, strings.Join(names, ", "), PresetNone)
 		}
 		for k, val := range obj {
-			e, _ := parsePresetEntry(val) // validated above
+			e, _ := identity.ParseHostPorts(val) // validated above
 			m := merged[k]
 			if m == nil {
 				merged[k] = e
 				continue
 			}
-			for p := range e.ports {
-				m.addPort(p)
+			for p := range e.Ports {
+				m.AddPort(p)
 			}
-			m.git = m.git || e.git
+			m.Git = m.Git || e.Git
 		}
 	}
 	registry := make(map[string]any, len(merged))
 	for k, e := range merged {
-		registry[k] = e.value()
+		registry[k] = e.Value()
 	}
-	allow, err := allowEntries(cfg.AllowHosts)
+	allow, err := identity.AllowEntries(cfg.AllowHosts)
 	if err != nil {
 		return nil, err
 	}

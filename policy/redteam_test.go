@@ -28,10 +28,10 @@ func withBody(in *Input, size int64, headers map[string]string) *Input {
 	return in
 }
 
-// TestRedTeamDefaultPolicy is issue 16's attacks on the default policy through
-// the real engine: an allowed registry on another port (item 2), a tunnel to a
-// DNS port (item 4), git's fetch on a registry that is not a git host and a
-// read with a body (item 3). Each row also has the request that must still
+// TestRedTeamDefaultPolicy attacks the default policy through
+// the real engine: an allowed registry on another port, a tunnel to a
+// DNS port, git's fetch on a registry that is not a git host and a
+// read with a body. Each row also has the request that must still
 // pass, so a rule that denied everything would fail too.
 func TestRedTeamDefaultPolicy(t *testing.T) {
 	// A generous deadline: these rows test rules, not latency, and -race on a

@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/cover"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
+	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
 // DefaultTestTimeout bounds one Rego test.
@@ -51,8 +54,10 @@ func (r *TestReport) OK() bool { return r.Failed == 0 && r.Passed > 0 }
 // RunTests runs the *_test.rego tests of the policy in dir and of each of its
 // examples/NAME units, with the embedded library, default policy and presets
 // loaded (with dir empty: the embedded tests and examples). Tests run against
-// the default configuration (every preset, no allow hosts, enforce), so tests
-// answer the same whatever flags the gateway runs with. It measures line
+// the default configuration (every preset, or those the directory's manifest
+// names; no allow hosts; enforce), so tests answer the same whatever flags the
+// gateway runs with. A failing test's Error names the expression that failed,
+// its values and the input it was evaluated with. It measures line
 // coverage of the non-test files. An error means a unit could not be built or
 // compiled; failing tests are in the report.
 func RunTests(ctx context.Context, dir string) (*TestReport, error) {
@@ -80,7 +85,7 @@ func RunTests(ctx context.Context, dir string) (*TestReport, error) {
 		nonTest := map[string]*ast.Module{}
 		for name, m := range b.Modules {
 			if !b.Tests[name] {
-				nonTest[name] = m
+				nonTest[name] = withoutDerived(m)
 			}
 		}
 		cr := cov.Report(nonTest)
@@ -200,7 +205,92 @@ func runUnitTests(ctx context.Context, b *built, cov *cover.Cover) ([]TestResult
 		out = append(out, tr)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Location < out[j].Location })
+	var failed []string
+	for _, r := range out {
+		if !r.Pass && r.Error == "fail" {
+			failed = append(failed, "data."+r.Package+"."+r.Name)
+		}
+	}
+	if len(failed) > 0 {
+		why, err := explainFailures(ctx, b, failed)
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range out {
+			if w := why["data."+r.Package+"."+r.Name]; w != "" && !r.Pass {
+				out[i].Error = w
+			}
+		}
+	}
 	return out, nil
+}
+
+// explainFailures runs the named failing tests again with tracing and returns,
+// per test, the expression that failed (file:line, the expression with its
+// variables' values) and the input it was evaluated with.
+func explainFailures(ctx context.Context, b *built, names []string) (map[string]string, error) {
+	store := inmem.NewFromObjectWithOpts(b.Data, inmem.OptRoundTripOnWrite(false))
+	txn, err := store.NewTransaction(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Abort(ctx, txn)
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = regexp.QuoteMeta(n)
+	}
+	ch, err := tester.NewRunner().
+		SetCompiler(newCompiler(b.Schema, true)).
+		SetStore(store).
+		SetModules(b.Modules).
+		SetTimeout(DefaultTestTimeout).
+		EnableTracing(true).
+		Filter("^("+strings.Join(quoted, "|")+")$").
+		RunTests(ctx, txn)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for res := range ch {
+		if res.Fail {
+			out[res.Package+"."+res.Name] = failureText(res.Trace)
+		}
+	}
+	return out, nil
+}
+
+// failureText is "fail: FILE:LINE: EXPR" with the expression's variables and
+// the input in effect where it failed (the last `with input as` value seen).
+func failureText(trace []*topdown.Event) string {
+	for i := len(trace) - 1; i >= 0; i-- {
+		e := trace[i]
+		if e.Op != topdown.FailOp || e.Location == nil || e.QueryID == 0 {
+			continue
+		}
+		if x, ok := e.Node.(*ast.Expr); ok {
+			if _, every := x.Terms.(*ast.Every); every {
+				continue
+			}
+		}
+		var w strings.Builder
+		fmt.Fprintf(&w, "fail: %s:%d: %s", e.Location.File, e.Location.Row, strings.TrimSpace(string(e.Location.Text)))
+		var vars bytes.Buffer
+		if err := topdown.PrettyEvent(&vars, e, topdown.PrettyEventOpts{PrettyVars: true}); err == nil {
+			for _, l := range strings.Split(strings.TrimRight(vars.String(), "\n"), "\n")[1:] {
+				if l = strings.TrimLeft(l, "\t "); l != "" && l != "|" {
+					fmt.Fprintf(&w, "\n    %s", strings.TrimLeft(l, "| "))
+				}
+			}
+		}
+		for j := i; j >= 0; j-- {
+			if in := trace[j].Input(); in != nil {
+				fmt.Fprintf(&w, "\n    input: %s", in)
+				break
+			}
+		}
+		return w.String()
+	}
+	return "fail"
 }
 
 // Problem is one finding of Check, located at file:line when known.

@@ -158,6 +158,19 @@ func inputValue(in *Input, f *inputFields) ast.Value {
 
 func item(k string, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{ast.StringTerm(k), v} }
 
+// allowValue is a sandbox allow list as OPA reads it, built once per list.
+// A list that does not convert (it cannot: entries are normalized) is empty:
+// it allows nothing more.
+func allowValue(a *AllowList) ast.Value {
+	return a.Compiled(func(obj map[string]any) any {
+		v, err := ast.InterfaceToValue(obj)
+		if err != nil {
+			return ast.NewObject()
+		}
+		return v
+	}).(ast.Value)
+}
+
 // sandboxValue builds input.sandbox. The allow list's value was built once by
 // NewAllowList and is shared by every evaluation (OPA only reads input), so a
 // sandbox with 10,000 entries costs no more here than one with none.
@@ -171,7 +184,7 @@ func sandboxValue(s *Sandbox) ast.Value {
 		kv = append(kv, item("mode", ast.StringTerm(string(s.Mode))))
 	}
 	if s.Allow != nil {
-		kv = append(kv, item("allow", ast.NewTerm(s.Allow.value)))
+		kv = append(kv, item("allow", ast.NewTerm(allowValue(s.Allow))))
 	}
 	if s.Pod != nil {
 		kv = append(kv, item("pod", ast.NewTerm(podValue(s.Pod))))
@@ -242,7 +255,8 @@ func cacheKey(in *Input) string {
 	b.str(string(in.Sandbox.Mode))
 	if a := in.Sandbox.Allow; a != nil {
 		b.tag('l')
-		b.str(string(a.digest[:]))
+		d := a.Digest()
+		b.str(string(d[:]))
 	} else {
 		b.tag('-')
 	}
@@ -426,7 +440,7 @@ func (in *Input) Validate() error {
 	if in.Sandbox.ID == "" {
 		return fmt.Errorf("policy: input: sandbox.id is empty")
 	}
-	if err := in.Sandbox.Mode.check(); err != nil {
+	if err := checkMode(in.Sandbox.Mode); err != nil {
 		return err
 	}
 	if in.Destination.Host == "" {
@@ -444,8 +458,8 @@ func (in *Input) Validate() error {
 	return nil
 }
 
-// check accepts a sandbox's mode: empty (the engine's), enforce or report.
-func (m Mode) check() error {
+// checkMode accepts a sandbox's mode: empty (the engine's), enforce or report.
+func checkMode(m Mode) error {
 	switch m {
 	case "", ModeEnforce, ModeReport:
 		return nil

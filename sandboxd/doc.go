@@ -13,10 +13,11 @@
 //
 // Entry points: New, (*Executor).Prepare, Create and Run, the *Sandbox they
 // return (Start, Exec, PutFiles, GetFiles, Usage, Destroy), and InitMain for
-// the re-executed stages (`airlock __sandbox-init`, started by the executor
-// only). It needs nothing from the network side but a namespace path. The
-// processes, the filesystem view, seccomp and cgroups: docs/ARCHITECTURE.md,
-// "Executor".
+// the re-executed stages (cmd/airlock-init beside the running binary when it
+// is from the same build, initexe.go, else `airlock __sandbox-init`; started
+// by the executor only). It needs nothing from the network side but a
+// namespace path. The processes, the filesystem view, seccomp and cgroups:
+// sandboxd/DESIGN.md.
 //
 // sandboxd must never import: config, policy, secrets, gateway, dnsfilter,
 // netns, daemon, cmd/airlock.

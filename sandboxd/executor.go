@@ -3,6 +3,7 @@ package sandboxd
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -36,19 +37,28 @@ type Executor struct {
 	rootNS *usernsFuture
 	// idmaps are the user namespaces workspaces are idmapped through.
 	idmaps *idmapCache
+	// initFile is the init binary cfg.Exe executes (initexe.go), nil when
+	// init is this binary re-executed.
+	initFile *os.File
 }
 
 // New validates cfg, prepares the cgroup parent, removes stale sandboxes left by
 // dead executors and starts the slot pool. log receives the exec audit records.
-func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
-	cfg.applyDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
+func New(cfg Config, log audit.Logger, logger *slog.Logger) (_ *Executor, err error) {
 	if log == nil {
 		return nil, errors.New("sandboxd: an audit logger is required")
 	}
 	lg := oplog.For(logger, "sandboxd")
+	initFile := findInit(&cfg, lg)
+	defer func() {
+		if err != nil && initFile != nil {
+			initFile.Close()
+		}
+	}()
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	cgm, err := newCgroupManager(cfg.CgroupRoot, cfg.CgroupMode, cfg.CgroupParent, cfg.AllowMissingControllers)
 	if err != nil {
 		return nil, err
@@ -61,7 +71,29 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns(), idmaps: newIdmapCache()}, nil
+	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns(), idmaps: newIdmapCache(), initFile: initFile}, nil
+}
+
+// findInit points cfg at the init binary beside this executable when cfg
+// leaves the init to the defaults and one is usable (initexe.go), and returns
+// it open; nil leaves cfg to re-execute this binary.
+func findInit(cfg *Config, lg *slog.Logger) *os.File {
+	if cfg.Exe != "" || cfg.InitArgs != nil {
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	f, err := openInit(self)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			lg.Warn("init binary refused: sandboxes start from this binary instead (slower)", oplog.ErrorKey, err)
+		}
+		return nil
+	}
+	cfg.Exe, cfg.InitArgs = fdExe(f), []string{}
+	return f
 }
 
 // Close destroys the idle pool slots.
@@ -71,6 +103,9 @@ func (e *Executor) Close() error {
 		f.Close()
 	}
 	e.idmaps.close()
+	if e.initFile != nil {
+		e.initFile.Close()
+	}
 	return err
 }
 

@@ -36,6 +36,11 @@ func IsStage() bool {
 // hidden `airlock __sandbox-init` subcommand and the package's TestMain call
 // it. It never returns.
 func InitMain() {
+	if IsStage() {
+		// Started from an open file (/proc/self/fd/N, initexe.go), the
+		// process would be named "N" in ps and top.
+		_ = os.WriteFile("/proc/self/comm", []byte(InitBinary), 0)
+	}
 	switch os.Getenv(envStage) {
 	case stageInit:
 		os.Exit(runInit())

@@ -116,10 +116,13 @@ func (s *Sandbox) forkInit(cgFD, netnsFD, ctl, null, errW *os.File, started chan
 	} else {
 		flags |= unix.CLONE_NEWNET
 	}
-	exe := s.e.cfg.Exe
+	exe, argv0 := s.e.cfg.Exe, s.e.cfg.Exe
+	if s.e.initFile != nil {
+		argv0 = InitBinary // not /proc/self/fd/N in ps
+	}
 	cmd := &exec.Cmd{
 		Path:       exe,
-		Args:       append([]string{exe}, s.e.cfg.InitArgs...),
+		Args:       append([]string{argv0}, s.e.cfg.InitArgs...),
 		Env:        []string{envStage + "=" + stageInit},
 		Stdin:      null,
 		Stdout:     null,

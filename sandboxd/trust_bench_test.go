@@ -79,6 +79,36 @@ func BenchmarkOpenTrustDir(b *testing.B) {
 			release()
 		}
 	})
+	b.Run("overlay", func(b *testing.B) {
+		// An ephemeral CA over the system roots' entry (OverlayTrustDir):
+		// the base read and checked, the overlay written and removed (a
+		// run's directory goes with it).
+		cas := make([][]byte, b.N)
+		for i := range cas {
+			cas[i] = bundleOf(selfSigned(b, rawName(b, []rawATV{{oidCN, 12, []byte("Airlock bench CA")}})))
+		}
+		runs := b.TempDir()
+		if _, _, release, err := OpenTrustDir(cache, sys); err != nil {
+			b.Fatal(err)
+		} else {
+			release()
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			base, _, release, err := OpenTrustDir(cache, sys)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir := filepath.Join(runs, "trust")
+			if _, err := OverlayTrustDir(dir, base, sys, cas[i]); err != nil {
+				b.Fatal(err)
+			}
+			release()
+			if err := os.RemoveAll(dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("write", func(b *testing.B) {
 		dir := filepath.Join(b.TempDir(), "trust")
 		for i := 0; i < b.N; i++ {

@@ -62,7 +62,7 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-// TestBodyScanBudgetPerSandbox (issue 16 item 5: with secrets configured, each
+// TestBodyScanBudgetPerSandbox (with secrets configured, each
 // request body is buffered up to MaxBodyScan before policy, with no bound per
 // sandbox): scans from one sandbox that together would pass its budget are
 // refused with a *BusyError (429, secret_body_scan_busy) without a byte of

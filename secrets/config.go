@@ -50,7 +50,7 @@ const (
 	ModeRequire = "require"
 )
 
-// Config is the secrets file (docs/ARCHITECTURE.md, "Secrets"). README.md and
+// Config is the secrets file (secrets/DESIGN.md). README.md and
 // testdata/example.yaml have examples.
 type Config struct {
 	// FingerprintKeyFile names a file of at least 32 bytes keying the HMAC that

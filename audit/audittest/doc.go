@@ -6,6 +6,6 @@
 //
 // Entry point: a &Log{} handed to the code under test as its audit.Logger.
 //
-// audit/audittest must never import: any other airlock package but audit,
-// oplog, termtext, test/poll.
+// audit/audittest must never import: any other airlock package but audit, budget,
+// hostname, identity, oplog, termtext, test/poll.
 package audittest

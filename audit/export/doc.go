@@ -10,8 +10,8 @@
 // OpenTelemetry Go SDK) or RFC 5424 syslog over TCP or TLS.
 //
 // Entry points: New (a Shipper from a Config), NewSink, Read. The formats'
-// field mapping: docs/ARCHITECTURE.md, "Audit export".
+// field mapping: audit/DESIGN.md, "Audit export".
 //
-// audit/export must never import: any other airlock package but audit, oplog,
-// termtext.
+// audit/export must never import: any other airlock package but audit, budget, hostname,
+// identity, oplog, termtext.
 package export

@@ -10,7 +10,7 @@ import (
 // OCSFVersion is the OCSF schema version the events follow.
 const OCSFVersion = "1.3.0"
 
-// OCSF class and category uids used (docs/ARCHITECTURE.md, "Audit export").
+// OCSF class and category uids used (audit/DESIGN.md, "Audit export").
 const (
 	ocsfClassBase    = 0    // Base Event: records that are not network activity
 	ocsfClassNetwork = 4001 // Network Activity

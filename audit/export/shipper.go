@@ -223,7 +223,7 @@ func (s *Shipper) ship(ctx context.Context, batch []Event) error {
 	last := &batch[len(batch)-1]
 	if s.cfg.StateFile != "" {
 		// The collector has the batch: a crash before this write sends it
-		// once more (see docs/ARCHITECTURE.md, "Audit export").
+		// once more (see audit/DESIGN.md, "Audit export").
 		for attempt := 0; ; attempt++ {
 			err := saveState(s.cfg.StateFile, s.cfg.Name, Position{Seq: last.Seq(), Hash: last.Hash})
 			if err == nil {

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"net"
 	"strconv"
 	"strings"
@@ -156,8 +155,8 @@ func (a *aggregator) add(r *audit.Record) {
 	if r.Decision == "" {
 		return
 	}
-	if n := audit.Summarized(r); n > 0 {
-		a.summary(sb, r, int64(n))
+	if sum := audit.SummaryOf(r); sum.N > 0 {
+		a.summary(sb, r, sum)
 		return
 	}
 	// A report-mode denial was let through: counted as would_deny, apart
@@ -286,13 +285,13 @@ func floorDiv(a, b int64) int64 {
 
 // summary folds a record that stands for n events: split by its by_decision
 // count when that adds up, into the (summarized) destination.
-func (a *aggregator) summary(sb string, r *audit.Record, n int64) {
-	byDec := extraCounts(r, audit.SummaryByDecisionKey)
-	var sum int64
+func (a *aggregator) summary(sb string, r *audit.Record, sum audit.SummaryCounts) {
+	n, byDec := sum.N, sum.ByDecision
+	var total int64
 	for _, c := range byDec {
-		sum += c
+		total += c
 	}
-	if sum != n {
+	if total != n {
 		byDec = map[string]int64{r.Decision: n}
 	}
 	for _, d := range sortedKeys(byDec) {
@@ -304,18 +303,18 @@ func (a *aggregator) summary(sb string, r *audit.Record, n int64) {
 		return
 	case audit.KindDNS:
 		a.dnsQueries += n
-		for flag, c := range extraCounts(r, audit.SummaryByFlagKey) {
+		for flag, c := range sum.ByFlag {
 			f := a.flag(sb, flag)
 			f.Count += c
 			f.Summarized += c
 		}
-		a.budget(sb, SourceDNS, r, n, byDec)
+		a.budget(sb, SourceDNS, r, sum, byDec)
 	default:
-		a.budget(sb, SourceGateway, r, n, byDec)
+		a.budget(sb, SourceGateway, r, sum, byDec)
 	}
 }
 
-func (a *aggregator) budget(sb, source string, r *audit.Record, n int64, byDec map[string]int64) {
+func (a *aggregator) budget(sb, source string, r *audit.Record, sum audit.SummaryCounts, byDec map[string]int64) {
 	k := budgetKey{sb, source}
 	b := a.budgets[k]
 	if b == nil {
@@ -323,11 +322,11 @@ func (a *aggregator) budget(sb, source string, r *audit.Record, n int64, byDec m
 		a.budgets[k] = b
 	}
 	b.Summaries++
-	b.Events += n
+	b.Events += sum.N
 	for d, c := range byDec {
 		b.ByDecision[d] += c
 	}
-	for reason, c := range extraCounts(r, "by_reason") {
+	for reason, c := range sum.ByReason {
 		if b.ByReason == nil {
 			b.ByReason = map[string]int64{}
 		}
@@ -336,7 +335,7 @@ func (a *aggregator) budget(sb, source string, r *audit.Record, n int64, byDec m
 		}
 		b.ByReason[reason] += c
 	}
-	if raw, ok := r.Extra[audit.SummaryFinalKey]; ok && string(raw) == "true" {
+	if sum.Final {
 		b.Final = true
 	}
 	b.Last = r.TS
@@ -466,19 +465,6 @@ func firstReason(r *audit.Record) string {
 		return r.Reasons[0].ID
 	}
 	return ""
-}
-
-// extraCounts decodes a map of counts from r.Extra[key] (nil if absent or not one).
-func extraCounts(r *audit.Record, key string) map[string]int64 {
-	raw, ok := r.Extra[key]
-	if !ok {
-		return nil
-	}
-	var m map[string]int64
-	if json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
-	return m
 }
 
 func clip(s string, n int) string {

@@ -6,8 +6,8 @@
 // page that embeds exactly that JSON and draws it with inline script and SVG.
 //
 // Entry points: Build (the aggregates), Report.WriteJSON, Report.WriteHTML.
-// What is aggregated and how it is bounded: docs/ARCHITECTURE.md, "Audit report".
+// What is aggregated and how it is bounded: audit/DESIGN.md, "Audit report".
 //
-// audit/report must never import: any other airlock package but audit, oplog,
-// termtext.
+// audit/report must never import: any other airlock package but audit, budget, hostname,
+// identity, oplog, termtext.
 package report

@@ -17,7 +17,7 @@ import (
 // the issue's bar). It is not part of the unit run.
 const envLarge = "AIRLOCK_REPORT_LARGE"
 
-// Bars of issue 11 for a log of 1,000,000 records.
+// The bars a log of 1,000,000 records must stay under.
 const (
 	largeMaxBytes = 5 << 20
 	largeMaxTime  = 30 * time.Second

@@ -1,6 +1,6 @@
 // Command compare is `make bench-compare`: airlock beside the tools users
 // would pick instead, measured in one run on one machine, written into a
-// marked section of docs/BENCHMARKS.md (issue 13).
+// marked section of docs/BENCHMARKS.md.
 //
 // It builds a fake internet (test/fakenet) with one origin, starts the peers
 // on loopback (squid with and without ssl-bump, dnsmasq and unbound as
@@ -16,7 +16,7 @@
 // the peers (Debian packages), builds it and runs it. BENCH_QUICK=1 (-quick)
 // is a smoke run that writes under bin/ instead of docs/; -only runs some
 // measures and prints their table; -perf records every airlock run with perf.
-// Issue 13's targets are reported beside the numbers, never asserted.
+// The targets are reported beside the numbers, never asserted.
 //
 // bench/compare must never import: cmd/airlock, daemon, dnsfilter, gateway, netns, policy, sandboxd, secrets.
 package main

@@ -191,7 +191,7 @@ func renderSection(mach machine, ms []measure, rawPath string) string {
 		"Medians of the rounds; ratios are of the first column's metric (for latencies and memory lower is better). "+
 		"airlock is measured as a user sees it: the real binary with its policy and audit, the client inside `airlock run`; "+
 		"the other clients run on the host. The origin is in a fake-internet namespace behind a veth "+
-		"(`test/fakenet`). Issue 13's targets are in the last column, reported, not asserted.\n\n",
+		"(`test/fakenet`). Targets are in the last column, reported, not asserted.\n\n",
 		mach.Date, mode, mach.Took, mach.CPUs, mach.CPU, mach.Kernel, mach.LoadStart, mach.LoadEnd)
 	b.WriteString(renderTable(ms))
 	b.WriteString(setupNotes)

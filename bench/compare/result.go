@@ -17,7 +17,7 @@ type measure struct {
 	// Primary names the metric ratios are taken on; Higher says bigger is better.
 	Primary string `json:"primary"`
 	Higher  bool   `json:"higher_is_better"`
-	// Target is issue 13's target, as text (reported, never asserted).
+	// Target is the measure's target, as text (reported, never asserted).
 	Target   string    `json:"target,omitempty"`
 	Subjects []subject `json:"subjects"`
 }

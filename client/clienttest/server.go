@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/api/apitest"
 )
 
 // Home is $HOME inside a fake sandbox.
@@ -35,6 +36,8 @@ type Server struct {
 	seq       int
 	requests  []string
 	created   []api.CreateSandboxRequest
+	updates   []api.UpdateSandboxRequest // PATCHes accepted (update.go)
+	appr      approvalState              // approvals.go
 	attached  map[string]api.AttachRequest
 	problems  map[string]string // attached id -> what its check reports
 	failing   []api.HealthPart  // parts health reports failing (SetFailing)
@@ -90,19 +93,21 @@ func Serve(t testing.TB, h http.Handler) string {
 func New(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{sandboxes: map[string]*sandbox{}, attached: map[string]api.AttachRequest{}, problems: map[string]string{}}
-	s.Socket = Serve(t, s.handler())
+	// Every response the fake writes must be one the real daemon documents.
+	s.Socket = Serve(t, apitest.Check(t, s.handler()))
 	t.Cleanup(s.stopAll)
 	return s
 }
 
-func (s *Server) handler() http.Handler {
-	mux := http.NewServeMux()
-	routes := map[string]http.HandlerFunc{
+// routes are the fake's routes, "METHOD /path" as in api/openapi.json.
+func (s *Server) routes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
 		"GET /v1/openapi.json":                        s.openapi,
 		"GET /v1/health":                              s.health,
 		"POST /v1/sandboxes":                          s.create,
 		"GET /v1/sandboxes":                           s.list,
 		"GET /v1/sandboxes/{id}":                      s.get,
+		"PATCH /v1/sandboxes/{id}":                    s.update,
 		"DELETE /v1/sandboxes/{id}":                   s.delete,
 		"POST /v1/sandboxes/{id}/exec":                s.exec,
 		"GET /v1/sandboxes/{id}/execs":                s.execs,
@@ -117,8 +122,14 @@ func (s *Server) handler() http.Handler {
 		"DELETE /v1/attach/{id}":                      s.detach,
 		"POST /v1/policy/reload":                      s.reload,
 		"GET /v1/summary":                             s.summary,
+		"GET /v1/approvals":                           s.approvals,
+		"POST /v1/approvals/{id}":                     s.answer,
 	}
-	for pattern, h := range routes {
+}
+
+func (s *Server) handler() http.Handler {
+	mux := http.NewServeMux()
+	for pattern, h := range s.routes() {
 		mux.HandleFunc(pattern, h)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -645,5 +656,5 @@ func (s *Server) reload(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) summary(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, 200, []map[string]any{{"Decision": "deny", "Kind": "connect", "Host": "evil.example", "Port": 443, "Count": 2}})
+	writeJSON(w, 200, []api.SummaryRow{{Decision: "deny", Kind: "connect", Host: "evil.example", Port: 443, Count: 2}})
 }

@@ -4,8 +4,7 @@
 // the packages.
 //
 // Entry point: main.go builds the cobra command tree; every subcommand lives in
-// its own file. Commands and exit codes: docs/ARCHITECTURE.md, "Daemon and
-// command line"; usage: README.md.
+// its own file. Commands and exit codes: daemon/DESIGN.md; usage: README.md.
 //
 // cmd/airlock must never import: bench/..., netns/netnstest, test/....
 package main

@@ -18,7 +18,6 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/termtext"
 	"github.com/airlock-dev/airlock/test/roottest"
@@ -213,7 +212,7 @@ func TestHostileTextPolicyLearn(t *testing.T) {
 // tally; through a daemon, from the sandbox's counters) escapes hosts, kinds
 // and the sandbox id.
 func TestHostileTextRunSummary(t *testing.T) {
-	tally := audit.NewTally(new(audittest.Log))
+	tally := audit.NewTally()
 	for _, r := range []*audit.Record{
 		{Kind: audit.KindHTTP, Decision: audit.DecisionDeny, Host: "evil.example" + hostile, Port: 443},
 		{Kind: audit.KindDNS, Decision: audit.DecisionDeny, Host: hostile, Port: 53},

@@ -34,6 +34,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newRunCmd())
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newSandboxCmd())
+	root.AddCommand(newApproveCmd())
 	root.AddCommand(newConfigCmd())
 	root.PersistentFlags().String(socketFlag, "", "the daemon's API socket (default $"+client.SocketEnv+", else "+client.DefaultSocket+")")
 	return root

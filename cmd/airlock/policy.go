@@ -19,7 +19,7 @@ func newPolicyCmd() *cobra.Command {
 		Short: "Test, check, evaluate, suggest and replay Rego egress policies (the embedded default when no directory is given)",
 	}
 	cmd.AddCommand(newPolicyTestCmd(), newPolicyCheckCmd(), newPolicyEvalCmd(),
-		newPolicySuggestCmd(), newPolicyReplayCmd(), newPolicyDiffCmd(), newPolicyBundleCmd())
+		newPolicySuggestCmd(), newPolicyReplayCmd(), newPolicyDiffCmd(), newPolicyExplainCmd(), newPolicyBundleCmd())
 	return cmd
 }
 
@@ -121,7 +121,10 @@ FILE may instead be one audit record (a line of the audit log): eval then
 rebuilds the input the record stands for, as policy replay does, evaluates it
 and prints it beside the decision. What a record does not keep is absent from
 that input: header and query values, and a daemon sandbox's labels, mode and
-allow list (only its creation record has them).`,
+allow list (only its creation record has them).
+
+The policy's own tests run first; if some fail, eval warns on stderr and still
+answers (run and serve refuse such a policy).`,
 		Example: `  airlock policy eval --input req.json
   sed -n 12p /var/log/airlock/audit.jsonl | airlock policy eval --policy ./policies -i -`,
 		Args: cobra.NoArgs,
@@ -140,7 +143,11 @@ allow list (only its creation record has them).`,
 			if err != nil {
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
-			e, err := policy.New(policy.Config{Dir: dir, Mode: policy.Mode(mode), Presets: presets, AllowHosts: allow, CacheSize: -1}, nil)
+			// A policy being fixed still answers: failing tests are a warning.
+			warn := func(err error) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s (run and serve refuse this policy)\n", termtext.Escape(err.Error()))
+			}
+			e, err := policy.New(policy.Config{Dir: dir, Mode: policy.Mode(mode), Presets: presets, AllowHosts: allow, CacheSize: -1, FailingTests: warn}, nil)
 			if err != nil {
 				return &exitError{Code: 2, Msg: err.Error()}
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,12 +52,21 @@ func tighten(t *testing.T, dir, host string) string {
 		t.Fatal(err)
 	}
 	b, _ = json.Marshal(doc)
-	rego, _ := os.ReadFile(filepath.Join(dir, "suggested.rego"))
 	if err := os.WriteFile(filepath.Join(out, "data.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(out, "suggested.rego"), rego, 0o644); err != nil {
-		t.Fatal(err)
+	// The rest of the policy as suggest wrote it: rules, table, manifest.
+	for _, f := range []string{"suggested.rego", "http_allow.rego", "airlock-policy.yaml"} {
+		src, err := os.ReadFile(filepath.Join(dir, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, f), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return out
 }

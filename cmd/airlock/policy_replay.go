@@ -47,7 +47,6 @@ func (f *replayFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&f.labels, "label", nil, "replay records of sandboxes with label K=V only (repeatable)")
 	cmd.Flags().StringVar(&f.format, "format", "text", "output: text or json")
 	cmd.Flags().IntVar(&f.limit, "examples", learn.DefaultExamples, "example records listed per destination")
-	_ = cmd.MarkFlagRequired("from")
 }
 
 // run replays with newDir against the records (oldDir "" with hasOld false:
@@ -119,23 +118,34 @@ func newPolicyReplayCmd() *cobra.Command {
 	cmd.Flags().StringVar(&dir, "policy", "", "policy directory to replay (required; the embedded default policy is always underneath)")
 	_ = cmd.MarkFlagRequired("policy")
 	f.add(cmd)
+	_ = cmd.MarkFlagRequired("from")
 	return cmd
 }
 
 func newPolicyDiffCmd() *cobra.Command {
 	var f replayFlags
+	var ef explainFlags
 	cmd := &cobra.Command{
-		Use:   "diff OLD NEW --from FILE...",
-		Short: "Evaluate two policy directories against the decisions of an audit log and print what NEW changes",
-		Long:  "Diff evaluates OLD and NEW on every past input and lists the decisions NEW\nallows that OLD denied, and the reverse.\n\n" + replayInputDoc + "\n\n" + replayExitDoc,
+		Use:   "diff OLD NEW [--from FILE...]",
+		Short: "Print what policy directory NEW changes against OLD: per host, or against an audit log's decisions",
+		Long: "Without --from, diff compares what OLD and NEW let a sandbox do, host by host,\nas `policy explain` prints it: + lines NEW adds, - lines it removes.\n\n" +
+			explainDoc + "\n\nWith --from, diff evaluates OLD and NEW on every past input of the log and lists\nthe decisions NEW allows that OLD denied, and the reverse.\n\n" + replayInputDoc + "\n\n" + replayExitDoc +
+			" Without --from the same: 3 when NEW lets anything more through (an\ninterception replacing a tunnel does not count).",
 		Example: `  git worktree add /tmp/main main
+  airlock policy diff /tmp/main/policies ./policies
   airlock policy diff /tmp/main/policies ./policies --from audit.jsonl`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(f.from) == 0 {
+				return explainDiff(cmd, &ef, args[0], args[1], f.format)
+			}
 			return f.run(cmd, args[0], true, args[1])
 		},
 	}
 	f.add(cmd)
+	cmd.Flags().StringArrayVar(&ef.presets, "preset", nil, "without --from: active preset (repeatable; default: each directory's airlock-policy.yaml, else all)")
+	cmd.Flags().StringArrayVar(&ef.allow, "allow", nil, "without --from: host pattern reachable for every kind and method (repeatable)")
+	cmd.Flags().StringVar(&ef.secretsFile, "secrets", "", "without --from: secrets file whose bindings are listed per host")
 	return cmd
 }
 

@@ -2,11 +2,14 @@ package main
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy/learn"
+	"github.com/airlock-dev/airlock/termtext"
 )
 
 func newPolicySuggestCmd() *cobra.Command {
@@ -23,16 +26,30 @@ func newPolicySuggestCmd() *cobra.Command {
 		Long: `Suggest reads the records of a report-mode run (or the denials of an enforce-mode
 run) and writes a policy directory airlock loads as it is:
 
-  data.json            data.suggested.hosts: per host (or *.parent) the kinds and
-                       ports seen, DNS, and per HTTP method its ports and paths
-                       ("/v1/*" a prefix where several paths share it);
-                       data.suggested.presets: hosts the presets already allow
+  http_allow.rego      hosts reached only over HTTP(S) on 443/80: the library's
+                       http_allow table, per host the methods and their paths
+                       ("/v1/*" a prefix where several paths share it); DNS,
+                       CONNECT/TLS and interception are derived from it
+  data.json            data.suggested.hosts: every other host (or *.parent),
+                       the kinds and ports seen, DNS, and per HTTP method its
+                       ports and paths; data.suggested.presets: hosts the
+                       presets already allow
   suggested.rego       the rules that read data.json
+  airlock-policy.yaml  the presets the log's hosts needed (none: presets: [none])
   suggested_test.rego  one test per distinct decision of the log: what was let
                        through must be allowed, what was refused for another
                        reason (an address guard, a DNS port, a secret, a deny
                        rule) must stay denied
-  README.md            what was learned, and the presets to keep active
+  README.md            what was learned, and what was flagged
+
+A destination that looks like exfiltration (a paste, webhook, tunnel or
+file-drop service, an address instead of a name, a label that looks generated)
+is flagged on stderr and in the README, and neither allowed nor tested: a
+person who knows it adds it.
+
+In report mode the gateway intercepts the TLS connections it lets through only
+because they are reported (where the sandbox trusts its CA: airlock run and the
+daemon), so the log has methods and paths to learn from.
 
 A request refused with default_deny, port_not_allowed, read_only_body or
 git_fetch_not_git_host only is learned. Sibling names become one "*.parent"
@@ -72,6 +89,9 @@ pass.`,
 				out, len(s.Hosts), len(s.Presets), min(len(s.Allowed), learn.DefaultMaxTests), min(len(s.Denied), learn.DefaultMaxTests))
 			fmt.Fprintf(w, "records %d: allowed %d, learned %d, denied for other reasons %d\n", s.Records, s.AllowedAlready, s.Learned, s.OtherDenied)
 			printSkipped(w, s.Skipped)
+			for _, k := range sortedFlagged(s.Flagged) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "flagged, not suggested: %s: %s\n", termtext.Escape(k), termtext.Escape(strings.Join(s.Flagged[k], "; ")))
+			}
 			for _, c := range s.Conflicts {
 				fmt.Fprintf(cmd.ErrOrStderr(), "conflict: seq %d was refused but looks like an allowed request to a policy; not tested\n", c.Seq)
 			}
@@ -87,4 +107,13 @@ pass.`,
 	_ = cmd.MarkFlagRequired("out")
 	cmd.MarkFlagsMutuallyExclusive("sandbox", "label")
 	return cmd
+}
+
+func sortedFlagged(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -25,8 +25,7 @@ const summaryRows = 12
 // (as docker and podman use 125), distinct from any status of the command.
 const exitSetupFailed = 125
 
-// runOptions are the flags of `airlock run` (docs/ARCHITECTURE.md, "Daemon and
-// command line"). Each one, when given, overrides the config file.
+// runOptions are the flags of `airlock run` (daemon/DESIGN.md). Each one, when given, overrides the config file.
 type runOptions struct {
 	config    string
 	policyDir string

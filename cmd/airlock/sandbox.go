@@ -79,7 +79,7 @@ command's own status instead.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxCpCmd(), newSandboxLsCmd(),
-		newSandboxInspectCmd(), newSandboxLogsCmd(), newSandboxRmCmd())
+		newSandboxInspectCmd(), newSandboxUpdateCmd(), newSandboxLogsCmd(), newSandboxRmCmd())
 	return cmd
 }
 

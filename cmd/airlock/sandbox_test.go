@@ -279,7 +279,7 @@ func TestSandboxHelp(t *testing.T) {
 		}
 	}
 	walk(newSandboxCmd())
-	for _, sub := range []string{"create", "exec", "cp", "ls", "inspect", "logs", "rm"} {
+	for _, sub := range []string{"create", "exec", "cp", "ls", "inspect", "update", "logs", "rm"} {
 		out, errs, code := cli(t, "", "--socket", "/nonexistent.sock", "sandbox", sub, "--help")
 		if code != 0 || !strings.Contains(out, "Examples:") {
 			t.Errorf("sandbox %s --help: exit %d, %q %q", sub, code, out, errs)

@@ -81,7 +81,7 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: cfgPath, RunDir: runDir,
-		EphemeralCA: true, Recover: netns.RecoverReattach, Pool: true, Logger: logger})
+		EphemeralCA: true, Recover: netns.RecoverReattach, Pool: true, Approvals: true, Logger: logger})
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}

@@ -151,7 +151,7 @@ test_allow_host_port if {
 	airlock.decision.allowed with input as at("dns", "api.example.com", 53) with data.airlock.hosts as h
 }
 
-# Raw TCP by name (issue 12): the gateway decides a raw TCP connection to an
+# Raw TCP by name: the gateway decides a raw TCP connection to an
 # address the DNS filter answered the sandbox with the name it resolved as
 # destination.host (destination.ip is the address it connected to), so
 # --allow HOST:PORT opens raw TCP to that name and port only.

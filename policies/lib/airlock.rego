@@ -257,7 +257,31 @@ _mode_field := {"mode": "enforce"} if {
 	data.airlock.egress.report == true
 } else := {}
 
-decision := object.union(object.union(_verdict, _mode_field), _passthrough_field)
+decision := object.union(object.union(object.union(_verdict, _mode_field), _passthrough_field), _ask_field)
+
+# ask: a request no rule allows and none denies is held for a person to
+# answer (the daemon's approvals: API, airlock approve, webhook) when a rule
+# of package airlock.egress asks for it,
+#
+#   ask contains {"id": "new_host", "msg": "a host the team has not used"} if input.kind != "dns"
+#
+# or the policy says on_unmatched := "ask" (per sandbox by a condition on
+# input.sandbox). The decision stays a deny with its reasons and carries
+# ask and ask_msg; a deny rule always wins, and where nobody can answer
+# (airlock run, no approver) it is the deny it was.
+_ask_field := {"ask": true, "ask_msg": _ask_msg} if {
+	not _verdict.allowed
+	not _denied
+	_asks
+} else := {}
+
+_asks if some _ in data.airlock.egress.ask
+
+_asks if data.airlock.egress.on_unmatched == "ask"
+
+_ask_msg := concat("; ", sort([_reason(r).msg | some r in data.airlock.egress.ask])) if {
+	some _ in data.airlock.egress.ask
+} else := sprintf("no rule allows %s to %s", [_what, input.destination.host])
 
 # passthrough applies to an allowed connect or tls only, and turns mitm off.
 _passthrough_field := {"passthrough": true, "mitm": false} if {
@@ -339,4 +363,67 @@ _http_table_path_plain if {
 _mitm if {
 	input.kind in {"connect", "tls"}
 	_http_table_host
+}
+
+# HTTP rules take effect. A hand-written allow or deny rule of airlock.egress
+# that reads input.http only sees the requests of an
+# intercepted connection. The engine (policy/derive.go) copies each such rule
+# with its expressions about the request removed, into _airlock_http_allow,
+# _airlock_http_allow_host (the copy still names the destination host) and
+# _airlock_http_deny, and copies every allow rule that does not read
+# input.http into _airlock_http_open. The copies are asked about this CONNECT,
+# TLS or DNS decision as if it were an HTTP request to the same destination
+# from the same sandbox:
+#   - a deny about HTTP could apply, or an allow about HTTP could and no rule
+#     allows every request: the connection is intercepted (mitm), so the rule
+#     sees each request;
+#   - an allow about HTTP names this host: its CONNECT and TLS on 443 and 80
+#     and its DNS question are allowed, as for the http_allow table.
+# passthrough still wins over the derived interception (its author chose the
+# tunnel).
+# data.airlock.derived.http: the engine derived rules from this policy (false
+# for a policy with no rule about HTTP, which then pays nothing for these).
+_http_inspect if {
+	data.airlock.derived.http == true
+	count(data.airlock.egress._airlock_http_deny) > 0 with input.kind as "http"
+}
+
+_http_inspect if {
+	data.airlock.derived.http == true
+	_http_allow_applies
+	not _http_open
+}
+
+_http_allow_applies if count(data.airlock.egress._airlock_http_allow) > 0 with input.kind as "http"
+
+_http_open if data.airlock.egress._airlock_http_open with input.kind as "http"
+
+# The default policy's allow that reads no input.http (an --allow host, a host
+# on the sandbox's own list): every request to the host passes.
+_http_open if allowed_host
+
+_mitm if {
+	input.kind in {"connect", "tls"}
+	_http_inspect
+}
+
+_allow if {
+	input.kind in {"connect", "tls"}
+	data.airlock.derived.http == true
+	on_default_port
+	_http_names_host(input.destination.port)
+}
+
+_allow if {
+	input.kind == "dns"
+	data.airlock.derived.http == true
+	some port in default_ports
+	_http_names_host(port)
+}
+
+# _http_names_host(port): an allow about HTTP names the destination host, as
+# a request on port would see it.
+_http_names_host(port) if {
+	count(data.airlock.egress._airlock_http_allow_host) > 0 with input.kind as "http"
+		with input.destination.port as port
 }

@@ -453,3 +453,87 @@ test_sandbox_mode_is_not_the_librarys if {
 	d := airlock.decision with input as object.union(get("x.example", "/"), {"sandbox": {"id": "sb-a", "mode": "report"}})
 	not "mode" in object.keys(d)
 }
+
+# Rules derived from HTTP rules (policy/derive.go writes _airlock_http_*;
+# mocked here): a deny about HTTP that could apply intercepts the connection;
+# an allow about HTTP that names the host allows its CONNECT/TLS on 443 and 80
+# and its DNS question, intercepted; a host every request of which some rule
+# allows stays a tunnel.
+_conn(kind, port) := {"kind": kind, "sandbox": {"id": "s"}, "destination": {"host": "x.example", "port": port}}
+
+test_derived_deny_intercepts if {
+	d := airlock.decision with input as _conn("connect", 443)
+		with data.airlock.egress.allow as true
+		with data.airlock.derived.http as true
+		with data.airlock.egress._airlock_http_deny as {[]}
+	d.allowed
+	d.mitm
+}
+
+test_derived_allow_host_opens_and_intercepts if {
+	every k in ["connect", "tls"] {
+		d := airlock.decision with input as _conn(k, 443)
+			with data.airlock.derived.http as true
+		with data.airlock.egress._airlock_http_allow as {[]}
+		with data.airlock.egress._airlock_http_allow_host as {[]}
+		d.allowed
+		d.mitm
+	}
+	airlock.decision.allowed with input as {"kind": "dns", "sandbox": {"id": "s"}, "destination": {"host": "x.example"}}
+		with data.airlock.derived.http as true
+		with data.airlock.egress._airlock_http_allow_host as {[]}
+	not airlock.decision.allowed with input as _conn("connect", 22)
+		with data.airlock.derived.http as true
+		with data.airlock.egress._airlock_http_allow_host as {[]}
+}
+
+test_derived_open_host_stays_a_tunnel if {
+	d := airlock.decision with input as _conn("connect", 443)
+		with data.airlock.egress.allow as true
+		with data.airlock.derived.http as true
+		with data.airlock.egress._airlock_http_allow as {[]}
+		with data.airlock.egress._airlock_http_open as true
+	d.allowed
+	not d.mitm
+	e := airlock.decision with input as _conn("connect", 443)
+		with data.airlock.hosts.allow as {"x.example": true}
+		with data.airlock.derived.http as true
+		with data.airlock.egress._airlock_http_allow as {[]}
+	e.allowed
+	not e.mitm
+	f := airlock.decision with input as _conn("connect", 443)
+		with data.airlock.egress.allow as true
+		with data.airlock.derived.http as true
+		with data.airlock.egress._airlock_http_allow as {[]}
+	f.mitm
+
+test_ask_rule if {
+	# An ask rule turns a request nothing allows or denies into a question;
+	# the decision stays a deny with its reasons.
+	d := airlock.decision with input as req("connect", "new.example")
+		with data.airlock.egress.ask as [{"id": "new_vendor", "msg": "b"}, {"id": "new_vendor", "msg": "a"}]
+	not d.allowed
+	d.ask
+	d.ask_msg == "a; b"
+	d.reasons[0].id == "default_deny"
+}
+
+test_ask_unmatched if {
+	d := airlock.decision with input as req("connect", "new.example") with data.airlock.egress.on_unmatched as "ask"
+	d.ask
+	d.ask_msg == "no rule allows connect to new.example"
+}
+
+test_ask_never_over_allow_or_deny if {
+	a := airlock.decision with input as req("connect", "new.example")
+		with data.airlock.egress.allow as true
+		with data.airlock.egress.on_unmatched as "ask"
+	a.allowed
+	not "ask" in object.keys(a)
+	d := airlock.decision with input as req("connect", "new.example")
+		with data.airlock.egress.deny as [{"id": "no", "msg": "never"}]
+		with data.airlock.egress.on_unmatched as "ask"
+	not "ask" in object.keys(d)
+	n := airlock.decision with input as req("connect", "new.example")
+	not "ask" in object.keys(n)
+}

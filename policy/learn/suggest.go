@@ -77,6 +77,10 @@ type Suggestion struct {
 	// apart from an allowed one (same host, port, method and path): reported,
 	// not tested.
 	Allowed, Denied, Conflicts []Sample `json:"-"`
+	// Flagged are destinations the log shows reached that look like
+	// exfiltration (ExfilSignals: key -> why): left out of Hosts and of
+	// Allowed, for a person to decide.
+	Flagged map[string][]string `json:"-"`
 	// Counts of the records read, by what they were.
 	Records, Learned, AllowedAlready, OtherDenied int                       `json:"-"`
 	Skipped                                       map[string]map[string]int `json:"-"`
@@ -109,6 +113,7 @@ func Suggest(ctx context.Context, files []string, cfg SuggestConfig) (*Suggestio
 	}
 	need := s.groupPresets(ctx, cfg.Baseline, presetHosts)
 	s.buildEntries(need, cfg)
+	s.flagExfil()
 	return s, nil
 }
 

@@ -96,8 +96,14 @@ func Write(ctx context.Context, dir string, s *Suggestion) error {
 	if err := emptyDir(dir); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(map[string]any{"suggested": s}, "", "  ")
+	table, rest := splitTable(s.Hosts)
+	doc := *s
+	doc.Hosts = rest
+	data, err := json.MarshalIndent(map[string]any{"suggested": &doc}, "", "  ")
 	if err != nil {
+		return err
+	}
+	if err := writeExtras(dir, s, table); err != nil {
 		return err
 	}
 	// People review it before use: what a terminal would act on is
@@ -209,7 +215,9 @@ func readmeOf(s *Suggestion) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Suggested policy\n\nWritten by `airlock policy suggest` from an audit log. Review `data.json`\n")
 	b.WriteString("before use: it allows what the log shows was allowed or refused only by the\n")
-	b.WriteString("allowlist, narrowed to the kinds, ports, methods and paths seen.\n\n")
+	b.WriteString("allowlist, narrowed to the kinds, ports, methods and paths seen. Hosts reached\n")
+	b.WriteString("only over HTTP(S) are in `http_allow.rego` (method and path per host); the rest\n")
+	b.WriteString("are in `data.json`.\n\n")
 	fmt.Fprintf(&b, "- records read: %d; allowed already: %d; learned from allowlist refusals: %d; denied for other reasons (kept denied): %d\n",
 		s.Records, s.AllowedAlready, s.Learned, s.OtherDenied)
 	if len(s.Presets) > 0 {
@@ -218,9 +226,9 @@ func readmeOf(s *Suggestion) []byte {
 			names = append(names, p)
 		}
 		sort.Strings(names)
-		fmt.Fprintf(&b, "- hosts left to presets (keep them active): %s\n", strings.Join(names, ", "))
-		b.WriteString("  run with `--preset " + strings.Join(names, " --preset ") + "` to activate no others\n")
+		fmt.Fprintf(&b, "- hosts left to presets: %s (airlock-policy.yaml names them; no other preset is active)\n", strings.Join(names, ", "))
 	}
+	b.Write(flaggedOf(s))
 	if len(s.Conflicts) > 0 {
 		fmt.Fprintf(&b, "- %d denied decisions look like allowed ones to a policy (same host, port, method, path); they are not tested:\n", len(s.Conflicts))
 		for _, c := range s.Conflicts {

@@ -8,7 +8,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 )
 
-// TestRootConnectTunnelFronting (issue 16 item 1) from inside a sandbox, on
+// TestRootConnectTunnelFronting from inside a sandbox, on
 // the fake internet where other.example.test (allowed with --allow, so not
 // intercepted) and evil.example are separate servers, as two sites behind one
 // CDN address would not be: a CONNECT to other.example.test carries neither

@@ -52,7 +52,7 @@ func buildGRPCClient(t *testing.T, dir string) string {
 	return out
 }
 
-// TestRootHTTP2AndGRPCIntercepted is issue 12's HTTP/2 from inside `airlock
+// TestRootHTTP2AndGRPCIntercepted: HTTP/2 from inside `airlock
 // run`: curl --http2 and a Go gRPC client (google.golang.org/grpc) reach an
 // intercepted h2 upstream in the fake internet, through the explicit proxy
 // and transparently. A Rego rule on input.http.path allows the health

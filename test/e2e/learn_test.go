@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -35,15 +36,17 @@ except OSError as e:
 EOF
 `
 
-// TestRootSuggestRoundTrip is issue 11's suggest round trip with the real
+// TestRootSuggestRoundTrip: the suggest round trip with the real
 // gateway: an agent runs in report mode (everything it does goes through,
 // what the default policy would refuse is logged as denied), `airlock policy
 // suggest` writes a policy from that log, and the same agent in enforce mode
 // under the suggested policy gets exactly the same answers, while what it
 // never did (another host, another method and path, another port) is
-// refused with the targets seeing nothing. HTTPS to a host the policy does
-// not intercept is learned as host and port (its CONNECT is all the log
-// shows); plain HTTP with its method and path. `policy replay` of the suggestion against the
+// refused with the targets seeing nothing. Report mode intercepts the HTTPS
+// it lets through only because it is reported (issue 24), so HTTPS is learned
+// with its methods and paths, as plain HTTP is, and written as an http_allow
+// table: under it a DELETE the agent never sent is refused at HTTP level and
+// never reaches the API. `policy replay` of the suggestion against the
 // report-mode log exits 3 (it newly allows what the log shows denied), and
 // against the enforce-mode log 0.
 func TestRootSuggestRoundTrip(t *testing.T) {
@@ -63,14 +66,19 @@ func TestRootSuggestRoundTrip(t *testing.T) {
 		t.Fatalf("the metadata address answered in report mode\n%s", res)
 	}
 	learned := learnRun.records()
-	// HTTPS to a host the policy does not intercept is seen as its CONNECT;
-	// plain HTTP with its method and path.
+	// HTTPS no rule allows is intercepted in report mode: its requests are
+	// in the log with their methods and paths, as plain HTTP's are.
 	mustFind(t, learned, match{kind: audit.KindConnect, decision: audit.DecisionDeny, host: "api.example.test"})
+	mustFind(t, learned, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: "api.example.test", method: "GET", path: "/v1/items"})
+	mustFind(t, learned, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: "api.example.test", method: "POST", path: "/v1/jobs"})
 	mustFind(t, learned, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: "other.example.test", method: "GET", path: "/status"})
 
 	pol := filepath.Join(learnRun.dir, "suggested")
 	if out, code := airlockCLI(t, "policy", "suggest", "--from", learnRun.audit, "--out", pol); code != 0 {
 		t.Fatalf("policy suggest: exit %d\n%s", code, out)
+	}
+	if table, err := os.ReadFile(filepath.Join(pol, "http_allow.rego")); err != nil || !strings.Contains(string(table), `"api.example.test": [{"methods":["GET"]`) {
+		t.Errorf("suggest: want api.example.test in http_allow.rego, got %q (%v)", table, err)
 	}
 	if out, code := airlockCLI(t, "policy", "replay", "--policy", pol, "--from", learnRun.audit); code != 3 {
 		t.Errorf("policy replay of the suggestion on the report-mode log: exit %d, want 3 (it opens what the log shows denied)\n%s", code, out)
@@ -78,11 +86,12 @@ func TestRootSuggestRoundTrip(t *testing.T) {
 
 	enforce := newEnv(t, "")
 	before := snap(w.evil)
-	otherSeen := len(w.other.Seen())
+	otherSeen, apiSeen := len(w.other.Seen()), len(w.api.Seen())
 	res = enforce.sh([]string{"--id", sandboxID("learned"), "--policy", pol}, learnAgent+`
 echo "evil=$(code https://evil.example/x)"
 echo "api_other_port=$(code --max-time 10 https://api.example.test:8443/v1/items)"
 echo "other_admin=$(code -X POST -d x http://other.example.test/admin)"
+echo "api_delete=$(code -X DELETE https://api.example.test/v1/items)"
 `)
 	wantCode(t, res, 0)
 	got := kv(res.stdout)
@@ -91,7 +100,7 @@ echo "other_admin=$(code -X POST -d x http://other.example.test/admin)"
 			t.Errorf("%s: got %q under the suggested policy, %q in report mode", k, got[k], seen[k])
 		}
 	}
-	for _, k := range []string{"evil", "api_other_port", "other_admin"} {
+	for _, k := range []string{"evil", "api_other_port", "other_admin", "api_delete"} {
 		if v := got[k]; v == "200" || v == "" {
 			t.Errorf("%s: got %q, want a refusal: the agent never did it\n%s", k, v, res)
 		}
@@ -104,9 +113,14 @@ echo "other_admin=$(code -X POST -d x http://other.example.test/admin)"
 			t.Errorf("other.example.test saw %s /admin, which the suggested policy must refuse", r.Method)
 		}
 	}
+	for _, r := range seenSince(w.api, apiSeen) {
+		if r.Method == "DELETE" {
+			t.Errorf("api.example.test saw DELETE %s, which the suggested policy must refuse", r.URL.Path)
+		}
+	}
 	recs := enforce.records()
 	for _, r := range recs {
-		if r.Decision == audit.DecisionDeny && (r.Host == "pypi.org" || r.Host == "api.example.test" && r.Port == 443 || r.Path == "/status") {
+		if r.Decision == audit.DecisionDeny && (r.Host == "pypi.org" || r.Host == "api.example.test" && r.Port == 443 && r.Method != "DELETE" || r.Path == "/status") {
 			t.Errorf("the suggested policy denied what the agent did in report mode: %+v", r)
 		}
 	}

@@ -114,8 +114,15 @@ func setup(dir string) (*world, error) {
 	return wd, nil
 }
 
-// buildAirlock builds ./cmd/airlock from the module root.
-func buildAirlock(out string) error { return buildPackage("./cmd/airlock", out) }
+// buildAirlock builds ./cmd/airlock from the module root, and beside it the
+// sandbox init it runs sandboxes from (./cmd/airlock-init, written second as
+// make build does), so the tests run what ships.
+func buildAirlock(out string) error {
+	if err := buildPackage("./cmd/airlock", out); err != nil {
+		return err
+	}
+	return buildPackage("./cmd/airlock-init", filepath.Join(filepath.Dir(out), "airlock-init"))
+}
 
 // buildPackage builds a command of the module, static, into out.
 func buildPackage(pkg, out string) error {

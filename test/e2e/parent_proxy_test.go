@@ -42,7 +42,7 @@ func startParentProxy(t *testing.T, n *fakenet.Net, h *fakenet.Host, port int) *
 	})
 }
 
-// TestRootParentProxy is issue 12 item 3 from inside `airlock run`: with
+// TestRootParentProxy, from inside `airlock run`: with
 // upstream.proxy naming a proxy in the fake internet (credential from the
 // secrets file), an intercepted HTTPS GET, a tunnel to an --allow host and a
 // plain HTTP GET all succeed through it, each as CONNECT by name with the

@@ -21,7 +21,7 @@ func mustDenyWith(t *testing.T, recs []audit.Record, kind, host string, port int
 	t.Errorf("no %s deny of %s:%d with reason %s; records:\n%s", kind, host, port, id, dump(recs))
 }
 
-// TestRootPolicyPortsAndReadOnly is issue 16's attacks on the default policy
+// TestRootPolicyPortsAndReadOnly attacks the default policy
 // from inside `airlock run`: pypi.org, a registry, on ports it does not serve
 // (4444, and the DNS ports 53 and 853) through the explicit proxy and
 // transparently; git's fetch POSTed to pypi.org, which is not a git host; and

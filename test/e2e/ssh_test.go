@@ -119,7 +119,7 @@ func (s *sshServer) serve(c net.Conn, cfgFile string) {
 	s.mu.Unlock()
 }
 
-// TestRootGitCloneOverSSH is issue 12's git over SSH from inside `airlock
+// TestRootGitCloneOverSSH: git over SSH from inside `airlock
 // run`: Debian's ssh and git clone git@github.com:... from an sshd in the fake
 // internet, allowed by name and port (--allow github.com:22), decided as kind
 // tcp by the name the sandbox resolved. The same clone from a name the policy

@@ -20,7 +20,7 @@ func recAt(recs []audit.Record, kind, decision, host string, port int) []audit.R
 	return out
 }
 
-// TestRootTCPByNameAndSOCKS5 is issue 12 item 2 from inside `airlock run`:
+// TestRootTCPByNameAndSOCKS5, from inside `airlock run`:
 // curl through the explicit listener's SOCKS5 (--socks5-hostname) to an
 // allowed registry and to a denied host; and a raw TCP client (python3's
 // socket, neither TLS nor HTTP) to an allowed name:port, which reaches the

@@ -10,8 +10,9 @@
 // through another airlock package. Paths are relative to the module; a path
 // ending in /... names it and everything below it. A package's non-test code is
 // what the rule covers; for a package that is only a doc.go beside tests, its
-// tests. The failure message shows the import chain (docs/ARCHITECTURE.md,
-// "Import rules").
+// tests. The failure message shows the import chain. TestMap keeps the map,
+// docs/ARCHITECTURE.md, true: every package in its table, on a floor above
+// what it imports, and every function its walks name declared.
 //
 // Entry point: go test ./test/layout/ (make test runs it). The package has no
 // code of its own outside tests.

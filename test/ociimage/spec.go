@@ -43,8 +43,9 @@ const CABundle = "/etc/ssl/certs/ca-certificates.crt"
 // Binaries are where airlock's own binaries go, by the name `make build`
 // gives them in bin/.
 var Binaries = map[string]string{
-	"airlock":     "/usr/local/bin/airlock",
-	"airlock-cni": "/usr/local/bin/airlock-cni",
+	"airlock":      "/usr/local/bin/airlock",
+	"airlock-init": "/usr/local/bin/airlock-init", // beside airlock: the sandboxes' init
+	"airlock-cni":  "/usr/local/bin/airlock-cni",
 }
 
 // Dirs are the empty directories the image must hold: the executor's mount

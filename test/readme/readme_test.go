@@ -197,7 +197,7 @@ func checkCommand(t *testing.T, bin, line string) bool {
 func isSubcommand(w string) bool {
 	switch w {
 	case "run", "serve", "attach", "policy", "audit", "ca", "version", "test", "check", "eval", "verify", "query", "tail", "init", "show", "pubkey", "export",
-		"sandbox", "create", "exec", "cp", "ls", "inspect", "logs", "rm", "suggest", "replay", "diff", "bundle",
+		"sandbox", "create", "exec", "cp", "ls", "inspect", "update", "logs", "rm", "approve", "suggest", "replay", "diff", "explain", "bundle",
 		"config", "example":
 		return true
 	case "report": // airlock audit report

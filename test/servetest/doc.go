@@ -10,5 +10,5 @@
 // Namespaces, FilesMentioning.
 //
 // test/servetest must never import: any other airlock package but api, client,
-// config, test/poll.
+// config, hostname, identity, test/poll, units.
 package servetest

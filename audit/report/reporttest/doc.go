@@ -5,6 +5,6 @@
 //
 // Entry points: Write, WriteLarge, Chromium, Open.
 //
-// audit/report/reporttest must never import: any other airlock package but audit, oplog,
-// termtext.
+// audit/report/reporttest must never import: any other airlock package but audit, budget, hostname,
+// identity, oplog, termtext.
 package reporttest

@@ -7,15 +7,15 @@ and one-shot run. Standard library only, Python 3.9+.
         print(sb.run(["echo", "hello"]).stdout)
 """
 
-from .client import (DEFAULT_SOCKET, SOCKET_ENV, Client, EventStream, ExecStream, FilesStream,
+from .client import (DEFAULT_SOCKET, SOCKET_ENV, ApprovalStream, Client, EventStream, ExecStream, FilesStream,
                      SandboxSession)
 from .errors import AirlockError, APIError, ConnectionError, NotFound, StreamError, Unhealthy
 from .files import UnsafeTarError, extract_tar, write_tar
-from .types import (Completed, Egress, Event, ExecInfo, ExecResult, FilesResult, Health, HealthPart, Limits,
+from .types import (Approval, Completed, Egress, Event, ExecInfo, ExecResult, FilesResult, Health, HealthPart, Limits,
                     Output, RunResult, Sandbox, Started, SummaryRow, Usage)
 
 __all__ = [
-    "DEFAULT_SOCKET", "SOCKET_ENV", "Client", "EventStream", "ExecStream", "FilesStream", "SandboxSession",
+    "DEFAULT_SOCKET", "SOCKET_ENV", "Approval", "ApprovalStream", "Client", "EventStream", "ExecStream", "FilesStream", "SandboxSession",
     "AirlockError", "APIError", "ConnectionError", "NotFound", "StreamError", "Unhealthy", "UnsafeTarError",
     "extract_tar", "write_tar", "Completed", "Egress", "Event", "ExecInfo", "ExecResult", "FilesResult",
     "Health", "HealthPart", "Limits", "Output", "RunResult", "Sandbox", "Started", "SummaryRow", "Usage",

@@ -13,7 +13,7 @@ from typing import IO, Any, Dict, Iterable, Iterator, List, Mapping, Optional, S
 from . import errors
 from .errors import APIError, StreamError, Unhealthy, api_error
 from .files import extract_tar, write_tar
-from .types import (Completed, Event, ExecInfo, ExecResult, FilesResult, Health, Output, RunResult, Sandbox,
+from .types import (Approval, Completed, Event, ExecInfo, ExecResult, FilesResult, Health, Output, RunResult, Sandbox,
                     Started, decode_data)
 
 #: The environment variable that names the daemon's socket.
@@ -166,6 +166,24 @@ class Client:
     def get_sandbox(self, sandbox_id: str) -> Sandbox:
         """One sandbox: state, limits, usage now, egress counters."""
         return Sandbox.from_json(self._json("GET", f"/sandboxes/{_quote(sandbox_id)}"))
+
+    def update_sandbox(self, sandbox_id: str, *, allow: Optional[Sequence[str]] = None,
+                       allow_add: Optional[Sequence[str]] = None, allow_remove: Optional[Sequence[str]] = None,
+                       labels: Optional[Mapping[str, Optional[str]]] = None, mode: Optional[str] = None) -> Sandbox:
+        """Changes a running sandbox's own rules (PATCH /v1/sandboxes/{id})
+        and returns it as it is after the change. allow replaces the allow
+        list ([] empties it), then allow_remove removes entries and
+        allow_add adds them; labels sets each key, a None value removes it;
+        mode (root only) is "enforce" or "report". Requests the sandbox
+        makes from then on are decided under the new rules; its open
+        tunnels and websockets that they refuse are closed."""
+        body = _drop_none({
+            "allow_add": list(allow_add or []), "allow_remove": list(allow_remove or []),
+            "labels": dict(labels or {}), "mode": mode,
+        })
+        if allow is not None:
+            body["allow"] = list(allow)  # [] empties the list: kept
+        return Sandbox.from_json(self._json("PATCH", f"/sandboxes/{_quote(sandbox_id)}", body))
 
     def delete_sandbox(self, sandbox_id: str) -> Sandbox:
         """Kills every process of the sandbox, removes it, and returns its
@@ -368,9 +386,64 @@ class Client:
         "in_force", "problem"}."""
         return self._json("GET", f"/attach/{_quote(sandbox_id)}") or {}
 
+    # -- approvals ----------------------------------------------------------
+
+    def approvals(self) -> List[Approval]:
+        """The requests held for an answer that the caller may give (root:
+        all; others: their sandboxes'), oldest first."""
+        return [Approval.from_json(d) for d in self._json("GET", "/approvals") or []]
+
+    def follow_approvals(self, read_timeout: Optional[float] = EVENTS_TIMEOUT) -> "ApprovalStream":
+        """The pending approvals, then each new question and each answer as
+        it happens."""
+        conn, resp = self._open("GET", "/approvals", query=[("follow", "true")], timeout=read_timeout)
+        ctype = resp.getheader("Content-Type", "")
+        if not ctype.startswith("application/x-ndjson"):
+            conn.close()
+            raise StreamError(f"approvals: content type {ctype!r}, want application/x-ndjson")
+        return ApprovalStream(conn, resp)
+
+    def answer_approval(self, approval_id: str, answer: str) -> Approval:
+        """Answers a held request: "once", "sandbox" (this host and port for
+        the sandbox's life), "policy" (added to its allow list) or "deny"."""
+        return Approval.from_json(self._json("POST", f"/approvals/{_quote(approval_id)}", {"answer": answer}))
+
     def detach(self, sandbox_id: str) -> None:
         """Restores an attached namespace as it was (root only)."""
         self._json("DELETE", f"/attach/{_quote(sandbox_id)}")
+
+
+class ApprovalStream:
+    """GET /v1/approvals?follow=true as an iterator of Approval: the pending
+    ones, then each new question and each answer or time-out. Close it when
+    done."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse):
+        self._conn = conn
+        self._lines = _Lines("approvals", resp)
+
+    def __iter__(self) -> Iterator[Approval]:
+        while True:
+            line = self._lines.next()
+            if line is None:
+                self.close()
+                return
+            if not line.strip():
+                continue  # the keep-alive
+            try:
+                yield Approval.from_json(json.loads(line))
+            except ValueError as e:
+                self.close()
+                raise StreamError(f"approvals: a line is not JSON: {e}") from e
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "ApprovalStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 class _Lines:

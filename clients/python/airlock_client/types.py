@@ -295,3 +295,30 @@ class Health:
 
 def decode_data(s: str) -> bytes:
     return base64.b64decode(s.encode("ascii"), validate=True) if s else b""
+
+
+@dataclass
+class Approval:
+    """A request the policy asked a person about (GET /v1/approvals); state
+    is pending, approved, denied or timed_out."""
+    id: str
+    sandbox: str = ""
+    request_id: str = ""
+    kind: str = ""
+    host: str = ""
+    port: int = 0
+    method: str = ""
+    path: str = ""
+    msg: str = ""
+    asked_at: Optional[datetime.datetime] = None
+    expires_at: Optional[datetime.datetime] = None
+    state: str = ""
+    answer: str = ""
+    by: str = ""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "Approval":
+        a = _build(cls, d)
+        a.asked_at = _time(d.get("asked_at"))
+        a.expires_at = _time(d.get("expires_at"))
+        return a

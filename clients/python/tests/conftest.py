@@ -36,8 +36,19 @@ class Daemon:
         self.audit = os.path.join(self.dir, "audit.jsonl")
         self.log_path = os.path.join(self.dir, "serve.log")
         self.config = os.path.join(self.dir, "airlock.yaml")
+        # One rule beyond the defaults: requests to ask.airlock.test are
+        # held for a person's answer (test_approvals).
+        policy_dir = os.path.join(self.dir, "policy")
+        os.mkdir(policy_dir)
+        with open(os.path.join(policy_dir, "ask.rego"), "w") as f:
+            f.write('package airlock.egress\n\n'
+                    'ask contains {"id": "test_ask", "msg": "a test host"} if input.destination.host == "ask.airlock.test"\n')
         with open(self.config, "w") as f:
-            f.write(f"""api:
+            f.write(f"""policy:
+  dir: {policy_dir}
+approval:
+  timeout: 30s
+api:
   socket: {self.socket}
   group: ""
 audit:

@@ -254,6 +254,59 @@ def test_run(client):
         client.get_sandbox(r.id)
 
 
+def test_update_sandbox(client):
+    """PATCH through the client: the allow list and labels change for this
+    sandbox alone, a refused change names its field and changes nothing."""
+    sb = client.create_sandbox(labels={"agent": "py-update", "stage": "dev"}, allow=["a.example.com"])
+    other = client.create_sandbox(labels={"agent": "py-update-other"}, allow=["a.example.com"])
+    try:
+        got = client.update_sandbox(sb.id, allow_add=["b.example.com"], allow_remove=["a.example.com"],
+                                    labels={"stage": "review", "agent": None})
+        assert got.allow == ["b.example.com"] and got.labels == {"stage": "review"}
+        assert client.get_sandbox(sb.id).allow == ["b.example.com"]
+        assert client.get_sandbox(other.id).allow == ["a.example.com"]
+        assert client.update_sandbox(sb.id, allow=[]).allow == []
+        with pytest.raises(APIError) as e:
+            client.update_sandbox(sb.id, allow_remove=["nope.example.com"])
+        assert e.value.code == "invalid_field" and e.value.field == "allow_remove[0]"
+        with pytest.raises(APIError) as e:
+            client.update_sandbox(sb.id)
+        assert e.value.code == "invalid_field" and "nothing to change" in e.value.message
+    finally:
+        client.delete_sandbox(other.id)
+        client.delete_sandbox(sb.id)
+
+
+def test_approvals(client, sandbox):
+    """A request the policy asks about is held; the client lists it,
+    follows it and answers it (deny: the sandbox gets 403 approval_denied
+    and nothing is dialed); a bad answer names the field."""
+    script = ("import urllib.request, urllib.error\n"
+              "try:\n"
+              "    urllib.request.urlopen('http://ask.airlock.test/held', timeout=60)\n"
+              "except urllib.error.HTTPError as e:\n"
+              "    print(e.code, e.headers.get('X-Airlock-Reason'))\n")
+    result = {}
+    t = threading.Thread(target=lambda: result.update(c=client.run_command(sandbox.id, ["python3", "-c", script])))
+    t.start()
+    with client.follow_approvals() as stream:
+        it = iter(stream)
+        a = next(it)
+        assert a.state == "pending" and a.sandbox == sandbox.id and a.host == "ask.airlock.test"
+        assert a.method == "GET" and a.path == "/held" and a.msg == "a test host" and a.expires_at is not None
+        assert [p.id for p in client.approvals()] == [a.id]
+        with pytest.raises(APIError) as e:
+            client.answer_approval(a.id, "maybe")
+        assert e.value.code == "invalid_field" and e.value.field == "answer"
+        got = client.answer_approval(a.id, "deny")
+        assert got.state == "denied" and got.answer == "deny" and got.by == "root"
+        b = next(it)
+        assert b.id == a.id and b.state == "denied"
+    t.join(90)
+    assert result["c"].stdout.decode().split() == ["403", "approval_denied"]
+    assert client.approvals() == []
+
+
 def test_bad_requests_name_the_field(client):
     cases = [({"mode": "audit"}, "mode"), ({"memory": "1K"}, "limits.memory"), ({"env": {"": "x"}}, "env")]
     for kwargs, field in cases:

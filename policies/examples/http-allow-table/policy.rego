@@ -1,8 +1,7 @@
 # Read acme's GitHub repositories and call OpenAI's chat completions, nothing
 # else. The library derives DNS, CONNECT/TLS on 443 and interception for both
 # hosts from this table, so the method and path rules always take effect.
-# "Nothing else" needs --preset none: the default presets allow reads (GET) of
-# their registry hosts, api.github.com among them.
+# "Nothing else": airlock-policy.yaml beside this file builds on no preset.
 package airlock.egress
 
 http_allow := {

@@ -1,0 +1,7 @@
+package main
+
+import "github.com/airlock-dev/airlock/sandboxd"
+
+func main() {
+	sandboxd.InitMain()
+}

@@ -1,0 +1,6 @@
+package config
+
+// Secrets points at the secrets file.
+type Secrets struct {
+	File string `yaml:"file"`
+}
