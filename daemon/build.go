@@ -276,6 +276,9 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 		return err
 	}
 	d.gw = gw
+	if d.secrets != nil { // token endpoints (STS AssumeRole) are called through the guarded dialer
+		d.secrets.SetTokenClient(gw.TokenClient())
+	}
 	d.closers = append(d.closers, func() error { return shutdown(d.gw.Shutdown) })
 	return nil
 }

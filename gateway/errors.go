@@ -51,6 +51,7 @@ type failure struct {
 	reason string
 	status int
 	err    error
+	note   string // shown to the sandbox after the reason; "" for none
 }
 
 func (f *failure) Error() string { return f.reason + ": " + f.err.Error() }

@@ -46,7 +46,11 @@ func refusalText(rc *reqCtx, status int, reason string) (phrase, body string) {
 		b.WriteString(".\n")
 	default:
 		phrase = "airlock could not reach " + target + " (" + reason + ")"
-		b.WriteString("airlock: the policy allowed " + requestOf(rc, target) + ", but it could not be completed: " + reason + ".\n")
+		b.WriteString("airlock: the policy allowed " + requestOf(rc, target) + ", but it could not be completed: " + reason)
+		if f := (*failure)(nil); errors.As(rc.err, &f) && f.note != "" {
+			b.WriteString(": " + f.note)
+		}
+		b.WriteString(".\n")
 	}
 	b.WriteString("decision " + rc.id + ": " + reason + " (" + strconv.Itoa(status) + " " + http.StatusText(status) + ")\n")
 	return phrasable(phrase), b.String()

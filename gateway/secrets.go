@@ -74,7 +74,7 @@ func secretsErr(err error) error {
 	}
 	var u *secrets.UnavailableError
 	if errors.As(err, &u) {
-		return fail(ReasonSecretUnavailable, status, err)
+		return &failure{reason: ReasonSecretUnavailable, status: status, err: err, note: u.Note}
 	}
 	var r *secrets.ResponseError
 	if errors.As(err, &r) {
@@ -121,6 +121,9 @@ func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
 	}
 	rd := &rc.sess.rd
 	if b := rc.req.Body; b != nil && b != http.NoBody {
+		if err := continueForScan(rc); err != nil {
+			return err
+		}
 		rd.bound(time.Now().Add(g.cfg.BodyScanTimeout))
 		defer rd.unbound()
 	}
@@ -130,6 +133,27 @@ func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
 			msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
 	}
 	return secretsErr(err)
+}
+
+// continueForScan answers "100 Continue" to an intercepted HTTP/1 request
+// that waits for it before sending its body (Expect: 100-continue), since the
+// scan reads the body before policy: a client that waits without a timeout
+// (the aws CLI) would otherwise wait until body_scan_timeout refused it. The
+// Expect header is then removed, so relay does not answer it again. Through
+// the explicit proxy's plain HTTP, http.Server answers it when the body is read.
+//
+// Regression (e2e TestRootAWSCLIPlaceholders): every `aws s3 cp` upload from a
+// sandbox holding placeholders was refused 408 body_scan_timeout.
+func continueForScan(rc *reqCtx) error {
+	if rc.viaProxy || !hasToken(rc.req.Header["Expect"], "100-continue") {
+		return nil
+	}
+	rc.req.Header.Del("Expect")
+	rc.sess.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+	if err := rc.sess.bw.Flush(); err != nil {
+		return fail(ReasonUpstream, http.StatusBadGateway, err)
+	}
+	return nil
 }
 
 // checkStream is checkRequest on an HTTP/2 stream: the deadline is the

@@ -53,6 +53,9 @@ have buildah || need+=(buildah)
 # The containerd e2e test (TestRootContainerdCRI) runs airlock-cni under
 # Debian's containerd, whose CRI plugin invokes the chain itself.
 have containerd && have ctr || need+=(containerd)
+# The e2e AWS test (TestRootAWSCLIPlaceholders) runs Debian's aws CLI in a
+# sandbox holding placeholder credentials.
+[ -x /usr/bin/aws ] || need+=(awscli)
 dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
 
 if [ ${#need[@]} -gt 0 ]; then

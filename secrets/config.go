@@ -133,6 +133,17 @@ type BindingConfig struct {
 	// Strip lists further headers removed from matching requests, such as
 	// Cookie or Proxy-Authorization. The bound Header is always removed.
 	Strip []string `yaml:"strip"`
+	// AWS makes this an AWS SigV4 binding (aws.go): the secret is the secret
+	// access key and requests signed with the sandbox's placeholders are
+	// re-signed with the real credentials.
+	AWS *AWSConfig `yaml:"aws_sigv4"`
+	// OAuth has the gateway mint the injected value as an OAuth 2.0 access
+	// token (oauth.go): the secret is the client secret or refresh token.
+	OAuth *OAuthConfig `yaml:"oauth"`
+	// GitHubApp has the gateway mint the injected value as a GitHub App
+	// installation token per sandbox (githubapp.go): the secret is the app's
+	// private key (PEM).
+	GitHubApp *GitHubAppConfig `yaml:"github_app"`
 }
 
 // LoadFile reads and validates a secrets file strictly: unknown fields, a
@@ -205,9 +216,21 @@ func (c *Config) applyDefaults() {
 		}
 		if b.Mode == "" {
 			b.Mode = DefaultMode
+			if b.AWS != nil {
+				b.Mode = ModeRequire
+			}
 		}
 		if len(b.Paths) == 0 {
 			b.Paths = []string{"/"}
+		}
+		if b.OAuth != nil {
+			b.OAuth.applyDefaults()
+		}
+		if b.GitHubApp != nil && b.GitHubApp.APIURL == "" {
+			b.GitHubApp.APIURL = DefaultGitHubAPI
+		}
+		if b.AWS != nil && b.AWS.AssumeRole != nil {
+			b.AWS.AssumeRole.applyDefaults(b.AWS.Region)
 		}
 	}
 }
@@ -315,6 +338,28 @@ func (b *BindingConfig) validate(ids map[string]bool) error {
 	for _, h := range b.Strip {
 		if !tokenRE.MatchString(h) || forbiddenHeaders[http.CanonicalHeaderKey(h)] {
 			return fmt.Errorf("strip: %q is not a header that may be stripped", h)
+		}
+	}
+	n := 0
+	for _, set := range []bool{b.AWS != nil, b.OAuth != nil, b.GitHubApp != nil} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("aws_sigv4, oauth, github_app: set at most one")
+	}
+	if b.AWS != nil {
+		return b.validateAWS(ids)
+	}
+	if b.OAuth != nil {
+		if err := b.OAuth.validate(ids); err != nil {
+			return err
+		}
+	}
+	if b.GitHubApp != nil {
+		if err := b.GitHubApp.validate(); err != nil {
+			return err
 		}
 	}
 	switch {

@@ -67,6 +67,10 @@ func (d *Denial) Error() string {
 type UnavailableError struct {
 	SecretID string
 	Err      error // never contains the value or the command's output
+	// Note, when set, is safe to show the sandbox: which binding's token
+	// could not be had, and the endpoint's status and error code. Never a
+	// value, never a host path.
+	Note string
 }
 
 func (e *UnavailableError) Error() string {

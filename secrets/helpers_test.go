@@ -43,7 +43,7 @@ func (s *logSink) Watch(values ...string) {
 	s.watch = append(s.watch, values...)
 }
 
-func newLogSink(t *testing.T, values ...string) (*slog.Logger, *logSink) {
+func newLogSink(t testing.TB, values ...string) (*slog.Logger, *logSink) {
 	t.Helper()
 	sink := &logSink{watch: append([]string{canary}, values...)}
 	t.Cleanup(func() {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/hostname"
@@ -37,11 +38,17 @@ type Injector struct {
 	bindings []*binding
 	maxBody  int64
 	budget   *scanBudget
+	replay   *replayCache
+	now      func() time.Time
+	assume   assumeCache
+	oauth    oauthCache
+	revokes  sync.WaitGroup // background revocations (githubapp.go)
 
 	mu      sync.Mutex
 	ph      map[phKey]string // (sandbox, secret) -> placeholder
 	phOwner map[string]phKey // placeholder -> (sandbox, secret)
 	phCount map[string]int   // sandbox -> placeholders issued to it
+	tokens  TokenClient      // the gateway's client for token endpoints (SetTokenClient)
 }
 
 type phKey struct{ sandbox, secret string }
@@ -53,6 +60,8 @@ type Applied struct {
 	rec      audit.Secret
 	scrub    *scrubber
 	scrubbed atomic.Int64
+	partial  bool   // a 206 may pass: only re-signed AWS requests (aws.go)
+	rejected func() // on a 401: drop the minted OAuth token it carried (oauth.go)
 }
 
 // Audit returns the audit entries of the injected secret, with the number of
@@ -95,6 +104,8 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		secrets: map[string]*secret{},
 		maxBody: cfg.MaxBodyScan,
 		budget:  newScanBudget(cfg.MaxBodyScanPerSandbox),
+		replay:  newReplayCache(DefaultAWSReplayEntries),
+		now:     time.Now,
 		ph:      map[phKey]string{},
 		phOwner: map[string]phKey{},
 		phCount: map[string]int{},
@@ -125,6 +136,19 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 		}
 		for _, h := range bc.Strip {
 			b.strip = append(b.strip, http.CanonicalHeaderKey(h))
+		}
+		b.github = bc.GitHubApp
+		if o := bc.OAuth; o != nil {
+			b.oauth = o
+			if o.ClientSecretSecret != "" {
+				b.oauthClientSecret = in.secrets[o.ClientSecretSecret]
+			}
+		}
+		if a := bc.AWS; a != nil {
+			b.aws = &awsBinding{keyID: a.AccessKeyID, region: a.Region, service: a.Service, assume: a.AssumeRole}
+			if a.SessionTokenSecret != "" {
+				b.aws.token = in.secrets[a.SessionTokenSecret]
+			}
 		}
 		in.bindings = append(in.bindings, b)
 	}
@@ -184,6 +208,12 @@ func (in *Injector) Placeholders(sb Sandbox) (map[string]string, error) {
 		if b.mode == ModeDefault || !b.matchSandbox(sb) {
 			continue
 		}
+		if b.aws != nil {
+			if err := in.awsPlaceholders(sb, b, out); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		p, err := in.placeholder(sb.ID, b.secret.cfg.ID)
 		if err != nil {
 			return nil, err
@@ -214,6 +244,8 @@ func (in *Injector) placeholder(sandbox, secretID string) (string, error) {
 // Forget drops a sandbox's placeholders when it ends; they are then denied as
 // unknown wherever they appear.
 func (in *Injector) Forget(sandboxID string) {
+	in.assume.forget(sandboxID)
+	in.revokeGitHub(sandboxID)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for k, p := range in.ph {
@@ -262,12 +294,29 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 	if b == nil || (b.mode == ModePlaceholder && !present) {
 		return nil, nil
 	}
+	if b.aws != nil {
+		return in.injectAWS(ctx, sb, b, req)
+	}
 	v, err := b.secret.get(ctx)
 	if err != nil {
 		in.log.Error("secret unavailable", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID, oplog.ErrorKey, err)
 		return nil, err
 	}
-	cred, token := b.render(v.value.reveal())
+	value, scrub := v.value.reveal(), v.scrub
+	var reject func()
+	if b.oauth != nil || b.github != nil {
+		t, err := in.oauthAccess(ctx, sb, b, v)
+		if err != nil {
+			return nil, err
+		}
+		value, scrub = t.access, mergeScrubbers(scrub, t.scrub)
+		key := tokenKey{binding: b.index}
+		if b.github != nil {
+			key.sandbox = sb.ID
+		}
+		reject = func() { in.oauthRejected(key, t.access) }
+	}
+	cred, token := b.render(value)
 	req.Header.Del(b.header)
 	for _, h := range b.strip {
 		req.Header.Del(h)
@@ -276,15 +325,15 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 	req.Header.Del("If-Range")
 	req.Header.Set(b.header, cred)
 	req.Header.Set("Accept-Encoding", "identity")
-	scrub := v.scrub
 	if token != "" {
-		scrub = mergeScrubbers(v.scrub, newScrubber(CanaryForms(token)))
+		scrub = mergeScrubbers(scrub, newScrubber(CanaryForms(token)))
 	}
 	a := &Applied{
 		rec: audit.Secret{
 			ID: b.secret.cfg.ID, Version: v.id, Fingerprint: v.fp, Where: b.where(),
 		},
-		scrub: scrub,
+		scrub:    scrub,
+		rejected: reject,
 	}
 	in.log.Info("secret injected", oplog.SandboxKey, sb.ID, "secret", a.rec.ID,
 		"version", a.rec.Version, "where", a.rec.Where)
@@ -412,13 +461,16 @@ func (in *Injector) analyze(sb Sandbox, req *http.Request) (*binding, bool, erro
 // ownAllowed: the hit is this sandbox's placeholder for b's secret, in b's
 // header, and b substitutes placeholders.
 func (in *Injector) ownAllowed(sb Sandbox, h hit, b *binding) bool {
-	if b == nil || b.mode == ModeDefault || h.where != b.where() {
+	if b == nil || b.mode == ModeDefault {
 		return false
 	}
 	in.mu.Lock()
 	owner, ok := in.phOwner[h.token]
 	in.mu.Unlock()
-	return ok && owner.sandbox == sb.ID && owner.secret == b.secret.cfg.ID
+	if b.aws != nil {
+		return ok && awsOwnAllowed(owner, sb, h, b)
+	}
+	return ok && h.where == b.where() && owner.sandbox == sb.ID && owner.secret == b.secret.cfg.ID
 }
 
 func (in *Injector) denyToken(sb Sandbox, h hit, b *binding) error {

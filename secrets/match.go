@@ -76,6 +76,11 @@ type binding struct {
 	mode      string
 	env       string
 	strip     []string // canonical
+	aws       *awsBinding
+	oauth     *OAuthConfig
+	github    *GitHubAppConfig
+	// oauthClientSecret holds the client secret of a refresh_token grant.
+	oauthClientSecret *secret
 }
 
 func (b *binding) matchSandbox(sb Sandbox) bool {

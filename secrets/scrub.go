@@ -222,10 +222,16 @@ func (in *Injector) ScrubResponse(a *Applied, resp *http.Response) error {
 		in.log.Warn("secrets refused response", "secret", a.rec.ID, "reason", reason)
 		return &ResponseError{Reason: reason}
 	}
+	if resp.StatusCode == http.StatusUnauthorized && a.rejected != nil {
+		a.rejected()
+	}
 	switch resp.StatusCode {
 	case http.StatusSwitchingProtocols:
 		return refuse("protocol upgrade cannot be scrubbed")
 	case http.StatusPartialContent:
+		if a.partial {
+			break
+		}
 		return refuse("partial content could carry part of a secret")
 	}
 	for _, ce := range resp.Header.Values("Content-Encoding") {

@@ -1,0 +1,298 @@
+package secrets
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/oplog"
+)
+
+// OAuth 2.0 bindings: the gateway holds the client secret (client
+// credentials grant) or the refresh token (refresh token grant), mints access
+// tokens at the token endpoint through its token client, caches each until
+// shortly before it expires, and injects it with the binding's template. The
+// sandbox holds at most the binding's placeholder.
+
+// OAuth grants.
+const (
+	GrantClientCredentials = "client_credentials"
+	GrantRefreshToken      = "refresh_token"
+)
+
+// OAuth client authentication styles.
+const (
+	OAuthAuthBasic = "basic" // client_id:client_secret in Authorization: Basic (RFC 6749 2.3.1)
+	OAuthAuthBody  = "body"  // client_id and client_secret in the form
+)
+
+const (
+	// OAuthRefreshBefore: a cached access token is replaced once it has less
+	// than this left (or a tenth of its lifetime, when that is shorter).
+	OAuthRefreshBefore = time.Minute
+	// DefaultOAuthLifetime is assumed when the endpoint gives no expires_in.
+	DefaultOAuthLifetime = 5 * time.Minute
+	maxTokenResponse     = 64 << 10
+)
+
+// OAuthConfig makes a binding inject an access token minted by the gateway.
+// The binding's secret is the client secret (client_credentials) or the
+// refresh token (refresh_token).
+type OAuthConfig struct {
+	// TokenURL is the token endpoint, https only.
+	TokenURL string `yaml:"token_url"`
+	// Grant is client_credentials or refresh_token.
+	Grant string `yaml:"grant"`
+	// ClientID identifies the client.
+	ClientID string `yaml:"client_id"`
+	// ClientSecretSecret is the id of the secret holding the client secret,
+	// for the refresh_token grant of a confidential client. Optional.
+	ClientSecretSecret string `yaml:"client_secret_secret"`
+	// Scopes asked for; empty: the endpoint's default.
+	Scopes []string `yaml:"scopes"`
+	// Audience, for endpoints that take one (Auth0 and others). Optional.
+	Audience string `yaml:"audience"`
+	// ClientAuth is basic (default) or body.
+	ClientAuth string `yaml:"client_auth"`
+}
+
+var oauthErrRE = regexp.MustCompile(`^[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}$`)
+
+func (o *OAuthConfig) applyDefaults() {
+	if o.ClientAuth == "" {
+		o.ClientAuth = OAuthAuthBasic
+	}
+}
+
+func (o *OAuthConfig) validate(ids map[string]bool) error {
+	u, err := url.Parse(o.TokenURL)
+	switch {
+	case err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.Fragment != "":
+		return fmt.Errorf("oauth.token_url: %q is not an https URL", o.TokenURL)
+	case o.Grant != GrantClientCredentials && o.Grant != GrantRefreshToken:
+		return fmt.Errorf("oauth.grant: %q is not one of client_credentials, refresh_token", o.Grant)
+	case o.ClientID == "" || hasCtl(o.ClientID):
+		return errors.New("oauth.client_id: required, without control characters")
+	case o.ClientSecretSecret != "" && !ids[o.ClientSecretSecret]:
+		return fmt.Errorf("oauth.client_secret_secret: %q is not a defined secret id", o.ClientSecretSecret)
+	case o.ClientSecretSecret != "" && o.Grant != GrantRefreshToken:
+		return errors.New("oauth.client_secret_secret: only for the refresh_token grant (the binding's secret is the client secret)")
+	case o.ClientAuth != OAuthAuthBasic && o.ClientAuth != OAuthAuthBody:
+		return fmt.Errorf("oauth.client_auth: %q is not one of basic, body", o.ClientAuth)
+	}
+	for _, s := range o.Scopes {
+		if s == "" || strings.ContainsAny(s, " \"\\") || hasCtl(s) {
+			return fmt.Errorf("oauth.scopes: %q is not a scope", s)
+		}
+	}
+	return nil
+}
+
+// oauthToken is one minted access token.
+type oauthToken struct {
+	access  string
+	expires time.Time
+	scrub   *scrubber
+	revoke  string // URL that revokes it (GitHub installation tokens); "" for none
+}
+
+// oauthCache holds each binding's current token; one mint at a time per
+// binding.
+type oauthCache struct {
+	mu sync.Mutex
+	m  map[tokenKey]*oauthEntry
+}
+
+// tokenKey: a binding's token, per sandbox for per-sandbox tokens (GitHub
+// App installation tokens); sandbox "" for one shared by the binding.
+type tokenKey struct {
+	binding int
+	sandbox string
+}
+
+type oauthEntry struct {
+	mu      sync.Mutex
+	tok     *oauthToken
+	refresh string // a rotated refresh token the endpoint handed back
+}
+
+func (c *oauthCache) entry(k tokenKey) *oauthEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[tokenKey]*oauthEntry{}
+	}
+	e := c.m[k]
+	if e == nil {
+		e = &oauthEntry{}
+		c.m[k] = e
+	}
+	return e
+}
+
+// take removes and returns a sandbox's per-sandbox entries.
+func (c *oauthCache) take(sandbox string) []*oauthEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*oauthEntry
+	for k, e := range c.m {
+		if k.sandbox == sandbox && sandbox != "" {
+			out = append(out, e)
+			delete(c.m, k)
+		}
+	}
+	return out
+}
+
+// oauthAccess returns b's current access token, minting one when there is
+// none or it is about to expire.
+func (in *Injector) oauthAccess(ctx context.Context, sb Sandbox, b *binding, v *version) (*oauthToken, error) {
+	key := tokenKey{binding: b.index}
+	if b.github != nil {
+		key.sandbox = sb.ID
+	}
+	e := in.oauth.entry(key)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := in.now()
+	if t := e.tok; t != nil {
+		margin := min(OAuthRefreshBefore, t.expires.Sub(now)/10)
+		if now.Add(margin).Before(t.expires) {
+			return t, nil
+		}
+	}
+	var t *oauthToken
+	var rotated string
+	var err error
+	what := "oauth token from " + b.tokenURL()
+	if b.github != nil {
+		t, err = in.mintGitHub(ctx, sb, b, v)
+		what = "github app installation token from " + b.tokenURL()
+	} else {
+		t, rotated, err = in.mintOAuth(ctx, b, v, e.refresh)
+	}
+	if err != nil {
+		in.log.Error("token request failed", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID,
+			"binding", b.index, oplog.ErrorKey, err)
+		e := fmt.Errorf("bindings[%d] (secret %s): %s: %w", b.index, b.secret.cfg.ID, what, err)
+		return nil, &UnavailableError{SecretID: b.secret.cfg.ID, Err: e, Note: e.Error()}
+	}
+	e.tok = t
+	if rotated != "" {
+		e.refresh = rotated
+	}
+	in.log.Info("oauth token minted", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID, "binding", b.index,
+		"expires", t.expires.UTC().Format(time.RFC3339))
+	return t, nil
+}
+
+// oauthRejected drops b's cached token when the upstream answered 401 to a
+// request that carried it, so the next request mints a fresh one. The 401
+// itself goes to the sandbox: the request is not retried (its body may be
+// gone, and a retry is the client's to decide).
+func (in *Injector) oauthRejected(key tokenKey, access string) {
+	e := in.oauth.entry(key)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.tok != nil && e.tok.access == access {
+		e.tok = nil
+	}
+}
+
+// mintOAuth calls the token endpoint once.
+func (in *Injector) mintOAuth(ctx context.Context, b *binding, v *version, rotated string) (*oauthToken, string, error) {
+	in.mu.Lock()
+	client := in.tokens
+	in.mu.Unlock()
+	if client == nil {
+		return nil, "", errors.New("the gateway gave the secrets injector no token client")
+	}
+	o := b.oauth
+	form := url.Values{"grant_type": {o.Grant}}
+	clientSecret := ""
+	forms := CanaryForms(v.value.reveal())
+	switch o.Grant {
+	case GrantClientCredentials:
+		clientSecret = v.value.reveal()
+	case GrantRefreshToken:
+		rt := v.value.reveal()
+		if rotated != "" {
+			rt = rotated
+		}
+		form.Set("refresh_token", rt)
+		if b.oauthClientSecret != nil {
+			cv, err := b.oauthClientSecret.get(ctx)
+			if err != nil {
+				return nil, "", err
+			}
+			clientSecret = cv.value.reveal()
+		}
+	}
+	if len(o.Scopes) > 0 {
+		form.Set("scope", strings.Join(o.Scopes, " "))
+	}
+	if o.Audience != "" {
+		form.Set("audience", o.Audience)
+	}
+	if o.ClientAuth == OAuthAuthBody || clientSecret == "" {
+		form.Set("client_id", o.ClientID)
+		if clientSecret != "" {
+			form.Set("client_secret", clientSecret)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, AssumeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.TokenURL, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	if o.ClientAuth == OAuthAuthBasic && clientSecret != "" {
+		req.SetBasicAuth(url.QueryEscape(o.ClientID), url.QueryEscape(clientSecret))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("token endpoint: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenResponse+1))
+	if err != nil || len(raw) > maxTokenResponse {
+		return nil, "", errors.New("token endpoint: answer unreadable or longer than 64 KiB")
+	}
+	var r struct {
+		Access    string  `json:"access_token"`
+		Type      string  `json:"token_type"`
+		ExpiresIn float64 `json:"expires_in"`
+		Refresh   string  `json:"refresh_token"`
+		Error     string  `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &r)
+	if resp.StatusCode != http.StatusOK || r.Access == "" {
+		code := "no access_token"
+		if oauthErrRE.MatchString(r.Error) {
+			code = r.Error
+		}
+		return nil, "", fmt.Errorf("token endpoint answered %d (%s)", resp.StatusCode, code)
+	}
+	if len(r.Access) < MinValueLength || hasCtl(r.Access) {
+		return nil, "", errors.New("token endpoint: the access token is too short or has control characters")
+	}
+	life := DefaultOAuthLifetime
+	if r.ExpiresIn > 0 {
+		life = time.Duration(r.ExpiresIn * float64(time.Second))
+	}
+	forms = append(forms, CanaryForms(r.Access)...)
+	if r.Refresh != "" {
+		forms = append(forms, CanaryForms(r.Refresh)...)
+	}
+	return &oauthToken{access: r.Access, expires: in.now().Add(life), scrub: newScrubber(forms)}, r.Refresh, nil
+}
