@@ -8,7 +8,8 @@
 //
 // Every request, tunnel, connection and HTTP/2 stream (h2.go: one stream is one
 // request) goes through one pipeline, coded once in (*Gateway).serve
-// (pipeline.go), in this order:
+// (pipeline.go; the stages before relay are the list admitStages, each in a
+// file of its own), in this order:
 //
 //	normalize -> screen (secrets) -> decide (policy) -> reserve (audit room)
 //	  -> inject (secrets) -> dial (resolve, ipguard; or CONNECT via the parent proxy) -> relay
