@@ -149,6 +149,7 @@ func (g *Gateway) buildInput(rc *reqCtx) {
 			}
 		}
 		in.HTTP = h
+		contentInput(in, rc, rc.body != nil)
 		if rc.sess.intercepted {
 			in.TLS = &policy.TLS{SNI: rc.sess.sni, Intercepted: true}
 		}

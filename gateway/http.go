@@ -494,6 +494,9 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 		}
 		s.dropUpstream()
 		if bodyErr := bodyErrs.get(); bodyErr != nil {
+			if err := rc.lateDenial(bodyErr); err != nil {
+				return x, err // content inspection denied the body mid-stream
+			}
 			// A streamed body scan cut the request off before a placeholder left.
 			var d *denial
 			if serr := secretsErr(bodyErr); errors.As(serr, &d) {

@@ -37,6 +37,7 @@ func (g *Gateway) serveRefused(rc *reqCtx, err error) {
 var admitStages = [...]func(*Gateway, *reqCtx) error{
 	(*Gateway).normalizeOrScreen, // normalize.go: destination, one per connection
 	(*Gateway).screen,            // secrets.go: placeholders, before policy
+	(*Gateway).inspectStage,      // inspect.go: content findings, policy input
 	(*Gateway).decide,            // decide.go: policy
 	(*Gateway).reserve,           // reserve.go: room in the audit log
 	(*Gateway).inject,            // secrets.go: bound secrets, after policy

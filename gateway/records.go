@@ -113,6 +113,10 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 		}
 	}
 	r.Status = rc.status
+	r.Findings = auditFindings(rc)
+	if pathHasFinding(r.Findings) {
+		r.Path = redactedPath
+	}
 	if rc.up != nil {
 		// Only a request that had a verified upstream connection carried the secret.
 		r.Secrets = rc.applied.Audit()

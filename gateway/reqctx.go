@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/inspect"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
 )
@@ -58,6 +59,14 @@ type reqCtx struct {
 	refusal  *http.Response
 	upOK     bool    // the upstream response was read to its end: the connection may be reused
 	ws       *wsBody // a websocket goproxy relays
+
+	// Content inspection (inspect.go): findings of the URL, headers and a
+	// body read before policy; the streamed body's own; parsed protocols.
+	findings []inspect.Finding
+	body     *inspectBody
+	bodyRead bool // the body was read whole before policy
+	jsonrpc  *policy.JSONRPC
+	llm      *policy.LLM
 
 	in      policy.Input
 	adm     *admitted              // what a long-lived connection was admitted with (redecide.go)

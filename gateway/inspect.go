@@ -1,0 +1,506 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/inspect"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// Inspector is the seam package inspect plugs into (NewInspector wraps an
+// *inspect.Scanner). The inspect stage (after screen, before decide) scans
+// what a request carries in the clear: its URL path and query, its headers,
+// its body (streamed, see inspectBody), and, across requests of one sandbox,
+// the pieces of a split secret (WindowAdd). Its findings are policy input
+// (input.content.findings) and go on the audit record (Record.Findings).
+type Inspector interface {
+	Scan(where string, data []byte) []inspect.Finding
+	ScanFields(fields []inspect.Field) []inspect.Finding
+	NewStream(where string) StreamScanner
+	WindowAdd(sandboxID string, fields []inspect.Field) []inspect.Finding
+	ScanResponse(contentType string, data []byte) []inspect.Finding
+}
+
+// StreamScanner scans a body written to it piece by piece (*inspect.Stream).
+type StreamScanner interface {
+	Write(p []byte) (int, error)
+	Findings() []inspect.Finding
+	Close() error
+}
+
+var _ StreamScanner = (*inspect.Stream)(nil)
+
+// NewInspector is the Inspector of a scanner.
+func NewInspector(s *inspect.Scanner) Inspector { return scannerInspector{s} }
+
+type scannerInspector struct{ *inspect.Scanner }
+
+func (s scannerInspector) NewStream(where string) StreamScanner { return s.Scanner.NewStream(where) }
+
+func (s scannerInspector) WindowAdd(sandboxID string, fields []inspect.Field) []inspect.Finding {
+	return s.Scanner.Window(sandboxID).Add(fields)
+}
+
+// Reason ids of the inspect stage's own refusals.
+const (
+	// ReasonContentLate: a finding in a streamed body made policy deny the
+	// request before its last bytes left; the origin got an incomplete body
+	// and the connection to it was closed.
+	ReasonContentLate = "content_denied_midstream"
+)
+
+// contentOf is rc's findings so far: those of the URL, headers and a body
+// read before policy, then those of the streamed body.
+func contentOf(rc *reqCtx) []inspect.Finding {
+	fs := rc.findings
+	if b := rc.body; b != nil {
+		fs = append(fs[:len(fs):len(fs)], b.found()...)
+	}
+	return fs
+}
+
+// inspectStage is the inspect stage. It runs on HTTP requests (plain and
+// intercepted, HTTP/1 and HTTP/2, gRPC included); DNS names are the DNS
+// filter's. A JSON body with a declared length up to InspectMaxJSON is read
+// here, before policy, so JSON-RPC and LLM calls are policy input and a
+// secret split across JSON fields is found; any other body is scanned as it
+// streams to the upstream (inspectBody).
+func (g *Gateway) inspectStage(rc *reqCtx) error {
+	sc := g.cfg.Inspector
+	if sc == nil || rc.kind != policy.KindHTTP || rc.req == nil {
+		return nil
+	}
+	req := rc.req
+	fields := requestFields(req)
+	fs := sc.ScanFields(fields)
+	if u := req.URL.Path; u != "" && u != "/" {
+		fs = append(fs, sc.Scan("url.path", []byte(u))...)
+	}
+	if b := req.Body; b != nil && b != http.NoBody {
+		bfs, more, err := g.inspectJSON(rc, sc)
+		if err != nil {
+			return err
+		}
+		fs = append(fs, bfs...)
+		fields = append(fields, more...)
+	}
+	fs = append(fs, sc.WindowAdd(rc.cc.sb.info.ID, fields)...)
+	rc.findings = dedupFindings(fs)
+	if b := req.Body; b != nil && b != http.NoBody && rc.body == nil && !rc.bodyRead {
+		where := "body"
+		if isGRPC(req) {
+			where = "grpc.message"
+		}
+		rc.body = &inspectBody{g: g, rc: rc, src: req.Body, st: sc.NewStream(where), max: g.cfg.InspectMaxBody}
+		req.Body = rc.body
+	}
+	return nil
+}
+
+// requestFields are the pieces of a request's URL and headers a secret may
+// be split across: each query value (where url.query) and each header value
+// (where header:NAME).
+func requestFields(req *http.Request) []inspect.Field {
+	var fields []inspect.Field
+	if q := req.URL.RawQuery; q != "" {
+		for q != "" {
+			var kv string
+			kv, q, _ = strings.Cut(q, "&")
+			k, v, _ := strings.Cut(kv, "=")
+			if v == "" {
+				v, k = k, ""
+			}
+			fields = append(fields, inspect.Field{Where: "url.query", Name: k, Value: []byte(v)})
+		}
+	}
+	for k, vs := range req.Header {
+		where := "header:" + lowerHeader(k)
+		for _, v := range vs {
+			fields = append(fields, inspect.Field{Where: where, Name: k, Value: []byte(v)})
+		}
+	}
+	return fields
+}
+
+// isJSON reports whether a content type is JSON (application/json,
+// application/*+json, application/json-rpc).
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || mt == "application/json-rpc" ||
+		(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
+// inspectPreread: a body of declared length up to this many bytes is read
+// and scanned before policy, so a refused one never reaches the origin at
+// all; a longer one streams (inspectBody).
+const inspectPreread = 64 << 10
+
+// inspectJSON reads a body of declared length up to inspectPreread (a JSON
+// body: up to InspectMaxJSON) under BodyScanTimeout and scans it; a JSON one
+// as fields (JSON string leaves: a secret
+// split across tool arguments is found), parses JSON-RPC and LLM calls into
+// rc.in, and puts the body back for relay. Malformed JSON is a finding.
+func (g *Gateway) inspectJSON(rc *reqCtx, sc Inspector) ([]inspect.Finding, []inspect.Field, error) {
+	req := rc.req
+	n := req.ContentLength
+	jsonBody := isJSON(req.Header.Get("Content-Type"))
+	limit := int64(inspectPreread)
+	if jsonBody {
+		limit = g.cfg.InspectMaxJSON
+	}
+	if n <= 0 || n > limit || isGRPC(req) {
+		return nil, nil, nil
+	}
+	body, err := g.readBodyBounded(rc, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc.bodyRead = true
+	if !jsonBody {
+		return sc.Scan("body", body), nil, nil
+	}
+	lim := inspect.Limits{MaxBytes: int(g.cfg.InspectMaxJSON)}
+	var fs []inspect.Finding
+	fields, perr := inspect.JSONFields("body", body, lim)
+	if perr != nil {
+		fs = append(fs, inspect.MalformedFinding("body", perr))
+		fs = append(fs, sc.Scan("body", body)...) // scanned as text instead
+	} else {
+		if len(fields) == 0 {
+			fs = append(fs, sc.Scan("body", body)...) // no string leaves: the text as it is
+		} else {
+			fs = append(fs, sc.ScanFields(fields)...)
+		}
+		if rpc, err := inspect.ParseJSONRPC(body, lim); err == nil && rpc != nil {
+			rc.jsonrpc = jsonrpcInput(rpc)
+			for i := range fields {
+				fields[i].Where = "jsonrpc.params"
+			}
+		}
+		if llm, err := inspect.ParseLLM(rc.host, req.URL.Path, body, lim); err == nil && llm != nil {
+			rc.llm = &policy.LLM{Provider: llm.Provider, Model: llm.Model, Stream: llm.Stream, Operation: llm.Operation}
+		}
+	}
+	return fs, fields, nil
+}
+
+// readBodyBounded reads exactly n bytes of rc's body (its declared length)
+// under BodyScanTimeout, and puts them back as the body.
+func (g *Gateway) readBodyBounded(rc *reqCtx, n int64) ([]byte, error) {
+	req := rc.req
+	if st := rc.sess.h2; st != nil {
+		st.rctl.SetReadDeadline(time.Now().Add(g.cfg.BodyScanTimeout))
+		defer st.rctl.SetReadDeadline(time.Time{})
+	} else {
+		rc.sess.rd.bound(time.Now().Add(g.cfg.BodyScanTimeout))
+		defer rc.sess.rd.unbound()
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(req.Body, buf); err != nil {
+		if isTimeout(err) || (rc.sess.h2 == nil && rc.sess.rd.expired.Load()) {
+			return nil, &denial{reason: ReasonBodyScanTimeout, status: http.StatusRequestTimeout,
+				msg: fmt.Sprintf("request body not received within %v (body_scan_timeout)", g.cfg.BodyScanTimeout)}
+		}
+		return nil, deny(ReasonBadRequest, "reading request body: %v", err)
+	}
+	req.Body = replayBody{bytes.NewReader(buf), req.Body}
+	return buf, nil
+}
+
+// replayBody is a body read ahead and replayed, closing the original.
+type replayBody struct {
+	*bytes.Reader
+	io.Closer
+}
+
+// jsonrpcInput is policy's view of a parsed JSON-RPC body.
+func jsonrpcInput(rpc *inspect.JSONRPC) *policy.JSONRPC {
+	if len(rpc.Messages) == 0 {
+		return nil
+	}
+	m := rpc.Messages[0]
+	out := &policy.JSONRPC{Method: m.Method, ID: m.ID, Tool: m.Tool, Arguments: m.Arguments, Batch: rpc.Batch}
+	for _, p := range m.Parts {
+		part := map[string]any{"kind": p.Kind}
+		if p.Text != "" {
+			part["text"] = p.Text
+		}
+		if p.MimeType != "" {
+			part["mimeType"] = p.MimeType
+		}
+		if p.URI != "" {
+			part["uri"] = p.URI
+		}
+		if p.Bytes != 0 {
+			part["bytes"] = p.Bytes
+		}
+		out.Parts = append(out.Parts, part)
+	}
+	if rpc.Batch {
+		for _, x := range rpc.Messages {
+			out.Messages = append(out.Messages, policy.JSONRPCMessage{Method: x.Method, ID: x.ID, Tool: x.Tool})
+		}
+	}
+	return out
+}
+
+// dedupFindings drops repeats (the same detector, place, encoding and
+// fingerprint), keeping the first.
+func dedupFindings(fs []inspect.Finding) []inspect.Finding {
+	if len(fs) < 2 {
+		return fs
+	}
+	type key struct{ d, w, e, f string }
+	seen := make(map[key]bool, len(fs))
+	out := fs[:0]
+	for _, f := range fs {
+		k := key{f.Detector, f.Where, f.Encoding, f.Fingerprint}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// contentInput puts rc's findings and parsed protocols into in (rc's policy
+// input, or a copy of it).
+func contentInput(in *policy.Input, rc *reqCtx, partial bool) {
+	in.JSONRPC, in.LLM = rc.jsonrpc, rc.llm
+	fs := contentOf(rc)
+	if len(fs) == 0 {
+		in.Content = nil
+		return
+	}
+	c := &policy.Content{Findings: make([]policy.Finding, len(fs)), Partial: partial}
+	for i, f := range fs {
+		c.Findings[i] = policy.Finding(f)
+	}
+	in.Content = c
+}
+
+// auditFindings is rc's findings as the audit record carries them.
+func auditFindings(rc *reqCtx) []audit.Finding {
+	fs := contentOf(rc)
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]audit.Finding, len(fs))
+	for i, f := range fs {
+		out[i] = audit.Finding(f)
+	}
+	return out
+}
+
+// inspectBody scans a request body as it streams to the upstream, never
+// holding more than one read's worth of it: each chunk is scanned
+// (inspect.Stream, with an overlap so a token across two chunks is found)
+// before it is handed on, and the chunk read last is held back until the
+// body's end is known. Policy is asked again whenever a chunk adds a
+// finding, and once more at the end, before the held chunk leaves: a deny
+// fails the read, so the upstream request is aborted with an incomplete body
+// and its connection closed (sendUpstream turns the error into the denial).
+// Past InspectMaxBody bytes the rest is relayed unscanned and one oversize
+// finding goes to policy.
+//
+// The HTTP/2 transport reads the body on its own goroutine: the findings and
+// the late decision are behind mu.
+type inspectBody struct {
+	g   *Gateway
+	rc  *reqCtx
+	src io.ReadCloser
+	st  StreamScanner
+	max int64
+
+	buf     []byte
+	held    []byte // read and scanned, not yet handed on
+	scanned int64
+	decided int // findings the last decision saw
+
+	mu   sync.Mutex
+	fs   []inspect.Finding
+	dec  *policy.Decision // the deny a finding in the body led to
+	err  error
+	done bool
+}
+
+func (b *inspectBody) found() []inspect.Finding {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fs
+}
+
+// lateDecision is the decision that denied the body mid-stream, if any.
+func (b *inspectBody) lateDecision() *policy.Decision {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dec
+}
+
+func (b *inspectBody) Close() error { return b.src.Close() }
+
+func (b *inspectBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	for {
+		if b.done {
+			n := copy(p, b.held)
+			b.held = b.held[n:]
+			if len(b.held) == 0 {
+				return n, io.EOF
+			}
+			return n, nil
+		}
+		if b.buf == nil {
+			b.buf = make([]byte, 32<<10)
+		}
+		n, err := b.src.Read(b.buf)
+		if n > 0 {
+			chunk := b.buf[:n]
+			b.scan(chunk)
+			if derr := b.check(false); derr != nil {
+				return 0, derr
+			}
+			out := copy(p, b.held)
+			rest := b.held[out:]
+			// Keep the new chunk (and what of the held one p had no room
+			// for) back.
+			nh := make([]byte, 0, len(rest)+n)
+			nh = append(append(nh, rest...), chunk...)
+			b.held = nh
+			if out > 0 {
+				return out, nil
+			}
+		}
+		if err == io.EOF {
+			b.st.Close()
+			b.scan(nil)
+			if derr := b.check(true); derr != nil {
+				return 0, derr
+			}
+			b.done = true
+			continue
+		}
+		if err != nil {
+			b.err = err
+			return 0, err
+		}
+	}
+}
+
+// scan runs the stream over chunk, up to the cap, and takes its findings.
+func (b *inspectBody) scan(chunk []byte) {
+	over := false
+	if len(chunk) > 0 {
+		room := b.max - b.scanned
+		if int64(len(chunk)) > room {
+			over = b.scanned <= b.max && room >= 0
+			chunk = chunk[:max(room, 0)]
+		}
+		if len(chunk) > 0 {
+			b.st.Write(chunk)
+		}
+		b.scanned += int64(len(chunk))
+		if over {
+			b.scanned++ // past the cap: reported once
+		}
+	}
+	fs := b.st.Findings()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if over {
+		b.fs = append(b.fs, inspect.Finding{Detector: inspect.DetectorOversize, Class: inspect.ClassOversize,
+			Where: "body", Confidence: inspect.High})
+	}
+	// Stream.Findings returns every finding so far; keep the new ones.
+	for _, f := range fs {
+		if !containsFinding(b.fs, f) {
+			b.fs = append(b.fs, f)
+		}
+	}
+}
+
+func containsFinding(fs []inspect.Finding, f inspect.Finding) bool {
+	for _, x := range fs {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+// check asks policy again when the body added findings since it was last
+// asked (end: the body is complete). A deny ends the body.
+func (b *inspectBody) check(end bool) error {
+	b.mu.Lock()
+	n := len(b.fs)
+	b.mu.Unlock()
+	if n == b.decided {
+		return nil
+	}
+	b.decided = n
+	rc := b.rc
+	in := rc.in // a copy: on HTTP/2 this runs beside the stream's own goroutine
+	contentInput(&in, rc, !end)
+	ctx := newDecisionCtx(b.g.cfg.PolicyTimeout)
+	d := b.g.dec.Decide(ctx, &in)
+	ctx.stop()
+	err := denialOf(d)
+	if err == nil {
+		return nil
+	}
+	var dn *denial
+	if errors.As(err, &dn) {
+		dn.msg = "in the request body, after part of it was sent: " + dn.msg
+	}
+	b.mu.Lock()
+	b.dec = &d
+	b.mu.Unlock()
+	b.err = err
+	return err
+}
+
+// lateDenial is the denial a streamed body's inspection ended the request
+// with (err is what the body returned to the upstream writer), or nil. The
+// decision that denied becomes the request's, for its record.
+func (rc *reqCtx) lateDenial(err error) error {
+	b := rc.body
+	if b == nil {
+		return nil
+	}
+	var d *denial
+	if !errors.As(err, &d) {
+		return nil
+	}
+	if dec := b.lateDecision(); dec != nil {
+		rc.dec, rc.decided = *dec, true
+	}
+	return d
+}
+
+// redactedPath stands in the audit record for a path a finding was in.
+const redactedPath = "[path withheld: content inspection found a credential or canary in it]"
+
+// pathHasFinding reports whether a finding was in the URL path, which the
+// record then does not quote.
+func pathHasFinding(fs []audit.Finding) bool {
+	for _, f := range fs {
+		if f.Where == "url.path" {
+			return true
+		}
+	}
+	return false
+}
