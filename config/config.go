@@ -80,6 +80,7 @@ type Config struct {
 	Sandbox  Sandbox  `yaml:"sandbox"`
 	API      API      `yaml:"api"`
 	Metrics  Metrics  `yaml:"metrics"`
+	Inspect  Inspect  `yaml:"inspect"` // inspect.go
 }
 
 // Policy selects the Rego policy and how it is applied.
@@ -502,6 +503,7 @@ func (c *Config) applyDefaults() {
 		c.API.Group, c.API.groupSet = DefaultAPIGroup, true
 	}
 	c.Sandbox.applyDefaults()
+	c.Inspect.applyDefaults()
 	if c.Metrics.Listen == "" {
 		c.Metrics.Listen = DefaultMetricsListen
 	}
@@ -586,6 +588,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limits.new_flow_burst: %d is not between 1 and %d", c.Limits.NewFlowBurst, MaxNewFlows)
 	}
 	if err := c.Sandbox.validate(); err != nil {
+		return err
+	}
+	if err := c.Inspect.validate(); err != nil {
 		return err
 	}
 	if !validGroup(c.API.Group) {

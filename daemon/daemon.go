@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/fdreserve"
 	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/inspect"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/oplog"
@@ -89,6 +90,8 @@ type Daemon struct {
 	dns      *dnsfilter.Filter
 	gw       *gateway.Gateway
 	secrets  *secrets.Injector
+	scanner  *inspect.Scanner  // content inspection (inspect.go); nil when off
+	canaries *inspect.Canaries // nil when inspect.canaries is off
 	netns    *netns.Manager
 	exec     *sandboxd.Executor
 	caBundle string
@@ -155,6 +158,9 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	}
 	// Secrets before the policy: a policy bundle's token is one.
 	if err := d.buildSecrets(cfg); err != nil {
+		return nil, err
+	}
+	if err := d.buildInspect(cfg); err != nil {
 		return nil, err
 	}
 	eng := d.compileEngine(cfg)

@@ -113,6 +113,11 @@ type Config struct {
 	// policy; refused means NXDOMAIN, never forwarded, audited with reason and
 	// (if not empty) flag. The daemon checks for secret placeholders with it.
 	NameCheck func(sb policy.Sandbox, name string) (reason, flag string, refused bool)
+	// ScanName, when set, is content inspection of every question's name
+	// (the daemon's scanner: canaries, credentials, encoded data, high-entropy
+	// labels). Its findings are policy input (input.content.findings; such a
+	// question bypasses the decision cache) and go on the audit record.
+	ScanName func(sb policy.Sandbox, name string) []policy.Finding
 	// GatewayAddrs are the gateway's own addresses; answers naming them are dropped.
 	GatewayAddrs []netip.Addr
 	// RateLimit (queries/s) and RateBurst size each sandbox's token bucket; a query
