@@ -441,6 +441,7 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 			// Compressed frames could not be checked for a placeholder.
 			req.Header.Del("Sec-Websocket-Extensions")
 		}
+		g.stripWSExtensions(req.Header)
 	}
 	if hasToken(req.Header["Expect"], "100-continue") {
 		req.Header.Del("Expect")
@@ -562,6 +563,7 @@ func (s *httpSession) forward(rc *reqCtx) error {
 		s.conn.SetDeadline(time.Time{})
 		rc.tunnel = false
 		g.holdOpen(rc) // re-decided on a policy change, as a tunnel is
+		rc.wsScan = g.newWSScan(rc)
 		pipe(rc, s.conn, cHead, up.nc, uHead, g.streamGuard(rc, true))
 		return nil
 	}

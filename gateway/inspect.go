@@ -65,6 +65,9 @@ func contentOf(rc *reqCtx) []inspect.Finding {
 	if b := rc.body; b != nil {
 		fs = append(fs[:len(fs):len(fs)], b.found()...)
 	}
+	if l := rc.late; l != nil {
+		fs = append(fs[:len(fs):len(fs)], l.found()...)
+	}
 	return fs
 }
 

@@ -64,6 +64,8 @@ type reqCtx struct {
 	// body read before policy; the streamed body's own; parsed protocols.
 	findings []inspect.Finding
 	body     *inspectBody
+	late     *lateFindings // a websocket's messages (wsinspect.go)
+	wsScan   *wsScan
 	bodyRead bool // the body was read whole before policy
 	jsonrpc  *policy.JSONRPC
 	llm      *policy.LLM
