@@ -519,6 +519,7 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 		s.dropUpstream()
 		return x, err
 	}
+	s.g.inspectResponse(rc, resp)
 	x.resp = resp
 	return x, nil
 }
