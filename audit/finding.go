@@ -1,5 +1,7 @@
 package audit
 
+import "strconv"
+
 // Finding is one content-inspection finding on a record (Record.Findings):
 // which detector found what kind of thing where, through which decoding, how
 // sure it is, and a keyed fingerprint of the value. Never the value itself.
@@ -60,4 +62,50 @@ func shrinkFindings(fs []Finding, n int, cut func(string) string) []Finding {
 			Confidence: cut(f.Confidence), Score: f.Score, Fingerprint: cut(f.Fingerprint), Split: f.Split}
 	}
 	return out
+}
+
+// FindingsAny is Filter.Findings matching every record with a finding.
+const FindingsAny = "any"
+
+// matchFindings reports whether r has a finding f.Findings asks for.
+func (f *Filter) matchFindings(r *Record) bool {
+	if f.Findings == "" {
+		return true
+	}
+	for i := range r.Findings {
+		x := &r.Findings[i]
+		if f.Findings == FindingsAny || x.Class == f.Findings || x.Detector == f.Findings {
+			return true
+		}
+	}
+	return false
+}
+
+// FindingsText is a record's findings in one short cell: detector@where for
+// each (with +encoding and "split"), at most four, then how many more.
+func FindingsText(r *Record) string {
+	var b []byte
+	for i := range r.Findings {
+		if i == 4 {
+			b = append(b, " (+"...)
+			b = strconv.AppendInt(b, int64(len(r.Findings)-4), 10)
+			b = append(b, " more)"...)
+			break
+		}
+		x := &r.Findings[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, x.Detector...)
+		b = append(b, '@')
+		b = append(b, x.Where...)
+		if x.Encoding != "" {
+			b = append(b, '+')
+			b = append(b, x.Encoding...)
+		}
+		if x.Split {
+			b = append(b, "+split"...)
+		}
+	}
+	return string(b)
 }
