@@ -108,6 +108,7 @@ type Config struct {
 type Scanner struct {
 	cfg      Config
 	disabled map[string]bool
+	enabled  []bool // by rule index
 	rules    *ruleSet
 	canaries *Canaries
 	windows  *windows
@@ -164,6 +165,13 @@ func New(cfg Config) (*Scanner, error) {
 			return nil, fmt.Errorf("inspect: disabled: unknown detector %q (a gitleaks rule id or one of %v)", d, builtinDetectors)
 		}
 		s.disabled[d] = true
+	}
+	for _, r := range rules.rules {
+		name := r.id
+		if r.class == ClassCanary {
+			name = DetectorCanary
+		}
+		s.enabled = append(s.enabled, !s.disabled[name])
 	}
 	s.canaries = cfg.Canaries
 	if s.canaries == nil {
