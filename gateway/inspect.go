@@ -83,10 +83,12 @@ func (g *Gateway) inspectStage(rc *reqCtx) error {
 		return nil
 	}
 	req := rc.req
-	fields := requestFields(req)
-	fs := sc.ScanFields(fields)
+	query, headers := requestFields(req)
+	fs := sc.ScanFields(headers)
+	fs = append(fs, splitScan(sc, query)...)
+	fields := append(query, headers...)
 	if u := req.URL.Path; u != "" && u != "/" {
-		fs = append(fs, sc.Scan("url.path", []byte(u))...)
+		fs = append(fs, sc.ScanFields(pathFields(u))...)
 	}
 	if b := req.Body; b != nil && b != http.NoBody {
 		bfs, more, err := g.inspectJSON(rc, sc)
@@ -112,26 +114,81 @@ func (g *Gateway) inspectStage(rc *reqCtx) error {
 // requestFields are the pieces of a request's URL and headers a secret may
 // be split across: each query value (where url.query) and each header value
 // (where header:NAME).
-func requestFields(req *http.Request) []inspect.Field {
-	var fields []inspect.Field
-	if q := req.URL.RawQuery; q != "" {
-		for q != "" {
-			var kv string
-			kv, q, _ = strings.Cut(q, "&")
-			k, v, _ := strings.Cut(kv, "=")
-			if v == "" {
-				v, k = k, ""
-			}
-			fields = append(fields, inspect.Field{Where: "url.query", Name: k, Value: []byte(v)})
+func requestFields(req *http.Request) (query, headers []inspect.Field) {
+	for q := req.URL.RawQuery; q != ""; {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		k, v, _ := strings.Cut(kv, "=")
+		if v == "" {
+			v, k = k, ""
 		}
+		query = append(query, inspect.Field{Where: "url.query", Name: k, Value: []byte(v)})
 	}
 	for k, vs := range req.Header {
 		where := "header:" + lowerHeader(k)
 		for _, v := range vs {
-			fields = append(fields, inspect.Field{Where: where, Name: k, Value: []byte(v)})
+			headers = append(headers, inspect.Field{Where: where, Name: k, Value: []byte(v)})
 		}
 	}
-	return fields
+	return query, headers
+}
+
+// pathFields are a URL path's segments, each scanned on its own (an encoded
+// value is one segment) and joined (a value split across segments).
+func pathFields(p string) []inspect.Field {
+	var out []inspect.Field
+	for rest := strings.Trim(p, "/"); rest != ""; {
+		seg := rest
+		if len(out) < maxPathSegments-1 {
+			seg, rest, _ = strings.Cut(rest, "/")
+		} else {
+			rest = "" // the rest of a long path is one last field
+		}
+		if seg != "" {
+			out = append(out, inspect.Field{Where: "url.path", Value: []byte(seg)})
+		}
+	}
+	return out
+}
+
+// maxPathSegments bounds the fields a path is cut into.
+const maxPathSegments = 64
+
+// splitScan finds a secret split across the values of one message (query
+// parameters, JSON string values): the values joined, and, since a joined
+// run can hide a token's word boundary behind its neighbours, each pair of
+// neighbours joined too.
+func splitScan(sc Inspector, values []inspect.Field) []inspect.Finding {
+	switch len(values) {
+	case 0:
+		return nil
+	case 1, 2:
+		return sc.ScanFields(values)
+	}
+	fs := sc.ScanFields(values)
+	for i := 0; i+1 < len(values) && i < maxSplitPairs; i++ {
+		for _, f := range sc.ScanFields(values[i : i+2]) {
+			if f.Split {
+				fs = append(fs, f)
+			}
+		}
+	}
+	return fs
+}
+
+// maxSplitPairs bounds the neighbour pairs splitScan scans in one message.
+const maxSplitPairs = 64
+
+// jsonValues are the value fields of inspect.JSONFields (its key fields are
+// named "{}" or "PATH.{}").
+func jsonValues(fields []inspect.Field) []inspect.Field {
+	var out []inspect.Field
+	for _, f := range fields {
+		if f.Name != "{}" && !strings.HasSuffix(f.Name, ".{}") {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // isJSON reports whether a content type is JSON (application/json,
@@ -185,6 +242,7 @@ func (g *Gateway) inspectJSON(rc *reqCtx, sc Inspector) ([]inspect.Finding, []in
 			fs = append(fs, sc.Scan("body", body)...) // no string leaves: the text as it is
 		} else {
 			fs = append(fs, sc.ScanFields(fields)...)
+			fs = append(fs, splitScan(sc, jsonValues(fields))...)
 		}
 		if rpc, err := inspect.ParseJSONRPC(body, lim); err == nil && rpc != nil {
 			rc.jsonrpc = jsonrpcInput(rpc)
