@@ -50,14 +50,6 @@ func (s scannerInspector) WindowAdd(sandboxID string, fields []inspect.Field) []
 	return s.Scanner.Window(sandboxID).Add(fields)
 }
 
-// Reason ids of the inspect stage's own refusals.
-const (
-	// ReasonContentLate: a finding in a streamed body made policy deny the
-	// request before its last bytes left; the origin got an incomplete body
-	// and the connection to it was closed.
-	ReasonContentLate = "content_denied_midstream"
-)
-
 // contentOf is rc's findings so far: those of the URL, headers and a body
 // read before policy, then those of the streamed body.
 func contentOf(rc *reqCtx) []inspect.Finding {
