@@ -312,7 +312,7 @@ func JSONFields(where string, body []byte, lim Limits) ([]Field, error) {
 		case string:
 			if expectKey() {
 				if len(keys) < maxJSONFields {
-					keys = append(keys, Field{Where: where, Name: path() + "{}", Value: []byte(t)})
+					keys = append(keys, Field{Where: where, Name: stack[len(stack)-1].path + "{}", Value: []byte(t)})
 				}
 				if t == "" {
 					t = `""`
@@ -392,11 +392,11 @@ var llmHosts = map[string]bool{
 
 // openAIOps are the OpenAI-shaped operations by path suffix (also served by
 // Azure OpenAI and OpenAI-compatible gateways).
-var openAIOps = map[string]string{
-	"/chat/completions": "chat.completions",
-	"/responses":        "responses",
-	"/completions":      "completions",
-	"/embeddings":       "embeddings",
+var openAIOps = []struct{ suffix, op string }{
+	{"/chat/completions", "chat.completions"}, // before /completions
+	{"/responses", "responses"},
+	{"/completions", "completions"},
+	{"/embeddings", "embeddings"},
 }
 
 // recognizeLLM names the provider and operation of host and path, or nil.
@@ -413,7 +413,8 @@ func recognizeLLM(host, path string) *LLM {
 	if path == "/v1/messages" || path == "/v1/complete" || path == "/v1/messages/count_tokens" || host == "api.anthropic.com" && strings.HasPrefix(path, "/v1/messages") {
 		return &LLM{Provider: ProviderAnthropic, Operation: strings.TrimPrefix(path, "/v1/")}
 	}
-	for suffix, op := range openAIOps {
+	for _, o := range openAIOps {
+		suffix, op := o.suffix, o.op
 		if !strings.HasSuffix(path, suffix) {
 			continue
 		}
