@@ -148,7 +148,7 @@ func githubChecksum(body string) string {
 func canaryRules() []*rule {
 	mk := func(id, expr string, kw ...string) *rule {
 		return &rule{id: "canary:" + id, re: regexp.MustCompile(expr), keywords: kw, confidence: High,
-			class: ClassCanary, reach: reach(expr), secretGroup: 0}
+			class: ClassCanary, reach: reach(expr, 512), secretGroup: 0}
 	}
 	return []*rule{
 		mk("aws-access-key-id", `AKIA[A-Z2-7]{16}`, "akia"),

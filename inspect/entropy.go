@@ -83,10 +83,15 @@ func (st *scanState) dnsName(data []byte) {
 	for _, l := range sub {
 		st.scoreLabel(DetectorDNSEntropy, l, Medium)
 	}
-	if len(sub) > 1 {
-		st.joined(bytes.Join(sub, nil))
+	// Data split over labels comes first in a name: join the first two,
+	// three, ... labels (at most maxLabelJoins) and scan each join.
+	for k := 2; k <= len(sub) && k <= maxLabelJoins+1; k++ {
+		st.joined(bytes.Join(sub[:k], nil))
 	}
 }
+
+// maxLabelJoins bounds the label prefixes dnsName joins.
+const maxLabelJoins = 8
 
 // urlPath scores each segment of a URL path (percent-decoded), ignoring a
 // file extension.
@@ -100,6 +105,9 @@ func (st *scanState) urlPath(data []byte) {
 		}
 		if i := bytes.LastIndexByte(seg, '.'); i > 0 && len(seg)-i <= 8 {
 			seg = seg[:i] // "lodash-4.17.21.tgz" scores "lodash-4.17.21"
+		}
+		if len(seg) >= minRun {
+			st.rules(seg, "") // a rule's terminator may be the '/' that ends a segment
 		}
 		st.scoreLabel(DetectorPathEntropy, seg, Low)
 	}

@@ -1,7 +1,12 @@
 package inspect
 
-// maxJoined bounds the bytes ScanFields joins to look for splits.
-const maxJoined = 256 << 10
+// Split bounds: the bytes ScanFields joins, the most pieces of one run it
+// joins apart from the whole, and the largest piece such a run takes.
+const (
+	maxJoined      = 256 << 10
+	maxSplitPieces = 4
+	maxSplitPiece  = 256
+)
 
 func (s *Scanner) scanFields(fields []Field) []Finding {
 	st := s.newState("")
@@ -13,15 +18,38 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 		return st.findings()
 	}
 	// Join the values, remembering where each starts, and report what only
-	// the join shows, at the field its match starts in.
+	// the join shows, at the field its match starts in. The whole join finds
+	// a secret cut in many pieces; runs of two to four small pieces, set off
+	// by line breaks, find one whose format must end at a word boundary
+	// that the next piece would glue over.
 	var joined []byte
-	starts := make([]int, 0, len(fields))
-	for _, f := range fields {
-		if len(joined)+len(f.Value) > maxJoined {
+	var at []int   // joined offset where each piece starts
+	var from []int // the field each piece is
+	piece := func(i int) {
+		at = append(at, len(joined))
+		from = append(from, i)
+		joined = appendText(joined, fields[i].Value)
+	}
+	for i := range fields {
+		if len(joined)+len(fields[i].Value) > maxJoined {
 			break
 		}
-		starts = append(starts, len(joined))
-		joined = append(joined, f.Value...)
+		piece(i)
+	}
+	for k := 2; k <= maxSplitPieces; k++ {
+		for i := 0; i+k <= len(fields); i++ {
+			small := true
+			for _, f := range fields[i : i+k] {
+				small = small && len(f.Value) <= maxSplitPiece
+			}
+			if !small || len(joined)+k*maxSplitPiece > 2*maxJoined {
+				continue
+			}
+			joined = append(joined, '\n')
+			for j := i; j < i+k; j++ {
+				piece(j)
+			}
+		}
 	}
 	sub := s.newState(fields[0].Where)
 	sub.minConf = true
@@ -33,9 +61,9 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 		h.Split = true
 		h.Where = fields[0].Where
 		if h.pos >= 0 {
-			for i, at := range starts {
-				if at <= h.pos {
-					h.Where = fields[i].Where
+			for i, a := range at {
+				if a <= h.pos {
+					h.Where = fields[from[i]].Where
 				}
 			}
 		}
@@ -45,4 +73,16 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 		st.add(h)
 	}
 	return st.findings()
+}
+
+// appendText appends v without its control bytes: a split is looked for in
+// the text of the pieces, and framing (protobuf tags and lengths, line
+// breaks between frames) would cut it.
+func appendText(dst, v []byte) []byte {
+	for _, c := range v {
+		if c >= 0x20 && c != 0x7f {
+			dst = append(dst, c)
+		}
+	}
+	return dst
 }

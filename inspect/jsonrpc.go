@@ -1,5 +1,10 @@
 package inspect
 
+import (
+	"sort"
+	"strconv"
+)
+
 // JSONRPC is a parsed JSON-RPC 2.0 request or batch (MCP streamable HTTP,
 // agent-to-agent). Messages has one entry per message, in order; a single
 // message is a batch of one, so a rule over Messages cannot be walked around
@@ -40,3 +45,41 @@ type Part struct {
 func ParseJSONRPC(body []byte, lim Limits) (*JSONRPC, error) {
 	return parseJSONRPC(body, lim.withDefaults())
 }
+
+// Fields returns the message's content as fields for ScanFields: the tool
+// arguments' strings (keys in sorted order, nested values in order) and the
+// parts' texts, so a secret split across two arguments or two parts joins
+// up. Where is "jsonrpc.params".
+func (m Message) Fields() []Field {
+	var out []Field
+	var walk func(name string, v any)
+	walk = func(name string, v any) {
+		switch x := v.(type) {
+		case string:
+			out = append(out, Field{Where: WhereJSONRPC, Name: name, Value: []byte(x)})
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				walk(name+"."+k, x[k])
+			}
+		case []any:
+			for i, e := range x {
+				walk(name+"["+strconv.Itoa(i)+"]", e)
+			}
+		}
+	}
+	walk("arguments", m.Arguments)
+	for i, p := range m.Parts {
+		if p.Text != "" {
+			out = append(out, Field{Where: WhereJSONRPC, Name: "parts[" + strconv.Itoa(i) + "]", Value: []byte(p.Text)})
+		}
+	}
+	return out
+}
+
+// WhereJSONRPC is the Where of a JSON-RPC message's fields.
+const WhereJSONRPC = "jsonrpc.params"

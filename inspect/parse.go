@@ -250,9 +250,10 @@ func cut(s string, n int) string {
 	return s[:n]
 }
 
-// JSONFields returns the strings of a JSON body, object keys included, as
-// fields in document order (Name is the path, "messages[0].content"), for
-// ScanFields; within lim's size and nesting, at most maxJSONFields.
+// JSONFields returns the strings of a JSON body as fields, the values in
+// document order (so a value split across fields joins up) and then the
+// object keys (Name "path{}"), Name being the path ("messages[0].content");
+// for ScanFields; within lim's size and nesting, at most maxJSONFields.
 func JSONFields(where string, body []byte, lim Limits) ([]Field, error) {
 	lim = lim.withDefaults()
 	if err := checkJSON(body, lim); err != nil {
@@ -266,7 +267,7 @@ func JSONFields(where string, body []byte, lim Limits) ([]Field, error) {
 		path  string
 	}
 	var stack []frame
-	var out []Field
+	var out, keys []Field
 	path := func() string {
 		if len(stack) == 0 {
 			return ""
@@ -310,7 +311,9 @@ func JSONFields(where string, body []byte, lim Limits) ([]Field, error) {
 			}
 		case string:
 			if expectKey() {
-				out = append(out, Field{Where: where, Name: path() + "{}", Value: []byte(t)})
+				if len(keys) < maxJSONFields {
+					keys = append(keys, Field{Where: where, Name: stack[len(stack)-1].path + "{}", Value: []byte(t)})
+				}
 				if t == "" {
 					t = `""`
 				}
@@ -323,7 +326,7 @@ func JSONFields(where string, body []byte, lim Limits) ([]Field, error) {
 			afterValue()
 		}
 	}
-	return out, nil
+	return append(out, keys[:min(len(keys), maxJSONFields-len(out))]...), nil
 }
 
 // maxJSONFields bounds the fields JSONFields returns.
@@ -389,11 +392,11 @@ var llmHosts = map[string]bool{
 
 // openAIOps are the OpenAI-shaped operations by path suffix (also served by
 // Azure OpenAI and OpenAI-compatible gateways).
-var openAIOps = map[string]string{
-	"/chat/completions": "chat.completions",
-	"/responses":        "responses",
-	"/completions":      "completions",
-	"/embeddings":       "embeddings",
+var openAIOps = []struct{ suffix, op string }{
+	{"/chat/completions", "chat.completions"}, // before /completions
+	{"/responses", "responses"},
+	{"/completions", "completions"},
+	{"/embeddings", "embeddings"},
 }
 
 // recognizeLLM names the provider and operation of host and path, or nil.
@@ -410,7 +413,8 @@ func recognizeLLM(host, path string) *LLM {
 	if path == "/v1/messages" || path == "/v1/complete" || path == "/v1/messages/count_tokens" || host == "api.anthropic.com" && strings.HasPrefix(path, "/v1/messages") {
 		return &LLM{Provider: ProviderAnthropic, Operation: strings.TrimPrefix(path, "/v1/")}
 	}
-	for suffix, op := range openAIOps {
+	for _, o := range openAIOps {
+		suffix, op := o.suffix, o.op
 		if !strings.HasSuffix(path, suffix) {
 			continue
 		}

@@ -52,6 +52,14 @@ type rule struct {
 	// reach is how far from a keyword hit a match can extend, in bytes; the
 	// regexp runs only over that window around each hit.
 	reach int
+	// assign marks the "name = value" rules (gitleaks' generic and
+	// per-service assignment patterns): a keyword hit runs the regexp only
+	// when an assignment operator and a long enough value follow it.
+	assign bool
+	// short marks a rule with a keyword of three bytes or less ("ey",
+	// "sk", "s."): common in any text, so a hit counts only when a token
+	// of at least shortTail bytes follows it.
+	short bool
 	// verify, when set, must accept the secret (a canary's keyed mark).
 	verify func(secret []byte) bool
 }
@@ -82,6 +90,9 @@ const (
 	unboundedReach = 16 << 10 // a rule with an unbounded repetition
 	tokenExtend    = 512      // a window grows to the end of the token it cuts
 )
+
+// assignPrefix starts gitleaks' "name = value" rules.
+const assignPrefix = `(?i)[\w.-]{0,50}?`
 
 // mediumRules are distinctive-prefix rules whose format also turns up in
 // ordinary traffic or text (a JWT in an Authorization header, a curl command
@@ -137,7 +148,9 @@ func parseRules(text string) (*ruleSet, error) {
 				r.allow = append(r.allow, *al)
 			}
 		}
-		r.reach = reach(t.Regex)
+		r.reach = reach(t.Regex, repeatCap(r.keywords))
+		r.short = minLen(r.keywords) <= 3
+		r.assign = strings.HasPrefix(t.Regex, assignPrefix)
 		r.confidence = ruleConfidence(t.ID, t.Regex)
 		if _, dup := rs.byID[r.id]; dup {
 			return nil, fmt.Errorf("inspect: rules: %s defined twice", r.id)
@@ -162,7 +175,7 @@ func ruleConfidence(id, re string) string {
 	switch {
 	case strings.HasPrefix(id, "generic"):
 		return Low
-	case mediumRules[id], strings.HasPrefix(re, `(?i)[\w.-]{0,50}?`):
+	case mediumRules[id], strings.HasPrefix(re, assignPrefix):
 		return Medium
 	}
 	return High
@@ -272,22 +285,54 @@ func (a *allowlist) allows(secret, match, line []byte) bool {
 	return reHit || swHit
 }
 
-// reach is the most bytes a match of the expression can span, or
-// unboundedReach.
-func reach(expr string) int {
+// reach is the most bytes a match of the expression can span, counting an
+// unbounded repetition as capRep bytes, at most unboundedReach.
+func reach(expr string, capRep int) int {
 	re, err := syntax.Parse(expr, syntax.Perl)
 	if err != nil {
 		return unboundedReach
 	}
-	n := maxLen(re.Simplify())
-	if n < 0 || n > unboundedReach {
+	return min(maxLen(re.Simplify(), capRep), unboundedReach)
+}
+
+// repeatCap is what an unbounded repetition counts for in a rule's reach:
+// a rule with only long, rare keywords ("-----begin") may span a whole
+// private key; one with common keywords reaches a bounded token.
+func repeatCap(keywords []string) int {
+	if minLen(keywords) >= 6 {
 		return unboundedReach
+	}
+	return 512
+}
+
+func minLen(ss []string) int {
+	n := 1 << 30
+	for _, s := range ss {
+		n = min(n, len(s))
 	}
 	return n
 }
 
-// maxLen is the longest match of re in bytes, -1 when unbounded.
-func maxLen(re *syntax.Regexp) int {
+// shortTail is how many token bytes must follow a short keyword.
+const shortTail = 16
+
+// tokenFollows reports whether n secret-shaped bytes (token bytes, '.',
+// '~') follow end.
+func tokenFollows(data []byte, end, n int) bool {
+	if end+n > len(data) {
+		return false
+	}
+	for _, c := range data[end : end+n] {
+		if !isToken(c) && c != '.' && c != '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// maxLen is the longest match of re in bytes, an unbounded repetition
+// counting capRep.
+func maxLen(re *syntax.Regexp, capRep int) int {
 	switch re.Op {
 	case syntax.OpLiteral:
 		n := 0
@@ -304,38 +349,27 @@ func maxLen(re *syntax.Regexp) int {
 	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
 		return 4
 	case syntax.OpStar, syntax.OpPlus:
-		return -1
+		return min(capRep, unboundedReach)
 	case syntax.OpQuest:
-		return maxLen(re.Sub[0])
+		return maxLen(re.Sub[0], capRep)
 	case syntax.OpRepeat:
+		n := maxLen(re.Sub[0], capRep)
 		if re.Max < 0 {
-			return -1
+			return min(n*re.Min+capRep, unboundedReach)
 		}
-		n := maxLen(re.Sub[0])
-		if n < 0 {
-			return -1
-		}
-		return n * re.Max
+		return min(n*re.Max, unboundedReach)
 	case syntax.OpCapture:
-		return maxLen(re.Sub[0])
+		return maxLen(re.Sub[0], capRep)
 	case syntax.OpConcat:
 		t := 0
 		for _, s := range re.Sub {
-			n := maxLen(s)
-			if n < 0 {
-				return -1
-			}
-			t += n
+			t = min(t+maxLen(s, capRep), unboundedReach)
 		}
 		return t
 	case syntax.OpAlternate:
 		m := 0
 		for _, s := range re.Sub {
-			n := maxLen(s)
-			if n < 0 {
-				return -1
-			}
-			m = max(m, n)
+			m = max(m, maxLen(s, capRep))
 		}
 		return m
 	}
@@ -384,4 +418,78 @@ func reverseBytes(b []byte) {
 	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
 		b[i], b[j] = b[j], b[i]
 	}
+}
+
+// assignFollows reports whether, after a keyword ending at end, data holds
+// what every "name = value" rule needs: up to 20 name bytes, up to 3
+// quotes or spaces, an operator (= > : , || ?=), up to 5 quotes, spaces or
+// '=', then at least 10 value bytes. It accepts a superset of what the
+// regexps match, so it never hides a match; it spares the regexp engine
+// most keyword hits in source code and prose.
+func assignFollows(data []byte, end int) bool {
+	for p := end; p <= end+20 && p <= len(data); p++ {
+		if p > end && !isNameByte(data[p-1]) {
+			break
+		}
+		q := p
+		for n := 0; n < 3 && q < len(data) && isQuoteSpace(data[q]); n++ {
+			q++
+		}
+		for n := 0; n <= 3 && q < len(data); n++ {
+			if !assignOp(data, q) {
+				break
+			}
+			if valueFollows(data, q) {
+				return true
+			}
+			q++
+		}
+	}
+	return false
+}
+
+func assignOp(data []byte, q int) bool {
+	switch data[q] {
+	case '=', '>', ':', ',', '|', '?':
+		return true
+	}
+	return false
+}
+
+// valueFollows looks past the operator at q for 10 value bytes.
+func valueFollows(data []byte, q int) bool {
+	q++
+	for n := 0; n < 6 && q < len(data); n++ {
+		if v := valueRun(data[q:]); v >= 10 {
+			return true
+		}
+		c := data[q]
+		if c != '`' && c != '\'' && c != '"' && c != '=' && !isSpace(c) && c != '>' && c != '|' && c != ':' {
+			return false
+		}
+		q++
+	}
+	return false
+}
+
+func valueRun(b []byte) int {
+	n := 0
+	for n < len(b) && n < 10 && (isToken(b[n]) || b[n] == '.') {
+		n++
+	}
+	return n
+}
+
+func isNameByte(c byte) bool {
+	return c == ' ' || c == '\t' || c == '.' || c == '-' || c == '_' || isAlnum(c)
+}
+
+func isQuoteSpace(c byte) bool { return c == '\'' || c == '"' || isSpace(c) }
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }

@@ -119,11 +119,17 @@ func (st *scanState) layer(data []byte, enc string, depth int) {
 	if depth >= st.s.cfg.MaxDepth {
 		return
 	}
-	if d, ok := percentDecode(data); ok && st.budget(len(d)) {
-		st.layer(d, chain(enc, "url"), depth+1)
+	// Only the stretches around escapes can decode to something new:
+	// decode those, not the whole piece again.
+	for _, r := range escapeRegions(data, isPercentEscape) {
+		if d, ok := percentDecode(data[r.lo:r.hi]); ok && st.budget(len(d)) {
+			st.layer(d, chain(enc, "url"), depth+1)
+		}
 	}
-	if d, ok := unescape(data); ok && st.budget(len(d)) {
-		st.layer(d, chain(enc, "escape"), depth+1)
+	for _, r := range escapeRegions(data, isBackslashEscape) {
+		if d, ok := unescape(data[r.lo:r.hi]); ok && st.budget(len(d)) {
+			st.layer(d, chain(enc, "escape"), depth+1)
+		}
 	}
 }
 
@@ -152,6 +158,9 @@ func (st *scanState) rules(data []byte, enc string) {
 				continue
 			}
 			r := rs.rules[ri]
+			if !rs.kwRev[p] && (r.assign && !assignFollows(data, end) || r.short && !tokenFollows(data, end, shortTail)) {
+				continue
+			}
 			sp := span{max(0, start-r.reach), min(len(data), end+r.reach)}
 			if rs.kwRev[p] {
 				if rev == nil {
@@ -201,7 +210,10 @@ func merge(data []byte, sps []span) []span {
 		for n := 0; sp.hi < len(data) && n < tokenExtend && isToken(data[sp.hi]); n++ {
 			sp.hi++
 		}
-		if len(out) > 0 && sp.lo <= out[len(out)-1].hi {
+		// Overlapping windows join, up to maxSpan: past that each keeps its
+		// own window (each holds every match around its hit), so the
+		// regexp engine keeps to inputs small enough for backtracking.
+		if len(out) > 0 && sp.lo <= out[len(out)-1].hi && max(sp.hi, out[len(out)-1].hi)-out[len(out)-1].lo <= maxSpan {
 			out[len(out)-1].hi = max(out[len(out)-1].hi, sp.hi)
 			continue
 		}
@@ -209,6 +221,9 @@ func merge(data []byte, sps []span) []span {
 	}
 	return out
 }
+
+// maxSpan bounds a window joined from several keyword hits.
+const maxSpan = 2048
 
 // match runs r over data[sp] and records what passes its checks.
 func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed bool) {
@@ -353,4 +368,63 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 
 func isStdB64(b byte) bool {
 	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '+' || b == '/'
+}
+
+// Escape regions: escapes closer than regionGap share a region, which
+// reaches regionPad bytes beyond its first and last escape (more than the
+// longest single-line secret), grown to token ends.
+const (
+	regionGap = 256
+	regionPad = 256
+)
+
+func isPercentEscape(b []byte, i int) bool {
+	return b[i] == '%' && i+2 < len(b) && isHex(b[i+1]) && isHex(b[i+2])
+}
+
+func isBackslashEscape(b []byte, i int) bool {
+	if b[i] != '\\' || i+1 >= len(b) {
+		return false
+	}
+	switch b[i+1] {
+	case 'u', 'x', '/':
+		return true
+	}
+	return false
+}
+
+// escapeRegions returns the stretches of data around its escapes.
+func escapeRegions(data []byte, isEscape func([]byte, int) bool) []span {
+	var out []span
+	c := byte('%')
+	if !isEscape([]byte("%00"), 0) {
+		c = '\\'
+	}
+	for i := 0; ; {
+		j := bytes.IndexByte(data[i:], c)
+		if j < 0 {
+			break
+		}
+		i += j
+		if !isEscape(data, i) {
+			i++
+			continue
+		}
+		lo, hi := max(0, i-regionPad), min(len(data), i+regionPad)
+		if n := len(out); n > 0 && lo <= out[n-1].hi+regionGap {
+			out[n-1].hi = hi
+		} else {
+			out = append(out, span{lo, hi})
+		}
+		i++
+	}
+	for k := range out {
+		for n := 0; out[k].lo > 0 && n < tokenExtend && isToken(data[out[k].lo-1]); n++ {
+			out[k].lo--
+		}
+		for n := 0; out[k].hi < len(data) && n < tokenExtend && isToken(data[out[k].hi]); n++ {
+			out[k].hi++
+		}
+	}
+	return out
 }
