@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -78,7 +79,10 @@ func (g *Gateway) inspectStage(rc *reqCtx) error {
 	query, headers := requestFields(req)
 	fs := sc.ScanFields(headers)
 	fs = append(fs, splitScan(sc, query)...)
-	fields := append(query, headers...)
+	// The window sees what carries data (query values, the body's values),
+	// not the headers every request repeats, so pieces sent in consecutive
+	// requests are adjacent in it.
+	fields := query
 	if u := req.URL.Path; u != "" && u != "/" {
 		fs = append(fs, sc.ScanFields(pathFields(u))...)
 	}
@@ -88,7 +92,7 @@ func (g *Gateway) inspectStage(rc *reqCtx) error {
 			return err
 		}
 		fs = append(fs, bfs...)
-		fields = append(fields, more...)
+		fields = append(fields, jsonValues(more)...)
 	}
 	fs = append(fs, sc.WindowAdd(rc.cc.sb.info.ID, fields)...)
 	rc.findings = dedupFindings(fs)
@@ -98,6 +102,9 @@ func (g *Gateway) inspectStage(rc *reqCtx) error {
 			where = "grpc.message"
 		}
 		rc.body = &inspectBody{g: g, rc: rc, src: req.Body, st: sc.NewStream(where), max: g.cfg.InspectMaxBody}
+		if where == "grpc.message" {
+			rc.body.grpc = &grpcFrames{}
+		}
 		req.Body = rc.body
 	}
 	return nil
@@ -113,6 +120,11 @@ func requestFields(req *http.Request) (query, headers []inspect.Field) {
 		k, v, _ := strings.Cut(kv, "=")
 		if v == "" {
 			v, k = k, ""
+		}
+		// Decoded as the origin reads it (the raw form is a decoding the
+		// scanner undoes too, but a +-for-space breaks a PEM block).
+		if d, err := url.QueryUnescape(v); err == nil {
+			v = d
 		}
 		query = append(query, inspect.Field{Where: "url.query", Name: k, Value: []byte(v)})
 	}
@@ -221,7 +233,9 @@ func (g *Gateway) inspectJSON(rc *reqCtx, sc Inspector) ([]inspect.Finding, []in
 	}
 	rc.bodyRead = true
 	if !jsonBody {
-		return sc.Scan("body", body), nil, nil
+		// The body is one field of the sandbox's window, so a secret sent
+		// in pieces over consecutive requests is found.
+		return sc.Scan("body", body), []inspect.Field{{Where: "body", Value: body}}, nil
 	}
 	lim := inspect.Limits{MaxBytes: int(g.cfg.InspectMaxJSON)}
 	var fs []inspect.Finding
@@ -238,6 +252,9 @@ func (g *Gateway) inspectJSON(rc *reqCtx, sc Inspector) ([]inspect.Finding, []in
 		}
 		if rpc, err := inspect.ParseJSONRPC(body, lim); err == nil && rpc != nil {
 			rc.jsonrpc = jsonrpcInput(rpc)
+			for _, m := range rpc.Messages {
+				fs = append(fs, sc.ScanFields(m.Fields())...) // tool arguments, message parts
+			}
 			for i := range fields {
 				fields[i].Where = "jsonrpc.params"
 			}
@@ -377,10 +394,13 @@ type inspectBody struct {
 	st  StreamScanner
 	max int64
 
-	buf     []byte
-	held    []byte // read and scanned, not yet handed on
-	scanned int64
-	decided int // findings the last decision saw
+	buf       []byte
+	grpc      *grpcFrames // a gRPC call's body: messages scanned without their prefixes
+	gbuf      []byte
+	grpcFound []inspect.Finding // of the recent messages as fields (a split)
+	held      []byte            // read and scanned, not yet handed on
+	scanned   int64
+	decided   int // findings the last decision saw
 
 	mu   sync.Mutex
 	fs   []inspect.Finding
@@ -464,14 +484,23 @@ func (b *inspectBody) scan(chunk []byte) {
 			chunk = chunk[:max(room, 0)]
 		}
 		if len(chunk) > 0 {
-			b.st.Write(chunk)
+			data := chunk
+			if b.grpc != nil {
+				data = b.grpc.payload(chunk, b.gbuf[:0])
+				b.gbuf = data[:0]
+			}
+			b.st.Write(data)
+			if b.grpc != nil && b.grpc.completed {
+				b.grpc.completed = false
+				b.grpcFound = append(b.grpcFound, b.g.cfg.Inspector.ScanFields(b.grpc.fields())...)
+			}
 		}
 		b.scanned += int64(len(chunk))
 		if over {
 			b.scanned++ // past the cap: reported once
 		}
 	}
-	fs := b.st.Findings()
+	fs := append(b.st.Findings(), b.grpcFound...)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if over {
@@ -556,4 +585,78 @@ func pathHasFinding(fs []audit.Finding) bool {
 		}
 	}
 	return false
+}
+
+// grpcFrames follows a gRPC body's length-prefixed messages (a flag byte and
+// a 4-byte big-endian length) across reads and returns their payload bytes,
+// so a secret split across two messages is contiguous for the scanner. It
+// also keeps the last few small messages whole, to be scanned as the fields
+// of one split (a protobuf field header sits between the halves).
+type grpcFrames struct {
+	hdr       []byte
+	left      uint32
+	cur       []byte   // the message being received, while small
+	big       bool     // cur outgrew grpcFieldBytes
+	recent    [][]byte // the last grpcFieldCount small messages
+	completed bool     // a message completed since the flag was cleared
+}
+
+const (
+	grpcFieldBytes = 4 << 10
+	grpcFieldCount = 4
+)
+
+func (f *grpcFrames) payload(b, out []byte) []byte {
+	for len(b) > 0 {
+		if f.left == 0 {
+			f.hdr = append(f.hdr, b[0])
+			b = b[1:]
+			if len(f.hdr) == 5 {
+				f.left = uint32(f.hdr[1])<<24 | uint32(f.hdr[2])<<16 | uint32(f.hdr[3])<<8 | uint32(f.hdr[4])
+				f.hdr = f.hdr[:0]
+				f.cur, f.big = f.cur[:0], false
+				if f.left == 0 {
+					f.done()
+				}
+			}
+			continue
+		}
+		n := min(uint32(len(b)), f.left)
+		out = append(out, b[:n]...)
+		if !f.big {
+			if len(f.cur)+int(n) > grpcFieldBytes {
+				f.big = true
+			} else {
+				f.cur = append(f.cur, b[:n]...)
+			}
+		}
+		b = b[n:]
+		f.left -= n
+		if f.left == 0 {
+			f.done()
+		}
+	}
+	return out
+}
+
+// done ends the current message.
+func (f *grpcFrames) done() {
+	f.completed = true
+	if f.big {
+		f.recent = f.recent[:0] // a large message breaks a run of small ones
+		return
+	}
+	if len(f.recent) == grpcFieldCount {
+		f.recent = append(f.recent[:0], f.recent[1:]...)
+	}
+	f.recent = append(f.recent, append([]byte(nil), f.cur...))
+}
+
+// fields are the recent small messages, as fields.
+func (f *grpcFrames) fields() []inspect.Field {
+	out := make([]inspect.Field, len(f.recent))
+	for i, m := range f.recent {
+		out[i] = inspect.Field{Where: "grpc.message", Value: m}
+	}
+	return out
 }
