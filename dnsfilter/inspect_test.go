@@ -1,6 +1,7 @@
 package dnsfilter
 
 import (
+	"bytes"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/inspect"
+	"github.com/airlock-dev/airlock/inspect/inspecttest"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -57,5 +60,85 @@ func TestScanNameFindingsDecide(t *testing.T) {
 	}
 	if r := e.ask(t, "udp", "ok.allowed.example.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 		t.Fatalf("a clean name: got %s %v, want one answer", dns.RcodeToString[r.Rcode], r.Answer)
+	}
+}
+
+// TestScanNameCorpus runs the DNS cases of the detectors' corpus
+// (inspect/inspecttest) through the filter with the real scanner and the
+// real engine under a policy allowing every name: a block case is answered
+// NXDOMAIN and never forwarded, a detect case is recorded with its finding,
+// a benign name is allowed with no finding above low.
+func TestScanNameCorpus(t *testing.T) {
+	key := bytes.Repeat([]byte("airlock-dns-key!"), 2)
+	sc, err := inspect.New(inspect.Config{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func(_ policy.Sandbox, name string) []policy.Finding {
+		var out []policy.Finding
+		for _, f := range sc.Scan("dns.qname", []byte(name)) {
+			out = append(out, policy.Finding(f))
+		}
+		return out
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "team.rego"), []byte("package airlock.egress\n\nallow := true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := policy.New(policy.Config{Dir: dir, Presets: []string{policy.PresetNone}, EvalTimeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	up := startUpstream(t, records(nil))
+	e := newEnv(t, Config{ScanName: scan, UniqueNames: 100000, RateLimit: 100000, RateBurst: 100000}, up, eng)
+	var blocks, blocked, detects, detected, benign, fps int
+	for _, c := range inspecttest.Cases(inspect.NewCanaries(key).For("sb-1")) {
+		if c.Transport != inspecttest.DNS {
+			continue
+		}
+		name := strings.TrimSuffix(c.Host, ".") + "."
+		before := len(e.aud.Records())
+		r := e.ask(t, "udp", name, dns.TypeA)
+		recs := e.aud.Records()[before:]
+		var rec audit.Record
+		for _, x := range recs {
+			if x.Kind == audit.KindDNS {
+				rec = x
+			}
+		}
+		high, found := false, false
+		for _, f := range rec.Findings {
+			high = high || f.Confidence != inspect.Low
+			found = found || f.Class == c.Class
+		}
+		switch c.Expect {
+		case inspecttest.ExpectBlock:
+			blocks++
+			if r.Rcode == dns.RcodeNameError && up.count(name) == 0 && rec.Decision == audit.DecisionDeny {
+				blocked++
+			} else {
+				t.Logf("block %s: rcode %s, forwarded %d, record %s %+v", c.Name, dns.RcodeToString[r.Rcode], up.count(name), rec.Decision, rec.Reasons)
+			}
+		case inspecttest.ExpectDetect:
+			detects++
+			if found {
+				detected++
+			} else {
+				t.Logf("detect %s: findings %+v", c.Name, rec.Findings)
+			}
+		default:
+			benign++
+			// A name the filter refuses for itself (an underscore label is
+			// no host name) is not inspection's doing.
+			if high || rec.Decision != audit.DecisionAllow && len(rec.Findings) > 0 {
+				fps++
+				t.Logf("benign %s: %s %+v", c.Name, rec.Decision, rec.Findings)
+			}
+		}
+	}
+	t.Logf("DNS corpus through the filter: blocked %d/%d, detected %d/%d, false positives %d/%d", blocked, blocks, detected, detects, fps, benign)
+	if blocked != blocks || fps != 0 {
+		t.Errorf("want every block case blocked and no false positive")
 	}
 }
