@@ -224,7 +224,9 @@ func (g *Gateway) inspectJSON(rc *reqCtx, sc Inspector) ([]inspect.Finding, []in
 	if jsonBody {
 		limit = g.cfg.InspectMaxJSON
 	}
-	if n <= 0 || n > limit || isGRPC(req) {
+	// A client waiting for 100 Continue sends no body until the upstream
+	// exchange begins (sendUpstream answers it): its body streams.
+	if n <= 0 || n > limit || isGRPC(req) || hasToken(req.Header["Expect"], "100-continue") {
 		return nil, nil, nil
 	}
 	body, err := g.readBodyBounded(rc, n)

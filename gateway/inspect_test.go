@@ -375,3 +375,41 @@ func TestInspectResponseFlagged(t *testing.T) {
 		}
 	}
 }
+
+// A client that waits for 100 Continue before its body (curl on a larger
+// POST) is not held: the body streams through the scanner, and a credential
+// in it is still refused before the last bytes leave.
+func TestInspectExpectContinue(t *testing.T) {
+	eng := allowAllEngine(t, nil)
+	up := newBodyUpstream(t)
+	h := newHarness(t, eng, names("api.example"), nil, withInspector(patternInspector{}, 0))
+	h.allowUpstreams(up.upstream)
+	host := fmt.Sprintf("api.example:%d", up.port)
+	for _, tc := range []struct {
+		body string
+		want int
+	}{{"hello", http.StatusOK}, {"key=" + fakeKey, http.StatusForbidden}} {
+		c, err := net.DialTimeout("tcp", h.explicit, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "POST http://%s/up HTTP/1.1\r\nHost: %s\r\nContent-Type: text/plain\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", host, host, len(tc.body))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusContinue {
+			t.Fatalf("got %v %v, want 100 Continue before the body", resp, err)
+		}
+		io.WriteString(c, tc.body)
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != tc.want {
+			t.Fatalf("body %q: got %v %v, want %d", tc.body, resp, err, tc.want)
+		}
+		c.Close()
+	}
+	for _, r := range up.requests() {
+		if r.complete && r.body > 5 {
+			t.Fatalf("the origin got the whole body with the key: %+v", r)
+		}
+	}
+}
