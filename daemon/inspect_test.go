@@ -46,7 +46,9 @@ func TestInspectKeyCanariesAndNameScan(t *testing.T) {
 		t.Fatal("default config: want inspection and canaries on")
 	}
 	env := d.canaryEnv("sb-1", []string{"AWS_ACCESS_KEY_ID=mine"})
-	if !slices.Contains(env, "AWS_ACCESS_KEY_ID=mine") || slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "AWS_ACCESS_KEY_ID=") && e != "AWS_ACCESS_KEY_ID=mine" }) {
+	if !slices.Contains(env, "AWS_ACCESS_KEY_ID=mine") || slices.ContainsFunc(env, func(e string) bool {
+		return strings.HasPrefix(e, "AWS_ACCESS_KEY_ID=") && e != "AWS_ACCESS_KEY_ID=mine"
+	}) {
 		t.Fatalf("canary env replaced the caller's variable: %v", env)
 	}
 	scan := d.scanName()
