@@ -22,7 +22,7 @@ var (
 	// semverRE matches a version, Go pseudo-versions included
 	// (v0.0.0-20250730193827-2d320260d730).
 	semverRE = regexp.MustCompile(`^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
-	uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	uuidRE   = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 	// hashLens are the lengths of hex digests: git object ids (SHA-1,
 	// SHA-256), MD5, SHA-224/384/512.
 	hashLens = map[int]bool{32: true, 40: true, 56: true, 64: true, 96: true, 128: true}

@@ -130,4 +130,3 @@ func TestEntropyRates(t *testing.T) {
 		t.Errorf("exfiltration-shaped flagged %d of %d, want at least 90%%", attackHit, attacks)
 	}
 }
-
