@@ -271,3 +271,9 @@ func plantFile(home, name string, data []byte) (bool, error) {
 	}
 	return true, f.Close()
 }
+
+// EnvList is the set's variables as sorted KEY=value entries, for a
+// sandbox's default environment (set only where the platform has not).
+func (cs CanarySet) EnvList() []string {
+	return cs.environ(nil)
+}
