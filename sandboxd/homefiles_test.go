@@ -73,3 +73,24 @@ func TestWithDefaults(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestHomeFilesPlanted starts a real sandbox with home files and default
+// env, one of them set by Env too: the files are there, the sandbox user's
+// and 0600, and Env wins over DefaultEnv.
+func TestHomeFilesPlanted(t *testing.T) {
+	e, _ := newTestExecutor(t, nil)
+	s := newSandbox(t, e, PrepareSpec{}, StartSpec{
+		Env:        []string{"AWS_ACCESS_KEY_ID=platform"},
+		DefaultEnv: []string{"AWS_ACCESS_KEY_ID=canary-id", "AWS_SECRET_ACCESS_KEY=canary-secret"},
+		HomeFiles:  map[string][]byte{".aws/credentials": []byte("[default]\n"), ".netrc": []byte("machine x\n")},
+	})
+	var out strings.Builder
+	res := mustExec(t, s, ExecSpec{Argv: sh(`cat ~/.aws/credentials ~/.netrc; stat -c '%a %U' ~/.aws ~/.aws/credentials; echo "$AWS_ACCESS_KEY_ID $AWS_SECRET_ACCESS_KEY"`), Stdout: &out})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d, stdout %q", res.ExitCode, out.String())
+	}
+	want := "[default]\nmachine x\n700 sandbox\n600 sandbox\nplatform canary-secret\n"
+	if got := out.String(); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
