@@ -114,8 +114,10 @@ func chain(enc, step string) string {
 // layer runs the rules over data and, below MaxDepth, rescans what data
 // decodes to.
 func (st *scanState) layer(data []byte, enc string, depth int) {
-	st.rules(data, enc)
-	st.runs(data, enc, depth)
+	runs := st.rules(data, enc)
+	for _, r := range runs {
+		st.run1(data[r.lo:r.hi], enc, depth)
+	}
 	if depth >= st.s.cfg.MaxDepth {
 		return
 	}
@@ -148,10 +150,12 @@ type span struct{ lo, hi int }
 // rules runs the keyword automaton over data, then each triggered rule's
 // regexp over windows around its keyword hits (forwards, and backwards for
 // reversed keywords).
-func (st *scanState) rules(data []byte, enc string) {
+//
+// It returns the token runs of data the same pass found.
+func (st *scanState) rules(data []byte, enc string) []span {
 	rs := st.s.rules
 	var fwd, rev map[int][]span
-	rs.ac.scan(data, func(p, end int) {
+	runs := rs.ac.scan(data, func(p, end int) {
 		start := end - rs.ac.lens[p]
 		for _, ri := range rs.kwRules[p] {
 			if !st.s.enabled[ri] {
@@ -187,6 +191,7 @@ func (st *scanState) rules(data []byte, enc string) {
 			st.match(rs.rules[ri], w, span{0, len(w)}, chain(enc, "reversed"), true)
 		}
 	}
+	return runs
 }
 
 func sortedKeys(m map[int][]span) []int {
@@ -299,26 +304,8 @@ func isToken(b byte) bool { return tokenTable[b] }
 // minRun is the shortest token run the decoders and the canary check look at.
 const minRun = 16
 
-// runs finds token runs of at least minRun bytes and checks each for an
-// AWS secret canary and, below MaxDepth, for an encoding to rescan.
-func (st *scanState) runs(data []byte, enc string, depth int) {
-	n := len(data)
-	for i := 0; i < n; {
-		if !tokenTable[data[i]] {
-			i++
-			continue
-		}
-		j := i + 1
-		for j < n && tokenTable[data[j]] {
-			j++
-		}
-		if j-i >= minRun {
-			st.run1(data[i:j], enc, depth)
-		}
-		i = j
-	}
-}
-
+// run1 checks one token run of at least minRun bytes for an AWS secret
+// canary and, below MaxDepth, for an encoding to rescan.
 func (st *scanState) run1(run []byte, enc string, depth int) {
 	st.secretCanaries(run, enc)
 	if depth >= st.s.cfg.MaxDepth {
