@@ -10,11 +10,11 @@ type automaton struct {
 	// it), with tokenBit set for a token byte, so one load per byte serves
 	// both the automaton and the token-run finder.
 	class   [256]uint8
-	stride  int        // classes per state
-	delta   []uint32   // state*stride + class -> next state*stride
-	outBase uint32     // first state (times stride) with output
-	out     [][]int32  // (state - first output state) -> pattern ids ending there
-	lens    []int      // pattern lengths
+	stride  int       // classes per state
+	delta   []uint32  // state*stride + class -> next state*stride
+	outBase uint32    // first state (times stride) with output
+	out     [][]int32 // (state - first output state) -> pattern ids ending there
+	lens    []int     // pattern lengths
 }
 
 func newAutomaton(patterns []string) *automaton {
