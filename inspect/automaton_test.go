@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestAutomaton(t *testing.T) {
@@ -34,7 +36,13 @@ func BenchmarkAutomaton(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(data)))
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	for b.Loop() {
 		rs.ac.scan(data, func(int, int) {})
+	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	if cpu := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano()); cpu > 0 {
+		b.ReportMetric(float64(len(data))*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 	}
 }
