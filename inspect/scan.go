@@ -123,12 +123,12 @@ func (st *scanState) layer(data []byte, enc string, depth int) {
 	}
 	// Only the stretches around escapes can decode to something new:
 	// decode those, not the whole piece again.
-	for _, r := range escapeRegions(data, isPercentEscape) {
+	for _, r := range escapeRegions(data, '%', isPercentEscape) {
 		if d, ok := percentDecode(data[r.lo:r.hi]); ok && st.budget(len(d)) {
 			st.layer(d, chain(enc, "url"), depth+1)
 		}
 	}
-	for _, r := range escapeRegions(data, isBackslashEscape) {
+	for _, r := range escapeRegions(data, '\\', isBackslashEscape) {
 		if d, ok := unescape(data[r.lo:r.hi]); ok && st.budget(len(d)) {
 			st.layer(d, chain(enc, "escape"), depth+1)
 		}
@@ -380,13 +380,10 @@ func isBackslashEscape(b []byte, i int) bool {
 	return false
 }
 
-// escapeRegions returns the stretches of data around its escapes.
-func escapeRegions(data []byte, isEscape func([]byte, int) bool) []span {
+// escapeRegions returns the stretches of data around its escapes, each
+// starting with the byte c.
+func escapeRegions(data []byte, c byte, isEscape func([]byte, int) bool) []span {
 	var out []span
-	c := byte('%')
-	if !isEscape([]byte("%00"), 0) {
-		c = '\\'
-	}
 	for i := 0; ; {
 		j := bytes.IndexByte(data[i:], c)
 		if j < 0 {

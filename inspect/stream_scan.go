@@ -7,7 +7,6 @@ const streamChunk = 64 << 10
 // pending bytes and Overlap carried ones whatever the size of one write.
 func (st *Stream) write(p []byte) int {
 	n := len(p)
-	st.total += int64(n)
 	for len(p) > 0 {
 		k := min(len(p), streamChunk-len(st.pending))
 		st.pending = append(st.pending, p[:k]...)
