@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,5 +82,44 @@ func TestAssignFollows(t *testing.T) {
 		if got := assignFollows([]byte(tc.in), end); got != tc.want {
 			t.Errorf("assignFollows(%q): got %v, want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// BenchmarkRuleCount scans one JSON body with the first 10, 50 and all
+// rules: the keyword automaton makes the common case one pass, so the time
+// stays flat as rules are added.
+func BenchmarkRuleCount(b *testing.B) {
+	full, err := defaultRules()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var body strings.Builder
+	body.WriteString(`{"model":"gpt-4o","messages":[`)
+	for range 300 {
+		body.WriteString(`{"role":"user","content":"Refactor the handler so the request context is passed down and errors are wrapped."},`)
+	}
+	body.WriteString(`{"role":"user","content":"done"}]}`)
+	data := []byte(body.String())
+	for _, n := range []int{10, 50, len(full.rules)} {
+		b.Run(strconv.Itoa(n)+"-rules", func(b *testing.B) {
+			rs := &ruleSet{rules: full.rules[:n], byID: map[string]*rule{}, global: full.global}
+			for _, r := range rs.rules {
+				rs.byID[r.id] = r
+			}
+			rs.build()
+			s, err := New(Config{Key: []byte("0123456789abcdef0123")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.rules = rs
+			s.enabled = make([]bool, n)
+			for i := range s.enabled {
+				s.enabled[i] = true
+			}
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				s.Scan("body", data)
+			}
+		})
 	}
 }
