@@ -24,7 +24,7 @@ type scanState struct {
 }
 
 func (s *Scanner) newState(where string) *scanState {
-	return &scanState{s: s, where: where, seen: map[string]bool{}}
+	return &scanState{s: s, where: where}
 }
 
 func (s *Scanner) scan(where string, data []byte) []Finding {
@@ -99,6 +99,9 @@ func (st *scanState) add(h hit) {
 	key := h.Detector + "\x00" + h.Fingerprint + "\x00" + h.Encoding
 	if st.seen[key] {
 		return
+	}
+	if st.seen == nil {
+		st.seen = map[string]bool{}
 	}
 	st.seen[key] = true
 	st.hits = append(st.hits, h)
