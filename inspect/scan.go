@@ -338,7 +338,7 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 		for j < len(run) && isStdB64(run[j]) {
 			j++
 		}
-		if j-i == n {
+		if j-i == n && mixedCase(run[i:j]) {
 			v := run[i:j]
 			for _, rev := range []bool{false, true} {
 				c, e := v, enc
