@@ -6,12 +6,15 @@ package inspect
 // of patterns: states with output are numbered last, so "is this a match"
 // is a single comparison against outBase.
 type automaton struct {
-	class   [256]uint8 // byte -> class (ASCII folded); class 0: no pattern uses it
-	stride  int        // classes per state
-	delta   []uint32   // state*stride + class -> next state*stride
-	outBase uint32     // first state (times stride) with output
-	out     [][]int32  // (state - first output state) -> pattern ids ending there
-	lens    []int      // pattern lengths
+	// class maps a byte to its class (ASCII folded; 0: no pattern uses
+	// it), with tokenBit set for a token byte, so one load per byte serves
+	// both the automaton and the token-run finder.
+	class   [256]uint8
+	stride  int       // classes per state
+	delta   []uint32  // state*stride + class -> next state*stride
+	outBase uint32    // first state (times stride) with output
+	out     [][]int32 // (state - first output state) -> pattern ids ending there
+	lens    []int     // pattern lengths
 }
 
 func newAutomaton(patterns []string) *automaton {
@@ -30,6 +33,9 @@ func newAutomaton(patterns []string) *automaton {
 	}
 	for c := 'A'; c <= 'Z'; c++ {
 		a.class[c] = a.class[c+'a'-'A']
+	}
+	if nclass > tokenBit {
+		panic("inspect: too many keyword byte classes")
 	}
 	a.stride = nclass
 	// Trie.
@@ -106,22 +112,42 @@ func newAutomaton(patterns []string) *automaton {
 			a.out[order[s]-firstOut] = nodes[s].out
 		}
 	}
+	for c := range a.class {
+		if isToken(byte(c)) {
+			a.class[c] |= tokenBit
+		}
+	}
 	return a
 }
 
+// tokenBit marks a token byte in automaton.class.
+const tokenBit = 0x80
+
 // scan calls hit(pattern, end) for every occurrence of a pattern in data,
-// end being the index just past it.
-func (a *automaton) scan(data []byte, hit func(pattern int, end int)) {
-	delta, class, outBase := a.delta, &a.class, a.outBase
+// end being the index just past it, and returns the token runs of at least
+// minRun bytes: the one pass over the bytes that a scan makes.
+func (a *automaton) scan(data []byte, hit func(pattern int, end int)) (runs []span) {
+	delta, class, outBase := a.delta, &a.class, uint32(a.outBase)
 	s := uint32(0)
+	run := 0
 	for i, b := range data {
-		s = delta[s+uint32(class[b])]
+		c := class[b]
+		s = delta[s+uint32(c&^tokenBit)]
+		t := int(c >> 7)
+		if t == 0 && run >= minRun {
+			runs = append(runs, span{i - run, i})
+		}
+		run = (run + 1) * t
 		if s >= outBase {
 			for _, p := range a.out[int(s-outBase)/a.stride] {
 				hit(int(p), i+1)
 			}
 		}
 	}
+	if run >= minRun {
+		runs = append(runs, span{len(data) - run, len(data)})
+	}
+	return runs
 }
 
 func lower(c byte) byte {

@@ -271,3 +271,21 @@ func plantFile(home, name string, data []byte) (bool, error) {
 	}
 	return true, f.Close()
 }
+
+// EnvList is the set's variables as sorted KEY=value entries, for a
+// sandbox's default environment (set only where the platform has not).
+func (cs CanarySet) EnvList() []string {
+	return cs.environ(nil)
+}
+
+// mixedCase reports whether b has both an upper- and a lowercase letter, as
+// a random base64 secret does (a hex digest does not): the HMAC check runs
+// only then.
+func mixedCase(b []byte) bool {
+	up, low := false, false
+	for _, c := range b {
+		up = up || 'A' <= c && c <= 'Z'
+		low = low || 'a' <= c && c <= 'z'
+	}
+	return up && low
+}

@@ -1,27 +1,27 @@
 // Package inspect owns the content detectors the gateway runs on what leaves
-// a sandbox through an allowed destination, and on what comes back: credential
-// formats (gitleaks' MIT rule set, embedded as data, behind one keyword
-// automaton so cost does not grow with the rule count), the same data encoded
-// (base64 std and url-safe, base32, hex, URL and double URL encoding, \u and \x
-// escapes, reversal; bounded depth and size) or split (across the fields of one
-// message, the writes of one stream, the requests of one sandbox in a window),
-// high-entropy labels in DNS names and URL paths (a scored finding, never a
-// block by itself), canary credentials planted in every sandbox, and
-// instructions injected into responses (imperative tool-use text, hidden and
-// zero-width text, poisoned MCP tool descriptions and agent cards).
+// a sandbox through an allowed destination and on what comes back:
+// credentials (gitleaks' MIT rule set, embedded as data in rules/, behind one
+// keyword automaton whose single pass also finds the token runs the decoders
+// read, so cost does not grow with the rule count); the same data encoded
+// (base64 std and url-safe, base32, hex, URL and double URL encoding, \u and
+// \x escapes, reversal; bounded depth and bytes) or split (fields of one
+// message, writes of one Stream, requests of one sandbox in a Window);
+// high-entropy DNS labels and URL path segments (a scored finding, never a
+// block by itself); canaries, keyed decoys recognized without a list; and
+// instructions injected into responses (imperative text, tag and zero-width
+// characters, HTML comments and hidden elements, MCP tool descriptions,
+// agent cards). A Finding carries a keyed fingerprint, never the value.
+// ParseJSONRPC and ParseLLM read MCP, agent-to-agent and LLM API bodies for
+// policy; malformed input is an error wrapping ErrMalformed, never a panic.
 //
-// A Finding names the detector, where it was found, the decoding chain and a
-// keyed fingerprint; never the matched value. Policy decides what a finding
-// does. ParseJSONRPC and ParseLLM turn MCP, agent-to-agent and LLM API bodies
-// into policy input; malformed input is an error, never a panic.
+// It cannot find data sent by timing or ordering, transformations no decoder
+// here undoes (encryption, compression, custom alphabets, pieces finer or
+// farther apart than a Window keeps), or secrets with no known format that
+// are not canaries. inspecttest holds the corpus the gateway replays.
 //
-// What it cannot find: data sent by timing or ordering (covert channels),
-// transformations no decoder here undoes (encryption, compression, custom
-// alphabets, splitting finer than a window keeps), and secrets without a known
-// format or a canary's mark.
-//
-// Entry points: New (Scanner.Scan, ScanFields, NewStream, Window,
-// ScanResponse), ParseJSONRPC, ParseLLM, JSONFields, NewCanaries.
+// Entry points: New (Scan, ScanFields, NewStream, Window, ScanResponse),
+// ParseJSONRPC, ParseLLM, JSONFields, NewCanaries (For gives the Files and
+// EnvList that sandboxd.StartSpec.HomeFiles and DefaultEnv plant).
 //
 // inspect must never import: any other airlock package.
 package inspect

@@ -15,29 +15,41 @@ const (
 	// entropyMinLen is the shortest label or segment scored.
 	entropyMinLen = 16
 	// entropyFullLen is the length from which a label counts fully.
-	entropyFullLen = 40
+	entropyFullLen = 20
 )
 
 var (
-	uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	// semverRE matches a version, Go pseudo-versions included
+	// (v0.0.0-20250730193827-2d320260d730).
+	semverRE = regexp.MustCompile(`^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
+	uuidRE   = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 	// hashLens are the lengths of hex digests: git object ids (SHA-1,
 	// SHA-256), MD5, SHA-224/384/512.
 	hashLens = map[int]bool{32: true, 40: true, 56: true, 64: true, 96: true, 128: true}
 )
 
-// EntropyScore scores one DNS label or URL path segment: Shannon entropy in
-// bits per character, scaled down for short strings and for strings that
-// rarely switch between letters and digits (words, names with a version
-// number). Random base32, base36 or hex scores about 4; words about 2.5.
-// UUIDs and hex digests (git object ids, content hashes) score 0: REST paths,
-// registries and CDNs are full of them.
-func EntropyScore(s []byte) float64 {
+// EntropyScore scores one DNS label or URL path segment: its Shannon
+// entropy in bits per byte, weighted by how often it switches between
+// letters and digits (random base16/32/36/64 text does so on a quarter to
+// a half of its bytes, words and version strings rarely), and scaled down
+// below entropyFullLen bytes. Random encodings score about 3.5 to 4.5;
+// words, names and versions under 3. A UUID scores 0 (REST paths are full
+// of them); hexDigest says whether a hex digest of a hash's length
+// ("sha256:..." included) scores 0 too, as it should in URL paths (git
+// object ids, registry blobs) and not in DNS names.
+func EntropyScore(s []byte, hexDigest bool) float64 {
 	n := len(s)
-	if n < entropyMinLen {
+	if n < entropyMinLen || uuidRE.Match(s) {
 		return 0
 	}
-	if uuidRE.Match(s) || hashLens[n] && allHex(s) {
-		return 0
+	if hexDigest {
+		h := s
+		if i := bytes.IndexByte(h, ':'); i > 0 && i <= 8 {
+			h = h[i+1:]
+		}
+		if hashLens[len(h)] && allHex(h) {
+			return 0
+		}
 	}
 	switches := 0
 	prev := 0
@@ -49,7 +61,7 @@ func EntropyScore(s []byte) float64 {
 		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
 			k = 2
 		default:
-			k = 3
+			continue // punctuation neither breaks nor makes a switch
 		}
 		if prev != 0 && k != prev {
 			switches++
@@ -58,7 +70,7 @@ func EntropyScore(s []byte) float64 {
 	}
 	r := float64(switches) / float64(n-1)
 	lf := math.Min(1, float64(n)/entropyFullLen)
-	return math.Round(shannon(s)*lf*(0.6+r)*100) / 100
+	return math.Round(shannon(s)*lf*(0.5+1.5*r)*100) / 100
 }
 
 func allHex(s []byte) bool {
@@ -81,7 +93,7 @@ func (st *scanState) dnsName(data []byte) {
 	}
 	sub := labels[:len(labels)-2]
 	for _, l := range sub {
-		st.scoreLabel(DetectorDNSEntropy, l, Medium)
+		st.scoreLabel(DetectorDNSEntropy, l, Medium, false)
 	}
 	// Data split over labels comes first in a name: join the first two,
 	// three, ... labels (at most maxLabelJoins) and scan each join.
@@ -103,19 +115,23 @@ func (st *scanState) urlPath(data []byte) {
 		if d, ok := percentDecode(seg); ok {
 			seg = d
 		}
-		if i := bytes.LastIndexByte(seg, '.'); i > 0 && len(seg)-i <= 8 {
-			seg = seg[:i] // "lodash-4.17.21.tgz" scores "lodash-4.17.21"
-		}
 		if len(seg) >= minRun {
 			st.rules(seg, "") // a rule's terminator may be the '/' that ends a segment
 		}
-		st.scoreLabel(DetectorPathEntropy, seg, Low)
+		if i := bytes.LastIndexByte(seg, '.'); i > 0 && len(seg)-i <= 8 {
+			seg = seg[:i] // "lodash-4.17.21.tgz" scores "lodash-4.17.21"
+		}
+		for _, part := range bytes.Split(seg, []byte("@")) { // "json@v0.0.0-2026...-44df1a37e875"
+			if !semverRE.Match(part) {
+				st.scoreLabel(DetectorPathEntropy, part, Low, true)
+			}
+		}
 	}
 }
 
 // scoreLabel reports a label that decodes to text (Class encoded) or scores
 // at or above EntropyThreshold (Class entropy).
-func (st *scanState) scoreLabel(detector string, l []byte, encConf string) {
+func (st *scanState) scoreLabel(detector string, l []byte, encConf string, hexDigest bool) {
 	if len(l) < entropyMinLen {
 		return
 	}
@@ -125,7 +141,7 @@ func (st *scanState) scoreLabel(detector string, l []byte, encConf string) {
 			return
 		}
 	}
-	if sc := EntropyScore(l); sc >= EntropyThreshold {
+	if sc := EntropyScore(l, hexDigest); sc >= EntropyThreshold {
 		st.add(hit{Finding: Finding{Detector: detector, Class: ClassEntropy, Where: st.where, Confidence: Low, Score: sc, Fingerprint: st.s.fingerprint(l)}, pos: -1})
 	}
 }

@@ -220,3 +220,7 @@ func (s *Scanner) Scan(where string, data []byte) []Finding {
 func (s *Scanner) ScanFields(fields []Field) []Finding {
 	return s.scanFields(fields)
 }
+
+// Canaries returns the canary maker the scanner recognizes: the one to
+// plant with (Config.Canaries, or NewCanaries(Config.Key)).
+func (s *Scanner) Canaries() *Canaries { return s.canaries }

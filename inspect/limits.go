@@ -1,6 +1,6 @@
 package inspect
 
-import "fmt"
+import "errors"
 
 // Limits bounds the protocol parsers. Zero values take the Default* values.
 type Limits struct {
@@ -36,9 +36,12 @@ func (l Limits) withDefaults() Limits {
 
 // ErrMalformed wraps every parser refusal, so a caller tells malformed input
 // (a finding) from a failure.
-var ErrMalformed = fmt.Errorf("malformed")
+var ErrMalformed = errors.New("malformed")
 
-// MalformedFinding is the finding a caller records for a parser error.
+// MalformedFinding is the finding a caller records for a parser error; the
+// error itself (which may quote the input) belongs in the log, not in the
+// finding.
 func MalformedFinding(where string, err error) Finding {
+	_ = err
 	return Finding{Detector: DetectorMalformed, Class: ClassMalformed, Where: where, Confidence: High}
 }

@@ -114,11 +114,9 @@ func defaultRules() (*ruleSet, error) {
 // file paths are skipped: traffic has none.
 func parseRules(text string) (*ruleSet, error) {
 	var tr tomlRules
-	md, err := toml.Decode(text, &tr)
-	if err != nil {
+	if _, err := toml.Decode(text, &tr); err != nil {
 		return nil, fmt.Errorf("inspect: rules: %w", err)
 	}
-	_ = md
 	rs := &ruleSet{byID: map[string]*rule{}}
 	g, err := compileAllowlist(tr.Allowlist)
 	if err != nil {

@@ -24,7 +24,7 @@ type scanState struct {
 }
 
 func (s *Scanner) newState(where string) *scanState {
-	return &scanState{s: s, where: where, seen: map[string]bool{}}
+	return &scanState{s: s, where: where}
 }
 
 func (s *Scanner) scan(where string, data []byte) []Finding {
@@ -100,6 +100,9 @@ func (st *scanState) add(h hit) {
 	if st.seen[key] {
 		return
 	}
+	if st.seen == nil {
+		st.seen = map[string]bool{}
+	}
 	st.seen[key] = true
 	st.hits = append(st.hits, h)
 }
@@ -114,19 +117,21 @@ func chain(enc, step string) string {
 // layer runs the rules over data and, below MaxDepth, rescans what data
 // decodes to.
 func (st *scanState) layer(data []byte, enc string, depth int) {
-	st.rules(data, enc)
-	st.runs(data, enc, depth)
+	runs := st.rules(data, enc)
+	for _, r := range runs {
+		st.run1(data[r.lo:r.hi], enc, depth)
+	}
 	if depth >= st.s.cfg.MaxDepth {
 		return
 	}
 	// Only the stretches around escapes can decode to something new:
 	// decode those, not the whole piece again.
-	for _, r := range escapeRegions(data, isPercentEscape) {
+	for _, r := range escapeRegions(data, '%', isPercentEscape) {
 		if d, ok := percentDecode(data[r.lo:r.hi]); ok && st.budget(len(d)) {
 			st.layer(d, chain(enc, "url"), depth+1)
 		}
 	}
-	for _, r := range escapeRegions(data, isBackslashEscape) {
+	for _, r := range escapeRegions(data, '\\', isBackslashEscape) {
 		if d, ok := unescape(data[r.lo:r.hi]); ok && st.budget(len(d)) {
 			st.layer(d, chain(enc, "escape"), depth+1)
 		}
@@ -148,10 +153,12 @@ type span struct{ lo, hi int }
 // rules runs the keyword automaton over data, then each triggered rule's
 // regexp over windows around its keyword hits (forwards, and backwards for
 // reversed keywords).
-func (st *scanState) rules(data []byte, enc string) {
+//
+// It returns the token runs of data the same pass found.
+func (st *scanState) rules(data []byte, enc string) []span {
 	rs := st.s.rules
 	var fwd, rev map[int][]span
-	rs.ac.scan(data, func(p, end int) {
+	runs := rs.ac.scan(data, func(p, end int) {
 		start := end - rs.ac.lens[p]
 		for _, ri := range rs.kwRules[p] {
 			if !st.s.enabled[ri] {
@@ -187,6 +194,7 @@ func (st *scanState) rules(data []byte, enc string) {
 			st.match(rs.rules[ri], w, span{0, len(w)}, chain(enc, "reversed"), true)
 		}
 	}
+	return runs
 }
 
 func sortedKeys(m map[int][]span) []int {
@@ -299,26 +307,8 @@ func isToken(b byte) bool { return tokenTable[b] }
 // minRun is the shortest token run the decoders and the canary check look at.
 const minRun = 16
 
-// runs finds token runs of at least minRun bytes and checks each for an
-// AWS secret canary and, below MaxDepth, for an encoding to rescan.
-func (st *scanState) runs(data []byte, enc string, depth int) {
-	n := len(data)
-	for i := 0; i < n; {
-		if !tokenTable[data[i]] {
-			i++
-			continue
-		}
-		j := i + 1
-		for j < n && tokenTable[data[j]] {
-			j++
-		}
-		if j-i >= minRun {
-			st.run1(data[i:j], enc, depth)
-		}
-		i = j
-	}
-}
-
+// run1 checks one token run of at least minRun bytes for an AWS secret
+// canary and, below MaxDepth, for an encoding to rescan.
 func (st *scanState) run1(run []byte, enc string, depth int) {
 	st.secretCanaries(run, enc)
 	if depth >= st.s.cfg.MaxDepth {
@@ -348,7 +338,7 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 		for j < len(run) && isStdB64(run[j]) {
 			j++
 		}
-		if j-i == n {
+		if j-i == n && mixedCase(run[i:j]) {
 			v := run[i:j]
 			for _, rev := range []bool{false, true} {
 				c, e := v, enc
@@ -393,13 +383,10 @@ func isBackslashEscape(b []byte, i int) bool {
 	return false
 }
 
-// escapeRegions returns the stretches of data around its escapes.
-func escapeRegions(data []byte, isEscape func([]byte, int) bool) []span {
+// escapeRegions returns the stretches of data around its escapes, each
+// starting with the byte c.
+func escapeRegions(data []byte, c byte, isEscape func([]byte, int) bool) []span {
 	var out []span
-	c := byte('%')
-	if !isEscape([]byte("%00"), 0) {
-		c = '\\'
-	}
 	for i := 0; ; {
 		j := bytes.IndexByte(data[i:], c)
 		if j < 0 {

@@ -11,8 +11,6 @@ type Stream struct {
 	pending  []byte // bytes written but not yet scanned
 	seen     map[string]bool
 	findings []Finding
-	total    int64
-	closed   bool
 }
 
 // NewStream starts a stream whose findings carry where.
@@ -35,6 +33,5 @@ func (st *Stream) Findings() []Finding {
 // Close scans what is pending; Findings then returns the whole body's.
 func (st *Stream) Close() error {
 	st.flush()
-	st.closed = true
 	return nil
 }

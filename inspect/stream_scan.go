@@ -3,13 +3,19 @@ package inspect
 // streamChunk is how many bytes a Stream gathers before it scans.
 const streamChunk = 64 << 10
 
+// write takes p a chunk at a time, so a Stream holds at most streamChunk
+// pending bytes and Overlap carried ones whatever the size of one write.
 func (st *Stream) write(p []byte) int {
-	st.total += int64(len(p))
-	st.pending = append(st.pending, p...)
-	if len(st.pending) >= streamChunk {
-		st.flush()
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), streamChunk-len(st.pending))
+		st.pending = append(st.pending, p[:k]...)
+		p = p[k:]
+		if len(st.pending) >= streamChunk {
+			st.flush()
+		}
 	}
-	return len(p)
+	return n
 }
 
 // flush scans the carried overlap and the pending bytes together, keeps
