@@ -538,20 +538,23 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 			env = append(env, k+"="+v)
 		}
 	}
+	cenv, cfiles := d.canaryPlant(sb.ID)
 	return d.exec.Run(ctx, sandboxd.Spec{
-		ID:        sb.ID,
-		Argv:      t.Argv,
-		Env:       env,
-		NetNS:     ns.Path,
-		Workspace: t.Workspace,
-		CABundle:  d.caBundle,
-		TrustDir:  d.trustDir,
-		Proxy:     d.proxyURL,
-		Hidden:    d.hidden,
-		Stdin:     t.Stdin,
-		Stdout:    t.Stdout,
-		Stderr:    t.Stderr,
-		Limits:    t.Limits,
+		ID:         sb.ID,
+		DefaultEnv: cenv,
+		HomeFiles:  cfiles,
+		Argv:       t.Argv,
+		Env:        env,
+		NetNS:      ns.Path,
+		Workspace:  t.Workspace,
+		CABundle:   d.caBundle,
+		TrustDir:   d.trustDir,
+		Proxy:      d.proxyURL,
+		Hidden:     d.hidden,
+		Stdin:      t.Stdin,
+		Stdout:     t.Stdout,
+		Stderr:     t.Stderr,
+		Limits:     t.Limits,
 	})
 }
 

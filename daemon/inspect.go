@@ -50,13 +50,16 @@ func (d *Daemon) inspectGateway(gw *gateway.Config, cfg config.Config) {
 	gw.InspectMaxBody = int64(cfg.Inspect.MaxBodyBytes)
 }
 
-// canaryEnv adds sandbox id's canary variables to env where env (the
-// caller's and the platform's) does not set them.
-func (d *Daemon) canaryEnv(id string, env []string) []string {
+// canaryPlant is sandbox id's canaries as sandboxd plants them: variables set
+// only where nothing else sets them (a platform's real credentials win) and
+// files written into the fresh $HOME, never replacing one. Nil when
+// inspect.canaries is off.
+func (d *Daemon) canaryPlant(id string) (env []string, files map[string][]byte) {
 	if d.canaries == nil {
-		return env
+		return nil, nil
 	}
-	return d.canaries.For(id).Environ(env)
+	cs := d.canaries.For(id)
+	return cs.EnvList(), cs.Files
 }
 
 // loadInspectKey reads the key at path, or makes one (32 random bytes, mode

@@ -16,7 +16,7 @@ import (
 // The inspection key is made once (mode 0600) and read back after a
 // restart, so canaries planted before it are still recognized; the DNS
 // filter's name scan finds a credential hex-encoded in a label and a
-// sandbox's canary; canary variables never replace the caller's own.
+// sandbox's canary; canaries are planted as default variables and $HOME files.
 func TestInspectKeyCanariesAndNameScan(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, inspectKeyFile)
@@ -45,11 +45,9 @@ func TestInspectKeyCanariesAndNameScan(t *testing.T) {
 	if d.scanner == nil || d.canaries == nil {
 		t.Fatal("default config: want inspection and canaries on")
 	}
-	env := d.canaryEnv("sb-1", []string{"AWS_ACCESS_KEY_ID=mine"})
-	if !slices.Contains(env, "AWS_ACCESS_KEY_ID=mine") || slices.ContainsFunc(env, func(e string) bool {
-		return strings.HasPrefix(e, "AWS_ACCESS_KEY_ID=") && e != "AWS_ACCESS_KEY_ID=mine"
-	}) {
-		t.Fatalf("canary env replaced the caller's variable: %v", env)
+	env, files := d.canaryPlant("sb-1")
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "AWS_ACCESS_KEY_ID=AKIA") }) || len(files) == 0 {
+		t.Fatalf("canaries: got env %v and %d files, want an AWS key and files for $HOME", env, len(files))
 	}
 	scan := d.scanName()
 	label := hex.EncodeToString([]byte("AKIAQWERTYUIOPASDFGH"))
