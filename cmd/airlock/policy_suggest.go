@@ -72,6 +72,9 @@ pass.`,
 				out, len(s.Hosts), len(s.Presets), min(len(s.Allowed), learn.DefaultMaxTests), min(len(s.Denied), learn.DefaultMaxTests))
 			fmt.Fprintf(w, "records %d: allowed %d, learned %d, denied for other reasons %d\n", s.Records, s.AllowedAlready, s.Learned, s.OtherDenied)
 			printSkipped(w, s.Skipped)
+			for _, h := range s.Withheld {
+				fmt.Fprintf(cmd.ErrOrStderr(), "withheld: %s was only ever seen carrying content findings; not suggested (airlock audit query --findings any --host %s)\n", h, h)
+			}
 			for _, c := range s.Conflicts {
 				fmt.Fprintf(cmd.ErrOrStderr(), "conflict: seq %d was refused but looks like an allowed request to a policy; not tested\n", c.Seq)
 			}
