@@ -27,7 +27,13 @@ func decodeRun(run []byte) []decoded {
 		return nil
 	}
 	var out []decoded
-	for _, seg := range bytes.FieldsFunc(run, func(r rune) bool { return r == '=' }) {
+	for rest := run; len(rest) > 0; {
+		var seg []byte
+		if i := bytes.IndexByte(rest, '='); i >= 0 {
+			seg, rest = rest[:i], rest[i+1:]
+		} else {
+			seg, rest = rest, nil
+		}
 		if len(seg) < minRun {
 			continue
 		}
@@ -117,6 +123,7 @@ func decodeBase64(seg []byte) ([]byte, bool) {
 	if len(seg) <= 4096 {
 		offsets = []int{0, 1, 2, 3}
 	}
+	buf := make([]byte, base64.RawStdEncoding.DecodedLen(len(seg)))
 	for _, off := range offsets {
 		s := seg[off:]
 		if len(s)%4 == 1 {
@@ -126,10 +133,9 @@ func decodeBase64(seg []byte) ([]byte, bool) {
 			break
 		}
 		for _, e := range encs {
-			d := make([]byte, e.DecodedLen(len(s)))
-			n, err := e.Decode(d, s)
-			if err == nil && isText(d[:n]) {
-				return d[:n], true
+			n, err := e.Decode(buf, s)
+			if err == nil && isText(buf[:n]) {
+				return buf[:n], true
 			}
 		}
 	}
