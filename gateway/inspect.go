@@ -662,3 +662,11 @@ func (f *grpcFrames) fields() []inspect.Field {
 	}
 	return out
 }
+
+// forgetContent drops what inspection keeps of a stopped sandbox (its
+// window of recent values), when the Inspector keeps any.
+func (g *Gateway) forgetContent(id string) {
+	if f, ok := g.cfg.Inspector.(interface{ Forget(string) }); ok {
+		f.Forget(id)
+	}
+}
