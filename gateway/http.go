@@ -519,7 +519,10 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 		s.dropUpstream()
 		return x, err
 	}
-	s.g.inspectResponse(rc, resp)
+	if err := s.g.inspectResponse(rc, resp); err != nil {
+		s.dropUpstream()
+		return x, err
+	}
 	x.resp = resp
 	return x, nil
 }

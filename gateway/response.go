@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -18,22 +20,49 @@ const (
 	respScanMax   = 8 << 20 // bytes of one response scanned
 )
 
-// inspectResponse wraps resp's body with the response scanner when
-// inspection is on and the body is text the agent reads.
-func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response) {
+// inspectResponse scans resp's body when inspection is on and the body is
+// text the agent reads. A body of declared length up to respDecideMax is
+// read first and, when it has findings, policy is asked again with them
+// (input.content.findings, where "response.*"): a deny refuses the response
+// before a byte of it reaches the agent (a team's per-host "block"); the
+// default policy only records them. A longer or unsized body is scanned as
+// it streams and its findings are recorded (flag and audit).
+func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response) error {
 	sc := g.cfg.Inspector
 	if sc == nil || resp.Body == nil || resp.Body == http.NoBody {
-		return
+		return nil
 	}
 	ct := resp.Header.Get("Content-Type")
 	if !readableResponse(ct) || resp.Header.Get("Content-Encoding") != "" && resp.Header.Get("Content-Encoding") != "identity" {
-		return
+		return nil
 	}
 	if rc.late == nil {
 		rc.late = &lateFindings{}
 	}
 	mt, _, _ := mime.ParseMediaType(ct)
+	if n := resp.ContentLength; n > 0 && n <= respDecideMax && mt != "text/event-stream" {
+		return g.decideResponse(rc, resp, sc, ct)
+	}
 	resp.Body = &respScan{r: resp.Body, sc: sc, ct: ct, sse: mt == "text/event-stream", late: rc.late}
+	return nil
+}
+
+// respDecideMax bounds the response bodies read whole to be decided on.
+const respDecideMax = 1 << 20
+
+// decideResponse reads a sized response body, scans it, and asks policy
+// about its findings; it puts the body back for relay when allowed.
+func (g *Gateway) decideResponse(rc *reqCtx, resp *http.Response, sc Inspector, ct string) error {
+	body := make([]byte, resp.ContentLength)
+	if _, err := io.ReadFull(resp.Body, body); err != nil {
+		return fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("reading response: %w", err))
+	}
+	resp.Body = replayBody{bytes.NewReader(body), resp.Body}
+	fs := sc.ScanResponse(ct, body)
+	if len(fs) == 0 || !rc.late.add(fs) {
+		return nil
+	}
+	return g.reaskLate(rc, rc.late, false, "in the response")
 }
 
 // readableResponse reports whether a content type is text an agent reads.
