@@ -376,19 +376,16 @@ func auditFindings(rc *reqCtx) []audit.Finding {
 	return out
 }
 
-// inspectBody scans a request body as it streams to the upstream, never
-// holding more than one read's worth of it: each chunk is scanned
-// (inspect.Stream, with an overlap so a token across two chunks is found)
-// before it is handed on, and the chunk read last is held back until the
-// body's end is known. Policy is asked again whenever a chunk adds a
-// finding, and once more at the end, before the held chunk leaves: a deny
-// fails the read, so the upstream request is aborted with an incomplete body
-// and its connection closed (sendUpstream turns the error into the denial).
-// Past InspectMaxBody bytes the rest is relayed unscanned and one oversize
-// finding goes to policy.
-//
-// The HTTP/2 transport reads the body on its own goroutine: the findings and
-// the late decision are behind mu.
+// inspectBody scans a request body as it streams to the upstream, holding
+// nothing back: each read is scanned (inspect.Stream, with an overlap so a
+// token across two reads is found) before it is handed on, and policy is
+// asked again whenever a read adds a finding, and once more at the body's
+// end. A deny fails that read, so its bytes never leave: the upstream
+// request is aborted with an incomplete body and its connection closed
+// (sendUpstream turns the error into the denial); a token cut across two
+// reads leaves at most its first part. Nothing is held, so a gRPC
+// bidirectional stream flows message by message. Past InspectMaxBody bytes
+// the rest is relayed unscanned and one oversize finding goes to policy.
 type inspectBody struct {
 	g   *Gateway
 	rc  *reqCtx
@@ -396,19 +393,16 @@ type inspectBody struct {
 	st  StreamScanner
 	max int64
 
-	buf       []byte
 	grpc      *grpcFrames // a gRPC call's body: messages scanned without their prefixes
 	gbuf      []byte
 	grpcFound []inspect.Finding // of the recent messages as fields (a split)
-	held      []byte            // read and scanned, not yet handed on
 	scanned   int64
 	decided   int // findings the last decision saw
 
-	mu   sync.Mutex
-	fs   []inspect.Finding
-	dec  *policy.Decision // the deny a finding in the body led to
-	err  error
-	done bool
+	mu  sync.Mutex
+	fs  []inspect.Finding
+	dec *policy.Decision // the deny a finding in the body led to
+	err error
 }
 
 func (b *inspectBody) found() []inspect.Finding {
@@ -430,50 +424,23 @@ func (b *inspectBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	for {
-		if b.done {
-			n := copy(p, b.held)
-			b.held = b.held[n:]
-			if len(b.held) == 0 {
-				return n, io.EOF
-			}
-			return n, nil
-		}
-		if b.buf == nil {
-			b.buf = make([]byte, 32<<10)
-		}
-		n, err := b.src.Read(b.buf)
-		if n > 0 {
-			chunk := b.buf[:n]
-			b.scan(chunk)
-			if derr := b.check(false); derr != nil {
-				return 0, derr
-			}
-			out := copy(p, b.held)
-			rest := b.held[out:]
-			// Keep the new chunk (and what of the held one p had no room
-			// for) back.
-			nh := make([]byte, 0, len(rest)+n)
-			nh = append(append(nh, rest...), chunk...)
-			b.held = nh
-			if out > 0 {
-				return out, nil
-			}
-		}
-		if err == io.EOF {
-			b.st.Close()
-			b.scan(nil)
-			if derr := b.check(true); derr != nil {
-				return 0, derr
-			}
-			b.done = true
-			continue
-		}
-		if err != nil {
-			b.err = err
-			return 0, err
+	n, err := b.src.Read(p)
+	if n > 0 {
+		b.scan(p[:n])
+		if derr := b.check(false); derr != nil {
+			return 0, derr // these bytes never leave
 		}
 	}
+	if err == io.EOF {
+		b.st.Close()
+		b.scan(nil)
+		if derr := b.check(true); derr != nil {
+			return 0, derr
+		}
+	} else if err != nil {
+		b.err = err
+	}
+	return n, err
 }
 
 // scan runs the stream over chunk, up to the cap, and takes its findings.
