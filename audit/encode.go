@@ -126,6 +126,7 @@ func appendBody(dst []byte, r *Record) []byte {
 	}
 	dst = appendStrField(dst, `,"upstream":`, r.Upstream)
 	dst = appendStrsField(dst, `,"flags":`, r.Flags)
+	dst = appendFindings(dst, r.Findings)
 	dst = appendStrField(dst, `,"error":`, r.Error)
 	if r.Exec != nil {
 		dst = append(dst, `,"exec":`...)

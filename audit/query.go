@@ -38,9 +38,12 @@ type Filter struct {
 	// Host matches Record.Host (or, when that is empty, QName without its
 	// trailing dot) exactly; a leading "." or "*." matches the name and every
 	// name under it: ".pypi.org" matches pypi.org and files.pypi.org.
-	Host  string
-	Since time.Time // TS at or after
-	Until time.Time // TS before
+	Host string
+	// Findings matches records with a content-inspection finding: "any", a
+	// class (credential, canary, ...) or a detector name (finding.go).
+	Findings string
+	Since    time.Time // TS at or after
+	Until    time.Time // TS before
 }
 
 // Match reports whether r passes f.
@@ -58,7 +61,7 @@ func (f *Filter) Match(r *Record) bool {
 		f.Decision != "" && r.Decision != f.Decision ||
 		!f.Since.IsZero() && r.TS.Before(f.Since) ||
 		!f.Until.IsZero() && !r.TS.Before(f.Until) ||
-		!f.matchMode(r) || !f.matchReason(r) || !f.matchLabels(r) {
+		!f.matchMode(r) || !f.matchReason(r) || !f.matchLabels(r) || !f.matchFindings(r) {
 		return false
 	}
 	if f.Host == "" {

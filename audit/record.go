@@ -49,8 +49,10 @@ type Record struct {
 	Answers    []Answer `json:"answers,omitempty"`
 	Upstream   string   `json:"upstream,omitempty"`
 	Flags      []string `json:"flags,omitempty"`
-	Error      string   `json:"error,omitempty"`
-	Exec       *Exec    `json:"exec,omitempty"`
+	// Findings are what content inspection found (finding.go): never a value.
+	Findings []Finding `json:"findings,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Exec     *Exec     `json:"exec,omitempty"`
 	// Checkpoint is set only on KindCheckpoint records written by the writer.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Extra carries kind-specific detail that has no field of its own. Never put a

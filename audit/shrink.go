@@ -68,6 +68,9 @@ func shrink(r *Record, size int) *Record {
 			c.Secrets[i] = Secret{ID: cut(x.ID), Version: cut(x.Version), Fingerprint: cut(x.Fingerprint), Where: cut(x.Where), Scrubbed: x.Scrubbed}
 		}
 	}
+	if len(c.Findings) > 0 {
+		c.Findings = shrinkFindings(c.Findings, shrinkList, cut)
+	}
 	if len(c.Answers) > 0 {
 		as := c.Answers[:min(len(c.Answers), shrinkList)]
 		c.Answers = make([]Answer, len(as))

@@ -24,6 +24,7 @@ type Config struct {
 	API      API      `yaml:"api"`
 	Metrics  Metrics  `yaml:"metrics"`
 	Approval Approval `yaml:"approval"` // approval.go
+	Inspect  Inspect  `yaml:"inspect"`  // inspect.go
 }
 
 // Default returns the configuration used when no file is given.
@@ -86,6 +87,7 @@ func (c *Config) applyDefaults() {
 	c.Sandbox.applyDefaults()
 	c.Pool.applyDefaults(c.Sandbox.PoolSize)
 	c.Approval.applyDefaults()
+	c.Inspect.applyDefaults()
 	c.Metrics.applyDefaults()
 }
 
@@ -116,6 +118,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Approval.validate(); err != nil {
+		return err
+	}
+	if err := c.Inspect.validate(); err != nil {
 		return err
 	}
 	return c.API.validate()

@@ -202,6 +202,7 @@ func (d *Daemon) buildDNS(cfg config.Config, upstreams []string, own []netip.Add
 		MaxTTL:       time.Duration(cfg.DNS.MaxTTL),
 		AllowCIDRs:   cfg.Upstream.AllowCIDRs,
 		NameCheck:    d.placeholderInName(),
+		ScanName:     d.scanName(),
 	}, dec, d.audit, d.log)
 	if err != nil {
 		return err
@@ -261,6 +262,7 @@ func (d *Daemon) buildGateway(base gateway.Config, cfg config.Config, allow []ne
 		gwCfg.Approver = d.approvals
 	}
 	gwCfg.ParentProxy, gwCfg.ParentNoProxy = cfg.Upstream.Proxy, cfg.Upstream.NoProxy
+	d.inspectGateway(&gwCfg, cfg)
 	if id := cfg.Upstream.ProxyAuthSecret; id != "" {
 		if d.secrets == nil {
 			return fmt.Errorf("upstream.proxy_auth_secret: %q needs secrets.file", id)

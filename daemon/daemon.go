@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/fdreserve"
 	"github.com/airlock-dev/airlock/gateway"
+	"github.com/airlock-dev/airlock/inspect"
 	"github.com/airlock-dev/airlock/ipguard"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/oplog"
@@ -94,6 +95,8 @@ type Daemon struct {
 	dns      *dnsfilter.Filter
 	gw       *gateway.Gateway
 	secrets  *secrets.Injector
+	scanner  *inspect.Scanner  // content inspection (inspect.go); nil when off
+	canaries *inspect.Canaries // nil when inspect.canaries is off
 	netns    *netns.Manager
 	exec     *sandboxd.Executor
 	caBundle string
@@ -161,6 +164,9 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	}
 	// Secrets before the policy: a policy bundle's token is one.
 	if err := d.buildSecrets(cfg); err != nil {
+		return nil, err
+	}
+	if err := d.buildInspect(cfg); err != nil {
 		return nil, err
 	}
 	eng := d.compileEngine(cfg)
@@ -576,20 +582,23 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 			env = append(env, k+"="+v)
 		}
 	}
+	cenv, cfiles := d.canaryPlant(sb.ID)
 	return d.exec.Run(ctx, sandboxd.Spec{
-		ID:        sb.ID,
-		Argv:      t.Argv,
-		Env:       env,
-		NetNS:     ns.Path,
-		Workspace: t.Workspace,
-		CABundle:  d.caBundle,
-		TrustDir:  d.trustDir,
-		Proxy:     d.proxyURL,
-		Hidden:    d.hidden,
-		Stdin:     t.Stdin,
-		Stdout:    t.Stdout,
-		Stderr:    t.Stderr,
-		Limits:    t.Limits,
+		ID:         sb.ID,
+		DefaultEnv: cenv,
+		HomeFiles:  cfiles,
+		Argv:       t.Argv,
+		Env:        env,
+		NetNS:      ns.Path,
+		Workspace:  t.Workspace,
+		CABundle:   d.caBundle,
+		TrustDir:   d.trustDir,
+		Proxy:      d.proxyURL,
+		Hidden:     d.hidden,
+		Stdin:      t.Stdin,
+		Stdout:     t.Stdout,
+		Stderr:     t.Stderr,
+		Limits:     t.Limits,
 	})
 }
 

@@ -157,6 +157,7 @@ func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, erro
 			ss.Env = append(ss.Env, k+"="+v)
 		}
 	}
+	ss.DefaultEnv, ss.HomeFiles = d.canaryPlant(sb.id) // inspect.go; the caller's and platform's values win
 	if ws != nil {
 		ss.Workspace, ss.WorkspaceTarget = fdPath(ws), sb.params.workspace
 	}

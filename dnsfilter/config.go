@@ -116,6 +116,11 @@ type Config struct {
 	// Approve, when set, holds a question the policy asks a person about
 	// until the answer (approval.go); nil: it is refused as policy says.
 	Approve ApproveFunc
+	// ScanName, when set, is content inspection of every question's name
+	// (the daemon's scanner: canaries, credentials, encoded data, high-entropy
+	// labels). Its findings are policy input (input.content.findings; such a
+	// question bypasses the decision cache) and go on the audit record.
+	ScanName func(sb policy.Sandbox, name string) []policy.Finding
 	// GatewayAddrs are the gateway's own addresses; answers naming them are dropped.
 	GatewayAddrs []netip.Addr
 	// RateLimit (queries/s) and RateBurst size each sandbox's token bucket; a query

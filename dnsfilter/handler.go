@@ -47,9 +47,10 @@ type query struct {
 	answers  []audit.Answer
 	upstream string
 	errMsg   string
-	ansWire  []byte // the answer records already packed (cached answers), or nil
-	noWait   bool   // stop at a lookup that would wait for an upstream (pending)
-	pending  bool   // stopped there
+	ansWire  []byte           // the answer records already packed (cached answers), or nil
+	noWait   bool             // stop at a lookup that would wait for an upstream (pending)
+	pending  bool             // stopped there
+	findings []policy.Finding // content inspection of the name (Config.ScanName)
 }
 
 // ServeDNS is the request path, in the order dnsfilter/DESIGN.md gives. It writes
@@ -147,6 +148,9 @@ func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
 			return dns.RcodeNameError, nil
 		}
 	}
+	if scan := s.f.cfg.ScanName; scan != nil {
+		q.findings = scan(s.sb, name)
+	}
 	q.dec = s.approve(q, s.decide(q)) // a question the policy asks waits for its answer (approval.go)
 	if !q.dec.d.Permit() {
 		return dns.RcodeNameError, nil
@@ -209,7 +213,7 @@ type decided struct {
 // decide asks policy, or the decision cache when the query carries no flags.
 func (s *sandboxServer) decide(q *query) *decided {
 	var rev string
-	cacheable := s.dcache != nil && len(q.flags) == 0
+	cacheable := s.dcache != nil && len(q.flags) == 0 && len(q.findings) == 0
 	key := decisionKey{q.name, q.qtype, q.proto}
 	rules := s.rules()
 	if cacheable {
@@ -229,6 +233,9 @@ func (s *sandboxServer) decide(q *query) *decided {
 			Host: q.name, Port: 53, Suffixes: hostname.Suffixes(q.name), Protocol: q.proto,
 		},
 		DNS: &policy.DNS{QName: q.name, QType: qtypeString(q.qtype), Flags: q.flags},
+	}
+	if len(q.findings) > 0 {
+		in.Content = &policy.Content{Findings: q.findings}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.f.cfg.PolicyTimeout)
 	d := &decided{d: s.f.dec.Decide(ctx, in)}
@@ -324,6 +331,15 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 		Upstream: q.upstream,
 		Flags:    q.flags,
 		Error:    errMsg,
+	}
+	for _, f := range q.findings {
+		rec.Findings = append(rec.Findings, audit.Finding(f))
+	}
+	if len(q.findings) > 0 {
+		// The name carried what was found: the record keeps its last two
+		// labels only.
+		rec.Host = withheldName(q.name)
+		rec.QName = rec.Host
 	}
 	if len(req.Question) > 0 {
 		rec.QType = qtypeString(req.Question[0].Qtype)
@@ -579,4 +595,14 @@ func (c *decisionCache) put(rev string, k decisionKey, d *decided) {
 		c.rev = rev
 	}
 	c.m[k] = d
+}
+
+// withheldName is name with every label but the last two replaced, for the
+// record of a question content inspection found something in.
+func withheldName(name string) string {
+	labels := strings.Split(name, ".")
+	if len(labels) <= 2 {
+		return "[withheld]"
+	}
+	return "[withheld]." + strings.Join(labels[len(labels)-2:], ".")
 }

@@ -35,6 +35,12 @@ import (
 // writer, serving on loopback.
 func benchHarness(b *testing.B, pki *testPKI, mitmHosts ...string) *harness {
 	b.Helper()
+	return benchHarnessWith(b, pki, nil, mitmHosts...)
+}
+
+// benchHarnessWith is benchHarness with options on the gateway's config.
+func benchHarnessWith(b *testing.B, pki *testPKI, opts []harnessOpt, mitmHosts ...string) *harness {
+	b.Helper()
 	eng, err := policy.New(policy.Config{AllowHosts: []string{"pypi.org:*", "files.pythonhosted.org:*", "**.bench.example:*"}}, nil)
 	if err != nil {
 		b.Fatalf("policy engine: %v", err)
@@ -53,7 +59,11 @@ func benchHarness(b *testing.B, pki *testPKI, mitmHosts ...string) *harness {
 	for i := 0; i < 64; i++ {
 		res.names[fmt.Sprintf("h%d.bench.example", i)] = lo
 	}
-	g, err := New(h.g.cfg, dec, w, res, nil)
+	cfg := h.g.cfg
+	for _, o := range opts {
+		o(&cfg)
+	}
+	g, err := New(cfg, dec, w, res, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,6 +27,8 @@ const (
 	DefaultLeafCacheSize         = 1024
 	DefaultMaxQueryParams        = 256
 	DefaultBodyScanTimeout       = 10 * time.Second
+	DefaultInspectMaxBody        = 8 << 20
+	DefaultInspectMaxJSON        = 1 << 20
 
 	// HTTP/2 on intercepted and h2c connections (h2.go).
 	DefaultH2MaxConcurrentStreams = 100
@@ -143,6 +145,17 @@ type Config struct {
 	// Approver answers what the policy asks (approval.go); nil means nobody
 	// is asked and an ask decision is the deny it is.
 	Approver Approver
+	// Inspector runs content inspection on what requests carry (inspect.go);
+	// nil means none.
+	Inspector Inspector
+	// InspectMaxBody is how many bytes of a request body are scanned; the
+	// rest is relayed unscanned and reported as one oversize finding
+	// (config inspect.max_body_bytes).
+	InspectMaxBody int64
+	// InspectMaxJSON: a JSON body with a declared length up to this is read
+	// before policy, so JSON-RPC and LLM calls are policy input and a secret
+	// split across its fields is found; a larger one is scanned as it streams.
+	InspectMaxJSON int64
 
 	// DialFunc replaces the network dial (tests use a recording fake that refuses
 	// every address outside their allowed set). It is only ever called with an
@@ -167,6 +180,12 @@ func (c *Config) applyDefaults() {
 	setInt(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	setInt(&c.MaxQueryParams, DefaultMaxQueryParams)
 	setDur(&c.BodyScanTimeout, DefaultBodyScanTimeout)
+	if c.InspectMaxBody == 0 {
+		c.InspectMaxBody = DefaultInspectMaxBody
+	}
+	if c.InspectMaxJSON == 0 {
+		c.InspectMaxJSON = DefaultInspectMaxJSON
+	}
 	setInt(&c.MaxConnsPerSandbox, DefaultMaxConnsPerSandbox)
 	setInt(&c.MaxTunnelsPerSandbox, DefaultMaxTunnelsPerSandbox)
 	setInt(&c.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
@@ -212,6 +231,9 @@ func (c *Config) validate() error {
 		if p.v < 0 {
 			return fmt.Errorf("gateway: %s %d: must be positive", p.name, p.v)
 		}
+	}
+	if c.InspectMaxBody < 0 || c.InspectMaxJSON < 0 {
+		return fmt.Errorf("gateway: inspect max_body_bytes %d, max_json_bytes %d: must be positive", c.InspectMaxBody, c.InspectMaxJSON)
 	}
 	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
 		return fmt.Errorf("gateway: max_header_bytes %d: must be between 1024 and 1048576", c.MaxHeaderBytes)

@@ -8,23 +8,25 @@
 //
 // Every request, tunnel, connection and HTTP/2 stream (h2.go: one stream is one
 // request) goes through one pipeline, coded once in (*Gateway).serve
-// (pipeline.go), in this order:
+// (pipeline.go; the stages before relay are the list admitStages), in order:
 //
-//	normalize -> screen (secrets) -> decide (policy) -> reserve (audit room)
-//	  -> inject (secrets) -> dial (resolve, ipguard; or CONNECT via the parent proxy) -> relay
+//	normalize -> screen (secrets) -> inspect (content, inspect.go) -> decide
+//	  -> reserve (audit room) -> inject (secrets) -> dial (ipguard) -> relay
 //	refuse: the one place that answers a refusal
 //	finish: the one deferred call that writes the audit record
 //
 // A CONNECT's dial only resolves and checks; it connects in relay, once what
 // the tunnel carries is decided, so nothing refused is ever dialed. Tunnels and
 // websockets are re-decided on a policy change and on one sandbox's (Redecide,
-// UpdateSandbox); an Ask decision waits for Config.Approver (approval.go).
+// UpdateSandbox); a streamed body or websocket message on a new content
+// finding (inspect.go); an Ask decision waits for Config.Approver (approval.go).
 //
-// Entry points: New, (*Gateway).ServeSandbox, UpdateSandbox, StopSandbox, Shutdown, Redecide. It talks
-// to policy through policy.Decider, to audit through audit.Logger (and
-// audit.Reserver), to DNS through Resolver, SandboxResolver and SandboxNamer,
-// to secrets through Injector. Each stage, the CONNECT content rules, transparent
-// sniffing and HTTP/2: gateway/DESIGN.md.
+// Entry points: New, (*Gateway).ServeSandbox, UpdateSandbox, StopSandbox,
+// Shutdown, Redecide. It talks to policy through policy.Decider, to audit
+// through audit.Logger (and audit.Reserver), to DNS through Resolver,
+// SandboxResolver and SandboxNamer, to secrets through Injector, to content
+// inspection through Inspector. Each stage, the CONNECT content rules,
+// transparent sniffing and HTTP/2: gateway/DESIGN.md.
 //
 // gateway must never import: config, dnsfilter, netns, sandboxd, daemon,
 // cmd/airlock.

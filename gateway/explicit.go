@@ -221,7 +221,7 @@ func (s *httpSession) proxyExchange(rc *reqCtx) (*http.Response, error) {
 		s.up = nil
 		rc.up = up
 		untrack := s.cc.track(up.nc)
-		rc.ws = &wsBody{r: up.br, c: up.nc, untrack: untrack, guard: s.g.streamGuard(rc, true)}
+		rc.ws = &wsBody{r: up.br, c: up.nc, untrack: untrack, guard: s.g.streamGuard(rc, true), scan: s.g.newWSScan(rc)}
 		s.g.holdOpen(rc) // re-decided on a policy change, as a tunnel is
 		resp.Body = rc.ws
 		return resp, nil
@@ -275,7 +275,9 @@ type wsBody struct {
 	once     sync.Once
 	// guard checks the client's frames of a sandbox that holds placeholders
 	// (nil otherwise); goproxy writes from one goroutine.
-	guard    *secrets.StreamGuard
+	guard *secrets.StreamGuard
+	// scan inspects the client's messages (wsinspect.go); nil when off.
+	scan     *wsScan
 	mu       sync.Mutex
 	guardErr error
 }
@@ -287,6 +289,12 @@ func (w *wsBody) Read(p []byte) (int, error) {
 }
 
 func (w *wsBody) Write(p []byte) (int, error) {
+	if w.scan != nil {
+		if err := w.scan.check(p); err != nil {
+			w.c.Close()
+			return 0, err
+		}
+	}
 	if w.guard != nil {
 		if err := w.guard.Check(p); err != nil {
 			w.mu.Lock()
@@ -326,6 +334,7 @@ func (g *Gateway) finishExplicit(ec *explicitConn, rc *reqCtx) {
 			rc.err = secretsErr(ws.guardErr)
 		}
 		ws.mu.Unlock()
+		wsDenied(rc, ws.scan)
 	}
 	g.finish(rc)
 	if ec.isHijacked() {

@@ -252,6 +252,7 @@ func (g *Gateway) StopSandbox(id string) {
 	}
 	s.stop()
 	g.pool.dropSandbox(s)
+	g.forgetContent(id)
 	g.logger.Info("stopped sandbox", oplog.SandboxKey, id)
 }
 

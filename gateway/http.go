@@ -441,6 +441,7 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 			// Compressed frames could not be checked for a placeholder.
 			req.Header.Del("Sec-Websocket-Extensions")
 		}
+		g.stripWSExtensions(req.Header)
 	}
 	if hasToken(req.Header["Expect"], "100-continue") {
 		req.Header.Del("Expect")
@@ -494,6 +495,9 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 		}
 		s.dropUpstream()
 		if bodyErr := bodyErrs.get(); bodyErr != nil {
+			if err := rc.lateDenial(bodyErr); err != nil {
+				return x, err // content inspection denied the body mid-stream
+			}
 			// A streamed body scan cut the request off before a placeholder left.
 			var d *denial
 			if serr := secretsErr(bodyErr); errors.As(serr, &d) {
@@ -512,6 +516,10 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 		return x, fail(ReasonUpstream, http.StatusBadGateway, err)
 	}
 	if err := s.g.scrub(rc, resp); err != nil {
+		s.dropUpstream()
+		return x, err
+	}
+	if err := s.g.inspectResponse(rc, resp); err != nil {
 		s.dropUpstream()
 		return x, err
 	}
@@ -559,6 +567,7 @@ func (s *httpSession) forward(rc *reqCtx) error {
 		s.conn.SetDeadline(time.Time{})
 		rc.tunnel = false
 		g.holdOpen(rc) // re-decided on a policy change, as a tunnel is
+		rc.wsScan = g.newWSScan(rc)
 		pipe(rc, s.conn, cHead, up.nc, uHead, g.streamGuard(rc, true))
 		return nil
 	}

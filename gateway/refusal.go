@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -126,4 +127,60 @@ func phrasable(s string) string {
 		out = append(out[:117], "..."...)
 	}
 	return string(out)
+}
+
+// refuse is the one place that answers a refusal to the client: 403 (or the
+// policy's status, or 502/504 for a failure) with a reason phrase and a body
+// that explain it (refusalText: what, why, how to allow it, the decision id),
+// and headers X-Airlock-Decision and X-Airlock-Reason. Where no HTTP answer is
+// possible (TLS passthrough, raw TCP, a response already begun) it closes.
+func (g *Gateway) refuse(rc *reqCtx) {
+	status, reason := refusalOf(rc.err)
+	if rc.sess != nil && rc.sess.h2 != nil {
+		// One stream of an HTTP/2 connection: the others go on.
+		_, body := refusalText(rc, status, reason)
+		rc.sess.h2.refuse(rc, status, reason, body)
+		return
+	}
+	if rc.socks {
+		if !rc.responded {
+			rc.status = status
+			writeSOCKSReply(rc.sess.bw, socksReplyOf(rc.err))
+			rc.responded = true
+		}
+		rc.cc.nc.Close()
+		return
+	}
+	if rc.responded || rc.sess == nil {
+		rc.cc.nc.Close()
+		return
+	}
+	rc.status = status
+	phrase, body := refusalText(rc, status, reason)
+	if rc.viaProxy {
+		// goproxy writes it through the connection's http.Server.
+		h := http.Header{}
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("X-Airlock-Decision", rc.id)
+		h.Set("X-Airlock-Reason", reason)
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		h.Set("Connection", "close")
+		rc.refusal = &http.Response{
+			StatusCode: status, Status: strconv.Itoa(status) + " " + phrase,
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Close: true,
+			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body)), Request: rc.req,
+		}
+		rc.responded = true
+		return
+	}
+	bw := rc.sess.bw
+	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + phrase + "\r\n")
+	bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Airlock-Decision: " + rc.id + "\r\n")
+	bw.WriteString("X-Airlock-Reason: " + reason + "\r\n")
+	bw.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n")
+	if rc.req == nil || rc.req.Method != http.MethodHead {
+		bw.WriteString(body)
+	}
+	bw.Flush()
+	rc.responded = true
 }

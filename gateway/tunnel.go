@@ -155,8 +155,19 @@ func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard 
 		closeWrite(a)
 		down <- total + n
 	}()
-	n, _ := copyUp(b, aHead, a, guard)
-	guardFailed(rc, guard, a, b)
+	var src net.Conn = a
+	ws := rc.wsScan
+	if ws != nil {
+		src = wsScanConn{Conn: a, w: ws}
+		ws.check(aHead) // refused: copyUp is skipped, not a byte of it leaves
+	}
+	var n int64
+	if ws == nil || ws.err == nil {
+		n, _ = copyUp(b, aHead, src, guard)
+	}
+	if !wsDenied(rc, ws, a, b) {
+		guardFailed(rc, guard, a, b)
+	}
 	rc.bytesUp += n
 	rc.bytesDown += <-down
 	return nil

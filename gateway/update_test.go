@@ -368,11 +368,11 @@ func measureChanges(t *testing.T, w *rulesWorld, n int, change func(widen bool))
 		}
 	}
 	t.Logf("%s: %d changes; change -> first request decided under the new rules: p50 %s p99 %s max %s; narrowing -> tunnel and websocket closed: p50 %s p99 %s",
-		t.Name(), n, pct(toRequest, 50), pct(toRequest, 99), pct(toRequest, 100), pct(toClosed, 50), pct(toClosed, 99))
+		t.Name(), n, rankPct(toRequest, 50), rankPct(toRequest, 99), rankPct(toRequest, 100), rankPct(toClosed, 50), rankPct(toClosed, 99))
 }
 
-// pct is the p-th percentile of d (nearest rank).
-func pct(d []time.Duration, p int) time.Duration {
+// rankPct is the p-th percentile of d (nearest rank).
+func rankPct(d []time.Duration, p int) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}

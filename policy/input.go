@@ -40,6 +40,10 @@ type Input struct {
 	HTTP        *HTTP       `json:"http,omitempty"`
 	TLS         *TLS        `json:"tls,omitempty"`
 	DNS         *DNS        `json:"dns,omitempty"`
+	// Content, JSONRPC and LLM are what content inspection saw (content.go).
+	Content *Content `json:"content,omitempty"`
+	JSONRPC *JSONRPC `json:"jsonrpc,omitempty"`
+	LLM     *LLM     `json:"llm,omitempty"`
 	// Attributes mirrors the Envoy ext_authz shape; the engine fills it from HTTP
 	// and Destination, callers leave it nil.
 	Attributes *Attributes `json:"attributes,omitempty"`

@@ -22,6 +22,7 @@ import (
 type inputFields struct {
 	all                                            bool
 	kind, sandbox, destination, http, tls, dns, at bool
+	content, jsonrpc, llm                          bool // content.go
 }
 
 // usedInputFields walks every reference in the compiled modules.
@@ -62,6 +63,12 @@ func usedInputFields(mods map[string]*ast.Module) inputFields {
 					f.dns = true
 				case "attributes":
 					f.at = true
+				case "content":
+					f.content = true
+				case "jsonrpc":
+					f.jsonrpc = true
+				case "llm":
+					f.llm = true
 				}
 				// The rest of the ref may hold refs of its own (input.a[input.b]).
 				for _, x := range v[2:] {
@@ -84,7 +91,8 @@ func usedInputFields(mods map[string]*ast.Module) inputFields {
 }
 
 // allInputFields builds the whole input.
-var allInputFields = inputFields{all: true, kind: true, sandbox: true, destination: true, http: true, tls: true, dns: true, at: true}
+var allInputFields = inputFields{all: true, kind: true, sandbox: true, destination: true, http: true, tls: true, dns: true, at: true,
+	content: true, jsonrpc: true, llm: true}
 
 // inputValue converts an input to an OPA value directly (no JSON round trip).
 // It matches the JSON encoding of Input: absent and empty parts are absent; parts the policy never reads (f) are left out.
@@ -153,6 +161,7 @@ func inputValue(in *Input, f *inputFields) ast.Value {
 			))),
 		))))
 	}
+	items = contentValues(in, f, items)
 	return ast.NewObject(items...)
 }
 
@@ -315,6 +324,7 @@ func cacheKey(in *Input) string {
 	} else {
 		b.tag('-')
 	}
+	contentKey(&b, in)
 	return b.buf.String()
 }
 

@@ -161,6 +161,9 @@ type Spec struct {
 	// Env is explicit "K=V" entries, added after the allow-listed host variables and
 	// the proxy and CA variables (later entries win).
 	Env []string
+	// DefaultEnv and HomeFiles are as in StartSpec (canary credentials).
+	DefaultEnv []string
+	HomeFiles  map[string][]byte
 	// Dir is the working directory inside the sandbox. Default: the workspace
 	// when set, else the empty one (Config.WorkspaceDir; $HOME with a RootFS).
 	Dir string

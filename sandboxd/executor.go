@@ -217,7 +217,23 @@ func (e *Executor) baseEnv(spec *StartSpec, caBundle, trustDir bool) []string {
 	if trustDir {
 		env = append(env, TrustEnv()...)
 	}
-	return dedupeEnv(append(env, spec.Env...))
+	return withDefaults(dedupeEnv(append(env, spec.Env...)), spec.DefaultEnv)
+}
+
+// withDefaults appends the entries of defaults whose key env does not set.
+func withDefaults(env, defaults []string) []string {
+	set := map[string]bool{}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	for _, kv := range defaults {
+		if k, _, _ := strings.Cut(kv, "="); !set[k] {
+			set[k] = true
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // within reports whether path p is base or lies below it.

@@ -302,7 +302,14 @@ func (s *initServer) startSandbox(req *startRequest, fds []int) error {
 	if req.Workspace {
 		wsFD = fds[0]
 	}
-	return s.fs.attachWorkspace(wsFD, req.WorkspaceTarget, req.Hidden)
+	if err := s.fs.attachWorkspace(wsFD, req.WorkspaceTarget, req.Hidden); err != nil {
+		return err
+	}
+	workspace := s.cfg.WorkspaceDir
+	if req.Workspace {
+		workspace = req.WorkspaceTarget
+	}
+	return writeHomeFiles(s.cfg.Home, workspace, s.cfg.UID, s.cfg.GID, req.HomeFiles)
 }
 
 // signal sends a signal to a job's process group.

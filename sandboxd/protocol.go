@@ -146,6 +146,8 @@ type startRequest struct {
 	// Hidden are masked after the workspace is attached (hidden host paths
 	// inside it, at their place under the target).
 	Hidden []string `json:"hidden,omitempty"`
+	// HomeFiles are written into $HOME (StartSpec.HomeFiles).
+	HomeFiles map[string][]byte `json:"home_files,omitempty"`
 	// Rlimits of every job.
 	NoFile uint64 `json:"nofile"`
 	FSize  int64  `json:"fsize"`
@@ -535,6 +537,9 @@ func (c *initConfig) check() error {
 func (s *startRequest) check() error {
 	if s.TmpSize < 4096 || s.TmpInodes < 16 {
 		return fmt.Errorf("start: tmp_size %d tmp_inodes %d: too small", s.TmpSize, s.TmpInodes)
+	}
+	if err := checkHomeFiles(s.HomeFiles); err != nil {
+		return fmt.Errorf("start: home_files: %w", err)
 	}
 	if s.Workspace && !filepath.IsAbs(s.WorkspaceTarget) {
 		return fmt.Errorf("start: workspace_target %q: want an absolute path", s.WorkspaceTarget)

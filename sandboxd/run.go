@@ -37,7 +37,7 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 		PrepareSpec{NetNS: spec.NetNS, CABundle: spec.CABundle, TrustDir: spec.TrustDir, Hidden: spec.Hidden, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
 			rootFS: spec.RootFS, noWorkspace: spec.Workspace != "" || spec.RootFS != ""},
 		StartSpec{ID: spec.ID, Limits: lim, Workspace: spec.Workspace, WorkspaceTarget: spec.WorkspaceTarget, Env: spec.Env,
-			Proxy: spec.Proxy, NoProxy: spec.NoProxy})
+			DefaultEnv: spec.DefaultEnv, HomeFiles: spec.HomeFiles, Proxy: spec.Proxy, NoProxy: spec.NoProxy})
 	if err != nil {
 		return nil, err
 	}

@@ -161,6 +161,13 @@ type StartSpec struct {
 	// Env is "K=V" entries every exec gets, after the allow-listed host
 	// variables and the proxy and CA variables (later entries win).
 	Env []string
+	// DefaultEnv is "K=V" entries set only where nothing above sets K
+	// (canary credentials: a platform's real AWS_* win). HomeFiles are
+	// written into the fresh $HOME at start (paths relative to it, 0600,
+	// owned by the sandbox uid), never replacing or following anything
+	// there and never inside the workspace. inspect.CanarySet fills both.
+	DefaultEnv []string
+	HomeFiles  map[string][]byte
 	// Proxy is the proxy URL for HTTP_PROXY, HTTPS_PROXY and ALL_PROXY (both
 	// cases); NoProxy is NO_PROXY (both cases), default
 	// "localhost,127.0.0.1,::1" when Proxy is set.
@@ -366,7 +373,7 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 		}
 	}
 	req := &startRequest{TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes, NoFile: lim.NoFile, FSize: lim.FSize,
-		NProc: s.nproc(lim)}
+		NProc: s.nproc(lim), HomeFiles: spec.HomeFiles}
 	workDir := s.e.cfg.Home
 	if s.workspace != "" {
 		workDir = s.workspace
@@ -898,10 +905,13 @@ func (s *StartSpec) validate() error {
 	if len(s.ID) > 256 {
 		return fmt.Errorf("sandboxd: start.id: %d bytes, want at most 256", len(s.ID))
 	}
-	for _, e := range s.Env {
+	for _, e := range append(append([]string(nil), s.Env...), s.DefaultEnv...) {
 		if i := indexByte(e, '='); i <= 0 {
 			return fmt.Errorf("sandboxd: start.env %q: want KEY=VALUE", e)
 		}
+	}
+	if err := checkHomeFiles(s.HomeFiles); err != nil {
+		return fmt.Errorf("sandboxd: start.home_files: %w", err)
 	}
 	return nil
 }

@@ -97,6 +97,7 @@ type aggregator struct {
 	infos                  map[string]*SandboxInfo
 	samples                map[sampleKey][]string
 	bypasses               map[bypassKey]*BypassRow
+	fnd                    findingAgg // findings.go
 }
 
 func newAggregator(cfg *Config) *aggregator {
@@ -138,6 +139,7 @@ func (a *aggregator) add(r *audit.Record) {
 	for i := range r.Secrets {
 		a.secret(sb, r, &r.Secrets[i])
 	}
+	a.findings(sb, r)
 	switch r.Kind {
 	case audit.KindCrashRecovered, audit.KindOutage, audit.KindRetention:
 		a.event(r)

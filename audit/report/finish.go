@@ -27,6 +27,7 @@ func (a *aggregator) finish() *Report {
 	rep.Bypass = a.bypassRows()
 	rep.DNS = a.dnsOut()
 	rep.Secrets = a.secretRows()
+	rep.Findings = a.findingRows()
 	rep.Drops = valuesSorted(a.drops, func(x, y *DropRow) int { return cmp.Compare(x.Sandbox, y.Sandbox) })
 	rep.Budgets = valuesSorted(a.budgets, func(x, y *BudgetRow) int {
 		return cmp.Or(cmp.Compare(x.Sandbox, y.Sandbox), cmp.Compare(x.Source, y.Source))

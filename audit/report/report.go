@@ -41,9 +41,11 @@ type Report struct {
 	Cells    Cells       `json:"cells"`
 	DNS      DNS         `json:"dns"`
 	Secrets  []SecretUse `json:"secrets"`
-	Drops    []DropRow   `json:"drops"`
-	Budgets  []BudgetRow `json:"budgets"`
-	Events   []Event     `json:"events"`
+	// Findings are content inspection's, by detector, destination and sandbox.
+	Findings []FindingRow `json:"findings"`
+	Drops    []DropRow    `json:"drops"`
+	Budgets  []BudgetRow  `json:"budgets"`
+	Events   []Event      `json:"events"`
 }
 
 // Selection is what the report was asked to cover.

@@ -22,6 +22,9 @@ const (
 // (destinations past DefaultMaxCells fold into Other): the rows of `airlock
 // audit query --by`, most requests first.
 func Summarize(ctx context.Context, files []string, f audit.Filter, by string) ([]Row, error) {
+	if by == ByDetector {
+		return summarizeDetectors(ctx, files, f) // findings.go
+	}
 	cfg := Config{Files: files}
 	cfg.applyDefaults()
 	a := newAggregator(&cfg)
@@ -36,7 +39,7 @@ func Summarize(ctx context.Context, files []string, f audit.Filter, by string) (
 	case ByKind:
 		key = func(k cellKey) string { return a.kinds.list[k.kind] }
 	default:
-		return nil, fmt.Errorf("report: cannot group by %q: want %s, %s, %s or %s", by, ByHost, BySandbox, ByReason, ByKind)
+		return nil, fmt.Errorf("report: cannot group by %q: want %s, %s, %s, %s or %s", by, ByHost, BySandbox, ByReason, ByKind, ByDetector)
 	}
 	err := audit.Query(ctx, files, f, func(r *audit.Record) error {
 		a.add(r)

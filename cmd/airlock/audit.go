@@ -185,7 +185,10 @@ A denial in report mode was let through: the table shows it as would_deny with
 mode report, apart from an enforced deny, and --mode report (or enforce) selects
 one side. --label K=V selects the sandboxes whose creation record carried the
 label (daemon sandboxes and airlock run's); --owner takes a uid or a user name.
---by host|sandbox|reason|kind prints one row per group instead (requests
+--findings selects records content inspection found something in (any, a
+class such as canary or credential, or a detector); the FINDINGS column names
+each finding's detector and place, never its value.
+--by host|sandbox|reason|kind|detector prints one row per group instead (requests
 allowed, denied, would-deny in report mode and failed, bytes up and down;
 summary records count the events they stand for, as in audit report).
 Values from the log are shown escaped in the table and CSV (a control, bidi or
@@ -244,7 +247,7 @@ cells a spreadsheet would run as formulas.`,
 				}
 			} else {
 				tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "TIME\tSEQ\tSANDBOX\tKIND\tDECISION\tMODE\tDESTINATION\tREQUEST\tSTATUS\tREASON")
+				fmt.Fprintln(tw, "TIME\tSEQ\tSANDBOX\tKIND\tDECISION\tMODE\tDESTINATION\tREQUEST\tSTATUS\tREASON\tFINDINGS")
 				emit = func(r *audit.Record) error {
 					_, err := fmt.Fprintln(tw, tableRow(r))
 					return err
@@ -287,10 +290,11 @@ cells a spreadsheet would run as formulas.`,
 	fl.StringArrayVar(&labels, "label", nil, "sandbox label K=V from its creation record (repeatable: every one must match)")
 	fl.StringVar(&owner, "owner", "", "the sandbox owner's uid or user name")
 	fl.StringVar(&f.Host, "host", "", "destination host (or DNS qname); a leading '.' or '*.' matches names under it too")
+	fl.StringVar(&f.Findings, "findings", "", "records with a content finding: any, a class (credential, canary, encoded, entropy, injection, malformed, oversize) or a detector name")
 	fl.StringVar(&since, "since", "", "records at or after this RFC 3339 time, or this long ago (1h)")
 	fl.StringVar(&until, "until", "", "records before this RFC 3339 time, or this long ago")
 	fl.StringVar(&format, "format", "table", "table, json (one record per line) or csv")
-	fl.StringVar(&by, "by", "", "summarize instead: one row per host, sandbox, reason or kind")
+	fl.StringVar(&by, "by", "", "summarize instead: one row per host, sandbox, reason, kind or detector (content findings)")
 	fl.IntVar(&limit, "limit", 0, "stop after this many records (0: no limit)")
 	return cmd
 }
@@ -364,7 +368,7 @@ func recordCells(r *audit.Record) (dest, req, status, reason string) {
 
 func tableRow(r *audit.Record) string {
 	dest, req, status, reason := recordCells(r)
-	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, audit.Outcome(r), r.Mode, dest, req, status, reason}
+	cells := []string{r.TS.UTC().Format(time.RFC3339), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, audit.Outcome(r), r.Mode, dest, req, status, reason, audit.FindingsText(r)}
 	for i, c := range cells {
 		// One record per row, and nothing a terminal acts on: logged
 		// values are escaped (tabs and newlines too).

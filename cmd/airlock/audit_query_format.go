@@ -20,7 +20,7 @@ import (
 // queryCSVHeader names the columns of audit query --format csv.
 // decision is the record's; outcome is would_deny for a report-mode denial
 // (let through), the decision otherwise.
-var queryCSVHeader = []string{"time", "seq", "sandbox", "kind", "decision", "destination", "request", "status", "reason", "bytes_up", "bytes_down", "mode", "outcome", "owner"}
+var queryCSVHeader = []string{"time", "seq", "sandbox", "kind", "decision", "destination", "request", "status", "reason", "bytes_up", "bytes_down", "mode", "outcome", "owner", "findings"}
 
 // csvEmitter writes one CSV row per record; flush ends the output.
 func csvEmitter(out io.Writer) (emit func(*audit.Record) error, flush func() error) {
@@ -29,7 +29,7 @@ func csvEmitter(out io.Writer) (emit func(*audit.Record) error, flush func() err
 	emit = func(r *audit.Record) error {
 		dest, req, status, reason := recordCells(r)
 		return w.Write(csvSafe([]string{r.TS.UTC().Format(time.RFC3339Nano), strconv.FormatUint(r.Seq, 10), r.Sandbox, r.Kind, r.Decision,
-			dest, req, status, reason, strconv.FormatInt(r.BytesUp, 10), strconv.FormatInt(r.BytesDown, 10), r.Mode, audit.Outcome(r), r.Owner}))
+			dest, req, status, reason, strconv.FormatInt(r.BytesUp, 10), strconv.FormatInt(r.BytesDown, 10), r.Mode, audit.Outcome(r), r.Owner, audit.FindingsText(r)}))
 	}
 	flush = func() error {
 		w.Flush()

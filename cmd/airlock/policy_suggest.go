@@ -92,6 +92,9 @@ pass.`,
 			for _, k := range sortedFlagged(s.Flagged) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "flagged, not suggested: %s: %s\n", termtext.Escape(k), termtext.Escape(strings.Join(s.Flagged[k], "; ")))
 			}
+			for _, h := range s.Withheld {
+				fmt.Fprintf(cmd.ErrOrStderr(), "withheld: %s was only ever seen carrying content findings; not suggested (airlock audit query --findings any --host %s)\n", termtext.Escape(h), termtext.Escape(h))
+			}
 			for _, c := range s.Conflicts {
 				fmt.Fprintf(cmd.ErrOrStderr(), "conflict: seq %d was refused but looks like an allowed request to a policy; not tested\n", c.Seq)
 			}

@@ -84,6 +84,10 @@ type Suggestion struct {
 	// Counts of the records read, by what they were.
 	Records, Learned, AllowedAlready, OtherDenied int                       `json:"-"`
 	Skipped                                       map[string]map[string]int `json:"-"`
+	// Withheld are destinations only ever seen carrying content findings
+	// (credentials, canaries, encoded data): never suggested (findings.go).
+	Withheld []string `json:"withheld,omitempty"`
+	findings findingHosts
 }
 
 // Suggest reads the records of files and builds the suggestion. Allowed
@@ -107,6 +111,7 @@ func Suggest(ctx context.Context, files []string, cfg SuggestConfig) (*Suggestio
 	if err := collect(ctx, files, cfg, s); err != nil {
 		return nil, err
 	}
+	s.withholdFindingsOnly()
 	presetHosts, err := presetIndex()
 	if err != nil {
 		return nil, err
@@ -165,6 +170,7 @@ func collect(ctx context.Context, files []string, cfg SuggestConfig, s *Suggesti
 				s.Denied = append(s.Denied, Sample{Seq: r.Seq, Input: in})
 			}
 		}
+		s.noteFindings(r, ins[0].Destination.Host, allowed)
 		last := len(ins) - 1
 		for i, in := range ins {
 			switch {

@@ -26,8 +26,8 @@ var outsideReasons = map[string]bool{
 	"parent_proxy_unavailable": true, "parent_proxy_refused": true,
 	"socks_no_acceptable_method": true, "socks_command_not_supported": true,
 	"socks_address_type_not_supported": true, "policy_changed": true,
-	// gateway/secrets.go
-	"secret_unavailable": true, "secret_response_refused": true,
+	// gateway/secrets.go, gateway/wsinspect.go
+	"secret_unavailable": true, "secret_response_refused": true, "websocket_compressed_refused": true,
 	// dnsfilter
 	"dns_malformed": true, "dns_bad_name": true, "dns_ip_literal": true,
 	"dns_flag_blocked": true, "dns_qtype_refused": true, "dns_upstream_failed": true,

@@ -35,6 +35,7 @@ set -e
 	wantCode(t, res, 0)
 	wantKV(t, kv(res.stdout), "value", pyValue, res)
 	recs := e.records()
+	noContentFindings(t, recs) // content inspection is on by default: a real install trips nothing
 	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "pypi.org", method: "GET", path: "/simple/" + pyName})
 	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "files.pythonhosted.org", method: "GET", path: "/packages/"})
 }
@@ -56,6 +57,7 @@ node -e 'console.log("value=" + require("/tmp/x/node_modules/`+npmName+`"))'
 	wantCode(t, res, 0)
 	wantKV(t, kv(res.stdout), "value", npmValue, res)
 	recs := e.records()
+	noContentFindings(t, recs) // content inspection is on by default: a real install trips nothing
 	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "registry.npmjs.org", method: "GET", path: "/" + npmName})
 	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "registry.npmjs.org", method: "GET", path: "/" + npmName + "/-/"})
 	mustNotFind(t, recs, match{decision: audit.DecisionDeny, host: "registry.npmjs.org"})
@@ -78,6 +80,7 @@ echo "marker=$(grep -o '`+goMarker+`' /tmp/gopath/pkg/mod/`+goModule+`@`+goVersi
 	wantCode(t, res, 0)
 	wantKV(t, kv(res.stdout), "marker", goMarker, res)
 	recs := e.records()
+	noContentFindings(t, recs) // content inspection is on by default: a real install trips nothing
 	for _, suffix := range []string{".info", ".mod", ".zip"} {
 		found := false
 		for _, r := range find(recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "proxy.golang.org", method: "GET"}) {
@@ -140,6 +143,25 @@ git push -q origin HEAD:main; echo "push_exit=$?"
 		t.Errorf("main moved from %s to %s: the push landed", headBefore, headAfter)
 	}
 	recs := e.records()
+	noContentFindings(t, recs) // content inspection is on by default: a real install trips nothing
 	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "github.com", method: "POST", path: "/" + gitRepoPath + "/git-upload-pack"})
 	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionDeny, host: "github.com", method: "GET", path: "/" + gitRepoPath + "/info/refs"})
+}
+
+// noContentFindings fails when content inspection refused any record or
+// found anything above low confidence in a real client's traffic.
+func noContentFindings(t *testing.T, recs []audit.Record) {
+	t.Helper()
+	for _, r := range recs {
+		for _, x := range r.Reasons {
+			if strings.HasPrefix(x.ID, "content_") {
+				t.Fatalf("content inspection refused a real client's request: %s %s %s (%s)", r.Host, r.Method, r.Path, x.ID)
+			}
+		}
+		for _, f := range r.Findings {
+			if f.Confidence != "low" {
+				t.Errorf("content finding in a real client's request to %s %s: %+v", r.Host, r.Path, f)
+			}
+		}
+	}
 }

@@ -204,6 +204,8 @@
       })), function (r) { return r.sandbox; }, "no sandbox records");
     table("t-bypass", [["Sandbox", "sandbox"], ["Destination", "destination", "mono"], ["How", "how"], ["Outcome", "outcome"], ["Connections", "count", "num"]],
       bySandbox(R.bypass || []), function (r) { return r.sandbox + " " + r.destination + " " + r.how + " " + r.outcome; }, "no attempt to get around the proxy");
+    table("t-findings", [["Detector", "detector", "mono"], ["Class", "class"], ["Where", "where", "mono"], ["Destination", "destination", "mono"], ["Sandbox", "sandbox"], ["Decision", "decision"], ["Requests", "count", "num"], ["Values", "values", "num"], ["First", "first"], ["Last", "last"]],
+      bySandbox(R.findings || []), function (r) { return r.detector + " " + r.destination + " " + r.sandbox; }, "content inspection found nothing");
     table("t-secrets", [["Sandbox", "sandbox"], ["Secret", "id", "mono"], ["Version", "version", "mono"], ["Fingerprint", "fingerprint", "mono"], ["Where", "where"], ["Destination", "destination", "mono"], ["Decision", "decision"], ["Uses", "count", "num"], ["First", "first"], ["Last", "last"]],
       bySandbox(R.secrets), function (r) { return r.sandbox + " " + r.id + " " + r.destination; }, "no secret was injected");
     table("t-drops", [["Sandbox", "sandbox"], ["Logged", "logged", "num"], ["Summarized", "suppressed", "num"]],

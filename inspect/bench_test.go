@@ -1,0 +1,132 @@
+package inspect_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/inspect"
+)
+
+// cpuRate reports MB per CPU-second (user+system time of the process):
+// on a shared machine wall-clock MB/s understates what one core does.
+func cpuRate(b *testing.B, n int) func() {
+	start := cpuTime()
+	return func() {
+		if d := cpuTime() - start; d > 0 {
+			b.ReportMetric(float64(n)*float64(b.N)/d.Seconds()/1e6, "MB/cpu-s")
+		}
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchScanner(b *testing.B) *inspect.Scanner {
+	s, err := inspect.New(inspect.Config{Key: testKey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// typicalBodies are request bodies of the kinds agents send: registry
+// metadata JSON, an LLM chat request, Go source, a lock file.
+func typicalBodies(b *testing.B) map[string][]byte {
+	out := map[string][]byte{}
+	meta, err := os.ReadFile("inspecttest/testdata/npm-express.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	out["registry-json"] = meta
+	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "net", "http", "server.go"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out["go-source"] = src
+	var chat bytes.Buffer
+	chat.WriteString(`{"model":"gpt-4o","messages":[`)
+	for i := range 200 {
+		fmt.Fprintf(&chat, `{"role":"user","content":"Step %d: refactor the handler so the request context is passed down and errors are wrapped with the operation name."},`, i)
+	}
+	chat.WriteString(`{"role":"user","content":"done"}]}`)
+	out["llm-chat"] = chat.Bytes()
+	return out
+}
+
+// BenchmarkScanBody reports bytes per second on one core for Scan over
+// typical bodies (b.SetBytes: the MB/s column).
+func BenchmarkScanBody(b *testing.B) {
+	s := benchScanner(b)
+	for name, body := range typicalBodies(b) {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			defer cpuRate(b, len(body))()
+			for b.Loop() {
+				s.Scan("body", body)
+			}
+		})
+	}
+}
+
+// BenchmarkStream is Stream over a body written in 32 KiB pieces.
+func BenchmarkStream(b *testing.B) {
+	s := benchScanner(b)
+	body := typicalBodies(b)["go-source"]
+	b.SetBytes(int64(len(body)))
+	defer cpuRate(b, len(body))()
+	for b.Loop() {
+		st := s.NewStream("body")
+		for p := body; len(p) > 0; {
+			n := min(32<<10, len(p))
+			st.Write(p[:n])
+			p = p[n:]
+		}
+		st.Close()
+	}
+}
+
+// BenchmarkScanURL is one request's path and query as the gateway scans
+// them.
+func BenchmarkScanURL(b *testing.B) {
+	s := benchScanner(b)
+	path := []byte("/v1/repos/octocat/hello-world/pulls/42/files")
+	fields := []inspect.Field{{Where: "url.query", Name: "per_page", Value: []byte("100")}, {Where: "url.query", Name: "page", Value: []byte("2")}, {Where: "url.query", Name: "q", Value: []byte("is:open label:bug")}}
+	for b.Loop() {
+		s.Scan(inspect.WherePath, path)
+		s.ScanFields(fields)
+	}
+}
+
+// BenchmarkScanHeaders is a browser-like header set.
+func BenchmarkScanHeaders(b *testing.B) {
+	s := benchScanner(b)
+	var fields []inspect.Field
+	for _, h := range [][2]string{{"user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"},
+		{"accept", "application/json"}, {"accept-language", "en-US,en;q=0.9"}, {"x-request-id", "7f8e9d0c-1b2a-4c3d-8e9f-0a1b2c3d4e5f"},
+		{"cookie", "_ga=GA1.1.1234567890.1700000000; theme=dark"}} {
+		fields = append(fields, inspect.Field{Where: "header:" + h[0], Name: h[0], Value: []byte(h[1])})
+	}
+	for b.Loop() {
+		s.ScanFields(fields)
+	}
+}
+
+// BenchmarkScanDNS is one question name.
+func BenchmarkScanDNS(b *testing.B) {
+	s := benchScanner(b)
+	name := []byte("objects.githubusercontent.com")
+	for b.Loop() {
+		s.Scan(inspect.WhereDNS, name)
+	}
+}

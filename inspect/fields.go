@@ -1,0 +1,88 @@
+package inspect
+
+// Split bounds: the bytes ScanFields joins, the most pieces of one run it
+// joins apart from the whole, and the largest piece such a run takes.
+const (
+	maxJoined      = 256 << 10
+	maxSplitPieces = 4
+	maxSplitPiece  = 256
+)
+
+func (s *Scanner) scanFields(fields []Field) []Finding {
+	st := s.newState("")
+	for _, f := range fields {
+		st.where = f.Where
+		st.run(f.Value)
+	}
+	if len(fields) < 2 {
+		return st.findings()
+	}
+	// Join the values, remembering where each starts, and report what only
+	// the join shows, at the field its match starts in. The whole join finds
+	// a secret cut in many pieces; runs of two to four small pieces, set off
+	// by line breaks, find one whose format must end at a word boundary
+	// that the next piece would glue over.
+	var joined []byte
+	var at []int   // joined offset where each piece starts
+	var from []int // the field each piece is
+	piece := func(i int) {
+		at = append(at, len(joined))
+		from = append(from, i)
+		joined = appendText(joined, fields[i].Value)
+	}
+	for i := range fields {
+		if len(joined)+len(fields[i].Value) > maxJoined {
+			break
+		}
+		piece(i)
+	}
+	for k := 2; k <= maxSplitPieces; k++ {
+		for i := 0; i+k <= len(fields); i++ {
+			small := true
+			for _, f := range fields[i : i+k] {
+				small = small && len(f.Value) <= maxSplitPiece
+			}
+			if !small || len(joined)+k*maxSplitPiece > 2*maxJoined {
+				continue
+			}
+			joined = append(joined, '\n')
+			for j := i; j < i+k; j++ {
+				piece(j)
+			}
+		}
+	}
+	sub := s.newState(fields[0].Where)
+	sub.minConf = true
+	sub.layer(joined, "", 0)
+	for _, h := range sub.hits {
+		if h.Class != ClassCredential && h.Class != ClassCanary {
+			continue
+		}
+		h.Split = true
+		h.Where = fields[0].Where
+		if h.pos >= 0 {
+			for i, a := range at {
+				if a <= h.pos {
+					h.Where = fields[from[i]].Where
+				}
+			}
+		}
+		if st.seen[h.Detector+"\x00"+h.Fingerprint+"\x00"+h.Encoding] {
+			continue
+		}
+		st.add(h)
+	}
+	return st.findings()
+}
+
+// appendText appends v without its control bytes: a split is looked for in
+// the text of the pieces, and framing (protobuf tags and lengths, line
+// breaks between frames) would cut it.
+func appendText(dst, v []byte) []byte {
+	for _, c := range v {
+		if c >= 0x20 && c != 0x7f {
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}

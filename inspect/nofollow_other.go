@@ -1,0 +1,5 @@
+//go:build !unix
+
+package inspect
+
+const noFollow = 0

@@ -1,0 +1,125 @@
+package inspect
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestRules loads the embedded gitleaks rule set: every rule with a regexp
+// and keywords compiles, the families issue 25 names are there, and each
+// rule's confidence and reach are set. Run it after replacing
+// rules/gitleaks.toml.
+func TestRules(t *testing.T) {
+	rs, err := defaultRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := rs.ids()
+	if len(ids) < 200 {
+		t.Errorf("%d credential rules, want at least 200", len(ids))
+	}
+	for _, want := range []string{"aws-access-token", "gcp-api-key", "github-pat", "gitlab-pat", "slack-bot-token", "stripe-access-token",
+		"private-key", "jwt", "openai-api-key", "anthropic-api-key", "npm-access-token", "generic-api-key"} {
+		if !rs.known(want) {
+			t.Errorf("rule %s missing", want)
+		}
+	}
+	conf := map[string]int{}
+	for _, r := range rs.rules {
+		if len(r.keywords) == 0 || r.reach <= 0 || r.confidence == "" {
+			t.Errorf("rule %s: keywords %v reach %d confidence %q", r.id, r.keywords, r.reach, r.confidence)
+		}
+		conf[r.confidence]++
+	}
+	t.Logf("%d rules (%d canary): confidence %v", len(rs.rules), len(rs.rules)-len(ids), conf)
+	if got := rs.byID["generic-api-key"].confidence; got != Low {
+		t.Errorf("generic-api-key confidence %s, want low", got)
+	}
+	if got := rs.byID["aws-access-token"].confidence; got != High {
+		t.Errorf("aws-access-token confidence %s, want high", got)
+	}
+}
+
+func TestParseRulesErrors(t *testing.T) {
+	tests := []struct{ name, toml, want string }{
+		{"bad toml", "[[rules]\nid=", "inspect: rules:"},
+		{"bad regexp", "[[rules]]\nid = \"x\"\nregex = '''(['''\nkeywords = [\"x\"]\n", "x: error parsing regexp"},
+		{"duplicate", "[[rules]]\nid = \"x\"\nregex = 'x'\nkeywords = [\"x\"]\n[[rules]]\nid = \"x\"\nregex = 'y'\nkeywords = [\"y\"]\n", "defined twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseRules(tc.toml)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestAssignFollows(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{`api_key = "sk3kd93kdk39dk3"`, true},
+		{`"token": "abcdefghijklmnop"`, true},
+		{`password=hunter2hunter2`, true},
+		{`key := r.URL.Query()`, true}, // a superset: the regexp decides
+		{`the key to success`, false},
+		{`token: x`, false},
+		{`secret`, false},
+	}
+	for _, tc := range tests {
+		kw := []string{"key", "token", "password", "secret"}
+		end := -1
+		for _, k := range kw {
+			if i := strings.Index(tc.in, k); i >= 0 {
+				end = i + len(k)
+				break
+			}
+		}
+		if got := assignFollows([]byte(tc.in), end); got != tc.want {
+			t.Errorf("assignFollows(%q): got %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkRuleCount scans one JSON body with the first 10, 50 and all
+// rules: the keyword automaton makes the common case one pass, so the time
+// stays flat as rules are added.
+func BenchmarkRuleCount(b *testing.B) {
+	full, err := defaultRules()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var body strings.Builder
+	body.WriteString(`{"model":"gpt-4o","messages":[`)
+	for range 300 {
+		body.WriteString(`{"role":"user","content":"Refactor the handler so the request context is passed down and errors are wrapped."},`)
+	}
+	body.WriteString(`{"role":"user","content":"done"}]}`)
+	data := []byte(body.String())
+	for _, n := range []int{10, 50, len(full.rules)} {
+		b.Run(strconv.Itoa(n)+"-rules", func(b *testing.B) {
+			rs := &ruleSet{rules: full.rules[:n], byID: map[string]*rule{}, global: full.global}
+			for _, r := range rs.rules {
+				rs.byID[r.id] = r
+			}
+			rs.build()
+			s, err := New(Config{Key: []byte("0123456789abcdef0123")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.rules = rs
+			s.enabled = make([]bool, n)
+			for i := range s.enabled {
+				s.enabled[i] = true
+			}
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				s.Scan("body", data)
+			}
+		})
+	}
+}
