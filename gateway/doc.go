@@ -22,11 +22,9 @@
 // finding (inspect.go); an Ask decision waits for Config.Approver (approval.go).
 //
 // Entry points: New, (*Gateway).ServeSandbox, UpdateSandbox, StopSandbox,
-// Shutdown, Redecide. It talks to policy through policy.Decider, to audit
-// through audit.Logger (and audit.Reserver), to DNS through Resolver,
-// SandboxResolver and SandboxNamer, to secrets through Injector, to content
-// inspection through Inspector. Each stage, the CONNECT content rules,
-// transparent sniffing and HTTP/2: gateway/DESIGN.md.
+// Shutdown, Redecide. Seams: policy.Decider, audit.Logger, Resolver,
+// SandboxNamer, Injector (secrets), Inspector (content). Each stage, transparent
+// sniffing and HTTP/2: gateway/DESIGN.md.
 //
 // gateway must never import: config, dnsfilter, netns, sandboxd, daemon,
 // cmd/airlock.

@@ -549,7 +549,10 @@ const redactedPath = "[path withheld: content inspection found a credential or c
 // record then does not quote.
 func pathHasFinding(fs []audit.Finding) bool {
 	for _, f := range fs {
-		if f.Where == "url.path" {
+		// What the path must not keep is the secret itself: a credential or
+		// canary (in whatever encoding). A path flagged for hidden text or
+		// entropy stays, as the auditor needs to see it (escaped on display).
+		if f.Where == "url.path" && (f.Class == audit.FindingClassCredential || f.Class == audit.FindingClassCanary || f.Class == "encoded") {
 			return true
 		}
 	}

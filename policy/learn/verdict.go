@@ -26,6 +26,10 @@ var outsideReasons = map[string]bool{
 	"parent_proxy_unavailable": true, "parent_proxy_refused": true,
 	"socks_no_acceptable_method": true, "socks_command_not_supported": true,
 	"socks_address_type_not_supported": true, "policy_changed": true,
+	// gateway/approval.go: a person's answer (or none) to what policy asked
+	"approval_asked": true, "approved_once": true, "approved_sandbox": true,
+	"approved_policy": true, "approval_denied": true, "approval_timeout": true,
+	"approval_limit": true, "approval_unavailable": true,
 	// gateway/secrets.go, gateway/wsinspect.go
 	"secret_unavailable": true, "secret_response_refused": true, "websocket_compressed_refused": true,
 	// dnsfilter
