@@ -58,7 +58,9 @@ have containerd && have ctr || need+=(containerd)
 [ -x /usr/bin/aws ] || need+=(awscli)
 dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
 
-if [ ${#need[@]} -gt 0 ]; then
+if [ ${#need[@]} -eq 0 ]; then
+	echo "deps: every package airlock, its tests and the demo use is installed" >&2
+else
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them" >&2
 		exit 1
