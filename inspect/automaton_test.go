@@ -1,9 +1,9 @@
 package inspect
 
 import (
+	"go/build"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -31,7 +31,7 @@ func BenchmarkAutomaton(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "net", "http", "server.go"))
+	data, err := os.ReadFile(filepath.Join(build.Default.GOROOT, "src", "net", "http", "server.go"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,9 +3,9 @@ package inspect_test
 import (
 	"bytes"
 	"fmt"
+	"go/build"
 	"os"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -49,7 +49,7 @@ func typicalBodies(b *testing.B) map[string][]byte {
 		b.Fatal(err)
 	}
 	out["registry-json"] = meta
-	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "net", "http", "server.go"))
+	src, err := os.ReadFile(filepath.Join(build.Default.GOROOT, "src", "net", "http", "server.go"))
 	if err != nil {
 		b.Fatal(err)
 	}

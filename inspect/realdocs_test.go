@@ -1,11 +1,11 @@
 package inspect_test
 
 import (
+	"go/build"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -20,7 +20,7 @@ import (
 // under 1 MiB.
 func realDocs(t *testing.T, max int) map[string][]byte {
 	t.Helper()
-	roots := []string{filepath.Join(runtime.GOROOT()), "/usr/share/doc", "inspecttest/testdata"}
+	roots := []string{filepath.Join(build.Default.GOROOT), "/usr/share/doc", "inspecttest/testdata"}
 	if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
 		roots = append([]string{strings.TrimSpace(string(out))}, roots...)
 	}

@@ -60,8 +60,6 @@ type rule struct {
 	// "sk", "s."): common in any text, so a hit counts only when a token
 	// of at least shortTail bytes follows it.
 	short bool
-	// verify, when set, must accept the secret (a canary's keyed mark).
-	verify func(secret []byte) bool
 }
 
 // allowlist is one of a rule's exceptions. An allowlist that needs a file

@@ -8,10 +8,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"go/build"
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
@@ -421,8 +421,8 @@ func benignRequests() []Case {
 // (an image upload to a vision model).
 func imageCases() []Case {
 	var cs []Case
-	files, _ := filepath.Glob(filepath.Join(runtime.GOROOT(), "src", "image", "testdata", "*.png"))
-	gifs, _ := filepath.Glob(filepath.Join(runtime.GOROOT(), "src", "image", "testdata", "*.gif"))
+	files, _ := filepath.Glob(filepath.Join(build.Default.GOROOT, "src", "image", "testdata", "*.png"))
+	gifs, _ := filepath.Glob(filepath.Join(build.Default.GOROOT, "src", "image", "testdata", "*.gif"))
 	files = append(files[:min(len(files), 5)], gifs[:min(len(gifs), 2)]...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -443,7 +443,7 @@ func sourceCases() []Case {
 	var cs []Case
 	for _, rel := range []string{"net/http/request.go", "crypto/tls/common.go", "net/url/url.go", "encoding/base64/base64.go",
 		"crypto/x509/pem_decrypt.go", "net/smtp/auth.go", "net/http/cookie.go", "os/exec/exec.go", "crypto/hmac/hmac.go", "net/netip/netip.go"} {
-		b, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", rel))
+		b, err := os.ReadFile(filepath.Join(build.Default.GOROOT, "src", rel))
 		if err != nil {
 			continue
 		}
@@ -470,7 +470,7 @@ func benignResponses() []Case {
 		r("api json", "application/json", []byte(`{"id":1296269,"name":"Hello-World","full_name":"octocat/Hello-World","private":false,"description":"This your first repo!","default_branch":"main"}`)),
 	)
 	for _, rel := range []string{"README.md", "CONTRIBUTING.md", "SECURITY.md", "LICENSE", "PATENTS"} {
-		if b, err := os.ReadFile(filepath.Join(runtime.GOROOT(), rel)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(build.Default.GOROOT, rel)); err == nil {
 			cs = append(cs, r("Go "+rel, "text/markdown", b))
 		}
 	}
