@@ -3,8 +3,8 @@ module github.com/airlock-dev/airlock
 go 1.26.8
 
 require (
-	github.com/aws/aws-sdk-go-v2 v1.39.6
 	github.com/BurntSushi/toml v1.6.0
+	github.com/aws/aws-sdk-go-v2 v1.39.6
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/containernetworking/cni v1.3.1
