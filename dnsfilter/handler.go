@@ -335,9 +335,10 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	for _, f := range q.findings {
 		rec.Findings = append(rec.Findings, audit.Finding(f))
 	}
-	if len(q.findings) > 0 {
-		// The name carried what was found: the record keeps its last two
-		// labels only.
+	if secretIn(rec.Findings) {
+		// The name carried a credential or canary (in some encoding): the
+		// record keeps its last two labels only. A name flagged for entropy
+		// alone stays whole: it is the auditor's evidence of the attempt.
 		rec.Host = withheldName(q.name)
 		rec.QName = rec.Host
 	}
@@ -595,6 +596,17 @@ func (c *decisionCache) put(rev string, k decisionKey, d *decided) {
 		c.rev = rev
 	}
 	c.m[k] = d
+}
+
+// secretIn reports whether a finding is a credential or canary (in whatever
+// encoding): what a record must not keep.
+func secretIn(fs []audit.Finding) bool {
+	for _, f := range fs {
+		if f.Class == audit.FindingClassCredential || f.Class == audit.FindingClassCanary || f.Class == "encoded" {
+			return true
+		}
+	}
+	return false
 }
 
 // withheldName is name with every label but the last two replaced, for the
