@@ -304,6 +304,21 @@ func TestWindow(t *testing.T) {
 			s.Window("f").Add(piece("y")) // two sandboxes kept: d goes
 			return s.Window("d").Add(piece(awsKey[10:]))
 		}, false},
+		{"split after a word-character piece (issue 25: joins glued a token's boundary away)", func() []inspect.Finding {
+			w := s.Window("h")
+			w.Add(piece("level=info msg=step1"))
+			w.Add(piece(awsKey[:10]))
+			return w.Add(piece(awsKey[10:]))
+		}, true},
+		{"repeated values cost no rescan and do not hide a split", func() []inspect.Finding {
+			w := s.Window("i")
+			for range 50 {
+				w.Add(piece("json"))
+			}
+			w.Add(piece(awsKey[:10]))
+			w.Add(piece("json"))
+			return w.Add(piece(awsKey[10:]))
+		}, true},
 		{"whole key in one request is not a window finding", func() []inspect.Finding {
 			w := s.Window("g")
 			w.Add(piece("k=" + awsKey))
