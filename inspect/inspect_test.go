@@ -319,6 +319,18 @@ func TestWindow(t *testing.T) {
 			w.Add(piece("json"))
 			return w.Add(piece(awsKey[10:]))
 		}, true},
+		{"pieces of a secret already found, sent again one per request (a retry after a block)", func() []inspect.Finding {
+			w := s.Window("j")
+			w.Add([]inspect.Field{{Where: "url.query", Value: []byte(awsKey[:10])}, {Where: "url.query", Value: []byte(awsKey[10:])}})
+			w.Add(piece(awsKey[:10]))
+			return w.Add(piece(awsKey[10:]))
+		}, true},
+		{"a secret reported once is not reported again by the next request", func() []inspect.Finding {
+			w := s.Window("k")
+			w.Add(piece(awsKey[:10]))
+			w.Add(piece(awsKey[10:]))
+			return w.Add(piece("unrelated value"))
+		}, false},
 		{"whole key in one request is not a window finding", func() []inspect.Finding {
 			w := s.Window("g")
 			w.Add(piece("k=" + awsKey))

@@ -11,6 +11,7 @@ import (
 const (
 	windowPiece    = 256 // bytes of one field value a window keeps
 	windowMinPiece = 4   // shorter values are no piece of a split credential
+	windowKnown    = 128 // decoded findings a window remembers reporting
 	// windowEdges is how many of the newest kept pieces a join may start
 	// at, and how many of a request's new pieces it may end at, with a
 	// word boundary on either side (a token's \b is not glued over by its
@@ -31,8 +32,11 @@ type windows struct {
 type windowEntry struct {
 	id     string
 	pieces [][]byte
+	hot    []bool // pieces[i] was part of a finding
 	size   int
 	last   time.Time
+	known  map[string]bool // decoded findings reported, oldest first in order
+	order  []string
 }
 
 func newWindows(max int) *windows {
@@ -44,7 +48,7 @@ func (ws *windows) entry(id string, now time.Time, ttl time.Duration) *windowEnt
 		ws.lru.MoveToFront(el)
 		e := el.Value.(*windowEntry)
 		if now.Sub(e.last) > ttl {
-			e.pieces, e.size = nil, 0
+			e.pieces, e.hot, e.size, e.known, e.order = nil, nil, 0, nil, nil
 		}
 		return e
 	}
@@ -67,33 +71,52 @@ func (ws *windows) forget(id string) {
 	}
 }
 
-// holds reports whether the window already keeps v.
-func (e *windowEntry) holds(v []byte) bool {
-	for _, p := range e.pieces {
+func (e *windowEntry) remember(key string) {
+	if len(e.order) >= windowKnown {
+		delete(e.known, e.order[0])
+		e.order = e.order[1:]
+	}
+	if e.known == nil {
+		e.known = map[string]bool{}
+	}
+	e.known[key] = true
+	e.order = append(e.order, key)
+}
+
+// index is the position of the kept piece equal to v, or -1.
+func (e *windowEntry) index(v []byte) int {
+	for i, p := range e.pieces {
 		if bytes.Equal(p, v) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
-// keep appends pieces, dropping the oldest past max bytes.
-func (e *windowEntry) keep(pieces [][]byte, max int) {
-	for _, p := range pieces {
-		e.pieces = append(e.pieces, append([]byte(nil), p...))
-		e.size += len(p)
-	}
+// remove drops the kept piece i.
+func (e *windowEntry) remove(i int) {
+	e.size -= len(e.pieces[i])
+	e.pieces = append(e.pieces[:i:i], e.pieces[i+1:]...)
+	e.hot = append(e.hot[:i:i], e.hot[i+1:]...)
+}
+
+// keep appends a piece, dropping the oldest past max bytes.
+func (e *windowEntry) keep(p []byte, hot bool, max int) {
+	e.pieces = append(e.pieces, p)
+	e.hot = append(e.hot, hot)
+	e.size += len(p)
 	for e.size > max && len(e.pieces) > 0 {
-		e.size -= len(e.pieces[0])
-		e.pieces[0] = nil
-		e.pieces = e.pieces[1:]
+		e.remove(0)
 	}
 }
 
-// add scans only the joins that include the request's new pieces: a
-// request's value the window already keeps (the same query every request
-// repeats) or one too short to be part of a split credential adds no piece
-// and costs no scan, so a steady stream of like requests is not rescanned.
+// add scans only the joins that include the request's new pieces: a value
+// the window keeps already (the same query every request repeats) or one
+// too short to be part of a split credential adds no piece and costs no
+// scan, so a steady stream of like requests is not rescanned.
+// A join's finding is the window's when its match spans kept and new
+// bytes; one revealed by a decoding (no position) when the window has not
+// reported it before and the new pieces alone do not hold it.
 func (ws *windows) add(s *Scanner, id string, fields []Field) []Finding {
 	var cur [][]byte
 	where := ""
@@ -113,55 +136,101 @@ func (ws *windows) add(s *Scanner, id string, fields []Field) []Finding {
 	now := s.cfg.Now()
 	e := ws.entry(id, now, s.cfg.Window)
 	e.last = now
+	// A value the window keeps already adds nothing, unless it was part of
+	// a finding: sent again, it is a new piece (a retry of a blocked
+	// secret, or its next part) and moves to the end.
 	var fresh [][]byte
 	for _, v := range cur {
-		if !e.holds(v) {
-			fresh = append(fresh, v)
+		i := e.index(v)
+		if i >= 0 && !e.hot[i] {
+			continue
 		}
+		if i >= 0 {
+			e.remove(i)
+		}
+		fresh = append(fresh, v)
 	}
 	if len(fresh) == 0 {
 		return nil
 	}
-	// A secret whole within the new pieces is ScanFields' finding, not
-	// the window's; those pieces are spent (not kept), so neither a later
-	// join nor the same pieces sent again pass for a window the secret
-	// already went through.
-	alone := s.windowScan(where, windowJoins(nil, fresh))
-	own := map[string]bool{}
-	for _, f := range alone {
-		own[windowKey(f)] = true
-	}
+	old, oldHot := e.pieces, e.hot
+	text, segs := windowJoins(old, fresh)
+	inHit := make([]bool, len(old)+len(fresh))
 	var out []Finding
-	if len(e.pieces) > 0 && len(fresh) > 0 {
-		for _, f := range s.windowScan(where, windowJoins(e.pieces, fresh)) {
-			if own[windowKey(f)] {
+	var own map[string]bool // decoded findings of the new pieces alone
+	for _, h := range s.windowHits(where, text) {
+		if h.pos >= 0 {
+			split, in := spansEdge(segs, h.pos, h.end)
+			for _, i := range in {
+				inHit[i] = true
+			}
+			if !split {
 				continue
 			}
-			f.Split = true
-			out = append(out, f)
+		} else {
+			if own == nil {
+				own = map[string]bool{}
+				alone, _ := windowJoins(nil, fresh)
+				for _, a := range s.windowHits(where, alone) {
+					own[windowKey(a.Finding)] = true
+				}
+			}
+			k := windowKey(h.Finding)
+			if own[k] || e.known[k] || len(old) == 0 {
+				continue
+			}
+			e.remember(k)
 		}
-		if len(out) > 0 {
-			// The kept pieces are spent: reported once, not joined again.
-			e.pieces, e.size = nil, 0
-		}
+		h.Split = true
+		out = append(out, h.Finding)
 	}
-	if len(alone) > 0 {
-		return out
+	// A hit spanning only kept pieces was reported when its last piece
+	// came (spansEdge), so every piece stays, marked when it was in one.
+	e.pieces, e.hot, e.size = nil, nil, 0
+	for i, p := range old {
+		e.keep(p, oldHot[i] || inHit[i], s.cfg.WindowBytes)
 	}
-	e.keep(fresh, s.cfg.WindowBytes)
+	for i, p := range fresh {
+		e.keep(append([]byte(nil), p...), inHit[len(old)+i], s.cfg.WindowBytes)
+	}
 	return out
 }
 
-// windowScan is the credential and canary findings of medium or high
-// confidence in data.
-func (s *Scanner) windowScan(where string, data []byte) []Finding {
+// spansEdge reports whether text[pos:end] of a join takes bytes from both
+// sides of a segment's kept/new edge, and which pieces (old, then fresh,
+// numbered together) it takes bytes from.
+func spansEdge(segs []joinSeg, pos, end int) (split bool, in []int) {
+	for _, g := range segs {
+		if pos < g.lo || end > g.hi {
+			continue
+		}
+		if pos < g.edge && g.edge < end {
+			split = true
+		}
+		for k, at := range g.at {
+			if at.lo < end && pos < at.hi {
+				in = append(in, g.from+k)
+			}
+		}
+	}
+	return split, in
+}
+
+// windowHits is the credential and canary hits of medium or high
+// confidence in data, one per value and encoding.
+func (s *Scanner) windowHits(where string, data []byte) []hit {
 	st := s.newState(where)
-	st.minConf = true
+	st.minConf, st.atEach = true, true
 	st.layer(data, "", 0)
-	var out []Finding
-	for _, f := range st.findings() {
-		if f.Class == ClassCredential || f.Class == ClassCanary {
-			out = append(out, f)
+	best := st.findings()
+	keep := make(map[string]bool, len(best))
+	for _, f := range best {
+		keep[windowKey(f)] = true
+	}
+	var out []hit
+	for _, h := range st.hits {
+		if (h.Class == ClassCredential || h.Class == ClassCanary) && keep[windowKey(h.Finding)] {
+			out = append(out, h)
 		}
 	}
 	return out
@@ -171,41 +240,47 @@ func windowKey(f Finding) string {
 	return f.Detector + "\x00" + f.Fingerprint + "\x00" + f.Encoding
 }
 
+// joinSeg is one run of a join's text: kept pieces from lo, new ones from
+// edge, up to hi; at are its pieces' bounds, the first being piece from
+// (old and fresh numbered together).
+type joinSeg struct {
+	lo, edge, hi int
+	from         int
+	at           []span
+}
+
 // windowJoins is the text a window scans for a secret whose pieces are old
 // (kept, oldest first) followed by fresh ones: all of them glued (a secret
 // cut in many pieces), then, each on its own line, the runs that start at
-// one of the newest windowEdges old pieces (or, without old ones, at a
-// fresh piece) and end at one of the first windowEdges fresh pieces, so a
-// format that must start or end at a word boundary is not hidden by the
-// pieces around it. Control bytes are dropped (appendText).
-func windowJoins(old, fresh [][]byte) []byte {
+// one of the newest windowEdges old pieces, or at any fresh one, and end
+// at one of the first windowEdges fresh ones after, so a format that must
+// start or end at a word boundary is not hidden by the pieces around it.
+// Control bytes are dropped (appendText).
+func windowJoins(old, fresh [][]byte) ([]byte, []joinSeg) {
+	all := append(append([][]byte(nil), old...), fresh...)
 	var out []byte
-	for _, p := range old {
-		out = appendText(out, p)
+	var segs []joinSeg
+	seg := func(i, j int) { // pieces all[i:j]
+		g := joinSeg{lo: len(out), edge: -1, from: i}
+		for k := i; k < j; k++ {
+			if k == len(old) {
+				g.edge = len(out)
+			}
+			lo := len(out)
+			out = appendText(out, all[k])
+			g.at = append(g.at, span{lo, len(out)})
+		}
+		g.hi = len(out)
+		segs = append(segs, g)
+		out = append(out, '\n')
 	}
-	for _, p := range fresh {
-		out = appendText(out, p)
-	}
-	starts := old
-	if len(old) == 0 {
-		starts = fresh
-	}
-	for i := max(0, len(starts)-windowEdges); i < len(starts); i++ {
-		for j := 0; j < min(windowEdges, len(fresh)); j++ {
-			out = append(out, '\n')
-			if len(old) > 0 {
-				for _, p := range old[i:] {
-					out = appendText(out, p)
-				}
-				for _, p := range fresh[:j+1] {
-					out = appendText(out, p)
-				}
-			} else if i <= j {
-				for _, p := range fresh[i : j+1] {
-					out = appendText(out, p)
-				}
+	seg(0, len(all))
+	for i := max(0, len(old)-windowEdges); i < len(all); i++ {
+		for j := max(i+1, len(old)+1); j <= min(len(old)+windowEdges, len(all)); j++ {
+			if i > 0 || j < len(all) {
+				seg(i, j)
 			}
 		}
 	}
-	return out
+	return out, segs
 }
