@@ -1,44 +1,27 @@
 package inspect
 
-// automaton finds every occurrence of a set of lowercase patterns, ASCII
-// case-insensitively, and the token runs of the bytes, in one pass whose
-// cost does not grow with the number of patterns. It filters, then
-// verifies: a bitset over the byte classes of each position's next three
-// bytes says whether some pattern can start there (a few percent of the
-// positions of ordinary text), and only there is a trie of the patterns
-// walked. The common byte costs independent table loads, never a load
-// chained on the one before, which is what bounds an Aho-Corasick DFA.
+// automaton is an Aho-Corasick automaton over lowercase patterns, compiled
+// to a dense DFA on byte classes and matching ASCII case-insensitively. The
+// scan loop is one table load and one compare per byte whatever the number
+// of patterns: states with output are numbered last, so "is this a match"
+// is a single comparison against outBase.
 type automaton struct {
 	// class maps a byte to its class (ASCII folded; 0: no pattern uses
 	// it), with tokenBit set for a token byte, so one load per byte serves
-	// both the filter and the token-run finder.
-	class  [256]uint8
-	stride int       // classes per trie node
-	next   []uint32  // node*stride + class -> child node*stride (0: none)
-	out    [][]int32 // node -> ids of the patterns spelled by its path
-	lens   []int     // pattern lengths
-	// starts is a bitset over gram(c0, c1, c2), set for the first three
-	// classes of each pattern (every continuation of a shorter one).
-	starts [1 << 12]uint8
+	// both the automaton and the token-run finder.
+	class   [256]uint8
+	stride  int       // classes per state
+	delta   []uint32  // state*stride + class -> next state*stride
+	outBase uint32    // first state (times stride) with output
+	out     [][]int32 // (state - first output state) -> pattern ids ending there
+	lens    []int     // pattern lengths
 }
-
-// gram hashes three byte classes to 15 bits (a collision only costs a
-// trie walk). The scan keeps it rolling: h = (h<<5 ^ c) & gramMask is the
-// gram of the last three classes.
-func gram(c0, c1, c2 uint32) uint32 {
-	return (c0<<10 ^ c1<<5 ^ c2) & gramMask
-}
-
-const gramMask = 1<<15 - 1
 
 func newAutomaton(patterns []string) *automaton {
 	a := &automaton{}
 	// Byte classes: each byte used by a pattern (folded) gets its own.
 	nclass := 1
 	for _, p := range patterns {
-		if p == "" {
-			panic("inspect: empty keyword")
-		}
 		for i := 0; i < len(p); i++ {
 			c := lower(p[i])
 			if a.class[c] == 0 {
@@ -55,40 +38,78 @@ func newAutomaton(patterns []string) *automaton {
 		panic("inspect: too many keyword byte classes")
 	}
 	a.stride = nclass
-	// The trie, node 0 its root.
-	a.next = make([]uint32, nclass)
-	a.out = [][]int32{nil}
+	// Trie.
+	type node struct {
+		next map[uint8]int
+		fail int
+		out  []int32
+	}
+	nodes := []node{{next: map[uint8]int{}}}
 	for pi, p := range patterns {
-		s := uint32(0)
+		s := 0
 		for i := 0; i < len(p); i++ {
-			k := s + uint32(a.class[p[i]])
-			if a.next[k] == 0 {
-				a.next[k] = uint32(len(a.next))
-				a.next = append(a.next, make([]uint32, nclass)...)
-				a.out = append(a.out, nil)
+			c := a.class[p[i]]
+			n, ok := nodes[s].next[c]
+			if !ok {
+				n = len(nodes)
+				nodes = append(nodes, node{next: map[uint8]int{}})
+				nodes[s].next[c] = n
 			}
-			s = a.next[k]
+			s = n
 		}
-		node := int(s) / nclass
-		a.out[node] = append(a.out[node], int32(pi))
-		// The filter.
-		c := [3]uint32{}
-		for i := range min(3, len(p)) {
-			c[i] = uint32(a.class[p[i]])
+		nodes[s].out = append(nodes[s].out, int32(pi))
+	}
+	// Failure links, breadth first, and the full transition function.
+	trans := make([][]int, len(nodes))
+	for i := range trans {
+		trans[i] = make([]int, nclass)
+	}
+	var queue []int
+	for c := 0; c < nclass; c++ {
+		if n, ok := nodes[0].next[uint8(c)]; ok {
+			trans[0][c] = n
+			queue = append(queue, n)
 		}
-		switch len(p) {
-		case 1:
-			for c1 := range uint32(nclass) {
-				for c2 := range uint32(nclass) {
-					a.setStart(gram(c[0], c1, c2))
-				}
+	}
+	for len(queue) > 0 {
+		s := queue[0]
+		queue = queue[1:]
+		nodes[s].out = append(nodes[s].out, nodes[nodes[s].fail].out...)
+		for c := 0; c < nclass; c++ {
+			if n, ok := nodes[s].next[uint8(c)]; ok {
+				nodes[n].fail = trans[nodes[s].fail][c]
+				trans[s][c] = n
+				queue = append(queue, n)
+			} else {
+				trans[s][c] = trans[nodes[s].fail][c]
 			}
-		case 2:
-			for c2 := range uint32(nclass) {
-				a.setStart(gram(c[0], c[1], c2))
-			}
-		default:
-			a.setStart(gram(c[0], c[1], c[2]))
+		}
+	}
+	// Renumber: states without output first (root is 0), then with output.
+	order := make([]int, len(nodes))
+	num := 0
+	for s := range nodes {
+		if len(nodes[s].out) == 0 {
+			order[s] = num
+			num++
+		}
+	}
+	firstOut := num
+	for s := range nodes {
+		if len(nodes[s].out) > 0 {
+			order[s] = num
+			num++
+		}
+	}
+	a.outBase = uint32(firstOut * nclass)
+	a.delta = make([]uint32, len(nodes)*nclass)
+	a.out = make([][]int32, len(nodes)-firstOut)
+	for s := range nodes {
+		for c := 0; c < nclass; c++ {
+			a.delta[order[s]*nclass+c] = uint32(order[trans[s][c]] * nclass)
+		}
+		if len(nodes[s].out) > 0 {
+			a.out[order[s]-firstOut] = nodes[s].out
 		}
 	}
 	for c := range a.class {
@@ -99,65 +120,34 @@ func newAutomaton(patterns []string) *automaton {
 	return a
 }
 
-func (a *automaton) setStart(g uint32) {
-	a.starts[g>>3] |= 1 << (g & 7)
-}
-
 // tokenBit marks a token byte in automaton.class.
 const tokenBit = 0x80
 
 // scan calls hit(pattern, end) for every occurrence of a pattern in data,
-// end being the index just past it (in order of where they start), and
-// returns the token runs of at least minRun bytes: the one pass over the
-// bytes that a scan makes.
+// end being the index just past it, and returns the token runs of at least
+// minRun bytes: the one pass over the bytes that a scan makes.
 func (a *automaton) scan(data []byte, hit func(pattern int, end int)) (runs []span) {
-	class, starts := &a.class, &a.starts
-	n := len(data)
+	delta, class, outBase := a.delta, &a.class, uint32(a.outBase)
+	s := uint32(0)
 	run := 0
-	// Two short dependency chains per byte (run, h), each two cheap
-	// operations: h's low 15 bits are the gram of data[j-2:j+1].
-	h := uint32(0)
-	for j, b := range data {
+	for i, b := range data {
 		c := class[b]
-		if c < tokenBit && run >= minRun {
-			runs = append(runs, span{j - run, j})
+		s = delta[s+uint32(c&^tokenBit)]
+		t := int(c >> 7)
+		if t == 0 && run >= minRun {
+			runs = append(runs, span{i - run, i})
 		}
-		run = (run + 1) & int(int8(c)>>7) // all ones for a token byte
-		h = h<<5 ^ uint32(c&^tokenBit)
-		if g := h & gramMask; starts[g>>3]&(1<<(g&7)) != 0 && j >= 2 {
-			a.verify(data, j-2, hit)
+		run = (run + 1) * t
+		if s >= outBase {
+			for _, p := range a.out[int(s-outBase)/a.stride] {
+				hit(int(p), i+1)
+			}
 		}
 	}
 	if run >= minRun {
-		runs = append(runs, span{n - run, n})
-	}
-	// The last two positions, whose grams run past the end (class 0, which
-	// no pattern uses: a short pattern's grams cover it).
-	for i := max(0, n-2); i < n; i++ {
-		c0, c1 := uint32(class[data[i]]&^tokenBit), uint32(0)
-		if i+1 < n {
-			c1 = uint32(class[data[i+1]] &^ tokenBit)
-		}
-		if g := gram(c0, c1, 0); starts[g>>3]&(1<<(g&7)) != 0 {
-			a.verify(data, i, hit)
-		}
+		runs = append(runs, span{len(data) - run, len(data)})
 	}
 	return runs
-}
-
-// verify walks the trie from data[i], reporting each pattern it spells.
-func (a *automaton) verify(data []byte, i int, hit func(pattern int, end int)) {
-	next, class, stride := a.next, &a.class, a.stride
-	s := uint32(0)
-	for j := i; j < len(data); j++ {
-		s = next[s+uint32(class[data[j]]&^tokenBit)]
-		if s == 0 {
-			return
-		}
-		for _, p := range a.out[int(s)/stride] {
-			hit(int(p), j+1)
-		}
-	}
 }
 
 func lower(c byte) byte {
