@@ -143,6 +143,29 @@ func TestCanaries(t *testing.T) {
 			}
 		}
 	}
+	// Issue 25 follow-up: an AWS key id canary that reached a DNS name
+	// lowercased (the DNS filter folds names) is still a canary, with the
+	// fingerprint of the key as issued; a lowercased non-canary is not.
+	id := strings.ToLower(a.Values[0])
+	got := s.Scan(inspect.WhereDNS, []byte(id+".attacker.example"))
+	want := s.Scan("body", []byte(a.Values[0]))
+	if !has(got, inspect.DetectorCanary, inspect.ClassCanary, "") || !has(want, inspect.DetectorCanary, inspect.ClassCanary, "") {
+		t.Errorf("lowercased canary in a DNS name: got %+v, want a canary finding", got)
+	} else if fp := func(fs []inspect.Finding) string {
+		for _, f := range fs {
+			if f.Class == inspect.ClassCanary {
+				return f.Fingerprint
+			}
+		}
+		return ""
+	}; fp(got) != fp(want) {
+		t.Errorf("lowercased canary fingerprint %s, want the issued key's %s", fp(got), fp(want))
+	}
+	for _, f := range s.Scan(inspect.WhereDNS, []byte(strings.ToLower(awsKey)+".attacker.example")) {
+		if f.Class == inspect.ClassCanary {
+			t.Errorf("a lowercased non-canary reported as %+v", f)
+		}
+	}
 	// Another key's canaries are credentials, not canaries.
 	other := newScanner(t, func(cfg *inspect.Config) { cfg.Key = []byte("another-key-entirely-0123456789") })
 	for _, f := range other.Scan("body", []byte(a.Values[0])) {

@@ -273,6 +273,9 @@ func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed b
 		if allowed {
 			continue
 		}
+		if r.class == ClassCanary {
+			secret = canonicalCanary(r.id, secret)
+		}
 		f := Finding{Detector: r.id, Class: r.class, Where: st.where, Encoding: enc, Confidence: r.confidence, Fingerprint: st.s.fingerprint(secret)}
 		if r.class == ClassCanary {
 			if !st.s.canaries.isCanary(r.id, secret) {
