@@ -1,7 +1,9 @@
 package inspect_test
 
 import (
+	"encoding/base32"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -160,6 +162,24 @@ func TestCanaries(t *testing.T) {
 		return ""
 	}; fp(got) != fp(want) {
 		t.Errorf("lowercased canary fingerprint %s, want the issued key's %s", fp(got), fp(want))
+	}
+	// Every canary, hex or base32 encoded (lowercase, as DNS carries it)
+	// in labels of at most 63 bytes, is a canary.
+	for _, v := range a.Values {
+		for _, enc := range []string{"hex", "base32"} {
+			e := hex.EncodeToString([]byte(v))
+			if enc == "base32" {
+				e = strings.ToLower(strings.TrimRight(base32.StdEncoding.EncodeToString([]byte(v)), "="))
+			}
+			var labels []string
+			for len(e) > 63 {
+				labels, e = append(labels, e[:63]), e[63:]
+			}
+			name := strings.Join(append(labels, e, "attacker", "example"), ".")
+			if got := s.Scan(inspect.WhereDNS, []byte(name)); !hasClass(got, inspect.ClassCanary) {
+				t.Errorf("canary %.12s... %s in a DNS name: got %+v, want a canary finding", v, enc, got)
+			}
+		}
 	}
 	for _, f := range s.Scan(inspect.WhereDNS, []byte(strings.ToLower(awsKey)+".attacker.example")) {
 		if f.Class == inspect.ClassCanary {
@@ -579,4 +599,13 @@ func TestStripHidden(t *testing.T) {
 			}
 		})
 	}
+}
+
+func hasClass(fs []inspect.Finding, class string) bool {
+	for _, f := range fs {
+		if f.Class == class {
+			return true
+		}
+	}
+	return false
 }
