@@ -22,7 +22,11 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 	// a secret cut in many pieces; runs of two to four small pieces, set off
 	// by line breaks, find one whose format must end at a word boundary
 	// that the next piece would glue over.
-	var joined []byte
+	size := 0
+	for _, f := range fields {
+		size += len(f.Value)
+	}
+	joined := make([]byte, 0, min(maxJoined, size)+min(maxJoined, maxSplitPieces*size))
 	var at []int   // joined offset where each piece starts
 	var from []int // the field each piece is
 	piece := func(i int) {
@@ -79,10 +83,16 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 // the text of the pieces, and framing (protobuf tags and lengths, line
 // breaks between frames) would cut it.
 func appendText(dst, v []byte) []byte {
-	for _, c := range v {
-		if c >= 0x20 && c != 0x7f {
-			dst = append(dst, c)
+	for len(v) > 0 {
+		i := 0
+		for i < len(v) && v[i] >= 0x20 && v[i] != 0x7f {
+			i++
 		}
+		dst = append(dst, v[:i]...) // text up to a control byte, at once
+		for i < len(v) && (v[i] < 0x20 || v[i] == 0x7f) {
+			i++
+		}
+		v = v[i:]
 	}
 	return dst
 }
