@@ -27,12 +27,17 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 		size += len(f.Value)
 	}
 	joined := make([]byte, 0, min(maxJoined, size)+min(maxJoined, maxSplitPieces*size))
-	var at []int   // joined offset where each piece starts
-	var from []int // the field each piece is
+	var at []int       // joined offset where each piece starts
+	var from []int     // the field each piece is
+	var scanned []span // pieces the join holds as they are (scanned above)
 	piece := func(i int) {
 		at = append(at, len(joined))
 		from = append(from, i)
+		lo := len(joined)
 		joined = appendText(joined, fields[i].Value)
+		if len(joined)-lo == len(fields[i].Value) && len(fields[i].Value) <= s.cfg.MaxBytes {
+			scanned = append(scanned, span{lo, len(joined)})
+		}
 	}
 	for i := range fields {
 		if len(joined)+len(fields[i].Value) > maxJoined {
@@ -57,6 +62,7 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 	}
 	sub := s.newState(fields[0].Where)
 	sub.minConf = true
+	sub.scanned = scanned
 	sub.layer(joined, "", 0)
 	for _, h := range sub.hits {
 		if h.Class != ClassCredential && h.Class != ClassCanary {

@@ -21,6 +21,10 @@ type scanState struct {
 	decoded int  // bytes decoded so far, against Config.MaxDecoded
 	minConf bool // report only medium and high confidence (joined pieces)
 	atEach  bool // keep a value's every raw occurrence (a Window's joins)
+	// scanned are spans of the top layer already scanned on their own
+	// (ScanFields' pieces, as the join holds them): a token run inside one
+	// is not decoded again.
+	scanned []span
 	hits    []hit
 	seen    map[string]bool
 }
@@ -124,6 +128,9 @@ func chain(enc, step string) string {
 func (st *scanState) layer(data []byte, enc string, depth int) {
 	runs := st.rules(data, enc)
 	for _, r := range runs {
+		if depth == 0 && st.seenRun(r) {
+			continue
+		}
 		st.run1(data[r.lo:r.hi], enc, depth)
 	}
 	if depth >= st.s.cfg.MaxDepth {
@@ -141,6 +148,14 @@ func (st *scanState) layer(data []byte, enc string, depth int) {
 			st.layer(d, chain(enc, "escape"), depth+1)
 		}
 	}
+}
+
+// seenRun reports whether the top-layer token run r lies within one of
+// st.scanned.
+func (st *scanState) seenRun(r span) bool {
+	sc := st.scanned
+	i := sort.Search(len(sc), func(i int) bool { return sc[i].lo > r.lo }) - 1
+	return i >= 0 && r.hi <= sc[i].hi
 }
 
 // budget takes n bytes of the decoding budget, or reports there is none.
