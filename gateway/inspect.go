@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -128,7 +129,15 @@ func requestFields(req *http.Request) (query, headers []inspect.Field) {
 		}
 		query = append(query, inspect.Field{Where: "url.query", Name: k, Value: []byte(v)})
 	}
-	for k, vs := range req.Header {
+	// In name order, so the pieces of a secret split across headers
+	// named in sequence are neighbours (ScanFields joins neighbours).
+	names := make([]string, 0, len(req.Header))
+	for k := range req.Header {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		vs := req.Header[k]
 		where := "header:" + lowerHeader(k)
 		for _, v := range vs {
 			headers = append(headers, inspect.Field{Where: where, Name: k, Value: []byte(v)})

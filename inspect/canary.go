@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -151,10 +152,22 @@ func canaryRules() []*rule {
 			class: ClassCanary, reach: reach(expr, 512), secretGroup: 0}
 	}
 	return []*rule{
-		mk("aws-access-key-id", `AKIA[A-Z2-7]{16}`, "akia"),
+		// Case-insensitive: its alphabet has one case, so a key that
+		// reached a DNS name lowercased is still recognized (canonicalCanary).
+		mk("aws-access-key-id", `(?i)AKIA[A-Z2-7]{16}`, "akia"),
 		mk("github-token", `ghp_[0-9A-Za-z]{36}`, "ghp_"),
 		mk("openai-key", `sk-proj-[A-Za-z0-9_-]{74}T3BlbkFJ[A-Za-z0-9_-]{74}`, "t3blbkfj"),
 	}
+}
+
+// canonicalCanary is v, matched by canary rule id, in the case it was
+// issued in, where its format allows recovering it: an AWS access key id
+// is upper case whatever a DNS name or a case-folding path made of it.
+func canonicalCanary(id string, v []byte) []byte {
+	if id == "canary:aws-access-key-id" {
+		return bytes.ToUpper(v)
+	}
+	return v
 }
 
 // isCanary reports whether value, matched by canary rule id, carries this

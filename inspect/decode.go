@@ -112,6 +112,9 @@ func decodeBase64(seg []byte) ([]byte, bool) {
 			std = false
 		}
 	}
+	if !std && !url {
+		return nil, false // both alphabets' own bytes: neither decodes it
+	}
 	var encs []*base64.Encoding
 	if std {
 		encs = append(encs, base64.RawStdEncoding)

@@ -22,13 +22,22 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 	// a secret cut in many pieces; runs of two to four small pieces, set off
 	// by line breaks, find one whose format must end at a word boundary
 	// that the next piece would glue over.
-	var joined []byte
-	var at []int   // joined offset where each piece starts
-	var from []int // the field each piece is
+	size := 0
+	for _, f := range fields {
+		size += len(f.Value)
+	}
+	joined := make([]byte, 0, min(maxJoined, size)+min(maxJoined, maxSplitPieces*size))
+	var at []int       // joined offset where each piece starts
+	var from []int     // the field each piece is
+	var scanned []span // pieces the join holds as they are (scanned above)
 	piece := func(i int) {
 		at = append(at, len(joined))
 		from = append(from, i)
+		lo := len(joined)
 		joined = appendText(joined, fields[i].Value)
+		if len(joined)-lo == len(fields[i].Value) && len(fields[i].Value) <= s.cfg.MaxBytes {
+			scanned = append(scanned, span{lo, len(joined)})
+		}
 	}
 	for i := range fields {
 		if len(joined)+len(fields[i].Value) > maxJoined {
@@ -53,6 +62,7 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 	}
 	sub := s.newState(fields[0].Where)
 	sub.minConf = true
+	sub.scanned = scanned
 	sub.layer(joined, "", 0)
 	for _, h := range sub.hits {
 		if h.Class != ClassCredential && h.Class != ClassCanary {
@@ -79,10 +89,16 @@ func (s *Scanner) scanFields(fields []Field) []Finding {
 // the text of the pieces, and framing (protobuf tags and lengths, line
 // breaks between frames) would cut it.
 func appendText(dst, v []byte) []byte {
-	for _, c := range v {
-		if c >= 0x20 && c != 0x7f {
-			dst = append(dst, c)
+	for len(v) > 0 {
+		i := 0
+		for i < len(v) && v[i] >= 0x20 && v[i] != 0x7f {
+			i++
 		}
+		dst = append(dst, v[:i]...) // text up to a control byte, at once
+		for i < len(v) && (v[i] < 0x20 || v[i] == 0x7f) {
+			i++
+		}
+		v = v[i:]
 	}
 	return dst
 }

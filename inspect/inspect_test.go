@@ -1,7 +1,9 @@
 package inspect_test
 
 import (
+	"encoding/base32"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -141,6 +143,47 @@ func TestCanaries(t *testing.T) {
 			if !has(got, inspect.DetectorCanary, inspect.ClassCanary, in.enc) {
 				t.Errorf("canary %.12s... encoded %q: got %+v, want a canary finding", v, in.enc, got)
 			}
+		}
+	}
+	// Issue 25 follow-up: an AWS key id canary that reached a DNS name
+	// lowercased (the DNS filter folds names) is still a canary, with the
+	// fingerprint of the key as issued; a lowercased non-canary is not.
+	id := strings.ToLower(a.Values[0])
+	got := s.Scan(inspect.WhereDNS, []byte(id+".attacker.example"))
+	want := s.Scan("body", []byte(a.Values[0]))
+	if !has(got, inspect.DetectorCanary, inspect.ClassCanary, "") || !has(want, inspect.DetectorCanary, inspect.ClassCanary, "") {
+		t.Errorf("lowercased canary in a DNS name: got %+v, want a canary finding", got)
+	} else if fp := func(fs []inspect.Finding) string {
+		for _, f := range fs {
+			if f.Class == inspect.ClassCanary {
+				return f.Fingerprint
+			}
+		}
+		return ""
+	}; fp(got) != fp(want) {
+		t.Errorf("lowercased canary fingerprint %s, want the issued key's %s", fp(got), fp(want))
+	}
+	// Every canary, hex or base32 encoded (lowercase, as DNS carries it)
+	// in labels of at most 63 bytes, is a canary.
+	for _, v := range a.Values {
+		for _, enc := range []string{"hex", "base32"} {
+			e := hex.EncodeToString([]byte(v))
+			if enc == "base32" {
+				e = strings.ToLower(strings.TrimRight(base32.StdEncoding.EncodeToString([]byte(v)), "="))
+			}
+			var labels []string
+			for len(e) > 63 {
+				labels, e = append(labels, e[:63]), e[63:]
+			}
+			name := strings.Join(append(labels, e, "attacker", "example"), ".")
+			if got := s.Scan(inspect.WhereDNS, []byte(name)); !hasClass(got, inspect.ClassCanary) {
+				t.Errorf("canary %.12s... %s in a DNS name: got %+v, want a canary finding", v, enc, got)
+			}
+		}
+	}
+	for _, f := range s.Scan(inspect.WhereDNS, []byte(strings.ToLower(awsKey)+".attacker.example")) {
+		if f.Class == inspect.ClassCanary {
+			t.Errorf("a lowercased non-canary reported as %+v", f)
 		}
 	}
 	// Another key's canaries are credentials, not canaries.
@@ -303,6 +346,33 @@ func TestWindow(t *testing.T) {
 			s.Window("e").Add(piece("x"))
 			s.Window("f").Add(piece("y")) // two sandboxes kept: d goes
 			return s.Window("d").Add(piece(awsKey[10:]))
+		}, false},
+		{"split after a word-character piece (issue 25: joins glued a token's boundary away)", func() []inspect.Finding {
+			w := s.Window("h")
+			w.Add(piece("level=info msg=step1"))
+			w.Add(piece(awsKey[:10]))
+			return w.Add(piece(awsKey[10:]))
+		}, true},
+		{"repeated values cost no rescan and do not hide a split", func() []inspect.Finding {
+			w := s.Window("i")
+			for range 50 {
+				w.Add(piece("json"))
+			}
+			w.Add(piece(awsKey[:10]))
+			w.Add(piece("json"))
+			return w.Add(piece(awsKey[10:]))
+		}, true},
+		{"pieces of a secret already found, sent again one per request (a retry after a block)", func() []inspect.Finding {
+			w := s.Window("j")
+			w.Add([]inspect.Field{{Where: "url.query", Value: []byte(awsKey[:10])}, {Where: "url.query", Value: []byte(awsKey[10:])}})
+			w.Add(piece(awsKey[:10]))
+			return w.Add(piece(awsKey[10:]))
+		}, true},
+		{"a secret reported once is not reported again by the next request", func() []inspect.Finding {
+			w := s.Window("k")
+			w.Add(piece(awsKey[:10]))
+			w.Add(piece(awsKey[10:]))
+			return w.Add(piece("unrelated value"))
 		}, false},
 		{"whole key in one request is not a window finding", func() []inspect.Finding {
 			w := s.Window("g")
@@ -529,4 +599,13 @@ func TestStripHidden(t *testing.T) {
 			}
 		})
 	}
+}
+
+func hasClass(fs []inspect.Finding, class string) bool {
+	for _, f := range fs {
+		if f.Class == class {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package inspect
 import (
 	"bytes"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -10,7 +11,7 @@ import (
 // decoding revealed it).
 type hit struct {
 	Finding
-	pos int
+	pos, end int // the secret's bounds in the raw bytes when pos >= 0
 }
 
 // scanState is one Scan: the findings so far and the decoding budget.
@@ -19,6 +20,11 @@ type scanState struct {
 	where   string
 	decoded int  // bytes decoded so far, against Config.MaxDecoded
 	minConf bool // report only medium and high confidence (joined pieces)
+	atEach  bool // keep a value's every raw occurrence (a Window's joins)
+	// scanned are spans of the top layer already scanned on their own
+	// (ScanFields' pieces, as the join holds them): a token run inside one
+	// is not decoded again.
+	scanned []span
 	hits    []hit
 	seen    map[string]bool
 }
@@ -97,6 +103,9 @@ func (st *scanState) add(h hit) {
 		return
 	}
 	key := h.Detector + "\x00" + h.Fingerprint + "\x00" + h.Encoding
+	if st.atEach && h.pos >= 0 {
+		key += "\x00" + strconv.Itoa(h.pos)
+	}
 	if st.seen[key] {
 		return
 	}
@@ -119,6 +128,9 @@ func chain(enc, step string) string {
 func (st *scanState) layer(data []byte, enc string, depth int) {
 	runs := st.rules(data, enc)
 	for _, r := range runs {
+		if depth == 0 && st.seenRun(r) {
+			continue
+		}
 		st.run1(data[r.lo:r.hi], enc, depth)
 	}
 	if depth >= st.s.cfg.MaxDepth {
@@ -136,6 +148,14 @@ func (st *scanState) layer(data []byte, enc string, depth int) {
 			st.layer(d, chain(enc, "escape"), depth+1)
 		}
 	}
+}
+
+// seenRun reports whether the top-layer token run r lies within one of
+// st.scanned.
+func (st *scanState) seenRun(r span) bool {
+	sc := st.scanned
+	i := sort.Search(len(sc), func(i int) bool { return sc[i].lo > r.lo }) - 1
+	return i >= 0 && r.hi <= sc[i].hi
 }
 
 // budget takes n bytes of the decoding budget, or reports there is none.
@@ -238,18 +258,19 @@ func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed b
 	w := data[sp.lo:sp.hi]
 	for _, m := range r.re.FindAllSubmatchIndex(w, -1) {
 		whole := w[m[0]:m[1]]
-		secret := whole
+		lo, hi := m[0], m[1] // the secret's bounds in w
 		switch {
 		case r.secretGroup > 0 && 2*r.secretGroup+1 < len(m) && m[2*r.secretGroup] >= 0:
-			secret = w[m[2*r.secretGroup]:m[2*r.secretGroup+1]]
+			lo, hi = m[2*r.secretGroup], m[2*r.secretGroup+1]
 		case r.secretGroup == 0:
 			for g := 1; 2*g+1 < len(m); g++ {
 				if m[2*g] >= 0 && m[2*g+1] > m[2*g] {
-					secret = w[m[2*g]:m[2*g+1]]
+					lo, hi = m[2*g], m[2*g+1]
 					break
 				}
 			}
 		}
+		secret := w[lo:hi]
 		if r.entropy > 0 && shannon(secret) <= r.entropy {
 			continue
 		}
@@ -267,6 +288,9 @@ func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed b
 		if allowed {
 			continue
 		}
+		if r.class == ClassCanary {
+			secret = canonicalCanary(r.id, secret)
+		}
 		f := Finding{Detector: r.id, Class: r.class, Where: st.where, Encoding: enc, Confidence: r.confidence, Fingerprint: st.s.fingerprint(secret)}
 		if r.class == ClassCanary {
 			if !st.s.canaries.isCanary(r.id, secret) {
@@ -274,11 +298,11 @@ func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed b
 			}
 			f.Detector = DetectorCanary
 		}
-		pos := -1
+		pos, end := -1, 0
 		if enc == "" && !reversed {
-			pos = sp.lo + m[0]
+			pos, end = sp.lo+lo, sp.lo+hi
 		}
-		st.add(hit{Finding: f, pos: pos})
+		st.add(hit{Finding: f, pos: pos, end: end})
 	}
 }
 

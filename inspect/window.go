@@ -2,9 +2,17 @@ package inspect
 
 // Window finds secrets split across consecutive requests of one sandbox: it
 // keeps the sandbox's recent small values (Config.WindowBytes, for
-// Config.Window) and scans them joined with each new request's. Memory is
-// bounded per sandbox and in the number of sandboxes (least recently used
-// evicted). Safe for concurrent use.
+// Config.Window) and scans only the joins a request's new values make with
+// them: all kept and new values glued, and, each set off by line breaks,
+// the runs from one of the newest kept values to one of the first new
+// ones, so a format that must start or end at a word boundary is found
+// next to word characters. A value shorter than 4 bytes, or one the window
+// already keeps (the query every request repeats), is no new piece and
+// costs no scan; a kept value that was part of a finding, sent again, is
+// (a retry of a blocked split is found). A join's finding is the window's
+// when its match takes bytes from kept and new values, so a secret is
+// reported once. Memory is bounded per sandbox and in the number of
+// sandboxes (least recently used evicted). Safe for concurrent use.
 type Window struct {
 	s  *Scanner
 	id string
