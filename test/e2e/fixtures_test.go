@@ -5,9 +5,11 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -293,6 +295,30 @@ func gitHead(root string) (string, error) {
 		return "", fmt.Errorf("git rev-parse: %v: %s", err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// basicAuthOnly serves next only to requests carrying Basic user:password
+// (compared in constant time); others get 401 with a Basic challenge, as a
+// forge answers git before its credential helper runs.
+func basicAuthOnly(user, password string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(u+":"+p), []byte(user+":"+password)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git.example.test"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// randomToken is prefix and 32 random hex digits.
+func randomToken(prefix string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return prefix + hex.EncodeToString(b[:]), nil
 }
 
 // echoAuthHandler answers with the Authorization header it received, in a
