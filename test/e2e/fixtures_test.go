@@ -140,8 +140,9 @@ func buildNpmTarball() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// npmHandler serves a packument and the tarball it points at.
-func npmHandler() (http.Handler, error) {
+// npmHandler serves a packument and the tarball it points at, under base
+// (https://registry.npmjs.org).
+func npmHandler(base string) (http.Handler, error) {
 	tgz, err := buildNpmTarball()
 	if err != nil {
 		return nil, err
@@ -155,7 +156,7 @@ func npmHandler() (http.Handler, error) {
 		"versions": map[string]any{npmVersion: map[string]any{
 			"name": npmName, "version": npmVersion, "main": "index.js",
 			"dist": map[string]string{
-				"tarball":   "https://registry.npmjs.org" + tarPath,
+				"tarball":   base + tarPath,
 				"shasum":    hex.EncodeToString(s1[:]),
 				"integrity": "sha512-" + base64.StdEncoding.EncodeToString(s512[:]),
 			},
@@ -306,6 +307,21 @@ func basicAuthOnly(user, password string, next http.Handler) http.Handler {
 		if !ok || subtle.ConstantTimeCompare([]byte(u+":"+p), []byte(user+":"+password)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git.example.test"`)
 			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearerOnly serves next only to requests carrying "Bearer token"; others
+// get 401, as a private registry answers.
+func bearerOnly(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintln(w, `{"error":"authentication required"}`)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -117,3 +117,68 @@ echo "placeholder=$GIT_TOKEN"
 		}
 	}
 }
+
+// TestRootNpmAuthTokenPlaceholder: npm installs from a private registry
+// (npm.example.test) that serves only "Bearer <real token>"; the sandbox's
+// .npmrc holds `_authToken=${NPM_TOKEN}`, a placeholder. The registry gets
+// the real token on the packument and the tarball; the real token is in no
+// output or audit record.
+func TestRootNpmAuthTokenPlaceholder(t *testing.T) {
+	e := newEnv(t, "")
+	requireTool(t, "/usr/bin/npm")
+	secretsFile := filepath.Join(e.dir, "secrets.yaml")
+	if err := os.WriteFile(secretsFile, []byte(`secrets:
+  - id: npm-token
+    env: E2E_NPM_TOKEN
+bindings:
+  - secret: npm-token
+    sandboxes: {labels: {e2e: npm-creds}}
+    host: npm.example.test
+    template: "Bearer {{value}}"
+    mode: placeholder
+    placeholder_env: NPM_TOKEN
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seenBefore := len(w.npmAuth.Seen())
+	res := e.sh([]string{"--id", sandboxID("npmcreds"), "--label", "e2e=npm-creds", "--secrets", secretsFile,
+		"--allow", "npm.example.test", "--env", "npm_config_cache=/tmp/npm-cache",
+		"--env", "npm_config_update_notifier=false", "--env", "npm_config_fund=false", "--env", "npm_config_audit=false",
+		"--env", "npm_config_fetch_timeout=120000"}, `
+printf 'registry=https://npm.example.test/\n//npm.example.test/:_authToken=${NPM_TOKEN}\n' > ~/.npmrc
+npm install --prefix /tmp/x --no-audit --no-fund `+npmName+`; echo "install_exit=$?"
+node -e 'console.log("value=" + require("/tmp/x/node_modules/`+npmName+`"))'
+echo "placeholder=$NPM_TOKEN"
+`, "E2E_NPM_TOKEN="+w.npmToken)
+	wantCode(t, res, 0)
+	m := kv(res.stdout)
+	wantKV(t, m, "install_exit", "0", res)
+	wantKV(t, m, "value", npmValue, res)
+	if !strings.HasPrefix(m["placeholder"], secrets.PlaceholderPrefix) {
+		t.Fatalf("NPM_TOKEN: got %q, want a placeholder\n%s", m["placeholder"], res)
+	}
+	var packument, tarball bool
+	for _, r := range seenSince(w.npmAuth, seenBefore) {
+		ok := r.Header.Get("Authorization") == "Bearer "+w.npmToken
+		switch {
+		case r.URL.Path == "/"+npmName:
+			packument = packument || ok
+		case strings.HasSuffix(r.URL.Path, ".tgz"):
+			tarball = tarball || ok
+		}
+	}
+	if !packument || !tarball {
+		t.Errorf("registry: packument with the real token %v, tarball %v; want both", packument, tarball)
+	}
+	auditBytes, err := os.ReadFile(e.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"sandbox output": res.stdout + res.stderr, "audit log": string(auditBytes)} {
+		for _, f := range secrets.CanaryForms(w.npmToken) {
+			if strings.Contains(text, f) {
+				t.Errorf("%s holds the real token's form %q", name, f)
+			}
+		}
+	}
+}

@@ -32,6 +32,8 @@ type world struct {
 	gitAuth    *fakenet.Host // git.example.test: git over HTTPS for Basic x-access-token:gitToken only
 	gitAuthDir string        // its repositories
 	gitToken   string        // the real token it requires (random per run)
+	npmAuth    *fakenet.Host // npm.example.test: a registry for Bearer npmToken only
+	npmToken   string        // the real token it requires (random per run)
 }
 
 // w is set by TestMain when running as root; nil otherwise (tests then skip
@@ -96,8 +98,15 @@ func setup(dir string) (*world, error) {
 	if err != nil {
 		return wd, err
 	}
-	npm, err := npmHandler()
+	npm, err := npmHandler("https://registry.npmjs.org")
 	if err != nil {
+		return wd, err
+	}
+	npmPrivate, err := npmHandler("https://npm.example.test")
+	if err != nil {
+		return wd, err
+	}
+	if wd.npmToken, err = randomToken("alk-npm-real-"); err != nil {
 		return wd, err
 	}
 	goprox, err := goProxyHandler()
@@ -116,6 +125,7 @@ func setup(dir string) (*world, error) {
 		{&wd.evil, []string{"evil.example", "exfil.example"}, countingHandler()},
 		{&wd.api, []string{"api.example.test"}, echoAuthHandler()},
 		{&wd.other, []string{"other.example.test"}, countingHandler()},
+		{&wd.npmAuth, []string{"npm.example.test"}, bearerOnly(wd.npmToken, npmPrivate)},
 		{&wd.gitAuth, []string{"git.example.test"}, basicAuthOnly("x-access-token", wd.gitToken, gitHandler(wd.gitAuthDir))},
 	} {
 		if *h.dst, err = n.AddHost(h.names, h.handler); err != nil {
