@@ -154,9 +154,10 @@ func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, erro
 	psb := policy.Sandbox{ID: sb.id, Labels: sb.labels}
 	psb.Mode, psb.Allow = policy.Mode(sb.params.mode), sb.params.allowList
 	ss := startSpec{ID: sb.id, Limits: sb.params.limits, Env: append([]string(nil), sb.params.env...), Proxy: d.proxyURL}
+	var ph map[string]string
 	if d.secrets != nil {
-		ph, err := d.secrets.Placeholders(secrets.Sandbox{ID: psb.ID, Labels: psb.Labels})
-		if err != nil {
+		var err error
+		if ph, err = d.secrets.Placeholders(secrets.Sandbox{ID: psb.ID, Labels: psb.Labels}); err != nil {
 			return nil, err
 		}
 		for k, v := range ph {
@@ -164,6 +165,7 @@ func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, erro
 		}
 	}
 	ss.DefaultEnv, ss.HomeFiles = d.canaryPlant(sb.id) // inspect.go; the caller's and platform's values win
+	ss.HomeFiles = withAWSFile(ss.HomeFiles, ph)
 	if ws != nil {
 		ss.Workspace, ss.WorkspaceTarget = fdPath(ws), sb.params.workspace
 	}

@@ -56,3 +56,21 @@ func (d *Daemon) attachBindings(id string, c caller, p *createParams) *api.Error
 	}
 	return nil
 }
+
+// withAWSFile adds ~/.aws/credentials holding the sandbox's AWS placeholders
+// (secrets.AWSCredentialsFileFor) to files, in a copy; it takes the place
+// of a canary credentials file, since a sandbox bound to AWS has real work
+// for that file. sandboxd writes a home file only where none exists, so a
+// user's own file is never overwritten.
+func withAWSFile(files map[string][]byte, ph map[string]string) map[string][]byte {
+	data, ok := secrets.AWSCredentialsFileFor(ph)
+	if !ok {
+		return files
+	}
+	out := make(map[string][]byte, len(files)+1)
+	for k, v := range files {
+		out[k] = v
+	}
+	out[secrets.AWSCredentialsFile] = data
+	return out
+}

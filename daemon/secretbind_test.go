@@ -125,3 +125,46 @@ func TestCreateSecretBindingsAttached(t *testing.T) {
 		t.Errorf("root: got %+v", sb.SecretBindings)
 	}
 }
+
+// TestAWSCredentialsFilePlanted: a sandbox bound to AWS gets
+// ~/.aws/credentials holding the same placeholders as its environment;
+// other sandboxes get none.
+func TestAWSCredentialsFilePlanted(t *testing.T) {
+	t.Setenv("AIRLOCK_TEST_BIND_SECRET", bindCanary)
+	w := newFakeWorld(t)
+	in, err := secrets.New(secrets.Config{
+		Secrets: []secrets.SecretConfig{{ID: "aws", Env: "AIRLOCK_TEST_BIND_SECRET"}},
+		Bindings: []secrets.BindingConfig{{ID: "s3", Secret: "aws", Host: "s3.eu-west-3.amazonaws.com", Mode: secrets.ModeRequire,
+			AWS:    &secrets.AWSConfig{AccessKeyID: "AKIAIOSFODNN7EXAMPLE", Region: "eu-west-3", Service: "s3"},
+			Attach: &secrets.AttachConfig{}}},
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.d.secrets = in
+	c := w.client(0)
+	lastStart := func() startSpec {
+		w.exe.mu.Lock()
+		defer w.exe.mu.Unlock()
+		return w.exe.boxes[len(w.exe.boxes)-1].start
+	}
+	c.create(t, `{"secret_bindings":["s3"]}`)
+	ss := lastStart()
+	file := string(ss.HomeFiles[secrets.AWSCredentialsFile])
+	env := map[string]string{}
+	for _, kv := range ss.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	id, key := env[secrets.EnvAWSAccessKeyID], env[secrets.EnvAWSSecretAccessKey]
+	if id == "" || key == "" || !strings.Contains(file, "aws_access_key_id = "+id) || !strings.Contains(file, "aws_secret_access_key = "+key) {
+		t.Errorf("~/.aws/credentials: got %q, want the environment's placeholders %q, %q", file, id, key)
+	}
+	if strings.Contains(file, bindCanary) {
+		t.Errorf("~/.aws/credentials holds the value")
+	}
+	c.create(t, `{}`)
+	if _, ok := lastStart().HomeFiles[secrets.AWSCredentialsFile]; ok {
+		t.Errorf("a sandbox without an AWS binding got ~/.aws/credentials")
+	}
+}
