@@ -46,6 +46,25 @@ type CreateSandboxRequest struct {
 	// MaxLifetime ends the sandbox this long after creation whatever it does;
 	// 0 means the daemon's default (sandbox.max_lifetime).
 	MaxLifetime units.Duration `json:"max_lifetime,omitempty"`
+	// SecretBindings names bindings of the daemon's secrets file to attach
+	// to this sandbox (their id; docs/CREDENTIALS.md, "Attaching bindings").
+	// Only a binding with an attach block may be named: root may name any,
+	// another caller only one whose attach.uids lists it. One refused name
+	// refuses the sandbox. A value is never returned.
+	SecretBindings []string `json:"secret_bindings,omitempty"`
+}
+
+// SecretBinding is a binding attached to a sandbox, as the API shows it:
+// never a value, only the held secret's keyed fingerprint (as in audit
+// records) when its source could be read at creation.
+type SecretBinding struct {
+	ID          string `json:"id"`
+	Secret      string `json:"secret"`
+	Host        string `json:"host"`
+	Port        int    `json:"port"`
+	Mode        string `json:"mode"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Version     string `json:"version,omitempty"`
 }
 
 // WorkspaceDir is where an empty (tmpfs) workspace is mounted in a sandbox.
@@ -73,6 +92,9 @@ type Sandbox struct {
 	WorkDir   string   `json:"workdir"`
 	Mode      string   `json:"mode"`
 	Allow     []string `json:"allow,omitempty"`
+	// SecretBindings are the bindings attached at creation
+	// (CreateSandboxRequest.SecretBindings).
+	SecretBindings []SecretBinding `json:"secret_bindings,omitempty"`
 
 	CreatedAt     time.Time `json:"created_at"`
 	AgeMS         int64     `json:"age_ms"`

@@ -632,3 +632,22 @@ func TestSandboxEgressDestinations(t *testing.T) {
 		t.Errorf("got egress %+v, want 3 denied, 2 would deny, destinations %+v", got.Egress, rows)
 	}
 }
+
+// TestCreateSandboxSecretBindings: the binding ids travel; the answer shows
+// the bindings; a refused one is the API's error with its field.
+func TestCreateSandboxSecretBindings(t *testing.T) {
+	_, c := newFake(t)
+	sb := newSandbox(t, c, api.CreateSandboxRequest{SecretBindings: []string{clienttest.FakeBindingID}})
+	if len(sb.SecretBindings) != 1 || sb.SecretBindings[0] != clienttest.FakeBinding(clienttest.FakeBindingID) {
+		t.Errorf("secret_bindings: got %+v", sb.SecretBindings)
+	}
+	got, err := c.GetSandbox(t.Context(), sb.ID)
+	if err != nil || len(got.SecretBindings) != 1 {
+		t.Errorf("get: got %+v, %v", got, err)
+	}
+	_, err = c.CreateSandbox(t.Context(), api.CreateSandboxRequest{SecretBindings: []string{clienttest.FakeForbiddenBindingID}})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeForbidden || ae.Field != "secret_bindings" {
+		t.Errorf("forbidden binding: got %v, want forbidden on secret_bindings", err)
+	}
+}

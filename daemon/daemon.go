@@ -572,9 +572,10 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		}
 	}()
 	env := append([]string(nil), t.Env...)
+	var ph map[string]string
 	if d.secrets != nil {
-		ph, err := d.secrets.Placeholders(secrets.Sandbox{ID: sb.ID, Labels: sb.Labels})
-		if err != nil {
+		var err error
+		if ph, err = d.secrets.Placeholders(secrets.Sandbox{ID: sb.ID, Labels: sb.Labels}); err != nil {
 			return nil, err
 		}
 		defer d.secrets.Forget(sb.ID)
@@ -583,6 +584,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		}
 	}
 	cenv, cfiles := d.canaryPlant(sb.ID)
+	cfiles = withAWSFile(cfiles, ph)
 	return d.exec.Run(ctx, sandboxd.Spec{
 		ID:         sb.ID,
 		DefaultEnv: cenv,

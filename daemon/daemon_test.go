@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(unprivAllowEnv) != "" {
 		os.Exit(unprivAllowClient()) // TestRootAllowInvisibleWildcardRefused's user
 	}
+	if os.Getenv(unprivBindEnv) != "" {
+		os.Exit(unprivBindClient()) // TestRootSecretBindingAttached's user
+	}
 	if os.Getenv(unprivSocketEnv) != "" {
 		os.Exit(unprivClient()) // TestRootSandboxOwners' other user
 	}

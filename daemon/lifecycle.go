@@ -74,11 +74,17 @@ func (d *Daemon) createSandbox(ctx context.Context, c caller, p *createParams) (
 	if err != nil {
 		return nil, apiErr(api.CodeInternal, "", "sandbox id: %v", err)
 	}
+	if e := d.attachBindings(id, c, p); e != nil {
+		return nil, e
+	}
 	sb := newSandbox(id, c.uid, p, time.Now())
 	sb.acct = d.acct.open(id, c.uid)
 	// Its owner reads its recent records back (events ?history=true).
 	d.tap.Keep(id, 0, 0) // audit.DefaultHistoryRecords, DefaultHistoryBytes
 	if err := d.audit.Log(d.lifecycleRecord(sb, ReasonCreated, nil)); err != nil {
+		if d.secrets != nil {
+			d.secrets.Forget(id)
+		}
 		d.acct.close(id)
 		d.tap.Forget(id)
 		return nil, apiErr(api.CodeUnavailable, "", "the audit log refused the sandbox's record: %v", err)
@@ -148,9 +154,10 @@ func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, erro
 	psb := policy.Sandbox{ID: sb.id, Labels: sb.labels}
 	psb.Mode, psb.Allow = policy.Mode(sb.params.mode), sb.params.allowList
 	ss := startSpec{ID: sb.id, Limits: sb.params.limits, Env: append([]string(nil), sb.params.env...), Proxy: d.proxyURL}
+	var ph map[string]string
 	if d.secrets != nil {
-		ph, err := d.secrets.Placeholders(secrets.Sandbox{ID: psb.ID, Labels: psb.Labels})
-		if err != nil {
+		var err error
+		if ph, err = d.secrets.Placeholders(secrets.Sandbox{ID: psb.ID, Labels: psb.Labels}); err != nil {
 			return nil, err
 		}
 		for k, v := range ph {
@@ -158,6 +165,7 @@ func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, erro
 		}
 	}
 	ss.DefaultEnv, ss.HomeFiles = d.canaryPlant(sb.id) // inspect.go; the caller's and platform's values win
+	ss.HomeFiles = withAWSFile(ss.HomeFiles, ph)
 	if ws != nil {
 		ss.Workspace, ss.WorkspaceTarget = fdPath(ws), sb.params.workspace
 	}
@@ -375,6 +383,9 @@ func (d *Daemon) lifecycleRecord(sb *sandbox, reason string, u *api.Usage) *audi
 		put("workspace", p.workspace)
 		put("mode", p.mode)
 		put("allow", p.allow)
+		if len(p.bindings) > 0 {
+			put("secret_bindings", p.bindings)
+		}
 		put("idle_timeout_ms", sb.idleTimeout.Milliseconds())
 		put("max_lifetime_ms", sb.maxLifetime.Milliseconds())
 	} else {

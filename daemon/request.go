@@ -71,6 +71,10 @@ type createParams struct {
 	allowList   *policy.AllowList // allow, parsed by the policy's parser
 	idleTimeout time.Duration
 	maxLifetime time.Duration
+	// secretBindings are the binding ids asked for; bindings what Attach
+	// gave (set by createSandbox).
+	secretBindings []string
+	bindings       []api.SecretBinding
 }
 
 // validateCreate checks a create request of caller c against the host and
@@ -107,6 +111,9 @@ func (d *Daemon) validateCreate(c caller, req *api.CreateSandboxRequest) (*creat
 		return nil, apiErr(api.CodeForbidden, "mode", "mode: report lets denied requests out; only root may ask for it on a daemon that enforces")
 	}
 	if p.allowList, e = parseAllow(req.Allow, c.root()); e != nil {
+		return nil, e
+	}
+	if p.secretBindings, e = d.validateSecretBindings(req.SecretBindings); e != nil {
 		return nil, e
 	}
 	sc := d.cfg.Sandbox

@@ -239,7 +239,8 @@ func (s *sandbox) view(u api.Usage) api.Sandbox {
 	v := api.Sandbox{
 		ID: s.id, State: s.state, Owner: s.owner, Labels: s.labels, Limits: s.params.resolved,
 		Workspace: s.params.workspace, WorkDir: s.workDir, Mode: s.params.shownMode, Allow: s.params.allow,
-		CreatedAt: s.created, AgeMS: now.Sub(s.created).Milliseconds(),
+		SecretBindings: s.params.bindings,
+		CreatedAt:      s.created, AgeMS: now.Sub(s.created).Milliseconds(),
 		IdleTimeoutMS: s.idleTimeout.Milliseconds(), MaxLifetimeMS: s.maxLifetime.Milliseconds(),
 		EndReason: s.endReason, ExecsRunning: int64(s.running), ExecsTotal: s.execsTotal, Usage: u,
 	}

@@ -103,10 +103,17 @@ type SandboxSelector struct {
 
 // BindingConfig lets sandboxes use one secret for one destination.
 type BindingConfig struct {
+	// ID names the binding for the daemon API (attach.go). Optional; unique;
+	// required with Attach.
+	ID string `yaml:"id"`
 	// Secret is the id of a SecretConfig.
 	Secret string `yaml:"secret"`
-	// Sandboxes selects who may use it.
+	// Sandboxes selects who may use it. Optional with Attach.
 	Sandboxes SandboxSelector `yaml:"sandboxes"`
+	// Attach lets a caller of the daemon API attach this binding to a sandbox
+	// it creates (CreateSandboxRequest.SecretBindings): root always, other
+	// callers only when their uid is listed.
+	Attach *AttachConfig `yaml:"attach"`
 	// Host is an exact host, "*.domain" (one label) or "**.domain" (one or more),
 	// optionally written "https://host[:port]". http:// is refused: secrets only
 	// travel over verified TLS.
@@ -293,7 +300,14 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: set exactly one of env, file, command (got %d)", at, n)
 		}
 	}
+	bindingIDs := map[string]bool{}
 	for i := range c.Bindings {
+		if id := c.Bindings[i].ID; id != "" {
+			if bindingIDs[id] {
+				return fmt.Errorf("bindings[%d]: id: %q is used twice", i, id)
+			}
+			bindingIDs[id] = true
+		}
 		if err := c.Bindings[i].validate(ids); err != nil {
 			return fmt.Errorf("bindings[%d] (secret %s): %w", i, c.Bindings[i].Secret, err)
 		}
@@ -305,8 +319,11 @@ func (b *BindingConfig) validate(ids map[string]bool) error {
 	if !ids[b.Secret] {
 		return fmt.Errorf("secret: %q is not a defined secret id", b.Secret)
 	}
-	if len(b.Sandboxes.IDs) == 0 && len(b.Sandboxes.Labels) == 0 {
-		return errors.New("sandboxes: set ids or labels (a binding never applies to every sandbox by default)")
+	if err := b.validateAttach(); err != nil {
+		return err
+	}
+	if len(b.Sandboxes.IDs) == 0 && len(b.Sandboxes.Labels) == 0 && b.Attach == nil {
+		return errors.New("sandboxes: set ids or labels, or attach (a binding never applies to every sandbox by default)")
 	}
 	for _, id := range b.Sandboxes.IDs {
 		if id == "" {

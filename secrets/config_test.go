@@ -12,11 +12,14 @@ func TestLoadExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadFile: %v", err)
 	}
-	if len(cfg.Secrets) != 3 || len(cfg.Bindings) != 4 {
-		t.Fatalf("got %d secrets and %d bindings, want 3 and 4", len(cfg.Secrets), len(cfg.Bindings))
+	if len(cfg.Secrets) != 3 || len(cfg.Bindings) != 5 {
+		t.Fatalf("got %d secrets and %d bindings, want 3 and 5", len(cfg.Secrets), len(cfg.Bindings))
 	}
 	if cfg.Secrets[0].TTL.String() != "5m0s" || cfg.Bindings[0].Port != DefaultPort || cfg.Bindings[1].Header != DefaultHeader {
 		t.Errorf("defaults not applied: %+v", cfg)
+	}
+	if b := cfg.Bindings[4]; b.ID != "github-uploads" || b.Attach == nil || len(b.Attach.UIDs) != 2 {
+		t.Errorf("the attachable binding: got %+v", b)
 	}
 	if _, err := New(cfg, testLogger(t)); err != nil {
 		t.Fatalf("New: %v", err)

@@ -13,8 +13,9 @@
 // are called through the TokenClient the gateway hands it (SetTokenClient).
 //
 // Entry points: LoadFile, New; the gateway calls the Injector through its
-// gateway.Injector seam, the daemon calls Placeholders, Forget and
-// SetTokenClient. Modes, placeholders, scrubbing and errors: secrets/DESIGN.md;
+// gateway.Injector seam, the daemon calls Attach (bindings a caller of its
+// API attaches at create; who may attach what is attach.go's rule),
+// Placeholders, AWSCredentialsFileFor, Forget and SetTokenClient. Modes, placeholders, scrubbing and errors: secrets/DESIGN.md;
 // the file format: docs/SECRETS.md and testdata/example.yaml; AWS, OAuth,
 // GitHub App: docs/CREDENTIALS.md.
 //

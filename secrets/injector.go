@@ -44,11 +44,12 @@ type Injector struct {
 	oauth    oauthCache
 	revokes  sync.WaitGroup // background revocations (githubapp.go)
 
-	mu      sync.Mutex
-	ph      map[phKey]string // (sandbox, secret) -> placeholder
-	phOwner map[string]phKey // placeholder -> (sandbox, secret)
-	phCount map[string]int   // sandbox -> placeholders issued to it
-	tokens  TokenClient      // the gateway's client for token endpoints (SetTokenClient)
+	mu       sync.Mutex
+	ph       map[phKey]string           // (sandbox, secret) -> placeholder
+	phOwner  map[string]phKey           // placeholder -> (sandbox, secret)
+	phCount  map[string]int             // sandbox -> placeholders issued to it
+	attached map[string]map[string]bool // sandbox -> binding ids attached by the API (attach.go); never mutated once stored
+	tokens   TokenClient                // the gateway's client for token endpoints (SetTokenClient)
 }
 
 type phKey struct{ sandbox, secret string }
@@ -100,15 +101,16 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 	}
 	log := oplog.For(logger, "secrets")
 	in := &Injector{
-		log:     log,
-		secrets: map[string]*secret{},
-		maxBody: cfg.MaxBodyScan,
-		budget:  newScanBudget(cfg.MaxBodyScanPerSandbox),
-		replay:  newReplayCache(DefaultAWSReplayEntries),
-		now:     time.Now,
-		ph:      map[phKey]string{},
-		phOwner: map[string]phKey{},
-		phCount: map[string]int{},
+		log:      log,
+		secrets:  map[string]*secret{},
+		maxBody:  cfg.MaxBodyScan,
+		budget:   newScanBudget(cfg.MaxBodyScanPerSandbox),
+		replay:   newReplayCache(DefaultAWSReplayEntries),
+		now:      time.Now,
+		ph:       map[phKey]string{},
+		phOwner:  map[string]phKey{},
+		phCount:  map[string]int{},
+		attached: map[string]map[string]bool{},
 	}
 	for _, sc := range cfg.Secrets {
 		in.secrets[sc.ID] = newSecret(sc, key, log)
@@ -123,7 +125,13 @@ func New(cfg Config, logger *slog.Logger) (*Injector, error) {
 			labels: bc.Sandboxes.Labels, host: host, port: port, paths: bc.Paths,
 			header: http.CanonicalHeaderKey(bc.Header), template: bc.Template,
 			basicUser: bc.BasicUser, basic: bc.BasicUser != "", mode: bc.Mode,
-			env: bc.PlaceholderEnv,
+			env: bc.PlaceholderEnv, id: bc.ID,
+		}
+		if a := bc.Attach; a != nil {
+			b.attachUIDs = map[int]bool{}
+			for _, u := range a.UIDs {
+				b.attachUIDs[u] = true
+			}
 		}
 		for _, id := range bc.Sandboxes.IDs {
 			b.ids[id] = true
@@ -168,8 +176,9 @@ func (in *Injector) NeedsMITM(sb Sandbox, host string, port int) bool {
 	if err != nil {
 		return false
 	}
+	att := in.attachedTo(sb.ID)
 	for _, b := range in.bindings {
-		if b.matchSandbox(sb) && b.matchDest(h, port) {
+		if b.applies(sb, att) && b.matchDest(h, port) {
 			return true
 		}
 	}
@@ -182,8 +191,9 @@ func (in *Injector) NeedsMITM(sb Sandbox, host string, port int) bool {
 // see every byte it sends: every TLS tunnel is intercepted (NeedsMITM) and
 // other opaque streams are scanned or refused.
 func (in *Injector) HoldsPlaceholders(sb Sandbox) bool {
+	att := in.attachedTo(sb.ID)
 	for _, b := range in.bindings {
-		if b.mode != ModeDefault && b.matchSandbox(sb) {
+		if b.mode != ModeDefault && b.applies(sb, att) {
 			return true
 		}
 	}
@@ -204,8 +214,9 @@ func (in *Injector) Placeholders(sb Sandbox) (map[string]string, error) {
 	if sb.ID == "" {
 		return out, nil
 	}
+	att := in.attachedTo(sb.ID)
 	for _, b := range in.bindings {
-		if b.mode == ModeDefault || !b.matchSandbox(sb) {
+		if b.mode == ModeDefault || !b.applies(sb, att) {
 			continue
 		}
 		if b.aws != nil {
@@ -255,6 +266,7 @@ func (in *Injector) Forget(sandboxID string) {
 		}
 	}
 	delete(in.phCount, sandboxID)
+	delete(in.attached, sandboxID)
 }
 
 // Check looks at a request that is not intercepted (plain HTTP, a CONNECT
@@ -400,8 +412,9 @@ func (in *Injector) analyze(sb Sandbox, req *http.Request) (*binding, bool, erro
 	}
 	var candidates, full []*binding
 	if https {
+		att := in.attachedTo(sb.ID)
 		for _, b := range in.bindings {
-			if b.matchSandbox(sb) && b.matchDest(host, port) {
+			if b.applies(sb, att) && b.matchDest(host, port) {
 				candidates = append(candidates, b)
 			}
 		}

@@ -61,24 +61,26 @@ func pathHasPrefix(p, prefix string) bool {
 
 // binding is a validated, compiled BindingConfig.
 type binding struct {
-	index     int
-	secret    *secret
-	ids       map[string]bool
-	labels    map[string]string
-	host      string // normalized pattern
-	port      int
-	methods   map[string]bool
-	paths     []string
-	header    string // canonical
-	template  string
-	basicUser string
-	basic     bool
-	mode      string
-	env       string
-	strip     []string // canonical
-	aws       *awsBinding
-	oauth     *OAuthConfig
-	github    *GitHubAppConfig
+	index      int
+	id         string       // BindingConfig.ID, may be empty
+	attachUIDs map[int]bool // non-nil: attachable by the API (attach.go)
+	secret     *secret
+	ids        map[string]bool
+	labels     map[string]string
+	host       string // normalized pattern
+	port       int
+	methods    map[string]bool
+	paths      []string
+	header     string // canonical
+	template   string
+	basicUser  string
+	basic      bool
+	mode       string
+	env        string
+	strip      []string // canonical
+	aws        *awsBinding
+	oauth      *OAuthConfig
+	github     *GitHubAppConfig
 	// oauthClientSecret holds the client secret of a refresh_token grant.
 	oauthClientSecret *secret
 }

@@ -403,6 +403,9 @@ func (s *Server) newSandbox(req api.CreateSandboxRequest) (*sandbox, *api.Error)
 	if req.Limits.CPUs > 0 {
 		sb.Limits.CPUs = req.Limits.CPUs
 	}
+	for _, id := range req.SecretBindings {
+		sb.SecretBindings = append(sb.SecretBindings, FakeBinding(id))
+	}
 	sb.Sandbox.Usage.Pids = 1
 	sb.env = append([]string(nil), req.Env...)
 	s.sandboxes[sb.ID] = sb
@@ -433,12 +436,35 @@ func validateCreate(req api.CreateSandboxRequest) *api.Error {
 			return invalid(fmt.Sprintf("env[%d]", i), "%q: want KEY=VALUE", e)
 		}
 	}
+	for _, id := range req.SecretBindings {
+		switch id {
+		case FakeBindingID:
+		case FakeForbiddenBindingID:
+			return &api.Error{Code: api.CodeForbidden, Field: "secret_bindings",
+				Message: fmt.Sprintf("secret_bindings: secret binding %q is not granted to this caller", id)}
+		default:
+			return invalid("secret_bindings", "secret binding %q is not an attachable binding", id)
+		}
+	}
 	if req.Workspace != "" {
 		if st, err := os.Stat(req.Workspace); err != nil || !st.IsDir() || !filepath.IsAbs(req.Workspace) {
 			return invalid("workspace", "%s: not an absolute path to a directory", req.Workspace)
 		}
 	}
 	return nil
+}
+
+// The fake's secrets file: one binding the test's caller may attach, one
+// it may not; any other id is not an attachable binding.
+const (
+	FakeBindingID          = "fake-api"
+	FakeForbiddenBindingID = "fake-root-only"
+)
+
+// FakeBinding is how the fake shows an attached binding.
+func FakeBinding(id string) api.SecretBinding {
+	return api.SecretBinding{ID: id, Secret: "fake-token", Host: "api.example.com", Port: 443, Mode: "placeholder",
+		Fingerprint: "hmac-sha256:0123456789abcdef0123456789abcdef", Version: "v1"}
 }
 
 // view is the API view of sb now.

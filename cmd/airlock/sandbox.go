@@ -86,6 +86,7 @@ command's own status instead.`,
 // createOptions are the flags of `airlock sandbox create`.
 type createOptions struct {
 	labels, env, allow       []string
+	secretBindings           []string
 	memory, tmpSize          config.Size
 	cpus                     float64
 	pids                     int64
@@ -105,9 +106,13 @@ ready) and prints its id once it can run commands. Limits not given are the
 daemon's defaults. The workspace is a host directory the caller owns, bound
 read-write at the same path; without one the sandbox gets an empty tmpfs
 workspace at /workspace. It lives until rm, --idle-timeout with nothing
-running, or --max-lifetime.`,
+running, or --max-lifetime. --secret-binding attaches a binding of the
+daemon's secrets file by its id: root may attach any binding with an attach
+block, another user only one whose attach.uids lists them; the sandbox gets
+its placeholder (if any), never the value (docs/CREDENTIALS.md).`,
 		Example: `  airlock sandbox create --label agent=coder --memory 1G --cpus 2 --allow api.openai.com
-  airlock sandbox create --workspace "$PWD" --idle-timeout 10m --json`,
+  airlock sandbox create --workspace "$PWD" --idle-timeout 10m --json
+  airlock sandbox create --secret-binding billing-api`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSandboxCreate(cmd, o) },
 	}
@@ -122,6 +127,7 @@ running, or --max-lifetime.`,
 	f.StringArrayVar(&o.env, "env", nil, "KEY=VALUE every exec gets (repeatable)")
 	f.StringVar(&o.mode, "mode", "", "enforce or report for this sandbox (default: the daemon's)")
 	f.StringArrayVar(&o.allow, "allow", nil, "allow HOST, HOST:PORT, *.domain or **.domain for this sandbox only, written as enforced (repeatable; if you are not root, a wildcard must stay inside one registrable domain: *.example.com, **.api.example.com)")
+	f.StringArrayVar(&o.secretBindings, "secret-binding", nil, "attach the secrets file's binding ID to this sandbox (repeatable; the binding needs an attach block granting you)")
 	f.Var(&o.idleTimeout, "idle-timeout", "remove the sandbox after this long with nothing running (default: the daemon's)")
 	f.Var(&o.maxLifetime, "max-lifetime", "remove the sandbox this long after creation (default: the daemon's)")
 	f.BoolVar(&o.json, "json", false, "print the whole sandbox as JSON instead of its id")
@@ -141,7 +147,7 @@ func runSandboxCreate(cmd *cobra.Command, o createOptions) error {
 		Labels:    labels,
 		Limits:    api.Limits{Memory: o.memory, CPUs: o.cpus, Pids: o.pids, TmpSize: o.tmpSize, ExecTimeout: o.execTimeout},
 		Workspace: ws, Env: o.env, Mode: o.mode, Allow: o.allow,
-		IdleTimeout: o.idleTimeout, MaxLifetime: o.maxLifetime,
+		IdleTimeout: o.idleTimeout, MaxLifetime: o.maxLifetime, SecretBindings: o.secretBindings,
 	}
 	c := newClient(cmd)
 	defer c.Close()
@@ -300,6 +306,7 @@ func printSandboxFields(w io.Writer, sb *api.Sandbox) error {
 		{"WorkDir", sb.WorkDir},
 		{"Mode", sb.Mode},
 		{"Allow", orDash(strings.Join(sb.Allow, ","))},
+		{"Secret bindings", orDash(bindingList(sb.SecretBindings))},
 		{"Created", sb.CreatedAt.Local().Format(time.RFC3339)},
 		{"Age", msDuration(sb.AgeMS)},
 		{"Idle", msDuration(sb.IdleMS)},
@@ -351,4 +358,18 @@ reported and the others are still removed; the exit status is then 1.`,
 			return nil
 		},
 	}
+}
+
+// bindingList shows attached bindings as "id (secret -> host:port mode
+// fingerprint)", comma-separated.
+func bindingList(bs []api.SecretBinding) string {
+	parts := make([]string, 0, len(bs))
+	for _, b := range bs {
+		fp := b.Fingerprint
+		if fp == "" {
+			fp = "source unreadable at creation"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s -> %s:%d %s, %s)", b.ID, b.Secret, b.Host, b.Port, b.Mode, fp))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -209,6 +209,8 @@ func TestSandboxUsageAndFailures(t *testing.T) {
 		{"daemon unreachable", []string{"--socket", dead, "sandbox", "ls"}, exitFailed, "airlock serve"},
 		{"exec daemon unreachable", []string{"--socket", dead, "sandbox", "exec", id, "--", "true"}, exitSetupFailed, dead},
 		{"logs unknown", []string{"sandbox", "logs", "sb-nope"}, exitFailed, "not_found"},
+		{"secret binding not granted", []string{"sandbox", "create", "--secret-binding", clienttest.FakeForbiddenBindingID}, exitFailed, "not granted"},
+		{"secret binding unknown", []string{"sandbox", "create", "--secret-binding", "/etc/secret"}, exitUsage, "secret_bindings"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -427,5 +429,22 @@ func TestCopiedLine(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSandboxCreateSecretBinding: --secret-binding reaches the API and
+// inspect shows the binding with its fingerprint.
+func TestSandboxCreateSecretBinding(t *testing.T) {
+	srv, run := fakeCLI(t)
+	id := mustCreate(t, run, "--secret-binding", clienttest.FakeBindingID)
+	if got := srv.Created(); len(got) != 1 || len(got[0].SecretBindings) != 1 || got[0].SecretBindings[0] != clienttest.FakeBindingID {
+		t.Fatalf("create request: got %+v", got)
+	}
+	out, _, code := run("", "sandbox", "inspect", id)
+	want := clienttest.FakeBinding(clienttest.FakeBindingID)
+	for _, s := range []string{"Secret bindings:", want.ID, want.Host + ":443", want.Fingerprint} {
+		if code != 0 || !strings.Contains(out, s) {
+			t.Errorf("inspect: exit %d, want %q in\n%s", code, s, out)
+		}
 	}
 }

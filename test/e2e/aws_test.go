@@ -56,6 +56,7 @@ bindings:
 	res := e.sh([]string{"--id", sandboxID("aws"), "--label", "e2e=aws", "--secrets", secretsFile,
 		"--allow", s3Host, "--allow", stsHost}, `
 set -e
+REAL_HOME=$HOME
 export HOME=/tmp AWS_DEFAULT_REGION=`+region+` AWS_CONFIG_FILE=/tmp/awsconfig AWS_PAGER= AWS_EC2_METADATA_DISABLED=true
 printf '[default]\ns3 =\n  addressing_style = path\n  multipart_threshold = 5MB\n  multipart_chunksize = 5MB\n' > /tmp/awsconfig
 env | grep '^AWS_' | sort
@@ -64,6 +65,11 @@ head -c 12000000 /dev/urandom > /tmp/up.bin
 /usr/bin/aws --endpoint-url https://`+s3Host+` s3 cp --only-show-errors s3://bucket/up.bin /tmp/down.bin
 cmp /tmp/up.bin /tmp/down.bin && echo same=yes
 echo "account=$(/usr/bin/aws --endpoint-url https://`+stsHost+` sts get-caller-identity --output text --query Account)"
+# The same placeholders from ~/.aws/credentials, with the variables unset
+# (a second later: the same request signed in the same second is a replay).
+sleep 1
+echo "file_placeholders=$(grep -c "= airlock-ph-" $REAL_HOME/.aws/credentials)"; cat $REAL_HOME/.aws/credentials
+echo "file_account=$(env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_SESSION_TOKEN AWS_SHARED_CREDENTIALS_FILE=$REAL_HOME/.aws/credentials /usr/bin/aws --endpoint-url https://`+stsHost+` sts get-caller-identity --output text --query Account)"
 `, "E2E_AWS_SECRET="+secret)
 	if res.code != 0 {
 		t.Log(dump(e.records()))
@@ -72,6 +78,8 @@ echo "account=$(/usr/bin/aws --endpoint-url https://`+stsHost+` sts get-caller-i
 	m := kv(res.stdout)
 	wantKV(t, m, "same", "yes", res)
 	wantKV(t, m, "account", "123456789012", res)
+	wantKV(t, m, "file_account", "123456789012", res)
+	wantKV(t, m, "file_placeholders", "2", res)
 	if n := s3.Parts(); n < 3 {
 		t.Errorf("fake s3 received %d upload parts, want 3 (a multipart upload)", n)
 	}

@@ -5,9 +5,11 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -138,8 +140,9 @@ func buildNpmTarball() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// npmHandler serves a packument and the tarball it points at.
-func npmHandler() (http.Handler, error) {
+// npmHandler serves a packument and the tarball it points at, under base
+// (https://registry.npmjs.org).
+func npmHandler(base string) (http.Handler, error) {
 	tgz, err := buildNpmTarball()
 	if err != nil {
 		return nil, err
@@ -153,7 +156,7 @@ func npmHandler() (http.Handler, error) {
 		"versions": map[string]any{npmVersion: map[string]any{
 			"name": npmName, "version": npmVersion, "main": "index.js",
 			"dist": map[string]string{
-				"tarball":   "https://registry.npmjs.org" + tarPath,
+				"tarball":   base + tarPath,
 				"shasum":    hex.EncodeToString(s1[:]),
 				"integrity": "sha512-" + base64.StdEncoding.EncodeToString(s512[:]),
 			},
@@ -293,6 +296,45 @@ func gitHead(root string) (string, error) {
 		return "", fmt.Errorf("git rev-parse: %v: %s", err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// basicAuthOnly serves next only to requests carrying Basic user:password
+// (compared in constant time); others get 401 with a Basic challenge, as a
+// forge answers git before its credential helper runs.
+func basicAuthOnly(user, password string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(u+":"+p), []byte(user+":"+password)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git.example.test"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearerOnly serves next only to requests carrying "Bearer token"; others
+// get 401, as a private registry answers.
+func bearerOnly(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintln(w, `{"error":"authentication required"}`)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// randomToken is prefix and 32 random hex digits.
+func randomToken(prefix string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return prefix + hex.EncodeToString(b[:]), nil
 }
 
 // echoAuthHandler answers with the Authorization header it received, in a

@@ -22,13 +22,18 @@ type world struct {
 	caFile string // the fake internet's CA (upstream.ca_file)
 	gitDir string // the served git repositories
 
-	pypi   *fakenet.Host // pypi.org, files.pythonhosted.org
-	npm    *fakenet.Host // registry.npmjs.org
-	goprox *fakenet.Host // proxy.golang.org, sum.golang.org
-	github *fakenet.Host // github.com, codeload.github.com
-	evil   *fakenet.Host // evil.example, exfil.example
-	api    *fakenet.Host // api.example.test: echoes Authorization
-	other  *fakenet.Host // other.example.test: a second allowed host
+	pypi       *fakenet.Host // pypi.org, files.pythonhosted.org
+	npm        *fakenet.Host // registry.npmjs.org
+	goprox     *fakenet.Host // proxy.golang.org, sum.golang.org
+	github     *fakenet.Host // github.com, codeload.github.com
+	evil       *fakenet.Host // evil.example, exfil.example
+	api        *fakenet.Host // api.example.test: echoes Authorization
+	other      *fakenet.Host // other.example.test: a second allowed host
+	gitAuth    *fakenet.Host // git.example.test: git over HTTPS for Basic x-access-token:gitToken only
+	gitAuthDir string        // its repositories
+	gitToken   string        // the real token it requires (random per run)
+	npmAuth    *fakenet.Host // npm.example.test: a registry for Bearer npmToken only
+	npmToken   string        // the real token it requires (random per run)
 }
 
 // w is set by TestMain when running as root; nil otherwise (tests then skip
@@ -82,12 +87,26 @@ func setup(dir string) (*world, error) {
 	if err := makeGitRepo(wd.gitDir); err != nil {
 		return wd, err
 	}
+	wd.gitAuthDir = filepath.Join(dir, "gitauth")
+	if err := makeGitRepo(wd.gitAuthDir); err != nil {
+		return wd, err
+	}
+	if wd.gitToken, err = randomToken("alk-git-real-"); err != nil {
+		return wd, err
+	}
 	pypi, err := pypiHandler()
 	if err != nil {
 		return wd, err
 	}
-	npm, err := npmHandler()
+	npm, err := npmHandler("https://registry.npmjs.org")
 	if err != nil {
+		return wd, err
+	}
+	npmPrivate, err := npmHandler("https://npm.example.test")
+	if err != nil {
+		return wd, err
+	}
+	if wd.npmToken, err = randomToken("alk-npm-real-"); err != nil {
 		return wd, err
 	}
 	goprox, err := goProxyHandler()
@@ -106,6 +125,8 @@ func setup(dir string) (*world, error) {
 		{&wd.evil, []string{"evil.example", "exfil.example"}, countingHandler()},
 		{&wd.api, []string{"api.example.test"}, echoAuthHandler()},
 		{&wd.other, []string{"other.example.test"}, countingHandler()},
+		{&wd.npmAuth, []string{"npm.example.test"}, bearerOnly(wd.npmToken, npmPrivate)},
+		{&wd.gitAuth, []string{"git.example.test"}, basicAuthOnly("x-access-token", wd.gitToken, gitHandler(wd.gitAuthDir))},
 	} {
 		if *h.dst, err = n.AddHost(h.names, h.handler); err != nil {
 			return wd, err

@@ -137,17 +137,22 @@ class Client:
                        exec_timeout: Optional[Duration] = None, workspace: Optional[str] = None,
                        env: Optional[Mapping[str, str]] = None, mode: Optional[str] = None,
                        allow: Optional[Sequence[str]] = None, idle_timeout: Optional[Duration] = None,
-                       max_lifetime: Optional[Duration] = None) -> Sandbox:
+                       max_lifetime: Optional[Duration] = None,
+                       secret_bindings: Optional[Sequence[str]] = None) -> Sandbox:
         """Creates a sandbox (POST /v1/sandboxes); it can run commands when
         this returns. Limits not given are the daemon's defaults; without a
         workspace (a host directory the caller owns) the sandbox gets an
-        empty one at /workspace."""
+        empty one at /workspace. secret_bindings names bindings of the
+        daemon's secrets file to attach (root: any with an attach block;
+        another caller: those granted to its uid); the sandbox shows them with
+        fingerprints, never values."""
         limits = _drop_none({"memory": memory, "cpus": cpus, "pids": pids, "tmp_size": tmp_size,
                              "exec_timeout": _duration(exec_timeout)})
         body = _drop_none({
             "labels": dict(labels or {}), "limits": limits, "workspace": workspace,
             "env": [f"{k}={v}" for k, v in (env or {}).items()], "mode": mode, "allow": list(allow or []),
             "idle_timeout": _duration(idle_timeout), "max_lifetime": _duration(max_lifetime),
+            "secret_bindings": list(secret_bindings) if secret_bindings else None,
         })
         return Sandbox.from_json(self._json("POST", "/sandboxes", body))
 

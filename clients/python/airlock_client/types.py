@@ -85,6 +85,19 @@ class Egress:
 
 
 @dataclass
+class SecretBinding:
+    """A secret binding attached to a sandbox: its id, the secret's id, the
+    destination, the mode and the value's keyed fingerprint; never a value."""
+    id: str = ""
+    secret: str = ""
+    host: str = ""
+    port: int = 0
+    mode: str = ""
+    fingerprint: str = ""
+    version: str = ""
+
+
+@dataclass
 class Sandbox:
     """A sandbox as GET /v1/sandboxes/{id} describes it."""
     id: str
@@ -96,6 +109,7 @@ class Sandbox:
     workdir: str = ""
     mode: str = ""
     allow: List[str] = field(default_factory=list)
+    secret_bindings: List[SecretBinding] = field(default_factory=list)
     created_at: Optional[datetime.datetime] = None
     age_ms: int = 0
     idle_ms: int = 0
@@ -112,6 +126,7 @@ class Sandbox:
         sb = _build(cls, d)
         sb.labels = dict(sb.labels or {})
         sb.allow = list(sb.allow or [])
+        sb.secret_bindings = [_build(SecretBinding, b) for b in d.get("secret_bindings") or []]
         sb.limits = _build(Limits, d.get("limits"))
         sb.usage = _build(Usage, d.get("usage"))
         sb.egress = Egress.from_json(d.get("egress"))

@@ -19,6 +19,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from airlock_client import AirlockError, Client  # noqa: E402
 
 START_TIMEOUT = 60.0
+# The value behind the py-api binding (test_secret_bindings).
+SECRET_VALUE = "alk-py-real-secret-3d9f0a7c51"
 STOP_TIMEOUT = 60.0
 
 
@@ -43,8 +45,18 @@ class Daemon:
         with open(os.path.join(policy_dir, "ask.rego"), "w") as f:
             f.write('package airlock.egress\n\n'
                     'ask contains {"id": "test_ask", "msg": "a test host"} if input.destination.host == "ask.airlock.test"\n')
+        # One attachable secret binding, root only (test_secret_bindings);
+        # the value is in the daemon's environment and must never come back.
+        secrets_file = os.path.join(self.dir, "secrets.yaml")
+        with open(os.open(secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write("secrets:\n  - id: py-token\n    env: ALK_PY_SECRET\n"
+                    "bindings:\n  - id: py-api\n    secret: py-token\n    host: api.airlock.test\n"
+                    "    template: \"Bearer {{value}}\"\n    mode: placeholder\n    placeholder_env: PY_API_TOKEN\n"
+                    "    attach: {uids: []}\n")
         with open(self.config, "w") as f:
-            f.write(f"""policy:
+            f.write(f"""secrets:
+  file: {secrets_file}
+policy:
   dir: {policy_dir}
 approval:
   timeout: 30s
@@ -62,7 +74,8 @@ sandbox:
         self.proc = subprocess.Popen(
             [bin_path, "serve", "--config", self.config, "--run-dir", os.path.join(self.dir, "run"),
              "--drain-timeout", "5s"],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, ALK_PY_SECRET=SECRET_VALUE))
 
     def log(self) -> str:
         with open(self.log_path, "rb") as f:

@@ -370,3 +370,21 @@ def test_health_reports_run_dir_gone(daemon, client):
     finally:
         os.rename(run_dir + ".moved", run_dir)
     assert client.health().ok
+
+
+def test_secret_bindings(client):
+    from conftest import SECRET_VALUE
+    sb = client.create_sandbox(labels={"agent": "py-bind"}, secret_bindings=["py-api"])
+    try:
+        assert [b.id for b in sb.secret_bindings] == ["py-api"]
+        b = client.get_sandbox(sb.id).secret_bindings[0]
+        assert (b.secret, b.host, b.port, b.mode) == ("py-token", "api.airlock.test", 443, "placeholder")
+        assert b.fingerprint.startswith("hmac-sha256:") and b.version
+        out = client.run_command(sb.id, ["sh", "-c", "echo $PY_API_TOKEN"]).stdout.decode()
+        assert out.startswith("airlock-ph-") and SECRET_VALUE not in out
+        assert SECRET_VALUE not in repr(client.get_sandbox(sb.id))
+    finally:
+        client.delete_sandbox(sb.id)
+    with pytest.raises(APIError) as e:
+        client.create_sandbox(secret_bindings=["py-token"])  # a secret id, not a binding id
+    assert e.value.code == "invalid_field" and "py-token" in e.value.message
