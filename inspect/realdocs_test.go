@@ -80,7 +80,11 @@ func TestRealDocumentRates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads a few thousand files")
 	}
-	docs := realDocs(t, 3000)
+	maxDocs := 3000
+	if raceOn {
+		maxDocs = 300 // the rates over all of them: go test -run TestRealDocumentRates ./inspect/
+	}
+	docs := realDocs(t, maxDocs)
 	if len(docs) < 100 {
 		t.Skipf("found only %d documents offline", len(docs))
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package inspect_test
+
+const raceOn = false
