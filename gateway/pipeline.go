@@ -141,7 +141,10 @@ func (g *Gateway) logDecision(rc *reqCtx, result string) {
 			g.logger.Info("allow", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port)
 		}
 	case result == audit.DecisionAllow:
-		g.logger.Error("upstream failure", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port, oplog.ErrorKey, rc.err)
+		// The origin's failure (no such host, refused, timed out), answered to
+		// the sandbox with a 502 naming it and audited: not airlock's own, so
+		// Warn, and `airlock run` does not print it amid the command's output.
+		g.logger.Warn("upstream failure", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port, oplog.ErrorKey, rc.err)
 	default:
 		g.logger.Warn("deny", oplog.IDKey, rc.id, oplog.SandboxKey, rc.cc.sb.info.ID, oplog.KindKey, rc.kind, oplog.HostKey, rc.host, oplog.PortKey, rc.port, oplog.ErrorKey, rc.err)
 	}
