@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-dev/airlock/inspect"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/wsframe"
 )
 
 // Reason ids of websocket inspection.
@@ -91,16 +92,11 @@ type wsScan struct {
 	rc   *reqCtx
 	late *lateFindings
 
-	hdr     []byte
-	left    uint64
-	mask    [4]byte
-	masked  bool
-	maskPos int
-	opcode  byte
-	fin     bool
-	msg     StreamScanner // the data message being received
-	buf     []byte
-	err     error
+	fr     wsframe.Reader
+	opcode byte
+	fin    bool
+	msg    StreamScanner // the data message being received
+	err    error
 }
 
 // newWSScan returns rc's websocket scanner, or nil when inspection is off.
@@ -119,52 +115,27 @@ func (w *wsScan) check(p []byte) error {
 	if w.err != nil || len(p) == 0 {
 		return w.err
 	}
-	out := w.buf[:0]
-	for len(p) > 0 {
-		if w.left == 0 {
-			w.hdr = append(w.hdr, p[0])
-			p = p[1:]
-			need, ok := wsHeaderLen(w.hdr)
-			if !ok || len(w.hdr) < need {
-				continue
-			}
-			if err := w.start(); err != nil {
-				w.err = err
-				return err
-			}
-			out = w.flushFrame(out)
-			continue
-		}
-		n := min(uint64(len(p)), w.left)
-		if w.opcode < 8 { // data or continuation: part of the message
-			for _, c := range p[:n] {
-				if w.masked {
-					c ^= w.mask[w.maskPos&3]
-				}
-				w.maskPos++
-				out = append(out, c)
-			}
-		}
-		p = p[n:]
-		w.left -= n
-		out = w.flushFrame(out)
+	if err := w.fr.Feed(p, w.start, w.payload); err != nil && w.err == nil {
+		w.err = err
 	}
-	w.buf = out[:0]
 	return w.err
 }
 
-// flushFrame writes the payload gathered to the message's scanner and, at
-// the end of a final frame, closes the message; it asks policy when the
-// scanner found something new.
-func (w *wsScan) flushFrame(out []byte) []byte {
-	if w.msg != nil && len(out) > 0 {
-		w.msg.Write(out)
+// payload writes a piece of a data frame to the message's scanner.
+func (w *wsScan) payload(h *wsframe.Header, b []byte) {
+	if w.msg != nil && !h.Control() {
+		w.msg.Write(b)
 	}
-	out = out[:0]
+	w.flushFrame()
+}
+
+// flushFrame closes the message at the end of its final frame and asks
+// policy when the scanner found something new.
+func (w *wsScan) flushFrame() {
 	if w.msg == nil {
-		return out
+		return
 	}
-	end := w.left == 0 && w.fin && w.opcode < 8
+	end := w.fr.Left() == 0 && w.fin && w.opcode < 8
 	if end {
 		w.msg.Close()
 	}
@@ -174,38 +145,17 @@ func (w *wsScan) flushFrame(out []byte) []byte {
 	if end {
 		w.msg = nil
 	}
-	return out
 }
 
-// start reads a gathered frame header.
-func (w *wsScan) start() error {
-	h := w.hdr
-	w.hdr = w.hdr[:0]
-	op := h[0] & 0x0f
-	w.fin = h[0]&0x80 != 0
-	if h[0]&0x40 != 0 {
+// start begins a frame: a control frame is not part of the message, a
+// continuation goes on with it, a new data frame starts the next one.
+func (w *wsScan) start(h *wsframe.Header) error {
+	if h.RSV1 {
 		return deny(ReasonWSCompressed, "a compressed websocket frame, but no extension was negotiated")
 	}
-	w.masked = h[1]&0x80 != 0
-	l := uint64(h[1] & 0x7f)
-	i := 2
-	switch l {
-	case 126:
-		l = uint64(h[2])<<8 | uint64(h[3])
-		i = 4
-	case 127:
-		l = 0
-		for _, c := range h[2:10] {
-			l = l<<8 | uint64(c)
-		}
-		i = 10
-	}
-	if w.masked {
-		copy(w.mask[:], h[i:i+4])
-	}
-	w.maskPos, w.left = 0, l
-	switch {
-	case op >= 8: // control: not part of the message
+	w.fin = h.Fin
+	switch op := h.Opcode; {
+	case h.Control():
 		w.opcode = op
 	case op == 0: // continuation
 		w.opcode = 0
@@ -220,26 +170,8 @@ func (w *wsScan) start() error {
 		}
 		w.msg = w.g.cfg.Inspector.NewStream("ws.message")
 	}
+	w.flushFrame()
 	return nil
-}
-
-// wsHeaderLen returns the length of the frame header in h once its first two
-// bytes are known.
-func wsHeaderLen(h []byte) (int, bool) {
-	if len(h) < 2 {
-		return 0, false
-	}
-	n := 2
-	switch h[1] & 0x7f {
-	case 126:
-		n += 2
-	case 127:
-		n += 8
-	}
-	if h[1]&0x80 != 0 {
-		n += 4
-	}
-	return n, true
 }
 
 // wsScanConn is the client side of a websocket read through a wsScan.

@@ -1,6 +1,10 @@
 package secrets
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/airlock-dev/airlock/wsframe"
+)
 
 // StreamGuard watches what a sandbox that holds placeholders sends on a
 // stream the gateway relays without parsing it as HTTP (a raw TCP tunnel, a
@@ -15,8 +19,8 @@ type StreamGuard struct {
 	in    *Injector
 	sb    Sandbox
 	where string
-	ws    *wsFrames // nil: check the bytes as they are
-	tail  []byte    // last checked bytes, lower-cased, < len(PlaceholderPrefix)
+	ws    *wsframe.Reader // nil: check the bytes as they are
+	tail  []byte          // last checked bytes, lower-cased, < len(PlaceholderPrefix)
 	buf   []byte
 	err   error
 }
@@ -29,7 +33,7 @@ type StreamGuard struct {
 func (in *Injector) NewStreamGuard(sb Sandbox, websocket bool) *StreamGuard {
 	g := &StreamGuard{in: in, sb: sb, where: "stream"}
 	if websocket {
-		g.where, g.ws = "websocket", &wsFrames{}
+		g.where, g.ws = "websocket", &wsframe.Reader{}
 	}
 	return g
 }
@@ -42,7 +46,8 @@ func (g *StreamGuard) Check(p []byte) error {
 	}
 	data := p
 	if g.ws != nil {
-		data = g.ws.payload(p, g.buf[:0])
+		data = g.buf[:0]
+		g.ws.Feed(p, nil, func(_ *wsframe.Header, b []byte) { data = append(data, b...) }) // the header callback is nil: Feed cannot fail
 		g.buf = data[:0]
 	}
 	if g.found(data) {
@@ -74,87 +79,4 @@ func (g *StreamGuard) found(data []byte) bool {
 	}
 	g.tail = append(g.tail[:0], buf...)
 	return false
-}
-
-// wsFrames follows websocket frame boundaries across reads and returns the
-// unmasked payload bytes of what it is fed.
-type wsFrames struct {
-	hdr     []byte // a frame header being gathered
-	left    uint64 // payload bytes left in the current frame
-	mask    [4]byte
-	masked  bool
-	maskPos int
-}
-
-func (f *wsFrames) payload(b, out []byte) []byte {
-	for len(b) > 0 {
-		if f.left == 0 {
-			f.hdr = append(f.hdr, b[0])
-			b = b[1:]
-			need, ok := wsHeaderLen(f.hdr)
-			if !ok || len(f.hdr) < need {
-				continue
-			}
-			f.start()
-			continue
-		}
-		n := uint64(len(b))
-		if n > f.left {
-			n = f.left
-		}
-		for _, c := range b[:n] {
-			if f.masked {
-				c ^= f.mask[f.maskPos&3]
-				f.maskPos++
-			}
-			out = append(out, c)
-		}
-		b = b[n:]
-		f.left -= n
-	}
-	return out
-}
-
-// wsHeaderLen returns the length of the frame header in h once its first two
-// bytes are known.
-func wsHeaderLen(h []byte) (int, bool) {
-	if len(h) < 2 {
-		return 0, false
-	}
-	n := 2
-	switch h[1] & 0x7f {
-	case 126:
-		n += 2
-	case 127:
-		n += 8
-	}
-	if h[1]&0x80 != 0 {
-		n += 4
-	}
-	return n, true
-}
-
-// start reads the gathered header and begins its payload.
-func (f *wsFrames) start() {
-	h := f.hdr
-	f.masked = h[1]&0x80 != 0
-	l := uint64(h[1] & 0x7f)
-	i := 2
-	switch l {
-	case 126:
-		l = uint64(h[2])<<8 | uint64(h[3])
-		i = 4
-	case 127:
-		l = 0
-		for _, c := range h[2:10] {
-			l = l<<8 | uint64(c)
-		}
-		i = 10
-	}
-	if f.masked {
-		copy(f.mask[:], h[i:i+4])
-	}
-	f.maskPos = 0
-	f.left = l
-	f.hdr = f.hdr[:0]
 }
