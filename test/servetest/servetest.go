@@ -97,11 +97,19 @@ func StartWith(t testing.TB, o Options, bin, config, socket, runDir string, extr
 	}
 	go func() { _ = d.cmd.Wait(); close(d.exited) }()
 	t.Cleanup(func() {
+		// SIGTERM first: serve then tears down its sandboxes and warm pool
+		// (a SIGKILL left their namespaces behind, the run directory with
+		// their state files being the test's temporary one).
 		select {
 		case <-d.exited:
 		default:
-			_ = d.cmd.Process.Kill()
-			<-d.exited
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.exited:
+			case <-time.After(30 * time.Second):
+				_ = d.cmd.Process.Kill()
+				<-d.exited
+			}
 		}
 	})
 	d.C = client.New(socket)
