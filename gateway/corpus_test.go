@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,12 +252,18 @@ func wsFrameBytes(fin bool, op byte, payload []byte) []byte {
 // corpusOrigin answers every request with the current case's response and
 // keeps what it received.
 type corpusOrigin struct {
-	mu   sync.Mutex
-	c    inspecttest.Case
-	recv bytes.Buffer
+	mu       sync.Mutex
+	c        inspecttest.Case
+	recv     bytes.Buffer
+	inflight atomic.Int32 // handlers running: a refused case's may still be reading its cut body
 }
 
+// reset starts case c once the previous case's handlers are done, so what
+// one of them reads late is not counted as c's.
 func (o *corpusOrigin) reset(c inspecttest.Case) {
+	for deadline := time.Now().Add(10 * time.Second); o.inflight.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	o.mu.Lock()
 	o.c = c
 	o.recv.Reset()
@@ -264,6 +271,8 @@ func (o *corpusOrigin) reset(c inspecttest.Case) {
 }
 
 func (o *corpusOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.inflight.Add(1)
+	defer o.inflight.Add(-1)
 	b, _ := io.ReadAll(r.Body)
 	o.mu.Lock()
 	c := o.c
