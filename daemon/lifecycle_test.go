@@ -36,9 +36,11 @@ func TestIdleTimeout(t *testing.T) {
 	s := c.startExec(t, ctx, busy.ID, api.ExecRequest{Argv: []string{"sleep", "3"}})
 	s.next(t)
 	endRecord(t, w, idle.ID, ReasonIdleTimeout)
-	if _, ok := w.d.reg.get(idle.ID); ok {
-		t.Fatal("the idle sandbox is still registered")
-	}
+	// The end is audited first, then the sandbox leaves the registry.
+	poll.Until(t, 5*time.Second, "the idle sandbox unregistered", func() bool {
+		_, ok := w.d.reg.get(idle.ID)
+		return !ok
+	})
 	if _, ok := w.d.reg.get(busy.ID); !ok {
 		t.Fatal("a sandbox with a running exec ended for idleness")
 	}
