@@ -100,6 +100,7 @@ func appendBody(dst []byte, r *Record) []byte {
 			dst = appendString(dst, s.Fingerprint)
 			dst = appendStrField(dst, `,"where":`, s.Where)
 			dst = appendIntField(dst, `,"scrubbed":`, int64(s.Scrubbed))
+			dst = appendStrField(dst, `,"reauth":`, s.Reauth)
 			dst = append(dst, '}')
 		}
 		dst = append(dst, ']')

@@ -19,7 +19,7 @@ func fullRecord() *Record {
 		PolicyRev: "rev-9", Host: "pypi.org", Port: 443, IP: "198.18.0.1", Protocol: "h1",
 		Method: "GET", Path: "/simple/", Query: []string{"a", "b"}, Status: 403,
 		BytesUp: 1 << 40, BytesDown: -1, DurationMS: 0.0000001,
-		Secrets: []Secret{{ID: "gh", Version: "3", Fingerprint: "fp", Where: "header", Scrubbed: 2}},
+		Secrets: []Secret{{ID: "gh", Version: "3", Fingerprint: "fp", Where: "header", Scrubbed: 2, Reauth: "retried"}},
 		QName:   "pypi.org.", QType: "A", RCode: "NXDOMAIN",
 		Answers:  []Answer{{Type: "A", Data: "198.18.0.1", TTL: 4294967295}},
 		Upstream: "127.0.0.1:53", Flags: []string{"placeholder_seen"}, Error: "dial: refused",

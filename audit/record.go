@@ -141,6 +141,9 @@ type Secret struct {
 	Fingerprint string `json:"fingerprint"` // keyed HMAC, never a bare hash
 	Where       string `json:"where,omitempty"`
 	Scrubbed    int    `json:"scrubbed,omitempty"`
+	// Reauth: what a 401 to a minted token led to (retried, not_retried,
+	// held, refresh_failed); empty when there was none.
+	Reauth string `json:"reauth,omitempty"`
 }
 
 // Answer is one DNS answer as logged.

@@ -65,7 +65,7 @@ func shrink(r *Record, size int) *Record {
 		ss := c.Secrets[:min(len(c.Secrets), shrinkList)]
 		c.Secrets = make([]Secret, len(ss))
 		for i, x := range ss {
-			c.Secrets[i] = Secret{ID: cut(x.ID), Version: cut(x.Version), Fingerprint: cut(x.Fingerprint), Where: cut(x.Where), Scrubbed: x.Scrubbed}
+			c.Secrets[i] = Secret{ID: cut(x.ID), Version: cut(x.Version), Fingerprint: cut(x.Fingerprint), Where: cut(x.Where), Scrubbed: x.Scrubbed, Reauth: cut(x.Reauth)}
 		}
 	}
 	if len(c.Findings) > 0 {

@@ -515,6 +515,10 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 		}
 		return x, fail(ReasonUpstream, http.StatusBadGateway, err)
 	}
+	resp, err := s.reauthorize(rc, resp) // secrets.go: a 401 to a minted token
+	if err != nil {
+		return x, err
+	}
 	if err := s.g.scrub(rc, resp); err != nil {
 		s.dropUpstream()
 		return x, err

@@ -24,6 +24,9 @@ import (
 //   - NeedsMITM after policy allowed a tunnel: a binding forces interception;
 //   - Inject only on an intercepted request after policy allowed it (a binding
 //     never widens policy), and only over verified upstream TLS;
+//   - Reauthorize on a 401 to an injected request, before ScrubResponse: a
+//     minted token is refreshed once and the request, when its body can be
+//     sent again, retried once (reauthorize);
 //   - ScrubResponse on the upstream's response to an injected request before a
 //     byte of it reaches the sandbox. Redirects are never followed.
 //   - HoldsPlaceholders and NewStreamGuard: a sandbox that may hold a
@@ -38,6 +41,7 @@ type Injector interface {
 	CheckName(sb secrets.Sandbox, name string) error
 	Check(sb secrets.Sandbox, req *http.Request) error
 	Inject(ctx context.Context, sb secrets.Sandbox, req *http.Request) (*secrets.Applied, error)
+	Reauthorize(ctx context.Context, a *secrets.Applied, req *http.Request, retry bool) (bool, error)
 	ScrubResponse(a *secrets.Applied, resp *http.Response) error
 }
 
@@ -271,6 +275,76 @@ func (g *Gateway) inject(rc *reqCtx) error {
 	}
 	rc.applied = a
 	return nil
+}
+
+// maxReauthDrain is how much of a refused (401) response's body is read to
+// keep its upstream connection for the retry; past it the connection is
+// closed and the retry dials a fresh one.
+const maxReauthDrain = 64 << 10
+
+// reauthorize runs after the upstream answered an injected request, before
+// scrub: on a 401 to a request that carried a minted token (OAuth, GitHub
+// App) the Injector refreshes the token once and, when the request can be
+// sent again (no body, or one the secrets scan buffered: req.GetBody), the
+// request goes once more, and that answer is the one relayed, whatever it is.
+// A body that streamed is not replayed: the 401 goes to the sandbox and the
+// next request carries a fresh token. A failed refresh answers the sandbox
+// 503 (secret_unavailable, naming the binding). Never more than one retry.
+func (s *httpSession) reauthorize(rc *reqCtx, resp *http.Response) (*http.Response, error) {
+	inj := s.g.cfg.Injector
+	if inj == nil || rc.applied == nil || resp.StatusCode != http.StatusUnauthorized {
+		return resp, nil
+	}
+	req := rc.req
+	noBody := req.Body == nil || req.Body == http.NoBody
+	streamed := s.h2 != nil && s.h2.streamed
+	retry, err := inj.Reauthorize(context.Background(), rc.applied, req, noBody || (req.GetBody != nil && !streamed))
+	if err != nil || !retry {
+		if err != nil {
+			resp.Body.Close()
+			s.dropUpstream()
+		}
+		return resp, secretsErr(err)
+	}
+	if !drained(resp) && rc.up.h2 == nil {
+		if err := s.upstream(rc, true); err != nil {
+			return nil, err
+		}
+	}
+	if !noBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, fail(ReasonInjectFailed, http.StatusBadGateway, err)
+		}
+		if s.h2 != nil {
+			req.Body = h2Body{atomicCountReader{body, &s.h2.sent}, body}
+		} else {
+			req.Body = countReadCloser{countReader{body, &rc.bytesUp}, body}
+		}
+	}
+	var again *http.Response
+	if rc.up.h2 != nil {
+		again, err = s.roundTripH2(rc.up, req)
+	} else {
+		again, err = rc.up.roundTrip(req, s.g.cfg.ResponseHeaderTimeout, s.g.cfg.MaxHeaderBytes)
+	}
+	if err != nil {
+		s.dropUpstream()
+		if isTimeout(err) {
+			return nil, fail(ReasonTimeout, http.StatusGatewayTimeout, err)
+		}
+		return nil, fail(ReasonUpstream, http.StatusBadGateway, err)
+	}
+	return again, nil
+}
+
+// drained reads what is left of a refused response's body, up to
+// maxReauthDrain, and closes it; it reports whether the connection may carry
+// the retry.
+func drained(resp *http.Response) bool {
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxReauthDrain+1))
+	resp.Body.Close()
+	return err == nil && n <= maxReauthDrain && !resp.Close
 }
 
 // scrub prepares the upstream's response to an injected request before any of

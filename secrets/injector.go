@@ -61,8 +61,8 @@ type Applied struct {
 	rec      audit.Secret
 	scrub    *scrubber
 	scrubbed atomic.Int64
-	partial  bool   // a 206 may pass: only re-signed AWS requests (aws.go)
-	rejected func() // on a 401: drop the minted OAuth token it carried (oauth.go)
+	partial  bool    // a 206 may pass: only re-signed AWS requests (aws.go)
+	minted   *minted // the minted token it carried (OAuth, GitHub App): on a 401, oauth_reauth.go
 }
 
 // Audit returns the audit entries of the injected secret, with the number of
@@ -315,7 +315,7 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 		return nil, err
 	}
 	value, scrub := v.value.reveal(), v.scrub
-	var reject func()
+	var mint *minted
 	if b.oauth != nil || b.github != nil {
 		t, err := in.oauthAccess(ctx, sb, b, v)
 		if err != nil {
@@ -326,7 +326,7 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 		if b.github != nil {
 			key.sandbox = sb.ID
 		}
-		reject = func() { in.oauthRejected(key, t.access) }
+		mint = &minted{sb: sb, b: b, key: key, access: t.access}
 	}
 	cred, token := b.render(value)
 	req.Header.Del(b.header)
@@ -344,8 +344,8 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 		rec: audit.Secret{
 			ID: b.secret.cfg.ID, Version: v.id, Fingerprint: v.fp, Where: b.where(),
 		},
-		scrub:    scrub,
-		rejected: reject,
+		scrub:  scrub,
+		minted: mint,
 	}
 	in.log.Info("secret injected", oplog.SandboxKey, sb.ID, "secret", a.rec.ID,
 		"version", a.rec.Version, "where", a.rec.Where)

@@ -102,6 +102,9 @@ type oauthToken struct {
 	expires time.Time
 	scrub   *scrubber
 	revoke  string // URL that revokes it (GitHub installation tokens); "" for none
+	// refusedUntil: minted for a retry and refused too; no refresh on a 401
+	// before then (oauth_reauth.go). Guarded by the entry's mu.
+	refusedUntil time.Time
 }
 
 // oauthCache holds each binding's current token; one mint at a time per
@@ -195,9 +198,8 @@ func (in *Injector) oauthAccess(ctx context.Context, sb Sandbox, b *binding, v *
 }
 
 // oauthRejected drops b's cached token when the upstream answered 401 to a
-// request that carried it, so the next request mints a fresh one. The 401
-// itself goes to the sandbox: the request is not retried (its body may be
-// gone, and a retry is the client's to decide).
+// request that carried it, so that the next mint is a fresh one
+// (Reauthorize retries the request once when it can).
 func (in *Injector) oauthRejected(key tokenKey, access string) {
 	e := in.oauth.entry(key)
 	e.mu.Lock()

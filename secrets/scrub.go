@@ -222,8 +222,8 @@ func (in *Injector) ScrubResponse(a *Applied, resp *http.Response) error {
 		in.log.Warn("secrets refused response", "secret", a.rec.ID, "reason", reason)
 		return &ResponseError{Reason: reason}
 	}
-	if resp.StatusCode == http.StatusUnauthorized && a.rejected != nil {
-		a.rejected()
+	if resp.StatusCode == http.StatusUnauthorized {
+		in.unauthorized(a)
 	}
 	switch resp.StatusCode {
 	case http.StatusSwitchingProtocols:
