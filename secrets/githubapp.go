@@ -20,8 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/airlock-dev/airlock/oplog"
 )
 
 // GitHub App installation tokens: the gateway holds the app's private key,
@@ -206,43 +204,4 @@ func (in *Injector) mintGitHub(ctx context.Context, sb Sandbox, b *binding, v *v
 	}
 	return &oauthToken{access: r.Token, expires: exp, scrub: newScrubber(append(CanaryForms(r.Token), CanaryForms(jwt)...)),
 		revoke: strings.TrimSuffix(g.APIURL, "/") + "/installation/token"}, nil
-}
-
-// revokeGitHub revokes a forgotten sandbox's installation tokens (DELETE
-// /installation/token with the token itself), in the background: Forget does
-// not wait on GitHub. A failed revocation is logged; the token still expires
-// within the hour.
-func (in *Injector) revokeGitHub(sandbox string) {
-	in.mu.Lock()
-	client := in.tokens
-	in.mu.Unlock()
-	for _, e := range in.oauth.take(sandbox) {
-		e.mu.Lock()
-		t := e.tok
-		e.mu.Unlock()
-		if t == nil || t.revoke == "" || client == nil || !in.now().Before(t.expires) {
-			continue
-		}
-		in.revokes.Add(1)
-		go func() {
-			defer in.revokes.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), AssumeTimeout)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, t.revoke, nil)
-			req.Header.Set("Authorization", "Bearer "+t.access)
-			req.Header.Set("Accept", "application/vnd.github+json")
-			resp, err := client.Do(req)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusNoContent {
-					err = fmt.Errorf("github answered %d", resp.StatusCode)
-				}
-			}
-			if err != nil {
-				in.log.Warn("revoking a sandbox's installation token failed", oplog.SandboxKey, sandbox, oplog.ErrorKey, err)
-				return
-			}
-			in.log.Info("installation token revoked", oplog.SandboxKey, sandbox)
-		}()
-	}
 }

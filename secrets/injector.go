@@ -256,7 +256,7 @@ func (in *Injector) placeholder(sandbox, secretID string) (string, error) {
 // unknown wherever they appear.
 func (in *Injector) Forget(sandboxID string) {
 	in.assume.forget(sandboxID)
-	in.revokeGitHub(sandboxID)
+	in.revokeMinted(sandboxID)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for k, p := range in.ph {
@@ -322,11 +322,7 @@ func (in *Injector) Inject(ctx context.Context, sb Sandbox, req *http.Request) (
 			return nil, err
 		}
 		value, scrub = t.access, mergeScrubbers(scrub, t.scrub)
-		key := tokenKey{binding: b.index}
-		if b.github != nil {
-			key.sandbox = sb.ID
-		}
-		mint = &minted{sb: sb, b: b, key: key, access: t.access}
+		mint = &minted{sb: sb, b: b, key: b.tokenKey(sb), access: t.access}
 	}
 	cred, token := b.render(value)
 	req.Header.Del(b.header)

@@ -62,7 +62,26 @@ type OAuthConfig struct {
 	Audience string `yaml:"audience"`
 	// ClientAuth is basic (default) or body.
 	ClientAuth string `yaml:"client_auth"`
+	// PerSandbox mints one token per sandbox instead of one the binding's
+	// sandboxes share, so the upstream can tell them apart; deleting the
+	// sandbox revokes its token (RevocationURL). client_credentials only.
+	PerSandbox bool `yaml:"per_sandbox"`
+	// SandboxParam, with PerSandbox, is a form field of the token request
+	// that carries "airlock-<sandbox id>", for an endpoint that records or
+	// embeds it in the token (a custom claim). Optional.
+	SandboxParam string `yaml:"sandbox_param"`
+	// RevocationURL is the endpoint's RFC 7009 revocation endpoint, https:
+	// a per-sandbox token is revoked there when its sandbox is deleted.
+	// Optional.
+	RevocationURL string `yaml:"revocation_url"`
 }
+
+// oauthReservedParams are the token request's own fields; sandbox_param may
+// not name one.
+var oauthReservedParams = map[string]bool{"grant_type": true, "client_id": true, "client_secret": true,
+	"scope": true, "audience": true, "refresh_token": true}
+
+var oauthParamRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 var oauthErrRE = regexp.MustCompile(`^[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}$`)
 
@@ -88,10 +107,34 @@ func (o *OAuthConfig) validate(ids map[string]bool) error {
 	case o.ClientAuth != OAuthAuthBasic && o.ClientAuth != OAuthAuthBody:
 		return fmt.Errorf("oauth.client_auth: %q is not one of basic, body", o.ClientAuth)
 	}
+	if err := o.validatePerSandbox(); err != nil {
+		return err
+	}
 	for _, s := range o.Scopes {
 		if s == "" || strings.ContainsAny(s, " \"\\") || hasCtl(s) {
 			return fmt.Errorf("oauth.scopes: %q is not a scope", s)
 		}
+	}
+	return nil
+}
+
+func (o *OAuthConfig) validatePerSandbox() error {
+	if o.RevocationURL != "" {
+		u, err := url.Parse(o.RevocationURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.Fragment != "" {
+			return fmt.Errorf("oauth.revocation_url: %q is not an https URL", o.RevocationURL)
+		}
+		if !o.PerSandbox {
+			return errors.New("oauth.revocation_url: only with per_sandbox (a shared token outlives any one sandbox)")
+		}
+	}
+	switch {
+	case o.PerSandbox && o.Grant != GrantClientCredentials:
+		return errors.New("oauth.per_sandbox: only with the client_credentials grant (a rotated refresh token cannot serve several sandboxes)")
+	case o.SandboxParam != "" && !o.PerSandbox:
+		return errors.New("oauth.sandbox_param: only with per_sandbox")
+	case o.SandboxParam != "" && (!oauthParamRE.MatchString(o.SandboxParam) || oauthReservedParams[o.SandboxParam]):
+		return fmt.Errorf("oauth.sandbox_param: %q is not a form field name of its own (letters, digits, _ . -; not a token request field)", o.SandboxParam)
 	}
 	return nil
 }
@@ -115,7 +158,8 @@ type oauthCache struct {
 }
 
 // tokenKey: a binding's token, per sandbox for per-sandbox tokens (GitHub
-// App installation tokens); sandbox "" for one shared by the binding.
+// App installation tokens, oauth.per_sandbox); sandbox "" for one shared by
+// the binding.
 type tokenKey struct {
 	binding int
 	sandbox string
@@ -142,27 +186,32 @@ func (c *oauthCache) entry(k tokenKey) *oauthEntry {
 }
 
 // take removes and returns a sandbox's per-sandbox entries.
-func (c *oauthCache) take(sandbox string) []*oauthEntry {
+func (c *oauthCache) take(sandbox string) map[tokenKey]*oauthEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []*oauthEntry
+	out := map[tokenKey]*oauthEntry{}
 	for k, e := range c.m {
 		if k.sandbox == sandbox && sandbox != "" {
-			out = append(out, e)
+			out[k] = e
 			delete(c.m, k)
 		}
 	}
 	return out
 }
 
+// tokenKey is where b's token for sb is cached.
+func (b *binding) tokenKey(sb Sandbox) tokenKey {
+	key := tokenKey{binding: b.index}
+	if b.github != nil || (b.oauth != nil && b.oauth.PerSandbox) {
+		key.sandbox = sb.ID
+	}
+	return key
+}
+
 // oauthAccess returns b's current access token, minting one when there is
 // none or it is about to expire.
 func (in *Injector) oauthAccess(ctx context.Context, sb Sandbox, b *binding, v *version) (*oauthToken, error) {
-	key := tokenKey{binding: b.index}
-	if b.github != nil {
-		key.sandbox = sb.ID
-	}
-	e := in.oauth.entry(key)
+	e := in.oauth.entry(b.tokenKey(sb))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := in.now()
@@ -180,7 +229,7 @@ func (in *Injector) oauthAccess(ctx context.Context, sb Sandbox, b *binding, v *
 		t, err = in.mintGitHub(ctx, sb, b, v)
 		what = "github app installation token from " + b.tokenURL()
 	} else {
-		t, rotated, err = in.mintOAuth(ctx, b, v, e.refresh)
+		t, rotated, err = in.mintOAuth(ctx, sb, b, v, e.refresh)
 	}
 	if err != nil {
 		in.log.Error("token request failed", oplog.SandboxKey, sb.ID, "secret", b.secret.cfg.ID,
@@ -210,7 +259,7 @@ func (in *Injector) oauthRejected(key tokenKey, access string) {
 }
 
 // mintOAuth calls the token endpoint once.
-func (in *Injector) mintOAuth(ctx context.Context, b *binding, v *version, rotated string) (*oauthToken, string, error) {
+func (in *Injector) mintOAuth(ctx context.Context, sb Sandbox, b *binding, v *version, rotated string) (*oauthToken, string, error) {
 	in.mu.Lock()
 	client := in.tokens
 	in.mu.Unlock()
@@ -244,24 +293,12 @@ func (in *Injector) mintOAuth(ctx context.Context, b *binding, v *version, rotat
 	if o.Audience != "" {
 		form.Set("audience", o.Audience)
 	}
-	if o.ClientAuth == OAuthAuthBody || clientSecret == "" {
-		form.Set("client_id", o.ClientID)
-		if clientSecret != "" {
-			form.Set("client_secret", clientSecret)
-		}
+	if o.SandboxParam != "" {
+		form.Set(o.SandboxParam, sessionName(sb.ID))
 	}
 	ctx, cancel := context.WithTimeout(ctx, AssumeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.TokenURL, strings.NewReader(form.Encode()))
-	if err != nil {
-		return nil, "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	if o.ClientAuth == OAuthAuthBasic && clientSecret != "" {
-		req.SetBasicAuth(url.QueryEscape(o.ClientID), url.QueryEscape(clientSecret))
-	}
-	resp, err := client.Do(req)
+	resp, err := oauthPost(ctx, client, o, o.TokenURL, form, clientSecret)
 	if err != nil {
 		return nil, "", fmt.Errorf("token endpoint: %w", err)
 	}
@@ -296,5 +333,27 @@ func (in *Injector) mintOAuth(ctx context.Context, b *binding, v *version, rotat
 	if r.Refresh != "" {
 		forms = append(forms, CanaryForms(r.Refresh)...)
 	}
-	return &oauthToken{access: r.Access, expires: in.now().Add(life), scrub: newScrubber(forms)}, r.Refresh, nil
+	return &oauthToken{access: r.Access, expires: in.now().Add(life), scrub: newScrubber(forms),
+		revoke: o.RevocationURL}, r.Refresh, nil
+}
+
+// oauthPost posts form to an endpoint of o's authorization server with o's
+// client authentication (RFC 6749 2.3.1; RFC 7009 2.1 uses the same).
+func oauthPost(ctx context.Context, client TokenClient, o *OAuthConfig, endpoint string, form url.Values, clientSecret string) (*http.Response, error) {
+	if o.ClientAuth == OAuthAuthBody || clientSecret == "" {
+		form.Set("client_id", o.ClientID)
+		if clientSecret != "" {
+			form.Set("client_secret", clientSecret)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	if o.ClientAuth == OAuthAuthBasic && clientSecret != "" {
+		req.SetBasicAuth(url.QueryEscape(o.ClientID), url.QueryEscape(clientSecret))
+	}
+	return client.Do(req)
 }
