@@ -262,6 +262,10 @@ type RunRequest struct {
 	Limits    Limits            `json:"limits,omitempty"`
 	Mode      string            `json:"mode,omitempty"`
 	Allow     []string          `json:"allow,omitempty"`
+	// SecretBindings attaches bindings of the daemon's secrets file to the
+	// run's sandbox, as CreateSandboxRequest.SecretBindings does (the same
+	// rule; one refused name refuses the run before anything is built).
+	SecretBindings []string `json:"secret_bindings,omitempty"`
 }
 
 // RunResponse is the result of POST /v1/run.
@@ -273,6 +277,9 @@ type RunResponse struct {
 	Stderr       string `json:"stderr"`
 	Truncated    bool   `json:"truncated"`
 	Egress       Egress `json:"egress"`
+	// SecretBindings are the bindings the run's sandbox had attached
+	// (RunRequest.SecretBindings), without values.
+	SecretBindings []SecretBinding `json:"secret_bindings,omitempty"`
 }
 
 // AttachRequest is the body of POST /v1/attach (root only).

@@ -651,3 +651,22 @@ func TestCreateSandboxSecretBindings(t *testing.T) {
 		t.Errorf("forbidden binding: got %v, want forbidden on secret_bindings", err)
 	}
 }
+
+// TestRunSecretBindings: POST /v1/run takes secret_bindings as create does
+// and answers the attached bindings, without values; a refused one refuses
+// the run.
+func TestRunSecretBindings(t *testing.T) {
+	_, c := newFake(t)
+	res, err := c.Run(t.Context(), api.RunRequest{Argv: []string{"true"}, SecretBindings: []string{clienttest.FakeBindingID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.SecretBindings) != 1 || res.SecretBindings[0] != clienttest.FakeBinding(clienttest.FakeBindingID) {
+		t.Errorf("secret_bindings: got %+v, want the fake binding", res.SecretBindings)
+	}
+	_, err = c.Run(t.Context(), api.RunRequest{Argv: []string{"true"}, SecretBindings: []string{clienttest.FakeForbiddenBindingID}})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeForbidden || ae.Field != "secret_bindings" {
+		t.Errorf("forbidden binding: got %v, want forbidden on secret_bindings", err)
+	}
+}

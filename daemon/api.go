@@ -244,7 +244,7 @@ func (d *Daemon) apiRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, e := d.validateCreate(c, &api.CreateSandboxRequest{Labels: req.Labels, Limits: req.Limits, Workspace: req.Workspace,
-		Env: req.Env, Mode: req.Mode, Allow: req.Allow})
+		Env: req.Env, Mode: req.Mode, Allow: req.Allow, SecretBindings: req.SecretBindings})
 	if e != nil {
 		writeError(w, e)
 		return
@@ -261,6 +261,7 @@ func (d *Daemon) apiRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp.Egress = final.Egress
+	resp.SecretBindings = sb.params.bindings
 	sb.mu.Lock()
 	resp.PidsLimitHit = sb.finalRaw.PidsLimitHits > 0
 	sb.mu.Unlock()

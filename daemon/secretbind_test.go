@@ -168,3 +168,40 @@ func TestAWSCredentialsFilePlanted(t *testing.T) {
 		t.Errorf("a sandbox without an AWS binding got ~/.aws/credentials")
 	}
 }
+
+// TestRunSecretBindings: POST /v1/run attaches bindings by the create rule:
+// the run's sandbox gets the placeholder (never the value), the answer
+// names the binding with its fingerprint, the binding is detached when the
+// run's sandbox is deleted; a binding the caller may not attach refuses the
+// run before a sandbox is built.
+func TestRunSecretBindings(t *testing.T) {
+	w := bindWorld(t)
+	before := w.exe.created.Load()
+	r := w.client(1001).json(t, "POST", "/v1/run", `{"argv":["true"],"secret_bindings":["api"]}`)
+	if e := r.apiError(t); r.status != http.StatusForbidden || e.Code != api.CodeForbidden || e.Field != "secret_bindings" {
+		t.Fatalf("another's binding: got %d %s, want 403 forbidden on secret_bindings", r.status, r.body)
+	}
+	if got := w.exe.created.Load(); got != before {
+		t.Errorf("executor sandboxes: got %d, want %d (none built)", got, before)
+	}
+
+	r = w.client(1000).json(t, "POST", "/v1/run", `{"argv":["true"],"secret_bindings":["api"]}`)
+	if r.status != http.StatusOK || strings.Contains(string(r.body), bindCanary) {
+		t.Fatalf("got %d %s, want 200 without the value", r.status, r.body)
+	}
+	var res api.RunResponse
+	r.decode(t, &res)
+	if len(res.SecretBindings) != 1 || res.SecretBindings[0].ID != "api" || !strings.HasPrefix(res.SecretBindings[0].Fingerprint, "hmac-sha256:") {
+		t.Errorf("secret_bindings: got %+v, want api with its fingerprint", res.SecretBindings)
+	}
+	w.exe.mu.Lock()
+	box := w.exe.boxes[len(w.exe.boxes)-1]
+	w.exe.mu.Unlock()
+	env := strings.Join(box.start.Env, "\n")
+	if !strings.Contains(env, "API_TOKEN="+secrets.PlaceholderPrefix) || strings.Contains(env, bindCanary) {
+		t.Errorf("sandbox env: got %q, want API_TOKEN's placeholder and no value", env)
+	}
+	if w.d.secrets.HoldsPlaceholders(secrets.Sandbox{ID: res.ID}) {
+		t.Error("binding still attached after the run's sandbox was deleted")
+	}
+}

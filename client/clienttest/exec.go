@@ -383,7 +383,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, e := s.newSandbox(api.CreateSandboxRequest{Labels: req.Labels, Limits: req.Limits, Workspace: req.Workspace,
-		Env: req.Env, Mode: req.Mode, Allow: req.Allow})
+		Env: req.Env, Mode: req.Mode, Allow: req.Allow, SecretBindings: req.SecretBindings})
 	if e != nil {
 		writeErr(w, e)
 		return
@@ -402,7 +402,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	}
 	var out, errb bytes.Buffer
 	res := s.runExec(r, x, p, &frameWriter{w: &capture{out: &out, err: &errb}, fl: nopFlusher{}})
-	writeJSON(w, 200, api.RunResponse{ID: sb.ID, ExecResult: *res, Stdout: out.String(), Stderr: errb.String(), Egress: sb.view().Egress})
+	writeJSON(w, 200, api.RunResponse{ID: sb.ID, ExecResult: *res, Stdout: out.String(), Stderr: errb.String(), Egress: sb.view().Egress,
+		SecretBindings: sb.SecretBindings})
 }
 
 // remove deletes sb without a request.

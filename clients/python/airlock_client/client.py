@@ -325,15 +325,19 @@ class Client:
             env: Optional[Mapping[str, str]] = None, workspace: Optional[str] = None, stdin: Optional[str] = None,
             memory: Optional[Size] = None, cpus: Optional[float] = None, pids: Optional[int] = None,
             tmp_size: Optional[Size] = None, timeout: Optional[Duration] = None, mode: Optional[str] = None,
-            allow: Optional[Sequence[str]] = None) -> RunResult:
+            allow: Optional[Sequence[str]] = None,
+            secret_bindings: Optional[Sequence[str]] = None) -> RunResult:
         """Creates a sandbox, runs argv in it with its output captured, and
         deletes it (POST /v1/run). This call has no timeout of its own; give
-        the command one with timeout."""
+        the command one with timeout. secret_bindings attaches bindings of
+        the daemon's secrets file by id, as create_sandbox does; the result
+        names them, never a value."""
         limits = _drop_none({"memory": memory, "cpus": cpus, "pids": pids, "tmp_size": tmp_size,
                              "exec_timeout": _duration(timeout)})
         body = _drop_none({"argv": list(argv), "labels": dict(labels or {}),
                            "env": [f"{k}={v}" for k, v in (env or {}).items()], "workspace": workspace,
-                           "stdin": stdin, "limits": limits, "mode": mode, "allow": list(allow or [])})
+                           "stdin": stdin, "limits": limits, "mode": mode, "allow": list(allow or []),
+                           "secret_bindings": list(secret_bindings) if secret_bindings else None})
         data = json.dumps(body).encode()
         conn, resp = self._open("POST", "/run", None, data, "application/json", timeout=None)
         try:

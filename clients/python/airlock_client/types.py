@@ -260,12 +260,14 @@ class RunResult:
     truncated: bool = False
     pids_limit_hit: bool = False
     egress: Egress = field(default_factory=Egress)
+    secret_bindings: List[SecretBinding] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "RunResult":
         return cls(id=d.get("id", ""), result=ExecResult.from_json(d), stdout=d.get("stdout", ""),
                    stderr=d.get("stderr", ""), truncated=bool(d.get("truncated")),
-                   pids_limit_hit=bool(d.get("pids_limit_hit")), egress=Egress.from_json(d.get("egress")))
+                   pids_limit_hit=bool(d.get("pids_limit_hit")), egress=Egress.from_json(d.get("egress")),
+                   secret_bindings=[_build(SecretBinding, b) for b in d.get("secret_bindings") or []])
 
 
 @dataclass

@@ -388,3 +388,16 @@ def test_secret_bindings(client):
     with pytest.raises(APIError) as e:
         client.create_sandbox(secret_bindings=["py-token"])  # a secret id, not a binding id
     assert e.value.code == "invalid_field" and "py-token" in e.value.message
+
+
+def test_run_secret_bindings(client):
+    """POST /v1/run attaches bindings as create does: the command sees the
+    placeholder, the result names the binding, never the value."""
+    from conftest import SECRET_VALUE
+    res = client.run(["sh", "-c", "echo $PY_API_TOKEN"], labels={"agent": "py-bind"}, secret_bindings=["py-api"])
+    assert res.stdout.startswith("airlock-ph-") and SECRET_VALUE not in res.stdout, res
+    assert [b.id for b in res.secret_bindings] == ["py-api"] and res.secret_bindings[0].fingerprint.startswith("hmac-sha256:")
+    assert SECRET_VALUE not in repr(res)
+    with pytest.raises(APIError) as e:
+        client.run(["true"], secret_bindings=["py-token"])
+    assert e.value.code == "invalid_field" and "py-token" in e.value.message
