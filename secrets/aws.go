@@ -267,7 +267,7 @@ func (in *Injector) awsFresh(p *sigv4Parts) (time.Time, error) {
 func (in *Injector) awsRequest(req *http.Request, p *sigv4Parts, host, service string) (*sigv4Request, bool, error) {
 	sr := &sigv4Request{
 		method: req.Method, escapedPath: req.URL.EscapedPath(), rawQuery: req.URL.RawQuery,
-		host: host, header: req.Header, contentLength: req.ContentLength,
+		host: host, header: req.Header, contentLength: req.ContentLength, transferEncoding: req.TransferEncoding,
 		signedHeaders: p.signedHeaders, presigned: p.presigned,
 		s3: service == "s3" || service == "s3-object-lambda",
 	}

@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -231,6 +234,38 @@ func TestAWSResignAcceptedByRealSecret(t *testing.T) {
 		}
 		if got, _ := r.s3.Object("/bucket/chunked.txt"); !bytes.Equal(got, payload) {
 			t.Error("stored object differs from the decoded chunks")
+		}
+	})
+	// Regression (e2e TestRootAWSCLIStreamingChecksum): the aws CLI signs
+	// transfer-encoding on its aws-chunked uploads, and net/http moves that
+	// header into Request.TransferEncoding; every such upload was refused
+	// ("signed header transfer-encoding is missing").
+	t.Run("put unsigned trailer with transfer-encoding signed", func(t *testing.T) {
+		var framed bytes.Buffer
+		for off := 0; off < len(payload); off += 64 << 10 {
+			c := payload[off:min(off+64<<10, len(payload))]
+			fmt.Fprintf(&framed, "%x\r\n%s\r\n", len(c), c)
+		}
+		crc := binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(payload))
+		fmt.Fprintf(&framed, "0\r\nx-amz-checksum-crc32:%s\r\n\r\n", base64.StdEncoding.EncodeToString(crc))
+		req, _ := http.NewRequest("PUT", "https://s3.fake.test/bucket/trailer.txt", io.NopCloser(bytes.NewReader(framed.Bytes())))
+		req.ContentLength, req.TransferEncoding = -1, []string{"chunked"}
+		req.Header.Set("Content-Encoding", "aws-chunked")
+		req.Header.Set("X-Amz-Trailer", "x-amz-checksum-crc32")
+		req.Header.Set("X-Amz-Decoded-Content-Length", fmt.Sprint(len(payload)))
+		req.Header["transfer-encoding"] = []string{"chunked"} // lower case: the SDK's signer then signs it, as the CLI does
+		r.sdkSign(t, req, streamingTrailer, "s3", now.Add(4*time.Second))
+		delete(req.Header, "transfer-encoding") // where net/http leaves it on arrival: TransferEncoding only
+		if !strings.Contains(req.Header.Get("Authorization"), "transfer-encoding") {
+			t.Fatal("the test request does not sign transfer-encoding")
+		}
+		resp, _, err := r.send(t, req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("got %v %v, want 200; fake: %+v", resp, err, r.s3.Requests())
+		}
+		seen := r.s3.Requests()
+		if got, _ := r.s3.Object("/bucket/trailer.txt"); !bytes.Equal(got, payload) || seen[len(seen)-1].Checksum != "x-amz-checksum-crc32" {
+			t.Errorf("stored object equal %v, trailer checked %q; want the payload and crc32", bytes.Equal(got, payload), seen[len(seen)-1].Checksum)
 		}
 	})
 	t.Run("get", func(t *testing.T) {

@@ -224,10 +224,14 @@ type sigv4Request struct {
 	host          string // the Host value as signed
 	header        http.Header
 	contentLength int64
-	signedHeaders []string
-	payloadHash   string
-	presigned     bool // drop X-Amz-Signature from the query
-	s3            bool // S3 paths are not encoded a second time
+	// transferEncoding is the request's Transfer-Encoding, which net/http
+	// moves out of the header (the aws CLI signs it on an aws-chunked
+	// upload: "transfer-encoding:chunked").
+	transferEncoding []string
+	signedHeaders    []string
+	payloadHash      string
+	presigned        bool // drop X-Amz-Signature from the query
+	s3               bool // S3 paths are not encoded a second time
 }
 
 // canonical returns the canonical request.
@@ -276,6 +280,10 @@ func (r *sigv4Request) headerValue(name string) (string, error) {
 			return "", errors.New("content-length is signed but the body has no length")
 		}
 		return strconv.FormatInt(r.contentLength, 10), nil
+	case "transfer-encoding":
+		if len(r.transferEncoding) > 0 {
+			return strings.Join(r.transferEncoding, ","), nil
+		}
 	}
 	vals := r.header.Values(name)
 	if len(vals) == 0 {

@@ -5,11 +5,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/url"
@@ -82,6 +86,9 @@ type Seen struct {
 	Body              []byte
 	Verified          bool
 	Err               string
+	// Checksum names the aws-chunked trailer checksum that was verified
+	// against the decoded body (x-amz-checksum-crc32, ...); "" for none.
+	Checksum string
 }
 
 // Server is a fake S3 or STS endpoint.
@@ -135,6 +142,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		rec.Err = err.Error()
 	}
+	rec.Checksum = r.Header.Get(checkedHeader)
 	s.mu.Lock()
 	s.seen = append(s.seen, rec)
 	s.mu.Unlock()
@@ -196,13 +204,64 @@ func (s *Server) verify(r *http.Request, body []byte) ([]byte, error) {
 		return nil, errors.New("the request signature we calculated does not match the signature you provided")
 	}
 	r.Header.Set("X-Fake-Caller", creds.AccessKeyID)
+	var out []byte
+	var trailers map[string]string
 	switch hash {
 	case "STREAMING-AWS4-HMAC-SHA256-PAYLOAD":
-		return s.unchunk(body, creds, sig, t, true)
+		out, trailers, err = s.unchunk(body, creds, sig, t, true)
 	case "STREAMING-UNSIGNED-PAYLOAD-TRAILER":
-		return s.unchunk(body, creds, "", t, false)
+		out, trailers, err = s.unchunk(body, creds, "", t, false)
+	default:
+		return body, nil
 	}
-	return body, nil
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTrailer(r, out, trailers); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkedHeader carries, from verify to the record, the name of the
+// trailer checksum that matched.
+const checkedHeader = "X-Fake-Checksum-Verified"
+
+// checkTrailer checks an aws-chunked body's decoded length against
+// X-Amz-Decoded-Content-Length and the checksum trailer X-Amz-Trailer names
+// against the decoded body, as S3 does.
+func checkTrailer(r *http.Request, out []byte, trailers map[string]string) error {
+	if dl := r.Header.Get("X-Amz-Decoded-Content-Length"); dl != "" && dl != strconv.Itoa(len(out)) {
+		return fmt.Errorf("x-amz-decoded-content-length %s, but the chunks hold %d bytes", dl, len(out))
+	}
+	name := strings.ToLower(r.Header.Get("X-Amz-Trailer"))
+	if name == "" {
+		return nil
+	}
+	got, ok := trailers[name]
+	if !ok {
+		return fmt.Errorf("x-amz-trailer names %s, which the body does not carry", name)
+	}
+	var sum []byte
+	switch name {
+	case "x-amz-checksum-crc32":
+		sum = binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(out))
+	case "x-amz-checksum-crc32c":
+		sum = binary.BigEndian.AppendUint32(nil, crc32.Checksum(out, crc32.MakeTable(crc32.Castagnoli)))
+	case "x-amz-checksum-sha256":
+		h := sha256.Sum256(out)
+		sum = h[:]
+	case "x-amz-checksum-sha1":
+		h := sha1.Sum(out)
+		sum = h[:]
+	default:
+		return fmt.Errorf("trailer %s: not a checksum this fake knows", name)
+	}
+	if want := base64.StdEncoding.EncodeToString(sum); got != want {
+		return fmt.Errorf("trailer %s is %s, the decoded body's is %s", name, got, want)
+	}
+	r.Header.Set(checkedHeader, name)
+	return nil
 }
 
 // checkCred returns the credentials of the access key id cred names, if the
@@ -236,6 +295,19 @@ func (s *Server) clone(r *http.Request, signed []string, body []byte) *http.Requ
 		case "host":
 		case "content-length":
 			c.ContentLength = r.ContentLength
+		case "transfer-encoding":
+			// net/http moved it out of the header; the SDK's signer leaves
+			// "Transfer-Encoding" out of what it signs, as a client's
+			// choice, but a signature that covers it (the aws CLI's
+			// aws-chunked uploads) is checked over it, as S3 does: the
+			// lower-case key is not on the SDK's list of ignored headers.
+			te := r.TransferEncoding
+			if len(te) == 0 {
+				te = r.Header.Values("Transfer-Encoding")
+			}
+			if len(te) > 0 {
+				c.Header["transfer-encoding"] = []string{strings.Join(te, ",")}
+			}
 		default:
 			c.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
 		}
@@ -319,13 +391,14 @@ func hexSHA(b []byte) string {
 }
 
 // unchunk decodes an aws-chunked body, checking each chunk signature with the
-// SDK's stream signer when signedChunks is set.
-func (s *Server) unchunk(body []byte, creds aws.Credentials, seed string, t time.Time, signedChunks bool) ([]byte, error) {
+// SDK's stream signer when signedChunks is set, and returns the decoded body
+// and the trailers after the last chunk (names lower-cased).
+func (s *Server) unchunk(body []byte, creds aws.Credentials, seed string, t time.Time, signedChunks bool) ([]byte, map[string]string, error) {
 	var ss *v4.StreamSigner
 	if signedChunks {
 		sb, err := hex.DecodeString(seed)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ss = v4.NewStreamSigner(creds, s.cfg.Service, s.cfg.Region, sb)
 	}
@@ -334,31 +407,53 @@ func (s *Server) unchunk(body []byte, creds aws.Credentials, seed string, t time
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
-			return nil, errors.New("aws-chunked: truncated")
+			return nil, nil, errors.New("aws-chunked: truncated")
 		}
 		line = strings.TrimSuffix(line, "\r\n")
 		sizeHex, ext, _ := strings.Cut(line, ";")
 		size, err := strconv.ParseUint(sizeHex, 16, 32)
 		if err != nil {
-			return nil, errors.New("aws-chunked: bad size")
+			return nil, nil, errors.New("aws-chunked: bad size")
 		}
 		data := make([]byte, size)
 		if _, err := io.ReadFull(br, data); err != nil {
-			return nil, errors.New("aws-chunked: short chunk")
+			return nil, nil, errors.New("aws-chunked: short chunk")
 		}
 		if ss != nil {
 			got, _ := strings.CutPrefix(ext, "chunk-signature=")
 			want, _ := ss.GetSignature(context.Background(), nil, data, t)
 			if got != hex.EncodeToString(want) {
-				return nil, errors.New("aws-chunked: chunk signature does not match")
+				return nil, nil, errors.New("aws-chunked: chunk signature does not match")
 			}
 		}
 		out = append(out, data...)
 		if size == 0 {
-			return out, nil // trailers (if any) follow; not checked
+			trailers, err := readTrailers(br)
+			return out, trailers, err
 		}
 		if crlf, _ := br.ReadString('\n'); crlf != "\r\n" {
-			return nil, errors.New("aws-chunked: missing CRLF")
+			return nil, nil, errors.New("aws-chunked: missing CRLF")
+		}
+	}
+}
+
+// readTrailers reads "name:value" lines up to the empty line that ends an
+// aws-chunked body (or its end).
+func readTrailers(br *bufio.Reader) (map[string]string, error) {
+	trailers := map[string]string{}
+	for {
+		line, err := br.ReadString('\n')
+		line = strings.TrimSuffix(line, "\r\n")
+		if line == "" {
+			return trailers, nil
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			return nil, errors.New("aws-chunked: a trailer line without a colon")
+		}
+		trailers[strings.ToLower(strings.TrimSpace(name))] = strings.TrimSpace(value)
+		if err != nil {
+			return trailers, nil
 		}
 	}
 }
