@@ -108,13 +108,22 @@ func (a *fakeTokenAPI) n() int {
 // one mint, then nothing more while it is held. The client secret is in no
 // response, record or log.
 func TestOAuthRevokedMidRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h2   bool
+	}{{"http/1.1", false}, {"h2 client and upstream", true}} {
+		t.Run(tc.name, func(t *testing.T) { oauthRevokedMidRun(t, tc.h2) })
+	}
+}
+
+func oauthRevokedMidRun(t *testing.T, h2 bool) {
 	const clientSecret = "oauth-CLIENT-secret-0123456789"
 	pki := newTestPKI(t)
 	cert := pki.leaf(t, "auth.example", "api.oauth.example")
 	idp := &fakeIdP{secret: clientSecret, valid: map[string]bool{}}
 	auth := newUpstream(t, http.HandlerFunc(idp.token), &cert)
 	apiH := &fakeTokenAPI{idp: idp}
-	api := newUpstream(t, apiH, &cert)
+	api := newUpstreamProto(t, apiH, &cert, h2)
 	f := filepath.Join(t.TempDir(), "cs")
 	os.WriteFile(f, []byte(clientSecret), 0o600)
 	cfg, err := secrets.Parse([]byte(fmt.Sprintf(`max_body_scan: 4096
@@ -147,6 +156,9 @@ bindings:
 	mitm, _ := LoadCACert(pki.mitmCert)
 	roots.AddCert(mitm)
 	c := clientVia(h.explicit, roots)
+	if h2 {
+		c = h.h2Client()
+	}
 	base := fmt.Sprintf("https://api.oauth.example:%d", api.port)
 	small := "small-body-" + strings.Repeat("s", 100)
 	large := strings.Repeat("L", 3*4096)
@@ -205,6 +217,9 @@ bindings:
 			rec := lastHTTPRecord(t, h, "api.oauth.example", path)
 			if rec.Status != tt.wantStatus || len(rec.Secrets) != 1 || rec.Secrets[0].Reauth != tt.wantReauth {
 				t.Errorf("got record status %d secrets %+v, want %d reauth %q", rec.Status, rec.Secrets, tt.wantStatus, tt.wantReauth)
+			}
+			if got := string(rec.Extra["http_version"]); h2 && got != `"2"` {
+				t.Errorf("record http_version %s, want 2 (the h2 path)", got)
 			}
 			if tt.wantStatus == http.StatusServiceUnavailable {
 				// A clear error: the binding and the endpoint's code, never its description.
