@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/policy/policytest"
 	"github.com/airlock-dev/airlock/secrets"
@@ -25,6 +26,9 @@ type fakeIdP struct {
 	mints  int
 	down   bool
 	reject bool // the API refuses every token (a scope the token never has)
+	// trickle: a 401's body never ends (until the connection or stream is
+	// gone, or 10 s)
+	trickle bool
 }
 
 func (f *fakeIdP) token(w http.ResponseWriter, r *http.Request) {
@@ -76,10 +80,20 @@ func (a *fakeTokenAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.idp.mu.Lock()
 	ok := a.idp.valid[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")] && !a.idp.reject
 	a.idp.mu.Unlock()
+	a.idp.mu.Lock()
+	trickle := a.idp.trickle
+	a.idp.mu.Unlock()
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, "token revoked")
+		if trickle {
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+		}
 		return
 	}
 	fmt.Fprintf(w, "ok %s %d", r.URL.Path, len(body))
@@ -186,9 +200,11 @@ bindings:
 			[]string{"Bearer tok-4-abcdefghijklmnop"}, 4, secrets.ReauthFailed},
 		{"IdP back: the next request mints", func(f *fakeIdP) { f.down = false }, "GET", "", 200,
 			[]string{"Bearer tok-5-abcdefghijklmnop"}, 5, ""},
-		{"upstream refuses every token: one retry", func(f *fakeIdP) { f.reject = true }, "GET", "", 401,
+		{"revoked, the 401's body never ends: retried at once", func(f *fakeIdP) { f.valid, f.trickle = map[string]bool{}, true }, "GET", "", 200,
 			[]string{"Bearer tok-5-abcdefghijklmnop", "Bearer tok-6-abcdefghijklmnop"}, 6, secrets.ReauthRetried},
-		{"then held: no mint, no retry", nil, "GET", "", 401, []string{"Bearer tok-6-abcdefghijklmnop"}, 6, secrets.ReauthHeld},
+		{"upstream refuses every token: one retry", func(f *fakeIdP) { f.reject, f.trickle = true, false }, "GET", "", 401,
+			[]string{"Bearer tok-6-abcdefghijklmnop", "Bearer tok-7-abcdefghijklmnop"}, 7, secrets.ReauthRetried},
+		{"then held: no mint, no retry", nil, "GET", "", 401, []string{"Bearer tok-7-abcdefghijklmnop"}, 7, secrets.ReauthHeld},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

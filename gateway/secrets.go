@@ -277,11 +277,6 @@ func (g *Gateway) inject(rc *reqCtx) error {
 	return nil
 }
 
-// maxReauthDrain is how much of a refused (401) response's body is read to
-// keep its upstream connection for the retry; past it the connection is
-// closed and the retry dials a fresh one.
-const maxReauthDrain = 64 << 10
-
 // reauthorize runs after the upstream answered an injected request, before
 // scrub: on a 401 to a request that carried a minted token (OAuth, GitHub
 // App) the Injector refreshes the token once and, when the request can be
@@ -301,16 +296,21 @@ func (s *httpSession) reauthorize(rc *reqCtx, resp *http.Response) (*http.Respon
 	retry, err := inj.Reauthorize(context.Background(), rc.applied, req, noBody || (req.GetBody != nil && !streamed))
 	if err != nil || !retry {
 		if err != nil {
-			resp.Body.Close()
 			s.dropUpstream()
+			resp.Body.Close()
 		}
 		return resp, secretsErr(err)
 	}
-	if !drained(resp) && rc.up.h2 == nil {
+	// The refused answer's body is not read (an upstream could trickle it):
+	// an HTTP/2 stream is reset; an HTTP/1.1 connection is replaced first,
+	// since closing a body read from it would read the rest.
+	if rc.up.h2 == nil {
 		if err := s.upstream(rc, true); err != nil {
+			resp.Body.Close()
 			return nil, err
 		}
 	}
+	resp.Body.Close()
 	if !noBody {
 		body, err := req.GetBody()
 		if err != nil {
@@ -336,15 +336,6 @@ func (s *httpSession) reauthorize(rc *reqCtx, resp *http.Response) (*http.Respon
 		return nil, fail(ReasonUpstream, http.StatusBadGateway, err)
 	}
 	return again, nil
-}
-
-// drained reads what is left of a refused response's body, up to
-// maxReauthDrain, and closes it; it reports whether the connection may carry
-// the retry.
-func drained(resp *http.Response) bool {
-	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxReauthDrain+1))
-	resp.Body.Close()
-	return err == nil && n <= maxReauthDrain && !resp.Close
 }
 
 // scrub prepares the upstream's response to an injected request before any of
