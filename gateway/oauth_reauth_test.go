@@ -45,8 +45,6 @@ func (f *fakeIdP) token(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer","expires_in":3600}`, tok)
 }
 
-}
-
 func (f *fakeIdP) set(fn func(*fakeIdP)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
