@@ -6,28 +6,39 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
+
+	"github.com/airlock-dev/airlock/inspect"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Response inspection: what an intercepted or plain HTTP response carries
 // back to the agent (instructions injected into a page, an API answer, an
-// MCP tool description, an SSE event) is scanned as it streams, in pieces of
-// at most respScanPiece bytes (an SSE stream: event by event), and its
-// findings go on the request's audit record. The default flags and audits;
-// nothing is held back or changed.
+// MCP tool description, an SSE event) is scanned and, when it has findings,
+// decided on by policy again (input.content.findings, where "response.*" or
+// "sse.event"), before the agent reads it. The decision flags (an allow: the
+// default), strips (an allow with data.airlock.egress.strip: the hidden text
+// and injected instructions are removed, inspect.StripResponse) or blocks (a
+// deny). A body of declared length up to respDecideMax is read and decided
+// whole: a block refuses it before a byte reaches the agent. An SSE stream
+// is decided event by event (respstream.go): a block ends it at the event
+// boundary, before that event, with a final error event. Any other longer
+// or unsized body is decided piece by piece as it is read: a block cuts it
+// there (the client sees a truncated response, never one passed off as
+// complete).
 const (
 	respScanPiece = 64 << 10
 	respScanMax   = 8 << 20 // bytes of one response scanned
 )
 
+// respDecideMax bounds the response bodies read whole to be decided on.
+const respDecideMax = 1 << 20
+
 // inspectResponse scans resp's body when inspection is on and the body is
-// text the agent reads. A body of declared length up to respDecideMax is
-// read first and, when it has findings, policy is asked again with them
-// (input.content.findings, where "response.*"): a deny refuses the response
-// before a byte of it reaches the agent (a team's per-host "block"); the
-// default policy only records them. A longer or unsized body is scanned as
-// it streams and its findings are recorded (flag and audit).
-func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response) error {
+// text the agent reads (not compressed). cut abandons the upstream the body
+// comes from (a stream cut short must not be reused).
+func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response, cut func()) error {
 	sc := g.cfg.Inspector
 	if sc == nil || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
@@ -40,18 +51,18 @@ func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response) error {
 		rc.late = &lateFindings{}
 	}
 	mt, _, _ := mime.ParseMediaType(ct)
-	if n := resp.ContentLength; n > 0 && n <= respDecideMax && mt != "text/event-stream" {
+	sse := mt == "text/event-stream"
+	if n := resp.ContentLength; n > 0 && n <= respDecideMax && !sse {
 		return g.decideResponse(rc, resp, sc, ct)
 	}
-	resp.Body = &respScan{r: resp.Body, sc: sc, ct: ct, sse: mt == "text/event-stream", late: rc.late}
+	resp.Body = &respStream{g: g, rc: rc, r: resp.Body, sc: sc, ct: ct, sse: sse, sized: resp.ContentLength >= 0, cut: cut}
 	return nil
 }
 
-// respDecideMax bounds the response bodies read whole to be decided on.
-const respDecideMax = 1 << 20
-
 // decideResponse reads a sized response body, scans it, and asks policy
-// about its findings; it puts the body back for relay when allowed.
+// about its findings: a deny refuses the response, a strip rewrites it
+// (Content-Length fixed; ETag, Content-MD5 and digests dropped, as they
+// described the original); the body is put back for relay.
 func (g *Gateway) decideResponse(rc *reqCtx, resp *http.Response, sc Inspector, ct string) error {
 	body := make([]byte, resp.ContentLength)
 	if _, err := io.ReadFull(resp.Body, body); err != nil {
@@ -62,7 +73,34 @@ func (g *Gateway) decideResponse(rc *reqCtx, resp *http.Response, sc Inspector, 
 	if len(fs) == 0 || !rc.late.add(fs) {
 		return nil
 	}
-	return g.reaskLate(rc, rc.late, false, "in the response")
+	d, err := g.askLate(rc, rc.late, false, "in the response")
+	if err != nil || !strips(d) {
+		return err
+	}
+	out, spans := inspect.StripResponse(ct, body)
+	if len(spans) == 0 {
+		return nil
+	}
+	rc.late.strip(spans, 0)
+	resp.Body = replayBody{bytes.NewReader(out), resp.Body}
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	dropValidators(resp.Header)
+	return nil
+}
+
+// strips reports whether a decision that let a response through asks for it
+// stripped (not in report mode: there it is only recorded as allowed).
+func strips(d policy.Decision) bool {
+	return d.Allowed && d.Strip && d.Mode != policy.ModeReport
+}
+
+// dropValidators removes the headers that describe the original bytes of a
+// response the gateway rewrote.
+func dropValidators(h http.Header) {
+	for _, k := range []string{"Etag", "Content-Md5", "Digest", "Content-Digest", "Repr-Digest"} {
+		h.Del(k)
+	}
 }
 
 // readableResponse reports whether a content type is text an agent reads.
@@ -74,63 +112,3 @@ func readableResponse(ct string) bool {
 	return strings.HasPrefix(mt, "text/") || mt == "application/json" || strings.HasSuffix(mt, "+json") ||
 		mt == "application/xhtml+xml" || mt == "application/xml"
 }
-
-// respScan scans a response body as it is read, never holding more than
-// respScanPiece bytes of it beyond what was passed on.
-type respScan struct {
-	r       io.ReadCloser
-	sc      Inspector
-	ct      string
-	sse     bool
-	late    *lateFindings
-	pending []byte
-	scanned int
-}
-
-func (b *respScan) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if n > 0 && b.scanned < respScanMax {
-		b.pending = append(b.pending, p[:n]...)
-		b.flush(false)
-	}
-	if err != nil {
-		b.flush(true)
-	}
-	return n, err
-}
-
-// flush scans what is pending: whole SSE events, or pieces of
-// respScanPiece; everything at the end.
-func (b *respScan) flush(end bool) {
-	for len(b.pending) > 0 {
-		cut := len(b.pending)
-		switch {
-		case end:
-		case b.sse:
-			i := strings.LastIndex(string(b.pending), "\n\n")
-			if i < 0 {
-				if len(b.pending) < respScanPiece {
-					return
-				}
-			} else {
-				cut = i + 2
-			}
-		case len(b.pending) < respScanPiece:
-			return
-		}
-		piece := b.pending[:cut]
-		fs := b.sc.ScanResponse(b.ct, piece)
-		if b.sse {
-			for i := range fs {
-				if fs[i].Where == "response.body" {
-					fs[i].Where = "sse.event"
-				}
-			}
-		}
-		b.late.add(fs)
-		b.scanned += cut
-		b.pending = append(b.pending[:0], b.pending[cut:]...)
-	}
-}
-
-func (b *respScan) Close() error { return b.r.Close() }
