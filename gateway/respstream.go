@@ -102,14 +102,17 @@ func (b *respStream) fill() {
 // piece returns the length of the next piece of b.in ready to decide, or 0
 // when it must wait for more.
 func (b *respStream) piece(end bool) int {
-	if !b.sse || end {
+	if !b.sse {
 		return len(b.in)
 	}
-	if i := eventEnd(b.in); i > 0 {
+	if i := eventEnd(b.in[:min(len(b.in), respScanPiece)]); i > 0 {
 		return i
 	}
-	if len(b.in) >= respScanPiece {
+	switch {
+	case len(b.in) >= respScanPiece:
 		return respScanPiece
+	case end:
+		return len(b.in)
 	}
 	return 0
 }
