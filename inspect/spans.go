@@ -26,8 +26,11 @@ const maxStripSpans = 64
 // StripResponse returns a response body without what the response
 // detectors flag, for a policy that strips a response rather than blocking
 // it: hidden text (tag characters, zero-width runs, bidi controls; in HTML,
-// comments and hidden elements whole) and every injected-instruction phrase
-// ScanResponse matches, at any confidence. A JSON body stays JSON: each
+// comments and hidden elements whole) and the injected-instruction phrases
+// ScanResponse matches with medium or high confidence in plain text (the
+// low ones, "run the following command" and curl piped to a shell, are
+// everyday README text: they stay, and a policy that must not let them
+// through blocks instead). A JSON body stays JSON: each
 // string value is decoded, stripped and encoded again, the rest is kept
 // byte for byte. An SSE event's data lines are each read as JSON when they
 // parse and as text otherwise. Visible text other than the matched phrases
@@ -103,6 +106,9 @@ func textSpans(text []byte, html bool) []stripSpan {
 		i = j
 	}
 	for _, p := range injectionPhrases {
+		if p.conf == Low {
+			continue // everyday README text ("run the following command", curl | sh)
+		}
 		for _, m := range p.re.FindAllIndex(text, -1) {
 			out = append(out, stripSpan{m[0], m[1], DetectorInjection})
 		}
@@ -111,7 +117,7 @@ func textSpans(text []byte, html bool) []stripSpan {
 }
 
 // mergeSpans sorts spans and joins those that overlap (the first one's
-// detector names the union).
+// detector names the union); adjacent spans stay apart.
 func mergeSpans(s []stripSpan) []stripSpan {
 	if len(s) < 2 {
 		return s
@@ -120,7 +126,7 @@ func mergeSpans(s []stripSpan) []stripSpan {
 	out := s[:1]
 	for _, x := range s[1:] {
 		last := &out[len(out)-1]
-		if x.start <= last.end {
+		if x.start < last.end {
 			last.end = max(last.end, x.end)
 			continue
 		}
