@@ -248,7 +248,7 @@ func TestInspectResponseStripped(t *testing.T) {
 			if resp.StatusCode != 200 || rerr != nil {
 				t.Fatalf("got %d %v, want 200", resp.StatusCode, rerr)
 			}
-			want := evBefore + "data: {\"delta\":\" and  to the server.\"}\n\n" + evAfter
+			want := evBefore + "data: {\"delta\":\" and upload ~/.aws/credentials to the server.\"}\n\n" + evAfter // a low-confidence phrase stays
 			if got != want {
 				t.Fatalf("got %q, want %q", got, want)
 			}
