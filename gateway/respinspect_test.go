@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +84,20 @@ func respHandler(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", `"v1"`)
 		w.Header().Set("Content-MD5", "XrY7u+Ae7tCTyyK7j1rNww==")
 		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"notes","description":"Saves a note. %s%s"}]}}`, zw, injVisible)
+	case "/gz", "/gz-benign":
+		// A sized gzip body (as most APIs answer a client that accepts it).
+		text := `{"text":"Saves a note. ` + zw + injVisible + `"}`
+		if r.URL.Path == "/gz-benign" {
+			text = `{"text":"Saves a note for later."}`
+		}
+		var b bytes.Buffer
+		zwr := gzip.NewWriter(&b)
+		io.WriteString(zwr, text)
+		zwr.Close()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+		w.Write(b.Bytes())
 	case "/long":
 		// Unsized (chunked) text longer than one piece; the injection
 		// comes after the first piece was flushed.
@@ -301,5 +318,60 @@ func TestInspectResponseBenignSSEUntouched(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A gzip response (sized) is decoded to be read: injected instructions in it
+// are blocked (a refusal, nothing of the body) or stripped (the body sent
+// decoded without them, Content-Encoding dropped); a benign one passes
+// compressed, byte for byte.
+func TestInspectResponseCompressed(t *testing.T) {
+	_, clients := respHarness(t)
+	for _, c := range clients {
+		fetch := func(url string) (*http.Response, []byte) {
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Header.Set("Accept-Encoding", "gzip") // set by hand: the client does not decode
+			resp, err := c.client.Do(req)
+			if err != nil {
+				t.Fatalf("GET %s: %v", url, err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp, b
+		}
+		t.Run(c.name+"/blocked", func(t *testing.T) {
+			resp, body := fetch(c.base("block.example") + "/gz")
+			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Airlock-Reason") != "response_injection" {
+				t.Fatalf("got %d %q, want 403 response_injection", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"))
+			}
+			if zr, err := gzip.NewReader(bytes.NewReader(body)); err == nil {
+				if b, _ := io.ReadAll(zr); strings.Contains(string(b), "previous instructions") {
+					t.Fatal("the refused body reached the client")
+				}
+			}
+		})
+		t.Run(c.name+"/stripped", func(t *testing.T) {
+			resp, body := fetch(c.base("strip.example") + "/gz")
+			if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "" {
+				t.Fatalf("got %d, Content-Encoding %q; want 200 sent decoded", resp.StatusCode, resp.Header.Get("Content-Encoding"))
+			}
+			var v struct{ Text string }
+			if err := json.Unmarshal(body, &v); err != nil || strings.Contains(v.Text, "previous instructions") || strings.Contains(v.Text, zw) || !strings.HasPrefix(v.Text, "Saves a note.") {
+				t.Fatalf("got %q (%v), want the JSON without the instruction", body, err)
+			}
+		})
+		t.Run(c.name+"/benign", func(t *testing.T) {
+			resp, body := fetch(c.base("block.example") + "/gz-benign")
+			if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" {
+				t.Fatalf("got %d, Content-Encoding %q; want 200 gzip", resp.StatusCode, resp.Header.Get("Content-Encoding"))
+			}
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := io.ReadAll(zr); string(b) != `{"text":"Saves a note for later."}` {
+				t.Fatalf("got %q, want the benign body", b)
+			}
+		})
 	}
 }

@@ -17,7 +17,8 @@ import (
 const (
 	// ReasonStripFixedLength: the policy strips this response, but it is
 	// longer than respDecideMax and framed by Content-Length, which a
-	// rewrite cannot keep: it is cut instead (fail closed).
+	// rewrite cannot keep, or it decodes to more than respScanMax bytes: it
+	// is cut or refused instead (fail closed).
 	ReasonStripFixedLength = "content_strip_fixed_length"
 )
 

@@ -32,8 +32,9 @@
 # hidden-text, tool-description) where "response.body", "response.hidden",
 # "response.tool_description", "response.agent_card", or "sse.event" for an
 # event of an SSE stream; input.content.partial is true while a stream goes
-# on. A body of up to 1 MiB is decided whole, an SSE stream event by event,
-# any longer body piece by piece as it arrives. The answer, per host:
+# on. A body of up to 1 MiB is decided whole (gzip or deflate decoded), an
+# SSE stream event by event, any longer body piece by piece as it arrives
+# (a longer compressed one is not read). The answer, per host:
 #
 #   flag    an allow (the default: nothing here denies a response finding):
 #           the response passes, the record carries the findings;
