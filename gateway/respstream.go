@@ -173,9 +173,10 @@ func (b *respStream) decide(piece []byte, last bool) ([]byte, bool) {
 }
 
 // scan scans a piece (with the end of the last one, outside SSE) up to
-// respScanMax bytes of the body; past that one oversize finding.
+// respScanMax bytes of the body; past that one oversize finding. An SSE
+// stream is scanned whole, however long it lives: each event is bounded.
 func (b *respStream) scan(piece []byte) []inspect.Finding {
-	if b.scanned >= respScanMax {
+	if b.scanned >= respScanMax && !b.sse {
 		if b.over {
 			return nil
 		}
