@@ -105,9 +105,13 @@ func textSpans(text []byte, html bool) []stripSpan {
 		out = append(out, stripSpan{i, j, DetectorHiddenText})
 		i = j
 	}
-	for _, p := range injectionPhrases {
+	lower := gateText(text)
+	for i, p := range injectionPhrases {
 		if p.conf == Low {
 			continue // everyday README text ("run the following command", curl | sh)
+		}
+		if !phraseMayMatch(i, lower) {
+			continue
 		}
 		for _, m := range p.re.FindAllIndex(text, -1) {
 			out = append(out, stripSpan{m[0], m[1], DetectorInjection})
