@@ -26,7 +26,7 @@ func TestPhraseGates(t *testing.T) {
 		"\u017fystem prompt", "i\u017fnore", "\u212aeep", "ignore previous in\u017ftructions", "you are now",
 	}
 	filepath.WalkDir("/usr/share/doc", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || len(texts) > 800 {
+		if err != nil || d.IsDir() || len(texts) > 300 || testing.Short() {
 			return nil
 		}
 		if b, err := os.ReadFile(p); err == nil && len(b) < 256<<10 && !strings.HasSuffix(p, ".gz") {
