@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -257,7 +256,7 @@ func (b *proxyBody) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		b.rc.upOK = !b.upClose
 	} else if err != nil {
-		b.rc.err = fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("relaying response: %w", err))
+		b.rc.err = relayFailure(b.rc, err)
 		panic(http.ErrAbortHandler)
 	}
 	return n, err

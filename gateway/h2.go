@@ -378,7 +378,7 @@ func (st *h2Stream) copyBody(rc *reqCtx, body io.Reader) error {
 			return nil
 		}
 		if rerr != nil {
-			return fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("relaying response: %w", rerr))
+			return relayFailure(rc, rerr)
 		}
 	}
 }

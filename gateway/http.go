@@ -523,7 +523,7 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 		s.dropUpstream()
 		return x, err
 	}
-	if err := s.g.inspectResponse(rc, resp); err != nil {
+	if err := s.g.inspectResponse(rc, resp, s.cutUpstream(rc)); err != nil {
 		s.dropUpstream()
 		return x, err
 	}
@@ -594,7 +594,7 @@ func (s *httpSession) forward(rc *reqCtx) error {
 		s.dropUpstream()
 	}
 	if err != nil {
-		return fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("relaying response: %w", err))
+		return relayFailure(rc, err)
 	}
 	rc.keepAlive = keep
 	return nil

@@ -76,6 +76,7 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 		}
 	}
 	parentExtra(r, rc)
+	strippedExtra(r, rc)
 	if rc.decided {
 		r.Mode = string(rc.dec.Mode)
 		r.PolicyRev = rc.dec.Rev

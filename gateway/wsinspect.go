@@ -19,12 +19,15 @@ const (
 )
 
 // lateFindings are the findings of what a request carried after its first
-// decision (a streamed body, websocket messages) and the deny they led to.
-// The relay goroutines write them; finish reads them: behind mu.
+// decision (a streamed body, websocket messages, the response), the deny
+// they led to, and what was stripped from the response. The relay
+// goroutines write them; finish reads them: behind mu.
 type lateFindings struct {
-	mu  sync.Mutex
-	fs  []inspect.Finding
-	dec *policy.Decision
+	mu       sync.Mutex
+	fs       []inspect.Finding
+	dec      *policy.Decision
+	stripped []inspect.Stripped // offsets in the whole response body
+	cut      error              // the denial that cut a response short
 }
 
 func (l *lateFindings) add(fs []inspect.Finding) (grew bool) {
@@ -61,6 +64,13 @@ func (l *lateFindings) lateDecision() *policy.Decision {
 // input: this runs on a relay goroutine) and returns the denial, if any,
 // recording the deciding decision in late.
 func (g *Gateway) reaskLate(rc *reqCtx, late *lateFindings, partial bool, where string) error {
+	_, err := g.askLate(rc, late, partial, where)
+	return err
+}
+
+// askLate is reaskLate that returns the decision too (a response's: it may
+// strip).
+func (g *Gateway) askLate(rc *reqCtx, late *lateFindings, partial bool, where string) (policy.Decision, error) {
 	in := rc.in
 	contentInput(&in, rc, partial)
 	ctx := newDecisionCtx(g.cfg.PolicyTimeout)
@@ -68,14 +78,51 @@ func (g *Gateway) reaskLate(rc *reqCtx, late *lateFindings, partial bool, where 
 	ctx.stop()
 	err := denialOf(d)
 	if err == nil {
-		return nil
+		return d, nil
 	}
 	var dn *denial
 	if errors.As(err, &dn) {
 		dn.msg = where + ": " + dn.msg
 	}
 	late.denied(d)
-	return err
+	return d, err
+}
+
+// maxStripped bounds the stripped spans a record lists (the rest are
+// counted in the last one's length).
+const maxStripped = 64
+
+// strip records spans stripped from the response piece at offset base.
+func (l *lateFindings) strip(spans []inspect.Stripped, base int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range spans {
+		s.Offset += int(base)
+		if len(l.stripped) == maxStripped {
+			l.stripped[maxStripped-1].Length += s.Length
+			continue
+		}
+		l.stripped = append(l.stripped, s)
+	}
+}
+
+func (l *lateFindings) strippedSpans() []inspect.Stripped {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stripped
+}
+
+// cutBy records the denial that cut the response short.
+func (l *lateFindings) cutBy(err error) {
+	l.mu.Lock()
+	l.cut = err
+	l.mu.Unlock()
+}
+
+func (l *lateFindings) cutErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cut
 }
 
 // wsScan inspects what the sandbox sends on a websocket, frame by frame

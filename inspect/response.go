@@ -88,7 +88,11 @@ func (s *Scanner) scanResponse(contentType string, data []byte) []Finding {
 
 // phrases reports each injection pattern in text once.
 func (st *scanState) phrases(text []byte, where string, hidden bool) {
+	lower := gateText(text)
 	for i, p := range injectionPhrases {
+		if !phraseMayMatch(i, lower) {
+			continue
+		}
 		loc := p.re.FindIndex(text)
 		if loc == nil {
 			continue

@@ -392,6 +392,12 @@ func parseResult(rs rego.ResultSet) (Decision, error) {
 				return Decision{}, fmt.Errorf("decision.passthrough is %T, want boolean", v)
 			}
 			d.Passthrough = b
+		case "strip":
+			b, ok := v.(bool)
+			if !ok {
+				return Decision{}, fmt.Errorf("decision.strip is %T, want boolean", v)
+			}
+			d.Strip = b
 		case "ask":
 			b, ok := v.(bool)
 			if !ok {

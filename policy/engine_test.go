@@ -507,7 +507,7 @@ func TestRunTestsPoliciesTree(t *testing.T) {
 	for _, r := range rep.Results {
 		units[r.Unit] = true
 	}
-	for _, u := range []string{"", "examples/git-fetch-only", "examples/http-allow-table", "examples/method-path-rules", "examples/pod-namespaces", "examples/report-one-sandbox", "examples/team-allowlists"} {
+	for _, u := range []string{"", "examples/git-fetch-only", "examples/http-allow-table", "examples/method-path-rules", "examples/pod-namespaces", "examples/report-one-sandbox", "examples/response-content", "examples/team-allowlists"} {
 		if !units[u] {
 			t.Errorf("got no tests for unit %q", u)
 		}

@@ -134,7 +134,12 @@ type Decision struct {
 	// nothing is injected into it); it wins over MITM. For clients that pin a
 	// certificate or carry compiled-in roots.
 	Passthrough bool `json:"passthrough,omitempty"`
-	HTTPStatus  int  `json:"http_status,omitempty"`
+	// Strip: an allowed response with content findings reaches the agent
+	// without what the response detectors flag (hidden text, injected
+	// instructions) instead of whole (data.airlock.egress.strip). Only a
+	// response's decision reads it.
+	Strip      bool `json:"strip,omitempty"`
+	HTTPStatus int  `json:"http_status,omitempty"`
 	// Ask: the policy asks a person about this denied request (its ask
 	// rules, or on_unmatched "ask"); AskMsg is the question. A caller with
 	// an approver holds the request for the answer; any other denies it as

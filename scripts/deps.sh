@@ -80,3 +80,20 @@ if [ ! -x /usr/bin/npm ]; then
 		echo "deps: warning: could not install Debian's npm next to node $(node --version 2>/dev/null || echo '(none)'); install an npm for /usr/bin/node by hand" >&2
 	fi
 fi
+# The e2e cargo test (TestRootCargoFetch) runs a toolchain's cargo against a
+# fake sparse crates.io index, which needs cargo 1.68 or later (Debian
+# bookworm's is older): rustup's minimal profile when no such cargo is found.
+# The e2e apt test uses apt-get and dpkg-deb, which every Debian has.
+cargo_ok() {
+	local c v
+	for c in "$(command -v cargo || true)" "$HOME/.cargo/bin/cargo" /usr/local/cargo/bin/cargo; do
+		[ -n "$c" ] && [ -x "$c" ] || continue
+		v=$("$c" --version 2>/dev/null | awk '{print $2}')
+		[ "${v%%.*}" = 1 ] && [ "$(echo "$v" | cut -d. -f2)" -ge 68 ] && return 0
+	done
+	return 1
+}
+if ! cargo_ok; then
+	echo "deps: installing a Rust toolchain (rustup, minimal profile) for the e2e cargo test" >&2
+	curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --no-modify-path >/dev/null
+fi

@@ -5,7 +5,7 @@
 #
 #   {"allowed": bool, "reasons": [{"id", "msg"}], "mitm": bool,
 #    "http_status": int, "mode": "enforce" | "report"  (mode only when set),
-#    "passthrough": true  (only when set)}
+#    "passthrough": true, "strip": true  (each only when set)}
 #
 # Rules a policy may define in package airlock.egress:
 #   allow                     true when the request may pass
@@ -23,6 +23,10 @@
 #                             injected into it and no inner request is seen
 #                             (for clients that pin or carry their own roots);
 #                             it wins over mitm
+#   strip                     an allowed response with content findings reaches
+#                             the agent without the hidden text and injected
+#                             instructions the detectors flag, instead of whole
+#                             (policies/lib/content.rego); a deny still blocks it
 #   http_status := n          status the gateway answers a denied request with
 #   report                    this request's decision is only reported
 #   enforce                   this request's decision is enforced, even when the
@@ -257,7 +261,13 @@ _mode_field := {"mode": "enforce"} if {
 	data.airlock.egress.report == true
 } else := {}
 
-decision := object.union(object.union(object.union(_verdict, _mode_field), _passthrough_field), _ask_field)
+decision := object.union(object.union(object.union(object.union(_verdict, _mode_field), _passthrough_field), _ask_field), _strip_field)
+
+# strip applies to an allowed request (a response's second decision).
+_strip_field := {"strip": true} if {
+	data.airlock.egress.strip == true
+	_verdict.allowed
+} else := {}
 
 # ask: a request no rule allows and none denies is held for a person to
 # answer (the daemon's approvals: API, airlock approve, webhook) when a rule

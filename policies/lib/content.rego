@@ -25,6 +25,45 @@
 # runs at all. A policy adds its own rules over input.content.findings in
 # package airlock.egress as usual, for example "flag, do not block, on this
 # host" is an allow_reasons entry, and "block oversize bodies" a deny.
+#
+# Responses. When what comes back to the agent has findings, the gateway asks
+# policy again with the request's input, input.content.findings now holding
+# the response's too: class "injection" (detectors prompt-injection,
+# hidden-text, tool-description) where "response.body", "response.hidden",
+# "response.tool_description", "response.agent_card", or "sse.event" for an
+# event of an SSE stream; input.content.partial is true while a stream goes
+# on. A body of up to 1 MiB is decided whole (gzip or deflate decoded), an
+# SSE stream event by event, any longer body piece by piece as it arrives
+# (a longer compressed one is not read). The answer, per host:
+#
+#   flag    an allow (the default: nothing here denies a response finding):
+#           the response passes, the record carries the findings;
+#   strip   an allow with a strip rule in package airlock.egress: hidden text
+#           (zero-width and tag characters, bidi controls, HTML comments and
+#           hidden elements) and the medium and high confidence injected
+#           instructions are removed (Content-Length fixed, ETag and
+#           Content-MD5 dropped; an SSE event rewritten); the record's extra
+#           "response_stripped" lists [{detector, offset, length}], never
+#           the text;
+#   block   a deny: a whole body is refused before a byte reaches the agent;
+#           an SSE stream ends before the event, with a final "error" event
+#           naming the reason and decision id; a longer body is cut there
+#           (the client sees it truncated).
+#
+#   strip if {
+#   	input.destination.host == "docs.corp.example"
+#   	some f in input.content.findings
+#   	f.class == "injection"
+#   }
+#
+#   deny contains {"id": "response_injection", "msg": "instructions injected into a response"} if {
+#   	input.destination.host == "mcp.corp.example"
+#   	some f in input.content.findings
+#   	f.class == "injection"
+#   	f.confidence != "low"
+#   }
+#
+# (policies/examples/response-content). A deny wins over strip.
 package airlock.egress
 
 

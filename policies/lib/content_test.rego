@@ -69,3 +69,11 @@ test_never_a_deny_without_content if {
 		with data.airlock.hosts.allow as allow_all
 	d.allowed
 }
+
+test_response_injection_flagged_not_stripped_by_default if {
+	f := {"detector": "prompt-injection", "class": "injection", "where": "sse.event", "confidence": "high"}
+	d := airlock.decision with input as req_with([f])
+		with data.airlock.hosts.allow as allow_all
+	d.allowed
+	not d.strip
+}

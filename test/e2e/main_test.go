@@ -26,6 +26,8 @@ type world struct {
 	npm        *fakenet.Host // registry.npmjs.org
 	goprox     *fakenet.Host // proxy.golang.org, sum.golang.org
 	github     *fakenet.Host // github.com, codeload.github.com
+	crates     *fakenet.Host // index.crates.io, static.crates.io
+	debian     *fakenet.Host // deb.debian.org
 	evil       *fakenet.Host // evil.example, exfil.example
 	api        *fakenet.Host // api.example.test: echoes Authorization
 	other      *fakenet.Host // other.example.test: a second allowed host
@@ -113,6 +115,14 @@ func setup(dir string) (*world, error) {
 	if err != nil {
 		return wd, err
 	}
+	crates, err := cratesHandler()
+	if err != nil {
+		return wd, err
+	}
+	debian, err := debianHandler(dir)
+	if err != nil {
+		return wd, err
+	}
 	for _, h := range []struct {
 		dst     **fakenet.Host
 		names   []string
@@ -122,6 +132,8 @@ func setup(dir string) (*world, error) {
 		{&wd.npm, []string{"registry.npmjs.org"}, npm},
 		{&wd.goprox, []string{"proxy.golang.org", "sum.golang.org"}, goprox},
 		{&wd.github, []string{"github.com", "codeload.github.com"}, gitHandler(wd.gitDir)},
+		{&wd.crates, []string{"index.crates.io", "static.crates.io"}, crates},
+		{&wd.debian, []string{"deb.debian.org"}, debian},
 		{&wd.evil, []string{"evil.example", "exfil.example"}, countingHandler()},
 		{&wd.api, []string{"api.example.test"}, echoAuthHandler()},
 		{&wd.other, []string{"other.example.test"}, countingHandler()},
