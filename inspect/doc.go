@@ -18,8 +18,12 @@
 // here undoes (encryption, compression, custom alphabets, pieces finer or
 // farther apart than a Window keeps, pieces under 4 bytes across requests),
 // or secrets with no known format that are not canaries. A canary that a
-// path lowercases (a DNS name) is still recognized where its format has one
-// case (the AWS access key id); the mixed-case ones are not. inspecttest holds the corpus the gateway replays.
+// path folds to one case (a DNS name, a URL) is still recognized: the AWS
+// access key id by its one-case format, the mixed-case ones by the set of
+// canaries For issued (the most recent MaxIssuedSandboxes sandboxes; one
+// map lookup of the lowercased candidate). A folded canary issued by
+// another process, or before a restart and not issued again, is not.
+// inspecttest holds the corpus the gateway replays.
 //
 // Entry points: New (Scan, ScanFields, NewStream, Window, ScanResponse),
 // ParseJSONRPC, ParseLLM, JSONFields, NewCanaries (For gives the Files and

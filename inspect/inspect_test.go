@@ -201,6 +201,68 @@ func TestCanaries(t *testing.T) {
 	}
 }
 
+// TestCanaryFolded: every canary For issued, lowercased (a DNS name, a
+// case-folding URL path) or uppercased, is still a canary with the
+// fingerprint of the value as issued, in a DNS name, a URL path and a query;
+// a lookalike that For never issued (one character changed, or another
+// key's canary lowercased) is not. Before the issued set, the lowercased
+// GitHub and OpenAI-shaped canaries were missed.
+func TestCanaryFolded(t *testing.T) {
+	c := inspect.NewCanaries(testKey)
+	s := newScanner(t, func(cfg *inspect.Config) { cfg.Canaries = c })
+	cs := c.For("sandbox-folded")
+	fp := func(fs []inspect.Finding) string {
+		for _, f := range fs {
+			if f.Class == inspect.ClassCanary {
+				return f.Fingerprint
+			}
+		}
+		return ""
+	}
+	found, total := 0, 0
+	for _, v := range cs.Values {
+		want := fp(s.Scan("body", []byte(v)))
+		if want == "" {
+			t.Fatalf("canary %.12s... as issued: no canary finding", v)
+		}
+		for _, fold := range []func(string) string{strings.ToLower, strings.ToUpper} {
+			f := fold(v)
+			cases := []struct{ where, data string }{{"url.query", "token=" + f}}
+			if !strings.Contains(v, "/") { // a '/' would cut it into two segments
+				// One segment, as the gateway scans a path.
+				cases = append(cases, struct{ where, data string }{inspect.WherePath, f})
+			}
+			if len(v) <= 63 && !strings.ContainsAny(v, "+/") {
+				cases = append(cases, struct{ where, data string }{inspect.WhereDNS, strings.ToLower(f) + ".attacker.example"})
+			}
+			for _, in := range cases {
+				total++
+				if got := fp(s.Scan(in.where, []byte(in.data))); got != want {
+					t.Errorf("canary %.12s... folded at %s: fingerprint %q, want %q", v, in.where, got, want)
+				} else {
+					found++
+				}
+			}
+		}
+	}
+	// Lookalikes: one character of a folded canary changed; another key's
+	// canaries, folded, under this scanner.
+	other := inspect.NewCanaries([]byte("another-key-entirely-0123456789")).For("sandbox-folded")
+	fps, benign := 0, 0
+	for i, v := range cs.Values {
+		l := []byte(strings.ToLower(v))
+		l[len(l)-3] ^= 1
+		for _, data := range []string{string(l), strings.ToLower(other.Values[i])} {
+			benign++
+			if fp(s.Scan(inspect.WherePath, []byte("/"+data))) != "" {
+				fps++
+				t.Errorf("lookalike %.12s... reported as a canary", data)
+			}
+		}
+	}
+	t.Logf("folded canaries recognized %d/%d, lookalikes reported %d/%d", found, total, fps, benign)
+}
+
 func TestCanaryEnvironKeepsPlatformValues(t *testing.T) {
 	set := inspect.NewCanaries(testKey).For("sb")
 	env := set.Environ([]string{"PATH=/bin", "AWS_ACCESS_KEY_ID=platform"})

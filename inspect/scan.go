@@ -289,13 +289,14 @@ func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed b
 			continue
 		}
 		if r.class == ClassCanary {
-			secret = canonicalCanary(r.id, secret)
+			c, ok := st.s.canaries.recognize(r.id, secret)
+			if !ok {
+				continue
+			}
+			secret = c
 		}
 		f := Finding{Detector: r.id, Class: r.class, Where: st.where, Encoding: enc, Confidence: r.confidence, Fingerprint: st.s.fingerprint(secret)}
 		if r.class == ClassCanary {
-			if !st.s.canaries.isCanary(r.id, secret) {
-				continue
-			}
 			f.Detector = DetectorCanary
 		}
 		pos, end := -1, 0
@@ -362,8 +363,10 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 		for j < len(run) && isStdB64(run[j]) {
 			j++
 		}
-		if j-i == n && mixedCase(run[i:j]) {
-			v := run[i:j]
+		if j-i == n {
+			// A mixed-case stretch is checked by its mark (and the issued
+			// set); one of a single case only by the issued set.
+			v, mixed := run[i:j], mixedCase(run[i:j])
 			for _, rev := range []bool{false, true} {
 				c, e := v, enc
 				if rev {
@@ -371,8 +374,12 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 					reverseBytes(c)
 					e = chain(enc, "reversed")
 				}
-				if st.s.canaries.isCanary("canary:aws-secret-access-key", c) {
-					st.add(hit{Finding: Finding{Detector: DetectorCanary, Class: ClassCanary, Where: st.where, Encoding: e, Confidence: High, Fingerprint: st.s.fingerprint(c)}, pos: -1})
+				check := st.s.canaries.folded
+				if mixed {
+					check = st.s.canaries.recognize
+				}
+				if iv, ok := check("canary:aws-secret-access-key", c); ok {
+					st.add(hit{Finding: Finding{Detector: DetectorCanary, Class: ClassCanary, Where: st.where, Encoding: e, Confidence: High, Fingerprint: st.s.fingerprint(iv)}, pos: -1})
 				}
 			}
 		}
