@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Canaries makes and recognizes canary credentials: format-valid decoys
@@ -33,6 +34,7 @@ type Canaries struct {
 	issued map[string]issuedCanary // lowercase value -> as issued
 	order  []string                // sandbox ids in issue order, oldest first
 	byID   map[string][]string     // sandbox id -> its lowercase values
+	gen    atomic.Uint64           // bumped whenever issued changes
 }
 
 // issuedCanary is one canary For issued: its rule id and its value.
@@ -188,6 +190,7 @@ func (c *Canaries) remember(sandboxID string, values map[string]string) {
 	}
 	c.byID[sandboxID] = lows
 	c.order = append(c.order, sandboxID)
+	c.gen.Add(1)
 }
 
 // folded is the issued canary of rule id whose lowercase form is v's, if

@@ -25,6 +25,10 @@
 // another process, or before a restart and not issued again, is not.
 // inspecttest holds the corpus the gateway replays.
 //
+// Scan and ScanFields remember small inputs that gave no finding (a keyed
+// 128-bit hash, never the value; cleared when a canary is issued), so the
+// headers and URLs a sandbox repeats cost a hash, not a scan.
+//
 // Entry points: New (Scan, ScanFields, NewStream, Window, ScanResponse),
 // ParseJSONRPC, ParseLLM, JSONFields, NewCanaries (For gives the Files and
 // EnvList that sandboxd.StartSpec.HomeFiles and DefaultEnv plant).

@@ -671,3 +671,41 @@ func hasClass(fs []inspect.Finding, class string) bool {
 	}
 	return false
 }
+
+// TestCleanCacheNeverHidesAFinding: a value that carries a finding is
+// reported every time it is scanned (only clean results are remembered);
+// a clean value is clean again; and a value remembered clean before a
+// canary was issued is found once it is: a lowercased canary of a sandbox
+// not yet issued (the same key makes the same canaries) scans clean, then
+// For issues it and the same bytes, by Scan and by ScanFields, are a canary.
+func TestCleanCacheNeverHidesAFinding(t *testing.T) {
+	s := newScanner(t, func(c *inspect.Config) { c.Canaries = inspect.NewCanaries(testKey) })
+	for i := 0; i < 3; i++ {
+		if got := s.Scan("body", []byte("id="+awsKey)); !has(got, "aws-access-token", inspect.ClassCredential, "") {
+			t.Fatalf("scan %d of a credential: got %+v", i, got)
+		}
+		if got := s.ScanFields([]inspect.Field{{Where: "url.query", Value: []byte(awsKey[:10])}, {Where: "url.query", Value: []byte(awsKey[10:])}}); !hasClass(got, inspect.ClassCredential) {
+			t.Fatalf("scan %d of a split credential: got %+v", i, got)
+		}
+		if got := s.Scan("body", []byte("hello")); len(got) != 0 {
+			t.Fatalf("scan %d of a clean value: got %+v", i, got)
+		}
+	}
+	// The AWS secret key, lowercased: no credential rule matches it, so
+	// before it is issued the value is clean and remembered.
+	secret := []byte(strings.ToLower(inspect.NewCanaries(testKey).For("sandbox-late").Env["AWS_SECRET_ACCESS_KEY"]))
+	fields := []inspect.Field{{Where: "header:x-token", Value: secret}, {Where: "header:accept", Value: []byte("*/*")}}
+	if got := s.Scan("url.query", secret); len(got) != 0 {
+		t.Fatalf("before it was issued: got %+v, want nothing", got)
+	}
+	if got := s.ScanFields(fields); len(got) != 0 {
+		t.Fatalf("before it was issued: got %+v, want nothing", got)
+	}
+	s.Canaries().For("sandbox-late")
+	if got := s.Scan("url.query", secret); !hasClass(got, inspect.ClassCanary) {
+		t.Errorf("after it was issued, Scan: got %+v, want a canary", got)
+	}
+	if got := s.ScanFields(fields); !hasClass(got, inspect.ClassCanary) {
+		t.Errorf("after it was issued, ScanFields: got %+v, want a canary", got)
+	}
+}

@@ -34,9 +34,19 @@ func (s *Scanner) newState(where string) *scanState {
 }
 
 func (s *Scanner) scan(where string, data []byte) []Finding {
+	one := [1]Field{{Where: where, Value: data}}
+	gen := s.canaries.gen.Load()
+	k, cacheable := s.clean.key('s', one[:])
+	if cacheable && s.clean.has(k, gen) {
+		return nil
+	}
 	st := s.newState(where)
 	st.run(data)
-	return st.findings()
+	fs := st.findings()
+	if cacheable && len(fs) == 0 {
+		s.clean.put(k, gen)
+	}
+	return fs
 }
 
 // run scans data at where, with the oversize cut and the where-specific
