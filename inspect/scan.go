@@ -195,7 +195,8 @@ func (st *scanState) rules(data []byte, enc string) []span {
 				continue
 			}
 			r := rs.rules[ri]
-			if !rs.kwRev[p] && (r.assign && !assignFollows(data, end) || r.short && !tokenFollows(data, end, shortTail)) {
+			if !rs.kwRev[p] && (r.assign && !assignFollows(data, end) || r.short && !tokenFollows(data, end, shortTail) ||
+				r.wordStart && start > 0 && isWordByte(data[start-1])) {
 				continue
 			}
 			sp := span{max(0, start-r.reach), min(len(data), end+r.reach)}
@@ -338,6 +339,12 @@ var tokenTable = func() (t [256]bool) {
 }()
 
 func isToken(b byte) bool { return tokenTable[b] }
+
+// isWordByte reports whether b is a word byte of `\b` (ASCII letters,
+// digits, '_').
+func isWordByte(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '_'
+}
 
 // minRun is the shortest token run the decoders and the canary check look at.
 const minRun = 16
