@@ -61,6 +61,9 @@ type rule struct {
 	// glued to a word byte before it ("reqs.Header") cannot start a match
 	// and runs no regexp. Derived from the regexp (keywordAtWordStart).
 	wordStart bool
+	// anchored is re anchored at its start, for a wordStart rule: a hit
+	// runs the search over its window only when a match starts at the hit.
+	anchored *regexp.Regexp
 	// short marks a rule with a keyword of three bytes or less ("ey",
 	// "sk", "s."): common in any text, so a hit counts only when a token
 	// of at least shortTail bytes follows it.
@@ -153,6 +156,11 @@ func parseRules(text string) (*ruleSet, error) {
 		r.short = minLen(r.keywords) <= 3
 		r.assign = strings.HasPrefix(t.Regex, assignPrefix)
 		r.wordStart = keywordAtWordStart(t.Regex, r.keywords)
+		if r.wordStart {
+			if r.anchored, err = regexp.Compile(`^(?:` + t.Regex + `)`); err != nil {
+				return nil, fmt.Errorf("inspect: rules: %s: %w", t.ID, err)
+			}
+		}
 		r.confidence = ruleConfidence(t.ID, t.Regex)
 		if _, dup := rs.byID[r.id]; dup {
 			return nil, fmt.Errorf("inspect: rules: %s defined twice", r.id)
@@ -497,9 +505,10 @@ func isAlnum(c byte) bool {
 }
 
 // keywordAtWordStart reports whether every match of expr starts at a word
-// boundary with one of keywords (ASCII case folded): expr is `\b` followed
-// by a part whose every match begins with a literal that some keyword is a
-// prefix of. Anything it cannot prove is false.
+// boundary with one of keywords (ASCII case folded), its first byte a word
+// byte (so the byte before it is not one): expr is `\b` followed by a part
+// whose every match begins with a literal that some keyword is a prefix of.
+// Anything it cannot prove is false.
 func keywordAtWordStart(expr string, keywords []string) bool {
 	re, err := syntax.Parse(expr, syntax.Perl)
 	if err != nil || re.Op != syntax.OpConcat || len(re.Sub) < 2 || re.Sub[0].Op != syntax.OpWordBoundary {
@@ -510,6 +519,11 @@ func keywordAtWordStart(expr string, keywords []string) bool {
 		return false
 	}
 	for _, p := range prefixes {
+		// A match starting with a non-word byte has its boundary on the
+		// other side: a word byte before it, not a non-word one.
+		if p == "" || !isWordByte(p[0]) {
+			return false
+		}
 		ok := false
 		for _, k := range keywords {
 			if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {

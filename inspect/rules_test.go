@@ -140,8 +140,10 @@ func TestKeywordAtWordStart(t *testing.T) {
 		{`\b((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})\b`, []string{"akia"}, false}, // A3T... starts with no keyword
 		{`SK[0-9a-fA-F]{32}`, []string{"sk"}, false},                                       // no \b
 		{`(?:^|[\s>=:(,)])([a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.-]{31,34})`, []string{"q~"}, false},
-		{`\b[a-z]{3}_key_[0-9]{8}`, []string{"_key_"}, false}, // keyword inside
-		{`\b(ey[a-zA-Z0-9]{17,})`, []string{"e"}, true},       // a shorter keyword covers it
+		{`\b[a-z]{3}_key_[0-9]{8}`, []string{"_key_"}, false},     // keyword inside
+		{`\b(ey[a-zA-Z0-9]{17,})`, []string{"e"}, true},           // a shorter keyword covers it
+		{`\b-----BEGIN[ A-Z]+KEY`, []string{"-----begin"}, false}, // the boundary is before the '-'
+		{`\b(?i:AKIA)[A-Z2-7]{16}`, []string{"akia"}, true},
 	} {
 		if got := keywordAtWordStart(tc.expr, tc.kw); got != tc.want {
 			t.Errorf("keywordAtWordStart(%q, %q) = %v, want %v", tc.expr, tc.kw, got, tc.want)

@@ -199,6 +199,12 @@ func (st *scanState) rules(data []byte, enc string) []span {
 				r.wordStart && start > 0 && isWordByte(data[start-1])) {
 				continue
 			}
+			// Every match of a wordStart rule starts at a hit like this
+			// one: none starts here unless the anchored form matches at
+			// the hit, over as much as the window would give it.
+			if r.anchored != nil && !rs.kwRev[p] && !r.anchored.Match(data[start:tokenEnd(data, min(len(data), end+r.reach))]) {
+				continue
+			}
 			sp := span{max(0, start-r.reach), min(len(data), end+r.reach)}
 			if rs.kwRev[p] {
 				if rev == nil {
@@ -259,6 +265,15 @@ func merge(data []byte, sps []span) []span {
 		out = append(out, sp)
 	}
 	return out
+}
+
+// tokenEnd is hi grown to the end of the token it cuts, as merge grows a
+// window.
+func tokenEnd(data []byte, hi int) int {
+	for n := 0; hi < len(data) && n < tokenExtend && isToken(data[hi]); n++ {
+		hi++
+	}
+	return hi
 }
 
 // maxSpan bounds a window joined from several keyword hits.
