@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -707,5 +708,33 @@ func TestCleanCacheNeverHidesAFinding(t *testing.T) {
 	}
 	if got := s.ScanFields(fields); !hasClass(got, inspect.ClassCanary) {
 		t.Errorf("after it was issued, ScanFields: got %+v, want a canary", got)
+	}
+}
+
+// TestCleanCacheConcurrent: scans of clean and dirty values from several
+// goroutines while canaries are issued (run under -race): every dirty scan
+// reports its finding.
+func TestCleanCacheConcurrent(t *testing.T) {
+	s := newScanner(t, nil)
+	done := make(chan int)
+	for g := 0; g < 4; g++ {
+		go func(g int) {
+			missed := 0
+			for i := 0; i < 200; i++ {
+				s.ScanFields([]inspect.Field{{Where: "header:accept", Value: []byte("*/*")}, {Where: "header:x", Value: []byte(fmt.Sprint(i % 7))}})
+				if g == 0 && i%50 == 0 {
+					s.Canaries().For(fmt.Sprintf("sb-%d", i))
+				}
+				if !hasClass(s.Scan("url.query", []byte("k="+awsKey)), inspect.ClassCredential) {
+					missed++
+				}
+			}
+			done <- missed
+		}(g)
+	}
+	for g := 0; g < 4; g++ {
+		if m := <-done; m != 0 {
+			t.Errorf("a goroutine missed %d credentials", m)
+		}
 	}
 }
