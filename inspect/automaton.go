@@ -15,7 +15,6 @@ type automaton struct {
 	outBase uint32    // first state (times stride) with output
 	out     [][]int32 // (state - first output state) -> pattern ids ending there
 	lens    []int     // pattern lengths
-	maxLen  int       // the longest pattern
 }
 
 func newAutomaton(patterns []string) *automaton {
@@ -31,7 +30,6 @@ func newAutomaton(patterns []string) *automaton {
 			}
 		}
 		a.lens = append(a.lens, len(p))
-		a.maxLen = max(a.maxLen, len(p))
 	}
 	for c := 'A'; c <= 'Z'; c++ {
 		a.class[c] = a.class[c+'a'-'A']
@@ -127,103 +125,29 @@ const tokenBit = 0x80
 
 // scan calls hit(pattern, end) for every occurrence of a pattern in data,
 // end being the index just past it, and returns the token runs of at least
-// minRun bytes, in order: the one pass over the bytes that a scan makes.
-// Hits come in no particular order.
-//
-// The loop's cost is a chain of dependent loads (the next state needs the
-// last), so a long input is walked as two halves at once: two independent
-// chains the processor overlaps. The second half's automaton is first run
-// over the maxLen-1 bytes before it (reporting nothing), so a pattern
-// straddling the middle is found exactly once; a token run straddling it is
-// joined from its two parts.
+// minRun bytes: the one pass over the bytes that a scan makes.
 func (a *automaton) scan(data []byte, hit func(pattern int, end int)) (runs []span) {
-	if len(data) < splitScan {
-		_, run := a.walk(data, 0, 0, 0, &runs, hit)
-		if run >= minRun {
-			runs = append(runs, span{len(data) - run, len(data)})
-		}
-		return runs
-	}
-	delta, class, outBase := a.delta, &a.class, a.outBase
-	mid := len(data) / 2
-	var sb uint32
-	for _, b := range data[max(0, mid-a.maxLen+1):mid] {
-		sb = delta[sb+uint32(class[b]&^tokenBit)]
-	}
-	A, B := data[:mid], data[mid:2*mid]
-	var runsB []span
-	var sa uint32
-	runA, runB := 0, 0
-	for i := range A {
-		ca, cb := class[A[i]], class[B[i]]
-		sa = delta[sa+uint32(ca&^tokenBit)]
-		sb = delta[sb+uint32(cb&^tokenBit)]
-		ta, tb := int(ca>>7), int(cb>>7)
-		if ta == 0 && runA >= minRun {
-			runs = append(runs, span{i - runA, i})
-		}
-		if tb == 0 && runB >= minRun {
-			runsB = append(runsB, span{mid + i - runB, mid + i})
-		}
-		runA = (runA + 1) * ta
-		runB = (runB + 1) * tb
-		if sa >= outBase {
-			a.report(sa, i+1, hit)
-		}
-		if sb >= outBase {
-			a.report(sb, mid+i+1, hit)
-		}
-	}
-	// The second half's tail (one byte when len(data) is odd).
-	_, runB = a.walk(data[2*mid:], 2*mid, sb, runB, &runsB, hit)
-	// Join the run across the middle: A's trailing run (runA bytes) and
-	// the run B starts with.
-	lead := 0
-	for lead < len(data)-mid && class[data[mid+lead]]&tokenBit != 0 {
-		lead++
-	}
-	if len(runsB) > 0 && runsB[0].lo == mid {
-		runsB = runsB[1:]
-	}
-	if runA+lead >= minRun {
-		runs = append(runs, span{mid - runA, mid + lead})
-	}
-	runs = append(runs, runsB...)
-	if runB >= minRun && mid+lead < len(data) {
-		runs = append(runs, span{len(data) - runB, len(data)})
-	}
-	return runs
-}
-
-// splitScan is the input length from which scan walks two halves at once.
-const splitScan = 4096
-
-// walk runs the automaton over data, which starts at offset base of the
-// input, from state s with a token run of run bytes before it, appending
-// the runs that end inside data to runs; it returns the final state and the
-// trailing run.
-func (a *automaton) walk(data []byte, base int, s uint32, run int, runs *[]span, hit func(int, int)) (uint32, int) {
-	delta, class, outBase := a.delta, &a.class, a.outBase
+	delta, class, outBase := a.delta, &a.class, uint32(a.outBase)
+	s := uint32(0)
+	run := 0
 	for i, b := range data {
 		c := class[b]
 		s = delta[s+uint32(c&^tokenBit)]
 		t := int(c >> 7)
 		if t == 0 && run >= minRun {
-			*runs = append(*runs, span{base + i - run, base + i})
+			runs = append(runs, span{i - run, i})
 		}
 		run = (run + 1) * t
 		if s >= outBase {
-			a.report(s, base+i+1, hit)
+			for _, p := range a.out[int(s-outBase)/a.stride] {
+				hit(int(p), i+1)
+			}
 		}
 	}
-	return s, run
-}
-
-// report calls hit for every pattern ending in state s at end.
-func (a *automaton) report(s uint32, end int, hit func(int, int)) {
-	for _, p := range a.out[int(s-a.outBase)/a.stride] {
-		hit(int(p), end)
+	if run >= minRun {
+		runs = append(runs, span{len(data) - run, len(data)})
 	}
+	return runs
 }
 
 func lower(c byte) byte {
