@@ -17,17 +17,11 @@
 // It cannot find data sent by timing or ordering, transformations no decoder
 // here undoes (encryption, compression, custom alphabets, pieces finer or
 // farther apart than a Window keeps, pieces under 4 bytes across requests),
-// or secrets with no known format that are not canaries. A canary that a
-// path folds to one case (a DNS name, a URL) is still recognized: the AWS
-// access key id by its one-case format, the mixed-case ones by the set of
-// canaries For issued (the most recent MaxIssuedSandboxes sandboxes; one
-// map lookup of the lowercased candidate). A folded canary issued by
-// another process, or before a restart and not issued again, is not.
-// inspecttest holds the corpus the gateway replays.
-//
-// Scan and ScanFields remember small inputs that gave no finding (a keyed
-// 128-bit hash, never the value; cleared when a canary is issued), so the
-// headers and URLs a sandbox repeats cost a hash, not a scan.
+// or secrets with no known format that are not canaries. A canary folded to
+// one case (a DNS name) is recognized by its format or by the set of
+// canaries For issued; the clean-input cache, the folded canaries and the
+// prefilter are in DESIGN.md. inspecttest holds the corpus the gateway
+// replays.
 //
 // Entry points: New (Scan, ScanFields, NewStream, Window, ScanResponse),
 // ParseJSONRPC, ParseLLM, JSONFields, NewCanaries (For gives the Files and
