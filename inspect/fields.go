@@ -32,12 +32,16 @@ func (s *Scanner) scanFieldsUncached(fields []Field) []Finding {
 		if cacheable && s.clean.has(k, gen) {
 			continue
 		}
+		// Clean alone too: it offered no hit (not even one an earlier
+		// field already reported) and lacked no decoding budget.
 		st.where = f.Where
-		n := len(st.hits)
+		n, starved := st.found, st.starved
+		st.starved = false
 		st.run(f.Value)
-		if cacheable && len(st.hits) == n {
+		if cacheable && st.found == n && !st.starved {
 			s.clean.put(k, gen)
 		}
+		st.starved = st.starved || starved
 	}
 	if len(fields) < 2 {
 		return st.findings()

@@ -692,6 +692,20 @@ func TestCleanCacheNeverHidesAFinding(t *testing.T) {
 			t.Fatalf("scan %d of a clean value: got %+v", i, got)
 		}
 	}
+	// A field whose finding an earlier field already reported, or scanned
+	// after the decoding budget ran out, is not remembered as clean.
+	key64 := base64.StdEncoding.EncodeToString([]byte("aws " + awsKey))
+	tight := newScanner(t, func(c *inspect.Config) { c.MaxDecoded = 64 })
+	for _, sc := range []*inspect.Scanner{s, tight} {
+		sc.ScanFields([]inspect.Field{{Where: "header:a", Value: []byte(awsKey)}, {Where: "header:b", Value: []byte(awsKey)}})
+		sc.ScanFields([]inspect.Field{{Where: "body", Value: []byte(strings.Repeat(key64+" ", 8))}, {Where: "header:c", Value: []byte(key64)}})
+	}
+	if got := s.Scan("header:b", []byte(awsKey)); !has(got, "aws-access-token", inspect.ClassCredential, "") {
+		t.Errorf("a repeated field alone: got %+v, want its credential", got)
+	}
+	if got := tight.Scan("header:c", []byte(key64)); !has(got, "aws-access-token", inspect.ClassCredential, "base64") {
+		t.Errorf("a field scanned after the budget ran out, alone: got %+v, want its base64 credential", got)
+	}
 	// The AWS secret key, lowercased: no credential rule matches it, so
 	// before it is issued the value is clean and remembered.
 	secret := []byte(strings.ToLower(inspect.NewCanaries(testKey).For("sandbox-late").Env["AWS_SECRET_ACCESS_KEY"]))

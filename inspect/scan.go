@@ -27,6 +27,11 @@ type scanState struct {
 	scanned []span
 	hits    []hit
 	seen    map[string]bool
+	// found counts hits offered to add, repeats included, and starved
+	// records that the decoding budget refused a layer: ScanFields
+	// remembers a field as clean only when neither moved while it ran.
+	found   int
+	starved bool
 }
 
 func (s *Scanner) newState(where string) *scanState {
@@ -112,6 +117,7 @@ func (st *scanState) add(h hit) {
 	if st.minConf && h.Confidence == Low {
 		return
 	}
+	st.found++
 	key := h.Detector + "\x00" + h.Fingerprint + "\x00" + h.Encoding
 	if st.atEach && h.pos >= 0 {
 		key += "\x00" + strconv.Itoa(h.pos)
@@ -171,6 +177,7 @@ func (st *scanState) seenRun(r span) bool {
 // budget takes n bytes of the decoding budget, or reports there is none.
 func (st *scanState) budget(n int) bool {
 	if st.decoded+n > st.s.cfg.MaxDecoded {
+		st.starved = true
 		return false
 	}
 	st.decoded += n
