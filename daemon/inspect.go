@@ -36,7 +36,7 @@ func (d *Daemon) buildInspect(cfg config.Config) error {
 	}
 	d.scanner = sc
 	if cfg.Inspect.CanariesOn() {
-		d.canaries = inspect.NewCanaries(key)
+		d.canaries = sc.Canaries() // the scanner's own: it knows what For issued
 	}
 	return nil
 }

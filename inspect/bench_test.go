@@ -117,9 +117,22 @@ func BenchmarkScanHeaders(b *testing.B) {
 		{"cookie", "_ga=GA1.1.1234567890.1700000000; theme=dark"}} {
 		fields = append(fields, inspect.Field{Where: "header:" + h[0], Name: h[0], Value: []byte(h[1])})
 	}
-	for b.Loop() {
-		s.ScanFields(fields)
-	}
+	b.Run("repeated", func(b *testing.B) {
+		for b.Loop() {
+			s.ScanFields(fields)
+		}
+	})
+	// A request id that changes every request: the set is new each time,
+	// its other values are not.
+	b.Run("varying", func(b *testing.B) {
+		fs := append([]inspect.Field(nil), fields...)
+		i := 0
+		for b.Loop() {
+			i++
+			fs[3].Value = fmt.Appendf(fs[3].Value[:0], "7f8e9d0c-1b2a-4c3d-8e9f-%012x", i)
+			s.ScanFields(fs)
+		}
+	})
 }
 
 // BenchmarkScanDNS is one question name.
@@ -128,5 +141,28 @@ func BenchmarkScanDNS(b *testing.B) {
 	name := []byte("objects.githubusercontent.com")
 	for b.Loop() {
 		s.Scan(inspect.WhereDNS, name)
+	}
+}
+
+// BenchmarkCleanRequest is what the gateway's inspect stage asks of the
+// scanner for one small clean kept-alive request (BenchmarkInspectKeepAlive
+// in package gateway): its headers, its query, its path segments, the
+// sandbox's window, and the two-byte response.
+func BenchmarkCleanRequest(b *testing.B) {
+	s := benchScanner(b)
+	headers := []inspect.Field{
+		{Where: "header:accept", Name: "Accept", Value: []byte("application/vnd.pypi.simple.v1+json")},
+		{Where: "header:accept-encoding", Name: "Accept-Encoding", Value: []byte("gzip")},
+		{Where: "header:user-agent", Name: "User-Agent", Value: []byte(`pip/24.0 {"installer":{"name":"pip"}}`)},
+	}
+	query := []inspect.Field{{Where: "url.query", Name: "format", Value: []byte("json")}}
+	path := []inspect.Field{{Where: "url.path", Value: []byte("simple")}, {Where: "url.path", Value: []byte("requests")}}
+	w := s.Window("sb-bench")
+	for b.Loop() {
+		s.ScanFields(headers)
+		s.ScanFields(query)
+		s.ScanFields(path)
+		w.Add(query)
+		s.ScanResponse("text/plain; charset=utf-8", []byte("ok"))
 	}
 }

@@ -14,20 +14,43 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Canaries makes and recognizes canary credentials: format-valid decoys
 // (an AWS key pair, a GitHub token, an OpenAI-style key) unique to each
 // sandbox and bound to no host, so any request carrying one is exfiltration.
 // A canary carries a keyed mark in its random part, so the scanner recognizes
-// every canary of its key without a list of issued ones.
+// every canary of its key without a list of issued ones, in the case it was
+// issued in. A path that folds case (a DNS name, a lowercasing proxy or
+// tool) destroys the mark of a mixed-case canary, so Canaries also keeps the
+// canaries For issued, by their lowercase form, for the most recent
+// MaxIssuedSandboxes sandboxes: a lowercased candidate is one map lookup.
 type Canaries struct {
 	key []byte
+
+	mu     sync.RWMutex
+	issued map[string]issuedCanary // lowercase value -> as issued
+	order  []string                // sandbox ids in issue order, oldest first
+	byID   map[string][]string     // sandbox id -> its lowercase values
+	gen    atomic.Uint64           // bumped whenever issued changes
 }
+
+// issuedCanary is one canary For issued: its rule id and its value.
+type issuedCanary struct {
+	id    string
+	value string
+}
+
+// MaxIssuedSandboxes bounds the sandboxes whose canaries Canaries keeps for
+// case-insensitive recognition (the oldest are forgotten first; their
+// canaries are still recognized in their issued case).
+const MaxIssuedSandboxes = 1 << 16
 
 // NewCanaries returns the canary maker for key.
 func NewCanaries(key []byte) *Canaries {
-	return &Canaries{key: append([]byte(nil), key...)}
+	return &Canaries{key: append([]byte(nil), key...), issued: map[string]issuedCanary{}, byID: map[string][]string{}}
 }
 
 // CanarySet is one sandbox's canaries: environment variables and files.
@@ -106,6 +129,17 @@ func (c *Canaries) mark(kind, random string, n int, alphabet string) string {
 }
 
 func (c *Canaries) forSandbox(id string) CanarySet {
+	cs := c.makeSet(id)
+	c.remember(id, map[string]string{
+		"canary:aws-access-key-id":     cs.Values[0],
+		"canary:aws-secret-access-key": cs.Values[1],
+		"canary:github-token":          cs.Values[2],
+		"canary:openai-key":            cs.Values[3],
+	})
+	return cs
+}
+
+func (c *Canaries) makeSet(id string) CanarySet {
 	r := func(kind, alphabet string, n int) string {
 		return keyed(c.key, alphabet, n, "airlock-canary/v1", kind, id)
 	}
@@ -133,6 +167,67 @@ func (c *Canaries) forSandbox(id string) CanarySet {
 	}
 }
 
+// remember records id's canaries for case-insensitive recognition, once.
+func (c *Canaries) remember(sandboxID string, values map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byID[sandboxID]; ok {
+		return
+	}
+	if len(c.order) >= MaxIssuedSandboxes {
+		old := c.order[0]
+		c.order = c.order[1:]
+		for _, l := range c.byID[old] {
+			delete(c.issued, l)
+		}
+		delete(c.byID, old)
+	}
+	var lows []string
+	for id, v := range values {
+		l := strings.ToLower(v)
+		c.issued[l] = issuedCanary{id: id, value: v}
+		lows = append(lows, l)
+	}
+	c.byID[sandboxID] = lows
+	c.order = append(c.order, sandboxID)
+	c.gen.Add(1)
+}
+
+// folded is the issued canary of rule id whose lowercase form is v's, if
+// For issued one. v is at most a canary's length; the lookup allocates
+// nothing.
+func (c *Canaries) folded(id string, v []byte) ([]byte, bool) {
+	var buf [maxCanaryLen]byte
+	if len(v) > len(buf) {
+		return nil, false
+	}
+	l := buf[:len(v)]
+	for i, b := range v {
+		l[i] = lower(b)
+	}
+	c.mu.RLock()
+	ic, ok := c.issued[string(l)]
+	c.mu.RUnlock()
+	if !ok || ic.id != id {
+		return nil, false
+	}
+	return []byte(ic.value), true
+}
+
+// maxCanaryLen is the longest canary (the OpenAI-style key).
+const maxCanaryLen = 8 + openaiRandom + 8 + 74
+
+// recognize reports whether v, matched by canary rule id, is a canary of
+// this key, and returns it in the case it was issued in: by its keyed mark
+// (in its own case, or upper case for an AWS key id), else by the issued
+// set when a path lowercased or uppercased it.
+func (c *Canaries) recognize(id string, v []byte) ([]byte, bool) {
+	if cv := canonicalCanary(id, v); c.isCanary(id, cv) {
+		return cv, true
+	}
+	return c.folded(id, v)
+}
+
 // githubChecksum is the 6-character base62 CRC-32 a GitHub token ends in.
 func githubChecksum(body string) string {
 	v := crc32.ChecksumIEEE([]byte(body))
@@ -152,11 +247,13 @@ func canaryRules() []*rule {
 			class: ClassCanary, reach: reach(expr, 512), secretGroup: 0}
 	}
 	return []*rule{
-		// Case-insensitive: its alphabet has one case, so a key that
-		// reached a DNS name lowercased is still recognized (canonicalCanary).
+		// Case-insensitive: an AWS key id's alphabet has one case, so one
+		// that reached a DNS name lowercased is still recognized
+		// (canonicalCanary); the mixed-case ones are recognized folded by
+		// the issued set (Canaries.folded).
 		mk("aws-access-key-id", `(?i)AKIA[A-Z2-7]{16}`, "akia"),
-		mk("github-token", `ghp_[0-9A-Za-z]{36}`, "ghp_"),
-		mk("openai-key", `sk-proj-[A-Za-z0-9_-]{74}T3BlbkFJ[A-Za-z0-9_-]{74}`, "t3blbkfj"),
+		mk("github-token", `(?i)ghp_[0-9A-Z]{36}`, "ghp_"),
+		mk("openai-key", `(?i)sk-proj-[A-Z0-9_-]{74}T3BlbkFJ[A-Z0-9_-]{74}`, "t3blbkfj"),
 	}
 }
 

@@ -61,11 +61,16 @@ func decodeHex(seg []byte) ([]byte, bool) {
 	if len(seg)%2 == 1 {
 		seg = seg[:len(seg)-1]
 	}
-	d := make([]byte, len(seg)/2)
+	var stack [scratchDecode]byte
+	d := stack[:]
+	if len(seg)/2 > len(d) {
+		d = make([]byte, len(seg)/2)
+	}
+	d = d[:len(seg)/2]
 	if _, err := hex.Decode(d, seg); err != nil || !isText(d) {
 		return nil, false
 	}
-	return d, true
+	return append([]byte(nil), d...), true
 }
 
 var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
@@ -126,7 +131,13 @@ func decodeBase64(seg []byte) ([]byte, bool) {
 	if len(seg) <= 4096 {
 		offsets = []int{0, 1, 2, 3}
 	}
-	buf := make([]byte, base64.RawStdEncoding.DecodedLen(len(seg)))
+	// Most runs (identifiers, hashes) decode to binary and are dropped:
+	// a short one is decoded on the stack and copied only when it is text.
+	var stack [scratchDecode]byte
+	buf := stack[:]
+	if n := base64.RawStdEncoding.DecodedLen(len(seg)); n > len(buf) {
+		buf = make([]byte, n)
+	}
 	for _, off := range offsets {
 		s := seg[off:]
 		if len(s)%4 == 1 {
@@ -138,12 +149,16 @@ func decodeBase64(seg []byte) ([]byte, bool) {
 		for _, e := range encs {
 			n, err := e.Decode(buf, s)
 			if err == nil && isText(buf[:n]) {
-				return buf[:n], true
+				return append([]byte(nil), buf[:n]...), true
 			}
 		}
 	}
 	return nil, false
 }
+
+// scratchDecode is the decoded size decodeBase64 and decodeHex try on the
+// stack.
+const scratchDecode = 512
 
 // isText reports whether b is UTF-8 text with few control characters.
 func isText(b []byte) bool {

@@ -17,9 +17,11 @@
 // It cannot find data sent by timing or ordering, transformations no decoder
 // here undoes (encryption, compression, custom alphabets, pieces finer or
 // farther apart than a Window keeps, pieces under 4 bytes across requests),
-// or secrets with no known format that are not canaries. A canary that a
-// path lowercases (a DNS name) is still recognized where its format has one
-// case (the AWS access key id); the mixed-case ones are not. inspecttest holds the corpus the gateway replays.
+// or secrets with no known format that are not canaries. A canary folded to
+// one case (a DNS name) is recognized by its format or by the set of
+// canaries For issued; the clean-input cache, the folded canaries and the
+// prefilter are in DESIGN.md. inspecttest holds the corpus the gateway
+// replays.
 //
 // Entry points: New (Scan, ScanFields, NewStream, Window, ScanResponse),
 // ParseJSONRPC, ParseLLM, JSONFields, NewCanaries (For gives the Files and

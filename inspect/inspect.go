@@ -112,6 +112,7 @@ type Scanner struct {
 	rules    *ruleSet
 	canaries *Canaries
 	windows  *windows
+	clean    *cleanCache // small inputs known to give no finding
 }
 
 // New applies defaults to cfg, validates it and compiles the rule set.
@@ -178,6 +179,7 @@ func New(cfg Config) (*Scanner, error) {
 		s.canaries = NewCanaries(cfg.Key)
 	}
 	s.windows = newWindows(cfg.WindowSandboxes)
+	s.clean = newCleanCache()
 	return s, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,6 +200,68 @@ func TestCanaries(t *testing.T) {
 			t.Errorf("a non-canary reported as %+v", f)
 		}
 	}
+}
+
+// TestCanaryFolded: every canary For issued, lowercased (a DNS name, a
+// case-folding URL path) or uppercased, is still a canary with the
+// fingerprint of the value as issued, in a DNS name, a URL path and a query;
+// a lookalike that For never issued (one character changed, or another
+// key's canary lowercased) is not. Before the issued set, the lowercased
+// GitHub and OpenAI-shaped canaries were missed.
+func TestCanaryFolded(t *testing.T) {
+	c := inspect.NewCanaries(testKey)
+	s := newScanner(t, func(cfg *inspect.Config) { cfg.Canaries = c })
+	cs := c.For("sandbox-folded")
+	fp := func(fs []inspect.Finding) string {
+		for _, f := range fs {
+			if f.Class == inspect.ClassCanary {
+				return f.Fingerprint
+			}
+		}
+		return ""
+	}
+	found, total := 0, 0
+	for _, v := range cs.Values {
+		want := fp(s.Scan("body", []byte(v)))
+		if want == "" {
+			t.Fatalf("canary %.12s... as issued: no canary finding", v)
+		}
+		for _, fold := range []func(string) string{strings.ToLower, strings.ToUpper} {
+			f := fold(v)
+			cases := []struct{ where, data string }{{"url.query", "token=" + f}}
+			if !strings.Contains(v, "/") { // a '/' would cut it into two segments
+				// One segment, as the gateway scans a path.
+				cases = append(cases, struct{ where, data string }{inspect.WherePath, f})
+			}
+			if len(v) <= 63 && !strings.ContainsAny(v, "+/") {
+				cases = append(cases, struct{ where, data string }{inspect.WhereDNS, strings.ToLower(f) + ".attacker.example"})
+			}
+			for _, in := range cases {
+				total++
+				if got := fp(s.Scan(in.where, []byte(in.data))); got != want {
+					t.Errorf("canary %.12s... folded at %s: fingerprint %q, want %q", v, in.where, got, want)
+				} else {
+					found++
+				}
+			}
+		}
+	}
+	// Lookalikes: one character of a folded canary changed; another key's
+	// canaries, folded, under this scanner.
+	other := inspect.NewCanaries([]byte("another-key-entirely-0123456789")).For("sandbox-folded")
+	fps, benign := 0, 0
+	for i, v := range cs.Values {
+		l := []byte(strings.ToLower(v))
+		l[len(l)-3] ^= 1
+		for _, data := range []string{string(l), strings.ToLower(other.Values[i])} {
+			benign++
+			if fp(s.Scan(inspect.WherePath, []byte("/"+data))) != "" {
+				fps++
+				t.Errorf("lookalike %.12s... reported as a canary", data)
+			}
+		}
+	}
+	t.Logf("folded canaries recognized %d/%d, lookalikes reported %d/%d", found, total, fps, benign)
 }
 
 func TestCanaryEnvironKeepsPlatformValues(t *testing.T) {
@@ -608,4 +671,84 @@ func hasClass(fs []inspect.Finding, class string) bool {
 		}
 	}
 	return false
+}
+
+// TestCleanCacheNeverHidesAFinding: a value that carries a finding is
+// reported every time it is scanned (only clean results are remembered);
+// a clean value is clean again; and a value remembered clean before a
+// canary was issued is found once it is: a lowercased canary of a sandbox
+// not yet issued (the same key makes the same canaries) scans clean, then
+// For issues it and the same bytes, by Scan and by ScanFields, are a canary.
+func TestCleanCacheNeverHidesAFinding(t *testing.T) {
+	s := newScanner(t, func(c *inspect.Config) { c.Canaries = inspect.NewCanaries(testKey) })
+	for i := 0; i < 3; i++ {
+		if got := s.Scan("body", []byte("id="+awsKey)); !has(got, "aws-access-token", inspect.ClassCredential, "") {
+			t.Fatalf("scan %d of a credential: got %+v", i, got)
+		}
+		if got := s.ScanFields([]inspect.Field{{Where: "url.query", Value: []byte(awsKey[:10])}, {Where: "url.query", Value: []byte(awsKey[10:])}}); !hasClass(got, inspect.ClassCredential) {
+			t.Fatalf("scan %d of a split credential: got %+v", i, got)
+		}
+		if got := s.Scan("body", []byte("hello")); len(got) != 0 {
+			t.Fatalf("scan %d of a clean value: got %+v", i, got)
+		}
+	}
+	// A field whose finding an earlier field already reported, or scanned
+	// after the decoding budget ran out, is not remembered as clean.
+	key64 := base64.StdEncoding.EncodeToString([]byte("aws " + awsKey))
+	tight := newScanner(t, func(c *inspect.Config) { c.MaxDecoded = 64 })
+	for _, sc := range []*inspect.Scanner{s, tight} {
+		sc.ScanFields([]inspect.Field{{Where: "header:a", Value: []byte(awsKey)}, {Where: "header:b", Value: []byte(awsKey)}})
+		sc.ScanFields([]inspect.Field{{Where: "body", Value: []byte(strings.Repeat(key64+" ", 8))}, {Where: "header:c", Value: []byte(key64)}})
+	}
+	if got := s.Scan("header:b", []byte(awsKey)); !has(got, "aws-access-token", inspect.ClassCredential, "") {
+		t.Errorf("a repeated field alone: got %+v, want its credential", got)
+	}
+	if got := tight.Scan("header:c", []byte(key64)); !has(got, "aws-access-token", inspect.ClassCredential, "base64") {
+		t.Errorf("a field scanned after the budget ran out, alone: got %+v, want its base64 credential", got)
+	}
+	// The AWS secret key, lowercased: no credential rule matches it, so
+	// before it is issued the value is clean and remembered.
+	secret := []byte(strings.ToLower(inspect.NewCanaries(testKey).For("sandbox-late").Env["AWS_SECRET_ACCESS_KEY"]))
+	fields := []inspect.Field{{Where: "header:x-token", Value: secret}, {Where: "header:accept", Value: []byte("*/*")}}
+	if got := s.Scan("url.query", secret); len(got) != 0 {
+		t.Fatalf("before it was issued: got %+v, want nothing", got)
+	}
+	if got := s.ScanFields(fields); len(got) != 0 {
+		t.Fatalf("before it was issued: got %+v, want nothing", got)
+	}
+	s.Canaries().For("sandbox-late")
+	if got := s.Scan("url.query", secret); !hasClass(got, inspect.ClassCanary) {
+		t.Errorf("after it was issued, Scan: got %+v, want a canary", got)
+	}
+	if got := s.ScanFields(fields); !hasClass(got, inspect.ClassCanary) {
+		t.Errorf("after it was issued, ScanFields: got %+v, want a canary", got)
+	}
+}
+
+// TestCleanCacheConcurrent: scans of clean and dirty values from several
+// goroutines while canaries are issued (run under -race): every dirty scan
+// reports its finding.
+func TestCleanCacheConcurrent(t *testing.T) {
+	s := newScanner(t, nil)
+	done := make(chan int)
+	for g := 0; g < 4; g++ {
+		go func(g int) {
+			missed := 0
+			for i := 0; i < 200; i++ {
+				s.ScanFields([]inspect.Field{{Where: "header:accept", Value: []byte("*/*")}, {Where: "header:x", Value: []byte(fmt.Sprint(i % 7))}})
+				if g == 0 && i%50 == 0 {
+					s.Canaries().For(fmt.Sprintf("sb-%d", i))
+				}
+				if !hasClass(s.Scan("url.query", []byte("k="+awsKey)), inspect.ClassCredential) {
+					missed++
+				}
+			}
+			done <- missed
+		}(g)
+	}
+	for g := 0; g < 4; g++ {
+		if m := <-done; m != 0 {
+			t.Errorf("a goroutine missed %d credentials", m)
+		}
+	}
 }

@@ -56,6 +56,14 @@ type rule struct {
 	// per-service assignment patterns): a keyword hit runs the regexp only
 	// when an assignment operator and a long enough value follow it.
 	assign bool
+	// wordStart marks a rule every match of which starts at a word
+	// boundary with one of its keywords (`\b(?:hvs\.|s\.)...`): a hit
+	// glued to a word byte before it ("reqs.Header") cannot start a match
+	// and runs no regexp. Derived from the regexp (keywordAtWordStart).
+	wordStart bool
+	// anchored is re anchored at its start, for a wordStart rule: a hit
+	// runs the search over its window only when a match starts at the hit.
+	anchored *regexp.Regexp
 	// short marks a rule with a keyword of three bytes or less ("ey",
 	// "sk", "s."): common in any text, so a hit counts only when a token
 	// of at least shortTail bytes follows it.
@@ -147,6 +155,12 @@ func parseRules(text string) (*ruleSet, error) {
 		r.reach = reach(t.Regex, repeatCap(r.keywords))
 		r.short = minLen(r.keywords) <= 3
 		r.assign = strings.HasPrefix(t.Regex, assignPrefix)
+		r.wordStart = keywordAtWordStart(t.Regex, r.keywords)
+		if r.wordStart {
+			if r.anchored, err = regexp.Compile(`^(?:` + t.Regex + `)`); err != nil {
+				return nil, fmt.Errorf("inspect: rules: %s: %w", t.ID, err)
+			}
+		}
 		r.confidence = ruleConfidence(t.ID, t.Regex)
 		if _, dup := rs.byID[r.id]; dup {
 			return nil, fmt.Errorf("inspect: rules: %s defined twice", r.id)
@@ -488,4 +502,85 @@ func isSpace(c byte) bool {
 
 func isAlnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// keywordAtWordStart reports whether every match of expr starts at a word
+// boundary with one of keywords (ASCII case folded), its first byte a word
+// byte (so the byte before it is not one): expr is `\b` followed by a part
+// whose every match begins with a literal that some keyword is a prefix of.
+// Anything it cannot prove is false.
+func keywordAtWordStart(expr string, keywords []string) bool {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil || re.Op != syntax.OpConcat || len(re.Sub) < 2 || re.Sub[0].Op != syntax.OpWordBoundary {
+		return false
+	}
+	prefixes, _ := literalPrefixes(&syntax.Regexp{Op: syntax.OpConcat, Sub: re.Sub[1:]})
+	if len(prefixes) == 0 {
+		return false
+	}
+	for _, p := range prefixes {
+		// A match starting with a non-word byte has its boundary on the
+		// other side: a word byte before it, not a non-word one.
+		if p == "" || !isWordByte(p[0]) {
+			return false
+		}
+		ok := false
+		for _, k := range keywords {
+			if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// maxPrefixes bounds the literal prefixes literalPrefixes tracks.
+const maxPrefixes = 64
+
+// literalPrefixes returns strings one of which every match of re starts
+// with (nil: unknown), and whether they are re's whole matches (so a
+// following part extends them).
+func literalPrefixes(re *syntax.Regexp) ([]string, bool) {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return []string{string(re.Rune)}, true
+	case syntax.OpCapture:
+		return literalPrefixes(re.Sub[0])
+	case syntax.OpAlternate:
+		var out []string
+		whole := true
+		for _, sub := range re.Sub {
+			p, w := literalPrefixes(sub)
+			if p == nil || len(out)+len(p) > maxPrefixes {
+				return nil, false
+			}
+			out = append(out, p...)
+			whole = whole && w
+		}
+		return out, whole
+	case syntax.OpConcat:
+		out := []string{""}
+		for _, sub := range re.Sub {
+			p, w := literalPrefixes(sub)
+			if p == nil || len(out)*len(p) > maxPrefixes {
+				return out, false
+			}
+			var next []string
+			for _, a := range out {
+				for _, b := range p {
+					next = append(next, a+b)
+				}
+			}
+			out = next
+			if !w {
+				return out, false
+			}
+		}
+		return out, true
+	}
+	return nil, false
 }

@@ -123,3 +123,54 @@ func BenchmarkRuleCount(b *testing.B) {
 		})
 	}
 }
+
+// TestKeywordAtWordStart: the rules whose keyword hits may be dropped when
+// glued to a word byte are those whose every match starts at `\b` with a
+// keyword; a keyword inside the match, no `\b`, or a prefix no keyword
+// covers keeps every hit. The real rules' vault token ("s.") is proved,
+// and the dropped hit still finds the token where it stands alone.
+func TestKeywordAtWordStart(t *testing.T) {
+	for _, tc := range []struct {
+		expr string
+		kw   []string
+		want bool
+	}{
+		{`\b((?:hvs\.[\w-]{90,120}|s\.(?i:[a-z0-9]{24})))(?:[\x60'"\s;]|\\[nr]|$)`, []string{"hvs.", "s."}, true},
+		{`\b((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})\b`, []string{"a3t", "akia", "asia", "abia", "acca"}, true},
+		{`\b((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})\b`, []string{"akia"}, false}, // A3T... starts with no keyword
+		{`SK[0-9a-fA-F]{32}`, []string{"sk"}, false},                                       // no \b
+		{`(?:^|[\s>=:(,)])([a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.-]{31,34})`, []string{"q~"}, false},
+		{`\b[a-z]{3}_key_[0-9]{8}`, []string{"_key_"}, false},     // keyword inside
+		{`\b(ey[a-zA-Z0-9]{17,})`, []string{"e"}, true},           // a shorter keyword covers it
+		{`\b-----BEGIN[ A-Z]+KEY`, []string{"-----begin"}, false}, // the boundary is before the '-'
+		{`\b(?i:AKIA)[A-Z2-7]{16}`, []string{"akia"}, true},
+	} {
+		if got := keywordAtWordStart(tc.expr, tc.kw); got != tc.want {
+			t.Errorf("keywordAtWordStart(%q, %q) = %v, want %v", tc.expr, tc.kw, got, tc.want)
+		}
+	}
+	rs, err := defaultRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rs.byID["vault-service-token"].wordStart || rs.byID["twilio-api-key"].wordStart || rs.byID["generic-api-key"].wordStart {
+		t.Error("vault-service-token must be wordStart, twilio-api-key and generic-api-key not")
+	}
+	s, err := New(Config{Key: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := "s.Xk3Jq9Lm2Np8Rs4Tv6Wy1Za5"
+	for _, tc := range []struct {
+		data string
+		want bool
+	}{{"VAULT_TOKEN=" + tok + "\n", true}, {"x (" + tok + ")\n", false}, {"reqs.Xk3Jq9Lm2Np8Rs4Tv6Wy1Za5\n", false}} {
+		got := false
+		for _, f := range s.Scan("body", []byte(tc.data)) {
+			got = got || f.Detector == "vault-service-token"
+		}
+		if got != tc.want {
+			t.Errorf("%q: vault-service-token found %v, want %v", tc.data, got, tc.want)
+		}
+	}
+}

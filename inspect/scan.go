@@ -27,6 +27,11 @@ type scanState struct {
 	scanned []span
 	hits    []hit
 	seen    map[string]bool
+	// found counts hits offered to add, repeats included, and starved
+	// records that the decoding budget refused a layer: ScanFields
+	// remembers a field as clean only when neither moved while it ran.
+	found   int
+	starved bool
 }
 
 func (s *Scanner) newState(where string) *scanState {
@@ -34,9 +39,19 @@ func (s *Scanner) newState(where string) *scanState {
 }
 
 func (s *Scanner) scan(where string, data []byte) []Finding {
+	one := [1]Field{{Where: where, Value: data}}
+	gen := s.canaries.gen.Load()
+	k, cacheable := s.clean.key('s', one[:])
+	if cacheable && s.clean.has(k, gen) {
+		return nil
+	}
 	st := s.newState(where)
 	st.run(data)
-	return st.findings()
+	fs := st.findings()
+	if cacheable && len(fs) == 0 {
+		s.clean.put(k, gen)
+	}
+	return fs
 }
 
 // run scans data at where, with the oversize cut and the where-specific
@@ -102,6 +117,7 @@ func (st *scanState) add(h hit) {
 	if st.minConf && h.Confidence == Low {
 		return
 	}
+	st.found++
 	key := h.Detector + "\x00" + h.Fingerprint + "\x00" + h.Encoding
 	if st.atEach && h.pos >= 0 {
 		key += "\x00" + strconv.Itoa(h.pos)
@@ -161,6 +177,7 @@ func (st *scanState) seenRun(r span) bool {
 // budget takes n bytes of the decoding budget, or reports there is none.
 func (st *scanState) budget(n int) bool {
 	if st.decoded+n > st.s.cfg.MaxDecoded {
+		st.starved = true
 		return false
 	}
 	st.decoded += n
@@ -185,7 +202,14 @@ func (st *scanState) rules(data []byte, enc string) []span {
 				continue
 			}
 			r := rs.rules[ri]
-			if !rs.kwRev[p] && (r.assign && !assignFollows(data, end) || r.short && !tokenFollows(data, end, shortTail)) {
+			if !rs.kwRev[p] && (r.assign && !assignFollows(data, end) || r.short && !tokenFollows(data, end, shortTail) ||
+				r.wordStart && start > 0 && isWordByte(data[start-1])) {
+				continue
+			}
+			// Every match of a wordStart rule starts at a hit like this
+			// one: none starts here unless the anchored form matches at
+			// the hit, over as much as the window would give it.
+			if r.anchored != nil && !rs.kwRev[p] && !r.anchored.Match(data[start:tokenEnd(data, min(len(data), end+r.reach))]) {
 				continue
 			}
 			sp := span{max(0, start-r.reach), min(len(data), end+r.reach)}
@@ -250,6 +274,15 @@ func merge(data []byte, sps []span) []span {
 	return out
 }
 
+// tokenEnd is hi grown to the end of the token it cuts, as merge grows a
+// window.
+func tokenEnd(data []byte, hi int) int {
+	for n := 0; hi < len(data) && n < tokenExtend && isToken(data[hi]); n++ {
+		hi++
+	}
+	return hi
+}
+
 // maxSpan bounds a window joined from several keyword hits.
 const maxSpan = 2048
 
@@ -289,13 +322,14 @@ func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed b
 			continue
 		}
 		if r.class == ClassCanary {
-			secret = canonicalCanary(r.id, secret)
+			c, ok := st.s.canaries.recognize(r.id, secret)
+			if !ok {
+				continue
+			}
+			secret = c
 		}
 		f := Finding{Detector: r.id, Class: r.class, Where: st.where, Encoding: enc, Confidence: r.confidence, Fingerprint: st.s.fingerprint(secret)}
 		if r.class == ClassCanary {
-			if !st.s.canaries.isCanary(r.id, secret) {
-				continue
-			}
 			f.Detector = DetectorCanary
 		}
 		pos, end := -1, 0
@@ -327,6 +361,12 @@ var tokenTable = func() (t [256]bool) {
 }()
 
 func isToken(b byte) bool { return tokenTable[b] }
+
+// isWordByte reports whether b is a word byte of `\b` (ASCII letters,
+// digits, '_').
+func isWordByte(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '_'
+}
 
 // minRun is the shortest token run the decoders and the canary check look at.
 const minRun = 16
@@ -362,8 +402,10 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 		for j < len(run) && isStdB64(run[j]) {
 			j++
 		}
-		if j-i == n && mixedCase(run[i:j]) {
-			v := run[i:j]
+		if j-i == n {
+			// A mixed-case stretch is checked by its mark (and the issued
+			// set); one of a single case only by the issued set.
+			v, mixed := run[i:j], mixedCase(run[i:j])
 			for _, rev := range []bool{false, true} {
 				c, e := v, enc
 				if rev {
@@ -371,8 +413,12 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 					reverseBytes(c)
 					e = chain(enc, "reversed")
 				}
-				if st.s.canaries.isCanary("canary:aws-secret-access-key", c) {
-					st.add(hit{Finding: Finding{Detector: DetectorCanary, Class: ClassCanary, Where: st.where, Encoding: e, Confidence: High, Fingerprint: st.s.fingerprint(c)}, pos: -1})
+				check := st.s.canaries.folded
+				if mixed {
+					check = st.s.canaries.recognize
+				}
+				if iv, ok := check("canary:aws-secret-access-key", c); ok {
+					st.add(hit{Finding: Finding{Detector: DetectorCanary, Class: ClassCanary, Where: st.where, Encoding: e, Confidence: High, Fingerprint: st.s.fingerprint(iv)}, pos: -1})
 				}
 			}
 		}
