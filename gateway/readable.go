@@ -6,6 +6,7 @@ import (
 	"net"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,7 +53,8 @@ func awaitReadable(c net.Conn, deadline time.Time) (queued int, err error) {
 }
 
 // queuedBytes is the number of bytes waiting on the socket fd; 0 with a nil
-// error at EOF, EAGAIN when there is nothing yet.
+// error at EOF, EAGAIN when there is nothing yet. (recvfrom is called
+// directly: unix.Recvfrom allocates the peer's address on every call.)
 func queuedBytes(fd int) (int, error) {
 	for {
 		n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
@@ -61,16 +63,19 @@ func queuedBytes(fd int) (int, error) {
 		}
 		// Nothing queued: EOF, an error, or not yet.
 		var b [1]byte
-		m, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		m, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
 		switch {
-		case err == unix.EINTR:
+		case errno == unix.EINTR:
 			continue
-		case err != nil:
-			return 0, err
+		case errno != 0:
+			return 0, errno
 		case m == 0:
 			return 0, nil
 		}
-		// A byte arrived between the two calls: ask again.
+		// A byte is there that SIOCINQ did not count: it arrived between
+		// the calls, or it is the last before a FIN (which SIOCINQ takes
+		// one off for).
+		return 1, nil
 	}
 }
 
