@@ -139,3 +139,12 @@ func rssKB(pid int) int64 {
 	}
 	return 0
 }
+
+// openFDs is the number of descriptors pid has open (0 if unreadable).
+func openFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	return len(ents)
+}
