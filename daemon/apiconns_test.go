@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"golang.org/x/sys/unix"
-
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/config"
