@@ -45,7 +45,7 @@ How the subjects are set up:
   echoed once each; airlock's are spread over 4 sandboxes of the daemon (the gateway caps one sandbox at 512
   tunnels), squid's come from one client on the host; the peak VmRSS of the daemon and of squid's one process,
   sampled every 100 ms ("RSS before" is at the start of the round), and the daemon's peak open descriptors.
-  Then 10,000 (quick: 1,000) tunnels at once over 20 more sandboxes, 500 each, held 30 s and echoed: airlock
+  Then 10,000 (quick: 1,000) tunnels at once over 20 more sandboxes, 500 each, held 12 s and echoed: airlock
   alone (every tunnel is two of the daemon's descriptors; where its limit cannot hold them all, the row says
   so and holds what it can).
 - Pooled create + exec: the daemon API as bench's BenchmarkSandboxLifecycle does it (create from a full warm
