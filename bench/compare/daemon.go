@@ -174,8 +174,8 @@ func (e *env) tunnelMeasure(ctx context.Context, z sizes, c *client.Client, daem
 // through the daemon's gateway, spread over z.manySandboxes new sandboxes
 // (the gateway caps one sandbox at 512), then echoes a line on each: every
 // one must be answered. It reports the daemon's peak RSS and descriptors.
-// The hold (12 s after the last one opened) stays well inside the fake
-// host's echo deadline (30 s from accept).
+// The hold (12 s after the last one opened) stays inside the fake host's
+// echo deadline (60 s from accept).
 //
 // Every tunnel is two of the daemon's descriptors: where its RLIMIT_NOFILE
 // (raised at start as far as the machine lets it) cannot hold z.manyTunnels
