@@ -454,10 +454,9 @@ func (l *countingListener) Accept() (net.Conn, error) {
 
 // echoTCP echoes each connection's first MiB for 60 s (long enough for
 // bench-compare to open thousands of tunnels and still echo on the first).
-// It copies through a
-// small buffer, not io.Copy's splice: a spliced copy holds a pipe (two more
-// descriptors) while it waits, and ten thousand held connections would take
-// thirty thousand of the process's descriptors.
+// It copies through a small buffer, not io.Copy's splice: a spliced copy
+// holds a pipe (two more descriptors) while it waits, and ten thousand held
+// connections would take thirty thousand of the process's descriptors.
 func echoTCP(l net.Listener) {
 	tcptest.Serve(l, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
