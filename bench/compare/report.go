@@ -34,7 +34,9 @@ How the subjects are set up:
   "new connection per request" sends Connection: close; the sandbox's new-flow limit (limits.new_flows, 500/s
   by default) is raised to 100000 for the run, or it would be the number.
 - CONNECT "plain origin" is a tunnel to port 80: airlock recognises HTTP inside it and applies policy per
-  request (it parses and relays the exchange), squid relays bytes. "TLS end to end" is a tunnel airlock splices.
+  request (it parses each request and response header; the blob, application/octet-stream with a
+  Content-Length, which content inspection does not read, then goes by splice), squid relays bytes. "TLS end
+  to end" is a tunnel airlock splices.
 - DNS: dnsperf, one name over and over (cached after the first), 8 sockets, 200 outstanding. "direct" is the
   fake internet's own server (Go, in the driver process). dnsmasq (one process, cache 10,000) and unbound
   (2 threads, iterator only, no DNSSEC validation) forward to it and answer the denied name NXDOMAIN themselves.
