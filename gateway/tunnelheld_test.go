@@ -49,7 +49,7 @@ func connectRaw(t *testing.T, h *harness, host string, port int) (net.Conn, *buf
 // 10,000 idle tunnels were 60,000 descriptors). Every tunnel still echoes
 // after the wait, and its close record counts the bytes.
 func TestIdleTunnelHoldsNoPipe(t *testing.T) {
-	const n = 24
+	const n = 32
 	raw := newRawUpstream(t, "")
 	h := newHarness(t, tunnelPolicy(), names("raw.example"), nil)
 	h.dialer.allow(raw.addr)
@@ -76,9 +76,10 @@ func TestIdleTunnelHoldsNoPipe(t *testing.T) {
 	// Every tunnel answered: both directions are back waiting.
 	held := openFDs(t) - before
 	// Per tunnel: the test's client socket, the gateway's accepted one, its
-	// upstream one and the echo server's accepted one. The splice pipe pool
-	// may keep a few pipes between uses; not one per tunnel.
-	if want := 4*n + 8; held > want {
+	// upstream one and the echo server's accepted one; the slack is for what
+	// the rest of the process opens meanwhile (the splice pipe pool, other
+	// tests' leftovers). A pipe held per idle direction is 8 a tunnel.
+	if want := 5*n + 8; held > want {
 		t.Fatalf("%d idle tunnels hold %d descriptors in this process, want at most %d (4 sockets each): a pipe is held per idle direction", n, held, want)
 	}
 	for _, tn := range tuns {
