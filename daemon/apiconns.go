@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,13 +104,29 @@ func nofileLimit() uint64 {
 	return rl.Cur
 }
 
-// RaiseNOFILE raises the soft RLIMIT_NOFILE to the hard limit and returns
-// the limit in force. The API's derived caps (api.max_conns) are fractions
-// of it, so serve and run call it before New.
+// wantNOFILE is the descriptor limit RaiseNOFILE asks for when the hard
+// limit is lower and the process may raise it (root: CAP_SYS_RESOURCE), at
+// most fs.nr_open: systemd's default hard limit. Every open tunnel is two
+// descriptors of the daemon's (the sandbox's connection and the
+// upstream's): 20 sandboxes of 512 tunnels each need more than 20,000.
+const wantNOFILE = 1 << 19
+
+// RaiseNOFILE raises RLIMIT_NOFILE and returns the limit in force: soft and
+// hard to wantNOFILE (at most fs.nr_open) where the hard limit is lower and
+// the process may raise it, else the soft limit to the hard one. The API's
+// derived caps (api.max_conns) are fractions of it, so serve and run call it
+// before New.
 func RaiseNOFILE() (uint64, error) {
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 		return 1024, fmt.Errorf("getrlimit RLIMIT_NOFILE: %w", err)
+	}
+	if want := min(wantNOFILE, nrOpen()); rl.Max < want {
+		up := unix.Rlimit{Cur: want, Max: want}
+		if unix.Setrlimit(unix.RLIMIT_NOFILE, &up) == nil {
+			return want, nil
+		}
+		// Not allowed (no CAP_SYS_RESOURCE): the soft limit up to the hard.
 	}
 	if rl.Cur < rl.Max {
 		rl.Cur = rl.Max
@@ -117,6 +135,20 @@ func RaiseNOFILE() (uint64, error) {
 		}
 	}
 	return rl.Cur, nil
+}
+
+// nrOpen is fs.nr_open, the most RLIMIT_NOFILE may be (the kernel's
+// default, 1<<20, when it cannot be read).
+func nrOpen() uint64 {
+	b, err := os.ReadFile("/proc/sys/fs/nr_open")
+	if err != nil {
+		return 1 << 20
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n == 0 {
+		return 1 << 20
+	}
+	return n
 }
 
 // apiConns counts the API's connections and streams by uid.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/config"
@@ -295,5 +296,32 @@ func TestKernelRefusedLimitIs400(t *testing.T) {
 				t.Fatalf("got %d %+v, want %d naming %q", r.status, e, tt.status, tt.field)
 			}
 		})
+	}
+}
+
+// TestRaiseNOFILE: the limit RaiseNOFILE returns is the one in force, never
+// lower than before, and at least the hard limit it found (wantNOFILE, at
+// most fs.nr_open, where the process may raise the hard limit too).
+func TestRaiseNOFILE(t *testing.T) {
+	var before unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &before); err != nil {
+		t.Fatal(err)
+	}
+	got, err := RaiseNOFILE()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &after); err != nil {
+		t.Fatal(err)
+	}
+	if got != after.Cur {
+		t.Fatalf("returned %d, want the soft limit in force, %d", got, after.Cur)
+	}
+	if after.Cur < before.Max {
+		t.Fatalf("soft limit %d after, want at least the hard limit before, %d", after.Cur, before.Max)
+	}
+	if want := min(wantNOFILE, nrOpen()); after.Max < want && unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: want, Max: want}) == nil {
+		t.Fatalf("hard limit %d although the process may raise it to %d", after.Max, want)
 	}
 }

@@ -51,7 +51,7 @@ func currentReq(r *http.Request) *explicitReq {
 // explicitReq carries a request's reqCtx from the outer handler through goproxy.
 type explicitReq struct {
 	rc     *reqCtx
-	served bool // the CONNECT hijack ran the pipeline
+	served bool // the CONNECT hijack took the connection
 }
 
 var errNoGoproxyTransport = errors.New("gateway: goproxy's own transport is never used")
@@ -129,8 +129,8 @@ func (g *Gateway) explicitHandler() http.Handler {
 			defer func() {
 				if !x.served { // goproxy never handed over the connection
 					g.serveRefused(rc, fail(ReasonUpstream, http.StatusBadGateway, errors.New("connect not hijacked")))
+					ec.done()
 				}
-				ec.done()
 			}()
 			proxy.ServeHTTP(w, r)
 			return
@@ -142,14 +142,21 @@ func (g *Gateway) explicitHandler() http.Handler {
 }
 
 // explicitConnect is goproxy's ConnectHijack: the pipeline takes the raw
-// connection (the session holds any bytes the client sent after the CONNECT).
+// connection (the session holds any bytes the client sent after the CONNECT)
+// on a goroutine of its own, and http.Server's goroutine returns, letting go
+// of its connection's buffers (8 KiB) and its stack for as long as the
+// tunnel stays open.
 func (g *Gateway) explicitConnect(r *http.Request, _ net.Conn, _ *goproxy.ProxyCtx) {
 	x := currentReq(r)
 	x.served = true
 	rc := x.rc
+	ec := r.Context().Value(explicitConnKey).(*explicitConn)
 	rc.sess.release()
 	rc.cc.nc.SetDeadline(time.Time{})
-	g.serve(rc)
+	go func() {
+		defer ec.done()
+		g.serve(rc)
+	}()
 }
 
 // explicitRequest is goproxy's request handler for absolute-form HTTP: the

@@ -40,6 +40,7 @@ type upstreamConn struct {
 	idleAt time.Time
 	proto  string            // the protocol TLS negotiated ("h2", "http/1.1" or "")
 	h2     *http2.ClientConn // an HTTP/2 upstream: shared by one client connection's streams, never pooled
+	body   io.ReadCloser     // the last response's body as read (splice.go: untouched by a scrubber or inspection)
 }
 
 // upstreamReader enforces the response header limit like connReader does for
@@ -104,6 +105,7 @@ func (u *upstreamConn) roundTrip(req *http.Request, headerTimeout time.Duration,
 			io.Copy(io.Discard, resp.Body)
 			continue
 		}
+		u.body = resp.Body
 		return resp, nil
 	}
 }

@@ -43,6 +43,8 @@ type bodyRelay struct {
 	// flushEach: flush after every body read (no beforeRead hook could be
 	// set: an HTTP/2 upstream's body).
 	flushEach bool
+	// sp: the body may be spliced socket to socket (bodySplice).
+	sp *bodySplice
 }
 
 // newBodyRelay takes buffers from the pool writing to w (the session's
@@ -74,8 +76,15 @@ func (r *bodyRelay) flushHeld() {
 }
 
 // ReadFrom copies a Content-Length body (net/http's Response.Write hands its
-// LimitReader here through io.Copy).
-func (r *bodyRelay) ReadFrom(src io.Reader) (int64, error) { return r.copyTo(r, src) }
+// LimitReader here through io.Copy), spliced when it may be.
+func (r *bodyRelay) ReadFrom(src io.Reader) (int64, error) {
+	if lr, ok := src.(*io.LimitedReader); ok && r.sp != nil {
+		if b, ok := lr.R.(relayBody); ok && b.r == r {
+			return r.sp.relay(r, lr)
+		}
+	}
+	return r.copyTo(r, src)
+}
 
 // copyTo reads src into the read buffer and writes each read to w (the relay
 // itself, or net/http's chunked writer in front of it).
@@ -111,7 +120,30 @@ type relayBody struct {
 	r *bodyRelay
 }
 
-func (b relayBody) WriteTo(w io.Writer) (int64, error) { return b.r.copyTo(w, b.ReadCloser) }
+func (b relayBody) WriteTo(w io.Writer) (int64, error) {
+	if b.r.sp != nil && b.r.sp.done {
+		return 0, nil
+	}
+	return b.r.copyTo(w, b.ReadCloser)
+}
+
+// Read (and WriteTo) is EOF once the body went by splice: Response.Write
+// reads on after the Content-Length to check for more.
+func (b relayBody) Read(p []byte) (int, error) {
+	if b.r.sp != nil && b.r.sp.done {
+		return 0, io.EOF
+	}
+	return b.ReadCloser.Read(p)
+}
+
+// Close closes the body unless it went by splice: net/http's reader never
+// saw those bytes and would wait for them.
+func (b relayBody) Close() error {
+	if b.r.sp != nil && b.r.sp.done {
+		return nil
+	}
+	return b.ReadCloser.Close()
+}
 
 // writeResponse writes resp (header and body) to the client through a
 // bodyRelay. u is the HTTP/1.1 upstream the body comes from (nil when it
@@ -127,6 +159,7 @@ func (s *httpSession) writeResponse(resp *http.Response, u *upstreamConn) error 
 		defer func() { u.rd.beforeRead = nil }()
 	}
 	if resp.Body != nil && resp.Body != http.NoBody {
+		r.sp = s.spliceFor(resp, u)
 		resp.Body = relayBody{ReadCloser: resp.Body, r: r}
 	}
 	if err := resp.Write(r); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -27,8 +28,17 @@ func (g *Gateway) serveTransparent(cc *clientConn) {
 	}
 	rc.origDst = dst
 	rd := &connReader{c: cc.nc}
-	br := bufio.NewReaderSize(rd, maxPeekBytes)
-	sn, err := g.sniff(cc.nc, br)
+	var br *bufio.Reader
+	var sn sniffed
+	// The wait for the first byte holds no buffer (awaitReadable): a
+	// server-first protocol waits PeekTimeout with none, and its tunnel's
+	// head is empty.
+	if _, werr := awaitReadable(cc.nc, time.Now().Add(g.cfg.PeekTimeout)); werr != nil && isTimeout(werr) {
+		br, sn = bufio.NewReaderSize(rd, 16), sniffed{kind: policy.KindTCP}
+	} else {
+		br = bufio.NewReaderSize(rd, maxPeekBytes)
+		sn, err = g.sniff(cc.nc, br)
+	}
 	rc.kind = sn.kind
 	var d *denial
 	switch {

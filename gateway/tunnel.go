@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"errors"
@@ -47,7 +48,7 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 		return g.intercept(rc, &prefixConn{Conn: s.conn, r: s.br})
 	}
 	s.rd.limited, s.rd.progress = false, 0
-	sn, err := g.sniff(s.conn, s.br)
+	sn, err := g.sniffConnect(s)
 	rc.carries = sn.kind
 	var d *denial
 	if err != nil && !errors.As(err, &d) {
@@ -74,8 +75,33 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 	if err := g.connectRoute(rc); err != nil {
 		return err
 	}
-	head, _ := s.br.Peek(s.br.Buffered())
+	var head []byte
+	if s.br != nil {
+		head, _ = s.br.Peek(s.br.Buffered())
+	}
 	return g.tunnel(rc, s.conn, head, rc.upRaw)
+}
+
+// sniffConnect is sniff on what follows a CONNECT. When the client sent
+// nothing yet, the session's buffers (20 KiB) go and the wait for its first
+// byte holds none: a server-first protocol or an idle client costs no buffer
+// for the PeekTimeout it may wait. A new read buffer is made only once there
+// is something to read.
+func (g *Gateway) sniffConnect(s *httpSession) (sniffed, error) {
+	if s.br.Buffered() == 0 {
+		_, err := awaitReadable(s.conn, time.Now().Add(g.cfg.PeekTimeout))
+		switch {
+		case errors.Is(err, errNoRawConn):
+			return g.sniff(s.conn, s.br)
+		case err != nil && isTimeout(err):
+			s.dropBuffers()
+			return sniffed{kind: policy.KindTCP}, nil
+		}
+		// Readable, at EOF, or failed: the buffered peek below says which.
+		s.br = bufio.NewReaderSize(&s.rd, maxPeekBytes)
+		s.bw = nil
+	}
+	return g.sniff(s.conn, s.br)
 }
 
 // connectHTTP serves plaintext HTTP inside an allowed CONNECT: a session
@@ -91,6 +117,7 @@ func (g *Gateway) connectHTTP(rc *reqCtx) error {
 	head, _ := outer.br.Peek(outer.br.Buffered())
 	cnt := &countConn{Conn: outer.conn}
 	s := g.newPinnedSession(rc.cc, cnt, head, rc.host, rc.port)
+	outer.dropBuffers() // the pinned session copied head and reads the connection itself
 	s.loop(policy.KindHTTP)
 	rc.bytesUp, rc.bytesDown = int64(len(head))+cnt.in.Load(), cnt.out.Load()
 	return nil
@@ -111,8 +138,8 @@ func (g *Gateway) connectH2C(rc *reqCtx) error {
 	return nil
 }
 
-// copyUp writes head, then copies client to up (splice when both are
-// *net.TCPConn), then half-closes up. With a guard (a sandbox that holds
+// copyUp writes head, then copies client to up (spliceIdle: splice when
+// both are *net.TCPConn, no pipe held while idle), then half-closes up. With a guard (a sandbox that holds
 // placeholders) every chunk is checked before it is written, and splice is
 // given up; the copy stops at the first chunk the guard refuses.
 func copyUp(up net.Conn, head []byte, client net.Conn, guard *secrets.StreamGuard) (int64, error) {
@@ -131,11 +158,13 @@ func copyUp(up net.Conn, head []byte, client net.Conn, guard *secrets.StreamGuar
 			return total, err
 		}
 	}
-	var src io.Reader = client
+	var n int64
+	var err error
 	if guard != nil {
-		src = guardedReader{r: client, guard: guard}
+		n, err = io.Copy(up, guardedReader{r: client, guard: guard})
+	} else {
+		n, err = spliceIdle(up, client)
 	}
-	n, err := io.Copy(up, src)
 	total += n
 	closeWrite(up)
 	return total, err
@@ -151,7 +180,7 @@ func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard 
 			n, _ := a.Write(bHead)
 			total += int64(n)
 		}
-		n, _ := io.Copy(a, b)
+		n, _ := spliceIdle(a, b)
 		closeWrite(a)
 		down <- total + n
 	}()
@@ -247,7 +276,7 @@ func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) 
 	}
 	down := make(chan int64, 1)
 	go func() {
-		n, _ := io.Copy(client, up)
+		n, _ := spliceIdle(client, up)
 		closeWrite(client)
 		down <- n
 	}()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,7 +34,8 @@ func (e *env) daemonMeasures(z sizes) ([]measure, error) {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "serve.yaml")
-	extra := fmt.Sprintf("api: {group: \"\"}\nsandbox: {pool_size: 2, max_sandboxes: %d, max_sandboxes_per_owner: %d}\n", z.sandboxes+16, z.sandboxes+16)
+	most := z.sandboxes + tunnelSandboxes + z.manySandboxes + 16
+	extra := fmt.Sprintf("api: {group: \"\"}\nsandbox: {pool_size: 2, max_sandboxes: %d, max_sandboxes_per_owner: %d}\n", most, most)
 	if err := os.WriteFile(cfg, append(base, extra...), 0o600); err != nil {
 		return nil, err
 	}
@@ -92,7 +94,11 @@ func (e *env) daemonMeasures(z sizes) ([]measure, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []measure{tunnels,
+	many, err := e.manyTunnelsMeasure(ctx, z, c, cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	return []measure{tunnels, many,
 		{Name: "pooled create + exec (daemon API)", Primary: "create+exec p50 ms", Target: "< 10 ms", Subjects: []subject{pooled}},
 		{Name: fmt.Sprintf("daemon RSS (gateway in process), %d idle sandboxes", z.sandboxes), Primary: "RSS MiB",
 			Target: "< 64 MiB with 100", Subjects: []subject{idle, full}},
@@ -164,6 +170,48 @@ func (e *env) tunnelMeasure(ctx context.Context, z sizes, c *client.Client, daem
 	return m, nil
 }
 
+// manyTunnelsMeasure holds z.manyTunnels CONNECT tunnels open at once
+// through the daemon's gateway, spread over z.manySandboxes new sandboxes
+// (the gateway caps one sandbox at 512), then echoes a line on each: every
+// one must be answered. It reports the daemon's peak RSS and descriptors.
+// The hold (12 s after the last one opened) stays inside the fake host's
+// echo deadline (60 s from accept).
+//
+// Every tunnel is two of the daemon's descriptors: where its RLIMIT_NOFILE
+// (raised at start as far as the machine lets it) cannot hold z.manyTunnels
+// besides what it already has open, the measure holds as many as it can and
+// its name says the limit.
+func (e *env) manyTunnelsMeasure(ctx context.Context, z sizes, c *client.Client, daemonPID int) (measure, error) {
+	n, name := z.manyTunnels, fmt.Sprintf("%d open CONNECT tunnels, %d sandboxes", z.manyTunnels, z.manySandboxes)
+	if limit := nofileSoft(daemonPID); limit > 0 {
+		// Headroom: the sandboxes' own descriptors (about 25 each), the API,
+		// the audit log, DNS.
+		room := (limit - openFDs(daemonPID) - 40*z.manySandboxes - 256) / 2
+		if room < n {
+			n = max(room/z.manySandboxes*z.manySandboxes, z.manySandboxes)
+			name = fmt.Sprintf("%d open CONNECT tunnels, %d sandboxes (the daemon's descriptor limit, %d, holds no more)", n, z.manySandboxes, limit)
+		}
+	}
+	per := n / z.manySandboxes
+	argv := []string{e.client, "-hold", fmt.Sprint(per), "-url", "tcp://" + benchHost + ":7", "-proxy", "http://127.0.0.1:3128", "-max", "24s"}
+	ids := make([]string, z.manySandboxes)
+	for i := range ids {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Workspace: e.dir, Labels: map[string]string{"alk-compare": "many-tunnels"}})
+		if err != nil {
+			return measure{}, fmt.Errorf("create sandbox %d of %d for %d tunnels: %w", i+1, len(ids), z.manyTunnels, err)
+		}
+		ids[i] = sb.ID
+	}
+	got, err := daemonHold(ctx, c, ids, argv, daemonPID)
+	if err != nil {
+		return measure{}, fmt.Errorf("%d tunnels: %w", z.manyTunnels, err)
+	}
+	return measure{Name: name, Primary: "answered",
+		Higher: true, Target: fmt.Sprintf("%d without an error", z.manyTunnels),
+		Subjects: []subject{{Name: "airlock serve", Rounds: [][]metric{got},
+			Command: fmt.Sprintf("in each of %d sandboxes of the daemon above, at once: %s", z.manySandboxes, shellJoin(argv))}}}, nil
+}
+
 // daemonHold execs argv (a loadclient -hold) in every sandbox of ids at once
 // and samples the daemon's RSS until all have finished.
 func daemonHold(ctx context.Context, c *client.Client, ids []string, argv []string, daemonPID int) ([]metric, error) {
@@ -184,7 +232,9 @@ func daemonHold(ctx context.Context, c *client.Client, ids []string, argv []stri
 		}()
 	}
 	var peak int64
+	var fds int
 	var answered, errs float64
+	var firstErr string
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for left := len(ids); left > 0; {
@@ -194,17 +244,27 @@ func daemonHold(ctx context.Context, c *client.Client, ids []string, argv []stri
 			if r.err != nil {
 				return nil, fmt.Errorf("hold in a sandbox: %w: %s", r.err, tail(r.out, 400))
 			}
-			var h struct{ Answered, Errors int }
+			var h struct {
+				Answered, Errors int
+				FirstErr         string `json:"first_error"`
+			}
 			if err := jsonUnmarshal(lastJSON(r.out), &h); err != nil {
 				return nil, err
+			}
+			if h.FirstErr != "" && firstErr == "" {
+				firstErr = h.FirstErr
 			}
 			answered += float64(h.Answered)
 			errs += float64(h.Errors)
 		case <-tick.C:
 			peak = max(peak, rssKB(daemonPID))
+			fds = max(fds, openFDs(daemonPID))
 		}
 	}
-	return []metric{{"peak RSS MiB", float64(peak) / 1024}, {"answered", answered}, {"errors", errs}, {"RSS before MiB", float64(base) / 1024}}, nil
+	if firstErr != "" {
+		slog.Warn("tunnels failed", "errors", errs, "first", firstErr)
+	}
+	return []metric{{"peak RSS MiB", float64(peak) / 1024}, {"answered", answered}, {"errors", errs}, {"RSS before MiB", float64(base) / 1024}, {"peak fds", float64(fds)}}, nil
 }
 
 // holdRun runs a loadclient -hold and samples the RSS of pid (0: the

@@ -99,7 +99,8 @@ func newEnv(ctx context.Context, bin, client string) (*env, error) {
 	return e, e.writeAirlockConfig()
 }
 
-// origin serves /small (3 bytes) and /blob?size=N (N bytes, at most 1 GiB).
+// origin serves /small (3 bytes) and /blob?size=N (N bytes of
+// application/octet-stream, at most 1 GiB).
 func origin(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/blob" {
 		w.Header().Set("Content-Length", strconv.Itoa(len(smallBody)))
@@ -113,6 +114,9 @@ func origin(w http.ResponseWriter, r *http.Request) {
 	}
 	chunk := bytes.Repeat([]byte("airlock-compare-blob\n"), 64<<10/21+1)[:64<<10]
 	w.Header().Set("Content-Length", strconv.Itoa(size))
+	// A download, as a package or image blob is: not text a content scanner
+	// reads (net/http would sniff this body as text/plain).
+	w.Header().Set("Content-Type", "application/octet-stream")
 	for sent := 0; sent < size; sent += len(chunk) {
 		if _, err := w.Write(chunk[:min(len(chunk), size-sent)]); err != nil {
 			return

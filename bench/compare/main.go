@@ -25,9 +25,9 @@ func jsonUnmarshal(s string, v any) error {
 // on the 2-core development VM, the quick one around 2.
 func runSizes(quick bool) sizes {
 	if quick {
-		return sizes{rounds: 1, wrkFor: 2 * time.Second, blob: 128 << 20, dnsFor: 2 * time.Second, startRuns: 5, pooledN: 5, sandboxes: 10, tunnels: 200, tunnelHold: 8 * time.Second}
+		return sizes{rounds: 1, wrkFor: 2 * time.Second, blob: 128 << 20, dnsFor: 2 * time.Second, startRuns: 5, pooledN: 5, sandboxes: 10, tunnels: 200, tunnelHold: 8 * time.Second, manyTunnels: 1000, manySandboxes: 20}
 	}
-	return sizes{rounds: 3, wrkFor: 5 * time.Second, blob: 1 << 30, dnsFor: 5 * time.Second, startRuns: 20, pooledN: 30, sandboxes: 100, tunnels: 1000, tunnelHold: 20 * time.Second}
+	return sizes{rounds: 3, wrkFor: 5 * time.Second, blob: 1 << 30, dnsFor: 5 * time.Second, startRuns: 20, pooledN: 30, sandboxes: 100, tunnels: 1000, tunnelHold: 20 * time.Second, manyTunnels: 10000, manySandboxes: 20}
 }
 
 func main() {

@@ -22,6 +22,9 @@ type sizes struct {
 	sandboxes  int
 	tunnels    int
 	tunnelHold time.Duration
+	// manyTunnels over manySandboxes: the daemon's descriptors and caps at
+	// scale (airlock alone: one squid process is not the comparison).
+	manyTunnels, manySandboxes int
 }
 
 // pathEnv is the environment of the commands run.

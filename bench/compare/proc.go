@@ -139,3 +139,29 @@ func rssKB(pid int) int64 {
 	}
 	return 0
 }
+
+// openFDs is the number of descriptors pid has open (0 if unreadable).
+func openFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	return len(ents)
+}
+
+// nofileSoft is pid's soft RLIMIT_NOFILE (0 if unreadable).
+func nofileSoft(pid int) int {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	return 0
+}

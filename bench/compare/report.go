@@ -34,7 +34,9 @@ How the subjects are set up:
   "new connection per request" sends Connection: close; the sandbox's new-flow limit (limits.new_flows, 500/s
   by default) is raised to 100000 for the run, or it would be the number.
 - CONNECT "plain origin" is a tunnel to port 80: airlock recognises HTTP inside it and applies policy per
-  request (it parses and relays the exchange), squid relays bytes. "TLS end to end" is a tunnel airlock splices.
+  request (it parses each request and response header; the blob, application/octet-stream with a
+  Content-Length, which content inspection does not read, then goes by splice), squid relays bytes. "TLS end
+  to end" is a tunnel airlock splices.
 - DNS: dnsperf, one name over and over (cached after the first), 8 sockets, 200 outstanding. "direct" is the
   fake internet's own server (Go, in the driver process). dnsmasq (one process, cache 10,000) and unbound
   (2 threads, iterator only, no DNSSEC validation) forward to it and answer the denied name NXDOMAIN themselves.
@@ -44,7 +46,10 @@ How the subjects are set up:
 - Memory: the daemon's (gateway in process) VmRSS. Tunnels: to the fake host's TCP echo port, held 10 s then
   echoed once each; airlock's are spread over 4 sandboxes of the daemon (the gateway caps one sandbox at 512
   tunnels), squid's come from one client on the host; the peak VmRSS of the daemon and of squid's one process,
-  sampled every 100 ms ("RSS before" is at the start of the round).
+  sampled every 100 ms ("RSS before" is at the start of the round), and the daemon's peak open descriptors.
+  Then 10,000 (quick: 1,000) tunnels at once over 20 more sandboxes, 500 each, held 12 s and echoed: airlock
+  alone (every tunnel is two of the daemon's descriptors; where its limit cannot hold them all, the row says
+  so and holds what it can).
 - Pooled create + exec: the daemon API as bench's BenchmarkSandboxLifecycle does it (create from a full warm
   pool of 2, exec /bin/true, delete; the pool refilled untimed).
 `
