@@ -79,6 +79,10 @@ type Options struct {
 	Gateway gateway.Config
 	// Logger receives operational logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Owner, when above 0, makes this a per-user daemon (airlock serve
+	// --user): only that uid may call the API, whatever the socket's mode
+	// lets connect (root included), and it administers it (userapi.go).
+	Owner int
 }
 
 // Daemon is one running airlock.
@@ -128,6 +132,7 @@ type Daemon struct {
 	home      string
 	heartbeat time.Duration
 	stopping  atomic.Bool
+	owner     int // Options.Owner
 }
 
 // New builds every part, in dependency order, and undoes what it built if a
@@ -139,7 +144,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if filepath.Dir(o.RunDir) == DefaultRunDir {
 		removeStale(ctx, logger)
 	}
-	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir}
+	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir, owner: o.Owner}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -218,8 +223,12 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	// Recover may serve re-attached namespaces: only now that dec has the engine.
-	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
-		return nil, fmt.Errorf("recover namespaces: %w", err)
+	// A per-user daemon has none: its namespaces belong to its own user
+	// namespaces, pinned nowhere, and end with it.
+	if o.Owner <= 0 {
+		if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
+			return nil, fmt.Errorf("recover namespaces: %w", err)
+		}
 	}
 	d.stampRecoveredPods()
 	// The warm pool starts filling only after Recover: Recover removes the
