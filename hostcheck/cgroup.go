@@ -73,7 +73,7 @@ func checkCgroup(h Host) []Check {
 // controllers available.
 func checkDelegation(h Host, ver string) Check {
 	c := Check{Name: "cgroup.delegation", Modes: userModes}
-	fallback := "limits are rlimits (per process: the memory of the whole tree and pids across the user's processes are not bounded)"
+	fallback := "rootless limits are rlimits (per process: the memory of the whole tree, CPU share and I/O are not bounded)"
 	fix := "on a cgroup v2 host (systemd.unified_cgroup_hierarchy=1) run under a systemd user session: systemd-run --user --scope -p Delegate=yes airlock run ..."
 	if h.UID < 0 {
 		c.Status, c.Detail = StatusSkip, "no user named"
@@ -127,7 +127,7 @@ func checkDelegation(h Host, ver string) Check {
 		return c
 	}
 	c.Status = StatusOK
-	c.Detail = dir + " is delegated with " + strings.Join(limitControllers, ", ") + ": limits by cgroup"
+	c.Detail = dir + " is delegated to uid " + strconv.Itoa(h.UID) + " with " + strings.Join(limitControllers, ", ")
 	return c
 }
 
