@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	vnetns "github.com/vishvananda/netns"
@@ -39,14 +40,25 @@ type IslandSpec struct {
 	DNSPort         int    `json:"dns_port"`
 	NFLogGroup      int    `json:"nflog_group"`
 	Backend         string `json:"backend"`
-	Rules           string `json:"rules"`
+	// Restore is the backend's iptables-restore, found on the gateway's
+	// PATH (init has none).
+	Restore string `json:"restore"`
+	Rules   string `json:"rules"`
 }
 
 // IslandSpec returns the spec of this manager's island, for BuildIsland.
 func (m *Manager) IslandSpec() ([]byte, error) {
+	bin, _ := backendBinaries(m.backend)
+	restore, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("netns: %w", err)
+	}
+	if restore, err = filepath.Abs(restore); err != nil {
+		return nil, fmt.Errorf("netns: %w", err)
+	}
 	return json.Marshal(IslandSpec{
 		IslandAddr: m.cfg.IslandAddr, ExplicitPort: m.cfg.ExplicitPort, TransparentPort: m.cfg.TransparentPort,
-		DNSPort: m.cfg.DNSPort, NFLogGroup: m.cfg.NFLogGroup, Backend: m.backend,
+		DNSPort: m.cfg.DNSPort, NFLogGroup: m.cfg.NFLogGroup, Backend: m.backend, Restore: restore,
 		Rules: m.ruleSpec(false, Inbound{}).render(),
 	})
 }
@@ -75,6 +87,9 @@ func BuildIsland(spec []byte) ([]*os.File, error) {
 	if s.Backend != IPTablesNFT && s.Backend != IPTablesLegacy {
 		return nil, fmt.Errorf("netns: island spec: backend %q: want nft or legacy", s.Backend)
 	}
+	if !filepath.IsAbs(s.Restore) {
+		return nil, fmt.Errorf("netns: island spec: restore %q: want an absolute path", s.Restore)
+	}
 	// A handle that is not open makes netlink use the calling thread's
 	// namespace.
 	if err := configureIsland(vnetns.None(), cfg.islandAddr(), true); err != nil {
@@ -83,7 +98,7 @@ func BuildIsland(spec []byte) ([]*os.File, error) {
 	if err := writeIslandSysctls(islandSysctls); err != nil {
 		return nil, err
 	}
-	if err := restoreHere(s.Backend, s.Rules); err != nil {
+	if err := restoreHere(s.Restore, s.Backend, s.Rules); err != nil {
 		return nil, fmt.Errorf("install rules: %w", err)
 	}
 	if err := writeIslandSysctls(islandConntrackSysctls); err != nil {
@@ -138,8 +153,7 @@ func writeIslandSysctls(set []sysctl) error {
 // restoreHere runs iptables-restore in the calling process's namespace.
 // iptables-legacy takes its lock in /run, which an unprivileged process
 // may not write: it gets a lock file of its own.
-func restoreHere(backend, rules string) error {
-	bin, _ := backendBinaries(backend)
+func restoreHere(bin, backend, rules string) error {
 	cmd := exec.Command(bin, "-w", "5")
 	cmd.Stdin = strings.NewReader(rules)
 	if backend == IPTablesLegacy {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -94,29 +93,27 @@ func (r *Rootless) cloneFlags() uintptr {
 	return unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP
 }
 
-// attrs sets init's id maps: without a subordinate range the kernel lets
-// the parent write the one-id maps itself (setgroups denied); with one,
-// newuidmap and newgidmap write them after the start (writeMaps).
-func (r *Rootless) attrs(a *syscall.SysProcAttr) {
-	if r.subordinate() {
-		return
-	}
-	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.UID, Size: 1}}
-	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.GID, Size: 1}}
-	a.GidMappingsEnableSetgroups = false
-}
-
-// writeMaps maps 0 to the user and RootlessSandboxUID to the range's first
-// id in pid's user namespace, through the setuid helpers.
+// writeMaps maps 0 to the user in pid's user namespace, and with a
+// subordinate range RootlessSandboxUID to its first id (through the setuid
+// helpers newuidmap and newgidmap). The maps are written after init's
+// execve, never by the clone (SysProcAttr.UidMappings): the gateway is not
+// dumpable, so a child it forked has /proc files only root may write until
+// it executes. The uid map comes last: init waits for it and executes itself again (awaitMaps).
 func (r *Rootless) writeMaps(pid int) error {
+	p := strconv.Itoa(pid)
 	if !r.subordinate() {
+		for _, w := range [][2]string{{"setgroups", "deny"}, {"gid_map", "0 " + strconv.Itoa(r.GID) + " 1"},
+			{"uid_map", "0 " + strconv.Itoa(r.UID) + " 1"}} {
+			if err := os.WriteFile("/proc/"+p+"/"+w[0], []byte(w[1]), 0); err != nil {
+				return fmt.Errorf("sandboxd: init's %s: %w", w[0], err)
+			}
+		}
 		return nil
 	}
-	p := strconv.Itoa(pid)
 	for _, m := range []struct {
 		bin        string
 		own, first int
-	}{{"newuidmap", r.UID, r.SubUID.Start}, {"newgidmap", r.GID, r.SubGID.Start}} {
+	}{{"newgidmap", r.GID, r.SubGID.Start}, {"newuidmap", r.UID, r.SubUID.Start}} {
 		out, err := exec.Command(m.bin, p, "0", strconv.Itoa(m.own), "1",
 			strconv.Itoa(RootlessSandboxUID), strconv.Itoa(m.first), "1").CombinedOutput()
 		if err != nil {

@@ -138,7 +138,6 @@ func (s *Sandbox) forkInit(cgFD, netnsFD, ctl, null, errW *os.File, started chan
 	}
 	if rl != nil {
 		cmd.ExtraFiles[1] = null // no host-view namespace: nothing is idmapped
-		rl.attrs(cmd.SysProcAttr)
 	}
 	if cgFD != nil {
 		cmd.SysProcAttr.UseCgroupFD = true

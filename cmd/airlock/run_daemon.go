@@ -46,6 +46,9 @@ func chooseDaemon(cmd *cobra.Command, o runOptions) (*client.Client, error) {
 	if o.noDaemon {
 		return nil, &inProcessRequest{"--no-daemon asks for it"}
 	}
+	if o.rootless {
+		return nil, &inProcessRequest{"--rootless asks for it"}
+	}
 	if flag := inProcessFlag(cmd); flag != "" {
 		return nil, &inProcessRequest{"--" + flag + " configures a gateway of run's own"}
 	}
