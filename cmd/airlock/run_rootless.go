@@ -119,4 +119,3 @@ func delegatedCgroup() string {
 // errRootlessAsRoot refuses --rootless for root, which gets the full
 // sandbox.
 var errRootlessAsRoot = errors.New("run: --rootless is for users who are not root (as root, run makes the full sandbox)")
-
