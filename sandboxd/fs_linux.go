@@ -634,7 +634,7 @@ func maskPath(p string) error {
 	// mount_setattr, not a bind remount: it changes only the flags named, so
 	// it works on a rootless sandbox's /dev/null too, whose access-time
 	// flags are locked to the host's.
-	return unix.MountSetattr(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW,
+	return unix.MountSetattr(unix.AT_FDCWD, p, 0,
 		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC})
 }
 

@@ -58,9 +58,9 @@ const (
 	// controlSndBuf is the executor end's send buffer: a seqpacket message
 	// must fit in it whole.
 	controlSndBuf = 2 * maxToInit
-	// maxMessageFDs is the most fds one message carries (a rootless
-	// island's listeners).
-	maxMessageFDs = islandFDs
+	// maxMessageFDs is the most fds one message to init carries (an exec's
+	// stdio); messages from init carry at most islandFDs.
+	maxMessageFDs = 3
 	// islandFDs is how many files the island hook returns (the explicit,
 	// transparent and DNS TCP listeners, the DNS UDP socket, the NFLOG
 	// socket), carried by init's ready reply.
@@ -250,6 +250,7 @@ type channel struct {
 	oob     []byte
 	peer    string // who is at the other end, for errors
 	maxSend int
+	maxFDs  int // the most fds an incoming message carries
 }
 
 // newChannel wraps f (an end of a SOCK_SEQPACKET socketpair; f is closed:
@@ -266,8 +267,12 @@ func newChannel(f *os.File, maxRecv, maxSend int, peer string) (*channel, error)
 		c.Close()
 		return nil, fmt.Errorf("control socket: got a %T, want a unix socket", c)
 	}
-	return &channel{conn: uc, max: maxRecv, maxSend: maxSend, peer: peer,
-		buf: make([]byte, maxRecv+1), oob: make([]byte, unix.CmsgSpace(4*maxMessageFDs))}, nil
+	maxFDs := maxMessageFDs
+	if maxRecv == maxFromInit {
+		maxFDs = islandFDs // the executor's end: a rootless island's ready reply
+	}
+	return &channel{conn: uc, max: maxRecv, maxSend: maxSend, peer: peer, maxFDs: maxFDs,
+		buf: make([]byte, maxRecv+1), oob: make([]byte, unix.CmsgSpace(4*maxFDs))}, nil
 }
 
 func (c *channel) close() error { return c.conn.Close() }
@@ -327,8 +332,8 @@ func (c *channel) recv() (*message, []int, error) {
 	switch {
 	case ferr != nil:
 		return fail(&badMessage{fmt.Errorf("message from %s: %w", c.peer, ferr)})
-	case flags&unix.MSG_CTRUNC != 0 || len(fds) > maxMessageFDs: // padding may fit one more
-		return fail(&badMessage{fmt.Errorf("message from %s carries more than %d file descriptors", c.peer, maxMessageFDs)})
+	case flags&unix.MSG_CTRUNC != 0 || len(fds) > c.maxFDs: // padding may fit one more
+		return fail(&badMessage{fmt.Errorf("message from %s carries more than %d file descriptors", c.peer, c.maxFDs)})
 	case flags&unix.MSG_TRUNC != 0 || n > c.max:
 		return fail(&badMessage{fmt.Errorf("message from %s is larger than %d bytes", c.peer, c.max)})
 	}
