@@ -215,3 +215,166 @@ func readRootlessLog(t *testing.T, path string) []audit.Record {
 	t.Helper()
 	return (&env{t: t, audit: path}).records()
 }
+
+// guardAttacks is the attacker both sides run: each attack on pid (signal
+// it, ptrace-attach it, open its memory and environment, join its user then
+// network and mount namespaces) and a read of each file, printed as
+// name=ok or name=ERRNO.
+const guardAttacks = `
+import ctypes, errno, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+pid = int(sys.argv[1])
+def res(name, f):
+    try:
+        f(); print(name + "=ok")
+    except OSError as e:
+        print(name + "=" + errno.errorcode.get(e.errno, str(e.errno)))
+def check(r):
+    if r != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+def ptrace():
+    check(libc.ptrace(16, pid, 0, 0))  # PTRACE_ATTACH
+    libc.ptrace(17, pid, 0, 0)         # PTRACE_DETACH
+def setns():
+    for ns, flag in (("user", 0x10000000), ("net", 0x40000000), ("mnt", 0x00020000)):
+        fd = os.open("/proc/%d/ns/%s" % (pid, ns), os.O_RDONLY)
+        check(libc.setns(fd, flag))
+res("ptrace", ptrace)
+res("mem", lambda: open("/proc/%d/mem" % pid, "rb").close())
+res("environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
+res("setns", setns)
+for i, f in enumerate(sys.argv[2:]):
+    res("file%d" % i, lambda: open(f, "rb").read())
+res("kill", lambda: os.kill(pid, signal.SIGKILL))
+`
+
+// TestRootRootlessGuardUnreachable: a rootless sandbox's processes cannot
+// reach the process that guards them (the gateway, the same user when no
+// subordinate range is configured): signalling, ptrace, its memory and
+// environment, its namespaces and its files (the CA key, the audit signing
+// key) all fail from inside. The same attacks succeed from outside the
+// sandbox as the same user against an unprotected process of that user,
+// and the gateway's /proc files are closed even to the user (not dumpable).
+// Its files live outside /tmp here, so it is their masks that hide them.
+func TestRootRootlessGuardUnreachable(t *testing.T) {
+	e := newRootlessEnv(t)
+	// Outside /tmp (the sandbox's own tmpfs): the audit directory and the
+	// runtime directory, where the CA key is minted.
+	var err error
+	base, err := os.MkdirTemp("/var/tmp", "alk-rootless-guard-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.runtime, e.audit = filepath.Join(base, "xdg-run"), filepath.Join(base, "audit", "audit.jsonl")
+	for _, d := range []string{e.runtime, filepath.Dir(e.audit)} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, rootlessUID, rootlessUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(e.config)
+	if err := os.WriteFile(e.config, bytes.Replace(b, []byte(filepath.Join(e.dir, "audit", "audit.jsonl")), []byte(e.audit), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	attacker := filepath.Join(e.dir, "attack.py")
+	if err := os.WriteFile(attacker, []byte(guardAttacks), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// /var/tmp is the sandbox's own too: give it the attacker in the workspace.
+	if err := copyFile(attacker, filepath.Join(e.workspace, "attack.py"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	uid := fmt.Sprint(rootlessUID)
+	asUser := func(args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, "setpriv", append([]string{"--reuid", uid, "--regid", uid, "--clear-groups", "--",
+			"env", "-i", "PATH=/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/nonexistent", "SECRET=alk-guard-env",
+			"XDG_RUNTIME_DIR=" + e.runtime}, args...)...)
+	}
+	cmd := asUser(e.bin, "--socket", filepath.Join(e.dir, "none.sock"), "run", "--config", e.config, "--",
+		"/bin/sh", "-c", `while [ ! -s go ]; do sleep 0.05; done; python3 attack.py $(cat go)`)
+	cmd.Dir = e.workspace
+	cmd.WaitDelay = 10 * time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gw := cmd.Process.Pid // setpriv and env execute airlock in place
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// The gateway's secrets, once it has made them.
+	var caKey string
+	for i := 0; i < 200 && caKey == ""; i++ {
+		keys, _ := filepath.Glob(filepath.Join(e.runtime, "airlock", "run-*", "ca", "*.key"))
+		if len(keys) == 1 {
+			caKey = keys[0]
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	auditKey := e.audit + ".key"
+	if caKey == "" {
+		t.Fatalf("no CA key appeared in %s\n%s", e.runtime, errb.String())
+	}
+
+	// Outside the sandbox, as the same user: an unprotected process of the
+	// user (a sleep in user, network and mount namespaces of its own, as a
+	// sandbox's init is) falls to every attack, and the key files are
+	// readable: so each refusal below is the sandbox's doing.
+	decoy := asUser("unshare", "-Urnm", "sleep", "60")
+	if err := decoy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = decoy.Process.Kill(); _ = decoy.Wait() }()
+	time.Sleep(200 * time.Millisecond) // unshare has executed sleep
+	ctl, err := asUser("python3", attacker, fmt.Sprint(decoy.Process.Pid), caKey, auditKey).CombinedOutput()
+	if err != nil {
+		t.Fatalf("control attacker: %v\n%s", err, ctl)
+	}
+	cm := kv(string(ctl))
+	for _, k := range []string{"ptrace", "mem", "environ", "setns", "file0", "file1", "kill"} {
+		if cm[k] != "ok" {
+			t.Errorf("control: %s against an unprotected process: got %q, want ok (the test proves nothing)\n%s", k, cm[k], ctl)
+		}
+	}
+	// The gateway itself, seen by the same user from outside: not dumpable.
+	gwOut, _ := asUser("python3", "-c", fmt.Sprintf(`
+try:
+    open("/proc/%d/environ", "rb").read(); print("gw_environ=ok")
+except OSError as e:
+    import errno; print("gw_environ=" + errno.errorcode[e.errno])`, gw)).CombinedOutput()
+	if got := kv(string(gwOut))["gw_environ"]; got != "EACCES" {
+		t.Errorf("the gateway's environ from outside as the user: got %q, want EACCES (not dumpable)", got)
+	}
+
+	// Inside: go.
+	if err := os.WriteFile(filepath.Join(e.workspace, "go"), []byte(fmt.Sprintf("%d %s %s\n", gw, caKey, auditKey)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	res := result{stdout: out.String(), stderr: errb.String()}
+	t.Logf("rootless sandbox attacking its gateway\n%s", res)
+	if err != nil {
+		t.Fatalf("airlock run: %v (the gateway died?)\n%s", err, res)
+	}
+	m := kv(res.stdout)
+	for k, want := range map[string]string{
+		"ptrace": "EPERM", "mem": "ENOENT", "environ": "ENOENT", "setns": "ENOENT",
+		"file0": "ENOENT", "file1": "ENOENT", "kill": "ESRCH",
+	} {
+		if m[k] != want {
+			t.Errorf("%s from the sandbox: got %q, want %q\n%s", k, m[k], want, res)
+		}
+	}
+	if strings.Contains(res.stdout, "alk-guard-env") {
+		t.Errorf("the gateway's environment leaked into the sandbox\n%s", res)
+	}
+}
