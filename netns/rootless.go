@@ -49,7 +49,7 @@ type IslandSpec struct {
 // IslandSpec returns the spec of this manager's island, for BuildIsland.
 func (m *Manager) IslandSpec() ([]byte, error) {
 	bin, _ := backendBinaries(m.backend)
-	restore, err := exec.LookPath(bin)
+	restore, err := lookBin(bin)
 	if err != nil {
 		return nil, fmt.Errorf("netns: %w", err)
 	}

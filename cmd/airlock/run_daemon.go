@@ -80,12 +80,12 @@ func (e *inProcessRequest) Error() string { return e.why }
 // notRootMessage is run's refusal for a caller that is not root, saying why
 // no daemon was used and what to do.
 func notRootMessage(why error) string {
-	const need = "run: running in-process needs root (network namespaces, cgroups and the sandbox's own uid)"
+	const need = "run: running in-process as a user who is not root needs unprivileged user namespaces"
 	var ipr *inProcessRequest
 	if errors.As(why, &ipr) {
-		return fmt.Sprintf("%s: %v; without it run uses the daemon (airlock serve), whose policy applies", need, why)
+		return fmt.Sprintf("%s (%v); without it run uses the daemon (airlock serve), whose policy applies", need, why)
 	}
-	return fmt.Sprintf("%s, and no daemon answers: %v.\nStart one (sudo airlock serve) and have your user added to its group "+
+	return fmt.Sprintf("%s, or a daemon, and no daemon answers: %v.\nStart one (sudo airlock serve) and have your user added to its group "+
 		"(api.group, default airlock: sudo usermod -aG airlock $USER), or run as root", need, why)
 }
 

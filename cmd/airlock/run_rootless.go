@@ -28,11 +28,7 @@ var rootlessFiles = struct{ subuid, subgid string }{"/etc/subuid", "/etc/subgid"
 // the calling user, or says exactly what to change.
 func rootlessMode(why error) (*sandboxd.Rootless, error) {
 	if err := sandboxd.CheckUserNamespaces("/proc/sys"); err != nil {
-		msg := fmt.Sprintf("run: %v", err)
-		if why != nil {
-			msg += fmt.Sprintf(".\nOr use a daemon (sudo airlock serve; no daemon answers now: %v)", why)
-		}
-		return nil, &exitError{Code: exitUsage, Msg: msg}
+		return nil, &exitError{Code: exitUsage, Msg: fmt.Sprintf("run: %v.\n%s", err, notRootMessage(why))}
 	}
 	r := &sandboxd.Rootless{UID: os.Getuid(), GID: os.Getgid()}
 	name := strconv.Itoa(r.UID)
