@@ -28,6 +28,9 @@ import (
 
 // withDefaults fills the zero fields of o.
 func (o Options) withDefaults() Options {
+	if o.RunDir == "" && o.Rootless != nil {
+		o.RunDir = filepath.Join(RootlessRunDir(), "run-"+strconv.Itoa(os.Getpid()))
+	}
 	if o.RunDir == "" {
 		o.RunDir = filepath.Join(DefaultRunDir, "run-"+strconv.Itoa(os.Getpid()))
 	}
@@ -315,6 +318,12 @@ func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
 		Pids:    int64(cfg.Limits.Pids),
 		Timeout: time.Duration(cfg.Limits.Timeout),
 		TmpSize: int64(cfg.Limits.TmpSize),
+	}
+	if d.rootless != nil {
+		ec.Rootless = d.rootless
+		if ec.StateDir == "" {
+			ec.StateDir = filepath.Join(d.runDir, "sandboxd")
+		}
 	}
 	e, err := sandboxd.New(ec, d.audit, d.log)
 	if err != nil {

@@ -83,6 +83,11 @@ type Options struct {
 	// --user): only that uid may call the API, whatever the socket's mode
 	// lets connect (root included), and it administers it (userapi.go).
 	Owner int
+	// Rootless runs without root (rootless.go): sandboxes are made by an
+	// executor in rootless mode, their islands built from inside and
+	// adopted, the run directory is the user's. Only Run works: no warm
+	// pool, attach or recovery.
+	Rootless *sandboxd.Rootless
 }
 
 // Daemon is one running airlock.
@@ -114,6 +119,8 @@ type Daemon struct {
 	keepState bool
 	// bundleAudit writes the policy bundle source's events (policybundle.go).
 	bundleAudit *bundleAudit
+	// rootless is the executor's rootless mode, nil as root (rootless.go).
+	rootless *sandboxd.Rootless
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -144,7 +151,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if filepath.Dir(o.RunDir) == DefaultRunDir {
 		removeStale(ctx, logger)
 	}
-	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir, owner: o.Owner}
+	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir, owner: o.Owner, rootless: o.Rootless}
+	if err := d.guardRootless(o); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -223,9 +233,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	// Recover may serve re-attached namespaces: only now that dec has the engine.
-	// A per-user daemon has none: its namespaces belong to its own user
-	// namespaces, pinned nowhere, and end with it.
-	if o.Owner <= 0 {
+	// A rootless island dies with its init, and a per-user daemon's
+	// namespaces are its own user namespaces', pinned nowhere: nothing is
+	// left to recover.
+	if o.Rootless == nil && o.Owner <= 0 {
 		if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
 			return nil, fmt.Errorf("recover namespaces: %w", err)
 		}
@@ -569,11 +580,24 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	if err := d.audit.Log(d.runRecord(sb)); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	ns, err := d.netns.Create(ctx, sb)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox network: %w", err)
+	spec := sandboxd.Spec{}
+	var err error
+	if d.rootless != nil {
+		// The namespace is born with the sandbox's init (rootless.go).
+		if spec.Island, spec.OnIsland, err = d.rootlessIsland(ctx, sb); err != nil {
+			return nil, err
+		}
+	} else {
+		ns, err := d.netns.Create(ctx, sb)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox network: %w", err)
+		}
+		spec.NetNS = ns.Path
 	}
 	defer func() {
+		if _, served := d.netns.Get(sb.ID); !served {
+			return // a rootless island init failed to build
+		}
 		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := d.netns.Teardown(tctx, sb.ID); err != nil {
@@ -594,23 +618,10 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	}
 	cenv, cfiles := d.canaryPlant(sb.ID)
 	cfiles = withAWSFile(cfiles, ph)
-	return d.exec.Run(ctx, sandboxd.Spec{
-		ID:         sb.ID,
-		DefaultEnv: cenv,
-		HomeFiles:  cfiles,
-		Argv:       t.Argv,
-		Env:        env,
-		NetNS:      ns.Path,
-		Workspace:  t.Workspace,
-		CABundle:   d.caBundle,
-		TrustDir:   d.trustDir,
-		Proxy:      d.proxyURL,
-		Hidden:     d.hidden,
-		Stdin:      t.Stdin,
-		Stdout:     t.Stdout,
-		Stderr:     t.Stderr,
-		Limits:     t.Limits,
-	})
+	spec.ID, spec.DefaultEnv, spec.HomeFiles, spec.Argv, spec.Env = sb.ID, cenv, cfiles, t.Argv, env
+	spec.Workspace, spec.CABundle, spec.TrustDir, spec.Proxy, spec.Hidden = t.Workspace, d.caBundle, d.trustDir, d.proxyURL, d.hidden
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.Limits = t.Stdin, t.Stdout, t.Stderr, t.Limits
+	return d.exec.Run(ctx, spec)
 }
 
 // runRecord is the creation record of Run's sandbox, shaped as a daemon

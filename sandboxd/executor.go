@@ -49,7 +49,12 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (_ *Executor, err er
 		return nil, errors.New("sandboxd: an audit logger is required")
 	}
 	lg := oplog.For(logger, "sandboxd")
-	initFile := findInit(&cfg, lg)
+	var initFile *os.File
+	if cfg.Rootless == nil {
+		// A rootless init runs the island hook, which only the airlock
+		// binary itself has (InitHooks).
+		initFile = findInit(&cfg, lg)
+	}
 	defer func() {
 		if err != nil && initFile != nil {
 			initFile.Close()
@@ -58,6 +63,9 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (_ *Executor, err er
 	cfg.applyDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Rootless != nil {
+		return newRootless(cfg, log, lg)
 	}
 	cgm, err := newCgroupManager(cfg.CgroupRoot, cfg.CgroupMode, cfg.CgroupParent, cfg.AllowMissingControllers)
 	if err != nil {
