@@ -38,7 +38,9 @@ func (d *Daemon) guardRootless(o Options) error {
 	if d.rootless == nil {
 		return nil
 	}
-	if o.Pool || o.Approvals || o.NoExecutor {
+	// A per-user daemon (Owner) serves the API's sandboxes and approvals;
+	// only the warm pool needs a namespace made before its sandbox.
+	if o.Pool || o.NoExecutor || o.Approvals && o.Owner <= 0 {
 		return errRootlessOnly
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -74,5 +76,25 @@ func (d *Daemon) rootlessIsland(ctx context.Context, sb policy.Sandbox) ([]byte,
 	}, nil
 }
 
+// buildRootless is build for a rootless daemon (serve --user): the
+// sandbox's init is born in its own user and network namespace, builds the
+// island there and hands the listeners back, which are served before
+// Create returns. Nothing is pooled.
+func (d *Daemon) buildRootless(ctx context.Context, psb policy.Sandbox, ss startSpec) (box, error) {
+	spec := d.prepareSpec("")
+	var err error
+	if spec.Island, spec.OnIsland, err = d.rootlessIsland(ctx, psb); err != nil {
+		return nil, err
+	}
+	b, err := d.exe.Create(ctx, spec, ss)
+	if err != nil {
+		if _, served := d.netns.Get(psb.ID); served {
+			d.undoBuild(psb.ID, nil)
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
 // errRootlessOnly is what a rootless daemon answers for what needs root.
-var errRootlessOnly = errors.New("rootless: only airlock run's one sandbox per process is supported without root")
+var errRootlessOnly = errors.New("rootless: only airlock run's one sandbox per process, or serve --user's API sandboxes without a warm pool, work without root")

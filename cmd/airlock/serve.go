@@ -148,8 +148,17 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	opts := daemon.Options{Config: cfg, ConfigPath: cfgPath, RunDir: runDir,
 		EphemeralCA: true, Recover: netns.RecoverReattach, Pool: true, Approvals: true, Logger: logger, Owner: owner}
 	if user != nil {
-		// The executor's state is the user's too.
-		opts.Executor = &sandboxd.Config{StateDir: filepath.Join(runDir, "sandboxd")}
+		// Sandboxes are rootless ones, made through the API one at a time:
+		// no warm pool (a rootless namespace is born with its sandbox).
+		if err := sandboxd.CheckUserNamespaces("/proc/sys"); err != nil {
+			return &exitError{Code: 2, Msg: fmt.Sprintf("serve --user: %v (airlock doctor --mode user-daemon says what to change)", err)}
+		}
+		r, err := rootlessMode(nil)
+		if err != nil {
+			return err
+		}
+		opts.Rootless, opts.Pool = r, false
+		rootlessNotice(cmd.ErrOrStderr(), r)
 	}
 	d, err := daemon.New(ctx, opts)
 	if err != nil {
