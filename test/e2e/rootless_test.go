@@ -17,8 +17,8 @@ import (
 )
 
 // rootlessUID is the unprivileged user the rootless tests run airlock as
-// (nobody: no sudo, no capabilities, no daemon).
-const rootlessUID = 65534
+// (AIRLOCK_CI_USER, else nobody: no sudo, no capabilities, no daemon).
+var rootlessUID = ciUID()
 
 // rootlessEnv is one rootless run's files, all in a directory the user can
 // read: the binary, the config, the fake internet's CA, the user's audit
