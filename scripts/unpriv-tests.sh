@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the gateway's attack tests (gateway/redteam*_test.go and the inspection
-# corpus, corpus_test.go) as a dedicated unprivileged user, so the attacks are
+# corpus, corpus_test.go) as a dedicated unprivileged user, then the rootless
+# end-to-end tests with airlock run by that user, so the attacks are
 # refused, and their targets see nothing, with no root anywhere: the test
 # binary is built once as root, then run by that user with setpriv. The user
 # (AIRLOCK_CI_USER, default alk-ci) is created when missing (idempotent), with
@@ -19,8 +20,10 @@ die() {
 [ "$(id -u)" = 0 ] || die "must start as root: it creates the unprivileged user $user and switches to it (sudo make test-unpriv)"
 command -v setpriv >/dev/null || die "setpriv is missing (apt-get install util-linux)"
 
+# A system user: no subordinate id ranges of its own, so the rootless e2e tests
+# choose them (withSubIDs) and run both ways.
 if ! id -u "$user" >/dev/null 2>&1; then
-	if ! out=$(useradd --create-home --home-dir "/var/lib/$user" --shell /usr/sbin/nologin --user-group \
+	if ! out=$(useradd --system --create-home --home-dir "/var/lib/$user" --shell /usr/sbin/nologin --user-group \
 		--comment "airlock CI unprivileged test user" "$user" 2>&1); then
 		die "CANNOT CREATE the unprivileged user $user: $out
 The attack tests must run as a user without root. Create it (useradd --user-group $user)
@@ -72,3 +75,10 @@ if [ "$skip" != 0 ]; then
 fi
 grep -h 'rate' "$dir/log" | sed 's/^ */test-unpriv: /' | head -10 || true
 echo "test-unpriv: ok: $pass attack tests passed as $user, none skipped"
+
+# The rootless end-to-end tests: root sets up the fake internet, airlock runs
+# as $user (airlock run, and serve --user with the Go and Python clients).
+echo "test-unpriv: rootless e2e with airlock as $user"
+AIRLOCK_CI_USER="$user" AIRLOCK_REQUIRE_ROOT_TESTS=1 "$GO" test -count=1 -timeout 15m \
+	-run '^(TestRootRootless[A-Za-z]*|TestRootServeUser)$' ./test/e2e/ ||
+	die "the rootless e2e tests FAILED with airlock as $user"

