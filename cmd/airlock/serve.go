@@ -58,9 +58,10 @@ that uid may call it (the kernel's peer credentials are checked, root's too);
 its run directory and audit log are under $XDG_STATE_HOME/airlock (else
 ~/.local/state/airlock), its config is $XDG_CONFIG_HOME/airlock/airlock.yaml
 (else ~/.config/airlock/) when that exists, its CA beside it, and its metrics
-on a free loopback port. The same API, clients and pool; clients that are not
-root find the socket by the same rule. What each mode needs from the host:
-airlock doctor.`,
+on a free loopback port. The same API and clients; its sandboxes are rootless
+(airlock run --help), each made when asked for, with no warm pool. Clients that
+are not root find the socket by the same rule. What each mode needs from the
+host: airlock doctor.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var dirs *config.UserDirs
