@@ -38,9 +38,9 @@ func (d *Daemon) guardRootless(o Options) error {
 	if d.rootless == nil {
 		return nil
 	}
-	// A per-user daemon (Owner) serves the API's sandboxes and approvals;
-	// only the warm pool needs a namespace made before its sandbox.
-	if o.Pool || o.NoExecutor || o.Approvals && o.Owner <= 0 {
+	// A per-user daemon (Owner) serves the API's sandboxes, its warm pool
+	// (rootless_pool.go) and approvals.
+	if o.NoExecutor || (o.Pool || o.Approvals) && o.Owner <= 0 {
 		return errRootlessOnly
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -79,7 +79,7 @@ func (d *Daemon) rootlessIsland(ctx context.Context, sb policy.Sandbox) ([]byte,
 // buildRootless is build for a rootless daemon (serve --user): the
 // sandbox's init is born in its own user and network namespace, builds the
 // island there and hands the listeners back, which are served before
-// Create returns. Nothing is pooled.
+// Create returns. (A pooled one, rootless_pool.go, was built so ahead.)
 func (d *Daemon) buildRootless(ctx context.Context, psb policy.Sandbox, ss startSpec) (box, error) {
 	spec := d.prepareSpec("")
 	var err error
@@ -97,4 +97,4 @@ func (d *Daemon) buildRootless(ctx context.Context, psb policy.Sandbox, ss start
 }
 
 // errRootlessOnly is what a rootless daemon answers for what needs root.
-var errRootlessOnly = errors.New("rootless: only airlock run's one sandbox per process, or serve --user's API sandboxes without a warm pool, work without root")
+var errRootlessOnly = errors.New("rootless: only airlock run's one sandbox per process, or serve --user's API sandboxes, work without root")
