@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -241,11 +243,23 @@ func checkSubIDs(h Host) Check {
 	}
 	uidR := subIDRange(filepath.Join(h.Etc, "subuid"), h.User, h.UID)
 	gidR := subIDRange(filepath.Join(h.Etc, "subgid"), h.User, h.UID)
+	var unprivileged []string
+	if len(missing) == 0 {
+		for _, t := range []string{"newuidmap", "newgidmap"} {
+			if p, _ := h.LookPath(t); !setIDHelper(p) {
+				unprivileged = append(unprivileged, p)
+			}
+		}
+	}
 	switch {
 	case len(missing) > 0:
 		c.Status = StatusWarn
 		c.Detail = strings.Join(missing, " and ") + " not installed: the sandbox runs as your own uid (kept from the gateway by no_new_privs, a non-dumpable gateway, a pid namespace and seccomp)"
 		c.Fix = "apt-get install uidmap, for a separate sandbox uid"
+	case len(unprivileged) > 0:
+		c.Status = StatusWarn
+		c.Detail = "neither setuid root nor given file capabilities: " + strings.Join(unprivileged, ", ") + ": no subordinate range can be mapped, so the sandbox runs as your own uid"
+		c.Fix = "apt-get install --reinstall uidmap (or chmod u+s " + strings.Join(unprivileged, " ") + ")"
 	case uidR == "" || gidR == "":
 		c.Status = StatusWarn
 		c.Detail = fmt.Sprintf("no range for %s in %s/subuid and subgid: the sandbox runs as your own uid", userName(h), h.Etc)
@@ -253,6 +267,58 @@ func checkSubIDs(h Host) Check {
 	default:
 		c.Status = StatusOK
 		c.Detail = fmt.Sprintf("newuidmap, newgidmap and ranges %s (uid), %s (gid): the sandbox gets a uid of its own", uidR, gidR)
+	}
+	return c
+}
+
+// setIDHelper reports whether path can act for another uid: setuid root, or
+// file capabilities (security.capability). An unknown path counts as able
+// (a fake host's).
+func setIDHelper(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return true
+	}
+	if fi.Mode()&os.ModeSetuid != 0 && ownerOf(fi) == 0 {
+		return true
+	}
+	n, err := unix.Getxattr(path, "security.capability", nil)
+	return err == nil && n > 0
+}
+
+// checkRuntimeDir: serve --user keeps its socket under the user's runtime
+// directory, which must be the user's and writable by nobody else (the
+// daemon refuses it otherwise).
+func checkRuntimeDir(h Host) Check {
+	c := Check{Name: "runtime.dir", Modes: []Mode{ModeUserDaemon}}
+	dir := h.UserRuntimeDir
+	switch {
+	case dir == "":
+		c.Status, c.Detail = StatusSkip, "no user named"
+		return c
+	case !h.Self:
+		c.Status, c.Detail = StatusSkip, dir+": checked as the user"
+		return c
+	}
+	fi, err := os.Lstat(dir)
+	switch {
+	case err != nil:
+		c.Status = StatusFail
+		c.Detail = dir + ": " + err.Error() + ": serve --user has nowhere for its socket"
+		c.Fix = "log in through a session that makes it (systemd-logind: loginctl enable-linger " + userName(h) + "), or set XDG_RUNTIME_DIR to a directory of yours with mode 0700"
+	case fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir():
+		c.Status, c.Detail = StatusFail, dir+" is not a directory"
+		c.Fix = "set XDG_RUNTIME_DIR to a directory of yours with mode 0700"
+	case ownerOf(fi) != h.UID:
+		c.Status = StatusFail
+		c.Detail = fmt.Sprintf("%s is owned by uid %d, not by uid %d: serve --user refuses it", dir, ownerOf(fi), h.UID)
+		c.Fix = "set XDG_RUNTIME_DIR to a directory of yours with mode 0700"
+	case fi.Mode().Perm()&0o022 != 0:
+		c.Status = StatusFail
+		c.Detail = fmt.Sprintf("%s is mode %04o, writable by others: serve --user refuses it", dir, fi.Mode().Perm())
+		c.Fix = "chmod 0700 " + dir
+	default:
+		c.Status, c.Detail = StatusOK, dir+" is yours and private: the socket goes in "+filepath.Join(dir, "airlock")
 	}
 	return c
 }

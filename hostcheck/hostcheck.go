@@ -124,6 +124,10 @@ type Host struct {
 	// AuditDir is the root daemon's audit directory; UserAuditDir the
 	// per-user daemon's.
 	AuditDir, UserAuditDir string
+	// UserRuntimeDir is where the per-user daemon's socket directory goes
+	// ($XDG_RUNTIME_DIR, else /run/user/UID): it must be the user's and
+	// writable by nobody else.
+	UserRuntimeDir string
 	// TrustStore is the system CA bundle sandboxes are given.
 	TrustStore string
 	// CNIDirs are where a runtime looks for CNI plugins.
@@ -180,6 +184,7 @@ func Run(ctx context.Context, h Host, mode Mode) Report {
 	cs = append(cs, checkNoFile(h))
 	cs = append(cs, checkTrustStore(h))
 	cs = append(cs, checkAuditDirs(h)...)
+	cs = append(cs, checkRuntimeDir(h))
 	cs = append(cs, checkCNI(h))
 	r := Report{Mode: mode, Checks: cs, Works: map[Mode]bool{}}
 	for _, m := range Modes {

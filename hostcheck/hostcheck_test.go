@@ -350,3 +350,56 @@ func TestReportModes(t *testing.T) {
 		t.Fatalf("ParseMode: got %v, want an error naming the modes", err)
 	}
 }
+
+// TestRuntimeDir refuses what serve --user would refuse.
+func TestRuntimeDir(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mode os.FileMode
+		uid  func(int) int
+		make bool
+		st   Status
+		want string
+	}{
+		{"private", 0o700, nil, true, StatusOK, "yours and private"},
+		{"world writable", 0o777, nil, true, StatusFail, "chmod 0700"},
+		{"another user's", 0o700, func(u int) int { return u + 1 }, true, StatusFail, "owned by uid"},
+		{"missing", 0, nil, false, StatusFail, "XDG_RUNTIME_DIR"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHost(t)
+			dir := filepath.Join(f.root, "run/user/x")
+			if tc.make {
+				f.dir("run/user/x")
+				if err := os.Chmod(dir, tc.mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.uid != nil {
+				f.UID = tc.uid(f.UID)
+			}
+			f.UserRuntimeDir = dir
+			wantStatus(t, []Check{checkRuntimeDir(f.Host.Defaults())}, "runtime.dir", tc.st, tc.want)
+		})
+	}
+}
+
+// TestSubIDHelpers: a newuidmap that is neither setuid root nor capable
+// cannot map a range.
+func TestSubIDHelpers(t *testing.T) {
+	f := newFakeHost(t)
+	plain := f.file("usr/bin/newuidmap", "#!/bin/sh\n")
+	f.LookPath = func(name string) (string, error) { return filepath.Join(f.root, "usr/bin", name), nil }
+	f.file("usr/bin/newgidmap", "#!/bin/sh\n")
+	f.file("etc/subuid", "alice:100000:65536\n")
+	f.file("etc/subgid", "alice:100000:65536\n")
+	wantStatus(t, []Check{checkSubIDs(f.Host.Defaults())}, "subuid", StatusWarn, "neither setuid", plain)
+	if os.Geteuid() == 0 {
+		for _, n := range []string{"newuidmap", "newgidmap"} {
+			if err := os.Chmod(filepath.Join(f.root, "usr/bin", n), 0o755|os.ModeSetuid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantStatus(t, []Check{checkSubIDs(f.Host.Defaults())}, "subuid", StatusOK, "100000+65536")
+	}
+}

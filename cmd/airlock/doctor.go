@@ -111,6 +111,7 @@ func runDoctor(cmd *cobra.Command, modeName, userName, cfgPath string, asJSON bo
 		}
 		if d, err := config.ResolveUserDirs(os.Getenv, h.UID, homeOf(h.UID)); err == nil {
 			h.UserAuditDir = filepath.Join(d.State, "audit")
+			h.UserRuntimeDir = filepath.Dir(d.Runtime)
 		}
 	}
 	mode := hostcheck.ModeRoot
