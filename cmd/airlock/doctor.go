@@ -41,7 +41,8 @@ namespace owning a network namespace, brings lo up and tries each iptables
 backend inside; newuidmap, newgidmap and the user's /etc/subuid and subgid
 ranges; the cgroup version (v1, v2, hybrid), its controllers and a delegated
 v2 subtree for the user; iptables-legacy and iptables-nft as root; the
-descriptor limit; the system trust store; the audit directories; airlock-cni.
+descriptor limit; the system trust store; the audit directories; the runtime
+directory serve --user puts its socket in; airlock-cni.
 
 A FAIL stops the modes it concerns; a WARN is a weaker or slower setup (no
 subordinate uids: the sandbox shares your uid; no delegated cgroup: rlimits).
