@@ -139,6 +139,13 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	} else if os.Geteuid() != 0 {
 		return &exitError{Code: 2, Msg: "serve: needs root; `airlock serve --user` runs a daemon of your own without it (airlock doctor says what it needs)"}
 	}
+	if user != nil {
+		// Refused before anything is built: the socket's directory's parent
+		// must be the user's alone (ListenUserAPI checks it again).
+		if err := daemon.CheckUserDir(filepath.Dir(filepath.Dir(cfg.API.Socket)), owner); err != nil {
+			return &exitError{Code: 2, Msg: "serve --user: api.socket: " + err.Error()}
+		}
+	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// The API's connection caps are derived from the descriptor limit.
 	if _, err := daemon.RaiseNOFILE(); err != nil {
