@@ -126,6 +126,10 @@ func (r *Rootless) writeMaps(pid int) error {
 // newRootless is New for a rootless executor: no cgroup, no host-view user
 // namespace, slots that are ids and lock files only.
 func newRootless(cfg Config, log audit.Logger, lg *slog.Logger) (*Executor, error) {
+	if r := cfg.Rootless; r.UID == 0 && !r.subordinate() {
+		// 0 inside would be the host's root: fail closed.
+		return nil, errors.New("sandboxd: rootless: uid 0 would map the sandbox to the host's root; root runs sandboxes with a uid of their own (leave Rootless unset)")
+	}
 	cgm := &cgroupManager{none: true, dirs: map[string]string{}, have: map[string]bool{}, allowMissing: map[string]bool{}}
 	p, err := newPool(&cfg, cgm)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit/audittest"
 )
 
 // TestLookupSubIDs: a user's first range is found by name or uid; a
@@ -99,5 +101,14 @@ func TestRootlessSandboxUID(t *testing.T) {
 				t.Errorf("got %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRootlessRefusesRoot: a rootless executor for uid 0 without a
+// subordinate range would run sandboxes as the host's root; New refuses it.
+func TestRootlessRefusesRoot(t *testing.T) {
+	_, err := New(Config{StateDir: t.TempDir(), Rootless: &Rootless{UID: 0, GID: 0}}, &audittest.Log{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "host's root") {
+		t.Errorf("got %v, want a refusal naming the host's root", err)
 	}
 }
