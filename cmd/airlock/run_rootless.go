@@ -8,8 +8,8 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-dev/airlock/config"
