@@ -351,8 +351,8 @@ func (d *Daemon) initSandboxes(o Options) {
 		d.exe = sandboxdExecutor{d.exec}
 	}
 	poolSize := max(d.cfg.Sandbox.PoolSize, 0)
-	if d.exe == nil || !o.Pool {
-		poolSize = 0
+	if d.exe == nil || !o.Pool || d.rootless != nil {
+		poolSize = 0 // rootless: buildRootless
 	}
 	d.pool = newWarmPool(poolSize, d.cfg.Pool.Max, d.net, d.exe, d.prepareSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })

@@ -81,8 +81,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Rootless runs without root (rootless.go): sandboxes are made by an
 	// executor in rootless mode, their islands built from inside and
-	// adopted, the run directory is the user's. Only Run works: no warm
-	// pool, attach or recovery.
+	// adopted, the run directory is the user's. Run and the API's sandboxes
+	// work; there is no warm pool, attach or recovery.
 	Rootless *sandboxd.Rootless
 }
 

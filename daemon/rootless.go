@@ -38,7 +38,7 @@ func (d *Daemon) guardRootless(o Options) error {
 	if d.rootless == nil {
 		return nil
 	}
-	if o.Pool || o.Approvals || o.NoExecutor {
+	if o.NoExecutor {
 		return errRootlessOnly
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -74,5 +74,24 @@ func (d *Daemon) rootlessIsland(ctx context.Context, sb policy.Sandbox) ([]byte,
 	}, nil
 }
 
+// buildRootless is build for a rootless daemon's sandbox: its init is born
+// in the island it builds (no warm pool: a namespace cannot be prepared
+// ahead and handed to a sandbox later).
+func (d *Daemon) buildRootless(ctx context.Context, psb policy.Sandbox, ss startSpec) (box, error) {
+	ps := d.prepareSpec("")
+	var err error
+	if ps.Island, ps.OnIsland, err = d.rootlessIsland(ctx, psb); err != nil {
+		return nil, err
+	}
+	b, err := d.exe.Create(ctx, ps, ss)
+	if err != nil {
+		if _, served := d.netns.Get(psb.ID); served {
+			d.undoBuild(psb.ID, nil)
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
 // errRootlessOnly is what a rootless daemon answers for what needs root.
-var errRootlessOnly = errors.New("rootless: only airlock run's one sandbox per process is supported without root")
+var errRootlessOnly = errors.New("rootless: attaching a namespace made by someone else needs root")
