@@ -85,8 +85,9 @@ type Options struct {
 	Owner int
 	// Rootless runs without root (rootless.go): sandboxes are made by an
 	// executor in rootless mode, their islands built from inside and
-	// adopted, the run directory is the user's. Only Run works: no warm
-	// pool, attach or recovery.
+	// adopted, the run directory is the user's. Run, the API's sandboxes and
+	// their warm pool (rootless_pool.go) work; there is no attach or
+	// recovery.
 	Rootless *sandboxd.Rootless
 }
 
@@ -148,8 +149,11 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	o = o.withDefaults()
 	cfg := o.Config
 	logger := o.Logger
-	if filepath.Dir(o.RunDir) == DefaultRunDir {
-		removeStale(ctx, logger)
+	switch parent := filepath.Dir(o.RunDir); {
+	case parent == DefaultRunDir:
+		removeStale(ctx, DefaultRunDir, logger)
+	case o.Rootless != nil && parent == RootlessRunDir():
+		removeStale(ctx, parent, logger) // run directories only: a rootless island dies with its init
 	}
 	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir, owner: o.Owner, rootless: o.Rootless}
 	if err := d.guardRootless(o); err != nil {
@@ -321,8 +325,8 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	// The trust directory is kept between processes (sandboxd.OpenTrustDir):
 	// in DefaultRunDir's cache for the default run dirs, else in this one.
 	cache := filepath.Join(d.runDir, "trust-cache")
-	if filepath.Dir(d.runDir) == DefaultRunDir {
-		cache = filepath.Join(DefaultRunDir, "trust-cache")
+	if parent := filepath.Dir(d.runDir); parent == DefaultRunDir || (d.rootless != nil && parent == RootlessRunDir()) {
+		cache = filepath.Join(parent, "trust-cache")
 	}
 	base := append(sys[:len(sys):len(sys)], upstream...)
 	if len(base) == 0 || len(own) == 0 {
@@ -396,20 +400,20 @@ func namedHidden(o Options, cfg config.Config, caKey string) []hiddenPath {
 }
 
 // removeStale tears down what `airlock run` processes that died left in
-// DefaultRunDir/run-<pid>: their namespaces (through a Manager that owns their
+// runDirs/run-<pid> (DefaultRunDir, or the rootless RootlessRunDir): their namespaces (through a Manager that owns their
 // state files) and the directory itself. A directory is removed only under
 // its lock (rundir.go): one whose lock is held belongs to a live process,
 // whatever its name says; one without a lock file (made by an older
 // airlock, or not yet locked) only when no process has its pid.
-func removeStale(ctx context.Context, logger *slog.Logger) {
-	entries, _ := os.ReadDir(DefaultRunDir)
+func removeStale(ctx context.Context, runDirs string, logger *slog.Logger) {
+	entries, _ := os.ReadDir(runDirs)
 	for _, e := range entries {
 		pidStr, ok := strings.CutPrefix(e.Name(), "run-")
 		pid, err := strconv.Atoi(pidStr)
 		if !ok || err != nil || pid == os.Getpid() {
 			continue
 		}
-		dir := filepath.Join(DefaultRunDir, e.Name())
+		dir := filepath.Join(runDirs, e.Name())
 		lock, held, err := tryLockRunDir(dir)
 		if held || err != nil || (lock == nil && processAlive(pid)) {
 			continue

@@ -38,9 +38,7 @@ func (d *Daemon) guardRootless(o Options) error {
 	if d.rootless == nil {
 		return nil
 	}
-	// A per-user daemon (Owner) serves the API's sandboxes, its warm pool
-	// (rootless_pool.go) and approvals.
-	if o.NoExecutor || (o.Pool || o.Approvals) && o.Owner <= 0 {
+	if o.NoExecutor {
 		return errRootlessOnly
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -76,17 +74,16 @@ func (d *Daemon) rootlessIsland(ctx context.Context, sb policy.Sandbox) ([]byte,
 	}, nil
 }
 
-// buildRootless is build for a rootless daemon (serve --user): the
-// sandbox's init is born in its own user and network namespace, builds the
-// island there and hands the listeners back, which are served before
-// Create returns. (A pooled one, rootless_pool.go, was built so ahead.)
+// buildRootless is build for a rootless daemon's sandbox when the warm pool
+// has none ready: its init is born in the island it builds. (The pool's
+// sandboxes built theirs ahead: rootless_pool.go.)
 func (d *Daemon) buildRootless(ctx context.Context, psb policy.Sandbox, ss startSpec) (box, error) {
-	spec := d.prepareSpec("")
+	ps := d.prepareSpec("")
 	var err error
-	if spec.Island, spec.OnIsland, err = d.rootlessIsland(ctx, psb); err != nil {
+	if ps.Island, ps.OnIsland, err = d.rootlessIsland(ctx, psb); err != nil {
 		return nil, err
 	}
-	b, err := d.exe.Create(ctx, spec, ss)
+	b, err := d.exe.Create(ctx, ps, ss)
 	if err != nil {
 		if _, served := d.netns.Get(psb.ID); served {
 			d.undoBuild(psb.ID, nil)
@@ -97,4 +94,4 @@ func (d *Daemon) buildRootless(ctx context.Context, psb policy.Sandbox, ss start
 }
 
 // errRootlessOnly is what a rootless daemon answers for what needs root.
-var errRootlessOnly = errors.New("rootless: only airlock run's one sandbox per process, or serve --user's API sandboxes, work without root")
+var errRootlessOnly = errors.New("rootless: attaching a namespace made by someone else needs root")

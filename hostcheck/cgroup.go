@@ -127,7 +127,7 @@ func checkDelegation(h Host, ver string) Check {
 		return c
 	}
 	c.Status = StatusOK
-	c.Detail = dir + " is delegated to uid " + strconv.Itoa(h.UID) + " with " + strings.Join(limitControllers, ", ")
+	c.Detail = dir + " is delegated to uid " + strconv.Itoa(h.UID) + " with " + strings.Join(limitControllers, ", ") + ": rootless sandboxes are bounded there"
 	return c
 }
 

@@ -49,12 +49,7 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (_ *Executor, err er
 		return nil, errors.New("sandboxd: an audit logger is required")
 	}
 	lg := oplog.For(logger, "sandboxd")
-	var initFile *os.File
-	if cfg.Rootless == nil {
-		// A rootless init runs the island hook, which only the airlock
-		// binary itself has (InitHooks).
-		initFile = findInit(&cfg, lg)
-	}
+	initFile := findInit(&cfg, lg)
 	defer func() {
 		if err != nil && initFile != nil {
 			initFile.Close()

@@ -59,6 +59,12 @@ type Rootless struct {
 	// HideHome lists the user's directories the sandbox must not see
 	// (their home and $XDG_RUNTIME_DIR: a same-uid sandbox could read them).
 	HideHome []string
+	// Cgroup is a cgroup v2 directory delegated to the user (their systemd
+	// user service, DelegatedCgroup): sandboxes get
+	// Config.CgroupParent/airlock-<id> below it with their limits, as root
+	// mode's do; controllers it lacks leave their limits to rlimits (named
+	// in AllowMissingControllers by the caller). Empty: no cgroup.
+	Cgroup string
 }
 
 // IDRange is a subordinate id range: Count ids from Start.
@@ -126,7 +132,17 @@ func (r *Rootless) writeMaps(pid int) error {
 // newRootless is New for a rootless executor: no cgroup, no host-view user
 // namespace, slots that are ids and lock files only.
 func newRootless(cfg Config, log audit.Logger, lg *slog.Logger) (*Executor, error) {
+	if r := cfg.Rootless; r.UID == 0 && !r.subordinate() {
+		// 0 inside would be the host's root: fail closed.
+		return nil, errors.New("sandboxd: rootless: uid 0 would map the sandbox to the host's root; root runs sandboxes with a uid of their own (leave Rootless unset)")
+	}
 	cgm := &cgroupManager{none: true, dirs: map[string]string{}, have: map[string]bool{}, allowMissing: map[string]bool{}}
+	if r := cfg.Rootless; r.Cgroup != "" {
+		var err error
+		if cgm, err = newCgroupManager(r.Cgroup, CgroupV2, cfg.CgroupParent, cfg.AllowMissingControllers); err != nil {
+			return nil, fmt.Errorf("%w (the delegated cgroup %s)", err, r.Cgroup)
+		}
+	}
 	p, err := newPool(&cfg, cgm)
 	if err != nil {
 		return nil, err
@@ -298,4 +314,49 @@ func LookupSubIDs(subuid, subgid string, name string, uid int) (IDRange, IDRange
 		return IDRange{}
 	}
 	return find(subuid), find(subgid)
+}
+
+// DelegatedCgroup finds the cgroup v2 subtree delegated to this process's
+// user: the highest ancestor of its own cgroup (selfCgroup, the content of
+// /proc/self/cgroup) whose cgroup.procs and subtree_control it may write,
+// under the cgroup2 mount mnt. Under systemd that is the user's
+// user@UID.service. "" when there is none (cgroup v1 only, or nothing
+// writable).
+func DelegatedCgroup(mnt, selfCgroup string) string {
+	var own string
+	for _, line := range strings.Split(strings.TrimSpace(selfCgroup), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	if own == "" || mnt == "" {
+		return ""
+	}
+	found := ""
+	for dir := filepath.Clean(own); dir != "/" && dir != "."; dir = filepath.Dir(dir) {
+		full := filepath.Join(mnt, dir)
+		if unix.Access(filepath.Join(full, "cgroup.procs"), unix.W_OK) != nil ||
+			unix.Access(filepath.Join(full, "cgroup.subtree_control"), unix.W_OK) != nil ||
+			unix.Access(full, unix.W_OK) != nil {
+			break
+		}
+		found = full
+	}
+	return found
+}
+
+// Cgroup2Mount returns the cgroup2 mount point from a mountinfo text
+// (/proc/self/mountinfo): /sys/fs/cgroup on a unified host,
+// /sys/fs/cgroup/unified on a hybrid one; "" for none.
+func Cgroup2Mount(mountinfo string) string {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
+			continue
+		}
+		if f := strings.Fields(pre); len(f) >= 5 {
+			return unescapeMountinfo(f[4])
+		}
+	}
+	return ""
 }

@@ -62,7 +62,7 @@ func (s *initServer) buildIsland() ([]int, error) {
 		return nil, nil
 	}
 	if s.hooks.Island == nil {
-		return nil, errors.New("this init binary cannot build a network island (a rootless sandbox starts from the airlock binary)")
+		return nil, errors.New("this init binary cannot build a network island (InitMainWith without InitHooks.Island)")
 	}
 	files, err := s.hooks.Island(s.cfg.Island)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/audit/audittest"
 )
 
 // TestLookupSubIDs: a user's first range is found by name or uid; a
@@ -99,5 +101,64 @@ func TestRootlessSandboxUID(t *testing.T) {
 				t.Errorf("got %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRootlessRefusesRoot: a rootless executor for uid 0 without a
+// subordinate range would run sandboxes as the host's root; New refuses it.
+func TestRootlessRefusesRoot(t *testing.T) {
+	_, err := New(Config{StateDir: t.TempDir(), Rootless: &Rootless{UID: 0, GID: 0}}, &audittest.Log{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "host's root") {
+		t.Errorf("got %v, want a refusal naming the host's root", err)
+	}
+}
+
+// TestCgroup2Mount: the cgroup2 mount of a unified and of a hybrid host;
+// none on a v1-only one.
+func TestCgroup2Mount(t *testing.T) {
+	for _, tc := range []struct{ name, mountinfo, want string }{
+		{"unified", "30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup"},
+		{"hybrid", "30 1 0:26 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n31 30 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n" +
+			"32 30 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n", "/sys/fs/cgroup/unified"},
+		{"v1 only", "32 30 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Cgroup2Mount(tc.mountinfo); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDelegatedCgroup: the highest writable ancestor of the process's own
+// v2 cgroup, stopping at the first one it may not write; none for a v1-only
+// process or one in the root cgroup.
+func TestDelegatedCgroup(t *testing.T) {
+	mnt := t.TempDir()
+	for _, d := range []string{"user.slice/user@1000.service/app.slice/x.scope"} {
+		if err := os.MkdirAll(filepath.Join(mnt, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"user.slice", "user.slice/user@1000.service", "user.slice/user@1000.service/app.slice", "user.slice/user@1000.service/app.slice/x.scope"} {
+		for _, f := range []string{"cgroup.procs", "cgroup.subtree_control"} {
+			if err := os.WriteFile(filepath.Join(mnt, d, f), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// user.slice is not the user's: its cgroup.procs may not be written
+	// (as root, a missing file is what access(2) refuses).
+	if err := os.Remove(filepath.Join(mnt, "user.slice", "cgroup.procs")); err != nil {
+		t.Fatal(err)
+	}
+	self := "1:name=systemd:/user.slice\n0::/user.slice/user@1000.service/app.slice/x.scope\n"
+	if got, want := DelegatedCgroup(mnt, self), filepath.Join(mnt, "user.slice/user@1000.service"); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	for _, self := range []string{"0::/\n", "4:memory:/user.slice\n", ""} {
+		if got := DelegatedCgroup(mnt, self); got != "" {
+			t.Errorf("%q: got %q, want none", self, got)
+		}
 	}
 }

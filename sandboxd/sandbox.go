@@ -335,10 +335,12 @@ func (s *Sandbox) prepare(ctx context.Context, lim Limits) error {
 // move runs (the kernel makes the first cgroup migration after a quiet
 // spell wait for an RCU grace period, 5-15 ms).
 func (s *Sandbox) joinCgroup() error {
-	if s.e.cfg.Rootless != nil {
-		return nil // no cgroup to join (rootless.go); init's oom score is the user's own
-	}
 	pid := s.init.Pid
+	if s.e.cfg.Rootless != nil {
+		// Born in a delegated v2 cgroup, or none; init's oom score is the
+		// user's own (lowering it would need a capability).
+		return s.slot.cg.holds(pid)
+	}
 	if !s.slot.cg.v2 {
 		if err := s.slot.cg.addProc(pid); err != nil {
 			return err

@@ -72,8 +72,9 @@ In-process, run needs no root: a user who is not root (or --rootless) gets
 the same island in a user namespace of their own (the gateway's listeners are
 made inside it, its connections leave from the user's network), the same
 policy, audit, secrets and inspection; stderr says so in one line starting
-"airlock: rootless:", and what bounds the sandbox (without a cgroup: rlimits
-and the timeout; memory, CPU and I/O are not bounded). The audit log goes to
+"airlock: rootless:", and what bounds the sandbox: the cgroup v2 subtree
+systemd delegates to the user where there is one, else rlimits and the
+timeout (memory, CPU and I/O are then not bounded). The audit log goes to
 $XDG_STATE_HOME/airlock (~/.local/state/airlock) unless configured. With a
 range for the user in /etc/subuid and /etc/subgid the sandbox runs as a uid
 of its own; a host that restricts user namespaces is named with the sysctl
@@ -268,10 +269,12 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
 	var rootless *sandboxd.Rootless
+	var missing []string // limit controllers a delegated cgroup lacks
 	if os.Geteuid() != 0 {
 		if rootless, err = rootlessMode(inProcess); err != nil {
 			return err
 		}
+		missing = rootlessCgroup(rootless)
 		if o.audit == "" {
 			rootlessDefaults(&cfg)
 		}
@@ -293,7 +296,8 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	defer stop()
 	opts := daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger, Rootless: rootless}
 	if rootless != nil {
-		rootlessNotice(cmd.ErrOrStderr(), rootless)
+		opts.Executor = &sandboxd.Config{AllowMissingControllers: missing}
+		rootlessNotice(cmd.ErrOrStderr(), rootless, missing)
 	}
 	if cfg.Sandbox.Workspace != "" {
 		// Before New, which would create the audit log in a refused workspace.

@@ -188,7 +188,18 @@ func TestRootRunAsUserThroughDaemon(t *testing.T) {
 	}
 
 	dead := filepath.Join(t.TempDir(), "none.sock")
-	out, errs, code = runAsNobody(t, bin, "--socket", dead, "run", "--workspace", "none", "--", "sh", "-c", "echo rootless")
+	// The user's runtime directory (the rootless run directory, the audit
+	// log), removed with the test.
+	xdg, err := os.MkdirTemp("", "alk-xdg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(xdg) })
+	if err := os.Chown(xdg, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = runAsNobodyEnv(t, "/", []string{"XDG_RUNTIME_DIR=" + xdg, "XDG_STATE_HOME=" + xdg}, bin,
+		"--socket", dead, "run", "--workspace", "none", "--", "sh", "-c", "echo rootless")
 	if code != 0 || !strings.HasPrefix(out, "rootless\n") || !strings.Contains(errs, "airlock: rootless:") {
 		t.Errorf("no daemon: got exit %d, %q, %q; want 0, the output, and the rootless line", code, out, errs)
 	}
@@ -237,8 +248,14 @@ func runAsNobody(t *testing.T, bin string, args ...string) (string, string, int)
 // runAsNobodyIn runs the CLI in bin as uid and gid 65534 in directory dir.
 func runAsNobodyIn(t *testing.T, dir, bin string, args ...string) (string, string, int) {
 	t.Helper()
+	return runAsNobodyEnv(t, dir, nil, bin, args...)
+}
+
+// runAsNobodyEnv is runAsNobodyIn with more environment variables.
+func runAsNobodyEnv(t *testing.T, dir string, env []string, bin string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.CommandContext(t.Context(), bin, args...)
-	cmd.Env = []string{mainEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/"}
+	cmd.Env = append([]string{mainEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/"}, env...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var out, errb bytes.Buffer

@@ -8,10 +8,9 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/daemon"
@@ -84,32 +83,39 @@ func canWrite(dir string) bool {
 
 // rootlessNotice is the one line run prints on stderr in rootless mode: how
 // the sandbox is kept from the gateway and what bounds it.
-func rootlessNotice(w io.Writer, r *sandboxd.Rootless) {
-	limits := "rlimits only (no cgroup: processes, files and time are bounded; memory, CPU and I/O are not)"
-	if d := delegatedCgroup(); d != "" {
-		limits += "; a delegated cgroup v2 subtree exists (" + d + ") but rootless runs do not use it yet"
+func rootlessNotice(w io.Writer, r *sandboxd.Rootless, missing []string) {
+	limits := "rlimits only (no delegated cgroup v2: processes, files and time are bounded; memory, CPU and I/O are not)"
+	if r.Cgroup != "" {
+		limits = "cgroup v2 delegated to you at " + r.Cgroup
+		if len(missing) > 0 {
+			limits += " (not delegated there, so not bounded: " + strings.Join(missing, ", ") + ")"
+		}
 	}
 	fmt.Fprintf(w, "airlock: rootless: island in a user namespace of your own; %s; limits: %s\n", r.Mode(), limits)
 }
 
-// delegatedCgroup returns the user's systemd cgroup v2 subtree when it is
-// delegated (writable), else "".
-func delegatedCgroup() string {
-	b, err := os.ReadFile("/proc/self/cgroup")
+// rootlessCgroup points r at the cgroup v2 subtree delegated to the user,
+// when there is one, and returns the limit controllers it lacks.
+func rootlessCgroup(r *sandboxd.Rootless) (missing []string) {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return ""
+		return nil
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		p, ok := strings.CutPrefix(line, "0::")
-		if !ok || !strings.Contains(p, "/user@") {
-			continue
-		}
-		dir := filepath.Join("/sys/fs/cgroup", filepath.Dir(p))
-		if err := unix.Access(dir, unix.W_OK); err == nil {
-			return dir
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	r.Cgroup = sandboxd.DelegatedCgroup(sandboxd.Cgroup2Mount(string(mi)), string(self))
+	if r.Cgroup == "" {
+		return nil
+	}
+	have, _ := os.ReadFile(filepath.Join(r.Cgroup, "cgroup.controllers"))
+	for _, c := range sandboxd.LimitControllers {
+		if !slices.Contains(strings.Fields(string(have)), c) {
+			missing = append(missing, c)
 		}
 	}
-	return ""
+	return missing
 }
 
 // errRootlessAsRoot refuses --rootless for root, which gets the full

@@ -165,8 +165,9 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 		if err != nil {
 			return err
 		}
+		missing := rootlessCgroup(r)
 		opts.Rootless = r
-		rootlessNotice(cmd.ErrOrStderr(), r)
+		rootlessNotice(cmd.ErrOrStderr(), r, missing)
 	}
 	d, err := daemon.New(ctx, opts)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -54,6 +55,11 @@ func newRootlessEnv(t *testing.T) *rootlessEnv {
 	}
 	must(os.Chmod(dir, 0o755))
 	must(copyFile(w.bin, e.bin, 0o755))
+	// The sandbox init beside it, as installed (the executor runs it when it
+	// is from the same build).
+	if _, err := os.Stat(filepath.Join(filepath.Dir(w.bin), "airlock-init")); err == nil {
+		must(copyFile(filepath.Join(filepath.Dir(w.bin), "airlock-init"), filepath.Join(dir, "airlock-init"), 0o755))
+	}
 	ca := filepath.Join(dir, "fakenet-ca.pem")
 	must(copyFile(w.caFile, ca, 0o644))
 	for _, d := range []struct {
@@ -202,9 +208,9 @@ sleep 0.5 # the drop's NFLOG batch reaches the gateway within 50 ms
 			if out, err := exec.Command(w.bin, "audit", "verify", "--pubkey", e.audit+".key.pub", e.audit).CombinedOutput(); err != nil {
 				t.Errorf("audit verify: %v\n%s", err, out)
 			}
-			entries, _ := os.ReadDir(filepath.Join(e.runtime, "airlock"))
-			if len(entries) != 0 {
-				t.Errorf("the run directory is left in %s: %v", e.runtime, entries)
+			// The trust cache is kept for the next run; the run's own directory is not.
+			if left, _ := filepath.Glob(filepath.Join(e.runtime, "airlock", "run-*")); len(left) != 0 {
+				t.Errorf("the run directory is left: %v", left)
 			}
 		})
 	}
@@ -257,7 +263,21 @@ res("kill", lambda: os.kill(pid, signal.SIGKILL))
 // and the gateway's /proc files are closed even to the user (not dumpable).
 // Its files live outside /tmp here, so it is their masks that hide them.
 func TestRootRootlessGuardUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		subIDs int // first subordinate id, 0: none
+	}{{"one id", 0}, {"subordinate uid", 1300000}} {
+		t.Run(tc.name, func(t *testing.T) { guardUnreachable(t, tc.subIDs) })
+	}
+}
+
+// guardUnreachable is TestRootRootlessGuardUnreachable with or without a
+// subordinate range for the user.
+func guardUnreachable(t *testing.T, subIDs int) {
 	e := newRootlessEnv(t)
+	if subIDs != 0 {
+		withSubIDs(t, subIDs)
+	}
 	// Outside /tmp (the sandbox's own tmpfs): the audit directory and the
 	// runtime directory, where the CA key is minted.
 	var err error
@@ -376,5 +396,85 @@ except OSError as e:
 	}
 	if strings.Contains(res.stdout, "alk-guard-env") {
 		t.Errorf("the gateway's environment leaked into the sandbox\n%s", res)
+	}
+}
+
+// TestRootRootlessDelegatedCgroup: where the user has a cgroup v2 subtree
+// of their own (systemd's user@UID.service; here a directory of the
+// machine's cgroup2 mount given to the user, with airlock started inside
+// it), rootless run finds it, says so, and each sandbox is born in a
+// cgroup below it, which the timeout kills and the end removes.
+func TestRootRootlessDelegatedCgroup(t *testing.T) {
+	e := newRootlessEnv(t)
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := sandboxd.Cgroup2Mount(string(mi))
+	if mnt == "" {
+		t.Skip("no cgroup2 mount")
+	}
+	deleg := filepath.Join(mnt, "alk-e2e-deleg-"+filepath.Base(e.dir))
+	leaf := filepath.Join(deleg, "proc")
+	for _, d := range []string{deleg, leaf} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		// Children first; the run's processes are gone by now.
+		sub, _ := filepath.Glob(filepath.Join(deleg, "airlock", "airlock-*"))
+		for _, d := range append(sub, filepath.Join(deleg, "airlock"), leaf, deleg) {
+			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("remove cgroup %s: %v", d, err)
+			}
+		}
+	})
+	if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", rootlessUID, rootlessUID), deleg).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	uid := fmt.Sprint(rootlessUID)
+	cmd := exec.CommandContext(ctx, "sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, leaf,
+		"setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "--",
+		"env", "-i", "PATH=/usr/bin:/bin", "HOME=/nonexistent", "XDG_RUNTIME_DIR="+e.runtime,
+		e.bin, "--socket", filepath.Join(e.dir, "none.sock"), "run", "--config", e.config, "--timeout", "3s", "--",
+		"/bin/sh", "-c", `touch started; sleep 60`)
+	cmd.Dir = e.workspace
+	cmd.WaitDelay = 10 * time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// While the command sleeps, its processes are in a cgroup below the
+	// delegated one.
+	var inCgroup bool
+	for i := 0; i < 200 && !inCgroup; i++ {
+		if _, err := os.Stat(filepath.Join(e.workspace, "started")); err == nil {
+			procs, _ := filepath.Glob(filepath.Join(deleg, "airlock", "airlock-*", "cgroup.procs"))
+			for _, p := range procs {
+				b, _ := os.ReadFile(p)
+				inCgroup = inCgroup || len(strings.Fields(string(b))) >= 2 // init and the command
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	err = cmd.Wait()
+	res := result{stdout: out.String(), stderr: errb.String()}
+	t.Logf("rootless run in a delegated cgroup\n%s", res)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Errorf("got %v, want exit 124 (the timeout killed the sandbox)", err)
+	}
+	if !inCgroup {
+		t.Errorf("the sandbox's processes were never seen in a cgroup below %s", deleg)
+	}
+	if !strings.Contains(res.stderr, "cgroup v2 delegated to you at "+deleg) {
+		t.Errorf("stderr: want the delegated cgroup named\n%s", res)
+	}
+	if left, _ := filepath.Glob(filepath.Join(deleg, "airlock", "airlock-*")); len(left) != 0 {
+		t.Errorf("the sandbox's cgroup is left: %v", left)
 	}
 }
