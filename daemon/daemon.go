@@ -85,9 +85,8 @@ type Options struct {
 	Owner int
 	// Rootless runs without root (rootless.go): sandboxes are made by an
 	// executor in rootless mode, their islands built from inside and
-	// adopted, the run directory is the user's. Run, the API's sandboxes and
-	// their warm pool (rootless_pool.go) work; there is no attach or
-	// recovery.
+	// adopted, the run directory is the user's. Run and the API's sandboxes
+	// work; there is no warm pool, attach or recovery.
 	Rootless *sandboxd.Rootless
 }
 

@@ -25,9 +25,8 @@
 // A per-user daemon (`airlock serve --user`, Options.Owner with
 // Options.Rootless; userapi.go) listens on a 0600 socket in a directory only
 // its user may write (ListenUserAPI, CheckUserDir), refuses every peer uid
-// but its owner's, root's included, and makes the API's sandboxes rootless
-// (buildRootless; its warm pool holds sandboxes whose inits built their
-// islands, rootless_pool.go).
+// but its owner's, root's included, and makes the API's sandboxes rootless,
+// one by one (buildRootless: no warm pool).
 //
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
 // ListenAPI, ListenUserAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step

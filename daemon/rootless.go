@@ -74,9 +74,9 @@ func (d *Daemon) rootlessIsland(ctx context.Context, sb policy.Sandbox) ([]byte,
 	}, nil
 }
 
-// buildRootless is build for a rootless daemon's sandbox when the warm pool
-// has none ready: its init is born in the island it builds. (The pool's
-// sandboxes built theirs ahead: rootless_pool.go.)
+// buildRootless is build for a rootless daemon's sandbox: its init is born
+// in the island it builds (no warm pool: a namespace cannot be prepared
+// ahead and handed to a sandbox later).
 func (d *Daemon) buildRootless(ctx context.Context, psb policy.Sandbox, ss startSpec) (box, error) {
 	ps := d.prepareSpec("")
 	var err error

@@ -78,7 +78,7 @@ func TestRootlessAPIUser(t *testing.T) {
 	cfg.Audit.File = filepath.Join(work, "audit", "audit.jsonl")
 	cfg.Audit.MinFree = config.FreeSpace{}
 	cfg.DNS.Upstreams = []string{"127.0.0.1:53"}
-	cfg.Sandbox.PoolSize = 2 // the warm pool prepares rootless sandboxes too (rootless_pool.go)
+	cfg.Sandbox.PoolSize = 2 // asked for, and left empty: no warm pool rootless
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d, err := New(ctx, Options{Config: cfg, EphemeralCA: true, Pool: true,
