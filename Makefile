@@ -36,15 +36,20 @@ image: build ## Write the container image as an OCI layout in bin/image, offline
 	@echo "  skopeo copy oci:$(IMAGE_DIR):$(IMAGE_TAG) docker://registry.example/airlock:$(IMAGE_TAG)"
 
 .PHONY: test
-test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python as root; fail on any airlock resource the run left behind
+test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python and test-unpriv as root; fail on any airlock resource the run left behind
 	@before=$$(mktemp) && ./scripts/clean-stale.sh --list >"$$before" && \
 	rc=0 && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
 	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-python || rc=$$?; elif [ "$$rc" = 0 ]; then echo "test: test-python skipped (it needs root to run airlock serve)"; fi; \
+	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-unpriv || rc=$$?; elif [ "$$rc" = 0 ]; then echo "test: test-unpriv skipped (it needs root to create its unprivileged user)"; fi; \
 	./scripts/clean-stale.sh --check "$$before" || rc=1; rm -f "$$before"; exit $$rc
 
 .PHONY: test-python
 test-python: deps build ## Run the Python client's tests (clients/python) against a real daemon, bin/airlock serve (root)
 	cd clients/python && AIRLOCK_BIN=$(CURDIR)/$(BIN) /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
+
+.PHONY: test-unpriv
+test-unpriv: ## As root: run the gateway's attack tests as the unprivileged user alk-ci (created when missing; AIRLOCK_CI_USER names another)
+	GO=$(GO) ./scripts/unpriv-tests.sh
 
 .PHONY: test-root
 test-root: deps ## Run only the root tests, failing instead of skipping when not root

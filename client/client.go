@@ -65,19 +65,14 @@ func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialT
 // (DefaultMaxIdleConns; raise it for many concurrent execs).
 func WithMaxIdleConns(n int) Option { return func(o *options) { o.maxIdle = n } }
 
-// New returns a client of the daemon at socket; "" means $AIRLOCK_SOCKET, or
-// DefaultSocket when that is unset. Nothing is dialled until a call.
+// New returns a client of the daemon at socket; "" means ResolveSocket's
+// choice. Nothing is dialled until a call.
 func New(socket string, opts ...Option) *Client {
 	o := options{dialTimeout: DefaultDialTimeout, maxIdle: DefaultMaxIdleConns}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if socket == "" {
-		socket = os.Getenv(SocketEnv)
-	}
-	if socket == "" {
-		socket = DefaultSocket
-	}
+	socket = ResolveSocket(socket)
 	c := &Client{socket: socket}
 	d := net.Dialer{Timeout: o.dialTimeout}
 	c.tr = &http.Transport{
@@ -97,6 +92,35 @@ func New(socket string, opts ...Option) *Client {
 	}
 	c.hc = &http.Client{Transport: c.tr}
 	return c
+}
+
+// ResolveSocket is the socket a client dials when asked for socket: socket
+// itself when it is not "", else $AIRLOCK_SOCKET, else (for a user other
+// than root) that user's own daemon's (`airlock serve --user`:
+// $XDG_RUNTIME_DIR/airlock/airlock.sock, else /run/user/UID/airlock/) when
+// it exists, else DefaultSocket.
+func ResolveSocket(socket string) string {
+	return resolveSocket(socket, os.Getenv, os.Geteuid(), isSocket)
+}
+
+func resolveSocket(socket string, getenv func(string) string, euid int, exists func(string) bool) string {
+	if socket != "" {
+		return socket
+	}
+	if s := getenv(SocketEnv); s != "" {
+		return s
+	}
+	if euid != 0 {
+		if s := config.UserSocket(getenv, euid); exists(s) {
+			return s
+		}
+	}
+	return DefaultSocket
+}
+
+func isSocket(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
 }
 
 // Socket is the path this client dials.

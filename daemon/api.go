@@ -76,6 +76,14 @@ func (d *Daemon) Handler() http.Handler {
 func (d *Daemon) guard(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, ok := callerFrom(r.Context())
+		if ok {
+			var ctx context.Context
+			if ctx, c, ok = d.ownerCaller(r.Context(), c); !ok {
+				writeError(w, apiErr(api.CodeForbidden, "", "this is uid %d's own daemon (airlock serve --user): uid %d may not use it", d.owner, c.uid))
+				return
+			}
+			r = r.WithContext(ctx)
+		}
 		switch {
 		case !ok:
 			writeError(w, apiErr(api.CodeForbidden, "", "the caller could not be identified: use the API's unix socket"))

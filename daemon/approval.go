@@ -234,7 +234,7 @@ func (b *approvals) answer(c caller, id, answer string) (*api.Approval, *api.Err
 		return nil, apiErr(api.CodeForbidden, "", "a process inside sandbox %s may not answer its own approvals", a.Sandbox)
 	}
 	by := "uid " + strconv.Itoa(c.uid)
-	if c.root() {
+	if c.uid == 0 {
 		by = "root"
 	}
 	// A DNS question stands for the host on every port; the allow entry

@@ -28,6 +28,9 @@ import (
 
 // withDefaults fills the zero fields of o.
 func (o Options) withDefaults() Options {
+	if o.RunDir == "" && o.Rootless != nil {
+		o.RunDir = filepath.Join(RootlessRunDir(), "run-"+strconv.Itoa(os.Getpid()))
+	}
 	if o.RunDir == "" {
 		o.RunDir = filepath.Join(DefaultRunDir, "run-"+strconv.Itoa(os.Getpid()))
 	}
@@ -316,6 +319,12 @@ func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
 		Timeout: time.Duration(cfg.Limits.Timeout),
 		TmpSize: int64(cfg.Limits.TmpSize),
 	}
+	if d.rootless != nil {
+		ec.Rootless = d.rootless
+		if ec.StateDir == "" {
+			ec.StateDir = filepath.Join(d.runDir, "sandboxd")
+		}
+	}
 	e, err := sandboxd.New(ec, d.audit, d.log)
 	if err != nil {
 		return err
@@ -342,8 +351,8 @@ func (d *Daemon) initSandboxes(o Options) {
 		d.exe = sandboxdExecutor{d.exec}
 	}
 	poolSize := max(d.cfg.Sandbox.PoolSize, 0)
-	if d.exe == nil || !o.Pool {
-		poolSize = 0
+	if d.exe == nil || !o.Pool || d.rootless != nil {
+		poolSize = 0 // rootless: buildRootless
 	}
 	d.pool = newWarmPool(poolSize, d.cfg.Pool.Max, d.net, d.exe, d.prepareSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })

@@ -21,9 +21,12 @@ import (
 type caller struct {
 	uid int
 	pid int
+	// admin: the owner of a per-user daemon (Options.Owner), who may do
+	// through it what root may through the system daemon.
+	admin bool
 }
 
-func (c caller) root() bool { return c.uid == 0 }
+func (c caller) root() bool { return c.uid == 0 || c.admin }
 
 // may reports whether the caller sees and controls a sandbox of owner.
 func (c caller) may(owner int) bool { return c.root() || c.uid == owner }

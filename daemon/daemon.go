@@ -79,6 +79,15 @@ type Options struct {
 	Gateway gateway.Config
 	// Logger receives operational logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Owner, when above 0, makes this a per-user daemon (airlock serve
+	// --user): only that uid may call the API, whatever the socket's mode
+	// lets connect (root included), and it administers it (userapi.go).
+	Owner int
+	// Rootless runs without root (rootless.go): sandboxes are made by an
+	// executor in rootless mode, their islands built from inside and
+	// adopted, the run directory is the user's. Run and the API's sandboxes
+	// work; there is no warm pool, attach or recovery.
+	Rootless *sandboxd.Rootless
 }
 
 // Daemon is one running airlock.
@@ -110,6 +119,8 @@ type Daemon struct {
 	keepState bool
 	// bundleAudit writes the policy bundle source's events (policybundle.go).
 	bundleAudit *bundleAudit
+	// rootless is the executor's rootless mode, nil as root (rootless.go).
+	rootless *sandboxd.Rootless
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -128,6 +139,7 @@ type Daemon struct {
 	home      string
 	heartbeat time.Duration
 	stopping  atomic.Bool
+	owner     int // Options.Owner
 }
 
 // New builds every part, in dependency order, and undoes what it built if a
@@ -136,10 +148,16 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	o = o.withDefaults()
 	cfg := o.Config
 	logger := o.Logger
-	if filepath.Dir(o.RunDir) == DefaultRunDir {
-		removeStale(ctx, logger)
+	switch parent := filepath.Dir(o.RunDir); {
+	case parent == DefaultRunDir:
+		removeStale(ctx, DefaultRunDir, logger)
+	case o.Rootless != nil && parent == RootlessRunDir():
+		removeStale(ctx, parent, logger) // run directories only: a rootless island dies with its init
 	}
-	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir}
+	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir, owner: o.Owner, rootless: o.Rootless}
+	if err := d.guardRootless(o); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -218,8 +236,13 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	// Recover may serve re-attached namespaces: only now that dec has the engine.
-	if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
-		return nil, fmt.Errorf("recover namespaces: %w", err)
+	// A rootless island dies with its init, and a per-user daemon's
+	// namespaces are its own user namespaces', pinned nowhere: nothing is
+	// left to recover.
+	if o.Rootless == nil && o.Owner <= 0 {
+		if _, err := d.netns.Recover(ctx, o.Recover); err != nil {
+			return nil, fmt.Errorf("recover namespaces: %w", err)
+		}
 	}
 	d.stampRecoveredPods()
 	// The warm pool starts filling only after Recover: Recover removes the
@@ -301,8 +324,8 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	// The trust directory is kept between processes (sandboxd.OpenTrustDir):
 	// in DefaultRunDir's cache for the default run dirs, else in this one.
 	cache := filepath.Join(d.runDir, "trust-cache")
-	if filepath.Dir(d.runDir) == DefaultRunDir {
-		cache = filepath.Join(DefaultRunDir, "trust-cache")
+	if parent := filepath.Dir(d.runDir); parent == DefaultRunDir || (d.rootless != nil && parent == RootlessRunDir()) {
+		cache = filepath.Join(parent, "trust-cache")
 	}
 	base := append(sys[:len(sys):len(sys)], upstream...)
 	if len(base) == 0 || len(own) == 0 {
@@ -376,20 +399,20 @@ func namedHidden(o Options, cfg config.Config, caKey string) []hiddenPath {
 }
 
 // removeStale tears down what `airlock run` processes that died left in
-// DefaultRunDir/run-<pid>: their namespaces (through a Manager that owns their
+// runDirs/run-<pid> (DefaultRunDir, or the rootless RootlessRunDir): their namespaces (through a Manager that owns their
 // state files) and the directory itself. A directory is removed only under
 // its lock (rundir.go): one whose lock is held belongs to a live process,
 // whatever its name says; one without a lock file (made by an older
 // airlock, or not yet locked) only when no process has its pid.
-func removeStale(ctx context.Context, logger *slog.Logger) {
-	entries, _ := os.ReadDir(DefaultRunDir)
+func removeStale(ctx context.Context, runDirs string, logger *slog.Logger) {
+	entries, _ := os.ReadDir(runDirs)
 	for _, e := range entries {
 		pidStr, ok := strings.CutPrefix(e.Name(), "run-")
 		pid, err := strconv.Atoi(pidStr)
 		if !ok || err != nil || pid == os.Getpid() {
 			continue
 		}
-		dir := filepath.Join(DefaultRunDir, e.Name())
+		dir := filepath.Join(runDirs, e.Name())
 		lock, held, err := tryLockRunDir(dir)
 		if held || err != nil || (lock == nil && processAlive(pid)) {
 			continue
@@ -560,11 +583,24 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	if err := d.audit.Log(d.runRecord(sb)); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	ns, err := d.netns.Create(ctx, sb)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox network: %w", err)
+	spec := sandboxd.Spec{}
+	var err error
+	if d.rootless != nil {
+		// The namespace is born with the sandbox's init (rootless.go).
+		if spec.Island, spec.OnIsland, err = d.rootlessIsland(ctx, sb); err != nil {
+			return nil, err
+		}
+	} else {
+		ns, err := d.netns.Create(ctx, sb)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox network: %w", err)
+		}
+		spec.NetNS = ns.Path
 	}
 	defer func() {
+		if _, served := d.netns.Get(sb.ID); !served {
+			return // a rootless island init failed to build
+		}
 		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := d.netns.Teardown(tctx, sb.ID); err != nil {
@@ -585,23 +621,10 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	}
 	cenv, cfiles := d.canaryPlant(sb.ID)
 	cfiles = withAWSFile(cfiles, ph)
-	return d.exec.Run(ctx, sandboxd.Spec{
-		ID:         sb.ID,
-		DefaultEnv: cenv,
-		HomeFiles:  cfiles,
-		Argv:       t.Argv,
-		Env:        env,
-		NetNS:      ns.Path,
-		Workspace:  t.Workspace,
-		CABundle:   d.caBundle,
-		TrustDir:   d.trustDir,
-		Proxy:      d.proxyURL,
-		Hidden:     d.hidden,
-		Stdin:      t.Stdin,
-		Stdout:     t.Stdout,
-		Stderr:     t.Stderr,
-		Limits:     t.Limits,
-	})
+	spec.ID, spec.DefaultEnv, spec.HomeFiles, spec.Argv, spec.Env = sb.ID, cenv, cfiles, t.Argv, env
+	spec.Workspace, spec.CABundle, spec.TrustDir, spec.Proxy, spec.Hidden = t.Workspace, d.caBundle, d.trustDir, d.proxyURL, d.hidden
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.Limits = t.Stdin, t.Stdout, t.Stderr, t.Limits
+	return d.exec.Run(ctx, spec)
 }
 
 // runRecord is the creation record of Run's sandbox, shaped as a daemon

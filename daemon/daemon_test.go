@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/fakenet"
@@ -21,7 +22,8 @@ import (
 
 func TestMain(m *testing.M) {
 	if sandboxd.IsStage() {
-		sandboxd.InitMain()
+		// A rootless sandbox's init builds its island through the hook.
+		sandboxd.InitMainWith(sandboxd.InitHooks{Island: netns.BuildIsland})
 	}
 	if os.Getenv(unprivAllowEnv) != "" {
 		os.Exit(unprivAllowClient()) // TestRootAllowInvisibleWildcardRefused's user

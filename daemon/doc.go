@@ -22,8 +22,14 @@
 // are held by the approvals broker (approval.go, approval_api.go,
 // webhook.go: GET /v1/approvals, POST /v1/approvals/{id}).
 //
+// A per-user daemon (`airlock serve --user`, Options.Owner with
+// Options.Rootless; userapi.go) listens on a 0600 socket in a directory only
+// its user may write (ListenUserAPI, CheckUserDir), refuses every peer uid
+// but its owner's, root's included, and makes the API's sandboxes rootless,
+// one by one (buildRootless: no warm pool).
+//
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
-// ListenAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step
+// ListenAPI, ListenUserAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step
 // by step and the sandbox API: daemon/DESIGN.md.
 //
 // daemon must never import: cmd/airlock, bench/..., netns/netnstest, test/....

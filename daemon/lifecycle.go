@@ -187,6 +187,9 @@ func (d *Daemon) build(ctx context.Context, sb *sandbox, ws *os.File) (box, erro
 		d.metrics.fromPool.Inc()
 		return pb.box, nil
 	}
+	if d.rootless != nil {
+		return d.buildRootless(ctx, psb, ss)
+	}
 	ns, err := d.net.Create(ctx, psb)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox network: %w", err)

@@ -211,13 +211,29 @@ func backendBinaries(backend string) (restore, save string) {
 	return "iptables-nft-restore", "iptables-nft-save"
 }
 
+// lookBin finds an iptables binary on PATH, else in /usr/sbin or /sbin: a
+// user's PATH often leaves them out (Debian's does), and rootless airlock
+// runs them too.
+func lookBin(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		if p, serr := exec.LookPath(dir + "/" + name); serr == nil {
+			return p, nil
+		}
+	}
+	return "", err
+}
+
 // resolveBackend turns auto into nft or legacy by looking at what is installed.
 func resolveBackend(want string) (string, error) {
 	switch want {
 	case IPTablesNFT, IPTablesLegacy:
 		r, s := backendBinaries(want)
 		for _, b := range []string{r, s} {
-			if _, err := exec.LookPath(b); err != nil {
+			if _, err := lookBin(b); err != nil {
 				return "", fmt.Errorf("netns: iptables %s: %s not found: %w", want, b, err)
 			}
 		}

@@ -386,6 +386,19 @@ func openListeners(ns vnetns.NsHandle, name string, cfg Config) (Listeners, *nfl
 	var ls Listeners
 	var nl *nflogConn
 	err := inNS(ns, func() error {
+		var err error
+		ls, nl, err = listenHere(name, cfg)
+		return err
+	})
+	return ls, nl, err
+}
+
+// listenHere opens the listeners and the NFLOG socket in the calling
+// thread's namespace; on error nothing stays open.
+func listenHere(name string, cfg Config) (Listeners, *nflogConn, error) {
+	var ls Listeners
+	var nl *nflogConn
+	err := func() error {
 		addr := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 		var lc net.ListenConfig
 		var err error
@@ -406,7 +419,7 @@ func openListeners(ns vnetns.NsHandle, name string, cfg Config) (Listeners, *nfl
 			return fmt.Errorf("nflog: %w", err)
 		}
 		return nil
-	})
+	}()
 	if err != nil {
 		ls.Close()
 		if nl != nil {

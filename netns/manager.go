@@ -71,9 +71,12 @@ type Sandbox struct {
 	// logged: NFLOG may lose messages under load).
 	accepted atomic.Uint64
 
-	info  identity.Sandbox // what the Server is told: id, labels, mode, allow
-	ls    Listeners
-	drops *dropReader
+	info identity.Sandbox // what the Server is told: id, labels, mode, allow
+	// adopted: a rootless island (Adopt), which lives and dies with the
+	// process that made it; no path, no state file.
+	adopted bool
+	ls      Listeners
+	drops   *dropReader
 }
 
 // Manager creates, attaches and tears down sandbox namespaces.
@@ -340,6 +343,12 @@ func (m *Manager) serve(s *Sandbox) error {
 	if err != nil {
 		return err
 	}
+	return m.serveListeners(s, ls, nl)
+}
+
+// serveListeners hands s's listeners to the server and starts the drop
+// reader. On error everything is closed.
+func (m *Manager) serveListeners(s *Sandbox, ls Listeners, nl *nflogConn) error {
 	sb := s.info
 	sb.ID, sb.Labels = s.ID, maps.Clone(s.Labels)
 	if err := m.step("serve"); err != nil {
@@ -413,6 +422,10 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	delete(m.sandboxes, id)
 	m.mu.Unlock()
 	m.stopServing(s)
+	if s.adopted {
+		m.log.Info("rootless island no longer served", oplog.SandboxKey, id)
+		return nil
+	}
 	var err error
 	if s.Attached {
 		err = m.restoreAttached(ctx, id, s.Path)

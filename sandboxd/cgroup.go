@@ -53,6 +53,10 @@ func v1Name(c string) string {
 }
 
 type cgroupManager struct {
+	// none: no cgroup at all (a rootless executor without a delegated
+	// subtree, rootless.go). Every cgroup of it has no directory: limits
+	// are rlimits, the tree dies with init's PID namespace, usage is 0.
+	none   bool
 	v2     bool
 	root   string
 	dirs   map[string]string // controller (v1) or "" (v2) -> parent dir

@@ -21,6 +21,9 @@ import (
 
 // kill ends every process in the cgroup, including ones that fork while it runs.
 func (cg *cgroup) kill() error {
+	if cg.m.none {
+		return nil // init's death ends its PID namespace
+	}
 	if cg.v2 {
 		err := cg.m.write(filepath.Join(cg.dirs[""], "cgroup.kill"), "1")
 		if err == nil {
@@ -116,6 +119,9 @@ func (cg *cgroup) populated() (bool, error) {
 // 0.1 ms (a killed tree is usually gone within a millisecond, so a fixed 1 ms
 // first sleep was most of the wait).
 func (cg *cgroup) waitEmpty(d time.Duration) error {
+	if cg.m.none {
+		return nil
+	}
 	deadline := time.Now().Add(d)
 	var events *os.File
 	if cg.v2 {

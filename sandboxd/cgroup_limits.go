@@ -56,6 +56,9 @@ type limitWriter struct {
 // apply writes the limits. warnings name each limit that is not enforced because
 // its controller is missing and allowed missing, or weakened (v1 without memsw).
 func (cg *cgroup) apply(l Limits) (warnings []string, err error) {
+	if cg.m.none {
+		return nil, nil // rlimits only (rootless.go)
+	}
 	quota := int64(l.CPUs * cpuPeriod)
 	if quota < 1000 {
 		quota = 1000
@@ -292,6 +295,9 @@ func (cg *cgroup) oomKills() int64 {
 // memory.usage_in_bytes, memory.max_usage_in_bytes, memory.oom_control
 // oom_kill, pids.current, pids.events max.
 func (cg *cgroup) usage() (Usage, error) {
+	if cg.m.none {
+		return Usage{}, nil
+	}
 	var u Usage
 	var errs []error
 	get := func(path, key string) int64 {

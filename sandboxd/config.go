@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 )
@@ -126,6 +127,8 @@ type Config struct {
 	MaxUpload int64
 	// Limits are the defaults for Spec.Limits fields left zero.
 	Limits Limits
+	// Rootless, when set, makes sandboxes without root (rootless.go).
+	Rootless *Rootless
 }
 
 // Limits caps one sandbox. Zero fields take the executor's Config.Limits, then the
@@ -201,6 +204,10 @@ type Spec struct {
 	Stderr io.Writer
 	// Limits for this run.
 	Limits Limits
+	// Island and OnIsland make the sandbox's network namespace its own
+	// (rootless: init is born in it, PrepareSpec.Island).
+	Island   []byte
+	OnIsland func(files []*os.File) error
 	// Labels are copied nowhere but the audit record's sandbox id; reserved.
 }
 

@@ -59,6 +59,9 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (_ *Executor, err er
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Rootless != nil {
+		return newRootless(cfg, log, lg)
+	}
 	cgm, err := newCgroupManager(cfg.CgroupRoot, cfg.CgroupMode, cfg.CgroupParent, cfg.AllowMissingControllers)
 	if err != nil {
 		return nil, err

@@ -68,6 +68,10 @@ type fsState struct {
 	tmpfs      []tmpfsMount
 	homeRoot   int // O_PATH fd of $HOME
 	wsRoot     int // O_PATH fd of the workspace (the tmpfs one, or the bound tree after start); -1 for none
+	// Rootless (rootless_linux.go): the host's device nodes cloned for
+	// /dev, and the workspace tree cloned at config (-1: none).
+	devs    map[string]int
+	wsClone int
 }
 
 // tmpfsMount is one of the sandbox's sized tmpfs mounts.
@@ -108,7 +112,7 @@ func (f *fsState) resizeTmpfs(size, inodes int64) error {
 }
 
 func setupSandbox(cfg *initConfig) (*fsState, error) {
-	f := &fsState{cfg: cfg, homeParent: filepath.Dir(cfg.Home), homeRoot: -1, wsRoot: -1}
+	f := &fsState{cfg: cfg, homeParent: filepath.Dir(cfg.Home), homeRoot: -1, wsRoot: -1, wsClone: -1}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("make mounts private: %w", err)
 	}
@@ -116,7 +120,14 @@ func setupSandbox(cfg *initConfig) (*fsState, error) {
 	if cfg.RootFS != "" {
 		src = cfg.RootFS
 	}
-	view, err := cloneHostView(src, fdRootUserns, cfg.Mounts)
+	var view *hostView
+	var err error
+	if cfg.Rootless {
+		view, err = f.cloneRootless(src)
+		defer f.closeRootless()
+	} else {
+		view, err = cloneHostView(src, fdRootUserns, cfg.Mounts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("clone root %s: %w", src, err)
 	}
@@ -146,6 +157,9 @@ func setupSandbox(cfg *initConfig) (*fsState, error) {
 		return nil, err
 	}
 	if err := f.mountHome(); err != nil {
+		return nil, err
+	}
+	if err := f.hideHome(); err != nil {
 		return nil, err
 	}
 	targets := []string{"/etc/resolv.conf"}
@@ -533,6 +547,12 @@ func (f *fsState) setupDev() error {
 		major, minor uint32
 	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
 		p := "/dev/" + d.name
+		if f.cfg.Rootless {
+			if err := f.mountDevice(d.name, p); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
 			return fmt.Errorf("mknod %s: %w", p, err)
 		}
@@ -611,7 +631,11 @@ func maskPath(p string) error {
 	if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
-	return unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	// mount_setattr, not a bind remount: it changes only the flags named, so
+	// it works on a rootless sandbox's /dev/null too, whose access-time
+	// flags are locked to the host's.
+	return unix.MountSetattr(unix.AT_FDCWD, p, 0,
+		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC})
 }
 
 // loopbackUp sets lo up in a fresh network namespace.

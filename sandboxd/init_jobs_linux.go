@@ -190,8 +190,12 @@ func (s *initServer) becomeAndFork(spec *jobSpec, st *startRequest, fds []int) (
 	if err := setRlimits(st.NoFile, uint64(st.FSize), uint64(st.NProc)); err != nil {
 		return setup(err)
 	}
-	id := identity{uid: s.cfg.UID, gid: s.cfg.GID, ruid: s.cfg.UID, rgid: s.cfg.GID}
-	if spec.files != nil {
+	// A rootless sandbox mapped without a subordinate range has setgroups
+	// denied in its user namespace (the kernel's rule for one-id maps): its
+	// supplementary groups stay the user's, and no other real id is mapped.
+	oneID := s.cfg.Rootless && s.cfg.UID == 0
+	id := identity{uid: s.cfg.UID, gid: s.cfg.GID, ruid: s.cfg.UID, rgid: s.cfg.GID, keepGroups: oneID}
+	if spec.files != nil && !s.cfg.Rootless {
 		id.ruid, id.rgid = filesRealID, filesRealID
 	}
 	if err := dropPrivileges(id, s.lastCap); err != nil {
@@ -329,7 +333,10 @@ func setRlimits(nofile, fsize, nproc uint64) error {
 
 // identity is a job's ids: effective and saved uid and gid, and real ones
 // (the same, but for the files stage).
-type identity struct{ uid, gid, ruid, rgid int }
+type identity struct {
+	uid, gid, ruid, rgid int
+	keepGroups           bool // setgroups is denied (rootless, one-id map)
+}
 
 // dropPrivileges gives the calling (locked) thread the job's identity: the
 // ids, no capabilities in any set (lastCap: the kernel's highest, read once
@@ -348,7 +355,7 @@ func dropPrivileges(id identity, lastCap int) error {
 	}
 	// Raw syscalls: the identity changes for this thread only (Go's Setgroups,
 	// Setresgid and Setresuid change every thread of init).
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 && !id.keepGroups {
 		return fmt.Errorf("setgroups: %w", e)
 	}
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(id.rgid), uintptr(id.gid), uintptr(id.gid)); e != 0 {

@@ -35,7 +35,19 @@ func IsStage() bool {
 // InitMain runs the sandbox stage the environment marker names and exits. The
 // hidden `airlock __sandbox-init` subcommand and the package's TestMain call
 // it. It never returns.
-func InitMain() {
+func InitMain() { InitMainWith(InitHooks{}) }
+
+// InitHooks are what the binary that runs init gives it beyond sandboxd.
+type InitHooks struct {
+	// Island makes a rootless init's own network namespace the sandbox's
+	// island from inside and returns the islandFDs listeners' files
+	// (netns.BuildIsland; PrepareSpec.Island is its spec). nil: this init
+	// cannot start a rootless sandbox with an island.
+	Island func(spec []byte) ([]*os.File, error)
+}
+
+// InitMainWith is InitMain with hooks.
+func InitMainWith(h InitHooks) {
 	if IsStage() {
 		// Started from an open file (/proc/self/fd/N, initexe.go), the
 		// process would be named "N" in ps and top.
@@ -43,7 +55,7 @@ func InitMain() {
 	}
 	switch os.Getenv(envStage) {
 	case stageInit:
-		os.Exit(runInit())
+		os.Exit(runInit(h))
 	case stageFiles:
 		os.Exit(runFilesStage())
 	}
@@ -56,9 +68,10 @@ func InitMain() {
 // signals them, reaps every process that ends in the sandbox and reports how
 // each job ended. Its state moves one way: configured -> ready -> started.
 type initServer struct {
-	ch  *channel
-	cfg *initConfig
-	fs  *fsState
+	hooks InitHooks
+	ch    *channel
+	cfg   *initConfig
+	fs    *fsState
 
 	// mu is held from a job's setrlimit (process-wide) through its fork, its
 	// registration and its started reply, and by the reaper between seeing an
@@ -110,7 +123,7 @@ func fatalSignals() []os.Signal {
 }
 
 // runInit is PID 1 of the sandbox.
-func runInit() int {
+func runInit(h InitHooks) int {
 	if os.Getpid() != 1 {
 		// Not started by the executor: touch nothing, not even its fds.
 		fmt.Fprintf(os.Stderr, "airlock: sandbox init: not PID 1 of a new PID namespace (pid %d): refusing to touch mounts\n", os.Getpid())
@@ -119,6 +132,10 @@ func runInit() int {
 	if unix.Gettid() != 1 {
 		fmt.Fprintln(os.Stderr, "airlock: sandbox init: not on the main thread (InitMain must be called from main)")
 		return 2
+	}
+	if err := awaitMaps(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: sandbox init: %v\n", err)
+		return 1
 	}
 	// Not dumpable: while a job's thread has dropped to the sandbox uid, code
 	// already running in the sandbox as that uid could otherwise open
@@ -146,7 +163,7 @@ func runInit() int {
 		fmt.Fprintf(os.Stderr, "airlock: sandbox init: %v\n", err)
 		return 1
 	}
-	s := &initServer{ch: ch, jobs: map[int]*initJob{}, byID: map[string]*initJob{}, forked: make(chan struct{}, 1), jobsTasks: -1}
+	s := &initServer{hooks: h, ch: ch, jobs: map[int]*initJob{}, byID: map[string]*initJob{}, forked: make(chan struct{}, 1), jobsTasks: -1}
 	if err := s.configure(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: sandbox init: %v\n", err)
 		return 1
@@ -174,9 +191,14 @@ func (s *initServer) configure() error {
 		s.jobsTasks, fds[0] = fds[0], -1
 	}
 	closeFDs(fds)
+	var island []int // the rootless island's files, sent with ready
+	defer func() { closeFDs(island) }()
 	if err == nil {
 		s.cfg = m.Config
 		if err = checkIsolated(s.cfg.HostMountNS); err == nil {
+			island, err = s.buildIsland()
+		}
+		if err == nil {
 			s.fs, err = setupSandbox(s.cfg)
 		}
 	}
@@ -208,7 +230,11 @@ func (s *initServer) configure() error {
 	s.mu.Lock()
 	s.spareLocked()
 	s.mu.Unlock()
-	return s.send(&message{Type: msgReady, Seq: seq})
+	if err := s.ch.send(&message{Type: msgReady, Seq: seq}, island...); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: sandbox init: %v\n", err)
+		return err
+	}
+	return nil
 }
 
 // serve handles requests until the executor closes its end, and then returns:
@@ -299,7 +325,14 @@ func (s *initServer) startSandbox(req *startRequest, fds []int) error {
 		}
 	}
 	wsFD := -1
-	if req.Workspace {
+	switch {
+	case req.Workspace && req.Cloned:
+		var err error
+		if wsFD, err = s.fs.rootlessWorkspaceFD(); err != nil {
+			return err
+		}
+		defer unix.Close(wsFD)
+	case req.Workspace:
 		wsFD = fds[0]
 	}
 	if err := s.fs.attachWorkspace(wsFD, req.WorkspaceTarget, req.Hidden); err != nil {

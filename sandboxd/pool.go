@@ -132,6 +132,10 @@ func (p *pool) make() (*slot, error) {
 }
 
 func (p *pool) takeUID(s *slot) error {
+	if r := p.cfg.Rootless; r != nil {
+		s.uid = r.sandboxUID() // inside its own user namespace: no other sandbox shares it
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := 0; i < p.cfg.UIDCount; i++ {

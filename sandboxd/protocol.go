@@ -58,8 +58,13 @@ const (
 	// controlSndBuf is the executor end's send buffer: a seqpacket message
 	// must fit in it whole.
 	controlSndBuf = 2 * maxToInit
-	// maxMessageFDs is the most fds one message carries (an exec's stdio).
+	// maxMessageFDs is the most fds one message to init carries (an exec's
+	// stdio); messages from init carry at most islandFDs.
 	maxMessageFDs = 3
+	// islandFDs is how many files the island hook returns (the explicit,
+	// transparent and DNS TCP listeners, the DNS UDP socket, the NFLOG
+	// socket), carried by init's ready reply.
+	islandFDs = 5
 )
 
 // Message types.
@@ -98,6 +103,10 @@ type message struct {
 	Error string `json:"error,omitempty"`
 	// Code is 127 (not found) or 126 (not executable) in an exec_error.
 	Code int `json:"code,omitempty"`
+
+	// fds are the files a rootless island's ready reply carried (owned by
+	// whoever awaits the reply).
+	fds []int
 }
 
 // initConfig is what init needs to build the sandbox up to the point where
@@ -131,6 +140,21 @@ type initConfig struct {
 	// moved while the sandbox waits in the pool (a v1 move after a quiet
 	// spell waits for an RCU grace period, 10-15 ms here).
 	JobsCgroup bool `json:"jobs_cgroup,omitempty"`
+	// Rootless: init is root of a user namespace of its own (rootless.go);
+	// its host view and workspace are plain read-only and read-write
+	// clones, not idmapped.
+	Rootless bool `json:"rootless,omitempty"`
+	// Island is the spec init hands its island hook before anything else;
+	// its ready reply carries the islandFDs files the hook returned.
+	Island json.RawMessage `json:"island,omitempty"`
+	// Workspace is the host directory a rootless init clones before it
+	// leaves the host's root, attached at start (rootless only: an
+	// unprivileged executor cannot clone a mount for it).
+	Workspace string `json:"workspace,omitempty"`
+	// HideHome are the invoking user's directories (home, runtime
+	// directory) a rootless init covers with an empty tmpfs, keeping only
+	// the way to Workspace when it lies inside one.
+	HideHome []string `json:"hide_home,omitempty"`
 }
 
 // startRequest hands the sandbox to its user.
@@ -146,6 +170,9 @@ type startRequest struct {
 	// Hidden are masked after the workspace is attached (hidden host paths
 	// inside it, at their place under the target).
 	Hidden []string `json:"hidden,omitempty"`
+	// Cloned says the workspace is the tree init cloned at config
+	// (initConfig.Workspace), not an fd.
+	Cloned bool `json:"cloned,omitempty"`
 	// HomeFiles are written into $HOME (StartSpec.HomeFiles).
 	HomeFiles map[string][]byte `json:"home_files,omitempty"`
 	// Rlimits of every job.
@@ -223,6 +250,7 @@ type channel struct {
 	oob     []byte
 	peer    string // who is at the other end, for errors
 	maxSend int
+	maxFDs  int // the most fds an incoming message carries
 }
 
 // newChannel wraps f (an end of a SOCK_SEQPACKET socketpair; f is closed:
@@ -239,8 +267,12 @@ func newChannel(f *os.File, maxRecv, maxSend int, peer string) (*channel, error)
 		c.Close()
 		return nil, fmt.Errorf("control socket: got a %T, want a unix socket", c)
 	}
-	return &channel{conn: uc, max: maxRecv, maxSend: maxSend, peer: peer,
-		buf: make([]byte, maxRecv+1), oob: make([]byte, unix.CmsgSpace(4*maxMessageFDs))}, nil
+	maxFDs := maxMessageFDs
+	if maxRecv == maxFromInit {
+		maxFDs = islandFDs // the executor's end: a rootless island's ready reply
+	}
+	return &channel{conn: uc, max: maxRecv, maxSend: maxSend, peer: peer, maxFDs: maxFDs,
+		buf: make([]byte, maxRecv+1), oob: make([]byte, unix.CmsgSpace(4*maxFDs))}, nil
 }
 
 func (c *channel) close() error { return c.conn.Close() }
@@ -300,8 +332,8 @@ func (c *channel) recv() (*message, []int, error) {
 	switch {
 	case ferr != nil:
 		return fail(&badMessage{fmt.Errorf("message from %s: %w", c.peer, ferr)})
-	case flags&unix.MSG_CTRUNC != 0 || len(fds) > maxMessageFDs: // padding may fit one more
-		return fail(&badMessage{fmt.Errorf("message from %s carries more than %d file descriptors", c.peer, maxMessageFDs)})
+	case flags&unix.MSG_CTRUNC != 0 || len(fds) > c.maxFDs: // padding may fit one more
+		return fail(&badMessage{fmt.Errorf("message from %s carries more than %d file descriptors", c.peer, c.maxFDs)})
 	case flags&unix.MSG_TRUNC != 0 || n > c.max:
 		return fail(&badMessage{fmt.Errorf("message from %s is larger than %d bytes", c.peer, c.max)})
 	}
@@ -415,7 +447,7 @@ func checkToInit(m *message, nfds int) error {
 		return m.Config.check()
 	case msgStart:
 		want := 0
-		if m.Start != nil && m.Start.Workspace {
+		if m.Start != nil && m.Start.Workspace && !m.Start.Cloned {
 			want++
 		}
 		if err := checkShape(m, "start", nfds, want); err != nil {
@@ -447,8 +479,12 @@ func checkToInit(m *message, nfds int) error {
 	return fmt.Errorf("unknown message type %q", m.Type)
 }
 
-// checkFromInit checks a message init sent. init never sends fds.
+// checkFromInit checks a message init sent. init sends fds only with a
+// rootless island's ready reply (islandFDs of them).
 func checkFromInit(m *message, nfds int) error {
+	if m.Type == msgReady && nfds == islandFDs {
+		nfds = 0
+	}
 	if nfds != 0 {
 		return fmt.Errorf("%q message with %d file descriptors, want none", m.Type, nfds)
 	}
@@ -517,7 +553,7 @@ func (c *initConfig) check() error {
 	if !filepath.IsAbs(c.Home) || filepath.Dir(c.Home) == "/" {
 		return fmt.Errorf("config: home %q: want an absolute path below a top-level directory", c.Home)
 	}
-	if c.UID < 1 || c.GID < 1 {
+	if (c.UID < 1 || c.GID < 1) && !(c.Rootless && c.UID == 0 && c.GID == 0) {
 		return fmt.Errorf("config: uid %d gid %d: want a sandbox uid and gid", c.UID, c.GID)
 	}
 	if c.TmpSize < 4096 || c.TmpInodes < 16 {

@@ -35,7 +35,7 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 	}
 	sb, err := e.Create(ctx,
 		PrepareSpec{NetNS: spec.NetNS, CABundle: spec.CABundle, TrustDir: spec.TrustDir, Hidden: spec.Hidden, TmpSize: lim.TmpSize, TmpInodes: lim.TmpInodes,
-			rootFS: spec.RootFS, noWorkspace: spec.Workspace != "" || spec.RootFS != ""},
+			Island: spec.Island, OnIsland: spec.OnIsland, rootFS: spec.RootFS, noWorkspace: spec.Workspace != "" || spec.RootFS != ""},
 		StartSpec{ID: spec.ID, Limits: lim, Workspace: spec.Workspace, WorkspaceTarget: spec.WorkspaceTarget, Env: spec.Env,
 			DefaultEnv: spec.DefaultEnv, HomeFiles: spec.HomeFiles, Proxy: spec.Proxy, NoProxy: spec.NoProxy})
 	if err != nil {

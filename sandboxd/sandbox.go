@@ -42,6 +42,8 @@ type Sandbox struct {
 	// early is Create's workspace tree, made while init starts (nil: none).
 	early     chan earlyWorkspace
 	earlyUsed bool
+	// rootlessWS is the workspace a rootless init clones at config (Create's).
+	rootlessWS string
 	// initKilled: we killed init (the sandbox is ending), so its exit is
 	// expected, not a lost sandbox. Under mu.
 	initKilled bool
@@ -132,6 +134,15 @@ type PrepareSpec struct {
 	// differ.
 	TmpSize, TmpInodes int64
 
+	// Island, given to a rootless executor, is the spec init hands its
+	// island hook (InitHooks.Island) before anything else: init is born in
+	// a user and network namespace of its own and makes that namespace the
+	// sandbox's island. OnIsland receives the listeners' files the hook
+	// returned (the caller serves them and owns them from then on); an error
+	// fails the sandbox.
+	Island   []byte
+	OnIsland func(files []*os.File) error
+
 	// rootFS replaces the host root (Run's Spec.RootFS).
 	rootFS string
 	// noWorkspace leaves out the empty workspace (Run, when it binds one or
@@ -205,6 +216,9 @@ func (e *Executor) prepare(ctx context.Context, spec PrepareSpec, early *StartSp
 	if _, err := e.rootNS.get(); err != nil {
 		return nil, err
 	}
+	if (spec.Island != nil) != (e.cfg.Rootless != nil) || (spec.Island != nil && spec.OnIsland == nil) {
+		return nil, errors.New("sandboxd: an island (with OnIsland) is given to a rootless executor, and only to one")
+	}
 	lim := e.cfg.Limits
 	if spec.TmpSize != 0 {
 		lim.TmpSize = spec.TmpSize
@@ -228,7 +242,9 @@ func (e *Executor) prepare(ctx context.Context, spec PrepareSpec, early *StartSp
 		gone: make(chan struct{}), dead: make(chan struct{}), readerDone: make(chan struct{}), stderrDone: make(chan struct{}),
 		killed: make(chan struct{}), destroyed: make(chan struct{}), state: statePrepared, pending: map[uint64]*request{}, jobs: map[string]*job{}, id: sl.id}
 	s.hostHidden = e.hostHidden(spec.Hidden)
-	if early != nil && early.Workspace != "" {
+	if early != nil && early.Workspace != "" && e.cfg.Rootless != nil {
+		s.rootlessWS = early.Workspace
+	} else if early != nil && early.Workspace != "" {
 		s.early = make(chan earlyWorkspace, 1)
 		go func(path, target string) {
 			ws, err := openWorkspace(path, target, sl.uid, s.hostHidden, e.idmaps)
@@ -297,6 +313,9 @@ func (s *Sandbox) prepare(ctx context.Context, lim Limits) error {
 	if err := s.joinCgroup(); err != nil {
 		return err
 	}
+	if err := s.rootlessConfig(icfg); err != nil {
+		return err
+	}
 	r, err := s.send(&message{Type: msgConfig, Config: icfg}, fds...)
 	if err != nil {
 		return err
@@ -308,7 +327,7 @@ func (s *Sandbox) prepare(ctx context.Context, lim Limits) error {
 	if m.Type != msgReady {
 		return fmt.Errorf("sandboxd: sandbox setup: %s", m.Error)
 	}
-	return nil
+	return s.takeIsland(m.fds)
 }
 
 // joinCgroup makes sure init is in the sandbox's cgroup with a neutral OOM
@@ -317,6 +336,11 @@ func (s *Sandbox) prepare(ctx context.Context, lim Limits) error {
 // spell wait for an RCU grace period, 5-15 ms).
 func (s *Sandbox) joinCgroup() error {
 	pid := s.init.Pid
+	if s.e.cfg.Rootless != nil {
+		// Born in a delegated v2 cgroup, or none; init's oom score is the
+		// user's own (lowering it would need a capability).
+		return s.slot.cg.holds(pid)
+	}
 	if !s.slot.cg.v2 {
 		if err := s.slot.cg.addProc(pid); err != nil {
 			return err
@@ -379,7 +403,15 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 		workDir = s.workspace
 	}
 	var fds []int
-	if spec.Workspace != "" {
+	if spec.Workspace != "" && s.e.cfg.Rootless != nil {
+		target := spec.workspaceTarget()
+		masks, err := s.rootlessWorkspace(spec.Workspace, target)
+		if err != nil {
+			return err
+		}
+		req.Workspace, req.Cloned, req.WorkspaceTarget, req.Hidden = true, true, target, masks
+		workDir = target
+	} else if spec.Workspace != "" {
 		target := spec.workspaceTarget()
 		ws, err := s.openWorkspace(spec.Workspace, target)
 		if err != nil {
@@ -416,6 +448,9 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 // tasks of pids.max for its threads; with a v1 jobs child, the child's
 // pids.max binds and this is a backstop.
 func (s *Sandbox) nproc(lim Limits) int64 {
+	if r := s.e.cfg.Rootless; r != nil && !r.subordinate() {
+		return userTasks(r.UID) + lim.Pids
+	}
 	if s.slot.cg.jobs != "" {
 		return 2*(lim.Pids+initPidsOverhead) + 64
 	}
@@ -744,6 +779,9 @@ func (s *Sandbox) readLoop() {
 		m, fds, err := s.ch.recv()
 		if err == nil {
 			err = checkFromInit(m, len(fds))
+			if err == nil && m.Type == msgReady && len(fds) > 0 {
+				m.fds, fds = fds, nil
+			}
 			closeFDs(fds)
 		}
 		if err == nil {

@@ -83,7 +83,7 @@ func (s *Sandbox) startInit(ctl, errW *os.File) error {
 		}
 		defer cgFD.Close()
 	}
-	if s.spec.NetNS != "" {
+	if s.spec.NetNS != "" && s.e.cfg.Rootless == nil {
 		var err error
 		if netnsFD, err = os.Open(s.spec.NetNS); err != nil {
 			return fmt.Errorf("sandboxd: netns %s: %w", s.spec.NetNS, err)
@@ -108,7 +108,10 @@ func (s *Sandbox) forkInit(cgFD, netnsFD, ctl, null, errW *os.File, started chan
 	defer close(s.gone)
 	runtime.LockOSThread()
 	flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP)
-	if netnsFD != nil {
+	rl := s.e.cfg.Rootless
+	if rl != nil {
+		flags = rl.cloneFlags()
+	} else if netnsFD != nil {
 		if err := unix.Setns(int(netnsFD.Fd()), unix.CLONE_NEWNET); err != nil {
 			started <- spawned{err: fmt.Errorf("sandboxd: join netns %s: %w", s.spec.NetNS, err)}
 			return
@@ -133,6 +136,9 @@ func (s *Sandbox) forkInit(cgFD, netnsFD, ctl, null, errW *os.File, started chan
 			Pdeathsig:  unix.SIGKILL,
 		},
 	}
+	if rl != nil {
+		cmd.ExtraFiles[1] = null // no host-view namespace: nothing is idmapped
+	}
 	if cgFD != nil {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(cgFD.Fd())
@@ -142,6 +148,14 @@ func (s *Sandbox) forkInit(cgFD, netnsFD, ctl, null, errW *os.File, started chan
 		return
 	}
 	s.init = cmd.Process
+	if rl != nil {
+		if err := rl.writeMaps(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			started <- spawned{err: err}
+			s.initErr = cmd.Wait()
+			return
+		}
+	}
 	started <- spawned{}
 	s.initErr = cmd.Wait()
 }

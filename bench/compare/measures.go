@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -276,12 +277,56 @@ func (e *env) startMeasure(z sizes) measure {
 	bw.Peer = true
 	un := hf("unshare", "unshare --mount --uts --ipc --net --pid --cgroup --fork /bin/true")
 	un.Peer = true
+	subjects := []subject{
+		hf("direct", "/bin/true"),
+		hf("airlock", shellJoin([]string{e.bin, "run", "-q", "--config", e.config, "--", "/bin/true"})),
+		un, bw,
+	}
+	// Rootless: airlock run and bubblewrap as an ordinary user (both make
+	// a user namespace of their own).
+	if asUser, air, err := e.rootlessRun(); err == nil {
+		bwu := hf("bubblewrap (uid 65534)", shellJoin(append(asUser, "bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "/bin/true")))
+		bwu.Peer = true
+		subjects = append(subjects, hf("airlock rootless (uid 65534)", shellJoin(append(asUser, air...))), bwu)
+	}
 	return measure{Name: "sandbox start, whole process", Primary: "median ms", Higher: false,
-		Target: "airlock run ≤ 3x bubblewrap", Subjects: []subject{
-			hf("direct", "/bin/true"),
-			hf("airlock", shellJoin([]string{e.bin, "run", "-q", "--config", e.config, "--", "/bin/true"})),
-			un, bw,
-		}}
+		Target: "airlock run ≤ 3x bubblewrap (rootless: ≤ 3x bubblewrap as the same user)", Subjects: subjects}
+}
+
+// rootlessUID is the ordinary user the rootless rows run as.
+const rootlessUID = "65534"
+
+// rootlessRun prepares the rootless rows: a copy of airlock, an audit
+// directory and a runtime directory the user owns, under the bench's
+// directory (removed with it). It returns the command prefix that runs as
+// the user and airlock's arguments.
+func (e *env) rootlessRun() (asUser, air []string, err error) {
+	dir := filepath.Join(e.dir, "rootless")
+	bin := filepath.Join(dir, "airlock")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	src, err := os.ReadFile(e.bin)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		return nil, nil, err
+	}
+	for _, d := range []string{"audit", "run"} {
+		p := filepath.Join(dir, d)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return nil, nil, err
+		}
+		if out, err := exec.Command("chown", rootlessUID+":"+rootlessUID, p).CombinedOutput(); err != nil {
+			return nil, nil, fmt.Errorf("chown %s: %v: %s", p, err, out)
+		}
+	}
+	asUser = []string{"setpriv", "--reuid", rootlessUID, "--regid", rootlessUID, "--clear-groups", "--",
+		"env", "-i", "PATH=/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/nonexistent", "XDG_RUNTIME_DIR=" + filepath.Join(dir, "run")}
+	air = []string{bin, "--socket", filepath.Join(dir, "none.sock"), "run", "-q", "--rootless", "--workspace", "none",
+		"--audit", filepath.Join(dir, "audit", "audit.jsonl"), "--", "/bin/true"}
+	return asUser, air, nil
 }
 
 func pct(v []float64, p float64) float64 {

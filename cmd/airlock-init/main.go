@@ -1,7 +1,11 @@
 package main
 
-import "github.com/airlock-dev/airlock/sandboxd"
+import (
+	"github.com/airlock-dev/airlock/netns"
+	"github.com/airlock-dev/airlock/sandboxd"
+)
 
 func main() {
-	sandboxd.InitMain()
+	// A rootless sandbox's init builds its island through netns.
+	sandboxd.InitMainWith(sandboxd.InitHooks{Island: netns.BuildIsland})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/sandboxd"
 )
 
@@ -16,7 +17,7 @@ func newSandboxInitCmd() *cobra.Command {
 		DisableFlagParsing: true,
 		Args:               cobra.ArbitraryArgs,
 		Run: func(cmd *cobra.Command, args []string) {
-			sandboxd.InitMain()
+			sandboxd.InitMainWith(sandboxd.InitHooks{Island: netns.BuildIsland})
 		},
 	}
 }

@@ -36,7 +36,8 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newSandboxCmd())
 	root.AddCommand(newApproveCmd())
 	root.AddCommand(newConfigCmd())
-	root.PersistentFlags().String(socketFlag, "", "the daemon's API socket (default $"+client.SocketEnv+", else "+client.DefaultSocket+")")
+	root.AddCommand(newDoctorCmd())
+	root.PersistentFlags().String(socketFlag, "", "the daemon's API socket (default $"+client.SocketEnv+", else your own daemon's (serve --user) when it runs, else "+client.DefaultSocket+")")
 	return root
 }
 

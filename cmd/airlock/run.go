@@ -46,6 +46,7 @@ type runOptions struct {
 	verbose   bool
 	quiet     bool
 	noDaemon  bool
+	rootless  bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -65,7 +66,19 @@ member of the daemon's group can use it without root: the daemon's policy,
 secrets and audit log apply, and the limits, --allow, --mode, --label, --env
 and --workspace flags go with the request. Flags that configure a gateway of
 its own (--config, --policy, --preset, --secrets, --audit, --id) and
---no-daemon make run work in-process, which needs root.
+--no-daemon make run work in-process.
+
+In-process, run needs no root: a user who is not root (or --rootless) gets
+the same island in a user namespace of their own (the gateway's listeners are
+made inside it, its connections leave from the user's network), the same
+policy, audit, secrets and inspection; stderr says so in one line starting
+"airlock: rootless:", and what bounds the sandbox: the cgroup v2 subtree
+systemd delegates to the user where there is one, else rlimits and the
+timeout (memory, CPU and I/O are then not bounded). The audit log goes to
+$XDG_STATE_HOME/airlock (~/.local/state/airlock) unless configured. With a
+range for the user in /etc/subuid and /etc/subgid the sandbox runs as a uid
+of its own; a host that restricts user namespaces is named with the sysctl
+to change.
 
 COMMAND runs in the current directory: it is bound read-write at the same path
 inside the sandbox and is the command's working directory, so ./agent.sh,
@@ -85,6 +98,7 @@ or 127 when the command could not be executed.`,
 		Example: `  cd my-project && airlock run -- ./agent.sh
   airlock run --allow api.openai.com --memory 1G --timeout 10m -- python3 agent.py
   airlock run --workspace none -- pip install requests
+  airlock run --rootless --allow pypi.org -- pip download requests
   sudo airlock run --no-daemon --policy ./policies --audit /var/tmp/agent.jsonl -- pytest`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -117,6 +131,7 @@ or 127 when the command could not be executed.`,
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every decision to stderr")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no egress summary")
 	f.BoolVar(&o.noDaemon, "no-daemon", false, "run in-process (root) even when a daemon answers")
+	f.BoolVar(&o.rootless, "rootless", false, "run in-process without root (chosen by itself when you are not root and no daemon answers)")
 	return cmd
 }
 
@@ -241,6 +256,9 @@ func workspaceFix(field string) string {
 }
 
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
+	if o.rootless && os.Geteuid() == 0 {
+		return &exitError{Code: exitUsage, Msg: errRootlessAsRoot.Error()}
+	}
 	c, inProcess := chooseDaemon(cmd, o)
 	if c != nil {
 		defer c.Close()
@@ -250,8 +268,16 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
+	var rootless *sandboxd.Rootless
+	var missing []string // limit controllers a delegated cgroup lacks
 	if os.Geteuid() != 0 {
-		return &exitError{Code: 2, Msg: notRootMessage(inProcess)}
+		if rootless, err = rootlessMode(inProcess); err != nil {
+			return err
+		}
+		missing = rootlessCgroup(rootless)
+		if o.audit == "" {
+			rootlessDefaults(&cfg)
+		}
 	}
 	// Denials are in the summary and the audit log; stderr gets failures only,
 	// unless -v asks for every decision.
@@ -268,7 +294,11 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger}
+	opts := daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger, Rootless: rootless}
+	if rootless != nil {
+		opts.Executor = &sandboxd.Config{AllowMissingControllers: missing}
+		rootlessNotice(cmd.ErrOrStderr(), rootless, missing)
+	}
 	if cfg.Sandbox.Workspace != "" {
 		// Before New, which would create the audit log in a refused workspace.
 		if err := daemon.CheckWorkspace(opts, cfg.Sandbox.Workspace); err != nil {

@@ -46,6 +46,9 @@ func chooseDaemon(cmd *cobra.Command, o runOptions) (*client.Client, error) {
 	if o.noDaemon {
 		return nil, &inProcessRequest{"--no-daemon asks for it"}
 	}
+	if o.rootless {
+		return nil, &inProcessRequest{"--rootless asks for it"}
+	}
 	if flag := inProcessFlag(cmd); flag != "" {
 		return nil, &inProcessRequest{"--" + flag + " configures a gateway of run's own"}
 	}
@@ -77,12 +80,12 @@ func (e *inProcessRequest) Error() string { return e.why }
 // notRootMessage is run's refusal for a caller that is not root, saying why
 // no daemon was used and what to do.
 func notRootMessage(why error) string {
-	const need = "run: running in-process needs root (network namespaces, cgroups and the sandbox's own uid)"
+	const need = "run: running in-process as a user who is not root needs unprivileged user namespaces"
 	var ipr *inProcessRequest
 	if errors.As(why, &ipr) {
-		return fmt.Sprintf("%s: %v; without it run uses the daemon (airlock serve), whose policy applies", need, why)
+		return fmt.Sprintf("%s (%v); without it run uses the daemon (airlock serve), whose policy applies", need, why)
 	}
-	return fmt.Sprintf("%s, and no daemon answers: %v.\nStart one (sudo airlock serve) and have your user added to its group "+
+	return fmt.Sprintf("%s, or a daemon, and no daemon answers: %v.\nStart one (sudo airlock serve) and have your user added to its group "+
 		"(api.group, default airlock: sudo usermod -aG airlock $USER), or run as root", need, why)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/client/clienttest"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/roottest"
 	"github.com/airlock-dev/airlock/test/servetest"
@@ -26,7 +27,9 @@ const mainEnv = "AIRLOCK_TEST_CLI_MAIN"
 
 func TestMain(m *testing.M) {
 	if sandboxd.IsStage() {
-		sandboxd.InitMain() // the executor re-executes this binary as a sandbox's init
+		// The executor re-executes this binary as a sandbox's init; a
+		// rootless one builds its island through the hook.
+		sandboxd.InitMainWith(sandboxd.InitHooks{Island: netns.BuildIsland})
 	}
 	if os.Getenv(mainEnv) == "1" {
 		os.Exit(run(os.Args[1:]))
@@ -150,7 +153,7 @@ func TestRunNotRootMessage(t *testing.T) {
 		t.Fatal("probe of a missing socket: got nil, want an error")
 	}
 	msg := notRootMessage(why)
-	for _, want := range []string{"needs root", "no daemon answers", dead, "airlock serve", "usermod -aG airlock"} {
+	for _, want := range []string{"user namespaces", "no daemon answers", dead, "airlock serve", "usermod -aG airlock"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("want %q in %q", want, msg)
 		}
@@ -162,8 +165,8 @@ func TestRunNotRootMessage(t *testing.T) {
 }
 
 // TestRootRunAsUserThroughDaemon: a user who is not root runs `airlock run`
-// through a daemon whose socket it may use, and gets a clear refusal naming
-// the socket when no daemon answers (it never tries to build a sandbox).
+// through a daemon whose socket it may use, and in-process without root
+// (rootless, said on stderr) when no daemon answers.
 func TestRootRunAsUserThroughDaemon(t *testing.T) {
 	roottest.Require(t)
 	srv := clienttest.New(t)
@@ -185,10 +188,20 @@ func TestRootRunAsUserThroughDaemon(t *testing.T) {
 	}
 
 	dead := filepath.Join(t.TempDir(), "none.sock")
-	_, errs, code = runAsNobody(t, bin, "--socket", dead, "run", "--", "true")
-	if code != exitUsage || !strings.Contains(errs, "needs root") || !strings.Contains(errs, dead) ||
-		!strings.Contains(errs, "airlock serve") {
-		t.Errorf("no daemon: got exit %d, %q; want 2 naming root, the socket and airlock serve", code, errs)
+	// The user's runtime directory (the rootless run directory, the audit
+	// log), removed with the test.
+	xdg, err := os.MkdirTemp("", "alk-xdg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(xdg) })
+	if err := os.Chown(xdg, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = runAsNobodyEnv(t, "/", []string{"XDG_RUNTIME_DIR=" + xdg, "XDG_STATE_HOME=" + xdg}, bin,
+		"--socket", dead, "run", "--workspace", "none", "--", "sh", "-c", "echo rootless")
+	if code != 0 || !strings.HasPrefix(out, "rootless\n") || !strings.Contains(errs, "airlock: rootless:") {
+		t.Errorf("no daemon: got exit %d, %q, %q; want 0, the output, and the rootless line", code, out, errs)
 	}
 }
 
@@ -235,8 +248,14 @@ func runAsNobody(t *testing.T, bin string, args ...string) (string, string, int)
 // runAsNobodyIn runs the CLI in bin as uid and gid 65534 in directory dir.
 func runAsNobodyIn(t *testing.T, dir, bin string, args ...string) (string, string, int) {
 	t.Helper()
+	return runAsNobodyEnv(t, dir, nil, bin, args...)
+}
+
+// runAsNobodyEnv is runAsNobodyIn with more environment variables.
+func runAsNobodyEnv(t *testing.T, dir string, env []string, bin string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.CommandContext(t.Context(), bin, args...)
-	cmd.Env = []string{mainEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/"}
+	cmd.Env = append([]string{mainEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/"}, env...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var out, errb bytes.Buffer

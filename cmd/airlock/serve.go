@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -19,11 +21,13 @@ import (
 	"github.com/airlock-dev/airlock/daemon"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/oplog"
+	"github.com/airlock-dev/airlock/sandboxd"
 )
 
 func newServeCmd() *cobra.Command {
 	var cfgPath, socket, runDir string
 	var drain time.Duration
+	var user bool
 	cmd := &cobra.Command{
 		Use:   "serve --config airlock.yaml",
 		Short: "Run the gateway, DNS filter and executor as a daemon with an HTTP+JSON API on a unix socket",
@@ -45,33 +49,102 @@ part's status while one is failing (state dir, audit, policy, bundle, pool).
 Every audit record carries audit.node ($NODE_NAME, else the host name). The
 sinks of audit.export ship the log as it grows; a jsonl sink with endpoint -
 writes it to stdout (the operational log is on stderr), the per-node stream a
-cluster's log collector picks up.`,
+cluster's log collector picks up.
+
+With --user, serve is one user's own daemon, run without root: its socket is
+$XDG_RUNTIME_DIR/airlock/airlock.sock (else /run/user/UID/airlock/), mode 0600
+in a directory that must be the user's and writable by nobody else, and only
+that uid may call it (the kernel's peer credentials are checked, root's too);
+its run directory and audit log are under $XDG_STATE_HOME/airlock (else
+~/.local/state/airlock), its config is $XDG_CONFIG_HOME/airlock/airlock.yaml
+(else ~/.config/airlock/) when that exists, its CA beside it, and its metrics
+on a free loopback port. The same API and clients; its sandboxes are rootless
+(airlock run --help), each made when asked for, with no warm pool. Clients that
+are not root find the socket by the same rule. What each mode needs from the
+host: airlock doctor.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var dirs *config.UserDirs
+			if user {
+				d, err := userServeDirs()
+				if err != nil {
+					return err
+				}
+				dirs = &d
+				if cfgPath == "" {
+					if _, err := os.Stat(d.ConfigFile()); err == nil {
+						cfgPath = d.ConfigFile()
+					}
+				}
+				if !cmd.Flags().Changed("run-dir") {
+					runDir = d.RunDir()
+				}
+			}
 			cfg, err := config.Load(cfgPath)
 			if err != nil {
 				return &exitError{Code: 2, Msg: err.Error()}
 			}
+			if dirs != nil {
+				cfg.ApplyUser(*dirs)
+			}
 			if socket != "" {
 				cfg.API.Socket = socket
 			}
-			return runServe(cmd, cfg, cfgPath, runDir, drain)
+			return runServe(cmd, cfg, cfgPath, runDir, drain, dirs)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "airlock.yaml (default: built-in defaults)")
 	cmd.Flags().StringVar(&socket, "socket", "", "API unix socket (overrides api.socket)")
 	cmd.Flags().StringVar(&runDir, "run-dir", filepath.Join(daemon.DefaultRunDir, "serve"), "state kept across restarts (namespaces to re-attach)")
 	cmd.Flags().DurationVar(&drain, "drain-timeout", 30*time.Second, "how long running execs may go on after SIGTERM before they are killed")
+	cmd.Flags().BoolVar(&user, "user", false, "run as your own daemon, without root: socket, state, audit and config in your XDG directories, only you may connect")
 	return cmd
+}
+
+// userServeDirs resolves the per-user daemon's directories for this
+// process's user and creates the state directory (0700). Root is refused:
+// its daemon is the system one.
+func userServeDirs() (config.UserDirs, error) {
+	uid := os.Getuid()
+	if uid == 0 || os.Geteuid() == 0 {
+		return config.UserDirs{}, &exitError{Code: 2, Msg: "serve --user: is for a user other than root; root runs `airlock serve`"}
+	}
+	home := "" // $HOME first; the password database's when it is unset
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		home = u.HomeDir
+	}
+	d, err := config.ResolveUserDirs(os.Getenv, uid, home)
+	if err != nil {
+		return config.UserDirs{}, &exitError{Code: 2, Msg: "serve --user: " + err.Error()}
+	}
+	for _, dir := range []string{d.State, filepath.Join(d.State, "audit")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return config.UserDirs{}, &exitError{Code: 2, Msg: "serve --user: state dir: " + err.Error()}
+		}
+		if err := daemon.CheckUserDir(dir, uid); err != nil {
+			return config.UserDirs{}, &exitError{Code: 2, Msg: "serve --user: state dir: " + err.Error()}
+		}
+	}
+	return d, nil
 }
 
 // exportStopWait bounds how long a stopping serve waits for the audit
 // export's sends in flight.
 const exportStopWait = 15 * time.Second
 
-func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, drain time.Duration) error {
-	if os.Geteuid() != 0 {
-		return &exitError{Code: 2, Msg: "serve: needs root"}
+func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, drain time.Duration, user *config.UserDirs) error {
+	owner := 0
+	if user != nil {
+		owner = user.UID
+	} else if os.Geteuid() != 0 {
+		return &exitError{Code: 2, Msg: "serve: needs root; `airlock serve --user` runs a daemon of your own without it (airlock doctor says what it needs)"}
+	}
+	if user != nil {
+		// Refused before anything is built: the socket's directory's parent
+		// must be the user's alone (ListenUserAPI checks it again).
+		if err := daemon.CheckUserDir(filepath.Dir(filepath.Dir(cfg.API.Socket)), owner); err != nil {
+			return &exitError{Code: 2, Msg: "serve --user: api.socket: " + err.Error()}
+		}
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// The API's connection caps are derived from the descriptor limit.
@@ -80,8 +153,23 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, err := daemon.New(ctx, daemon.Options{Config: cfg, ConfigPath: cfgPath, RunDir: runDir,
-		EphemeralCA: true, Recover: netns.RecoverReattach, Pool: true, Approvals: true, Logger: logger})
+	opts := daemon.Options{Config: cfg, ConfigPath: cfgPath, RunDir: runDir,
+		EphemeralCA: true, Recover: netns.RecoverReattach, Pool: true, Approvals: true, Logger: logger, Owner: owner}
+	if user != nil {
+		// Sandboxes are rootless ones, made through the API one at a time:
+		// no warm pool (a rootless namespace is born with its sandbox).
+		if err := sandboxd.CheckUserNamespaces("/proc/sys"); err != nil {
+			return &exitError{Code: 2, Msg: fmt.Sprintf("serve --user: %v (airlock doctor --mode user-daemon says what to change)", err)}
+		}
+		r, err := rootlessMode(nil)
+		if err != nil {
+			return err
+		}
+		missing := rootlessCgroup(r)
+		opts.Rootless = r
+		rootlessNotice(cmd.ErrOrStderr(), r, missing)
+	}
+	d, err := daemon.New(ctx, opts)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
@@ -101,7 +189,12 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	// writes to a stdout nobody reads: that one is left to the exit.
 	defer stopExport(exportStopWait)
 
-	apiLn, err := daemon.ListenAPI(cfg.API.Socket, cfg.API.Group)
+	var apiLn net.Listener
+	if user != nil {
+		apiLn, err = daemon.ListenUserAPI(cfg.API.Socket, owner)
+	} else {
+		apiLn, err = daemon.ListenAPI(cfg.API.Socket, cfg.API.Group)
+	}
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}

@@ -244,7 +244,7 @@ func isSubcommand(w string) bool {
 	switch w {
 	case "run", "serve", "attach", "policy", "audit", "ca", "version", "test", "check", "eval", "verify", "query", "tail", "init", "show", "pubkey", "export",
 		"sandbox", "create", "exec", "cp", "ls", "inspect", "update", "logs", "rm", "approve", "suggest", "replay", "diff", "explain", "bundle",
-		"config", "example":
+		"config", "example", "doctor":
 		return true
 	case "report": // airlock audit report
 		return true

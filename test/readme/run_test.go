@@ -125,3 +125,73 @@ func writeReadmeProject(t *testing.T) string {
 	}
 	return proj
 }
+
+// TestRootReadmeRootless runs the README's `airlock run` lines without sudo
+// as an ordinary user (nobody, no daemon): they get the rootless sandbox, say
+// so on stderr, and the agent's output lands in the project.
+func TestRootReadmeRootless(t *testing.T) {
+	roottest.Require(t)
+	var lines []string
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "sh" || !strings.Contains(b.text, "airlock run -- ./agent.sh") {
+			continue
+		}
+		for _, l := range strings.Split(b.text, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "airlock run") {
+				lines = append(lines, l)
+			}
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatal("the README shows no `airlock run` without sudo beside the root one")
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "alk-readme-rootless-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "airlock")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	proj, runtime, audit := filepath.Join(dir, "my-agent"), filepath.Join(dir, "run"), filepath.Join(dir, "audit")
+	for name, body := range readmeProject {
+		p := filepath.Join(proj, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{runtime, audit} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("chown", "-R", "65534:65534", proj, runtime, audit).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v\n%s", err, out)
+	}
+	for _, line := range lines {
+		name, _, _ := strings.Cut(line, "#")
+		t.Run(strings.TrimSpace(name), func(t *testing.T) {
+			args := strings.Fields(name)[1:]
+			args = slices.Insert(args, 1, "--socket", filepath.Join(dir, "none.sock"), "--audit", filepath.Join(audit, "audit.jsonl"))
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups", "--",
+				"env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8", "XDG_RUNTIME_DIR=" + runtime, bin}, args...)...)
+			cmd.Dir = proj
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "airlock: rootless:") {
+				t.Fatalf("%s as nobody: %v, want success and the rootless line\n%s", line, err, out)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(proj, "sh-out.txt")); err != nil {
+		t.Errorf("the agent's sh-out.txt is not in the project: %v", err)
+	}
+}

@@ -8,7 +8,7 @@ and one-shot run. Standard library only, Python 3.9+.
 """
 
 from .client import (DEFAULT_SOCKET, SOCKET_ENV, ApprovalStream, Client, EventStream, ExecStream, FilesStream,
-                     SandboxSession)
+                     SandboxSession, default_socket, user_socket)
 from .errors import AirlockError, APIError, ConnectionError, NotFound, StreamError, Unhealthy
 from .files import UnsafeTarError, extract_tar, write_tar
 from .types import (Approval, Completed, Egress, Event, ExecInfo, ExecResult, FilesResult, Health, HealthPart, Limits,
@@ -17,6 +17,6 @@ from .types import (Approval, Completed, Egress, Event, ExecInfo, ExecResult, Fi
 __all__ = [
     "DEFAULT_SOCKET", "SOCKET_ENV", "Approval", "ApprovalStream", "Client", "EventStream", "ExecStream", "FilesStream", "SandboxSession",
     "AirlockError", "APIError", "ConnectionError", "NotFound", "StreamError", "Unhealthy", "UnsafeTarError",
-    "extract_tar", "write_tar", "Completed", "Egress", "Event", "ExecInfo", "ExecResult", "FilesResult",
+    "default_socket", "user_socket", "extract_tar", "write_tar", "Completed", "Egress", "Event", "ExecInfo", "ExecResult", "FilesResult",
     "Health", "HealthPart", "Limits", "Output", "RunResult", "Sandbox", "Started", "SummaryRow", "Usage",
 ]

