@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -36,11 +33,8 @@ type privateRegistries struct {
 	cargoCrate                    []byte
 }
 
-const (
-	crateName    = "tinycrate"
-	crateVersion = "0.1.0"
-	crateMarker  = "tinycrate-rust-ok"
-)
+// crateName, crateVersion and crateMarker: the crate fixtures_pkg_test.go
+// serves (the same crate, here from an authenticated registry).
 
 var (
 	registriesOnce sync.Once
@@ -128,32 +122,6 @@ func rawTokenOnly(token string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// buildCrate returns a .crate: a gzipped tar of tinycrate-0.1.0/.
-func buildCrate() ([]byte, error) {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	dir := crateName + "-" + crateVersion + "/"
-	for _, f := range []struct{ path, body string }{
-		{dir + "Cargo.toml", fmt.Sprintf("[package]\nname = %q\nversion = %q\nedition = \"2021\"\n", crateName, crateVersion)},
-		{dir + "src/lib.rs", fmt.Sprintf("pub const MARKER: &str = %q;\n", crateMarker)},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.path, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write([]byte(f.body)); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	if err := gz.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 // cargoSparseRegistry speaks cargo's sparse index protocol for one crate
