@@ -17,16 +17,9 @@
 // observed create rate (pool.go), their lifetimes, execs, files, events and metrics, built on seams over
 // the executor (sandboxd) and the namespaces (netns).
 //
-// A running sandbox's allow list, labels and mode change with PATCH
-// /v1/sandboxes/{id} (update.go); requests the policy asks a person about
-// are held by the approvals broker (approval.go, approval_api.go,
-// webhook.go: GET /v1/approvals, POST /v1/approvals/{id}).
-//
-// A per-user daemon (`airlock serve --user`, Options.Owner with
-// Options.Rootless; userapi.go) listens on a 0600 socket in a directory only
-// its user may write (ListenUserAPI, CheckUserDir), refuses every peer uid
-// but its owner's, root's included, and makes the API's sandboxes rootless,
-// one by one (buildRootless: no warm pool).
+// Changes (PATCH, update.go), approvals (approval*.go, webhook.go) and the
+// per-user daemon (`serve --user`, userapi.go: a 0600 socket, only its
+// owner, rootless sandboxes) are described in daemon/DESIGN.md.
 //
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
 // ListenAPI, ListenUserAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -410,7 +409,7 @@ func TestRootRootlessDelegatedCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mnt := sandboxd.Cgroup2Mount(string(mi))
+	mnt := cgroup2MountOf(string(mi))
 	if mnt == "" {
 		t.Skip("no cgroup2 mount")
 	}
@@ -477,4 +476,16 @@ func TestRootRootlessDelegatedCgroup(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(deleg, "airlock", "airlock-*")); len(left) != 0 {
 		t.Errorf("the sandbox's cgroup is left: %v", left)
 	}
+}
+
+// cgroup2MountOf is the first cgroup2 mount point in mountinfo (the e2e
+// tests use airlock only through its binaries, never sandboxd itself).
+func cgroup2MountOf(mountinfo string) string {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if f := strings.Fields(pre); ok && strings.HasPrefix(post, "cgroup2 ") && len(f) >= 5 {
+			return f[4]
+		}
+	}
+	return ""
 }
