@@ -60,7 +60,15 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (_ *Executor, err er
 		return nil, err
 	}
 	if cfg.Rootless != nil {
-		return newRootless(cfg, log, lg)
+		// The executor keeps the open init binary: dropped, its finalizer
+		// would close the descriptor cfg.Exe names at some later GC, and a
+		// file opened after it would take the number.
+		e, err := newRootless(cfg, log, lg)
+		if err != nil {
+			return nil, err
+		}
+		e.initFile = initFile
+		return e, nil
 	}
 	cgm, err := newCgroupManager(cfg.CgroupRoot, cfg.CgroupMode, cfg.CgroupParent, cfg.AllowMissingControllers)
 	if err != nil {
