@@ -127,7 +127,10 @@ func startUserDaemon(t *testing.T, e *rootlessEnv) *userDaemon {
 	if err := copyFile(e.config, filepath.Join(d.cfgHome, "airlock", "airlock.yaml"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd = d.asUser(context.Background(), []string{e.bin, "serve", "--user"})
+	// GOGC=1: collections run all the time, so a descriptor the daemon
+	// still names but no longer holds (a dropped *os.File's finalizer
+	// closing it) breaks the second create at once instead of now and then.
+	d.cmd = d.asUser(context.Background(), []string{e.bin, "serve", "--user"}, "GOGC=1")
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
