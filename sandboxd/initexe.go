@@ -1,16 +1,9 @@
 package sandboxd
 
 import (
-	"debug/buildinfo"
-	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
-	"runtime/debug"
-	"strconv"
-	"syscall"
 
-	"golang.org/x/sys/unix"
+	sib "github.com/airlock-dev/airlock/sibling"
 )
 
 // The init binary: each sandbox's init (and the files stage it starts) is
@@ -32,103 +25,14 @@ const InitBinary = "airlock-init"
 // from must lie above them.
 const initFDMin = 10
 
-// openInit opens the init binary beside self (the running executable) and
-// checks it: a regular, executable file owned by root or this user that no one
-// else may write, from the same build as this process (buildinfo). A missing
-// file is fs.ErrNotExist; any other refusal names the problem. The returned
-// file is close-on-exec at a descriptor >= initFDMin.
+// openInit opens the init binary beside self (the running executable),
+// checked by package sibling: a missing file is fs.ErrNotExist; any other
+// refusal names the problem. The returned file is close-on-exec at a
+// descriptor >= initFDMin.
 func openInit(self string) (*os.File, error) {
-	path := filepath.Join(filepath.Dir(self), InitBinary)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	if fd < initFDMin {
-		hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, initFDMin)
-		unix.Close(fd)
-		if err != nil {
-			return nil, fmt.Errorf("%s: move above fd %d: %w", path, initFDMin, err)
-		}
-		fd = hi
-	}
-	f := os.NewFile(uintptr(fd), path)
-	fail := func(err error) (*os.File, error) {
-		f.Close()
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return fail(err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return fail(fmt.Errorf("%s: not an executable regular file (%s)", path, fi.Mode()))
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || (int(st.Uid) != os.Geteuid() && st.Uid != 0) {
-		return fail(fmt.Errorf("%s: not owned by root or this user", path))
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return fail(fmt.Errorf("%s: writable by group or others (mode %v)", path, fi.Mode().Perm()))
-	}
-	theirs, err := buildinfo.Read(f)
-	if err != nil {
-		return fail(fmt.Errorf("%s: read its build information: %w", path, err))
-	}
-	ours, ok := debug.ReadBuildInfo()
-	if !ok {
-		return fail(errors.New("this binary has no build information to compare the init binary's with"))
-	}
-	if err := sameBuild(ours, theirs); err != nil {
-		return fail(fmt.Errorf("%s: %w", path, err))
-	}
-	if modified(ours) {
-		// The same revision with local changes says nothing about the
-		// protocol: take the init binary only when it was written with or
-		// after this one (make build writes it second).
-		sf, err := os.Stat(self)
-		if err != nil {
-			return fail(err)
-		}
-		if fi.ModTime().Before(sf.ModTime()) {
-			return fail(fmt.Errorf("%s: older than %s, built from a modified tree: rebuild both (make build)", path, self))
-		}
-	}
-	return f, nil
-}
-
-// sameBuild fails unless the two binaries come from the same Go release, main
-// module version and source revision (the vcs settings Go stamps).
-func sameBuild(ours, theirs *debug.BuildInfo) error {
-	if ours.GoVersion != theirs.GoVersion {
-		return fmt.Errorf("built with %s, this binary with %s", theirs.GoVersion, ours.GoVersion)
-	}
-	if ours.Main.Version != theirs.Main.Version {
-		return fmt.Errorf("module version %q, this binary's %q", theirs.Main.Version, ours.Main.Version)
-	}
-	for _, k := range []string{"vcs.revision", "vcs.time", "vcs.modified"} {
-		if a, b := setting(ours, k), setting(theirs, k); a != b {
-			return fmt.Errorf("%s %q, this binary's %q", k, b, a)
-		}
-	}
-	return nil
-}
-
-// modified reports whether bi comes from a tree with local changes, or from
-// one without version control information.
-func modified(bi *debug.BuildInfo) bool {
-	return setting(bi, "vcs.revision") == "" || setting(bi, "vcs.modified") == "true"
-}
-
-func setting(bi *debug.BuildInfo, key string) string {
-	for _, s := range bi.Settings {
-		if s.Key == key {
-			return s.Value
-		}
-	}
-	return ""
+	f, _, err := sib.Open(self, InitBinary, initFDMin)
+	return f, err
 }
 
 // fdExe is the path that executes the open file f.
-func fdExe(f *os.File) string {
-	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
-}
+func fdExe(f *os.File) string { return sib.Exe(f) }

@@ -64,7 +64,7 @@ type OAuthConfig struct {
 	ClientAuth string `yaml:"client_auth"`
 }
 
-var oauthErrRE = regexp.MustCompile(`^[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}$`)
+var oauthErrRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}$`) })
 
 func (o *OAuthConfig) applyDefaults() {
 	if o.ClientAuth == "" {
@@ -278,7 +278,7 @@ func (in *Injector) mintOAuth(ctx context.Context, b *binding, v *version, rotat
 	_ = json.Unmarshal(raw, &r)
 	if resp.StatusCode != http.StatusOK || r.Access == "" {
 		code := "no access_token"
-		if oauthErrRE.MatchString(r.Error) {
+		if oauthErrRE().MatchString(r.Error) {
 			code = r.Error
 		}
 		return nil, "", fmt.Errorf("token endpoint answered %d (%s)", resp.StatusCode, code)
