@@ -3,6 +3,7 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/airlock
+CORE_BIN  := bin/airlock-core
 CNI_BIN   := bin/airlock-cni
 INIT_BIN  := bin/airlock-init
 IMAGE_DIR ?= bin/image
@@ -21,8 +22,9 @@ deps: ## Install the Debian packages tests and the demo need (only what is missi
 	@./scripts/deps.sh
 
 .PHONY: build
-build: ## Build bin/airlock, bin/airlock-init (the sandbox init, written second) and bin/airlock-cni with the version stamped
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
+build: ## Build bin/airlock (the front), bin/airlock-core and bin/airlock-init (written after it, beside it) and bin/airlock-cni with the version stamped
+	CGO_ENABLED=0 $(GO) build -trimpath -tags airlock_front -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CORE_BIN) ./cmd/airlock
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(INIT_BIN) ./cmd/airlock-init
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CNI_BIN) ./cmd/airlock-cni
 

@@ -18,6 +18,9 @@ package main
 // links it. TestCoreCommands checks the rows against the real commands;
 // TestFrontDeps fails when the front links the heavy packages.
 
+// frontTag is the build tag that makes this package the front.
+const frontTag = "airlock_front"
+
 // coreBinary is the core's file name, looked for beside the front.
 const coreBinary = "airlock-core"
 

@@ -90,9 +90,6 @@ func execCore(args []string) error {
 	return coreError(fmt.Errorf("execute %s: %w", f.Name(), err))
 }
 
-// frontTag is the build tag that makes this package the front.
-const frontTag = "airlock_front"
-
 // coreError is the front's refusal when it cannot run the core: usage
 // status 2 (nothing ran), naming the file and the fix.
 func coreError(err error) error {
