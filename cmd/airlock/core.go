@@ -1,5 +1,11 @@
 package main
 
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
 // The front and the core. `make build` writes airlock twice from this
 // package: bin/airlock-core is the whole command tree (as `go build` and
 // `go run` give it), bin/airlock is the front, built with the airlock_front
@@ -40,4 +46,15 @@ var coreCommands = []coreCommand{
 	{path: "policy", short: "Test, check, evaluate, suggest and replay Rego egress policies (the embedded default when no directory is given)"},
 	{path: "serve", short: "Run the gateway, DNS filter and executor as a daemon with an HTTP+JSON API on a unix socket"},
 	{path: "__sandbox-init", hidden: true},
+}
+
+// nameProcess gives the core the name ps and top show for the front: the
+// front executes it from an open file (front.go), which names the process
+// after the descriptor ("5").
+func nameProcess() {
+	b, err := os.ReadFile("/proc/self/comm")
+	if err != nil || strings.Trim(string(b), "0123456789\n") != "" {
+		return
+	}
+	_ = os.WriteFile("/proc/self/comm", []byte(filepath.Base(os.Args[0])), 0)
 }
