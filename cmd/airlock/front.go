@@ -8,13 +8,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-dev/airlock/sibling"
+	"github.com/airlock-dev/airlock/sandboxd"
 )
 
 // The front's stand-ins for the core's commands (core.go): each one has the
@@ -70,22 +71,22 @@ func runInProcess(_ *cobra.Command, _ runOptions, _ []string, _ error) error {
 
 // execCore replaces this process with the core, args its command line
 // after the program name. It returns only on failure: a core that is missing,
-// not ours (sibling.Open), or a front itself.
+// not ours (sandboxd.OpenSibling), or a front itself.
 func execCore(args []string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return coreError(fmt.Errorf("find this executable: %w", err))
 	}
-	f, bi, err := sibling.Open(self, coreBinary, 3)
+	f, bi, err := sandboxd.OpenSibling(self, coreBinary, 3)
 	if err != nil {
 		return coreError(err)
 	}
-	if slices.Contains(strings.Split(sibling.Setting(bi, "-tags"), ","), frontTag) {
+	if builtAsFront(bi) {
 		f.Close()
 		return coreError(fmt.Errorf("%s: built as the front (-tags %s), not the core", filepath.Join(filepath.Dir(self), coreBinary), frontTag))
 	}
 	argv := append([]string{os.Args[0]}, args...)
-	err = unix.Exec(sibling.Exe(f), argv, os.Environ())
+	err = unix.Exec(sandboxd.FDExe(f), argv, os.Environ())
 	f.Close()
 	return coreError(fmt.Errorf("execute %s: %w", f.Name(), err))
 }
@@ -98,4 +99,14 @@ func coreError(err error) error {
 		msg += " (this command runs in " + coreBinary + ", which make build writes beside airlock: install both)"
 	}
 	return &exitError{Code: 2, Msg: msg}
+}
+
+// builtAsFront reports whether bi is a front's build.
+func builtAsFront(bi *debug.BuildInfo) bool {
+	for _, s := range bi.Settings {
+		if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), frontTag) {
+			return true
+		}
+	}
+	return false
 }
