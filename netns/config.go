@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -163,13 +164,13 @@ func (c Config) islandAddr() netip.Addr {
 	return netip.MustParsePrefix(c.IslandAddr).Addr()
 }
 
-var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+var idPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`) })
 
 // ValidateID reports whether id can name a sandbox namespace: 1 to 63 characters
 // from [a-zA-Z0-9_.-], starting with a letter or digit, and not starting with
 // "pool-" (reserved for the pool).
 func ValidateID(id string) error {
-	if !idPattern.MatchString(id) {
+	if !idPattern().MatchString(id) {
 		return fmt.Errorf("netns: sandbox id %q: must be 1-63 characters of [a-zA-Z0-9_.-] starting with a letter or digit", id)
 	}
 	if strings.HasPrefix(id, "pool-") {
