@@ -38,9 +38,10 @@ image: build ## Write the container image as an OCI layout in bin/image, offline
 	@echo "  skopeo copy oci:$(IMAGE_DIR):$(IMAGE_TAG) docker://registry.example/airlock:$(IMAGE_TAG)"
 
 .PHONY: test
-test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python as root; fail on any airlock resource the run left behind
+test: deps ## Run every test with -race (root tests run for real as root, skip otherwise; cmd/airlock also as the front), and test-python as root; fail on any airlock resource the run left behind
 	@before=$$(mktemp) && ./scripts/clean-stale.sh --list >"$$before" && \
-	rc=0 && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+	rc=0 && { $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && \
+		$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -tags airlock_front ./cmd/airlock/; } || rc=$$?; \
 	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-python || rc=$$?; elif [ "$$rc" = 0 ]; then echo "test: test-python skipped (it needs root to run airlock serve)"; fi; \
 	./scripts/clean-stale.sh --check "$$before" || rc=1; rm -f "$$before"; exit $$rc
 
@@ -60,7 +61,9 @@ e2e: deps build ## Run the end-to-end tests in test/ (root)
 lint: ## gofmt, go vet, staticcheck, go mod tidy -diff and the package-layout check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags airlock_front ./cmd/airlock/
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags airlock_front ./cmd/airlock/
 	$(GO) mod tidy -diff
 	$(GO) test -count=1 ./test/layout/
 
