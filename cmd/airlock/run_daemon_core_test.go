@@ -3,7 +3,11 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -142,4 +146,83 @@ func TestRootRunViaDaemonWorkspace(t *testing.T) {
 			t.Errorf("got exit %d and the error %d times, want 127 and once:\n%s", code, n, errs)
 		}
 	})
+}
+
+// userBinary copies the test binary where another user can run it.
+func userBinary(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "alk-cli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	bin := filepath.Join(dir, "airlock")
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// runAsNobody runs the CLI in bin as uid and gid 65534.
+func runAsNobody(t *testing.T, bin string, args ...string) (string, string, int) {
+	t.Helper()
+	return runAsNobodyIn(t, "/", bin, args...)
+}
+
+// runAsNobodyIn runs the CLI in bin as uid and gid 65534 in directory dir.
+func runAsNobodyIn(t *testing.T, dir, bin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Env = []string{mainEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/"}
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), errb.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	}
+	t.Fatalf("running %s as nobody: %v", bin, err)
+	return "", "", 0
+}
+
+var writeProjectFiles = map[string]string{
+	"data.txt": "project-data\n",
+	"agent.sh": "#!/bin/sh\npwd\ncat data.txt\necho from-sh > sh-out.txt\n",
+	"agent.py": "import os\nprint(os.getcwd())\nprint(open('data.txt').read().strip())\nopen('py-out.txt', 'w').write('from-py')\n",
+}
+
+// writeProject makes a project directory for `airlock run`'s default
+// workspace: agent.sh and agent.py print where they run and the project's
+// data.txt, and each leaves a file of its own in the directory.
+func writeProject(t *testing.T, dir string) {
+	t.Helper()
+	for name, body := range writeProjectFiles {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
