@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -83,7 +82,7 @@ func execCore(args []string) error {
 	}
 	if builtAsFront(bi) {
 		f.Close()
-		return coreError(fmt.Errorf("%s: built as the front (-tags %s), not the core", filepath.Join(filepath.Dir(self), coreBinary), frontTag))
+		return coreError(fmt.Errorf("%s: built as the front (-tags %s), not the core", f.Name(), frontTag))
 	}
 	argv := append([]string{os.Args[0]}, args...)
 	err = unix.Exec(sandboxd.FDExe(f), argv, os.Environ())
