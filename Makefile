@@ -3,6 +3,7 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/airlock
+CORE_BIN  := bin/airlock-core
 CNI_BIN   := bin/airlock-cni
 INIT_BIN  := bin/airlock-init
 IMAGE_DIR ?= bin/image
@@ -21,8 +22,9 @@ deps: ## Install the Debian packages tests and the demo need (only what is missi
 	@./scripts/deps.sh
 
 .PHONY: build
-build: ## Build bin/airlock, bin/airlock-init (the sandbox init, written second) and bin/airlock-cni with the version stamped
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
+build: ## Build bin/airlock (the front), bin/airlock-core and bin/airlock-init (written after it, beside it) and bin/airlock-cni with the version stamped
+	CGO_ENABLED=0 $(GO) build -trimpath -tags airlock_front -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CORE_BIN) ./cmd/airlock
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(INIT_BIN) ./cmd/airlock-init
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CNI_BIN) ./cmd/airlock-cni
 
@@ -36,9 +38,10 @@ image: build ## Write the container image as an OCI layout in bin/image, offline
 	@echo "  skopeo copy oci:$(IMAGE_DIR):$(IMAGE_TAG) docker://registry.example/airlock:$(IMAGE_TAG)"
 
 .PHONY: test
-test: deps ## Run every test with -race (root tests run for real as root, skip otherwise), and test-python and test-unpriv as root; fail on any airlock resource the run left behind
+test: deps ## Run every test with -race (root tests run for real as root, skip otherwise; cmd/airlock also as the front), and test-python and test-unpriv as root; fail on any airlock resource the run left behind
 	@before=$$(mktemp) && ./scripts/clean-stale.sh --list >"$$before" && \
-	rc=0 && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+	rc=0 && { $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && \
+		$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -tags airlock_front ./cmd/airlock/; } || rc=$$?; \
 	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-python || rc=$$?; elif [ "$$rc" = 0 ]; then echo "test: test-python skipped (it needs root to run airlock serve)"; fi; \
 	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-unpriv || rc=$$?; elif [ "$$rc" = 0 ]; then echo "test: test-unpriv skipped (it needs root to create its unprivileged user)"; fi; \
 	./scripts/clean-stale.sh --check "$$before" || rc=1; rm -f "$$before"; exit $$rc
@@ -63,7 +66,9 @@ e2e: deps build ## Run the end-to-end tests in test/ (root)
 lint: ## gofmt, go vet, staticcheck, go mod tidy -diff and the package-layout check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags airlock_front ./cmd/airlock/
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags airlock_front ./cmd/airlock/
 	$(GO) mod tidy -diff
 	$(GO) test -count=1 ./test/layout/
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"time"
@@ -41,15 +42,9 @@ type ApprovalWebhook struct {
 }
 
 func (a *Approval) applyDefaults() {
-	if a.Timeout == 0 {
-		a.Timeout = Duration(DefaultApprovalTimeout)
-	}
-	if a.MaxPendingPerSandbox == 0 {
-		a.MaxPendingPerSandbox = DefaultApprovalMaxPending
-	}
-	if a.Webhook.Timeout == 0 {
-		a.Webhook.Timeout = Duration(DefaultApprovalWebhookTimeout)
-	}
+	a.Timeout = cmp.Or(a.Timeout, Duration(DefaultApprovalTimeout))
+	a.MaxPendingPerSandbox = cmp.Or(a.MaxPendingPerSandbox, DefaultApprovalMaxPending)
+	a.Webhook.Timeout = cmp.Or(a.Webhook.Timeout, Duration(DefaultApprovalWebhookTimeout))
 }
 
 func (a *Approval) validate() error {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 
@@ -83,15 +84,9 @@ type AuditExport struct {
 }
 
 func (a *Audit) applyDefaults() {
-	if a.File == "" {
-		a.File = DefaultAuditFile
-	}
-	if a.MaxSize == 0 {
-		a.MaxSize = DefaultAuditMaxSize
-	}
-	if a.Overflow == "" {
-		a.Overflow = DefaultAuditOverflow
-	}
+	a.File = cmp.Or(a.File, DefaultAuditFile)
+	a.MaxSize = cmp.Or(a.MaxSize, DefaultAuditMaxSize)
+	a.Overflow = cmp.Or(a.Overflow, DefaultAuditOverflow)
 	if !a.MinFree.set {
 		a.MinFree = FreeSpace{Bytes: DefaultAuditMinFree, set: true}
 	}
@@ -130,9 +125,7 @@ func (a *Audit) validateExport() error {
 			return fmt.Errorf("audit.export[%d].format: %q is not one of ocsf, otlp, syslog, jsonl", i, e.Format)
 		}
 		name := e.Name
-		if name == "" {
-			name = e.Format
-		}
+		name = cmp.Or(name, e.Format)
 		switch {
 		case e.Endpoint == "":
 			return fmt.Errorf("audit.export[%d].endpoint: required (a file or - for stdout for jsonl and ocsf, http(s):// or grpc(s):// for otlp, tcp:// or tls:// for syslog)", i)

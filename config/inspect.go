@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 )
 
@@ -67,7 +68,7 @@ func (i *Inspect) applyDefaults() {
 
 // detectorName is what a detector name looks like (gitleaks ids and
 // inspect's own); inspect.New checks the name is known.
-var detectorName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+var detectorName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`) })
 
 func (i *Inspect) validate() error {
 	if i.MaxBodyBytes < 0 || i.MaxBodyBytes > MaxInspectMaxBodyBytes {
@@ -77,7 +78,7 @@ func (i *Inspect) validate() error {
 		return fmt.Errorf("inspect.window: %s is not between 0 (the default, %s) and %s", w, DefaultInspectWindow, MaxInspectWindow)
 	}
 	for n, d := range i.Disable {
-		if !detectorName.MatchString(d) {
+		if !detectorName().MatchString(d) {
 			return fmt.Errorf("inspect.disable[%d]: %q is not a detector name (a gitleaks rule id such as aws-access-token, or canary, dns-entropy, path-entropy, prompt-injection, hidden-text, tool-description, malformed, oversize)", n, d)
 		}
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -34,27 +35,13 @@ type Limits struct {
 }
 
 func (l *Limits) applyDefaults() {
-	if l.Memory == 0 {
-		l.Memory = DefaultMemory
-	}
-	if l.CPUs == 0 {
-		l.CPUs = DefaultCPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = DefaultPids
-	}
-	if l.Timeout == 0 {
-		l.Timeout = Duration(DefaultTimeout)
-	}
-	if l.TmpSize == 0 {
-		l.TmpSize = DefaultTmpSize
-	}
-	if l.NewFlows == 0 {
-		l.NewFlows = DefaultNewFlows
-	}
-	if l.NewFlowBurst == 0 {
-		l.NewFlowBurst = DefaultNewFlowBurst
-	}
+	l.Memory = cmp.Or(l.Memory, DefaultMemory)
+	l.CPUs = cmp.Or(l.CPUs, DefaultCPUs)
+	l.Pids = cmp.Or(l.Pids, DefaultPids)
+	l.Timeout = cmp.Or(l.Timeout, Duration(DefaultTimeout))
+	l.TmpSize = cmp.Or(l.TmpSize, DefaultTmpSize)
+	l.NewFlows = cmp.Or(l.NewFlows, DefaultNewFlows)
+	l.NewFlowBurst = cmp.Or(l.NewFlowBurst, DefaultNewFlowBurst)
 }
 
 // validate: defaults replace absent (zero) limits before it, so a zero here

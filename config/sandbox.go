@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -63,24 +64,12 @@ type Sandbox struct {
 }
 
 func (s *Sandbox) applyDefaults() {
-	if s.PoolSize == 0 {
-		s.PoolSize = DefaultPoolSize
-	}
-	if s.IdleTimeout == 0 {
-		s.IdleTimeout = Duration(DefaultIdleTimeout)
-	}
-	if s.MaxLifetime == 0 {
-		s.MaxLifetime = Duration(DefaultMaxLifetime)
-	}
-	if s.MaxUpload == 0 {
-		s.MaxUpload = DefaultMaxUpload
-	}
-	if s.MaxSandboxes == 0 {
-		s.MaxSandboxes = DefaultMaxSandboxes
-	}
-	if s.MaxSandboxesPerOwner == 0 {
-		s.MaxSandboxesPerOwner = min(DefaultMaxSandboxesPerOwner, s.MaxSandboxes)
-	}
+	s.PoolSize = cmp.Or(s.PoolSize, DefaultPoolSize)
+	s.IdleTimeout = cmp.Or(s.IdleTimeout, Duration(DefaultIdleTimeout))
+	s.MaxLifetime = cmp.Or(s.MaxLifetime, Duration(DefaultMaxLifetime))
+	s.MaxUpload = cmp.Or(s.MaxUpload, DefaultMaxUpload)
+	s.MaxSandboxes = cmp.Or(s.MaxSandboxes, DefaultMaxSandboxes)
+	s.MaxSandboxesPerOwner = cmp.Or(s.MaxSandboxesPerOwner, min(DefaultMaxSandboxesPerOwner, s.MaxSandboxes))
 }
 
 func (s *Sandbox) validate() error {

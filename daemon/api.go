@@ -334,21 +334,24 @@ func (d *Daemon) apiAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	if _, ok := d.netns.Get(req.ID); ok {
-		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
-		return
-	}
+	// An id's uniqueness among namespaces is netns's to check, once, when
+	// it reserves the id (ErrIDInUse); the registry also knows the
+	// sandboxes still being torn down.
+	inUse := func() { writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID)) }
 	if d.reg.taken(req.ID) {
-		writeError(w, apiErr(api.CodeConflict, "id", "id: sandbox %s already exists", req.ID))
+		inUse()
 		return
 	}
 	sb, err := d.Attach(r.Context(), policy.Sandbox{ID: req.ID, Labels: req.Labels, Pod: clonePod(req.Pod)}, req.NetNS, inbound)
-	if err != nil {
-		code := api.CodeUnprocessable
-		if errors.Is(err, ErrLowDiskSpace) {
-			code = api.CodeUnavailable
-		}
-		writeError(w, apiErr(code, "", "%v", err))
+	switch {
+	case errors.Is(err, netns.ErrIDInUse):
+		inUse()
+		return
+	case errors.Is(err, ErrLowDiskSpace):
+		writeError(w, apiErr(api.CodeUnavailable, "", "%v", err))
+		return
+	case err != nil:
+		writeError(w, apiErr(api.CodeUnprocessable, "", "%v", err))
 		return
 	}
 	writeJSON(w, http.StatusCreated, api.Attached{ID: sb.ID, Path: sb.Path})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"regexp"
+	"sync"
 )
 
 // Entropy detector tuning (see TestEntropyRates for the benign and attack
@@ -21,8 +22,12 @@ const (
 var (
 	// semverRE matches a version, Go pseudo-versions included
 	// (v0.0.0-20250730193827-2d320260d730).
-	semverRE = regexp.MustCompile(`^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
-	uuidRE   = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	semverRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
+	})
+	uuidRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	})
 	// hashLens are the lengths of hex digests: git object ids (SHA-1,
 	// SHA-256), MD5, SHA-224/384/512.
 	hashLens = map[int]bool{32: true, 40: true, 56: true, 64: true, 96: true, 128: true}
@@ -39,7 +44,7 @@ var (
 // object ids, registry blobs) and not in DNS names.
 func EntropyScore(s []byte, hexDigest bool) float64 {
 	n := len(s)
-	if n < entropyMinLen || uuidRE.Match(s) {
+	if n < entropyMinLen || uuidRE().Match(s) {
 		return 0
 	}
 	if hexDigest {
@@ -122,7 +127,7 @@ func (st *scanState) urlPath(data []byte) {
 			seg = seg[:i] // "lodash-4.17.21.tgz" scores "lodash-4.17.21"
 		}
 		for _, part := range bytes.Split(seg, []byte("@")) { // "json@v0.0.0-2026...-44df1a37e875"
-			if !semverRE.Match(part) {
+			if !semverRE().Match(part) {
 				st.scoreLabel(DetectorPathEntropy, part, Low, true)
 			}
 		}

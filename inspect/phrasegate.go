@@ -6,7 +6,7 @@ import "bytes"
 // lowercase words a match must contain, one of each group: text without
 // them cannot match, and the phrase's regexp (an NFA over the whole text,
 // well under 1 MB/s for ten of them) is not run. TestPhraseGates checks no
-// gate turns a match away.
+// gate turns a match away and that there is one gate per phrase.
 var phraseGates = [...][][]string{
 	{{"ignore", "disregard", "forget", "override"}, {"previous", "prior", "above", "earlier", "preceding", "original", "system"}},
 	{{"not", "don't", "never"}, {"tell", "inform", "mention", "reveal", "notify", "alert"}, {"user"}},
@@ -19,8 +19,6 @@ var phraseGates = [...][][]string{
 	{{"curl"}, {"|"}, {"sh"}},
 	{{"system", "jailbreak", "developer"}},
 }
-
-var _ = [1]int{}[len(phraseGates)-len(injectionPhrases)] // one gate per phrase
 
 // gateText is text as the gates read it: ASCII lowercased, and the two
 // non-ASCII letters the regexps' case folding takes for ASCII ones (long s,

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -37,23 +38,29 @@ type phrase struct {
 
 // injectionPhrases were set against real documents (READMEs, licenses,
 // registry metadata): TestResponseFalsePositives prints the rates. Run-this-
-// command and curl-pipe-shell are everyday README text, hence low.
-var injectionPhrases = []phrase{
-	{regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+|of\s+)*(?:previous|prior|above|earlier|preceding|original|system)\s+(?:instructions?|directions?|prompts?|guidelines|directives)\b`), High},
-	{regexp.MustCompile(`(?i)\b(?:do\s+not|don't|never)\s+(?:tell|inform|mention\s+(?:this\s+)?to|reveal\s+(?:this\s+)?to|notify|alert)\s+the\s+user\b`), High},
-	{regexp.MustCompile(`(?i)\b(?:new|updated|real|actual|secret)\s+(?:system\s+)?instructions?\s*:`), Medium},
-	{regexp.MustCompile(`(?i)<\s*/?\s*(?:important|system|instructions?|system[_-]?prompt)\s*>`), Medium},
-	{regexp.MustCompile(`(?i)\byou\s+(?:are\s+now|must\s+now|will\s+now)\b`), Medium},
-	{regexp.MustCompile(`(?i)\b(?:ai|llm|assistant|agent|model)s?\b[^.\n]{0,60}\b(?:must|should|are\s+required\s+to|need\s+to)\s+(?:first\s+|now\s+|also\s+)?(?:run|execute|call|invoke|send|fetch|visit|read|upload)\b`), Medium},
-	{regexp.MustCompile(`(?i)\b(?:read|cat|send|upload|post|include|attach|exfiltrate|forward)\b[^\n]{0,80}(?:~/\.ssh/id_|\bid_rsa\b[^.]|\bid_ed25519\b[^.]|\.aws/credentials|\.netrc|\.git-credentials|/etc/shadow)`), Low},
-	{regexp.MustCompile(`(?i)\b(?:run|execute)\s+(?:the\s+following|this)\s+(?:command|script|code)\b`), Low},
-	{regexp.MustCompile(`(?i)\bcurl\b[^\n|]{0,200}\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b`), Low},
-	{regexp.MustCompile(`(?i)\b(?:system\s+prompt|jailbreak|developer\s+mode)\b`), Low},
-}
+// command and curl-pipe-shell are everyday README text, hence low. They
+// are compiled on first use, not at the start of every binary that links
+// this package.
+var injectionPhrases = sync.OnceValue(func() []phrase {
+	return []phrase{
+		{regexp.MustCompile(`(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+|of\s+)*(?:previous|prior|above|earlier|preceding|original|system)\s+(?:instructions?|directions?|prompts?|guidelines|directives)\b`), High},
+		{regexp.MustCompile(`(?i)\b(?:do\s+not|don't|never)\s+(?:tell|inform|mention\s+(?:this\s+)?to|reveal\s+(?:this\s+)?to|notify|alert)\s+the\s+user\b`), High},
+		{regexp.MustCompile(`(?i)\b(?:new|updated|real|actual|secret)\s+(?:system\s+)?instructions?\s*:`), Medium},
+		{regexp.MustCompile(`(?i)<\s*/?\s*(?:important|system|instructions?|system[_-]?prompt)\s*>`), Medium},
+		{regexp.MustCompile(`(?i)\byou\s+(?:are\s+now|must\s+now|will\s+now)\b`), Medium},
+		{regexp.MustCompile(`(?i)\b(?:ai|llm|assistant|agent|model)s?\b[^.\n]{0,60}\b(?:must|should|are\s+required\s+to|need\s+to)\s+(?:first\s+|now\s+|also\s+)?(?:run|execute|call|invoke|send|fetch|visit|read|upload)\b`), Medium},
+		{regexp.MustCompile(`(?i)\b(?:read|cat|send|upload|post|include|attach|exfiltrate|forward)\b[^\n]{0,80}(?:~/\.ssh/id_|\bid_rsa\b[^.]|\bid_ed25519\b[^.]|\.aws/credentials|\.netrc|\.git-credentials|/etc/shadow)`), Low},
+		{regexp.MustCompile(`(?i)\b(?:run|execute)\s+(?:the\s+following|this)\s+(?:command|script|code)\b`), Low},
+		{regexp.MustCompile(`(?i)\bcurl\b[^\n|]{0,200}\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b`), Low},
+		{regexp.MustCompile(`(?i)\b(?:system\s+prompt|jailbreak|developer\s+mode)\b`), Low},
+	}
+})
 
 var (
-	htmlCommentRE = regexp.MustCompile(`(?s)<!--(.*?)-->`)
-	hiddenElemRE  = regexp.MustCompile(`(?is)<([a-z][a-z0-9]*)\b[^>]*(?:style\s*=\s*["'][^"']*(?:display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0(?:px)?\s*[;"']|opacity\s*:\s*0(?:\.0+)?\s*[;"'])|\shidden[\s>=])[^>]*>(.*?)</\s*([a-z][a-z0-9]*)\s*>`)
+	htmlCommentRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?s)<!--(.*?)-->`) })
+	hiddenElemRE  = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?is)<([a-z][a-z0-9]*)\b[^>]*(?:style\s*=\s*["'][^"']*(?:display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0(?:px)?\s*[;"']|opacity\s*:\s*0(?:\.0+)?\s*[;"'])|\shidden[\s>=])[^>]*>(.*?)</\s*([a-z][a-z0-9]*)\s*>`)
+	})
 )
 
 func raise(c string) string {
@@ -89,7 +96,7 @@ func (s *Scanner) scanResponse(contentType string, data []byte) []Finding {
 // phrases reports each injection pattern in text once.
 func (st *scanState) phrases(text []byte, where string, hidden bool) {
 	lower := gateText(text)
-	for i, p := range injectionPhrases {
+	for i, p := range injectionPhrases() {
 		if !phraseMayMatch(i, lower) {
 			continue
 		}
@@ -151,10 +158,10 @@ func (st *scanState) hiddenChars(data []byte) {
 
 // html scans comments and hidden elements as hidden text.
 func (st *scanState) html(data []byte) {
-	for _, m := range htmlCommentRE.FindAllSubmatch(data, 256) {
+	for _, m := range htmlCommentRE().FindAllSubmatch(data, 256) {
 		st.phrases(m[1], WhereResponseHidden, true)
 	}
-	for _, m := range hiddenElemRE.FindAllSubmatch(data, 256) {
+	for _, m := range hiddenElemRE().FindAllSubmatch(data, 256) {
 		st.phrases(m[2], WhereResponseHidden, true)
 	}
 }

@@ -81,10 +81,10 @@ type stripSpan struct {
 func textSpans(text []byte, html bool) []stripSpan {
 	var out []stripSpan
 	if html {
-		for _, m := range htmlCommentRE.FindAllIndex(text, -1) {
+		for _, m := range htmlCommentRE().FindAllIndex(text, -1) {
 			out = append(out, stripSpan{m[0], m[1], DetectorHiddenText})
 		}
-		for _, m := range hiddenElemRE.FindAllIndex(text, -1) {
+		for _, m := range hiddenElemRE().FindAllIndex(text, -1) {
 			out = append(out, stripSpan{m[0], m[1], DetectorHiddenText})
 		}
 	}
@@ -106,7 +106,7 @@ func textSpans(text []byte, html bool) []stripSpan {
 		i = j
 	}
 	lower := gateText(text)
-	for i, p := range injectionPhrases {
+	for i, p := range injectionPhrases() {
 		if p.conf == Low {
 			continue // everyday README text ("run the following command", curl | sh)
 		}

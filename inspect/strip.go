@@ -24,7 +24,7 @@ func StripHidden(contentType string, data []byte) []byte {
 		i += n
 	}
 	if strings.Contains(strings.ToLower(contentType), "html") {
-		out = htmlCommentRE.ReplaceAll(out, nil)
+		out = htmlCommentRE().ReplaceAll(out, nil)
 	}
 	return out
 }

@@ -154,6 +154,16 @@ func TestAttachAndDetach(t *testing.T) {
 	if _, err := w.m.Attach(ctx, identity.Sandbox{ID: netnstest.SandboxID("again")}, c.path, Inbound{}); err == nil {
 		t.Errorf("attaching the same namespace twice succeeded")
 	}
+	// Another namespace under the id in use: refused as ErrIDInUse (the
+	// daemon's API answers it as a conflict), and that namespace untouched.
+	other := newContainer(t)
+	otherBefore, _ := nsExec(t, other.path, 10*time.Second, save)
+	if _, err := w.m.Attach(ctx, identity.Sandbox{ID: id}, other.path, Inbound{}); !errors.Is(err, ErrIDInUse) {
+		t.Errorf("attaching another namespace as %s: got %v, want ErrIDInUse", id, err)
+	}
+	if after, _ := nsExec(t, other.path, 10*time.Second, save); after != otherBefore {
+		t.Errorf("the refused namespace's rules changed:\n%s", after)
+	}
 	if _, err := w.m.Attach(ctx, identity.Sandbox{ID: netnstest.SandboxID("host")}, "/proc/self/ns/net", Inbound{}); err == nil {
 		t.Errorf("attaching the host namespace succeeded")
 	}

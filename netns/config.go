@@ -1,11 +1,13 @@
 package netns
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -85,45 +87,19 @@ type Config struct {
 
 // withDefaults returns c with zero fields set to the defaults.
 func (c Config) withDefaults() Config {
-	if c.RunDir == "" {
-		c.RunDir = DefaultRunDir
-	}
-	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir
-	}
-	if c.IslandAddr == "" {
-		c.IslandAddr = DefaultIslandAddr
-	}
-	if c.ExplicitPort == 0 {
-		c.ExplicitPort = DefaultExplicitPort
-	}
-	if c.TransparentPort == 0 {
-		c.TransparentPort = DefaultTransparentPort
-	}
-	if c.DNSPort == 0 {
-		c.DNSPort = DefaultDNSPort
-	}
-	if c.NFLogGroup == 0 {
-		c.NFLogGroup = DefaultNFLogGroup
-	}
-	if c.DropBurst == 0 {
-		c.DropBurst = DefaultDropBurst
-	}
-	if c.DropInterval == 0 {
-		c.DropInterval = DefaultDropInterval
-	}
-	if c.IPTables == "" {
-		c.IPTables = DefaultIPTables
-	}
-	if c.ExecTimeout == 0 {
-		c.ExecTimeout = DefaultExecTimeout
-	}
-	if c.NewFlowRate == 0 {
-		c.NewFlowRate = DefaultNewFlowRate
-	}
-	if c.NewFlowBurst == 0 {
-		c.NewFlowBurst = DefaultNewFlowBurst
-	}
+	c.RunDir = cmp.Or(c.RunDir, DefaultRunDir)
+	c.StateDir = cmp.Or(c.StateDir, DefaultStateDir)
+	c.IslandAddr = cmp.Or(c.IslandAddr, DefaultIslandAddr)
+	c.ExplicitPort = cmp.Or(c.ExplicitPort, DefaultExplicitPort)
+	c.TransparentPort = cmp.Or(c.TransparentPort, DefaultTransparentPort)
+	c.DNSPort = cmp.Or(c.DNSPort, DefaultDNSPort)
+	c.NFLogGroup = cmp.Or(c.NFLogGroup, DefaultNFLogGroup)
+	c.DropBurst = cmp.Or(c.DropBurst, DefaultDropBurst)
+	c.DropInterval = cmp.Or(c.DropInterval, DefaultDropInterval)
+	c.IPTables = cmp.Or(c.IPTables, DefaultIPTables)
+	c.ExecTimeout = cmp.Or(c.ExecTimeout, DefaultExecTimeout)
+	c.NewFlowRate = cmp.Or(c.NewFlowRate, DefaultNewFlowRate)
+	c.NewFlowBurst = cmp.Or(c.NewFlowBurst, DefaultNewFlowBurst)
 	return c
 }
 
@@ -188,13 +164,13 @@ func (c Config) islandAddr() netip.Addr {
 	return netip.MustParsePrefix(c.IslandAddr).Addr()
 }
 
-var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+var idPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`) })
 
 // ValidateID reports whether id can name a sandbox namespace: 1 to 63 characters
 // from [a-zA-Z0-9_.-], starting with a letter or digit, and not starting with
 // "pool-" (reserved for the pool).
 func ValidateID(id string) error {
-	if !idPattern.MatchString(id) {
+	if !idPattern().MatchString(id) {
 		return fmt.Errorf("netns: sandbox id %q: must be 1-63 characters of [a-zA-Z0-9_.-] starting with a letter or digit", id)
 	}
 	if strings.HasPrefix(id, "pool-") {

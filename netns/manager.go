@@ -181,6 +181,11 @@ func (m *Manager) step(name string) error {
 
 func (m *Manager) nsPath(id string) string { return filepath.Join(m.cfg.RunDir, NamePrefix+id) }
 
+// ErrIDInUse is reserve's refusal of an id that a sandbox of the manager's,
+// or a namespace file a crash left, already has. reserve is the one check
+// of a new id's uniqueness; the daemon's API answers it as a conflict.
+var ErrIDInUse = errors.New("already exists")
+
 // reserve claims id so that two Creates cannot race for it.
 func (m *Manager) reserve(id string) error {
 	if err := ValidateID(id); err != nil {
@@ -192,10 +197,10 @@ func (m *Manager) reserve(id string) error {
 		return errors.New("netns: manager is closed")
 	}
 	if _, ok := m.sandboxes[id]; ok {
-		return fmt.Errorf("netns: sandbox %q already exists", id)
+		return fmt.Errorf("netns: sandbox %q %w", id, ErrIDInUse)
 	}
 	if _, err := os.Lstat(m.nsPath(id)); err == nil {
-		return fmt.Errorf("netns: sandbox %q: %s already exists (left by a crash? run Recover)", id, m.nsPath(id))
+		return fmt.Errorf("netns: sandbox %q: %s %w (left by a crash? run Recover)", id, m.nsPath(id), ErrIDInUse)
 	}
 	m.sandboxes[id] = nil
 	return nil

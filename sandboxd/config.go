@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -246,48 +247,26 @@ func (r *Result) ExitStatus() int {
 }
 
 func (c *Config) applyDefaults() {
-	if c.Exe == "" {
-		c.Exe = DefaultExe
-	}
+	c.Exe = cmp.Or(c.Exe, DefaultExe)
 	if c.InitArgs == nil {
 		c.InitArgs = DefaultInitArgs
 	}
-	if c.CgroupRoot == "" {
-		c.CgroupRoot = DefaultCgroupRoot
-	}
-	if c.CgroupParent == "" {
-		c.CgroupParent = DefaultCgroupParent
-	}
-	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir
-	}
-	if c.UIDBase == 0 {
-		c.UIDBase = DefaultUIDBase
-	}
-	if c.UIDCount == 0 {
-		c.UIDCount = DefaultUIDCount
-	}
-	if c.PoolSize == 0 {
-		c.PoolSize = DefaultPoolSize
-	}
+	c.CgroupRoot = cmp.Or(c.CgroupRoot, DefaultCgroupRoot)
+	c.CgroupParent = cmp.Or(c.CgroupParent, DefaultCgroupParent)
+	c.StateDir = cmp.Or(c.StateDir, DefaultStateDir)
+	c.UIDBase = cmp.Or(c.UIDBase, DefaultUIDBase)
+	c.UIDCount = cmp.Or(c.UIDCount, DefaultUIDCount)
+	c.PoolSize = cmp.Or(c.PoolSize, DefaultPoolSize)
 	if c.EnvAllow == nil {
 		c.EnvAllow = DefaultEnvAllow
 	}
 	if c.HiddenPaths == nil {
 		c.HiddenPaths = DefaultHiddenPaths
 	}
-	if c.Hostname == "" {
-		c.Hostname = DefaultHostname
-	}
-	if c.Home == "" {
-		c.Home = DefaultHome
-	}
-	if c.WorkspaceDir == "" {
-		c.WorkspaceDir = DefaultWorkspaceDir
-	}
-	if c.MaxUpload == 0 {
-		c.MaxUpload = DefaultMaxUpload
-	}
+	c.Hostname = cmp.Or(c.Hostname, DefaultHostname)
+	c.Home = cmp.Or(c.Home, DefaultHome)
+	c.WorkspaceDir = cmp.Or(c.WorkspaceDir, DefaultWorkspaceDir)
+	c.MaxUpload = cmp.Or(c.MaxUpload, DefaultMaxUpload)
 	c.Limits = c.Limits.withDefaults(Limits{
 		Memory: DefaultMemory, CPUs: DefaultCPUs, Pids: DefaultPids, Timeout: DefaultTimeout,
 		TmpSize: DefaultTmpSize, TmpInodes: DefaultTmpInodes, NoFile: DefaultNoFile,
@@ -346,33 +325,15 @@ func (c *Config) validate() error {
 }
 
 func (l Limits) withDefaults(d Limits) Limits {
-	if l.Memory == 0 {
-		l.Memory = d.Memory
-	}
-	if l.CPUs == 0 {
-		l.CPUs = d.CPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = d.Pids
-	}
-	if l.Timeout == 0 {
-		l.Timeout = d.Timeout
-	}
-	if l.TmpSize == 0 {
-		l.TmpSize = d.TmpSize
-	}
-	if l.TmpInodes == 0 {
-		l.TmpInodes = d.TmpInodes
-	}
-	if l.NoFile == 0 {
-		l.NoFile = d.NoFile
-	}
-	if l.FSize == 0 {
-		l.FSize = d.FSize
-	}
-	if l.OutputCap == 0 {
-		l.OutputCap = d.OutputCap
-	}
+	l.Memory = cmp.Or(l.Memory, d.Memory)
+	l.CPUs = cmp.Or(l.CPUs, d.CPUs)
+	l.Pids = cmp.Or(l.Pids, d.Pids)
+	l.Timeout = cmp.Or(l.Timeout, d.Timeout)
+	l.TmpSize = cmp.Or(l.TmpSize, d.TmpSize)
+	l.TmpInodes = cmp.Or(l.TmpInodes, d.TmpInodes)
+	l.NoFile = cmp.Or(l.NoFile, d.NoFile)
+	l.FSize = cmp.Or(l.FSize, d.FSize)
+	l.OutputCap = cmp.Or(l.OutputCap, d.OutputCap)
 	if l.IO == nil {
 		l.IO = d.IO
 	}

@@ -103,7 +103,7 @@ func findInit(cfg *Config, lg *slog.Logger) *os.File {
 		}
 		return nil
 	}
-	cfg.Exe, cfg.InitArgs = fdExe(f), []string{}
+	cfg.Exe, cfg.InitArgs = FDExe(f), []string{}
 	return f
 }
 

@@ -2,7 +2,6 @@ package sandboxd
 
 import (
 	"debug/buildinfo"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,68 +31,86 @@ const InitBinary = "airlock-init"
 // from must lie above them.
 const initFDMin = 10
 
-// openInit opens the init binary beside self (the running executable) and
-// checks it: a regular, executable file owned by root or this user that no one
-// else may write, from the same build as this process (buildinfo). A missing
-// file is fs.ErrNotExist; any other refusal names the problem. The returned
-// file is close-on-exec at a descriptor >= initFDMin.
+// openInit opens the init binary beside self (the running executable),
+// checked as OpenSibling checks. The returned file is close-on-exec at a
+// descriptor >= initFDMin.
 func openInit(self string) (*os.File, error) {
-	path := filepath.Join(filepath.Dir(self), InitBinary)
+	f, _, err := OpenSibling(self, InitBinary, initFDMin)
+	return f, err
+}
+
+// OpenSibling opens the binary name beside self (the running executable)
+// and checks it before anyone executes it: a regular, executable file owned
+// by root or this user that no one else may write, from the same build as
+// this process (buildinfo, returned). A missing file is fs.ErrNotExist; any
+// other refusal names the file and the problem. The returned file is
+// close-on-exec at a descriptor >= minFD; execute it through FDExe, never
+// by its path again. The executor opens airlock-init with it, the airlock
+// front airlock-core.
+func OpenSibling(self, name string, minFD int) (*os.File, *debug.BuildInfo, error) {
+	path := filepath.Join(filepath.Dir(self), name)
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	if fd < initFDMin {
-		hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, initFDMin)
+	if fd < minFD {
+		hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, minFD)
 		unix.Close(fd)
 		if err != nil {
-			return nil, fmt.Errorf("%s: move above fd %d: %w", path, initFDMin, err)
+			return nil, nil, fmt.Errorf("%s: move above fd %d: %w", path, minFD, err)
 		}
 		fd = hi
 	}
 	f := os.NewFile(uintptr(fd), path)
-	fail := func(err error) (*os.File, error) {
+	bi, err := checkSibling(f, self)
+	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, nil, err
 	}
+	return f, bi, nil
+}
+
+// checkSibling is OpenSibling's test of the open file f beside self.
+func checkSibling(f *os.File, self string) (*debug.BuildInfo, error) {
+	path := f.Name()
 	fi, err := f.Stat()
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return fail(fmt.Errorf("%s: not an executable regular file (%s)", path, fi.Mode()))
+		return nil, fmt.Errorf("%s: not an executable regular file (%s)", path, fi.Mode())
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || (int(st.Uid) != os.Geteuid() && st.Uid != 0) {
-		return fail(fmt.Errorf("%s: not owned by root or this user", path))
+		return nil, fmt.Errorf("%s: not owned by root or this user", path)
 	}
 	if fi.Mode().Perm()&0o022 != 0 {
-		return fail(fmt.Errorf("%s: writable by group or others (mode %v)", path, fi.Mode().Perm()))
+		return nil, fmt.Errorf("%s: writable by group or others (mode %v)", path, fi.Mode().Perm())
 	}
 	theirs, err := buildinfo.Read(f)
 	if err != nil {
-		return fail(fmt.Errorf("%s: read its build information: %w", path, err))
+		return nil, fmt.Errorf("%s: read its build information: %w", path, err)
 	}
 	ours, ok := debug.ReadBuildInfo()
 	if !ok {
-		return fail(errors.New("this binary has no build information to compare the init binary's with"))
+		return nil, fmt.Errorf("%s: this binary has no build information to compare its with", path)
 	}
 	if err := sameBuild(ours, theirs); err != nil {
-		return fail(fmt.Errorf("%s: %w", path, err))
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if modified(ours) {
 		// The same revision with local changes says nothing about the
-		// protocol: take the init binary only when it was written with or
-		// after this one (make build writes it second).
+		// protocol: take the sibling only when it was written with or after
+		// this one (make build writes the siblings after airlock).
 		sf, err := os.Stat(self)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		if fi.ModTime().Before(sf.ModTime()) {
-			return fail(fmt.Errorf("%s: older than %s, built from a modified tree: rebuild both (make build)", path, self))
+			return nil, fmt.Errorf("%s: older than %s, built from a modified tree: rebuild both (make build)", path, self)
 		}
 	}
-	return f, nil
+	return theirs, nil
 }
 
 // sameBuild fails unless the two binaries come from the same Go release, main
@@ -128,7 +145,7 @@ func setting(bi *debug.BuildInfo, key string) string {
 	return ""
 }
 
-// fdExe is the path that executes the open file f.
-func fdExe(f *os.File) string {
+// FDExe is the path that executes the open file f.
+func FDExe(f *os.File) string {
 	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
 }

@@ -90,8 +90,8 @@ func TestOpenInit(t *testing.T) {
 				if fd := int(f.Fd()); fd < initFDMin {
 					t.Errorf("fd: got %d, want >= %d (init's fds 0-4 are replaced)", fd, initFDMin)
 				}
-				if got, want := fdExe(f), "/proc/self/fd/"; !strings.HasPrefix(got, want) {
-					t.Errorf("fdExe: got %q, want prefix %q", got, want)
+				if got, want := FDExe(f), "/proc/self/fd/"; !strings.HasPrefix(got, want) {
+					t.Errorf("FDExe: got %q, want prefix %q", got, want)
 				}
 				return
 			}
@@ -161,7 +161,7 @@ func TestRootRunFromInitBinary(t *testing.T) {
 		t.Fatalf("openInit: %v", err)
 	}
 	defer f.Close()
-	e, _ := newTestExecutor(t, func(c *Config) { c.Exe = fdExe(f) })
+	e, _ := newTestExecutor(t, func(c *Config) { c.Exe = FDExe(f) })
 	res := mustRun(t, e, Spec{Argv: sh(`tr '\0' ' ' </proc/1/cmdline; exit 3`)})
 	if res.ExitCode != 3 {
 		t.Fatalf("exit: got %d, want 3 (stderr %q)", res.ExitCode, res.Stderr)

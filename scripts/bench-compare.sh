@@ -34,9 +34,11 @@ fi
 
 go=${GO:-go}
 version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
-CGO_ENABLED=0 $go build -trimpath -ldflags "-X main.version=$version" -o bin/airlock ./cmd/airlock
-# The sandbox init beside it (written second, as make build does): without it
-# airlock runs sandboxes' init from its own, larger binary.
+CGO_ENABLED=0 $go build -trimpath -tags airlock_front -ldflags "-X main.version=$version" -o bin/airlock ./cmd/airlock
+# The core and the sandbox init beside it (written after it, as make build
+# does): the front hands run in-process and serve to the core, which runs
+# sandboxes' init from airlock-init.
+CGO_ENABLED=0 $go build -trimpath -ldflags "-X main.version=$version" -o bin/airlock-core ./cmd/airlock
 CGO_ENABLED=0 $go build -trimpath -ldflags "-X main.version=$version" -o bin/airlock-init ./cmd/airlock-init
 CGO_ENABLED=0 $go build -trimpath -o bin/loadclient ./bench/loadclient
 CGO_ENABLED=0 $go build -trimpath -o bin/bench-compare ./bench/compare

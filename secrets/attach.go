@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
 )
 
 // Bindings attached through the daemon API.
@@ -30,10 +31,10 @@ type AttachConfig struct {
 	UIDs []int `yaml:"uids"`
 }
 
-var bindingIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var bindingIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) })
 
 func (b *BindingConfig) validateAttach() error {
-	if b.ID != "" && !bindingIDRE.MatchString(b.ID) {
+	if b.ID != "" && !bindingIDRE().MatchString(b.ID) {
 		return fmt.Errorf("id: %q is not 1-63 of a-z 0-9 . _ - starting with a letter or digit", b.ID)
 	}
 	if b.Attach == nil {

@@ -73,9 +73,9 @@ type AWSConfig struct {
 }
 
 var (
-	awsKeyIDRE   = regexp.MustCompile(`^[A-Z0-9]{16,128}$`)
-	awsRegionRE  = regexp.MustCompile(`^[a-z0-9-]{1,32}$`)
-	awsServiceRE = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+	awsKeyIDRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Z0-9]{16,128}$`) })
+	awsRegionRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9-]{1,32}$`) })
+	awsServiceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9-]{1,64}$`) })
 )
 
 func (b *BindingConfig) validateAWS(ids map[string]bool) error {
@@ -89,11 +89,11 @@ func (b *BindingConfig) validateAWS(ids map[string]bool) error {
 		return errors.New("aws_sigv4: header must be Authorization")
 	case b.Mode != ModeRequire && b.Mode != ModePlaceholder:
 		return fmt.Errorf("aws_sigv4: mode %q is not one of require, placeholder", b.Mode)
-	case !awsKeyIDRE.MatchString(a.AccessKeyID):
+	case !awsKeyIDRE().MatchString(a.AccessKeyID):
 		return errors.New("aws_sigv4.access_key_id: not an access key id (16-128 upper-case letters and digits)")
-	case !awsRegionRE.MatchString(a.Region):
+	case !awsRegionRE().MatchString(a.Region):
 		return fmt.Errorf("aws_sigv4.region: %q is not a region such as us-east-1", a.Region)
-	case !awsServiceRE.MatchString(a.Service):
+	case !awsServiceRE().MatchString(a.Service):
 		return fmt.Errorf("aws_sigv4.service: %q is not a signing name such as s3 or sts", a.Service)
 	case a.SessionTokenSecret != "" && !ids[a.SessionTokenSecret]:
 		return fmt.Errorf("aws_sigv4.session_token_secret: %q is not a defined secret id", a.SessionTokenSecret)

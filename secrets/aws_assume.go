@@ -56,9 +56,11 @@ type AssumeRoleConfig struct {
 }
 
 var (
-	roleARNRE    = regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}$`)
-	labelRefRE   = regexp.MustCompile(`\{\{label\.([A-Za-z0-9._/-]{1,63})\}\}`)
-	sessionNameR = regexp.MustCompile(`[^A-Za-z0-9+=,.@_-]`)
+	roleARNRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}$`)
+	})
+	labelRefRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\{\{label\.([A-Za-z0-9._/-]{1,63})\}\}`) })
+	sessionNameR = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9+=,.@_-]`) })
 )
 
 func (a *AssumeRoleConfig) applyDefaults(region string) {
@@ -71,7 +73,7 @@ func (a *AssumeRoleConfig) applyDefaults(region string) {
 }
 
 func (a *AssumeRoleConfig) validate() error {
-	if !roleARNRE.MatchString(a.RoleARN) {
+	if !roleARNRE().MatchString(a.RoleARN) {
 		return fmt.Errorf("aws_sigv4.assume_role.role_arn: %q is not a role ARN", a.RoleARN)
 	}
 	if a.Duration < MinAssumeDuration || a.Duration > MaxAssumeDuration {
@@ -81,7 +83,7 @@ func (a *AssumeRoleConfig) validate() error {
 		return fmt.Errorf("aws_sigv4.assume_role.sts_host: %q is not a host[:port]", a.STSHost)
 	}
 	if a.SessionPolicy != "" {
-		sample := labelRefRE.ReplaceAllString(a.SessionPolicy, "x")
+		sample := labelRefRE().ReplaceAllString(a.SessionPolicy, "x")
 		if !json.Valid([]byte(sample)) {
 			return errors.New("aws_sigv4.assume_role.session_policy: not valid JSON (with each {{label.NAME}} replaced)")
 		}
@@ -179,8 +181,8 @@ func (in *Injector) assumed(ctx context.Context, sb Sandbox, b *binding, long aw
 // sessionPolicy renders the binding's policy for a sandbox.
 func sessionPolicy(tmpl string, sb Sandbox) (string, error) {
 	var missing string
-	out := labelRefRE.ReplaceAllStringFunc(tmpl, func(m string) string {
-		name := labelRefRE.FindStringSubmatch(m)[1]
+	out := labelRefRE().ReplaceAllStringFunc(tmpl, func(m string) string {
+		name := labelRefRE().FindStringSubmatch(m)[1]
 		v, ok := sb.Labels[name]
 		if !ok {
 			missing = name
@@ -197,7 +199,7 @@ func sessionPolicy(tmpl string, sb Sandbox) (string, error) {
 
 // sessionName is "airlock-" and the sandbox id, in the characters STS takes.
 func sessionName(sandbox string) string {
-	n := "airlock-" + sessionNameR.ReplaceAllString(sandbox, "_")
+	n := "airlock-" + sessionNameR().ReplaceAllString(sandbox, "_")
 	if len(n) > 64 {
 		n = n[:64]
 	}

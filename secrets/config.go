@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -243,10 +244,10 @@ func (c *Config) applyDefaults() {
 }
 
 var (
-	idRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	envRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	tokenRE  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-	methodRE = regexp.MustCompile(`^[A-Z]+$`)
+	idRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
+	envRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
+	tokenRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") })
+	methodRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Z]+$`) })
 )
 
 // headers a binding may neither set nor strip: they frame the message.
@@ -267,7 +268,7 @@ func (c *Config) Validate() error {
 	ids := map[string]bool{}
 	for i, s := range c.Secrets {
 		at := fmt.Sprintf("secrets[%d]", i)
-		if !idRE.MatchString(s.ID) {
+		if !idRE().MatchString(s.ID) {
 			return fmt.Errorf("%s.id: %q is not a valid id (letters, digits, . _ -, up to 64)", at, s.ID)
 		}
 		at = fmt.Sprintf("secrets[%d] (%s)", i, s.ID)
@@ -278,7 +279,7 @@ func (c *Config) Validate() error {
 		n := 0
 		if s.Env != "" {
 			n++
-			if !envRE.MatchString(s.Env) {
+			if !envRE().MatchString(s.Env) {
 				return fmt.Errorf("%s.env: %q is not a variable name", at, s.Env)
 			}
 		}
@@ -337,7 +338,7 @@ func (b *BindingConfig) validate(ids map[string]bool) error {
 		return fmt.Errorf("port: %d is not in 1..65535", b.Port)
 	}
 	for _, m := range b.Methods {
-		if !methodRE.MatchString(m) {
+		if !methodRE().MatchString(m) {
 			return fmt.Errorf("methods: %q is not an upper-case method name", m)
 		}
 	}
@@ -349,11 +350,11 @@ func (b *BindingConfig) validate(ids map[string]bool) error {
 			return fmt.Errorf("paths: %q: %w", p, err)
 		}
 	}
-	if !tokenRE.MatchString(b.Header) || forbiddenHeaders[http.CanonicalHeaderKey(b.Header)] {
+	if !tokenRE().MatchString(b.Header) || forbiddenHeaders[http.CanonicalHeaderKey(b.Header)] {
 		return fmt.Errorf("header: %q is not a header a credential may be set in", b.Header)
 	}
 	for _, h := range b.Strip {
-		if !tokenRE.MatchString(h) || forbiddenHeaders[http.CanonicalHeaderKey(h)] {
+		if !tokenRE().MatchString(h) || forbiddenHeaders[http.CanonicalHeaderKey(h)] {
 			return fmt.Errorf("strip: %q is not a header that may be stripped", h)
 		}
 	}
@@ -406,7 +407,7 @@ func (b *BindingConfig) validate(ids map[string]bool) error {
 			return errors.New("placeholder_env: only placeholder and require modes use a placeholder")
 		}
 	case ModePlaceholder, ModeRequire:
-		if !envRE.MatchString(b.PlaceholderEnv) {
+		if !envRE().MatchString(b.PlaceholderEnv) {
 			return fmt.Errorf("placeholder_env: %q is not a variable name (required in %s mode)", b.PlaceholderEnv, b.Mode)
 		}
 	default:

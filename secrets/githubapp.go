@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -52,7 +53,7 @@ type GitHubAppConfig struct {
 	Permissions map[string]string `yaml:"permissions"`
 }
 
-var repoNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+var repoNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`) })
 
 func (g *GitHubAppConfig) validate() error {
 	u, err := url.Parse(g.APIURL)
@@ -65,12 +66,12 @@ func (g *GitHubAppConfig) validate() error {
 		return fmt.Errorf("github_app.api_url: %q is not an https URL", g.APIURL)
 	}
 	for _, r := range g.Repositories {
-		if !repoNameRE.MatchString(labelRefRE.ReplaceAllString(r, "x")) {
+		if !repoNameRE().MatchString(labelRefRE().ReplaceAllString(r, "x")) {
 			return fmt.Errorf("github_app.repositories: %q is not a repository name", r)
 		}
 	}
 	for k, v := range g.Permissions {
-		if !repoNameRE.MatchString(k) || (v != "read" && v != "write" && v != "admin") {
+		if !repoNameRE().MatchString(k) || (v != "read" && v != "write" && v != "admin") {
 			return fmt.Errorf("github_app.permissions: %s: %s is not read, write or admin", k, v)
 		}
 	}
@@ -90,8 +91,8 @@ func githubRepos(g *GitHubAppConfig, sb Sandbox) ([]string, error) {
 	var out []string
 	for _, r := range g.Repositories {
 		var missing string
-		name := labelRefRE.ReplaceAllStringFunc(r, func(m string) string {
-			l := labelRefRE.FindStringSubmatch(m)[1]
+		name := labelRefRE().ReplaceAllStringFunc(r, func(m string) string {
+			l := labelRefRE().FindStringSubmatch(m)[1]
 			v, ok := sb.Labels[l]
 			if !ok {
 				missing = l
@@ -101,7 +102,7 @@ func githubRepos(g *GitHubAppConfig, sb Sandbox) ([]string, error) {
 		if missing != "" {
 			return nil, fmt.Errorf("repositories name label %q, which the sandbox does not have", missing)
 		}
-		if !repoNameRE.MatchString(name) {
+		if !repoNameRE().MatchString(name) {
 			return nil, fmt.Errorf("repository %q (from the sandbox's labels) is not a repository name", name)
 		}
 		out = append(out, name)

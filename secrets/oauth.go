@@ -81,9 +81,9 @@ type OAuthConfig struct {
 var oauthReservedParams = map[string]bool{"grant_type": true, "client_id": true, "client_secret": true,
 	"scope": true, "audience": true, "refresh_token": true}
 
-var oauthParamRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+var oauthParamRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`) })
 
-var oauthErrRE = regexp.MustCompile(`^[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}$`)
+var oauthErrRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}$`) })
 
 func (o *OAuthConfig) applyDefaults() {
 	if o.ClientAuth == "" {
@@ -133,7 +133,7 @@ func (o *OAuthConfig) validatePerSandbox() error {
 		return errors.New("oauth.per_sandbox: only with the client_credentials grant (a rotated refresh token cannot serve several sandboxes)")
 	case o.SandboxParam != "" && !o.PerSandbox:
 		return errors.New("oauth.sandbox_param: only with per_sandbox")
-	case o.SandboxParam != "" && (!oauthParamRE.MatchString(o.SandboxParam) || oauthReservedParams[o.SandboxParam]):
+	case o.SandboxParam != "" && (!oauthParamRE().MatchString(o.SandboxParam) || oauthReservedParams[o.SandboxParam]):
 		return fmt.Errorf("oauth.sandbox_param: %q is not a form field name of its own (letters, digits, _ . -; not a token request field)", o.SandboxParam)
 	}
 	return nil
@@ -317,7 +317,7 @@ func (in *Injector) mintOAuth(ctx context.Context, sb Sandbox, b *binding, v *ve
 	_ = json.Unmarshal(raw, &r)
 	if resp.StatusCode != http.StatusOK || r.Access == "" {
 		code := "no access_token"
-		if oauthErrRE.MatchString(r.Error) {
+		if oauthErrRE().MatchString(r.Error) {
 			code = r.Error
 		}
 		return nil, "", fmt.Errorf("token endpoint answered %d (%s)", resp.StatusCode, code)

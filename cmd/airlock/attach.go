@@ -1,3 +1,5 @@
+//go:build !airlock_front
+
 package main
 
 import (
@@ -71,25 +73,6 @@ The processes in the namespace must not hold CAP_NET_ADMIN or CAP_NET_RAW there.
 	f.StringVar(&o.inbound, "inbound", string(netns.InboundCapture), "what arrives on the namespace's interfaces: capture (a VM's egress, to policy) or accept (connections from the network)")
 	f.IntSliceVar(&o.ports, "inbound-port", nil, "TCP port --inbound accept lets connections in on (repeatable; none: every port)")
 	return cmd
-}
-
-// parseLabels turns KEY=VALUE flags into a map; keys must be non-empty and unique.
-func parseLabels(kvs []string) (map[string]string, error) {
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--label %q: want KEY=VALUE", kv)
-		}
-		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("--label %q: key %q given twice", kv, k)
-		}
-		out[k] = v
-	}
-	return out, nil
 }
 
 func runAttach(ctx context.Context, cmd *cobra.Command, o attachOptions) error {

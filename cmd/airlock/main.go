@@ -11,6 +11,7 @@ import (
 )
 
 func main() {
+	nameProcess()
 	os.Exit(run(os.Args[1:]))
 }
 

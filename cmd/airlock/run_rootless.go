@@ -1,7 +1,8 @@
+//go:build !airlock_front
+
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -117,7 +118,3 @@ func rootlessCgroup(r *sandboxd.Rootless) (missing []string) {
 	}
 	return missing
 }
-
-// errRootlessAsRoot refuses --rootless for root, which gets the full
-// sandbox.
-var errRootlessAsRoot = errors.New("run: --rootless is for users who are not root (as root, run makes the full sandbox)")

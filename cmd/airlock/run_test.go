@@ -1,3 +1,5 @@
+//go:build !airlock_front
+
 package main
 
 import (
@@ -129,24 +131,6 @@ func TestRunBrokenInputsAsRoot(t *testing.T) {
 				t.Fatal("the command ran")
 			}
 		})
-	}
-}
-
-var writeProjectFiles = map[string]string{
-	"data.txt": "project-data\n",
-	"agent.sh": "#!/bin/sh\npwd\ncat data.txt\necho from-sh > sh-out.txt\n",
-	"agent.py": "import os\nprint(os.getcwd())\nprint(open('data.txt').read().strip())\nopen('py-out.txt', 'w').write('from-py')\n",
-}
-
-// writeProject makes a project directory for `airlock run`'s default
-// workspace: agent.sh and agent.py print where they run and the project's
-// data.txt, and each leaves a file of its own in the directory.
-func writeProject(t *testing.T, dir string) {
-	t.Helper()
-	for name, body := range writeProjectFiles {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

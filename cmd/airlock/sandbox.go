@@ -162,6 +162,25 @@ func runSandboxCreate(cmd *cobra.Command, o createOptions) error {
 	return nil
 }
 
+// parseLabels turns KEY=VALUE flags into a map; keys must be non-empty and unique.
+func parseLabels(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--label %q: want KEY=VALUE", kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("--label %q: key %q given twice", kv, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
 // absWorkspace makes a --workspace absolute and checks it is a directory.
 func absWorkspace(ws string) (string, error) {
 	if ws == "" {

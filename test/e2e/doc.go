@@ -12,8 +12,9 @@
 // root and skip without it, unless AIRLOCK_REQUIRE_ROOT_TESTS=1.
 //
 // Entry point: AIRLOCK_BIN=$PWD/bin/airlock go test ./test/e2e/ (without
-// AIRLOCK_BIN, TestMain builds ./cmd/airlock once). The package has no code of
-// its own outside tests.
+// AIRLOCK_BIN, TestMain builds once what make build ships: the airlock front,
+// airlock-core and airlock-init). The package has no code of its own outside
+// tests.
 //
 // test/e2e must never import: cmd/airlock, daemon, dnsfilter, gateway, netns,
 // policy, sandboxd.

@@ -157,8 +157,10 @@ func buildImageBundle(t *testing.T) string {
 	if err := os.Symlink(w.bin, filepath.Join(bin, "airlock")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join(filepath.Dir(w.bin), "airlock-init"), filepath.Join(bin, "airlock-init")); err != nil {
-		t.Fatal(err) // built beside airlock by TestMain
+	for _, name := range []string{"airlock-core", "airlock-init"} {
+		if err := os.Symlink(filepath.Join(filepath.Dir(w.bin), name), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err) // built beside airlock by TestMain
+		}
 	}
 	if err := buildPackage("./cmd/airlock-cni", filepath.Join(bin, "airlock-cni")); err != nil {
 		t.Fatal(err)

@@ -147,23 +147,32 @@ func setup(dir string) (*world, error) {
 	return wd, nil
 }
 
-// buildAirlock builds ./cmd/airlock from the module root, and beside it the
-// sandbox init it runs sandboxes from (./cmd/airlock-init, written second as
-// make build does), so the tests run what ships.
+// buildAirlock builds what make build ships: the front (./cmd/airlock with
+// the airlock_front tag) at out and, beside it and written after it as make
+// build does, the core it hands the gateway's commands to and the sandbox
+// init, so the tests run what ships.
 func buildAirlock(out string) error {
-	if err := buildPackage("./cmd/airlock", out); err != nil {
-		return err
+	dir := filepath.Dir(out)
+	for _, b := range []struct{ pkg, out, tags string }{
+		{"./cmd/airlock", out, "airlock_front"},
+		{"./cmd/airlock", filepath.Join(dir, "airlock-core"), ""},
+		{"./cmd/airlock-init", filepath.Join(dir, "airlock-init"), ""},
+	} {
+		if err := buildPackage(b.pkg, b.out, "-tags", b.tags); err != nil {
+			return err
+		}
 	}
-	return buildPackage("./cmd/airlock-init", filepath.Join(filepath.Dir(out), "airlock-init"))
+	return nil
 }
 
-// buildPackage builds a command of the module, static, into out.
-func buildPackage(pkg, out string) error {
+// buildPackage builds a command of the module, static, into out, with
+// go build's flags.
+func buildPackage(pkg, out string, flags ...string) error {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build", "-o", out}, flags...), pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -163,6 +163,7 @@ func TestLayout(t *testing.T) {
 		link string
 	}{
 		{"usr/local/bin/airlock", tar.TypeReg, 0o755, ""},
+		{"usr/local/bin/airlock-core", tar.TypeReg, 0o755, ""},
 		{"usr/local/bin/airlock-cni", tar.TypeReg, 0o755, ""},
 		{"usr/sbin/iptables-legacy-restore", tar.TypeSymlink, 0o777, "xtables-legacy-multi"},
 		{"usr/sbin/iptables-nft-save", tar.TypeSymlink, 0o777, "xtables-nft-multi"},

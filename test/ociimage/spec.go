@@ -44,6 +44,7 @@ const CABundle = "/etc/ssl/certs/ca-certificates.crt"
 // gives them in bin/.
 var Binaries = map[string]string{
 	"airlock":      "/usr/local/bin/airlock",
+	"airlock-core": "/usr/local/bin/airlock-core", // beside airlock: the commands that run the gateway
 	"airlock-init": "/usr/local/bin/airlock-init", // beside airlock: the sandboxes' init
 	"airlock-cni":  "/usr/local/bin/airlock-cni",
 }

@@ -261,16 +261,31 @@ func indexOf(ss []string, s string) int {
 	return -1
 }
 
+// buildShipped builds what make build ships into a new directory, in its
+// order: the airlock front, then the core and the sandbox init beside it.
+// It returns the front's path.
+func buildShipped(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range []struct{ out, tags, pkg string }{
+		{"airlock", "airlock_front", "../../cmd/airlock"},
+		{"airlock-core", "", "../../cmd/airlock"},
+		{"airlock-init", "", "../../cmd/airlock-init"},
+	} {
+		if out, err := exec.Command("go", "build", "-tags", b.tags, "-o", filepath.Join(dir, b.out), b.pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", b.out, err, out)
+		}
+	}
+	return filepath.Join(dir, "airlock")
+}
+
 // TestRootDemo runs `make demo`'s script, the README's first command, and checks
 // that it shows what it promises: registries reached, leaks refused, the log
 // verified with its signatures, a tampered copy caught at the right line, and
 // an HTML report whose numbers, opened in headless chromium, are the log's.
 func TestRootDemo(t *testing.T) {
 	roottest.Require(t)
-	bin := filepath.Join(t.TempDir(), "airlock")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildShipped(t)
 	artifacts := reporttest.ArtifactsDir(t)
 	cmd := exec.Command("bash", "scripts/demo.sh")
 	cmd.Dir = "../.."

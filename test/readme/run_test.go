@@ -47,10 +47,7 @@ func TestRootReadmeRun(t *testing.T) {
 	if len(lines) < 5 {
 		t.Fatalf("found %d lines of airlock run examples in the README and docs, want the run section's and the report-mode one", len(lines))
 	}
-	bin := filepath.Join(t.TempDir(), "airlock")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildShipped(t)
 	proj := writeReadmeProject(t)
 	ran := 0
 	for _, line := range lines {
