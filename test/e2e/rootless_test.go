@@ -54,10 +54,13 @@ func newRootlessEnv(t *testing.T) *rootlessEnv {
 	}
 	must(os.Chmod(dir, 0o755))
 	must(copyFile(w.bin, e.bin, 0o755))
-	// The sandbox init beside it, as installed (the executor runs it when it
-	// is from the same build).
-	if _, err := os.Stat(filepath.Join(filepath.Dir(w.bin), "airlock-init")); err == nil {
-		must(copyFile(filepath.Join(filepath.Dir(w.bin), "airlock-init"), filepath.Join(dir, "airlock-init"), 0o755))
+	// The sandbox init and the core beside it, as installed (the executor
+	// runs the init when it is from the same build; the front executes the
+	// core for an in-process run).
+	for _, sib := range []string{"airlock-init", "airlock-core"} {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(w.bin), sib)); err == nil {
+			must(copyFile(filepath.Join(filepath.Dir(w.bin), sib), filepath.Join(dir, sib), 0o755))
+		}
 	}
 	ca := filepath.Join(dir, "fakenet-ca.pem")
 	must(copyFile(w.caFile, ca, 0o644))
@@ -341,6 +344,8 @@ func guardUnreachable(t *testing.T, subIDs int) {
 	}
 	auditKey := e.audit + ".key"
 	if caKey == "" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait() // the output's copiers are done: errb may be read
 		t.Fatalf("no CA key appeared in %s\n%s", e.runtime, errb.String())
 	}
 
