@@ -38,13 +38,17 @@ image: build ## Write the container image as an OCI layout in bin/image, offline
 	@echo "  skopeo copy oci:$(IMAGE_DIR):$(IMAGE_TAG) docker://registry.example/airlock:$(IMAGE_TAG)"
 
 .PHONY: test
-test: deps ## Run every test with -race (root tests run for real as root, skip otherwise; cmd/airlock also as the front), and test-python and test-unpriv as root; fail on any airlock resource the run left behind
-	@before=$$(mktemp) && ./scripts/clean-stale.sh --list >"$$before" && \
-	rc=0 && { $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && \
-		$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -tags airlock_front ./cmd/airlock/; } || rc=$$?; \
-	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-python || rc=$$?; elif [ "$$rc" = 0 ]; then echo "test: test-python skipped (it needs root to run airlock serve)"; fi; \
-	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-unpriv || rc=$$?; elif [ "$$rc" = 0 ]; then echo "test: test-unpriv skipped (it needs root to create its unprivileged user)"; fi; \
-	./scripts/clean-stale.sh --check "$$before" || rc=1; rm -f "$$before"; exit $$rc
+test: deps ## Run every test with -race (root tests run for real as root, skip otherwise; cmd/airlock also as the front), and test-python and test-unpriv as root; fail on any airlock resource the run left behind; the last line is the wall time, whole and per phase
+	@before=$$(mktemp) && ./scripts/clean-stale.sh --list >"$$before" || exit 1; \
+	start=$$(date +%s); t=$$start; times=""; \
+	lap() { now=$$(date +%s); times="$$times$${times:+, }$$1 $$((now - t))s"; t=$$now; }; \
+	rc=0; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; lap "go test ./..."; \
+	if [ "$$rc" = 0 ]; then $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -tags airlock_front ./cmd/airlock/ || rc=$$?; lap "front cmd/airlock"; fi; \
+	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-python || rc=$$?; lap test-python; elif [ "$$rc" = 0 ]; then echo "test: test-python skipped (it needs root to run airlock serve)"; fi; \
+	if [ "$$rc" = 0 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-unpriv || rc=$$?; lap test-unpriv; elif [ "$$rc" = 0 ]; then echo "test: test-unpriv skipped (it needs root to create its unprivileged user)"; fi; \
+	./scripts/clean-stale.sh --check "$$before" || rc=1; rm -f "$$before"; lap "leftover check"; \
+	result=passed; [ "$$rc" = 0 ] || result="FAILED (exit $$rc)"; \
+	echo "test: $$result; wall time $$((t - start))s: $$times"; exit $$rc
 
 .PHONY: test-python
 test-python: deps build ## Run the Python client's tests (clients/python) against a real daemon, bin/airlock serve (root)

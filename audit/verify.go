@@ -173,160 +173,192 @@ func VerifyFiles(opts VerifyOptions, paths ...string) (Report, error) {
 // it; and with a key, at most MaxUnsigned records after the last checkpoint.
 // The error is a *VerifyError naming the first bad line, or an I/O error.
 func Verify(opts VerifyOptions, inputs ...Input) (Report, error) {
-	var (
-		rep        Report
-		prev       = GenesisPrev
-		prevWhere  = "genesis"
-		seq        uint64
-		started    bool
-		firstUnsig *VerifyError // first record after the last valid checkpoint
-		wantKeyID  string
-		start      *chainStart // set when the chain does not start at seq 1
-		pruned     retentionMark
-		gaps       exportGaps
-	)
+	v := &verifier{opts: opts, prev: GenesisPrev, prevWhere: "genesis"}
 	if opts.PublicKey != nil {
 		if len(opts.PublicKey) != ed25519.PublicKeySize {
-			return rep, fmt.Errorf("audit: public key has %d bytes, want %d", len(opts.PublicKey), ed25519.PublicKeySize)
+			return v.rep, fmt.Errorf("audit: public key has %d bytes, want %d", len(opts.PublicKey), ed25519.PublicKeySize)
 		}
-		wantKeyID = KeyID(opts.PublicKey)
-		rep.SignaturesChecked = true
+		v.wantKeyID = KeyID(opts.PublicKey)
+		v.rep.SignaturesChecked = true
 	}
-	var hexBuf [64]byte
 	for _, in := range inputs {
-		rep.Files++
+		v.rep.Files++
 		lr := newLineReader(in.R)
 		for n := 1; ; n++ {
-			bad := func(reason, format string, args ...any) (Report, error) {
-				return rep, &VerifyError{File: in.Name, Line: n, Reason: reason, Detail: fmt.Sprintf(format, args...)}
-			}
 			line, complete, err := lr.next()
 			if errors.Is(err, io.EOF) {
 				break
 			}
+			at := VerifyError{File: in.Name, Line: n}
 			if err != nil {
-				return bad(ReasonRead, "%v", err)
+				return v.rep, at.because(ReasonRead, "%v", err)
 			}
 			if !complete {
-				return bad(ReasonTornTail, "last line has no newline (%d bytes): a write was cut short; the file is good up to line %d", len(line), n-1)
+				return v.rep, at.because(ReasonTornTail, "last line has no newline (%d bytes): a write was cut short; the file is good up to line %d", len(line), n-1)
 			}
-			var r Record
-			if err := json.Unmarshal(line, &r); err != nil {
-				return bad(ReasonBadJSON, "%v", err)
+			if err := v.line(at, line); err != nil {
+				return v.rep, err
 			}
-			if r.Kind == KindExportGap {
-				g, err := gaps.add(line, started, seq, VerifyError{File: in.Name, Line: n})
-				if err != nil {
-					return bad(ReasonSeqGap, "%v", err)
-				}
-				if started {
-					seq, prev, prevWhere = g.through, "", "the export_gap marker"
-				}
-				continue
-			}
-			if err := checkShape(&r); err != nil {
-				return bad(ReasonBadRecord, "%v", err)
-			}
-			if !started {
-				started = true
-				rep.FirstSeq = r.Seq
-				switch {
-				case opts.Partial:
-					seq, prev = r.Seq-1, r.Prev
-				case r.Seq == 1 && r.Prev != GenesisPrev:
-					return bad(ReasonPrevMismatch, "the first record's prev %.16s… is not the genesis prev", r.Prev)
-				case r.Seq != 1:
-					// Retention may have deleted what came before: a retention
-					// record later in the chain must say so (checked at the end).
-					start = &chainStart{seq: r.Seq, prev: r.Prev, at: VerifyError{File: in.Name, Line: n}}
-					seq, prev = r.Seq-1, r.Prev
-				}
-			}
-			if g := gaps.open(); g != nil {
-				if r.Seq != g.through+1 {
-					return bad(ReasonSeqGap, "seq %d after an export_gap marker through seq %d, want %d", r.Seq, g.through, g.through+1)
-				}
-				if prev == "" {
-					prev, g.next = r.Prev, r.Prev // checked against the retention record at the end
-				}
-			}
-			if r.Seq != seq+1 {
-				return bad(ReasonSeqGap, "seq %d, want %d (a line was removed, inserted or moved)", r.Seq, seq+1)
-			}
-			if r.Prev != prev {
-				return bad(ReasonPrevMismatch, "prev %.16s… does not match SHA-256 %.16s… of %s (that line was altered, or a line was removed or inserted here)", r.Prev, prev, prevWhere)
-			}
-			if r.Kind == KindCheckpoint {
-				c := r.Checkpoint
-				if c.Head != r.Prev {
-					return bad(ReasonBadCheckpoint, "head %.16s… does not match the chain's %.16s…", c.Head, r.Prev)
-				}
-				if c.Seq != r.Seq-1 {
-					return bad(ReasonBadCheckpoint, "upto_seq %d, want %d", c.Seq, r.Seq-1)
-				}
-				if opts.PublicKey != nil {
-					if c.KeyID != wantKeyID {
-						return bad(ReasonBadSignature, "signed by key_id %s, want %s (the given public key)", c.KeyID, wantKeyID)
-					}
-					sig, err := base64.StdEncoding.DecodeString(c.Signature)
-					if err != nil || !ed25519.Verify(opts.PublicKey, CheckpointMessage(c.Seq, c.Head), sig) {
-						return bad(ReasonBadSignature, "Ed25519 signature over seq %d does not verify with the given public key", c.Seq)
-					}
-					rep.SignedThrough = c.Seq
-					rep.Unsigned = 0
-					firstUnsig = nil
-				}
-				rep.Checkpoints++
-				if start != nil && rep.AnchorSeq == 0 {
-					rep.AnchorSeq = c.Seq
-				}
-			} else {
-				if r.Kind == KindRetention {
-					if err := pruned.add(&r); err != nil {
-						return bad(ReasonBadRecord, "%v", err)
-					}
-				}
-				rep.Records++
-				rep.Unsigned++
-				if opts.Each != nil {
-					opts.Each(&r)
-				}
-				if firstUnsig == nil {
-					firstUnsig = &VerifyError{File: in.Name, Line: n}
-				}
-			}
-			sum := sha256.Sum256(line)
-			hex.Encode(hexBuf[:], sum[:])
-			prev = string(hexBuf[:])
-			prevWhere = fmt.Sprintf("line %d", n)
-			seq = r.Seq
-			rep.Lines++
-			rep.LastSeq = r.Seq
-			rep.Head = prev
 		}
-		prevWhere = "the last line of " + in.Name
+		v.prevWhere = "the last line of " + in.Name
 	}
-	rep.PrunedThrough, rep.PrunedFiles = pruned.through, pruned.files
-	if err := gaps.check(&pruned, &rep, opts.PublicKey != nil); err != nil {
-		return rep, err
+	err := v.end() // it completes v.rep: call it before reading v.rep
+	return v.rep, err
+}
+
+// verifier is Verify's state along the chain.
+type verifier struct {
+	opts       VerifyOptions
+	rep        Report
+	prev       string // SHA-256 of the previous line; "" right after an export gap
+	prevWhere  string
+	seq        uint64
+	started    bool
+	firstUnsig *VerifyError // first record after the last valid checkpoint
+	wantKeyID  string
+	start      *chainStart // set when the chain does not start at seq 1
+	pruned     retentionMark
+	gaps       exportGaps
+	hexBuf     [64]byte
+}
+
+// because is the error of the line at e: reason, and the detail.
+func (e VerifyError) because(reason, format string, args ...any) *VerifyError {
+	e.Reason, e.Detail = reason, fmt.Sprintf(format, args...)
+	return &e
+}
+
+// line checks one whole line at at and moves the chain past it.
+func (v *verifier) line(at VerifyError, line []byte) error {
+	var r Record
+	if err := json.Unmarshal(line, &r); err != nil {
+		return at.because(ReasonBadJSON, "%v", err)
 	}
-	if start != nil {
-		if err := start.check(&pruned, &rep, opts.PublicKey != nil); err != nil {
-			return rep, err
+	if r.Kind == KindExportGap {
+		g, err := v.gaps.add(line, v.started, v.seq, at)
+		if err != nil {
+			return at.because(ReasonSeqGap, "%v", err)
+		}
+		if v.started {
+			v.seq, v.prev, v.prevWhere = g.through, "", "the export_gap marker"
+		}
+		return nil
+	}
+	if err := checkShape(&r); err != nil {
+		return at.because(ReasonBadRecord, "%v", err)
+	}
+	if !v.started {
+		v.started = true
+		v.rep.FirstSeq = r.Seq
+		switch {
+		case v.opts.Partial:
+			v.seq, v.prev = r.Seq-1, r.Prev
+		case r.Seq == 1 && r.Prev != GenesisPrev:
+			return at.because(ReasonPrevMismatch, "the first record's prev %.16s… is not the genesis prev", r.Prev)
+		case r.Seq != 1:
+			// Retention may have deleted what came before: a retention
+			// record later in the chain must say so (checked at the end).
+			v.start = &chainStart{seq: r.Seq, prev: r.Prev, at: at}
+			v.seq, v.prev = r.Seq-1, r.Prev
 		}
 	}
-	if opts.PublicKey == nil {
+	if g := v.gaps.open(); g != nil {
+		if r.Seq != g.through+1 {
+			return at.because(ReasonSeqGap, "seq %d after an export_gap marker through seq %d, want %d", r.Seq, g.through, g.through+1)
+		}
+		if v.prev == "" {
+			v.prev, g.next = r.Prev, r.Prev // checked against the retention record at the end
+		}
+	}
+	if r.Seq != v.seq+1 {
+		return at.because(ReasonSeqGap, "seq %d, want %d (a line was removed, inserted or moved)", r.Seq, v.seq+1)
+	}
+	if r.Prev != v.prev {
+		return at.because(ReasonPrevMismatch, "prev %.16s… does not match SHA-256 %.16s… of %s (that line was altered, or a line was removed or inserted here)", r.Prev, v.prev, v.prevWhere)
+	}
+	if r.Kind == KindCheckpoint {
+		if err := v.checkpoint(at, &r); err != nil {
+			return err
+		}
+	} else {
+		if r.Kind == KindRetention {
+			if err := v.pruned.add(&r); err != nil {
+				return at.because(ReasonBadRecord, "%v", err)
+			}
+		}
+		v.rep.Records++
+		v.rep.Unsigned++
+		if v.opts.Each != nil {
+			v.opts.Each(&r)
+		}
+		if v.firstUnsig == nil {
+			first := at
+			v.firstUnsig = &first
+		}
+	}
+	sum := sha256.Sum256(line)
+	hex.Encode(v.hexBuf[:], sum[:])
+	v.prev = string(v.hexBuf[:])
+	v.prevWhere = fmt.Sprintf("line %d", at.Line)
+	v.seq = r.Seq
+	v.rep.Lines++
+	v.rep.LastSeq = r.Seq
+	v.rep.Head = v.prev
+	return nil
+}
+
+// checkpoint checks a checkpoint record r (at at) against the chain and,
+// with a public key, its signature.
+func (v *verifier) checkpoint(at VerifyError, r *Record) error {
+	c := r.Checkpoint
+	if c.Head != r.Prev {
+		return at.because(ReasonBadCheckpoint, "head %.16s… does not match the chain's %.16s…", c.Head, r.Prev)
+	}
+	if c.Seq != r.Seq-1 {
+		return at.because(ReasonBadCheckpoint, "upto_seq %d, want %d", c.Seq, r.Seq-1)
+	}
+	if key := v.opts.PublicKey; key != nil {
+		if c.KeyID != v.wantKeyID {
+			return at.because(ReasonBadSignature, "signed by key_id %s, want %s (the given public key)", c.KeyID, v.wantKeyID)
+		}
+		sig, err := base64.StdEncoding.DecodeString(c.Signature)
+		if err != nil || !ed25519.Verify(key, CheckpointMessage(c.Seq, c.Head), sig) {
+			return at.because(ReasonBadSignature, "Ed25519 signature over seq %d does not verify with the given public key", c.Seq)
+		}
+		v.rep.SignedThrough = c.Seq
+		v.rep.Unsigned = 0
+		v.firstUnsig = nil
+	}
+	v.rep.Checkpoints++
+	if v.start != nil && v.rep.AnchorSeq == 0 {
+		v.rep.AnchorSeq = c.Seq
+	}
+	return nil
+}
+
+// end checks what only the whole chain shows: export gaps and a chain that
+// starts past seq 1 accounted for by retention records, and the unsigned
+// tail.
+func (v *verifier) end() error {
+	rep, signed := &v.rep, v.opts.PublicKey != nil
+	rep.PrunedThrough, rep.PrunedFiles = v.pruned.through, v.pruned.files
+	if err := v.gaps.check(&v.pruned, rep, signed); err != nil {
+		return err
+	}
+	if v.start != nil {
+		if err := v.start.check(&v.pruned, rep, signed); err != nil {
+			return err
+		}
+	}
+	switch {
+	case !signed:
 		rep.Unsigned = rep.Records
-	} else if opts.Complete && rep.Unsigned > 0 {
-		firstUnsig.Reason = ReasonUnsigned
-		firstUnsig.Detail = fmt.Sprintf("%d records from here on are not followed by a signed checkpoint, but a stopped writer ends every file with one: the file was cut short (or its writer crashed, or is still running)", rep.Unsigned)
-		return rep, firstUnsig
-	} else if opts.MaxUnsigned >= 0 && rep.Unsigned > opts.MaxUnsigned {
-		firstUnsig.Reason = ReasonUnsigned
-		firstUnsig.Detail = fmt.Sprintf("%d records from here on are not covered by a checkpoint signed with the given key (limit %d): the chain may have been rewritten without the key", rep.Unsigned, opts.MaxUnsigned)
-		return rep, firstUnsig
+	case v.opts.Complete && rep.Unsigned > 0:
+		return v.firstUnsig.because(ReasonUnsigned, "%d records from here on are not followed by a signed checkpoint, but a stopped writer ends every file with one: the file was cut short (or its writer crashed, or is still running)", rep.Unsigned)
+	case v.opts.MaxUnsigned >= 0 && rep.Unsigned > v.opts.MaxUnsigned:
+		return v.firstUnsig.because(ReasonUnsigned, "%d records from here on are not covered by a checkpoint signed with the given key (limit %d): the chain may have been rewritten without the key", rep.Unsigned, v.opts.MaxUnsigned)
 	}
-	return rep, nil
+	return nil
 }
 
 // checkShape checks the fields every line must carry.

@@ -309,16 +309,15 @@ func (d *Daemon) buildNetns() error {
 	return nil
 }
 
+// execLimits is the executor's form of the configured limits.
+func execLimits(c config.Limits) sandboxd.Limits {
+	return sandboxd.Limits{Memory: int64(c.Memory), CPUs: c.CPUs, Pids: int64(c.Pids), Timeout: time.Duration(c.Timeout), TmpSize: int64(c.TmpSize)}
+}
+
 // buildExecutor builds the executor from ec (tests set Exe and InitArgs) with
 // the configured limits.
 func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
-	ec.Limits = sandboxd.Limits{
-		Memory:  int64(cfg.Limits.Memory),
-		CPUs:    cfg.Limits.CPUs,
-		Pids:    int64(cfg.Limits.Pids),
-		Timeout: time.Duration(cfg.Limits.Timeout),
-		TmpSize: int64(cfg.Limits.TmpSize),
-	}
+	ec.Limits = execLimits(cfg.Limits)
 	if d.rootless != nil {
 		ec.Rootless = d.rootless
 		if ec.StateDir == "" {

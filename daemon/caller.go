@@ -106,16 +106,11 @@ func ListenAPI(path, group string) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("api.socket %s: another airlock is serving it", path)
-	}
-	_ = os.Remove(path)
 	// Until the chmod below the umask leaves the socket without group or
 	// other write permission, which connect needs.
-	ln, err := net.Listen("unix", path)
+	ln, err := listenUnix(path)
 	if err != nil {
-		return nil, fmt.Errorf("api.socket: %w", err)
+		return nil, err
 	}
 	mode := os.FileMode(0o600)
 	if gid >= 0 {
@@ -127,6 +122,21 @@ func ListenAPI(path, group string) (net.Listener, error) {
 	}
 	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
+		return nil, fmt.Errorf("api.socket: %w", err)
+	}
+	return ln, nil
+}
+
+// listenUnix listens on the unix socket path, replacing a file there that no
+// one serves; it refuses a socket another airlock still answers on.
+func listenUnix(path string) (net.Listener, error) {
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("api.socket %s: another airlock is serving it", path)
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
 		return nil, fmt.Errorf("api.socket: %w", err)
 	}
 	return ln, nil

@@ -145,8 +145,7 @@ func durationIn(field string, v config.Duration, lo, hi time.Duration, hiName st
 // absurd ones: more memory or tmpfs than the host has, more CPUs than it
 // has, over a million tasks, an exec timeout over a day.
 func (d *Daemon) resolveLimits(l api.Limits) (sandboxd.Limits, api.ResolvedLimits, *api.Error) {
-	c := d.cfg.Limits
-	lim := sandboxd.Limits{Memory: int64(c.Memory), CPUs: c.CPUs, Pids: int64(c.Pids), Timeout: time.Duration(c.Timeout), TmpSize: int64(c.TmpSize)}
+	lim := execLimits(d.cfg.Limits)
 	hb := d.host
 	if l.Memory != 0 {
 		if l.Memory < minMemory || (hb.memory > 0 && int64(l.Memory) > hb.memory) {

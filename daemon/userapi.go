@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
-	"time"
 )
 
 // ErrUnsafeDir is wrapped by CheckUserDir's and ListenUserAPI's errors when
@@ -58,14 +57,9 @@ func ListenUserAPI(path string, uid int) (net.Listener, error) {
 	if err := CheckUserDir(dir, uid); err != nil {
 		return nil, fmt.Errorf("api.socket: %w", err)
 	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("api.socket %s: another airlock is serving it", path)
-	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
+	ln, err := listenUnix(path)
 	if err != nil {
-		return nil, fmt.Errorf("api.socket: %w", err)
+		return nil, err
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()

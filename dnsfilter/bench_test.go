@@ -89,7 +89,7 @@ func startAirlock(b *testing.B) (addr string, auditFile string, w *audit.Writer)
 		Upstreams:  []string{up.addr},
 		AllowCIDRs: []string{"198.18.0.0/15"},
 		RateLimit:  1e9, RateBurst: 1 << 30, // the load is one sandbox at full speed
-		// One audit record per query, as the issue asks; the budget check still
+		// One audit record per query, the worst case; the budget check still
 		// runs on every query.
 		AuditRate: 1e9, AuditBurst: 1 << 30,
 	}, eng, pickAudit(w), nil)

@@ -1,8 +1,7 @@
 package dnsfilter
 
 import (
-	"github.com/airlock-dev/airlock/policy"
-
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/ipguard"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Defaults applied by New to zero-valued Config fields.
@@ -191,132 +191,13 @@ type compiled struct {
 	tlsConfig *tls.Config
 }
 
+// compile applies the defaults, validates, and parses what the filter
+// uses; the error names every bad field.
 func (c Config) compile() (*compiled, error) {
-	d := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	d(&c.MinTTL, DefaultMinTTL)
-	d(&c.MaxTTL, DefaultMaxTTL)
-	d(&c.Timeout, DefaultTimeout)
-	d(&c.PolicyTimeout, DefaultPolicyTimeout)
-	d(&c.UniqueWindow, DefaultUniqueWindow)
-	d(&c.AuditSummaryInterval, DefaultAuditSummaryInterval)
-	if c.AuditRate == 0 {
-		c.AuditRate = DefaultAuditRate
-	}
-	if c.AuditBurst == 0 {
-		c.AuditBurst = DefaultAuditBurst
-	}
-	if c.AuditTopNames == 0 {
-		c.AuditTopNames = DefaultAuditTopNames
-	}
-	if c.CacheSize == 0 {
-		c.CacheSize = DefaultCacheSize
-	}
-	if c.DecisionCacheSize == 0 {
-		c.DecisionCacheSize = DefaultDecisionCacheSize
-	}
-	if c.RateLimit == 0 {
-		c.RateLimit = DefaultRateLimit
-	}
-	if c.RateBurst == 0 {
-		c.RateBurst = DefaultRateBurst
-	}
-	if c.UniqueNames == 0 {
-		c.UniqueNames = DefaultUniqueNames
-	}
-	if c.LongLabel == 0 {
-		c.LongLabel = DefaultLongLabel
-	}
-	if c.Entropy == 0 {
-		c.Entropy = DefaultEntropy
-	}
-	if c.EntropyMinLen == 0 {
-		c.EntropyMinLen = DefaultEntropyMinLen
-	}
-	if c.MaxTCPConns == 0 {
-		c.MaxTCPConns = DefaultMaxTCPConns
-	}
-	if c.NameMemoPerSandbox == 0 {
-		c.NameMemoPerSandbox = DefaultNameMemoPerSandbox
-	}
-	if c.NameMemoTotal == 0 {
-		c.NameMemoTotal = DefaultNameMemoTotal
-	}
-	if c.PTRDomain == "" {
-		c.PTRDomain = DefaultPTRDomain
-	}
-	if c.BlockFlags == nil {
-		c.BlockFlags = DefaultBlockFlags()
-	}
-
-	var errs []error
+	c.applyDefaults()
+	errs := c.validate()
 	bad := func(field string, v any, want string) {
 		errs = append(errs, fmt.Errorf("dnsfilter: config: %s: invalid value %v, want %s", field, v, want))
-	}
-	if c.MinTTL < 0 {
-		bad("min_ttl", c.MinTTL, "a positive duration")
-	}
-	if c.MaxTTL < c.MinTTL {
-		bad("max_ttl", c.MaxTTL, "a duration >= min_ttl ("+c.MinTTL.String()+")")
-	}
-	if c.Timeout < 0 {
-		bad("timeout", c.Timeout, "a positive duration")
-	}
-	if c.PolicyTimeout < 0 {
-		bad("policy_timeout", c.PolicyTimeout, "a positive duration")
-	}
-	if c.UniqueWindow < 0 {
-		bad("unique_window", c.UniqueWindow, "a positive duration")
-	}
-	if c.CacheSize < 0 {
-		bad("cache_size", c.CacheSize, "a positive number of entries")
-	}
-	if c.RateLimit < 0 {
-		bad("rate_limit", c.RateLimit, "a positive number of queries per second")
-	}
-	if c.RateBurst < 0 {
-		bad("rate_burst", c.RateBurst, "a positive number of queries")
-	}
-	if c.AuditRate < 0 || math.IsNaN(c.AuditRate) || math.IsInf(c.AuditRate, 0) {
-		bad("audit_rate", c.AuditRate, "a positive number of records per second")
-	}
-	if c.AuditBurst < 0 {
-		bad("audit_burst", c.AuditBurst, "a positive number of records")
-	}
-	if c.AuditSummaryInterval < 0 {
-		bad("audit_summary_interval", c.AuditSummaryInterval, "a positive duration")
-	}
-	if c.AuditTopNames < 0 || c.AuditTopNames > MaxAuditTopNames {
-		bad("audit_top_names", c.AuditTopNames, "1.."+strconv.Itoa(MaxAuditTopNames)+" names")
-	}
-	if d, err := hostname.Normalize(c.PTRDomain); err != nil {
-		bad("ptr_domain", strconv.Quote(c.PTRDomain), "a host name such as airlock.internal")
-	} else {
-		c.PTRDomain = d
-	}
-	if c.MaxTCPConns < 0 {
-		bad("max_tcp_conns", c.MaxTCPConns, "a positive number of connections")
-	}
-	if c.NameMemoPerSandbox < 0 {
-		bad("name_memo_per_sandbox", c.NameMemoPerSandbox, "a positive number of addresses")
-	}
-	if c.NameMemoTotal < 0 {
-		bad("name_memo_total", c.NameMemoTotal, "a positive number of addresses")
-	}
-	if c.UniqueNames < 0 {
-		bad("unique_names", c.UniqueNames, "a positive number of names")
-	}
-	if c.LongLabel < 0 || c.LongLabel > 63 {
-		bad("long_label", c.LongLabel, "1..63 characters")
-	}
-	if c.Entropy < 0 || c.Entropy > 8 {
-		bad("entropy", c.Entropy, "0..8 bits per character")
-	}
-	if c.EntropyMinLen < 0 || c.EntropyMinLen > 63 {
-		bad("entropy_min_len", c.EntropyMinLen, "1..63 characters")
 	}
 	out := &compiled{block: map[string]bool{}}
 	for _, fl := range c.BlockFlags {
@@ -360,6 +241,76 @@ func (c Config) compile() (*compiled, error) {
 	}
 	out.Config = c
 	return out, nil
+}
+
+// applyDefaults replaces every zero field with its default.
+func (c *Config) applyDefaults() {
+	c.MinTTL = cmp.Or(c.MinTTL, DefaultMinTTL)
+	c.MaxTTL = cmp.Or(c.MaxTTL, DefaultMaxTTL)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.PolicyTimeout = cmp.Or(c.PolicyTimeout, DefaultPolicyTimeout)
+	c.UniqueWindow = cmp.Or(c.UniqueWindow, DefaultUniqueWindow)
+	c.AuditSummaryInterval = cmp.Or(c.AuditSummaryInterval, DefaultAuditSummaryInterval)
+	c.AuditRate = cmp.Or(c.AuditRate, DefaultAuditRate)
+	c.AuditBurst = cmp.Or(c.AuditBurst, DefaultAuditBurst)
+	c.AuditTopNames = cmp.Or(c.AuditTopNames, DefaultAuditTopNames)
+	c.CacheSize = cmp.Or(c.CacheSize, DefaultCacheSize)
+	c.DecisionCacheSize = cmp.Or(c.DecisionCacheSize, DefaultDecisionCacheSize)
+	c.RateLimit = cmp.Or(c.RateLimit, DefaultRateLimit)
+	c.RateBurst = cmp.Or(c.RateBurst, DefaultRateBurst)
+	c.UniqueNames = cmp.Or(c.UniqueNames, DefaultUniqueNames)
+	c.LongLabel = cmp.Or(c.LongLabel, DefaultLongLabel)
+	c.Entropy = cmp.Or(c.Entropy, DefaultEntropy)
+	c.EntropyMinLen = cmp.Or(c.EntropyMinLen, DefaultEntropyMinLen)
+	c.MaxTCPConns = cmp.Or(c.MaxTCPConns, DefaultMaxTCPConns)
+	c.NameMemoPerSandbox = cmp.Or(c.NameMemoPerSandbox, DefaultNameMemoPerSandbox)
+	c.NameMemoTotal = cmp.Or(c.NameMemoTotal, DefaultNameMemoTotal)
+	c.PTRDomain = cmp.Or(c.PTRDomain, DefaultPTRDomain)
+	if c.BlockFlags == nil {
+		c.BlockFlags = DefaultBlockFlags()
+	}
+}
+
+// validate checks the bounds of the numbers and the PTR domain (which it
+// normalizes), one error per bad field.
+func (c *Config) validate() []error {
+	var errs []error
+	for _, f := range []struct {
+		field string
+		bad   bool
+		v     any
+		want  string
+	}{
+		{"min_ttl", c.MinTTL < 0, c.MinTTL, "a positive duration"},
+		{"max_ttl", c.MaxTTL < c.MinTTL, c.MaxTTL, "a duration >= min_ttl (" + c.MinTTL.String() + ")"},
+		{"timeout", c.Timeout < 0, c.Timeout, "a positive duration"},
+		{"policy_timeout", c.PolicyTimeout < 0, c.PolicyTimeout, "a positive duration"},
+		{"unique_window", c.UniqueWindow < 0, c.UniqueWindow, "a positive duration"},
+		{"cache_size", c.CacheSize < 0, c.CacheSize, "a positive number of entries"},
+		{"rate_limit", c.RateLimit < 0, c.RateLimit, "a positive number of queries per second"},
+		{"rate_burst", c.RateBurst < 0, c.RateBurst, "a positive number of queries"},
+		{"audit_rate", c.AuditRate < 0 || math.IsNaN(c.AuditRate) || math.IsInf(c.AuditRate, 0), c.AuditRate, "a positive number of records per second"},
+		{"audit_burst", c.AuditBurst < 0, c.AuditBurst, "a positive number of records"},
+		{"audit_summary_interval", c.AuditSummaryInterval < 0, c.AuditSummaryInterval, "a positive duration"},
+		{"audit_top_names", c.AuditTopNames < 0 || c.AuditTopNames > MaxAuditTopNames, c.AuditTopNames, "1.." + strconv.Itoa(MaxAuditTopNames) + " names"},
+		{"max_tcp_conns", c.MaxTCPConns < 0, c.MaxTCPConns, "a positive number of connections"},
+		{"name_memo_per_sandbox", c.NameMemoPerSandbox < 0, c.NameMemoPerSandbox, "a positive number of addresses"},
+		{"name_memo_total", c.NameMemoTotal < 0, c.NameMemoTotal, "a positive number of addresses"},
+		{"unique_names", c.UniqueNames < 0, c.UniqueNames, "a positive number of names"},
+		{"long_label", c.LongLabel < 0 || c.LongLabel > 63, c.LongLabel, "1..63 characters"},
+		{"entropy", c.Entropy < 0 || c.Entropy > 8, c.Entropy, "0..8 bits per character"},
+		{"entropy_min_len", c.EntropyMinLen < 0 || c.EntropyMinLen > 63, c.EntropyMinLen, "1..63 characters"},
+	} {
+		if f.bad {
+			errs = append(errs, fmt.Errorf("dnsfilter: config: %s: invalid value %v, want %s", f.field, f.v, f.want))
+		}
+	}
+	if d, err := hostname.Normalize(c.PTRDomain); err != nil {
+		errs = append(errs, fmt.Errorf("dnsfilter: config: ptr_domain: invalid value %s, want a host name such as airlock.internal", strconv.Quote(c.PTRDomain)))
+	} else {
+		c.PTRDomain = d
+	}
+	return errs
 }
 
 func parseUpstream(s string) (upstreamSpec, error) {

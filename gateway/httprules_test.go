@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// The security engineer's policy of issue 24 (GET api.github.com/repos/acme/*,
+// A security engineer's method-and-path policy (GET api.github.com/repos/acme/*,
 // POST api.openai.com/v1/chat/completions, nothing else), run through a real
 // gateway with the real engine and two fake TLS origins on loopback, in its
 // two forms: the http_allow table (policies/examples/http-allow-table) and the

@@ -34,7 +34,7 @@ func realInspector(t testing.TB) Inspector {
 // TestInspectRealScannerTransports runs package inspect's real detectors
 // through a real gateway (every destination allowed and intercepted by a
 // team policy, the library's content rules on top) against a fake origin
-// that witnesses what arrives: each attack of issue 25 on each transport is
+// that witnesses what arrives: each exfiltration attack on each transport is
 // refused and the origin never sees its secret; realistic benign traffic
 // passes. It prints the block rate on attacks and the false-positive rate
 // on benign traffic.

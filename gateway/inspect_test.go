@@ -169,7 +169,7 @@ func withInspector(in Inspector, maxBody int64) harnessOpt {
 	return func(c *Config) { c.Inspector, c.InspectMaxBody = in, maxBody }
 }
 
-// The attacks of issue 25 on plain HTTP through an allowed destination, with
+// The exfiltration attacks on plain HTTP through an allowed destination, with
 // a team policy that allows every destination: each carries a credential or
 // a canary somewhere a request carries data in the clear. Every one is
 // refused with the content reason, its record names the detector and place

@@ -329,23 +329,10 @@ func attachSysctls(links []string) []sysctl {
 }
 
 // writeSysctls writes each setting inside ns. A missing net/ipv6 tree means the
-// kernel has no IPv6, which is what disable_ipv6 wants, so those are skipped.
+// kernel has no IPv6, which is what disable_ipv6 wants, so those are skipped
+// (applySysctls).
 func writeSysctls(ns vnetns.NsHandle, set []sysctl) error {
-	return inNS(ns, func() error {
-		for _, s := range set {
-			p, err := sysctlPath(s.Key)
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(p, []byte(s.Value), 0o644); err != nil {
-				if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(s.Key, "net/ipv6/") {
-					continue
-				}
-				return fmt.Errorf("write sysctl %s=%s: %w", s.Key, s.Value, err)
-			}
-		}
-		return nil
-	})
+	return inNS(ns, func() error { return applySysctls(set) })
 }
 
 // readSysctls returns the current values of the keys of set inside ns, skipping

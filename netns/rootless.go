@@ -95,13 +95,13 @@ func BuildIsland(spec []byte) ([]*os.File, error) {
 	if err := configureIsland(vnetns.None(), cfg.islandAddr(), true); err != nil {
 		return nil, err
 	}
-	if err := writeIslandSysctls(islandSysctls); err != nil {
+	if err := applySysctls(islandSysctls); err != nil {
 		return nil, err
 	}
 	if err := restoreHere(s.Restore, s.Backend, s.Rules); err != nil {
 		return nil, fmt.Errorf("install rules: %w", err)
 	}
-	if err := writeIslandSysctls(islandConntrackSysctls); err != nil {
+	if err := applySysctls(islandConntrackSysctls); err != nil {
 		return nil, err
 	}
 	ls, nl, err := listenHere("the sandbox's island", cfg)
@@ -133,8 +133,9 @@ func BuildIsland(spec []byte) ([]*os.File, error) {
 	return append(files, os.NewFile(uintptr(fd), "nflog")), nil
 }
 
-// writeIslandSysctls writes set in the calling process's namespace.
-func writeIslandSysctls(set []sysctl) error {
+// applySysctls writes set in the calling thread's namespace (an island's
+// init, or writeSysctls inside a namespace); a missing net/ipv6 tree is skipped.
+func applySysctls(set []sysctl) error {
 	for _, s := range set {
 		p, err := sysctlPath(s.Key)
 		if err != nil {

@@ -63,7 +63,7 @@ git_host if input.destination.host == "pkgs.corp.example"
 		allowed bool
 		reasons string
 	}{
-		// Item 2: ports.
+		// Ports.
 		{"registry other port connect", def, portIn(KindConnect, "pypi.org", 4444), false, "port_not_allowed"},
 		{"registry other port tls", def, portIn(KindTLS, "pypi.org", 4444), false, "port_not_allowed"},
 		{"registry ssh port tls", def, portIn(KindTLS, "github.com", 22), false, "port_not_allowed"},
@@ -86,7 +86,7 @@ git_host if input.destination.host == "pkgs.corp.example"
 		{"allow ipv6 not 443", allow, portIn(KindTCP, "2001:db8::1", 443), false, "default_deny"},
 		{"user rule names a port", user, portIn(KindTCP, "10.0.0.53", 5353), true, ""},
 
-		// Item 4 (policy part): DNS ports.
+		// DNS ports (the policy's part).
 		{"registry dns port connect", def, portIn(KindConnect, "pypi.org", 53), false, "dns_port"},
 		{"registry dot port tls", def, portIn(KindTLS, "pypi.org", 853), false, "dns_port"},
 		{"registry dns port http", def, httpAt("GET", "pypi.org", 53, "/"), false, "dns_port"},
@@ -96,7 +96,7 @@ git_host if input.destination.host == "pkgs.corp.example"
 		{"allow host:53 not 853", allow, portIn(KindTCP, "resolver.example", 853), false, "dns_port"},
 		{"user rule with dns_port_optin", user, portIn(KindTCP, "10.0.0.53", 53), true, "dns_port_optin"},
 
-		// Item 3: read-only means read-only.
+		// Read-only means read-only.
 		{"git fetch on pypi", def, httpIn("POST", "pypi.org", "/o/r.git/git-upload-pack"), false, "git_fetch_not_git_host"},
 		{"git fetch on npm", def, httpIn("POST", "registry.npmjs.org", "/x/git-upload-pack"), false, "git_fetch_not_git_host"},
 		{"git fetch on github", def, httpIn("POST", "github.com", "/o/r.git/git-upload-pack"), true, ""},

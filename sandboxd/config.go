@@ -212,38 +212,15 @@ type Spec struct {
 	// Labels are copied nowhere but the audit record's sandbox id; reserved.
 }
 
-// Result is how a run ended.
+// Result is how a run ended: its command's ExecResult (ExitStatus included),
+// where ID is the sandbox's and Wall, CPU, PeakMemory and OOMKilled are the
+// whole cgroup's (CPU user+system, PeakMemory in bytes), and what only a run
+// knows.
 type Result struct {
-	ID           string
-	ExitCode     int  // valid when Signal is 0
-	Signal       int  // the signal that ended the command, 0 if it exited
-	TimedOut     bool // the wall-clock limit passed and the tree was killed
-	OOMKilled    bool // the cgroup's OOM-kill counter moved
-	PidsLimitHit bool // the cgroup refused a fork at pids.max
-	Wall         time.Duration
-	CPU          time.Duration // user+system of the whole cgroup
-	PeakMemory   int64         // bytes
-	StdoutBytes  int64         // bytes the command wrote, including any discarded
-	StderrBytes  int64
-	Truncated    bool // either stream exceeded OutputCap
-	Stdout       []byte
-	Stderr       []byte
+	ExecResult
+	PidsLimitHit bool          // the cgroup refused a fork at pids.max
 	UID          int           // the sandbox's uid (and gid)
 	StartLatency time.Duration // create-to-exec: Run called until the command's execve succeeded
-}
-
-// ExitStatus maps a result to a shell-style status for `airlock run`: 124 on
-// timeout, 137 on OOM kill, 128+n on signal n, else the command's exit code.
-func (r *Result) ExitStatus() int {
-	switch {
-	case r.TimedOut:
-		return 124
-	case r.OOMKilled:
-		return 137
-	case r.Signal != 0:
-		return 128 + r.Signal
-	}
-	return r.ExitCode
 }
 
 func (c *Config) applyDefaults() {

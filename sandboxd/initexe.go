@@ -13,14 +13,14 @@ import (
 )
 
 // The init binary: each sandbox's init (and the files stage it starts) is
-// cmd/airlock-init, a binary that links this package and the standard
-// library only, when one from the same build lies beside the running
-// executable. Starting it costs about 3 ms where re-executing the airlock
-// binary costs 15-20 ms (a 39 MB image and ~280 package initializers, the
-// gateway's, OPA's, the exporters'). The executor opens it once (New) and
-// executes that open file through /proc/self/fd, so replacing the file on
-// disk later changes nothing for a running executor. Without a usable one
-// it re-executes its own binary with DefaultInitArgs, as before.
+// cmd/airlock-init, a binary that links this package, netns (a rootless
+// island) and the standard library, when one from the same build lies beside
+// the running executable. Starting it costs about 2 ms where re-executing
+// airlock-core costs about 10 ms (a 41 MB image and ~290 package
+// initializers, the gateway's, OPA's, the exporters'). The executor opens it
+// once (New) and executes that open file through /proc/self/fd, so replacing
+// the file on disk later changes nothing for a running executor. Without a
+// usable one it re-executes its own binary with DefaultInitArgs.
 
 // InitBinary is the init binary's file name, looked for beside the running
 // executable.

@@ -399,8 +399,15 @@ func (p *Process) conclude(err error) {
 
 // auditEnd writes the exec's end record.
 func (p *Process) auditEnd() {
-	r := p.res
-	x := &audit.Exec{Phase: "end", TimedOut: r.TimedOut, OOMKilled: r.OOMKilled,
+	if err := p.s.e.log.Log(endRecord(p.recordID("end"), p.sandboxID, p.res, false, p.err)); err != nil {
+		p.s.lg.Error("audit end record refused", jobKey, p.j.id, oplog.ErrorKey, err)
+	}
+}
+
+// endRecord is the end record of an exec or a run (id, of sandbox) that
+// ended with r, or failed with err.
+func endRecord(id, sandbox string, r *ExecResult, pidsHit bool, err error) *audit.Record {
+	x := &audit.Exec{Phase: "end", TimedOut: r.TimedOut, OOMKilled: r.OOMKilled, PidsLimit: pidsHit,
 		WallMS: float64(r.Wall) / 1e6, CPUMS: float64(r.CPU) / 1e6, PeakMemory: r.PeakMemory,
 		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, Truncated: r.Truncated}
 	if r.Signal != 0 {
@@ -409,14 +416,12 @@ func (p *Process) auditEnd() {
 		code := r.ExitCode
 		x.ExitCode = &code
 	}
-	rec := &audit.Record{ID: p.recordID("end"), Sandbox: p.sandboxID, Kind: audit.KindExec, Decision: audit.DecisionAllow, Exec: x}
-	if p.err != nil {
+	rec := &audit.Record{ID: id, Sandbox: sandbox, Kind: audit.KindExec, Decision: audit.DecisionAllow, Exec: x}
+	if err != nil {
 		rec.Decision = audit.DecisionError
-		rec.Error = p.err.Error()
+		rec.Error = err.Error()
 	}
-	if err := p.s.e.log.Log(rec); err != nil {
-		p.s.lg.Error("audit end record refused", jobKey, p.j.id, oplog.ErrorKey, err)
-	}
+	return rec
 }
 
 // signalJob asks init to send sig to a job's process group.

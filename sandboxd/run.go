@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/oplog"
@@ -42,7 +39,7 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 		return nil, err
 	}
 	id := sb.ID()
-	res := &Result{ID: id, UID: sb.UID()}
+	res := &Result{ExecResult: ExecResult{ID: id}, UID: sb.UID()}
 	lg := e.lg.With(oplog.SandboxKey, id, uidKey, res.UID)
 	if err := e.log.Log(&audit.Record{ID: id + "/start", Sandbox: id, Kind: audit.KindExec, Decision: audit.DecisionAllow,
 		Exec: &audit.Exec{Phase: "start", Argv: spec.Argv}}); err != nil {
@@ -92,9 +89,9 @@ func (e *Executor) runOnce(ctx context.Context, t0 time.Time, sb *Sandbox, spec 
 		res.StartLatency = p.started.Sub(t0)
 		lg.Info("sandbox started", "create_to_exec", res.StartLatency)
 	}
-	res.ExitCode, res.Signal, res.TimedOut = xr.ExitCode, xr.Signal, xr.TimedOut
-	res.Stdout, res.StdoutBytes, res.Stderr, res.StderrBytes = xr.Stdout, xr.StdoutBytes, xr.Stderr, xr.StderrBytes
-	res.Truncated = xr.Truncated
+	id := res.ID
+	res.ExecResult = *xr // Run sets the cgroup's Wall, CPU, PeakMemory and OOMKilled after
+	res.ID = id
 	return err
 }
 
@@ -105,21 +102,7 @@ func (e *Executor) destroyRun(sb *Sandbox, lg *slog.Logger) {
 }
 
 func (e *Executor) auditEnd(id string, r *Result, runErr error) {
-	x := &audit.Exec{Phase: "end", TimedOut: r.TimedOut, OOMKilled: r.OOMKilled, PidsLimit: r.PidsLimitHit,
-		WallMS: float64(r.Wall) / 1e6, CPUMS: float64(r.CPU) / 1e6, PeakMemory: r.PeakMemory,
-		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, Truncated: r.Truncated}
-	if r.Signal != 0 {
-		x.Signal = unix.SignalName(syscall.Signal(r.Signal))
-	} else {
-		code := r.ExitCode
-		x.ExitCode = &code
-	}
-	rec := &audit.Record{ID: id + "/end", Sandbox: id, Kind: audit.KindExec, Decision: audit.DecisionAllow, Exec: x}
-	if runErr != nil {
-		rec.Decision = audit.DecisionError
-		rec.Error = runErr.Error()
-	}
-	if err := e.log.Log(rec); err != nil {
+	if err := e.log.Log(endRecord(id+"/end", id, &r.ExecResult, r.PidsLimitHit, runErr)); err != nil {
 		e.lg.Error("audit end record refused", oplog.SandboxKey, id, oplog.ErrorKey, err)
 	}
 }

@@ -174,13 +174,13 @@ func TestConfigValidation(t *testing.T) {
 
 func TestExitStatus(t *testing.T) {
 	cases := []struct {
-		r    Result
+		r    ExecResult
 		want int
 	}{
-		{Result{ExitCode: 3}, 3},
-		{Result{Signal: 15}, 143},
-		{Result{Signal: 9, OOMKilled: true}, 137},
-		{Result{Signal: 9, TimedOut: true, OOMKilled: true}, 124},
+		{ExecResult{ExitCode: 3}, 3},
+		{ExecResult{Signal: 15}, 143},
+		{ExecResult{Signal: 9, OOMKilled: true}, 137},
+		{ExecResult{Signal: 9, TimedOut: true, OOMKilled: true}, 124},
 	}
 	for _, tc := range cases {
 		if got := tc.r.ExitStatus(); got != tc.want {

@@ -116,50 +116,18 @@ type awsCreds struct {
 
 // assumeCache holds temporary credentials per binding and sandbox, and makes
 // one AssumeRole call at a time per key.
-type assumeCache struct {
-	mu sync.Mutex
-	m  map[assumeKey]*assumeEntry
-}
-
-type assumeKey struct {
-	binding int
-	sandbox string
-}
+type assumeCache = mintCache[assumeEntry]
 
 type assumeEntry struct {
 	mu    sync.Mutex // held during a call
 	creds *awsCreds
 }
 
-func (c *assumeCache) entry(k assumeKey) *assumeEntry {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[assumeKey]*assumeEntry{}
-	}
-	e := c.m[k]
-	if e == nil {
-		e = &assumeEntry{}
-		c.m[k] = e
-	}
-	return e
-}
-
-func (c *assumeCache) forget(sandbox string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k := range c.m {
-		if k.sandbox == sandbox {
-			delete(c.m, k)
-		}
-	}
-}
-
 // assumed returns the sandbox's temporary credentials for b, calling
 // AssumeRole with the long-term ones when there are none or they expire
 // within AssumeRefreshBefore.
 func (in *Injector) assumed(ctx context.Context, sb Sandbox, b *binding, long awsCreds) (*awsCreds, error) {
-	e := in.assume.entry(assumeKey{b.index, sb.ID})
+	e := in.assume.entry(tokenKey{b.index, sb.ID})
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if c := e.creds; c != nil && in.now().Add(AssumeRefreshBefore).Before(c.expires) {

@@ -255,7 +255,7 @@ func (in *Injector) placeholder(sandbox, secretID string) (string, error) {
 // Forget drops a sandbox's placeholders when it ends; they are then denied as
 // unknown wherever they appear.
 func (in *Injector) Forget(sandboxID string) {
-	in.assume.forget(sandboxID)
+	in.assume.take(sandboxID) // its AWS sessions: dropped, they cannot be revoked
 	in.revokeMinted(sandboxID)
 	in.mu.Lock()
 	defer in.mu.Unlock()

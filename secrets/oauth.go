@@ -152,51 +152,12 @@ type oauthToken struct {
 
 // oauthCache holds each binding's current token; one mint at a time per
 // binding.
-type oauthCache struct {
-	mu sync.Mutex
-	m  map[tokenKey]*oauthEntry
-}
-
-// tokenKey: a binding's token, per sandbox for per-sandbox tokens (GitHub
-// App installation tokens, oauth.per_sandbox); sandbox "" for one shared by
-// the binding.
-type tokenKey struct {
-	binding int
-	sandbox string
-}
+type oauthCache = mintCache[oauthEntry]
 
 type oauthEntry struct {
 	mu      sync.Mutex
 	tok     *oauthToken
 	refresh string // a rotated refresh token the endpoint handed back
-}
-
-func (c *oauthCache) entry(k tokenKey) *oauthEntry {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[tokenKey]*oauthEntry{}
-	}
-	e := c.m[k]
-	if e == nil {
-		e = &oauthEntry{}
-		c.m[k] = e
-	}
-	return e
-}
-
-// take removes and returns a sandbox's per-sandbox entries.
-func (c *oauthCache) take(sandbox string) map[tokenKey]*oauthEntry {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[tokenKey]*oauthEntry{}
-	for k, e := range c.m {
-		if k.sandbox == sandbox && sandbox != "" {
-			out[k] = e
-			delete(c.m, k)
-		}
-	}
-	return out
 }
 
 // tokenKey is where b's token for sb is cached.

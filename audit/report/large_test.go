@@ -14,7 +14,7 @@ import (
 )
 
 // envLarge gates the million-record run: the number of records (1000000 for
-// the bar). It is not part of the unit run.
+// the bar below). It is not part of the unit run.
 const envLarge = "AIRLOCK_REPORT_LARGE"
 
 // The bars a log of 1,000,000 records must stay under.
@@ -25,7 +25,7 @@ const (
 
 // TestReportLargeLog renders the report of a generated log of
 // $AIRLOCK_REPORT_LARGE records (signed, verified with the key) and checks the
-// page stays under 5 MB and, for the bar, under 30 s. Run:
+// page stays under 5 MB and, for 1,000,000 records, under 30 s. Run:
 // AIRLOCK_REPORT_LARGE=1000000 go test -run TestReportLargeLog -v ./audit/report/
 func TestReportLargeLog(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv(envLarge))

@@ -1,9 +1,9 @@
 // Command airlock-init is the sandbox's init (PID 1 of its namespaces) and the
 // files stage init starts, as a binary of its own: it links sandboxd, netns
-// (a rootless init builds its island with netns.BuildIsland) and the standard
-// library only, so a sandbox start pays about a hundred package initializers
-// and an 8 MB image instead of the airlock binary's ~290 (the gateway, OPA,
-// OCI, Prometheus, OpenTelemetry) and 56 MB. It is not for
+// (a rootless init builds its island with netns.BuildIsland), the small
+// leaves they use and the standard library, so a sandbox start pays about a
+// hundred package initializers and a 5 MB image instead of airlock-core's
+// ~290 (the gateway, OPA, OCI, Prometheus, OpenTelemetry) and 41 MB. It is not for
 // people: it refuses to run unless the executor's stage marker is set, and
 // its configuration arrives on fd 3.
 //
