@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -94,7 +98,17 @@ type userDaemon struct {
 	uid           int
 	cfgHome, sock string
 	cmd           *exec.Cmd
+	mu            sync.Mutex // guards stderr, written by serve's pipe
 	stderr        *bytes.Buffer
+}
+
+// lockedWriter writes to d.stderr under d.mu.
+type lockedWriter struct{ d *userDaemon }
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.d.mu.Lock()
+	defer l.d.mu.Unlock()
+	return l.d.stderr.Write(p)
 }
 
 // userEnv is the environment a login of the user would give, with the
@@ -131,7 +145,7 @@ func startUserDaemon(t *testing.T, e *rootlessEnv) *userDaemon {
 	// still names but no longer holds (a dropped *os.File's finalizer
 	// closing it) breaks the second create at once instead of now and then.
 	d.cmd = d.asUser(context.Background(), []string{e.bin, "serve", "--user"}, "GOGC=1")
-	d.cmd.Stderr = d.stderr
+	d.cmd.Stderr = lockedWriter{d}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,13 +160,47 @@ func startUserDaemon(t *testing.T, e *rootlessEnv) *userDaemon {
 			<-done
 			t.Errorf("serve --user did not stop in 60s on SIGTERM")
 		}
-		t.Logf("serve --user's log:\n%s", d.stderr.String())
+		t.Logf("serve --user's log:\n%s", d.log())
 	})
-	poll.Until(t, 30*time.Second, "serve --user's socket at "+d.sock, func() bool {
+	// The socket file appears at bind, before its mode is set and before
+	// serve accepts on it: wait for serve's own word that it serves.
+	poll.Until(t, 30*time.Second, "serve --user serving at "+d.sock, func() bool {
 		fi, err := os.Stat(d.sock)
-		return err == nil && fi.Mode()&os.ModeSocket != 0
+		return err == nil && fi.Mode()&os.ModeSocket != 0 && strings.Contains(d.log(), "msg=serving socket="+d.sock)
 	})
 	return d
+}
+
+// metric reads one unlabelled sample from the daemon's metrics listener, a
+// free loopback port its log names (-1 when not there yet).
+func (d *userDaemon) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`metrics=(127\.0\.0\.1:[0-9]+)`).FindStringSubmatch(d.log())
+	if m == nil {
+		return -1
+	}
+	resp, err := http.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+// log is serve's stderr so far.
+func (d *userDaemon) log() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stderr.String()
 }
 
 // TestRootServeUser: `airlock serve --user` run by an unprivileged user
@@ -188,12 +236,16 @@ func TestRootServeUser(t *testing.T) {
 		t.Errorf("root's health call: got %v (code %q), want %q", err, code, api.CodeForbidden)
 	}
 	// Another unprivileged user cannot even connect.
-	other := *d
-	other.uid = d.uid + 1
+	other := &userDaemon{e: e, uid: d.uid + 1, cfgHome: d.cfgHome}
 	out, err := other.asUser(ctx, []string{"/usr/bin/curl", "-sS", "--unix-socket", d.sock, "http://local/v1/health"}).CombinedOutput()
 	if err == nil || strings.Contains(string(out), `"ok"`) {
 		t.Errorf("uid %d reached the daemon: %v\n%s", other.uid, err, out)
 	}
+
+	// The warm pool fills with rootless sandboxes before anyone asks.
+	poll.Until(t, 60*time.Second, "serve --user's warm pool", func() bool {
+		return d.metric(t, "airlock_sandbox_pool_depth") > 0
+	})
 
 	pypiBefore, evilBefore := snap(w.pypi), snap(w.evil)
 	t.Run("go client", func(t *testing.T) {
@@ -252,6 +304,9 @@ print("exit=%d" % r.result.exit_code)
 	}
 	if de := snap(w.evil).sub(evilBefore); de.conns != 0 || de.requests != 0 {
 		t.Errorf("evil.example: got %d connections, %d requests, want none", de.conns, de.requests)
+	}
+	if n := d.metric(t, "airlock_sandboxes_from_pool_total"); n < 1 {
+		t.Errorf("airlock_sandboxes_from_pool_total: got %v, want the Go client's sandbox from the pool", n)
 	}
 	recs := readRootlessLog(t, e.audit)
 	mustFind(t, recs, match{kind: audit.KindConnect, decision: audit.DecisionAllow, host: "pypi.org"})
