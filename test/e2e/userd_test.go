@@ -316,3 +316,111 @@ print("exit=%d" % r.result.exit_code)
 		t.Errorf("audit verify: %v\n%s", err, out)
 	}
 }
+
+// TestRootServeUserGuardUnreachable: a sandbox serve --user took from its
+// warm pool (an init prepared before anyone asked, its island built then)
+// cannot reach the daemon that guards it, as TestRootRootlessGuardUnreachable
+// shows for a fresh `airlock run` sandbox: signalling, ptrace, the daemon's
+// memory, environment and namespaces, and its files (the minted CA key, the
+// audit signing key) all fail from inside. The same attacks, as the same
+// user from outside against an unprotected process of the user, succeed,
+// so each refusal is the sandbox's doing. The daemon's directories are
+// outside /tmp (the sandbox's own tmpfs), so it is their masks that hide
+// the files.
+func TestRootServeUserGuardUnreachable(t *testing.T) {
+	e := newRootlessEnv(t)
+	base, err := os.MkdirTemp("/var/tmp", "alk-userd-guard-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.runtime, e.state, e.audit = filepath.Join(base, "xdg-run"), filepath.Join(base, "state"), filepath.Join(base, "audit", "audit.jsonl")
+	for _, dir := range []string{e.runtime, e.state, filepath.Dir(e.audit)} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, rootlessUID, rootlessUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(e.config)
+	if err := os.WriteFile(e.config, bytes.Replace(b, []byte(filepath.Join(e.dir, "audit", "audit.jsonl")), []byte(e.audit), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	attacker := filepath.Join(e.dir, "attack.py")
+	if err := os.WriteFile(attacker, []byte(guardAttacks), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startUserDaemon(t, e)
+	gw := d.cmd.Process.Pid // the front executes airlock-core in place
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	keys, _ := filepath.Glob(filepath.Join(e.state, "airlock", "*", "ca", "*.key"))
+	if len(keys) != 1 {
+		all, _ := exec.Command("find", base).CombinedOutput()
+		t.Fatalf("the daemon's minted CA key: got %q, want one\n%s", keys, all)
+	}
+	caKey, auditKey := keys[0], e.audit+".key"
+	poll.Until(t, 60*time.Second, "serve --user's warm pool", func() bool {
+		return d.metric(t, "airlock_sandbox_pool_depth") > 0
+	})
+	pooledBefore := d.metric(t, "airlock_sandboxes_from_pool_total")
+
+	// Outside the sandbox, as the same user: a process in user, network and
+	// mount namespaces of its own, as a sandbox's init is, falls to every
+	// attack, and the key files are readable.
+	decoy := d.asUser(ctx, []string{"/usr/bin/unshare", "-Urnm", "sleep", "60"})
+	if err := decoy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = decoy.Process.Kill(); _ = decoy.Wait() }()
+	time.Sleep(200 * time.Millisecond) // unshare has executed sleep
+	ctl, err := d.asUser(ctx, []string{"/usr/bin/python3", attacker, fmt.Sprint(decoy.Process.Pid), caKey, auditKey}).CombinedOutput()
+	if err != nil {
+		t.Fatalf("control attacker: %v\n%s", err, ctl)
+	}
+	cm := kv(string(ctl))
+	for _, k := range []string{"ptrace", "mem", "environ", "setns", "file0", "file1", "kill"} {
+		if cm[k] != "ok" {
+			t.Errorf("control: %s against an unprotected process: got %q, want ok (the test proves nothing)\n%s", k, cm[k], ctl)
+		}
+	}
+
+	// Inside a pooled sandbox, through the API.
+	pyDir := filepath.Join(e.dir, "python")
+	if out, err := exec.Command("cp", "-r", "../../clients/python", pyDir).CombinedOutput(); err != nil {
+		t.Fatalf("copy the Python client: %v\n%s", err, out)
+	}
+	script := `
+import sys, airlock_client as a
+c = a.Client()
+r = c.run(["python3", "-c", open(sys.argv[1]).read()] + sys.argv[2:])
+print(r.stdout, end="")
+print("exit=%d" % r.result.exit_code)
+`
+	out, err := d.asUser(ctx, []string{"/usr/bin/python3", "-c", script, attacker, fmt.Sprint(gw), caKey, auditKey},
+		"PYTHONPATH="+pyDir, "PYTHONDONTWRITEBYTECODE=1").CombinedOutput()
+	t.Logf("a pooled serve --user sandbox attacking its daemon\n%s", out)
+	if err != nil {
+		t.Fatalf("the Python client as uid %d: %v", d.uid, err)
+	}
+	if err := d.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the daemon: %v (the sandbox killed it?)", err)
+	}
+	m := kv(string(out))
+	for k, want := range map[string]string{
+		"ptrace": "EPERM", "mem": "ENOENT", "environ": "ENOENT", "setns": "ENOENT",
+		"file0": "ENOENT", "file1": "ENOENT", "kill": "ESRCH", "exit": "0",
+	} {
+		if m[k] != want {
+			t.Errorf("%s from the pooled sandbox: got %q, want %q", k, m[k], want)
+		}
+	}
+	if n := d.metric(t, "airlock_sandboxes_from_pool_total"); n != pooledBefore+1 {
+		t.Errorf("airlock_sandboxes_from_pool_total: got %v, want %v (the attacking sandbox came from the pool)", n, pooledBefore+1)
+	}
+}
