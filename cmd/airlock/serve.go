@@ -168,7 +168,9 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 			return err
 		}
 		missing := rootlessCgroup(r)
-		opts.Rootless = r
+		// As airlock run: what the delegation lacks is not bounded (the
+		// notice says so), not a reason to refuse to start.
+		opts.Rootless, opts.Executor = r, &sandboxd.Config{AllowMissingControllers: missing}
 		rootlessNotice(cmd.ErrOrStderr(), r, missing)
 	}
 	d, err := daemon.New(ctx, opts)

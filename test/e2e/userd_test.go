@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -130,8 +131,9 @@ func (d *userDaemon) asUser(ctx context.Context, argv []string, env ...string) *
 
 // startUserDaemon starts `airlock serve --user` as the user with the rootless
 // env's config as its XDG config file, and waits for its socket. It is
-// stopped with SIGTERM at cleanup.
-func startUserDaemon(t *testing.T, e *rootlessEnv) *userDaemon {
+// stopped with SIGTERM at cleanup. With a cgroup (a directory of the cgroup2
+// mount), the daemon is born in it.
+func startUserDaemon(t *testing.T, e *rootlessEnv, cgroup ...string) *userDaemon {
 	t.Helper()
 	d := &userDaemon{e: e, uid: rootlessUID, cfgHome: filepath.Join(e.dir, "xdg-config"), stderr: &bytes.Buffer{}}
 	d.sock = filepath.Join(e.runtime, "airlock", "airlock.sock")
@@ -146,6 +148,16 @@ func startUserDaemon(t *testing.T, e *rootlessEnv) *userDaemon {
 	// closing it) breaks the second create at once instead of now and then.
 	d.cmd = d.asUser(context.Background(), []string{e.bin, "serve", "--user"}, "GOGC=1")
 	d.cmd.Stderr = lockedWriter{d}
+	if len(cgroup) == 1 {
+		// Moved by this root process as it clones (the user may not move
+		// a process out of the root cgroup: not a common ancestor it owns).
+		cg, err := os.Open(cgroup[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cg.Close()
+		d.cmd.SysProcAttr.UseCgroupFD, d.cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -423,4 +435,145 @@ print("exit=%d" % r.result.exit_code)
 	if n := d.metric(t, "airlock_sandboxes_from_pool_total"); n != pooledBefore+1 {
 		t.Errorf("airlock_sandboxes_from_pool_total: got %v, want %v (the attacking sandbox came from the pool)", n, pooledBefore+1)
 	}
+}
+
+// TestRootServeUserDelegatedCgroup: serve --user started in a cgroup v2
+// subtree delegated to its user the way systemd's Delegate= does
+// (delegateCgroup) finds it, and each sandbox, pooled ones included, is
+// born in a cgroup of its own below it: the warm pool's inits wait there
+// before anyone asks, a sandbox's command runs there, and deleting the
+// sandbox removes its cgroup, as stopping the daemon removes the pool's.
+// The pids limit is checked only where the cgroup2 mount offers the pids
+// controller (on a host whose controllers are all on cgroup v1 it does
+// not, and the sandbox is bounded by rlimits: the test says so).
+func TestRootServeUserDelegatedCgroup(t *testing.T) {
+	e := newRootlessEnv(t)
+	deleg, leaf := delegateCgroup(t, e)
+	root := filepath.Dir(deleg)
+	ctrls, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := strings.Contains(" "+string(ctrls)+" ", " pids ")
+	if pids {
+		// As systemd enables what the delegated unit may use.
+		if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
+			t.Fatalf("enable pids below %s: %v", root, err)
+		}
+	} else {
+		t.Logf("the cgroup2 mount %s offers no pids controller (%q): the pids limit is not checked", root, strings.TrimSpace(string(ctrls)))
+	}
+	d := startUserDaemon(t, e, leaf)
+	if !strings.Contains(d.log(), "cgroup v2 delegated to you at "+deleg) {
+		t.Fatalf("serve --user did not find the delegated cgroup %s\n%s", deleg, d.log())
+	}
+	poll.Until(t, 60*time.Second, "serve --user's warm pool", func() bool {
+		return d.metric(t, "airlock_sandbox_pool_depth") > 0
+	})
+	// The pooled inits wait in cgroups of their own below deleg/airlock.
+	pooled := airlockCgroups(t, deleg)
+	if len(pooled) == 0 {
+		t.Fatalf("the warm pool is filled but no cgroup below %s/airlock holds an init", deleg)
+	}
+	fromPool := d.metric(t, "airlock_sandboxes_from_pool_total")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pyDir := filepath.Join(e.dir, "python")
+	if out, err := exec.Command("cp", "-r", "../../clients/python", pyDir).CombinedOutput(); err != nil {
+		t.Fatalf("copy the Python client: %v\n%s", err, out)
+	}
+	// The sandbox has a pid namespace of its own: the test finds its
+	// command by an argument only the shell inside computes.
+	script := `
+import sys, airlock_client as a
+c = a.Client()
+s = c.create_sandbox()
+print("id=" + s.id, flush=True)
+r = c.run_command(s.id, ["/bin/sh", "-c", "exec /bin/sh -c 'sleep 3; :' alk-deleg-$((40+2))"])
+print("exit=%d" % r.result.exit_code, flush=True)
+c.delete_sandbox(s.id)
+print("deleted=1", flush=True)
+`
+	cmd := d.asUser(ctx, []string{"/usr/bin/python3", "-c", script}, "PYTHONPATH="+pyDir, "PYTHONDONTWRITEBYTECODE=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var cg string
+	for i := 0; i < 100 && cg == ""; i++ {
+		cg = cgroupOfMarker(t, "alk-deleg-42")
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the Python client: %v\n%s", err, out.String())
+	}
+	m := kv(out.String())
+	if m["exit"] != "0" || m["deleted"] != "1" {
+		t.Fatalf("the client: got %q\n%s", m, out.String())
+	}
+	if n := d.metric(t, "airlock_sandboxes_from_pool_total"); n != fromPool+1 {
+		t.Errorf("airlock_sandboxes_from_pool_total: got %v, want %v (the sandbox came from the pool)", n, fromPool+1)
+	}
+	// Its command ran in a cgroup of its own below the delegated one.
+	rel := strings.TrimPrefix(deleg, root)
+	if !strings.HasPrefix(cg, rel+"/airlock/airlock-") {
+		t.Fatalf("the sandbox's command ran in cgroup %q, want one below %s/airlock", cg, rel)
+	}
+	// The sandbox's cgroup: the first level below airlock (its command may
+	// run in a child of it).
+	name, _, _ := strings.Cut(strings.TrimPrefix(cg, rel+"/airlock/"), "/")
+	dir := filepath.Join(deleg, "airlock", name)
+	if pids {
+		// limits.pids in the rootless env's config, plus the 16 tasks
+		// sandboxd keeps for init's own threads (initPidsOverhead).
+		if b, err := os.ReadFile(filepath.Join(dir, "pids.max")); err != nil || strings.TrimSpace(string(b)) != "528" {
+			t.Errorf("%s/pids.max: got %q (%v), want 528", dir, b, err)
+		}
+	}
+	// Deleted: its cgroup is gone.
+	poll.Until(t, 10*time.Second, "the deleted sandbox's cgroup "+dir+" removed", func() bool {
+		_, err := os.Stat(dir)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	// Stopping the daemon removes the pool's cgroups (delegateCgroup's
+	// cleanup fails the test on any left).
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	poll.Until(t, 60*time.Second, "serve --user's cgroups below "+deleg+" removed at stop", func() bool {
+		return len(airlockCgroups(t, deleg)) == 0
+	})
+}
+
+// airlockCgroups are the sandbox cgroups below deleg/airlock.
+func airlockCgroups(t *testing.T, deleg string) []string {
+	t.Helper()
+	got, err := filepath.Glob(filepath.Join(deleg, "airlock", "airlock-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// cgroupOfMarker is the cgroup v2 path of a process with marker for an
+// argument, "" when there is none.
+func cgroupOfMarker(t *testing.T, marker string) string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range dirs {
+		b, err := os.ReadFile(filepath.Join(p, "cmdline"))
+		if err != nil || !strings.Contains(string(b), "\x00"+marker+"\x00") {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join(p, "cgroup"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(cg), "\n") {
+			if rest, ok := strings.CutPrefix(line, "0::"); ok {
+				return rest
+			}
+		}
+	}
+	return ""
 }
