@@ -405,3 +405,55 @@ func TestSlotKeepsUIDWhenCgroupRemains(t *testing.T) {
 	_ = s2.destroy()
 	_ = p.close()
 }
+
+// TestCgroupFakeWeight: a pooled preparation's cgroup gets the lowest CPU
+// weight and Start's the default (PrepareSpec.Background), on both
+// hierarchies; without the cpu controller nothing is written.
+func TestCgroupFakeWeight(t *testing.T) {
+	v2, wl2, err := fakeV2(t, "cpu memory pids", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, wl1, err := fakeV1(t, v1Controllers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCPU, wlNone, err := fakeV2(t, "memory pids", []string{"cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		m    *cgroupManager
+		wl   *writeLog
+		want []string
+	}{
+		{"v2", v2, wl2, []string{"airlock/airlock-fake/cpu.weight=1", "airlock/airlock-fake/cpu.weight=100"}},
+		{"v1", v1, wl1, []string{"cpu/airlock/airlock-fake/cpu.shares=2", "cpu/airlock/airlock-fake/cpu.shares=1024"}},
+		{"no cpu controller", noCPU, wlNone, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cg, err := tc.m.create("airlock-fake")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The kernel makes the control files with the cgroup.
+			if d, ok := cg.dirs[""]; ok {
+				writeFiles(t, d, map[string]string{"cpu.weight": ""})
+			}
+			if d, ok := cg.dirs["cpu"]; ok {
+				writeFiles(t, d, map[string]string{"cpu.shares": ""})
+			}
+			tc.wl.writes = nil
+			if err := cg.setWeight(true); err != nil {
+				t.Fatal(err)
+			}
+			if err := cg.setWeight(false); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(tc.wl.writes, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("writes: got %q, want %q", tc.wl.writes, tc.want)
+			}
+		})
+	}
+}
