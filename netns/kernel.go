@@ -35,33 +35,9 @@ func inNS(ns vnetns.NsHandle, fn func() error) error {
 	return <-errc
 }
 
-// backgroundNice is the nice value of a pool refill's kernel work: the
-// discarded thread that makes a pool namespace and the iptables-restore it
-// forks into it (background).
-const backgroundNice = 19
-
-type backgroundKey struct{}
-
-// background marks ctx as a pool refill's: inBackground lowers the thread
-// that runs its kernel work, and whatever it forks, to backgroundNice, so a
-// refill yields the CPU to the creates and commands under way.
-func background(ctx context.Context) context.Context {
-	return context.WithValue(ctx, backgroundKey{}, true)
-}
-
-// inBackground lowers the calling thread to backgroundNice when ctx is a
-// refill's. Only for a locked thread that is discarded afterwards (inNS's,
-// newNamespace's): the Go runtime never makes another thread from it.
-func inBackground(ctx context.Context) {
-	if b, _ := ctx.Value(backgroundKey{}).(bool); b {
-		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), backgroundNice)
-	}
-}
-
 // newNamespace makes a new network namespace and bind-mounts it at path, the way
 // `ip netns add` does. It returns an open handle; on error nothing is left.
-// A background ctx makes it at backgroundNice.
-func newNamespace(ctx context.Context, path string) (vnetns.NsHandle, error) {
+func newNamespace(path string) (vnetns.NsHandle, error) {
 	type result struct {
 		h   vnetns.NsHandle
 		err error
@@ -70,7 +46,6 @@ func newNamespace(ctx context.Context, path string) (vnetns.NsHandle, error) {
 	go func() {
 		runtime.LockOSThread()
 		// Never unlocked: after unshare this thread is in the new namespace.
-		inBackground(ctx)
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			rc <- result{vnetns.None(), fmt.Errorf("unshare: %w", err)}
 			return

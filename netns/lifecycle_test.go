@@ -393,7 +393,7 @@ func TestRecoverAfterCrashMidCreate(t *testing.T) {
 	if err := w.m.writeState(w.m.newState(identity.Sandbox{ID: id, Labels: map[string]string{"a": "b"}}, originCreated)); err != nil {
 		t.Fatal(err)
 	}
-	h, err := newNamespace(context.Background(), w.m.nsPath(id))
+	h, err := newNamespace(w.m.nsPath(id))
 	if err != nil {
 		t.Fatal(err)
 	}

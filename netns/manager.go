@@ -267,7 +267,7 @@ func (m *Manager) create(ctx context.Context, sb identity.Sandbox, path string, 
 		if err := m.step("namespace"); err != nil {
 			return nil, err
 		}
-		h, err := newNamespace(ctx, path)
+		h, err := newNamespace(path)
 		if err != nil {
 			return nil, err
 		}

@@ -58,16 +58,13 @@ func (m *Manager) poolPath() string {
 // poolSeq numbers this process's pool namespaces.
 var poolSeq atomic.Uint64
 
-// makePooled makes a pool namespace at path in the background: its
-// creation and its rules' iptables-restore run at backgroundNice.
 func (m *Manager) makePooled(path string) error {
-	ctx := background(context.Background())
-	h, err := newNamespace(ctx, path)
+	h, err := newNamespace(path)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	if err := m.setupIsland(ctx, h); err != nil {
+	if err := m.setupIsland(context.Background(), h); err != nil {
 		unmountRemove(path)
 		return err
 	}

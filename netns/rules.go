@@ -229,9 +229,7 @@ func (r execRunner) run(ctx context.Context, ns vnetns.NsHandle, bin string, arg
 	defer cancel()
 	var out string
 	err := inNS(ns, func() error {
-		// The child is forked from this thread, so it starts in ns (and at
-		// its priority).
-		inBackground(ctx)
+		// The child is forked from this thread, so it starts in ns.
 		cmd := exec.CommandContext(ctx, bin, args...)
 		if stdin != "" {
 			cmd.Stdin = strings.NewReader(stdin)
