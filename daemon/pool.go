@@ -385,13 +385,11 @@ func (p *warmPool) close() {
 }
 
 // poolSpec is the warm pool's prepare spec for n: a rootless slot's island
-// is built by init, a root namespace is joined by its path. Either is
-// prepared in the background (its CPU weight the lowest until Start).
+// is built by init, a root namespace is joined by its path.
 func (d *Daemon) poolSpec(n pooledNet) prepareSpec {
 	spec := d.prepareSpec(n.Path())
 	if slot, ok := n.(*islandSlot); ok {
 		spec.Island, spec.OnIsland = slot.spec, slot.receive
 	}
-	spec.Background = true
 	return spec
 }

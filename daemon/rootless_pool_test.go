@@ -13,8 +13,8 @@ func TestIslandSlot(t *testing.T) {
 	d := &Daemon{caBundle: "/b", trustDir: "/t"}
 	slot := &islandSlot{spec: []byte(`{"island_addr":"x"}`)}
 	spec := d.poolSpec(slot)
-	if string(spec.Island) != string(slot.spec) || spec.OnIsland == nil || spec.NetNS != "" || spec.CABundle != "/b" || !spec.Background {
-		t.Fatalf("got spec %+v, want the slot's island, OnIsland, no netns path, in the background", spec)
+	if string(spec.Island) != string(slot.spec) || spec.OnIsland == nil || spec.NetNS != "" || spec.CABundle != "/b" {
+		t.Fatalf("got spec %+v, want the slot's island, OnIsland, no netns path", spec)
 	}
 	if err := slot.Check(); !errors.Is(err, errIslandNotBuilt) {
 		t.Fatalf("before init: got %v, want errIslandNotBuilt", err)
@@ -47,10 +47,7 @@ func TestIslandSlot(t *testing.T) {
 	if err := slot.Check(); !errors.Is(err, errIslandNotBuilt) {
 		t.Fatalf("discarded: got %v, want errIslandNotBuilt", err)
 	}
-	if got := d.poolSpec(&fakePooledNet{path: "/run/netns/p"}); got.NetNS != "/run/netns/p" || !got.Background || got.Island != nil {
-		t.Fatalf("a root pooled namespace: got %+v, want its path, in the background", got)
-	}
-	if d.prepareSpec("/x").Background {
-		t.Fatal("a create's own preparation is in the background")
+	if got := d.poolSpec(&fakePooledNet{path: "/run/netns/p"}).NetNS; got != "/run/netns/p" {
+		t.Fatalf("a root pooled namespace: got netns %q, want its path", got)
 	}
 }

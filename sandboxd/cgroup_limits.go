@@ -43,29 +43,6 @@ const spareThreads = 1
 // cpuPeriod is the CFS period (µs) both hierarchies' quotas are written against.
 const cpuPeriod = 100000
 
-// setWeight gives the cgroup the lowest CPU weight (low) or the default
-// one (PrepareSpec.Background). Nothing without the cpu controller.
-func (cg *cgroup) setWeight(low bool) error {
-	if cg.m.none || !cg.m.have["cpu"] {
-		return nil
-	}
-	dir, file, v := cg.dirs[""], "cpu.weight", "100"
-	if low {
-		v = "1"
-	}
-	if !cg.v2 {
-		dir, file, v = cg.dirs[v1Name("cpu")], "cpu.shares", "1024"
-		if low {
-			v = "2"
-		}
-	}
-	p := filepath.Join(dir, file)
-	if err := cg.m.write(p, v); err != nil {
-		return fmt.Errorf("sandboxd: cgroup %s=%s: %w", p, v, err)
-	}
-	return nil
-}
-
 // limitWriter writes one run's limits into a cgroup and collects the warnings
 // for limits that are not enforced or weakened.
 type limitWriter struct {

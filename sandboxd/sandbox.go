@@ -134,14 +134,6 @@ type PrepareSpec struct {
 	// differ.
 	TmpSize, TmpInodes int64
 
-	// Background marks a warm pool's preparation: until Start, the
-	// sandbox's cgroup has the lowest CPU weight (cpu.weight 1, v1
-	// cpu.shares 2), so init's start and filesystem yield the CPU to the
-	// sandboxes that run commands; Start gives it the default weight before
-	// the first command. Without the cpu controller (or rootless with none
-	// delegated) it changes nothing.
-	Background bool
-
 	// Island, given to a rootless executor, is the spec init hands its
 	// island hook (InitHooks.Island) before anything else: init is born in
 	// a user and network namespace of its own and makes that namespace the
@@ -294,11 +286,6 @@ func (s *Sandbox) prepare(ctx context.Context, lim Limits) error {
 	if err := s.applyLimits(lim); err != nil {
 		return err
 	}
-	if s.spec.Background {
-		if err := s.slot.cg.setWeight(true); err != nil {
-			return err
-		}
-	}
 	icfg, err := s.e.initConfig(&s.spec, s.slot.uid)
 	if err != nil {
 		return err
@@ -406,11 +393,6 @@ func (s *Sandbox) start(ctx context.Context, spec StartSpec) error {
 	}
 	if !lim.cgroupEqual(s.applied) {
 		if err := s.applyLimits(lim); err != nil {
-			return err
-		}
-	}
-	if s.spec.Background {
-		if err := s.slot.cg.setWeight(false); err != nil {
 			return err
 		}
 	}
