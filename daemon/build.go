@@ -346,14 +346,17 @@ func (d *Daemon) initSandboxes(o Options) {
 	}
 	d.heartbeat = DefaultHeartbeat
 	d.net = netnsNetwork{m: d.netns, srv: server{gw: d.gw, dns: d.dns}}
+	if d.rootless != nil {
+		d.net = rootlessNetwork{netnsNetwork{m: d.netns, srv: server{gw: d.gw, dns: d.dns}}}
+	}
 	if d.exec != nil {
 		d.exe = sandboxdExecutor{d.exec}
 	}
 	poolSize := max(d.cfg.Sandbox.PoolSize, 0)
-	if d.exe == nil || !o.Pool || d.rootless != nil {
-		poolSize = 0 // rootless: buildRootless
+	if d.exe == nil || !o.Pool {
+		poolSize = 0
 	}
-	d.pool = newWarmPool(poolSize, d.cfg.Pool.Max, d.net, d.exe, d.prepareSpec, d.log)
+	d.pool = newWarmPool(poolSize, d.cfg.Pool.Max, d.net, d.exe, d.poolSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
 	d.metrics.reg.MustRegister(poolBrokenMetric(d.pool.broken.Load))
 	d.metrics.reg.MustRegister(inboundMetric(d.netns.InboundAccepted), fdRefusedMetric(d.fdr.Refused))

@@ -19,7 +19,8 @@
 //
 // Changes (PATCH, update.go), approvals (approval*.go, webhook.go) and the
 // per-user daemon (`serve --user`, userapi.go: a 0600 socket, only its
-// owner, rootless sandboxes) are described in daemon/DESIGN.md.
+// owner, rootless sandboxes and their warm pool, rootless_pool.go) are
+// described in daemon/DESIGN.md.
 //
 // Entry points: New, (*Daemon).Run, Attach, Detach, Handler, APIServer,
 // ListenAPI, ListenUserAPI, RaiseNOFILE, ConnContext, Shutdown, Close. The build order step

@@ -63,7 +63,7 @@ func newFakeWorld(t *testing.T, edit ...func(*config.Config)) *fakeWorld {
 	d.reg, d.home, d.heartbeat = newRegistry(), sandboxd.DefaultHome, DefaultHeartbeat
 	d.host = hostBounds{memory: 8 << 30, cpus: 4}
 	d.exe, d.net = w.exe, w.net
-	d.pool = newWarmPool(max(cfg.Sandbox.PoolSize, 0), cfg.Pool.Max, d.net, d.exe, d.prepareSpec, d.log)
+	d.pool = newWarmPool(max(cfg.Sandbox.PoolSize, 0), cfg.Pool.Max, d.net, d.exe, d.poolSpec, d.log)
 	d.metrics = newMetrics(func() float64 { return float64(d.reg.len()) }, func() float64 { return float64(d.pool.depth()) })
 	d.metrics.reg.MustRegister(poolBrokenMetric(d.pool.broken.Load))
 	caps, err := deriveConnCaps(cfg.API, 1<<16)

@@ -83,7 +83,7 @@ type warmPool struct {
 	batch   int // preparations run at once
 	net     network
 	exe     executor
-	prepare func(netns string) prepareSpec
+	prepare func(n pooledNet) prepareSpec
 	log     *slog.Logger
 
 	mu     sync.Mutex
@@ -125,7 +125,7 @@ func (p *pooled) discard(log *slog.Logger) {
 
 // newWarmPool starts filling a pool of size (0: no pool) that may grow to
 // bound (at least size).
-func newWarmPool(size, bound int, net network, exe executor, prepare func(string) prepareSpec, log *slog.Logger) *warmPool {
+func newWarmPool(size, bound int, net network, exe executor, prepare func(pooledNet) prepareSpec, log *slog.Logger) *warmPool {
 	p := &warmPool{size: size, bound: max(size, bound), target: size, batch: min(max(runtime.NumCPU(), 1), poolMaxBatch),
 		net: net, exe: exe, prepare: prepare, log: log,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -350,7 +350,7 @@ func (p *warmPool) make() (*pooled, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := p.exe.Prepare(ctx, p.prepare(n.Path()))
+	b, err := p.exe.Prepare(ctx, p.prepare(n))
 	if err != nil {
 		if derr := n.Discard(); derr != nil {
 			p.log.Error("pool: discard namespace", oplog.ErrorKey, derr)
@@ -382,4 +382,14 @@ func (p *warmPool) close() {
 		go func() { defer wg.Done(); pb.discard(p.log) }()
 	}
 	wg.Wait()
+}
+
+// poolSpec is the warm pool's prepare spec for n: a rootless slot's island
+// is built by init, a root namespace is joined by its path.
+func (d *Daemon) poolSpec(n pooledNet) prepareSpec {
+	spec := d.prepareSpec(n.Path())
+	if slot, ok := n.(*islandSlot); ok {
+		spec.Island, spec.OnIsland = slot.spec, slot.receive
+	}
+	return spec
 }

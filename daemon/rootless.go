@@ -74,9 +74,10 @@ func (d *Daemon) rootlessIsland(ctx context.Context, sb policy.Sandbox) ([]byte,
 	}, nil
 }
 
-// buildRootless is build for a rootless daemon's sandbox: its init is born
-// in the island it builds (no warm pool: a namespace cannot be prepared
-// ahead and handed to a sandbox later).
+// buildRootless is build for a rootless daemon (serve --user): the
+// sandbox's init is born in its own user and network namespace, builds the
+// island there and hands the listeners back, which are served before
+// Create returns. (A pooled one, rootless_pool.go, was built so ahead.)
 func (d *Daemon) buildRootless(ctx context.Context, psb policy.Sandbox, ss startSpec) (box, error) {
 	ps := d.prepareSpec("")
 	var err error

@@ -60,9 +60,9 @@ that uid may call it (the kernel's peer credentials are checked, root's too);
 its run directory and audit log are under $XDG_STATE_HOME/airlock (else
 ~/.local/state/airlock), its config is $XDG_CONFIG_HOME/airlock/airlock.yaml
 (else ~/.config/airlock/) when that exists, its CA beside it, and its metrics
-on a free loopback port. The same API and clients; its sandboxes are rootless
-(airlock run --help), each made when asked for, with no warm pool. Clients that
-are not root find the socket by the same rule. What each mode needs from the
+on a free loopback port. The same API, clients and warm pool; its sandboxes are
+rootless (airlock run --help). Clients that are not root find the socket by the
+same rule. What each mode needs from the
 host: airlock doctor.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -158,8 +158,8 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 	opts := daemon.Options{Config: cfg, ConfigPath: cfgPath, RunDir: runDir,
 		EphemeralCA: true, Recover: netns.RecoverReattach, Pool: true, Approvals: true, Logger: logger, Owner: owner}
 	if user != nil {
-		// Sandboxes are rootless ones, made through the API one at a time:
-		// no warm pool (a rootless namespace is born with its sandbox).
+		// Sandboxes are rootless ones, their islands built by their own
+		// inits (the warm pool's ahead of the creates).
 		if err := sandboxd.CheckUserNamespaces("/proc/sys"); err != nil {
 			return &exitError{Code: 2, Msg: fmt.Sprintf("serve --user: %v (airlock doctor --mode user-daemon says what to change)", err)}
 		}
@@ -168,7 +168,9 @@ func runServe(cmd *cobra.Command, cfg config.Config, cfgPath, runDir string, dra
 			return err
 		}
 		missing := rootlessCgroup(r)
-		opts.Rootless = r
+		// As airlock run: what the delegation lacks is not bounded (the
+		// notice says so), not a reason to refuse to start.
+		opts.Rootless, opts.Executor = r, &sandboxd.Config{AllowMissingControllers: missing}
 		rootlessNotice(cmd.ErrOrStderr(), r, missing)
 	}
 	d, err := daemon.New(ctx, opts)

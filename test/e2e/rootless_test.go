@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -410,33 +412,7 @@ except OSError as e:
 // cgroup below it, which the timeout kills and the end removes.
 func TestRootRootlessDelegatedCgroup(t *testing.T) {
 	e := newRootlessEnv(t)
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := cgroup2MountOf(string(mi))
-	if mnt == "" {
-		t.Skip("no cgroup2 mount")
-	}
-	deleg := filepath.Join(mnt, "alk-e2e-deleg-"+filepath.Base(e.dir))
-	leaf := filepath.Join(deleg, "proc")
-	for _, d := range []string{deleg, leaf} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		// Children first; the run's processes are gone by now.
-		sub, _ := filepath.Glob(filepath.Join(deleg, "airlock", "airlock-*"))
-		for _, d := range append(sub, filepath.Join(deleg, "airlock"), leaf, deleg) {
-			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("remove cgroup %s: %v", d, err)
-			}
-		}
-	})
-	if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", rootlessUID, rootlessUID), deleg).CombinedOutput(); err != nil {
-		t.Fatalf("chown: %v\n%s", err, out)
-	}
+	deleg, leaf := delegateCgroup(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	uid := fmt.Sprint(rootlessUID)
@@ -465,7 +441,7 @@ func TestRootRootlessDelegatedCgroup(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	res := result{stdout: out.String(), stderr: errb.String()}
 	t.Logf("rootless run in a delegated cgroup\n%s", res)
 	var ee *exec.ExitError
@@ -481,6 +457,71 @@ func TestRootRootlessDelegatedCgroup(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(deleg, "airlock", "airlock-*")); len(left) != 0 {
 		t.Errorf("the sandbox's cgroup is left: %v", left)
 	}
+}
+
+// delegateCgroup makes a cgroup v2 subtree of the machine's cgroup2 mount
+// the user's as systemd's Delegate= does for user@UID.service: the
+// directory and its cgroup.procs, cgroup.threads and cgroup.subtree_control
+// are chowned to the user, nothing else (its controllers' limit files stay
+// root's). leaf is a child of it, delegated the same way, for the user's
+// processes (a cgroup with processes cannot enable controllers for its
+// children). Both are removed at cleanup, after what airlock left below
+// deleg/airlock, which is an error. Skips when there is no cgroup2 mount.
+func delegateCgroup(t *testing.T, e *rootlessEnv) (deleg, leaf string) {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := cgroup2MountOf(string(mi))
+	if mnt == "" {
+		t.Skip("no cgroup2 mount")
+	}
+	deleg = filepath.Join(mnt, "alk-e2e-deleg-"+filepath.Base(e.dir))
+	leaf = filepath.Join(deleg, "proc")
+	for _, d := range []string{deleg, leaf} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if d == deleg {
+				// airlock's cgroups first: any left is an error.
+				sub, _ := filepath.Glob(filepath.Join(deleg, "airlock", "airlock-*"))
+				for _, c := range sub {
+					t.Errorf("cgroup %s left behind", c)
+					removeCgroup(t, c)
+				}
+				removeCgroup(t, filepath.Join(deleg, "airlock"))
+			}
+			removeCgroup(t, d)
+		})
+		for _, f := range []string{"", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"} {
+			if err := os.Chown(filepath.Join(d, f), rootlessUID, rootlessUID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return deleg, leaf
+}
+
+// removeCgroup removes the cgroup at d, killing what is left in it.
+func removeCgroup(t *testing.T, d string) {
+	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil {
+		for _, p := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(p); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("remove cgroup %s: %v", d, err)
 }
 
 // cgroup2MountOf is the first cgroup2 mount point in mountinfo (the e2e
