@@ -9,12 +9,15 @@ type automaton struct {
 	// class maps a byte to its class (ASCII folded; 0: no pattern uses
 	// it), with tokenBit set for a token byte, so one load per byte serves
 	// both the automaton and the token-run finder.
-	class   [256]uint8
+	class [256]uint8
+	// plain is class without tokenBit, for the lanes' walk.
+	plain   [256]uint8
 	stride  int       // classes per state
 	delta   []uint32  // state*stride + class -> next state*stride
 	outBase uint32    // first state (times stride) with output
 	out     [][]int32 // (state - first output state) -> pattern ids ending there
 	lens    []int     // pattern lengths
+	longest int       // the longest pattern's length: no state is deeper
 }
 
 func newAutomaton(patterns []string) *automaton {
@@ -30,6 +33,7 @@ func newAutomaton(patterns []string) *automaton {
 			}
 		}
 		a.lens = append(a.lens, len(p))
+		a.longest = max(a.longest, len(p))
 	}
 	for c := 'A'; c <= 'Z'; c++ {
 		a.class[c] = a.class[c+'a'-'A']
@@ -112,6 +116,7 @@ func newAutomaton(patterns []string) *automaton {
 			a.out[order[s]-firstOut] = nodes[s].out
 		}
 	}
+	a.plain = a.class
 	for c := range a.class {
 		if isToken(byte(c)) {
 			a.class[c] |= tokenBit
@@ -124,9 +129,20 @@ func newAutomaton(patterns []string) *automaton {
 const tokenBit = 0x80
 
 // scan calls hit(pattern, end) for every occurrence of a pattern in data,
-// end being the index just past it, and returns the token runs of at least
-// minRun bytes: the one pass over the bytes that a scan makes.
+// end being the index just past it, in order of end, and returns the token
+// runs of at least minRun bytes: the one pass over the bytes that a scan
+// makes. A long input is walked in lanes (scanLanes); a short one, and the
+// reference the lanes are tested against, by walk.
 func (a *automaton) scan(data []byte, hit func(pattern int, end int)) (runs []span) {
+	if len(data) < laneMin {
+		return a.walk(data, hit)
+	}
+	a.hitLanes(data, hit)
+	return tokenRuns(data)
+}
+
+// walk is the plain walk: one state, one byte at a time.
+func (a *automaton) walk(data []byte, hit func(pattern int, end int)) (runs []span) {
 	delta, class, outBase := a.delta, &a.class, uint32(a.outBase)
 	s := uint32(0)
 	run := 0

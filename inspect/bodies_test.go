@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // BodyKinds are request bodies of the kinds agents send, each at least
@@ -81,4 +83,14 @@ func repeatTo(b []byte, n int) []byte {
 		out = append(out, b...)
 	}
 	return out[:n]
+}
+
+// cpuTime is the process's user and system CPU time: on a shared machine
+// MB per CPU-second is fairer than wall-clock MB/s.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
