@@ -1,5 +1,7 @@
 package inspect
 
+import "encoding/binary"
+
 // The walk's cost is one dependent table load per byte: the next state
 // needs the one before it, so a single walk runs at the latency of a load,
 // not at the rate a core can issue them. A long input is scanned in two
@@ -7,9 +9,9 @@ package inspect
 // one loop, four independent chains the core overlaps; a stretch's walk
 // starts from the root `longest` bytes before the stretch (no state is
 // deeper than the longest pattern, so by the stretch's first byte it is in
-// the state the plain walk would be in). The loop only notes which blocks
-// of a stretch reached an output state; those blocks alone are walked again
-// to collect the hits, given in order. tokenRuns then finds the token runs
+// the state the plain walk would be in). The loop only notes the position
+// and lane of each output state reached, in a buffer the loop only writes
+// to when a pattern ends; the hits are given in order after the walk. tokenRuns then finds the token runs
 // by skipping: a run of minRun bytes must cover every minRun-th byte.
 
 // Lane parameters: the number of stretches, the shortest input worth
@@ -39,36 +41,40 @@ func (a *automaton) hitLanes(data []byte, hit func(pattern int, end int)) {
 		st[k] = a.warm(data[k*m-a.longest : k*m])
 	}
 	var hs [lanes][]laneHit
+	// buf holds one block's hits, in order of position, each its state,
+	// its position in the lane and its lane packed in one word.
+	var buf [lanes * laneBlock]uint64
 	for lo := 0; lo < m; lo += laneBlock {
 		hi := min(lo+laneBlock, m)
 		x0, x1, x2, x3 := d0[lo:hi], d1[lo:hi], d2[lo:hi], d3[lo:hi]
 		x1, x2, x3 = x1[:len(x0)], x2[:len(x0)], x3[:len(x0)]
 		s0, s1, s2, s3 := st[0], st[1], st[2], st[3]
-		var f uint8 // bit k: lane k reached an output state in this block
+		nb := 0
 		for i := range x0 {
 			s0 = delta[s0+uint32(class[x0[i]])]
 			s1 = delta[s1+uint32(class[x1[i]])]
 			s2 = delta[s2+uint32(class[x2[i]])]
 			s3 = delta[s3+uint32(class[x3[i]])]
 			if s0 >= outBase {
-				f |= 1
+				buf[nb&(len(buf)-1)] = uint64(s0)<<32 | uint64(i)<<2
+				nb++
 			}
 			if s1 >= outBase {
-				f |= 2
+				buf[nb&(len(buf)-1)] = uint64(s1)<<32 | uint64(i)<<2 | 1
+				nb++
 			}
 			if s2 >= outBase {
-				f |= 4
+				buf[nb&(len(buf)-1)] = uint64(s2)<<32 | uint64(i)<<2 | 2
+				nb++
 			}
 			if s3 >= outBase {
-				f |= 8
+				buf[nb&(len(buf)-1)] = uint64(s3)<<32 | uint64(i)<<2 | 3
+				nb++
 			}
 		}
-		if f != 0 {
-			for k, x := range [lanes][]byte{x0, x1, x2, x3} {
-				if f&(1<<k) != 0 {
-					hs[k] = a.blockHits(hs[k], x, st[k], k*m+lo)
-				}
-			}
+		for _, h := range buf[:nb] {
+			k := int(h & 3)
+			hs[k] = append(hs[k], laneHit{uint32(h >> 32), k*m + lo + int(uint32(h)>>2) + 1})
 		}
 		st = [lanes]uint32{s0, s1, s2, s3}
 	}
@@ -105,34 +111,51 @@ func (a *automaton) warm(data []byte) uint32 {
 }
 
 // tokenRuns returns data's runs of at least minRun token bytes, as walk
-// does. A run that long covers every minRun-th byte, so the search looks
-// at one byte in minRun and, where that one is a token, back to the last
-// byte not yet known to be one.
+// does. A run that long holds a whole 8-byte word at every 8th offset of
+// its start, so the search tests one word in eight bytes (every byte of it
+// in '+'..'z', by SWAR, then each byte) and reads a run out byte by byte
+// only around a word of tokens.
 func tokenRuns(data []byte) []span {
 	var out []span
 	n := len(data)
-	// data[i-1] is not a token (or i is 0) and data[i:k+1] are tokens.
-	i, k := 0, -1
-	for i+minRun <= n {
-		p := i + minRun - 1
-		if !tokenTable[data[p]] {
-			i, k = p+1, p
+	for i := 0; i+8 <= n; {
+		w := binary.LittleEndian.Uint64(data[i:])
+		if outside(w) || !tokenWord(data[i:i+8]) {
+			i += 8
 			continue
 		}
-		q := p - 1
-		for q > k && tokenTable[data[q]] {
-			q--
+		lo, hi := i, i+8
+		for lo > 0 && tokenTable[data[lo-1]] {
+			lo--
 		}
-		if q > k {
-			i, k = q+1, p
-			continue
+		for hi < n && tokenTable[data[hi]] {
+			hi++
 		}
-		j := p + 1
-		for j < n && tokenTable[data[j]] {
-			j++
+		if hi-lo >= minRun {
+			out = append(out, span{lo, hi})
 		}
-		out = append(out, span{i, j})
-		i, k = j+1, j
+		i = hi + 1
 	}
 	return out
+}
+
+// SWAR constants: a byte of ones, and of high bits.
+const (
+	swarOnes = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+// outside reports whether some byte of w is not in '+'..'z' (0x2b-0x7a),
+// where every token byte is.
+func outside(w uint64) bool {
+	below := (w - swarOnes*'+') &^ w       // high bit set in some byte < '+'
+	above := (w + swarOnes*(0x7f-'z')) | w // high bit set in some byte > 'z'
+	return (below|above)&swarHigh != 0
+}
+
+// tokenWord reports whether the 8 bytes of x are token bytes.
+func tokenWord(x []byte) bool {
+	_ = x[7]
+	return tokenTable[x[0]] && tokenTable[x[1]] && tokenTable[x[2]] && tokenTable[x[3]] &&
+		tokenTable[x[4]] && tokenTable[x[5]] && tokenTable[x[6]] && tokenTable[x[7]]
 }
