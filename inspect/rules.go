@@ -89,6 +89,9 @@ type ruleSet struct {
 	// it is a keyword written backwards.
 	kwRules [][]int
 	kwRev   []bool
+	// plainWalk makes every scan use the plain walk: the reference the
+	// differential tests hold the lanes to (PlainWalk, tests only).
+	plainWalk bool
 }
 
 // Reach limits.
@@ -97,8 +100,14 @@ const (
 	tokenExtend    = 512      // a window grows to the end of the token it cuts
 )
 
-// assignPrefix starts gitleaks' "name = value" rules.
-const assignPrefix = `(?i)[\w.-]{0,50}?`
+// assignPrefix starts gitleaks' "name = value" rules; assignPrefixCased
+// starts the ones whose name is matched in one case or all capitals
+// (`(?-i:[Ss]umo|SUMO)`), followed by the same name, operator and value
+// parts.
+const (
+	assignPrefix      = `(?i)[\w.-]{0,50}?`
+	assignPrefixCased = `[\w.-]{0,50}?(?i:[\w.-]{0,50}?`
+)
 
 // mediumRules are distinctive-prefix rules whose format also turns up in
 // ordinary traffic or text (a JWT in an Authorization header, a curl command
@@ -154,7 +163,7 @@ func parseRules(text string) (*ruleSet, error) {
 		}
 		r.reach = reach(t.Regex, repeatCap(r.keywords))
 		r.short = minLen(r.keywords) <= 3
-		r.assign = strings.HasPrefix(t.Regex, assignPrefix)
+		r.assign = strings.HasPrefix(t.Regex, assignPrefix) || strings.HasPrefix(t.Regex, assignPrefixCased)
 		r.wordStart = keywordAtWordStart(t.Regex, r.keywords)
 		if r.wordStart {
 			if r.anchored, err = regexp.Compile(`^(?:` + t.Regex + `)`); err != nil {

@@ -195,7 +195,11 @@ type span struct{ lo, hi int }
 func (st *scanState) rules(data []byte, enc string) []span {
 	rs := st.s.rules
 	var fwd, rev map[int][]span
-	runs := rs.ac.scan(data, func(p, end int) {
+	walk := rs.ac.scan
+	if rs.plainWalk {
+		walk = rs.ac.walk
+	}
+	runs := walk(data, func(p, end int) {
 		start := end - rs.ac.lens[p]
 		for _, ri := range rs.kwRules[p] {
 			if !st.s.enabled[ri] {
