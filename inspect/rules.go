@@ -61,7 +61,8 @@ type rule struct {
 	// glued to a word byte before it ("reqs.Header") cannot start a match
 	// and runs no regexp. Derived from the regexp (keywordAtWordStart).
 	wordStart bool
-	// anchored is re anchored at its start, for a wordStart rule: a hit
+	// anchored is re anchored at its start, for a rule every match of
+	// which starts with one of its keywords (wordStart, keywordAtStart): a hit
 	// runs the search over its window only when a match starts at the hit.
 	anchored *regexp.Regexp
 	// short marks a rule with a keyword of three bytes or less ("ey",
@@ -165,7 +166,7 @@ func parseRules(text string) (*ruleSet, error) {
 		r.short = minLen(r.keywords) <= 3
 		r.assign = strings.HasPrefix(t.Regex, assignPrefix) || strings.HasPrefix(t.Regex, assignPrefixCased)
 		r.wordStart = keywordAtWordStart(t.Regex, r.keywords)
-		if r.wordStart {
+		if r.wordStart || keywordAtStart(t.Regex, r.keywords) {
 			if r.anchored, err = regexp.Compile(`^(?:` + t.Regex + `)`); err != nil {
 				return nil, fmt.Errorf("inspect: rules: %s: %w", t.ID, err)
 			}
@@ -533,6 +534,34 @@ func keywordAtWordStart(expr string, keywords []string) bool {
 		if p == "" || !isWordByte(p[0]) {
 			return false
 		}
+		ok := false
+		for _, k := range keywords {
+			if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// keywordAtStart reports whether every match of expr starts with a literal
+// (of any case) that one of keywords is a prefix of, so every match starts
+// at a keyword hit (`SK[0-9a-fA-F]{32}`, keyword "sk"). Anything it cannot
+// prove is false.
+func keywordAtStart(expr string, keywords []string) bool {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return false
+	}
+	prefixes, _ := literalPrefixes(re)
+	if len(prefixes) == 0 {
+		return false
+	}
+	for _, p := range prefixes {
 		ok := false
 		for _, k := range keywords {
 			if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {
