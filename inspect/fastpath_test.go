@@ -53,7 +53,8 @@ func sameFindings(t *testing.T, name, where string, fast, plain *inspect.Scanner
 // TestFastPathSameFindings: Scan with the lanes and Scan with the plain
 // walk give exactly the same findings on every body kind, on every corpus
 // case's data (alone, and set at varying offsets in long bodies so its
-// secrets straddle the lanes' edges), on the fuzz corpus, and on random
+// secrets straddle the lanes' edges, and written backwards), on the fuzz
+// corpus, and on random
 // text with secrets sown through it.
 func TestFastPathSameFindings(t *testing.T) {
 	fast, plain := fastAndPlain(t, inspect.Config{Key: testKey})
@@ -88,6 +89,10 @@ func TestFastPathSameFindings(t *testing.T) {
 		off := rnd.IntN(4096)
 		body := slices.Concat(prose[:off], p, prose[off:off+4096-off%1024])
 		agreed += sameFindings(t, "piece "+strconv.Itoa(i)+" in prose", "body", fast, plain, body)
+		// Written backwards: the reversed keywords' checks.
+		back := slices.Clone(p)
+		slices.Reverse(back)
+		agreed += sameFindings(t, "piece "+strconv.Itoa(i)+" reversed", "body", fast, plain, slices.Concat(prose[:off], back))
 	}
 	// Random text: separators, keywords and every piece's tokens cut
 	// apart and sown at random.

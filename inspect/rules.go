@@ -90,8 +90,9 @@ type ruleSet struct {
 	// it is a keyword written backwards.
 	kwRules [][]int
 	kwRev   []bool
-	// plainWalk makes every scan use the plain walk: the reference the
-	// differential tests hold the lanes to (PlainWalk, tests only).
+	// plainWalk makes every scan use the plain walk and skip the checks on
+	// reversed hits: the reference the differential tests hold the fast
+	// path to (PlainWalk, tests only).
 	plainWalk bool
 }
 

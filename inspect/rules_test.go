@@ -178,7 +178,9 @@ func TestKeywordAtWordStart(t *testing.T) {
 
 // TestAssignFollowsSuperset: for every "name = value" rule (both prefix
 // forms), any text its regexp matches has a keyword hit that
-// assignFollows accepts, so the check never hides a match. The inputs are
+// assignFollows accepts, and the text written backwards a reversed
+// keyword hit that revAssignFollows accepts, so neither check hides a
+// match. The inputs are
 // built the way such a line is written: name, keyword in some case, name
 // tail, quotes, operator, value, terminator.
 func TestAssignFollowsSuperset(t *testing.T) {
@@ -250,6 +252,25 @@ func TestAssignFollowsSuperset(t *testing.T) {
 			}
 			if !ok {
 				t.Errorf("%s matches %q but assignFollows refuses every keyword hit", r.id, in)
+			}
+			// The line written backwards: its reversed keyword hits, read
+			// by revAssignFollows.
+			rin := reverseString(in)
+			rlow := strings.ToLower(rin)
+			ok = false
+			for _, kw := range r.keywords {
+				rk := reverseString(kw)
+				for i := 0; !ok; {
+					j := strings.Index(rlow[i:], rk)
+					if j < 0 {
+						break
+					}
+					ok = revAssignFollows([]byte(rin), i+j)
+					i += j + 1
+				}
+			}
+			if !ok {
+				t.Errorf("%s matches %q but revAssignFollows refuses it written backwards", r.id, in)
 			}
 		}
 		if hits > 0 {

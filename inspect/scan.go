@@ -216,6 +216,21 @@ func (st *scanState) rules(data []byte, enc string) []span {
 			if r.anchored != nil && !rs.kwRev[p] && !r.anchored.Match(data[start:tokenEnd(data, min(len(data), end+r.reach))]) {
 				continue
 			}
+			// A keyword written backwards: the window is read reversed, a
+			// match runs leftwards from the hit's end. The same checks hold
+			// mirrored: what follows the keyword in the reversed text is
+			// what precedes the hit here, the byte after the hit is the one
+			// before the match, and the anchored form runs over the
+			// reversed bytes before the hit's end.
+			if rs.kwRev[p] && !rs.plainWalk {
+				if r.assign && !revAssignFollows(data, start) || r.short && !tokenPrecedes(data, start, shortTail) ||
+					r.wordStart && end < len(data) && isWordByte(data[end]) {
+					continue
+				}
+				if r.anchored != nil && !revAnchored(r, data, start, end) {
+					continue
+				}
+			}
 			sp := span{max(0, start-r.reach), min(len(data), end+r.reach)}
 			if rs.kwRev[p] {
 				if rev == nil {
@@ -276,6 +291,52 @@ func merge(data []byte, sps []span) []span {
 		out = append(out, sp)
 	}
 	return out
+}
+
+// revAssignFollows is assignFollows for a keyword found written backwards
+// at data[start:]: what follows it in the reversed text is what precedes
+// it here. assignFollows reads at most 45 bytes past the keyword.
+func revAssignFollows(data []byte, start int) bool {
+	var w [64]byte
+	n := 0
+	for i := start - 1; i >= 0 && n < len(w); i-- {
+		w[n] = data[i]
+		n++
+	}
+	return assignFollows(w[:n], 0)
+}
+
+// tokenPrecedes is tokenFollows mirrored: n secret-shaped bytes before
+// start.
+func tokenPrecedes(data []byte, start, n int) bool {
+	if start < n {
+		return false
+	}
+	for _, c := range data[start-n : start] {
+		if !isToken(c) && c != '.' && c != '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// revAnchored reports whether r's anchored form matches the bytes of data
+// before end, reversed, over as much as a window around a hit at
+// data[start:end] would give it.
+func revAnchored(r *rule, data []byte, start, end int) bool {
+	lo := max(0, start-r.reach)
+	for n := 0; lo > 0 && n < tokenExtend && isToken(data[lo-1]); n++ {
+		lo--
+	}
+	var stack [4096]byte
+	w := stack[:0]
+	if end-lo > len(stack) {
+		w = make([]byte, 0, end-lo)
+	}
+	for i := end - 1; i >= lo; i-- {
+		w = append(w, data[i])
+	}
+	return r.anchored.Match(w)
 }
 
 // tokenEnd is hi grown to the end of the token it cuts, as merge grows a
