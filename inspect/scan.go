@@ -491,9 +491,17 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 	}
 }
 
-func isStdB64(b byte) bool {
-	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '+' || b == '/'
-}
+// isStdB64 reports whether b is in the standard base64 alphabet. A table:
+// the range tests branch unpredictably on base64 text.
+func isStdB64(b byte) bool { return stdB64Table[b] }
+
+var stdB64Table = func() (t [256]bool) {
+	for c := 0; c < 256; c++ {
+		b := byte(c)
+		t[c] = 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '+' || b == '/'
+	}
+	return t
+}()
 
 // Escape regions: escapes closer than regionGap share a region, which
 // reaches regionPad bytes beyond its first and last escape (more than the
