@@ -145,12 +145,15 @@ const (
 	swarHigh = 0x8080808080808080
 )
 
-// outside reports whether some byte of w is not in '+'..'z' (0x2b-0x7a),
-// where every token byte is.
+// outside reports whether some byte of w is not a token byte by a cheap
+// test: outside '+'..'z' (0x2b-0x7a), where every token byte is, or a '.'
+// (common between words of code and prose).
 func outside(w uint64) bool {
 	below := (w - swarOnes*'+') &^ w       // high bit set in some byte < '+'
 	above := (w + swarOnes*(0x7f-'z')) | w // high bit set in some byte > 'z'
-	return (below|above)&swarHigh != 0
+	dot := w ^ swarOnes*'.'
+	dot = (dot - swarOnes) &^ dot // high bit set in some byte that was '.'
+	return (below|above|dot)&swarHigh != 0
 }
 
 // tokenWord reports whether the 8 bytes of x are token bytes.
