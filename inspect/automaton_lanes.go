@@ -36,7 +36,7 @@ func (a *automaton) hitLanes(data []byte, hit func(pattern int, end int)) {
 	delta, class, outBase := a.delta, &a.plain, a.outBase
 	m := len(data) / lanes
 	d0, d1, d2, d3 := data[:m], data[m:2*m], data[2*m:3*m], data[3*m:4*m]
-	var st [lanes]uint32
+	st := [lanes]uint32{a.start}
 	for k := 1; k < lanes; k++ {
 		st[k] = a.warm(data[k*m-a.longest : k*m])
 	}

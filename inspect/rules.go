@@ -90,6 +90,7 @@ type ruleSet struct {
 	// it is a keyword written backwards.
 	kwRules [][]int
 	kwRev   []bool
+	pats    []string // the automaton's patterns
 	// plainWalk makes every scan use the plain walk and skip the checks on
 	// reversed hits: the reference the differential tests hold the fast
 	// path to (PlainWalk, tests only).
@@ -231,7 +232,18 @@ func (rs *ruleSet) build() {
 			}
 		}
 	}
-	rs.ac = newAutomaton(pats)
+	// A short keyword every rule of which needs a word boundary before
+	// it ("s.", "ey") hits inside words all the time: the automaton
+	// drops those hits itself.
+	boundary := make([]bool, len(pats))
+	for i, p := range pats {
+		boundary[i] = !rs.kwRev[i] && len(p) <= 3 && isWordByte(p[0])
+		for _, ri := range rs.kwRules[i] {
+			boundary[i] = boundary[i] && rs.rules[ri].wordStart
+		}
+	}
+	rs.pats = pats
+	rs.ac = newAutomaton(pats, boundary)
 }
 
 func (rs *ruleSet) known(id string) bool { _, ok := rs.byID[id]; return ok }
