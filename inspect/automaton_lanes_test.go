@@ -126,3 +126,37 @@ func BenchmarkWalk(b *testing.B) {
 		}
 	}
 }
+
+// TestTokenRuns: the skipping search finds exactly the runs the walk
+// does, at every length and alignment, with runs around minRun bytes and
+// the bytes its word test lets through (',', ':', '@') between them.
+func TestTokenRuns(t *testing.T) {
+	rs, err := defaultRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd := rand.New(rand.NewPCG(5, 9))
+	const alpha = "abcXYZ019+/=_-"
+	seps := ",:.@ \n;[`~"
+	for iter := range 3000 {
+		var b []byte
+		n := rnd.IntN(300)
+		for len(b) < n {
+			if rnd.IntN(3) == 0 {
+				b = append(b, seps[rnd.IntN(len(seps))])
+				continue
+			}
+			k := minRun - 3 + rnd.IntN(7)
+			if rnd.IntN(4) == 0 {
+				k = rnd.IntN(40)
+			}
+			for range k {
+				b = append(b, alpha[rnd.IntN(len(alpha))])
+			}
+		}
+		want := rs.ac.walk(b, func(int, int) {})
+		if got := tokenRuns(b); !slices.Equal(got, want) {
+			t.Fatalf("iteration %d, %q: got %v, want %v", iter, b, got, want)
+		}
+	}
+}
