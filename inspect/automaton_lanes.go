@@ -5,14 +5,14 @@ import "encoding/binary"
 // The walk's cost is one dependent table load per byte: the next state
 // needs the one before it, so a single walk runs at the latency of a load,
 // not at the rate a core can issue them. A long input is scanned in two
-// passes instead. hitLanes cuts it into four stretches and walks them in
-// one loop, four independent chains the core overlaps; a stretch's walk
-// starts from the root `longest` bytes before the stretch (no state is
-// deeper than the longest pattern, so by the stretch's first byte it is in
-// the state the plain walk would be in). The loop only notes the position
-// and lane of each output state reached, in a buffer the loop only writes
-// to when a pattern ends; the hits are given in order after the walk. tokenRuns then finds the token runs
-// by skipping: a run of minRun bytes must cover every minRun-th byte.
+// passes instead (DESIGN.md, "The walk in lanes"). hitLanes cuts it into
+// four stretches and walks them in one loop, four independent chains the
+// core overlaps; a stretch's walk starts from the root `longest` bytes
+// before the stretch (no state is deeper, so by the stretch's first byte
+// it is in the state the plain walk would be in). The loop writes to a
+// per-block buffer only when a state has output; the hits are handed on in
+// order after the walk. tokenRuns then finds the token runs by testing one
+// aligned 8-byte word in eight bytes.
 
 // Lane parameters: the number of stretches, the shortest input worth
 // cutting, and the block the loop notes hits for.
