@@ -195,6 +195,7 @@ type span struct{ lo, hi int }
 func (st *scanState) rules(data []byte, enc string) []span {
 	rs := st.s.rules
 	var fwd, rev map[int][]span
+	var te tokenEnds
 	walk := rs.ac.scan
 	if rs.plainWalk {
 		walk = rs.ac.walk
@@ -213,7 +214,7 @@ func (st *scanState) rules(data []byte, enc string) []span {
 			// Every match of a wordStart rule starts at a hit like this
 			// one: none starts here unless the anchored form matches at
 			// the hit, over as much as the window would give it.
-			if r.anchored != nil && !rs.kwRev[p] && !r.anchored.Match(data[start:tokenEnd(data, min(len(data), end+r.reach))]) {
+			if r.anchored != nil && !rs.kwRev[p] && !r.anchored.Match(data[start:te.end(data, min(len(data), end+r.reach))]) {
 				continue
 			}
 			// A keyword written backwards: the window is read reversed, a
@@ -346,6 +347,33 @@ func tokenEnd(data []byte, hi int) int {
 		hi++
 	}
 	return hi
+}
+
+// tokenEnds is tokenEnd over one input, remembering the stretch of token
+// bytes it last read: hits inside one long token (a base64 image) would
+// otherwise each read the same tokenExtend bytes.
+type tokenEnds struct {
+	lo, hi int  // data[lo:hi] are token bytes
+	closed bool // and data[hi] is not (or hi is len(data))
+}
+
+func (t *tokenEnds) end(data []byte, hi int) int {
+	limit := min(len(data), hi+tokenExtend)
+	if t.hi > t.lo && t.lo <= hi && hi <= t.hi {
+		if t.closed || limit <= t.hi {
+			return min(t.hi, limit)
+		}
+		// Known tokens up to t.hi: read on from there.
+		j := t.hi
+		for j < limit && isToken(data[j]) {
+			j++
+		}
+		t.hi, t.closed = j, j < limit || j == len(data)
+		return j
+	}
+	j := tokenEnd(data, hi)
+	t.lo, t.hi, t.closed = hi, j, j < limit || j == len(data)
+	return j
 }
 
 // maxSpan bounds a window joined from several keyword hits.
