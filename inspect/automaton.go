@@ -177,9 +177,9 @@ const tokenBit = 0x80
 
 // scan calls hit(pattern, end) for every occurrence of a pattern in data,
 // end being the index just past it, in order of end, and returns the token
-// runs of at least minRun bytes: the one pass over the bytes that a scan
-// makes. A long input is walked in lanes (scanLanes); a short one, and the
-// reference the lanes are tested against, by walk.
+// runs of at least minRun bytes. A long input is walked in lanes
+// (hitLanes) and searched for runs apart (tokenRuns); a short one, and the
+// reference both are tested against, by walk, one pass for both.
 func (a *automaton) scan(data []byte, hit func(pattern int, end int)) (runs []span) {
 	if len(data) < laneMin {
 		return a.walk(data, hit)
