@@ -1,5 +1,7 @@
 package inspect
 
+import "slices"
+
 // automaton is an Aho-Corasick automaton over lowercase patterns, compiled
 // to a dense DFA on byte classes and matching ASCII case-insensitively. The
 // scan loop is one table load and one compare per byte whatever the number
@@ -9,18 +11,41 @@ type automaton struct {
 	// class maps a byte to its class (ASCII folded; 0: no pattern uses
 	// it), with tokenBit set for a token byte, so one load per byte serves
 	// both the automaton and the token-run finder.
-	class   [256]uint8
+	class [256]uint8
+	// plain is class without tokenBit, for the lanes' walk.
+	plain   [256]uint8
 	stride  int       // classes per state
 	delta   []uint32  // state*stride + class -> next state*stride
 	outBase uint32    // first state (times stride) with output
 	out     [][]int32 // (state - first output state) -> pattern ids ending there
 	lens    []int     // pattern lengths
+	longest int       // the deepest state: the longest pattern, plus one if it needs a boundary
+	// start is the state a walk starts in (times stride): the root, or
+	// with boundary patterns the state after a non-word byte, as if one
+	// came before the input.
+	start uint32
 }
 
-func newAutomaton(patterns []string) *automaton {
+// newAutomaton compiles patterns. A pattern with boundary[i] set matches
+// only where the byte before it is not a word byte (or at the start): the
+// trie holds it behind every non-word class, so a hit glued to a word
+// ("this.", for the keyword "s.") never reaches an output state and costs
+// the walk nothing. boundary may be nil.
+func newAutomaton(patterns []string, boundary []bool) *automaton {
 	a := &automaton{}
 	// Byte classes: each byte used by a pattern (folded) gets its own.
+	// With boundary patterns every word byte gets one too, so that class
+	// 0 (bytes no pattern uses) holds only non-word bytes.
 	nclass := 1
+	anyBoundary := slices.Contains(boundary, true)
+	if anyBoundary {
+		for c := 0; c < 256; c++ {
+			if b := lower(byte(c)); isWordByte(b) && a.class[b] == 0 {
+				a.class[b] = uint8(nclass)
+				nclass++
+			}
+		}
+	}
 	for _, p := range patterns {
 		for i := 0; i < len(p); i++ {
 			c := lower(p[i])
@@ -30,6 +55,10 @@ func newAutomaton(patterns []string) *automaton {
 			}
 		}
 		a.lens = append(a.lens, len(p))
+		a.longest = max(a.longest, len(p))
+		if anyBoundary && boundary[len(a.lens)-1] {
+			a.longest = max(a.longest, len(p)+1)
+		}
 	}
 	for c := 'A'; c <= 'Z'; c++ {
 		a.class[c] = a.class[c+'a'-'A']
@@ -45,10 +74,9 @@ func newAutomaton(patterns []string) *automaton {
 		out  []int32
 	}
 	nodes := []node{{next: map[uint8]int{}}}
-	for pi, p := range patterns {
+	insert := func(pi int, path []uint8) {
 		s := 0
-		for i := 0; i < len(p); i++ {
-			c := a.class[p[i]]
+		for _, c := range path {
 			n, ok := nodes[s].next[c]
 			if !ok {
 				n = len(nodes)
@@ -58,6 +86,26 @@ func newAutomaton(patterns []string) *automaton {
 			s = n
 		}
 		nodes[s].out = append(nodes[s].out, int32(pi))
+	}
+	// The non-word classes: 0, and those of the non-word bytes patterns use.
+	nonWord := []uint8{0}
+	for c := 0; c < 256; c++ {
+		if k := a.class[c]; k != 0 && !isWordByte(byte(c)) && !slices.Contains(nonWord, k) {
+			nonWord = append(nonWord, k)
+		}
+	}
+	for pi, p := range patterns {
+		path := make([]uint8, 0, len(p)+1)
+		for i := 0; i < len(p); i++ {
+			path = append(path, a.class[p[i]])
+		}
+		if !anyBoundary || !boundary[pi] {
+			insert(pi, path)
+			continue
+		}
+		for _, c := range nonWord {
+			insert(pi, append([]uint8{c}, path...))
+		}
 	}
 	// Failure links, breadth first, and the full transition function.
 	trans := make([][]int, len(nodes))
@@ -102,6 +150,9 @@ func newAutomaton(patterns []string) *automaton {
 		}
 	}
 	a.outBase = uint32(firstOut * nclass)
+	if anyBoundary {
+		a.start = uint32(order[trans[0][0]] * nclass)
+	}
 	a.delta = make([]uint32, len(nodes)*nclass)
 	a.out = make([][]int32, len(nodes)-firstOut)
 	for s := range nodes {
@@ -112,6 +163,7 @@ func newAutomaton(patterns []string) *automaton {
 			a.out[order[s]-firstOut] = nodes[s].out
 		}
 	}
+	a.plain = a.class
 	for c := range a.class {
 		if isToken(byte(c)) {
 			a.class[c] |= tokenBit
@@ -124,11 +176,22 @@ func newAutomaton(patterns []string) *automaton {
 const tokenBit = 0x80
 
 // scan calls hit(pattern, end) for every occurrence of a pattern in data,
-// end being the index just past it, and returns the token runs of at least
-// minRun bytes: the one pass over the bytes that a scan makes.
+// end being the index just past it, in order of end, and returns the token
+// runs of at least minRun bytes. A long input is walked in lanes
+// (hitLanes) and searched for runs apart (tokenRuns); a short one, and the
+// reference both are tested against, by walk, one pass for both.
 func (a *automaton) scan(data []byte, hit func(pattern int, end int)) (runs []span) {
+	if len(data) < laneMin {
+		return a.walk(data, hit)
+	}
+	a.hitLanes(data, hit)
+	return tokenRuns(data)
+}
+
+// walk is the plain walk: one state, one byte at a time.
+func (a *automaton) walk(data []byte, hit func(pattern int, end int)) (runs []span) {
 	delta, class, outBase := a.delta, &a.class, uint32(a.outBase)
-	s := uint32(0)
+	s := a.start
 	run := 0
 	for i, b := range data {
 		c := class[b]

@@ -1,11 +1,7 @@
 package inspect_test
 
 import (
-	"bytes"
 	"fmt"
-	"go/build"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -40,35 +36,14 @@ func benchScanner(b *testing.B) *inspect.Scanner {
 	return s
 }
 
-// typicalBodies are request bodies of the kinds agents send: registry
-// metadata JSON, an LLM chat request, Go source, a lock file.
-func typicalBodies(b *testing.B) map[string][]byte {
-	out := map[string][]byte{}
-	meta, err := os.ReadFile("inspecttest/testdata/npm-express.json")
-	if err != nil {
-		b.Fatal(err)
-	}
-	out["registry-json"] = meta
-	src, err := os.ReadFile(filepath.Join(build.Default.GOROOT, "src", "net", "http", "server.go"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	out["go-source"] = src
-	var chat bytes.Buffer
-	chat.WriteString(`{"model":"gpt-4o","messages":[`)
-	for i := range 200 {
-		fmt.Fprintf(&chat, `{"role":"user","content":"Step %d: refactor the handler so the request context is passed down and errors are wrapped with the operation name."},`, i)
-	}
-	chat.WriteString(`{"role":"user","content":"done"}]}`)
-	out["llm-chat"] = chat.Bytes()
-	return out
-}
-
 // BenchmarkScanBody reports bytes per second on one core for Scan over
-// typical bodies (b.SetBytes: the MB/s column).
+// each kind of body in inspect.BodyKinds (b.SetBytes: the MB/s column;
+// MB/cpu-s counts CPU time, fairer on a shared machine).
 func BenchmarkScanBody(b *testing.B) {
 	s := benchScanner(b)
-	for name, body := range typicalBodies(b) {
+	bodies := inspect.BodyKinds(b)
+	for _, name := range inspect.BodyKindNames(bodies) {
+		body := bodies[name]
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			defer cpuRate(b, len(body))()
@@ -82,7 +57,7 @@ func BenchmarkScanBody(b *testing.B) {
 // BenchmarkStream is Stream over a body written in 32 KiB pieces.
 func BenchmarkStream(b *testing.B) {
 	s := benchScanner(b)
-	body := typicalBodies(b)["go-source"]
+	body := inspect.BodyKinds(b)["go-source"]
 	b.SetBytes(int64(len(body)))
 	defer cpuRate(b, len(body))()
 	for b.Loop() {

@@ -61,7 +61,8 @@ type rule struct {
 	// glued to a word byte before it ("reqs.Header") cannot start a match
 	// and runs no regexp. Derived from the regexp (keywordAtWordStart).
 	wordStart bool
-	// anchored is re anchored at its start, for a wordStart rule: a hit
+	// anchored is re anchored at its start, for a rule every match of
+	// which starts with one of its keywords (wordStart, keywordAtStart): a hit
 	// runs the search over its window only when a match starts at the hit.
 	anchored *regexp.Regexp
 	// short marks a rule with a keyword of three bytes or less ("ey",
@@ -89,6 +90,11 @@ type ruleSet struct {
 	// it is a keyword written backwards.
 	kwRules [][]int
 	kwRev   []bool
+	pats    []string // the automaton's patterns
+	// plainWalk makes every scan use the plain walk and skip the checks on
+	// reversed hits: the reference the differential tests hold the fast
+	// path to (PlainWalk, tests only).
+	plainWalk bool
 }
 
 // Reach limits.
@@ -97,8 +103,14 @@ const (
 	tokenExtend    = 512      // a window grows to the end of the token it cuts
 )
 
-// assignPrefix starts gitleaks' "name = value" rules.
-const assignPrefix = `(?i)[\w.-]{0,50}?`
+// assignPrefix starts gitleaks' "name = value" rules; assignPrefixCased
+// starts the ones whose name is matched in one case or all capitals
+// (`(?-i:[Ss]umo|SUMO)`), followed by the same name, operator and value
+// parts.
+const (
+	assignPrefix      = `(?i)[\w.-]{0,50}?`
+	assignPrefixCased = `[\w.-]{0,50}?(?i:[\w.-]{0,50}?`
+)
 
 // mediumRules are distinctive-prefix rules whose format also turns up in
 // ordinary traffic or text (a JWT in an Authorization header, a curl command
@@ -154,9 +166,9 @@ func parseRules(text string) (*ruleSet, error) {
 		}
 		r.reach = reach(t.Regex, repeatCap(r.keywords))
 		r.short = minLen(r.keywords) <= 3
-		r.assign = strings.HasPrefix(t.Regex, assignPrefix)
+		r.assign = strings.HasPrefix(t.Regex, assignPrefix) || strings.HasPrefix(t.Regex, assignPrefixCased)
 		r.wordStart = keywordAtWordStart(t.Regex, r.keywords)
-		if r.wordStart {
+		if r.wordStart || keywordAtStart(t.Regex, r.keywords) {
 			if r.anchored, err = regexp.Compile(`^(?:` + t.Regex + `)`); err != nil {
 				return nil, fmt.Errorf("inspect: rules: %s: %w", t.ID, err)
 			}
@@ -220,7 +232,18 @@ func (rs *ruleSet) build() {
 			}
 		}
 	}
-	rs.ac = newAutomaton(pats)
+	// A short keyword every rule of which needs a word boundary before
+	// it ("s.", "ey") hits inside words all the time: the automaton
+	// drops those hits itself.
+	boundary := make([]bool, len(pats))
+	for i, p := range pats {
+		boundary[i] = !rs.kwRev[i] && len(p) <= 3 && isWordByte(p[0])
+		for _, ri := range rs.kwRules[i] {
+			boundary[i] = boundary[i] && rs.rules[ri].wordStart
+		}
+	}
+	rs.pats = pats
+	rs.ac = newAutomaton(pats, boundary)
 }
 
 func (rs *ruleSet) known(id string) bool { _, ok := rs.byID[id]; return ok }
@@ -524,6 +547,34 @@ func keywordAtWordStart(expr string, keywords []string) bool {
 		if p == "" || !isWordByte(p[0]) {
 			return false
 		}
+		ok := false
+		for _, k := range keywords {
+			if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// keywordAtStart reports whether every match of expr starts with a literal
+// (of any case) that one of keywords is a prefix of, so every match starts
+// at a keyword hit (`SK[0-9a-fA-F]{32}`, keyword "sk"). Anything it cannot
+// prove is false.
+func keywordAtStart(expr string, keywords []string) bool {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return false
+	}
+	prefixes, _ := literalPrefixes(re)
+	if len(prefixes) == 0 {
+		return false
+	}
+	for _, p := range prefixes {
 		ok := false
 		for _, k := range keywords {
 			if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,5 +173,114 @@ func TestKeywordAtWordStart(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%q: vault-service-token found %v, want %v", tc.data, got, tc.want)
 		}
+	}
+}
+
+// TestAssignFollowsSuperset: for every "name = value" rule (both prefix
+// forms), any text its regexp matches has a keyword hit that
+// assignFollows accepts, and the text written backwards a reversed
+// keyword hit that revAssignFollows accepts, so neither check hides a
+// match. The inputs are
+// built the way such a line is written: name, keyword in some case, name
+// tail, quotes, operator, value, terminator.
+func TestAssignFollowsSuperset(t *testing.T) {
+	rs, err := defaultRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd := rand.New(rand.NewPCG(3, 5))
+	pick := func(s string, n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = s[rnd.IntN(len(s))]
+		}
+		return string(b)
+	}
+	const (
+		lowerAlnum = "abcdefghijklmnopqrstuvwxyz0123456789"
+		alnum      = lowerAlnum + "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		hexLower   = "0123456789abcdef"
+		token      = alnum + "_-="
+	)
+	ops := []string{"=", ">", ":=", "::=", ":::=", "||", ":", "=>", "?=", ","}
+	ruleCount, matched := 0, 0
+	for _, r := range rs.rules {
+		if !r.assign {
+			continue
+		}
+		ruleCount++
+		hits := 0
+		for iter := range 300 {
+			k := r.keywords[iter%len(r.keywords)]
+			switch iter % 3 {
+			case 1:
+				k = strings.ToUpper(k)
+			case 2:
+				k = strings.ToUpper(k[:1]) + k[1:]
+			}
+			alpha := []string{lowerAlnum, alnum, hexLower, token}[rnd.IntN(4)]
+			val := pick(alpha, 8+rnd.IntN(64))
+			if rnd.IntN(3) == 0 {
+				val = pick(alpha, []int{12, 14, 20, 32, 36, 40, 42, 64}[rnd.IntN(8)])
+			}
+			if rnd.IntN(4) == 0 {
+				// Values with a fixed prefix (okta's "00", sumo's "su").
+				shape := []struct {
+					prefix string
+					n      int
+				}{{"su", 12}, {"00", 40}, {"sk", 32}}[rnd.IntN(3)]
+				val = shape.prefix + pick(alnum, shape.n)
+			}
+			in := pick(alnum+"_.-", rnd.IntN(8)) + k + pick(alnum+"_.- \t", rnd.IntN(21)) +
+				pick(`'" `, rnd.IntN(4)) + ops[rnd.IntN(len(ops))] + pick("`'\" =", rnd.IntN(6)) +
+				val + []string{"", "\"", "'", " ", ";", "\n", "`"}[rnd.IntN(7)]
+			if !r.re.MatchString(in) {
+				continue
+			}
+			hits++
+			low := strings.ToLower(in)
+			ok := false
+			for _, kw := range r.keywords {
+				for i := 0; !ok; {
+					j := strings.Index(low[i:], kw)
+					if j < 0 {
+						break
+					}
+					ok = assignFollows([]byte(in), i+j+len(kw))
+					i += j + 1
+				}
+			}
+			if !ok {
+				t.Errorf("%s matches %q but assignFollows refuses every keyword hit", r.id, in)
+			}
+			// The line written backwards: its reversed keyword hits, read
+			// by revAssignFollows.
+			rin := reverseString(in)
+			rlow := strings.ToLower(rin)
+			ok = false
+			for _, kw := range r.keywords {
+				rk := reverseString(kw)
+				for i := 0; !ok; {
+					j := strings.Index(rlow[i:], rk)
+					if j < 0 {
+						break
+					}
+					ok = revAssignFollows([]byte(rin), i+j)
+					i += j + 1
+				}
+			}
+			if !ok {
+				t.Errorf("%s matches %q but revAssignFollows refuses it written backwards", r.id, in)
+			}
+		}
+		if hits > 0 {
+			matched++
+		} else if strings.HasPrefix(r.re.String(), assignPrefixCased) {
+			t.Errorf("%s: no generated line matched", r.id)
+		}
+	}
+	t.Logf("%d assign rules, %d matched by generated lines", ruleCount, matched)
+	if matched < ruleCount/2 {
+		t.Errorf("only %d of %d assign rules matched a generated line: the generator misses their shape", matched, ruleCount)
 	}
 }

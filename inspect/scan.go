@@ -195,7 +195,12 @@ type span struct{ lo, hi int }
 func (st *scanState) rules(data []byte, enc string) []span {
 	rs := st.s.rules
 	var fwd, rev map[int][]span
-	runs := rs.ac.scan(data, func(p, end int) {
+	var te tokenEnds
+	walk := rs.ac.scan
+	if rs.plainWalk {
+		walk = rs.ac.walk
+	}
+	runs := walk(data, func(p, end int) {
 		start := end - rs.ac.lens[p]
 		for _, ri := range rs.kwRules[p] {
 			if !st.s.enabled[ri] {
@@ -209,8 +214,23 @@ func (st *scanState) rules(data []byte, enc string) []span {
 			// Every match of a wordStart rule starts at a hit like this
 			// one: none starts here unless the anchored form matches at
 			// the hit, over as much as the window would give it.
-			if r.anchored != nil && !rs.kwRev[p] && !r.anchored.Match(data[start:tokenEnd(data, min(len(data), end+r.reach))]) {
+			if r.anchored != nil && !rs.kwRev[p] && !r.anchored.Match(data[start:te.end(data, min(len(data), end+r.reach))]) {
 				continue
+			}
+			// A keyword written backwards: the window is read reversed, a
+			// match runs leftwards from the hit's end. The same checks hold
+			// mirrored: what follows the keyword in the reversed text is
+			// what precedes the hit here, the byte after the hit is the one
+			// before the match, and the anchored form runs over the
+			// reversed bytes before the hit's end.
+			if rs.kwRev[p] && !rs.plainWalk {
+				if r.assign && !revAssignFollows(data, start) || r.short && !tokenPrecedes(data, start, shortTail) ||
+					r.wordStart && end < len(data) && isWordByte(data[end]) {
+					continue
+				}
+				if r.anchored != nil && !revAnchored(r, data, start, end) {
+					continue
+				}
 			}
 			sp := span{max(0, start-r.reach), min(len(data), end+r.reach)}
 			if rs.kwRev[p] {
@@ -274,6 +294,52 @@ func merge(data []byte, sps []span) []span {
 	return out
 }
 
+// revAssignFollows is assignFollows for a keyword found written backwards
+// at data[start:]: what follows it in the reversed text is what precedes
+// it here. assignFollows reads at most 45 bytes past the keyword.
+func revAssignFollows(data []byte, start int) bool {
+	var w [64]byte
+	n := 0
+	for i := start - 1; i >= 0 && n < len(w); i-- {
+		w[n] = data[i]
+		n++
+	}
+	return assignFollows(w[:n], 0)
+}
+
+// tokenPrecedes is tokenFollows mirrored: n secret-shaped bytes before
+// start.
+func tokenPrecedes(data []byte, start, n int) bool {
+	if start < n {
+		return false
+	}
+	for _, c := range data[start-n : start] {
+		if !isToken(c) && c != '.' && c != '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// revAnchored reports whether r's anchored form matches the bytes of data
+// before end, reversed, over as much as a window around a hit at
+// data[start:end] would give it.
+func revAnchored(r *rule, data []byte, start, end int) bool {
+	lo := max(0, start-r.reach)
+	for n := 0; lo > 0 && n < tokenExtend && isToken(data[lo-1]); n++ {
+		lo--
+	}
+	var stack [4096]byte
+	w := stack[:0]
+	if end-lo > len(stack) {
+		w = make([]byte, 0, end-lo)
+	}
+	for i := end - 1; i >= lo; i-- {
+		w = append(w, data[i])
+	}
+	return r.anchored.Match(w)
+}
+
 // tokenEnd is hi grown to the end of the token it cuts, as merge grows a
 // window.
 func tokenEnd(data []byte, hi int) int {
@@ -281,6 +347,33 @@ func tokenEnd(data []byte, hi int) int {
 		hi++
 	}
 	return hi
+}
+
+// tokenEnds is tokenEnd over one input, remembering the stretch of token
+// bytes it last read: hits inside one long token (a base64 image) would
+// otherwise each read the same tokenExtend bytes.
+type tokenEnds struct {
+	lo, hi int  // data[lo:hi] are token bytes
+	closed bool // and data[hi] is not (or hi is len(data))
+}
+
+func (t *tokenEnds) end(data []byte, hi int) int {
+	limit := min(len(data), hi+tokenExtend)
+	if t.hi > t.lo && t.lo <= hi && hi <= t.hi {
+		if t.closed || limit <= t.hi {
+			return min(t.hi, limit)
+		}
+		// Known tokens up to t.hi: read on from there.
+		j := t.hi
+		for j < limit && isToken(data[j]) {
+			j++
+		}
+		t.hi, t.closed = j, j < limit || j == len(data)
+		return j
+	}
+	j := tokenEnd(data, hi)
+	t.lo, t.hi, t.closed = hi, j, j < limit || j == len(data)
+	return j
 }
 
 // maxSpan bounds a window joined from several keyword hits.
@@ -426,9 +519,17 @@ func (st *scanState) secretCanaries(run []byte, enc string) {
 	}
 }
 
-func isStdB64(b byte) bool {
-	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '+' || b == '/'
-}
+// isStdB64 reports whether b is in the standard base64 alphabet. A table:
+// the range tests branch unpredictably on base64 text.
+func isStdB64(b byte) bool { return stdB64Table[b] }
+
+var stdB64Table = func() (t [256]bool) {
+	for c := 0; c < 256; c++ {
+		b := byte(c)
+		t[c] = 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '+' || b == '/'
+	}
+	return t
+}()
 
 // Escape regions: escapes closer than regionGap share a region, which
 // reaches regionPad bytes beyond its first and last escape (more than the
