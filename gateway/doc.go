@@ -1,6 +1,6 @@
 // Package gateway is airlock's filtering HTTP/HTTPS proxy: the explicit proxy
-// (plain HTTP in absolute form and CONNECT, through goproxy; SOCKS5 CONNECT),
-// the transparent listener that receives connections redirected inside a
+// (plain HTTP in absolute form and CONNECT, on its own request loop; SOCKS5
+// CONNECT), the transparent listener that receives connections redirected inside a
 // sandbox's namespace (raw TCP decided by the name the sandbox resolved),
 // TLS interception where policy or a secret binding asks for it (HTTP/1.1 or
 // HTTP/2 by ALPN; h2c with prior knowledge on the listeners and in a CONNECT),
