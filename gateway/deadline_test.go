@@ -178,6 +178,8 @@ func TestExplicitSlowHeader(t *testing.T) {
 				if resp.StatusCode != http.StatusOK {
 					t.Fatalf("whole request: status %d", resp.StatusCode)
 				}
+				// Its record may land after its response.
+				h.log.Wait(t, "whole request", func(r audit.Record) bool { return r.Path == "/ok" })
 			}
 			reqs := up.reqs.Load()
 			n := len(h.log.Records())

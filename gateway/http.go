@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -356,7 +354,7 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey, offerH2 bool) (*upst
 			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s: %w", key.host, err))
 		}
 		proto = tc.ConnectionState().NegotiatedProtocol
-		if proto != "" && proto != "http/1.1" && !(offerH2 && proto == http2.NextProtoTLS) {
+		if proto != "" && proto != "http/1.1" && !(offerH2 && proto == h2ALPN) {
 			tc.Close()
 			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s negotiated %q", key.host, proto))
 		}

@@ -1,5 +1,3 @@
-//lint:file-ignore SA1019 x/net/http2 serves one already-intercepted connection (Server.ServeConn) and drives one upstream connection (ClientConn); net/http's HTTP2Config replacement is not ported yet (noted at stop 19)
-
 package gateway
 
 import (
@@ -11,8 +9,6 @@ import (
 	"net/netip"
 	"sync"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // upstreamKey names what an upstream connection may be reused for: one
@@ -38,9 +34,9 @@ type upstreamConn struct {
 	parent string // the parent proxy's host:port, when the connection goes through it
 	used   bool
 	idleAt time.Time
-	proto  string            // the protocol TLS negotiated ("h2", "http/1.1" or "")
-	h2     *http2.ClientConn // an HTTP/2 upstream: shared by one client connection's streams, never pooled
-	body   io.ReadCloser     // the last response's body as read (splice.go: untouched by a scrubber or inspection)
+	proto  string           // the protocol TLS negotiated ("h2", "http/1.1" or "")
+	h2     *http.ClientConn // an HTTP/2 upstream: shared by one client connection's streams, never pooled
+	body   io.ReadCloser    // the last response's body as read (splice.go: untouched by a scrubber or inspection)
 }
 
 // upstreamReader enforces the response header limit like connReader does for
