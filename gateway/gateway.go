@@ -58,7 +58,8 @@ type Gateway struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
-	draining  bool
+	draining  bool           // under mu: ServeSandbox refuses from here on
+	drain     atomic.Bool    // draining, read on every request without mu
 	wg        sync.WaitGroup // accept loops and connection handlers
 }
 
@@ -280,6 +281,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.quitOnce.Do(func() { close(g.quit) })
 	g.mu.Lock()
 	g.draining = true
+	g.drain.Store(true)
 	sbs := make([]*sandbox, 0, len(g.sandboxes))
 	for _, s := range g.sandboxes {
 		sbs = append(sbs, s)
@@ -322,11 +324,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 }
 
-func (g *Gateway) isDraining() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.draining
-}
+func (g *Gateway) isDraining() bool { return g.drain.Load() }
 
 // upstreamRoots is the pool upstream TLS is verified against: the system roots
 // plus upstream.ca_file. Parsing the system roots costs more than the rest of a

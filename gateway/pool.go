@@ -79,17 +79,21 @@ func newUpstreamConn(key upstreamKey, c net.Conn, ip netip.Addr) *upstreamConn {
 
 // roundTrip writes req and reads the response header, skipping interim 1xx
 // responses other than 101.
+// Writing the request and reading the response header each get
+// headerTimeout; without a body one deadline covers both (nothing is written
+// once the header is awaited): two deadline updates per exchange, not four.
 func (u *upstreamConn) roundTrip(req *http.Request, headerTimeout time.Duration, maxHeader int) (*http.Response, error) {
-	u.nc.SetWriteDeadline(time.Now().Add(headerTimeout))
+	u.nc.SetDeadline(time.Now().Add(headerTimeout))
+	defer u.nc.SetDeadline(time.Time{})
 	if err := req.Write(u.bw); err != nil {
 		return nil, err
 	}
 	if err := u.bw.Flush(); err != nil {
 		return nil, err
 	}
-	u.nc.SetWriteDeadline(time.Time{})
-	u.nc.SetReadDeadline(time.Now().Add(headerTimeout))
-	defer u.nc.SetReadDeadline(time.Time{})
+	if req.Body != nil && req.Body != http.NoBody {
+		u.nc.SetReadDeadline(time.Now().Add(headerTimeout)) // the header's own time after the body
+	}
 	for {
 		u.rd.limited, u.rd.limit = true, maxHeader-u.br.Buffered()
 		resp, err := http.ReadResponse(u.br, req)
