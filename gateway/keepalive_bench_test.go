@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -91,4 +94,48 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkWireHead: the gateway's own request and response heads
+// (writeRequestHead, writeResponseHead) against net/http's Request.Write and
+// Response.Write for the same kept-alive exchange.
+func BenchmarkWireHead(b *testing.B) {
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET http://pypi.org/simple/x/ HTTP/1.1\r\nHost: pypi.org\r\nUser-Agent: pip/24.0\r\nAccept: */*\r\nAccept-Encoding: gzip\r\n\r\n")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.URL.Scheme, req.URL.Host, req.RequestURI = "", "", ""
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nDate: Sun, 29 Nov 2026 07:00:00 GMT\r\nContent-Length: 2\r\n\r\nok")), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	bw := bufio.NewWriter(io.Discard)
+	b.Run("request/net-http", func(b *testing.B) {
+		for b.Loop() {
+			req.Write(bw)
+			bw.Flush()
+		}
+	})
+	b.Run("request/gateway", func(b *testing.B) {
+		for b.Loop() {
+			writeRequestHead(bw, req)
+			bw.Flush()
+		}
+	})
+	b.Run("response/net-http", func(b *testing.B) {
+		for b.Loop() {
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.Write(bw)
+			bw.Flush()
+		}
+	})
+	b.Run("response/gateway", func(b *testing.B) {
+		for b.Loop() {
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			writeResponseHead(bw, resp)
+			io.CopyN(bw, resp.Body, resp.ContentLength)
+			bw.Flush()
+		}
+	})
 }

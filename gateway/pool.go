@@ -85,8 +85,10 @@ func newUpstreamConn(key upstreamKey, c net.Conn, ip netip.Addr) *upstreamConn {
 func (u *upstreamConn) roundTrip(req *http.Request, headerTimeout time.Duration, maxHeader int) (*http.Response, error) {
 	u.nc.SetDeadline(time.Now().Add(headerTimeout))
 	defer u.nc.SetDeadline(time.Time{})
-	if err := req.Write(u.bw); err != nil {
-		return nil, err
+	if !writeRequestHead(u.bw, req) {
+		if err := req.Write(u.bw); err != nil {
+			return nil, err
+		}
 	}
 	if err := u.bw.Flush(); err != nil {
 		return nil, err
