@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -87,13 +86,6 @@ func BenchmarkHTTPKeepAliveConns(b *testing.B) {
 			b.ReportMetric(float64((pCPU-dCPU).Microseconds())/float64(b.N), "gateway-cpu-µs/req")
 		})
 	}
-}
-
-// processCPU is the process's user + system CPU time so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkWireHead: the gateway's own request and response heads
