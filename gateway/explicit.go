@@ -1,14 +1,19 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/elazarl/goproxy"
 
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/oplog"
@@ -18,11 +23,15 @@ import (
 // The explicit proxy serves its connections itself, as the transparent
 // listener does: each request's header block is peeked strictly
 // (peekHTTPRequest: limits, the raw Host header that net/http drops for
-// absolute-form requests), parsed once (http.ReadRequest) and run through the
-// one pipeline; forward writes the response, refuse a refusal. A connection
-// whose first byte is 5 is SOCKS5 (socks.go), one that starts with the
-// HTTP/2 preface is h2c (h2.go). A CONNECT hands the raw connection, and the
-// bytes the client sent right behind it, to the tunnel (relayConnect).
+// absolute-form requests) and parsed once (http.ReadRequest). A
+// goproxy.ProxyHttpServer then dispatches it (explicitDispatch): a CONNECT to
+// its CONNECT handler, whose ConnectHijack hands the raw connection, and the
+// bytes the client sent right behind it, to the tunnel (relayConnect); any
+// other request to its request handler chain, whose one handler runs the one
+// pipeline. The pipeline writes the response on the wire itself (forward, or
+// refuse a refusal); goproxy's own transport, dialer, CA, MITM, HTTP/2 and
+// response copy are never used. A connection whose first byte is 5 is SOCKS5
+// (socks.go), one that starts with the HTTP/2 preface is h2c (h2.go).
 
 // maxBodyDrain is how much of a request body the upstream did not take is
 // read and dropped so the connection can carry the next request (net/http's
@@ -33,7 +42,7 @@ const maxBodyDrain = 256 << 10
 // closes, serving each connection on its own goroutine.
 func (g *Gateway) serveExplicitListener(s *sandbox, l net.Listener) {
 	defer g.wg.Done()
-	el := &explicitListener{Listener: l, g: g, s: s}
+	el := &explicitListener{Listener: l, g: g, s: s, proxy: g.newExplicitProxy()}
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := el.Accept()
@@ -79,19 +88,124 @@ func (g *Gateway) explicitHandler(c *explicitConn) {
 		}
 		rc := g.newReqCtx(c.cc, s)
 		rc.req, rc.kind = req, policy.KindHTTP
-		if req.Method == http.MethodConnect {
-			g.explicitConnect(rc)
-			return
-		}
-		if ex := req.Header["Expect"]; len(ex) > 0 && !(len(ex) == 1 && strings.EqualFold(ex[0], "100-continue")) {
+		if ex := req.Header["Expect"]; len(ex) > 0 && req.Method != http.MethodConnect && !(len(ex) == 1 && strings.EqualFold(ex[0], "100-continue")) {
 			g.serveRefused(rc, &denial{reason: ReasonBadRequest, status: http.StatusExpectationFailed,
 				msg: "unsupported Expect header (only 100-continue is)"})
 			return
 		}
-		if !g.serve(rc) || body != nil && !body.finish() {
+		if !c.dispatch(rc) || body != nil && !body.finish() {
 			return
 		}
 	}
+}
+
+// explicitDispatch is the connection's goproxy front: the one
+// goproxy.ProxyHttpServer of the listener, the connection's ResponseWriter,
+// and the request goproxy is dispatching.
+type explicitDispatch struct {
+	proxy  *goproxy.ProxyHttpServer
+	ctx    context.Context // carries the connection to goproxy's handlers
+	w      explicitWriter
+	rc     *reqCtx       // the request being dispatched
+	served bool          // a handler of ours took it
+	keep   bool          // the connection may carry another request
+	done   http.Response // what a handler hands back once the pipeline answered
+}
+
+type ctxKey int
+
+const explicitConnKey ctxKey = 0
+
+// errNoGoproxyTransport is what goproxy's own dialers return: they are never
+// used, every upstream is dialed by the pipeline (dial.go).
+var errNoGoproxyTransport = errors.New("gateway: goproxy's own transport is never used")
+
+// newExplicitProxy builds the goproxy front of one explicit listener. Its
+// handlers run the pipeline; everything goproxy could do by itself (dial,
+// MITM, HTTP/2, its own CA) is off or refuses.
+func (g *Gateway) newExplicitProxy() *goproxy.ProxyHttpServer {
+	p := goproxy.NewProxyHttpServer()
+	p.Logger = log.New(io.Discard, "", 0)
+	p.Verbose = false
+	p.KeepHeader = true         // hop-by-hop headers are removed by sendUpstream, after policy saw them
+	p.KeepAcceptEncoding = true // the client's Accept-Encoding goes upstream as sent
+	p.AllowHTTP2 = false
+	p.CertStore = nil
+	refuseDial := func(context.Context, string, string) (net.Conn, error) { return nil, errNoGoproxyTransport }
+	p.Tr = &http.Transport{Proxy: nil, DialContext: refuseDial, DialTLSContext: refuseDial}
+	p.ConnectDial = func(string, string) (net.Conn, error) { return nil, errNoGoproxyTransport }
+	p.ConnectDialWithReq = nil
+	// An origin-form request is not a proxy request to goproxy; the pipeline
+	// refuses it (normalizeRequest), audited like any other.
+	p.NonproxyHandler = http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { g.explicitRequest(r, nil) })
+	p.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: g.explicitHijack}, host
+	})
+	p.OnRequest().DoFunc(g.explicitRequest)
+	return p
+}
+
+// dispatch hands rc's request to goproxy and reports whether the connection
+// may carry another request. A request no handler of ours took (goproxy
+// answered or dropped it by itself) is refused: fail closed.
+func (c *explicitConn) dispatch(rc *reqCtx) bool {
+	d := &c.d
+	d.rc, d.served, d.keep = rc, false, false
+	clear(d.w.header)
+	rc.req = rc.req.WithContext(d.ctx)
+	d.proxy.ServeHTTP(&d.w, rc.req)
+	d.rc = nil
+	if !d.served {
+		c.cc.g.serveRefused(rc, fail(ReasonUpstream, http.StatusBadGateway, errors.New("request not handled by the explicit proxy")))
+		return false
+	}
+	return d.keep
+}
+
+// dispatchOf returns the dispatch of the connection r arrived on.
+func dispatchOf(r *http.Request) *explicitDispatch {
+	return &r.Context().Value(explicitConnKey).(*explicitConn).d
+}
+
+// explicitRequest is goproxy's request handler (and its non-proxy handler):
+// the whole pipeline, which writes the response on the connection. goproxy
+// gets back an empty response with no body, whose copy writes nothing.
+func (g *Gateway) explicitRequest(r *http.Request, _ *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	d := dispatchOf(r)
+	d.served = true
+	rc := d.rc
+	rc.req = r
+	d.keep = g.serve(rc)
+	d.done = http.Response{StatusCode: rc.status, Header: d.w.header, Body: http.NoBody, Request: r}
+	return r, &d.done
+}
+
+// explicitHijack is goproxy's ConnectHijack: the pipeline takes the raw
+// connection for the tunnel, on this goroutine, until the tunnel ends.
+func (g *Gateway) explicitHijack(r *http.Request, _ net.Conn, _ *goproxy.ProxyCtx) {
+	d := dispatchOf(r)
+	d.served = true
+	rc := d.rc
+	rc.req = r
+	g.explicitConnect(rc)
+}
+
+// explicitWriter is the ResponseWriter goproxy dispatches with. The pipeline
+// has written the response on the wire by the time goproxy copies what its
+// handler returned (an empty response), so nothing goproxy writes reaches the
+// client; Hijack hands over the raw connection and the session's buffers.
+type explicitWriter struct {
+	c      *explicitConn
+	header http.Header
+}
+
+func (w *explicitWriter) Header() http.Header         { return w.header }
+func (w *explicitWriter) WriteHeader(int)             {}
+func (w *explicitWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func (w *explicitWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	s := w.c.sess
+	return w.c.cc.nc, bufio.NewReadWriter(s.br, s.bw), nil
 }
 
 // explicitConnect serves a CONNECT: the pipeline takes the raw connection,

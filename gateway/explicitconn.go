@@ -1,16 +1,21 @@
 package gateway
 
 import (
+	"context"
 	"net"
+	"net/http"
 	"sync"
+
+	"github.com/elazarl/goproxy"
 )
 
 // explicitListener applies the per-sandbox connection cap at accept and wraps
 // each connection.
 type explicitListener struct {
 	net.Listener
-	g *Gateway
-	s *sandbox
+	g     *Gateway
+	s     *sandbox
+	proxy *goproxy.ProxyHttpServer // the goproxy front every connection shares (explicit.go)
 }
 
 // Accept returns the next connection within the sandbox's cap (one past it
@@ -26,7 +31,10 @@ func (l *explicitListener) Accept() (*explicitConn, error) {
 			continue // refused (and audited) by the cap, or the sandbox stopped
 		}
 		l.g.wg.Add(1)
-		return &explicitConn{cc: cc, sess: l.g.newSession(cc, c, nil)}, nil
+		ec := &explicitConn{cc: cc, sess: l.g.newSession(cc, c, nil)}
+		ec.d.proxy, ec.d.w = l.proxy, explicitWriter{c: ec, header: http.Header{}}
+		ec.d.ctx = context.WithValue(context.Background(), explicitConnKey, ec)
+		return ec, nil
 	}
 }
 
@@ -35,6 +43,7 @@ func (l *explicitListener) Accept() (*explicitConn, error) {
 type explicitConn struct {
 	cc     *clientConn
 	sess   *httpSession
+	d      explicitDispatch
 	closed sync.Once
 }
 
