@@ -1,5 +1,6 @@
 // Package gateway is airlock's filtering HTTP/HTTPS proxy: the explicit proxy
-// (plain HTTP in absolute form and CONNECT, on its own request loop; SOCKS5
+// (plain HTTP in absolute form and CONNECT, on its own connection loop, each
+// request dispatched by goproxy to the pipeline; SOCKS5
 // CONNECT), the transparent listener that receives connections redirected inside a
 // sandbox's namespace (raw TCP decided by the name the sandbox resolved),
 // TLS interception where policy or a secret binding asks for it (HTTP/1.1 or
