@@ -156,7 +156,8 @@ func (c *explicitConn) dispatch(rc *reqCtx) bool {
 	d.proxy.ServeHTTP(&d.w, rc.req)
 	d.rc = nil
 	if !d.served {
-		c.cc.g.serveRefused(rc, fail(ReasonUpstream, http.StatusBadGateway, errors.New("request not handled by the explicit proxy")))
+		// A denial: policy was never asked, nothing was dialed.
+		c.cc.g.serveRefused(rc, &denial{reason: ReasonUpstream, status: http.StatusBadGateway, msg: "request not handled by the explicit proxy"})
 		return false
 	}
 	return d.keep

@@ -2,14 +2,18 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/elazarl/goproxy"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
@@ -173,4 +177,50 @@ func (c *recordConn) Read(p []byte) (int, error) {
 		c.skipped = true
 	}
 	return c.br.Read(p)
+}
+
+// TestExplicitUnhandledRequestRefused: goproxy dispatches every request of the
+// explicit proxy; one it answers by itself, no handler of the gateway's having
+// taken it (here a goproxy front without them, whose own transport refuses to
+// dial), is refused 502 and audited once: goproxy's own answer never reaches
+// the client, and nothing reaches the upstream. The front fails closed.
+func TestExplicitUnhandledRequestRefused(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org"), nil)
+	h.allowUpstreams(up)
+	h.g.mu.Lock()
+	s := h.g.sandboxes["sb-test"]
+	h.g.mu.Unlock()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	bare := goproxy.NewProxyHttpServer()
+	bare.Logger = log.New(io.Discard, "", 0)
+	bare.Tr = &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errNoGoproxyTransport
+	}}
+	el := &explicitListener{Listener: l, g: h.g, s: s, proxy: bare}
+	go func() {
+		c, err := el.Accept()
+		if err == nil {
+			h.g.explicitHandler(c)
+		}
+	}()
+	resp, body := rawRequest(t, l.Addr().String(), fmt.Sprintf("GET http://pypi.org:%d/x HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", up.port, up.port))
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Airlock-Reason") != ReasonUpstream {
+		t.Fatalf("got %d %s %q, want 502 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), body, ReasonUpstream)
+	}
+	if !strings.Contains(body, "decision "+resp.Header.Get("X-Airlock-Decision")) {
+		t.Fatalf("got body %q, want the gateway's refusal", body)
+	}
+	recs := h.log.Records()
+	if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || len(recs[0].Reasons) == 0 || recs[0].Reasons[0].ID != ReasonUpstream ||
+		!strings.Contains(recs[0].Reasons[0].Msg, "not handled by the explicit proxy") {
+		t.Fatalf("got records %+v, want one %s: not handled by the explicit proxy", recs, ReasonUpstream)
+	}
+	if n, c := up.reqs.Load(), up.conns.Load(); n != 0 || c != 0 {
+		t.Fatalf("upstream saw %d requests, %d connections; want 0", n, c)
+	}
 }
