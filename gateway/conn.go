@@ -109,8 +109,8 @@ type connReader struct {
 	limit    int  // remaining header bytes when limited
 	limited  bool // reading a header block
 	progress time.Duration
-	// until and expired are atomic: on the explicit proxy, http.Server's
-	// background read calls Read while the handler bounds and unbounds.
+	// until and expired are atomic: bound and Read may run on different
+	// goroutines.
 	until   atomic.Int64 // bound: unix nanos after which reads fail; 0 when unbounded
 	expired atomic.Bool  // a read failed because until passed
 }

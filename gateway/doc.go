@@ -1,10 +1,10 @@
 // Package gateway is airlock's filtering HTTP/HTTPS proxy: the explicit proxy
-// (plain HTTP in absolute form and CONNECT, through goproxy; SOCKS5 CONNECT),
-// the transparent listener that receives connections redirected inside a
-// sandbox's namespace (raw TCP decided by the name the sandbox resolved),
-// TLS interception where policy or a secret binding asks for it (HTTP/1.1 or
-// HTTP/2 by ALPN; h2c with prior knowledge on the listeners and in a CONNECT),
-// and the guarded dialer with its per-sandbox upstream pool.
+// (absolute-form HTTP and CONNECT on its own loop, goproxy dispatching each
+// request to the pipeline; SOCKS5), the transparent listener for connections
+// redirected inside a sandbox's namespace (raw TCP decided by the name the
+// sandbox resolved), TLS interception where policy or a secret binding asks
+// (HTTP/1.1 or HTTP/2 by ALPN; h2c with prior knowledge on the listeners and
+// in a CONNECT), and the guarded dialer with its per-sandbox upstream pool.
 //
 // Every request, tunnel, connection and HTTP/2 stream (h2.go: one stream is one
 // request) goes through one pipeline, coded once in (*Gateway).serve

@@ -1,62 +1,128 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log"
 	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/oplog"
 	"github.com/airlock-dev/airlock/policy"
-	"github.com/airlock-dev/airlock/secrets"
 )
 
-// The explicit proxy's front is a goproxy.ProxyHttpServer served by one
-// http.Server per sandbox listener:
-//
-//   - the listener wraps every accepted connection in an explicitConn
-//     (explicitconn.go), which owns the connection's httpSession (pinned
-//     upstream, byte counts) and reads each request header block itself
-//     before http.Server parses it: the header limit counts from the first
-//     byte, an unreadable request is refused and audited like any other, and
-//     the raw Host header (which net/http drops for absolute-form requests) is
-//     kept for the fronting check;
-//   - CONNECT: a HandleConnectFunc answers ConnectHijack, and the hijack hands the
-//     raw *net.TCPConn (splice) and the session to the pipeline (tunnel or
-//     MITM, tunnel.go);
-//   - absolute-form HTTP: OnRequest().DoFunc runs the pipeline up to the dial;
-//     the round trip runs on the per-request ctx.RoundTripper over the session's
-//     pooled, guarded upstream connection. goproxy's own transport, CA, MITM and
-//     HTTP/2 are never used: proxy.Tr refuses to dial, proxy.Tr.Proxy is nil.
-//
-// Exactly one function (refuse) builds refusals; on this path goproxy writes
-// them. Exactly one deferred call (finish) writes each request's audit record.
+// The explicit proxy serves its connections itself, as the transparent
+// listener does: each request's header block is peeked strictly
+// (peekHTTPRequest: limits, the raw Host header that net/http drops for
+// absolute-form requests) and parsed once (http.ReadRequest). A
+// goproxy.ProxyHttpServer then dispatches it (explicitDispatch): a CONNECT to
+// its CONNECT handler, whose ConnectHijack hands the raw connection, and the
+// bytes the client sent right behind it, to the tunnel (relayConnect); any
+// other request to its request handler chain, whose one handler runs the one
+// pipeline. The pipeline writes the response on the wire itself (forward, or
+// refuse a refusal); goproxy's own transport, dialer, CA, MITM, HTTP/2 and
+// response copy are never used. A connection whose first byte is 5 is SOCKS5
+// (socks.go), one that starts with the HTTP/2 preface is h2c (h2.go).
+
+// maxBodyDrain is how much of a request body the upstream did not take is
+// read and dropped so the connection can carry the next request (net/http's
+// server does the same); past it the connection closes.
+const maxBodyDrain = 256 << 10
+
+// serveExplicitListener accepts one sandbox's explicit listener until it
+// closes, serving each connection on its own goroutine.
+func (g *Gateway) serveExplicitListener(s *sandbox, l net.Listener) {
+	defer g.wg.Done()
+	el := &explicitListener{Listener: l, g: g, s: s, proxy: g.newExplicitProxy()}
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := el.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
+				time.Sleep(backoff) // out of descriptors: wait, as net/http's server does
+				backoff = min(backoff*2, time.Second)
+				continue
+			}
+			g.logger.Error("explicit listener stopped", oplog.SandboxKey, s.info.ID, oplog.ErrorKey, err)
+			return
+		}
+		backoff = 5 * time.Millisecond
+		go g.explicitHandler(c)
+	}
+}
+
+// explicitHandler serves one explicit-proxy connection's requests one at a
+// time until it ends or a request may not be followed by another.
+func (g *Gateway) explicitHandler(c *explicitConn) {
+	defer c.done()
+	s := c.sess
+	for first := true; ; first = false {
+		pr, ok := c.readHead(first)
+		if !ok {
+			return
+		}
+		s.rawHost = pr.Host
+		req, err := http.ReadRequest(s.br) // the whole block is buffered: no read
+		s.rd.progress = g.cfg.IdleTimeout  // a body that stops arriving is dropped
+		if err != nil {
+			c.refuseUnreadable(pr, err)
+			return
+		}
+		var body *requestBody
+		if req.Body != http.NoBody {
+			body = &requestBody{r: req.Body}
+			req.Body = body
+		}
+		rc := g.newReqCtx(c.cc, s)
+		rc.req, rc.kind = req, policy.KindHTTP
+		if ex := req.Header["Expect"]; len(ex) > 0 && req.Method != http.MethodConnect && !(len(ex) == 1 && strings.EqualFold(ex[0], "100-continue")) {
+			g.serveRefused(rc, &denial{reason: ReasonBadRequest, status: http.StatusExpectationFailed,
+				msg: "unsupported Expect header (only 100-continue is)"})
+			return
+		}
+		if !c.dispatch(rc) || body != nil && !body.finish() {
+			return
+		}
+	}
+}
+
+// explicitDispatch is the connection's goproxy front: the one
+// goproxy.ProxyHttpServer of the listener, the connection's ResponseWriter,
+// and the request goproxy is dispatching.
+type explicitDispatch struct {
+	proxy  *goproxy.ProxyHttpServer
+	ctx    context.Context // carries the connection to goproxy's handlers
+	w      explicitWriter
+	rc     *reqCtx       // the request being dispatched
+	served bool          // a handler of ours took it
+	keep   bool          // the connection may carry another request
+	done   http.Response // what a handler hands back once the pipeline answered
+}
 
 type ctxKey int
 
 const explicitConnKey ctxKey = 0
 
-// currentReq returns the explicitReq of the request r on its connection.
-func currentReq(r *http.Request) *explicitReq {
-	return r.Context().Value(explicitConnKey).(*explicitConn).cur
-}
-
-// explicitReq carries a request's reqCtx from the outer handler through goproxy.
-type explicitReq struct {
-	rc     *reqCtx
-	served bool // the CONNECT hijack took the connection
-}
-
+// errNoGoproxyTransport is what goproxy's own dialers return: they are never
+// used, every upstream is dialed by the pipeline (dial.go).
 var errNoGoproxyTransport = errors.New("gateway: goproxy's own transport is never used")
 
-// newExplicitProxy builds the goproxy front shared by every explicit listener.
+// newExplicitProxy builds the goproxy front of one explicit listener. Its
+// handlers run the pipeline; everything goproxy could do by itself (dial,
+// MITM, HTTP/2, its own CA) is off or refuses.
 func (g *Gateway) newExplicitProxy() *goproxy.ProxyHttpServer {
 	p := goproxy.NewProxyHttpServer()
 	p.Logger = log.New(io.Discard, "", 0)
@@ -69,305 +135,205 @@ func (g *Gateway) newExplicitProxy() *goproxy.ProxyHttpServer {
 	p.Tr = &http.Transport{Proxy: nil, DialContext: refuseDial, DialTLSContext: refuseDial}
 	p.ConnectDial = func(string, string) (net.Conn, error) { return nil, errNoGoproxyTransport }
 	p.ConnectDialWithReq = nil
-	p.NonproxyHandler = http.HandlerFunc(g.explicitNonproxy)
+	// An origin-form request is not a proxy request to goproxy; the pipeline
+	// refuses it (normalizeRequest), audited like any other.
+	p.NonproxyHandler = http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { g.explicitRequest(r, nil) })
 	p.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
-		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: g.explicitConnect}, host
+		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: g.explicitHijack}, host
 	})
 	p.OnRequest().DoFunc(g.explicitRequest)
 	return p
 }
 
-// serveExplicitListener serves one sandbox's explicit listener until it closes.
-func (g *Gateway) serveExplicitListener(s *sandbox, l net.Listener) {
-	defer g.wg.Done()
-	srv := &http.Server{
-		Handler:           g.explicitHandler(),
-		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
-		IdleTimeout:       g.cfg.IdleTimeout,
-		MaxHeaderBytes:    g.cfg.MaxHeaderBytes + 4096, // explicitConn enforces the real limit first
-		ErrorLog:          log.New(io.Discard, "", 0),
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, explicitConnKey, c.(*explicitConn))
-		},
-		ConnState: func(c net.Conn, st http.ConnState) {
-			ec := c.(*explicitConn)
-			switch st {
-			case http.StateIdle:
-				ec.expectHead()
-			case http.StateHijacked:
-				ec.mu.Lock()
-				ec.hijacked, ec.held = true, false // a websocket's frames come through here
-				ec.mu.Unlock()
-			case http.StateClosed:
-				ec.done()
-			}
-		},
+// dispatch hands rc's request to goproxy and reports whether the connection
+// may carry another request. A request no handler of ours took (goproxy
+// answered or dropped it by itself) is refused: fail closed.
+func (c *explicitConn) dispatch(rc *reqCtx) bool {
+	d := &c.d
+	d.rc, d.served, d.keep = rc, false, false
+	clear(d.w.header)
+	rc.req = rc.req.WithContext(d.ctx)
+	d.proxy.ServeHTTP(&d.w, rc.req)
+	d.rc = nil
+	if !d.served {
+		// A denial: policy was never asked, nothing was dialed.
+		c.cc.g.serveRefused(rc, &denial{reason: ReasonUpstream, status: http.StatusBadGateway, msg: "request not handled by the explicit proxy"})
+		return false
 	}
-	srv.SetKeepAlivesEnabled(true)
-	err := srv.Serve(&explicitListener{Listener: l, g: g, s: s})
-	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
-		g.logger.Error("explicit listener stopped", oplog.SandboxKey, s.info.ID, oplog.ErrorKey, err)
-	}
+	return d.keep
 }
 
-// explicitHandler is the http.Handler in front of goproxy: it makes the
-// request's reqCtx and owns its one deferred audit.
-func (g *Gateway) explicitHandler() http.Handler {
-	proxy := g.newExplicitProxy()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ec := r.Context().Value(explicitConnKey).(*explicitConn)
-		s := ec.sess
-		rc := g.newReqCtx(ec.cc, s)
-		rc.req = r
-		rc.kind = policy.KindHTTP
-		pr, err := ec.claimHead(r)
-		s.rawHost, s.rawHostErr = pr.Host, err
-		x := &explicitReq{rc: rc}
-		ec.cur = x // http.Server serves a connection's requests one at a time
-		if r.Method == http.MethodConnect {
-			rc.kind = policy.KindConnect
-			defer func() {
-				if !x.served { // goproxy never handed over the connection
-					g.serveRefused(rc, fail(ReasonUpstream, http.StatusBadGateway, errors.New("connect not hijacked")))
-					ec.done()
-				}
-			}()
-			proxy.ServeHTTP(w, r)
-			return
-		}
-		rc.viaProxy = true
-		defer g.finishExplicit(ec, rc)
-		proxy.ServeHTTP(w, r)
-	})
+// dispatchOf returns the dispatch of the connection r arrived on.
+func dispatchOf(r *http.Request) *explicitDispatch {
+	return &r.Context().Value(explicitConnKey).(*explicitConn).d
 }
 
-// explicitConnect is goproxy's ConnectHijack: the pipeline takes the raw
-// connection (the session holds any bytes the client sent after the CONNECT)
-// on a goroutine of its own, and http.Server's goroutine returns, letting go
-// of its connection's buffers (8 KiB) and its stack for as long as the
-// tunnel stays open.
-func (g *Gateway) explicitConnect(r *http.Request, _ net.Conn, _ *goproxy.ProxyCtx) {
-	x := currentReq(r)
-	x.served = true
-	rc := x.rc
-	ec := r.Context().Value(explicitConnKey).(*explicitConn)
+// explicitRequest is goproxy's request handler (and its non-proxy handler):
+// the whole pipeline, which writes the response on the connection. goproxy
+// gets back an empty response with no body, whose copy writes nothing.
+func (g *Gateway) explicitRequest(r *http.Request, _ *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	d := dispatchOf(r)
+	d.served = true
+	rc := d.rc
+	rc.req = r
+	d.keep = g.serve(rc)
+	d.done = http.Response{StatusCode: rc.status, Header: d.w.header, Body: http.NoBody, Request: r}
+	return r, &d.done
+}
+
+// explicitHijack is goproxy's ConnectHijack: the pipeline takes the raw
+// connection for the tunnel, on this goroutine, until the tunnel ends.
+func (g *Gateway) explicitHijack(r *http.Request, _ net.Conn, _ *goproxy.ProxyCtx) {
+	d := dispatchOf(r)
+	d.served = true
+	rc := d.rc
+	rc.req = r
+	g.explicitConnect(rc)
+}
+
+// explicitWriter is the ResponseWriter goproxy dispatches with. The pipeline
+// has written the response on the wire by the time goproxy copies what its
+// handler returned (an empty response), so nothing goproxy writes reaches the
+// client; Hijack hands over the raw connection and the session's buffers.
+type explicitWriter struct {
+	c      *explicitConn
+	header http.Header
+}
+
+func (w *explicitWriter) Header() http.Header         { return w.header }
+func (w *explicitWriter) WriteHeader(int)             {}
+func (w *explicitWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func (w *explicitWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	s := w.c.sess
+	return w.c.cc.nc, bufio.NewReadWriter(s.br, s.bw), nil
+}
+
+// explicitConnect serves a CONNECT: the pipeline takes the raw connection,
+// with the bytes the client sent right behind the CONNECT still in the
+// session's buffer, for the tunnel (relayConnect).
+func (g *Gateway) explicitConnect(rc *reqCtx) {
+	rc.kind = policy.KindConnect
 	rc.sess.release()
 	rc.cc.nc.SetDeadline(time.Time{})
-	go func() {
-		defer ec.done()
-		g.serve(rc)
-	}()
+	g.serve(rc)
 }
 
-// explicitRequest is goproxy's request handler for absolute-form HTTP: the
-// pipeline up to the dial, then the round trip on our own RoundTripper.
-func (g *Gateway) explicitRequest(req *http.Request, pctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-	rc := currentReq(req).rc
-	rc.req = req
-	if err := g.admit(rc); err != nil {
-		rc.err = err
-		g.refuse(rc)
-		return req, rc.refusal
-	}
-	pctx.RoundTripper = goproxy.RoundTripperFunc(func(*http.Request, *goproxy.ProxyCtx) (*http.Response, error) {
-		resp, err := rc.sess.proxyExchange(rc)
-		if err != nil {
-			rc.err = err
-			g.refuse(rc)
-			return rc.refusal, nil
-		}
-		return resp, nil
-	})
-	return req, nil
+// requestBody is a request body as http.ReadRequest framed it. It remembers
+// whether it was read to its end: only then may the connection carry the next
+// request. Closing it does nothing (net/http's Close would read the rest,
+// however long); finish decides.
+type requestBody struct {
+	r   io.ReadCloser
+	eof bool
 }
 
-// explicitNonproxy answers what goproxy does not take as a proxy request (an
-// origin-form request): the pipeline refuses it.
-func (g *Gateway) explicitNonproxy(w http.ResponseWriter, r *http.Request) {
-	rc := currentReq(r).rc
-	rc.req = r
-	err := g.admit(rc)
-	if err == nil {
-		err = deny(ReasonBadRequest, "request not handled by the explicit proxy")
-	}
-	rc.err = err
-	g.refuse(rc)
-	for k, v := range rc.refusal.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(rc.refusal.StatusCode)
-	io.Copy(w, rc.refusal.Body)
-}
-
-// proxyExchange is the RoundTripper of the goproxy front: the request goes out
-// on the session's upstream connection and the response comes back for goproxy
-// to write, its body counted and watched so the upstream is reused only when it
-// was read to its end.
-func (s *httpSession) proxyExchange(rc *reqCtx) (*http.Response, error) {
-	x, err := s.sendUpstream(rc)
-	if err != nil {
-		return nil, err
-	}
-	resp := x.resp
-	rc.status = resp.StatusCode
-	rc.responded = true
-	upClose := resp.Close
-	removeHop(resp.Header)
-	resp.ProtoMajor, resp.ProtoMinor, resp.Proto = 1, 1, "HTTP/1.1"
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		if x.upgrade == "" {
-			s.dropUpstream()
-			return nil, fail(ReasonUpstream, http.StatusBadGateway, errors.New("upstream switched protocols without a websocket upgrade"))
-		}
-		// goproxy relays a websocket between the hijacked client and Body.
-		resp.Header.Set("Connection", "Upgrade")
-		resp.Header.Set("Upgrade", x.upgrade)
-		up := s.up
-		s.untrack()
-		s.up = nil
-		rc.up = up
-		untrack := s.cc.track(up.nc)
-		rc.ws = &wsBody{r: up.br, c: up.nc, untrack: untrack, guard: s.g.streamGuard(rc, true), scan: s.g.newWSScan(rc)}
-		s.g.holdOpen(rc) // re-decided on a policy change, as a tunnel is
-		resp.Body = rc.ws
-		return resp, nil
-	}
-	if x.clientClose || s.closeAfter || s.g.isDraining() {
-		resp.Header.Set("Connection", "close")
-	}
-	if resp.Body == nil || resp.Body == http.NoBody {
-		rc.upOK = !upClose
-		return resp, nil
-	}
-	if resp.ContentLength < 0 && rc.req.Method != http.MethodHead {
-		// Unknown length (chunked, scrubbed, or close-delimited upstream): chunked
-		// to the client, and goproxy flushes as the bytes arrive.
-		resp.Header.Set("Transfer-Encoding", "chunked")
-	}
-	resp.Body = &proxyBody{r: resp.Body, rc: rc, upClose: upClose}
-	return resp, nil
-}
-
-// proxyBody counts the response body for the audit record. An upstream read
-// error aborts the client's response (http.ErrAbortHandler), so a truncated
-// body is never passed off as complete.
-type proxyBody struct {
-	r       io.ReadCloser
-	rc      *reqCtx
-	upClose bool
-}
-
-func (b *proxyBody) Read(p []byte) (int, error) {
+func (b *requestBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	b.rc.bytesDown += int64(n)
 	if err == io.EOF {
-		b.rc.upOK = !b.upClose
-	} else if err != nil {
-		b.rc.err = relayFailure(b.rc, err)
-		panic(http.ErrAbortHandler)
+		b.eof = true
 	}
 	return n, err
 }
 
-func (b *proxyBody) Close() error { return b.r.Close() }
+func (b *requestBody) Close() error { return nil }
 
-// wsBody is the upstream side of a websocket goproxy relays: reads come from
-// the upstream (buffered bytes first), writes go to it; both are counted.
-type wsBody struct {
-	r        io.Reader
-	c        net.Conn
-	untrack  func()
-	up, down atomic.Int64
-	once     sync.Once
-	// guard checks the client's frames of a sandbox that holds placeholders
-	// (nil otherwise); goproxy writes from one goroutine.
-	guard *secrets.StreamGuard
-	// scan inspects the client's messages (wsinspect.go); nil when off.
-	scan     *wsScan
-	mu       sync.Mutex
-	guardErr error
+// finish reads what is left of a body the upstream did not take (at most
+// maxBodyDrain) and reports whether it ended.
+func (b *requestBody) finish() bool {
+	if !b.eof {
+		io.CopyN(io.Discard, b, maxBodyDrain+1)
+	}
+	return b.eof
 }
 
-func (w *wsBody) Read(p []byte) (int, error) {
-	n, err := w.r.Read(p)
-	w.down.Add(int64(n))
-	return n, err
-}
-
-func (w *wsBody) Write(p []byte) (int, error) {
-	if w.scan != nil {
-		if err := w.scan.check(p); err != nil {
-			w.c.Close()
-			return 0, err
+// refuseUnreadable refuses and audits a header block the peeker accepted but
+// net/http's parser rejects (a Content-Length it cannot read, a
+// Transfer-Encoding it does not support, a URL it cannot parse). A
+// placeholder in it is flagged as secrets misuse.
+func (c *explicitConn) refuseUnreadable(pr peekedRequest, perr error) {
+	g := c.cc.g
+	rc := g.newReqCtx(c.cc, c.sess)
+	rc.kind = policy.KindHTTP
+	if pr.Method == http.MethodConnect {
+		rc.kind = policy.KindConnect
+	}
+	if h, port, err := hostname.SplitHostPort(pr.Host, 80); err == nil {
+		rc.host, rc.port = h, port
+	}
+	var err error = deny(ReasonBadRequest, "unreadable request: %v", perr)
+	if inj := g.cfg.Injector; inj != nil {
+		if serr := inj.CheckName(sandboxOf(rc), pr.Target+" "+pr.Host); serr != nil {
+			err = secretsErr(serr)
 		}
 	}
-	if w.guard != nil {
-		if err := w.guard.Check(p); err != nil {
-			w.mu.Lock()
-			w.guardErr = err
-			w.mu.Unlock()
-			w.c.Close()
-			return 0, err
+	g.serveRefused(rc, err)
+}
+
+// readHead waits for a request's whole header block (IdleTimeout for its
+// first byte, then ReadHeaderTimeout and MaxHeaderBytes) without consuming
+// it. A block that cannot be read is refused and audited here. On the
+// connection's first request, SOCKS5 and h2c are served in its place. ok is
+// false when the connection carries no (further) HTTP/1.1 request.
+func (c *explicitConn) readHead(first bool) (pr peekedRequest, ok bool) {
+	s, g := c.sess, c.cc.g
+	nc := c.cc.nc
+	s.cc.idle.Store(true)
+	s.rd.limited, s.rd.limit, s.rd.progress = true, g.cfg.MaxHeaderBytes-s.br.Buffered(), 0
+	deadline := s.br.Buffered() == 0 // a pipelined request is there already
+	if deadline {
+		nc.SetReadDeadline(time.Now().Add(g.cfg.IdleTimeout))
+	}
+	if _, err := s.br.Peek(1); err != nil {
+		s.cc.idle.Store(false)
+		return pr, false
+	}
+	s.cc.idle.Store(false)
+	if g.isDraining() {
+		return pr, false
+	}
+	if first {
+		if b, _ := s.br.Peek(1); b[0] == socksVersion {
+			// A SOCKS5 client (socks.go): served here, in place of the
+			// connection's first request.
+			nc.SetReadDeadline(time.Time{})
+			c.serveSOCKS()
+			return pr, false
+		}
+		nc.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+		h2, _ := isH2Preface(s.br)
+		nc.SetReadDeadline(time.Time{})
+		if h2 {
+			// h2c with prior knowledge (h2.go): each stream names its
+			// origin by :authority and is decided as plain HTTP to it.
+			s.rd.limited = false
+			g.serveH2(c.cc, &prefixConn{Conn: nc, r: s.br}, h2Target{scheme: "http", defaultPort: 80})
+			return pr, false
 		}
 	}
-	n, err := w.c.Write(p)
-	w.up.Add(int64(n))
-	return n, err
-}
-
-func (w *wsBody) Close() error {
-	w.once.Do(func() {
-		w.untrack()
-		w.c.Close()
-	})
-	return nil
-}
-
-// finishExplicit runs after goproxy wrote the response (or gave up, or
-// aborted it): the session keeps its upstream only if the response was read to
-// its end, a websocket's two connections are closed, and the request's one
-// audit record is written. An abort panic goes on to http.Server afterwards.
-func (g *Gateway) finishExplicit(ec *explicitConn, rc *reqCtx) {
-	v := recover()
-	if !rc.upOK {
-		rc.sess.dropUpstream()
+	// A kept-alive client's next request usually arrives whole in the first
+	// read: then nothing more is read and no new deadline is needed.
+	buffered, _ := s.br.Peek(s.br.Buffered())
+	if !bytes.Contains(buffered, []byte("\r\n\r\n")) {
+		deadline = true
+		nc.SetReadDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
 	}
-	if ws := rc.ws; ws != nil {
-		ws.Close()
-		rc.bytesUp, rc.bytesDown = ws.up.Load(), ws.down.Load()
-		ws.mu.Lock()
-		if ws.guardErr != nil {
-			rc.err = secretsErr(ws.guardErr)
+	pr, err := peekHTTPRequest(s.br, min(g.cfg.MaxHeaderBytes, s.br.Size()))
+	s.rd.limited = false
+	if deadline {
+		nc.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		if errors.Is(err, io.EOF) || isTimeout(err) && s.br.Buffered() == 0 {
+			return pr, false
 		}
-		ws.mu.Unlock()
-		wsDenied(rc, ws.scan)
+		if errors.Is(err, errPeekTooLarge) {
+			err = errHeaderTooLarge
+		}
+		rc := g.newReqCtx(s.cc, s)
+		rc.kind = policy.KindHTTP
+		g.serveRefused(rc, deny(ReasonBadRequest, "unreadable request: %v", err))
+		return pr, false
 	}
-	g.finish(rc)
-	if ec.isHijacked() {
-		ec.done() // a websocket: http.Server no longer owns the connection
-	}
-	if v != nil {
-		panic(v)
-	}
-}
-
-// progressReader pushes the client connection's read deadline forward on every
-// read of a request body, so a client that stops sending is dropped; the
-// deadline is cleared at the end of the body.
-type progressReader struct {
-	r       io.Reader
-	c       net.Conn
-	timeout time.Duration
-}
-
-func (p progressReader) Read(b []byte) (int, error) {
-	p.c.SetReadDeadline(time.Now().Add(p.timeout))
-	n, err := p.r.Read(b)
-	if err == io.EOF {
-		p.c.SetReadDeadline(time.Time{})
-	}
-	// On any other error the expired deadline stays: http.Server's drain of
-	// the rest of the body then fails at once instead of waiting for a client
-	// that stopped sending.
-	return n, err
+	return pr, true
 }

@@ -4,48 +4,27 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/elazarl/goproxy"
+
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/policy/policytest"
 )
 
-// TestGoproxyFrontNeverDialsItself pins the goproxy configuration: its own
-// transport refuses to dial and honours no proxy variables, so nothing can
-// leave except through the guarded upstream path.
-func TestGoproxyFrontNeverDialsItself(t *testing.T) {
-	h := newHarness(t, policytest.Allow(), nil, nil)
-	p := h.g.newExplicitProxy()
-	if p.Tr == nil || p.Tr.Proxy != nil {
-		t.Fatalf("goproxy transport: got %+v, want one with Proxy nil", p.Tr)
-	}
-	if p.Tr.TLSClientConfig != nil && p.Tr.TLSClientConfig.InsecureSkipVerify {
-		t.Fatal("goproxy transport skips upstream certificate checks")
-	}
-	if _, err := p.Tr.DialContext(context.Background(), "tcp", "127.0.0.1:1"); !errors.Is(err, errNoGoproxyTransport) {
-		t.Fatalf("goproxy transport dial: got %v, want %v", err, errNoGoproxyTransport)
-	}
-	if _, err := p.ConnectDial("tcp", "127.0.0.1:1"); !errors.Is(err, errNoGoproxyTransport) {
-		t.Fatalf("goproxy connect dial: got %v, want %v", err, errNoGoproxyTransport)
-	}
-	if p.AllowHTTP2 || p.CertStore != nil {
-		t.Fatal("goproxy HTTP/2 or certificate store enabled")
-	}
-}
-
-// TestExplicitFrontConnection covers what the goproxy front must keep per
+// TestExplicitFrontConnection covers what the explicit proxy must keep per
 // connection: pipelined requests each get their own Host check and audit
 // record, bytes sent right behind a CONNECT reach the tunnel, a chunked
-// request body ends the connection after its response, and a client that
-// stops sending its body is dropped.
+// request body is read to its end and the connection carries the next
+// request, and a client that stops sending its body is dropped.
 func TestExplicitFrontConnection(t *testing.T) {
 	pki := newTestPKI(t)
 	cert := pki.leaf(t, "pypi.org")
@@ -114,7 +93,7 @@ func TestExplicitFrontConnection(t *testing.T) {
 		}
 	})
 
-	t.Run("chunked request body closes the connection", func(t *testing.T) {
+	t.Run("chunked request body, then the next request", func(t *testing.T) {
 		c, err := net.Dial("tcp", h.explicit)
 		if err != nil {
 			t.Fatal(err)
@@ -128,11 +107,17 @@ func TestExplicitFrontConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || !strings.Contains(string(b), "/chunked 3") || !resp.Close {
-			t.Fatalf("got %d %q close=%v, want 200 with the 3-byte body and Connection: close", resp.StatusCode, b, resp.Close)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "/chunked 3") || resp.Close {
+			t.Fatalf("got %d %q close=%v, want 200 with the 3-byte body, kept alive", resp.StatusCode, b, resp.Close)
 		}
-		if _, err := br.ReadByte(); err == nil {
-			t.Fatal("connection still open after a chunked request")
+		fmt.Fprintf(c, "GET http://pypi.org:%d/next HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", p, p)
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "/next 0") {
+			t.Fatalf("second request: got %d %q, want 200 from /next", resp.StatusCode, b)
 		}
 	})
 
@@ -192,4 +177,50 @@ func (c *recordConn) Read(p []byte) (int, error) {
 		c.skipped = true
 	}
 	return c.br.Read(p)
+}
+
+// TestExplicitUnhandledRequestRefused: goproxy dispatches every request of the
+// explicit proxy; one it answers by itself, no handler of the gateway's having
+// taken it (here a goproxy front without them, whose own transport refuses to
+// dial), is refused 502 and audited once: goproxy's own answer never reaches
+// the client, and nothing reaches the upstream. The front fails closed.
+func TestExplicitUnhandledRequestRefused(t *testing.T) {
+	up := newUpstream(t, nil, nil)
+	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org"), nil)
+	h.allowUpstreams(up)
+	h.g.mu.Lock()
+	s := h.g.sandboxes["sb-test"]
+	h.g.mu.Unlock()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	bare := goproxy.NewProxyHttpServer()
+	bare.Logger = log.New(io.Discard, "", 0)
+	bare.Tr = &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errNoGoproxyTransport
+	}}
+	el := &explicitListener{Listener: l, g: h.g, s: s, proxy: bare}
+	go func() {
+		c, err := el.Accept()
+		if err == nil {
+			h.g.explicitHandler(c)
+		}
+	}()
+	resp, body := rawRequest(t, l.Addr().String(), fmt.Sprintf("GET http://pypi.org:%d/x HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", up.port, up.port))
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Airlock-Reason") != ReasonUpstream {
+		t.Fatalf("got %d %s %q, want 502 %s", resp.StatusCode, resp.Header.Get("X-Airlock-Reason"), body, ReasonUpstream)
+	}
+	if !strings.Contains(body, "decision "+resp.Header.Get("X-Airlock-Decision")) {
+		t.Fatalf("got body %q, want the gateway's refusal", body)
+	}
+	recs := h.log.Records()
+	if len(recs) != 1 || recs[0].Decision != audit.DecisionDeny || len(recs[0].Reasons) == 0 || recs[0].Reasons[0].ID != ReasonUpstream ||
+		!strings.Contains(recs[0].Reasons[0].Msg, "not handled by the explicit proxy") {
+		t.Fatalf("got records %+v, want one %s: not handled by the explicit proxy", recs, ReasonUpstream)
+	}
+	if n, c := up.reqs.Load(), up.conns.Load(); n != 0 || c != 0 {
+		t.Fatalf("upstream saw %d requests, %d connections; want 0", n, c)
+	}
 }

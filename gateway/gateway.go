@@ -1,5 +1,3 @@
-//lint:file-ignore SA1019 x/net/http2 serves one already-intercepted connection (Server.ServeConn) and drives one upstream connection (ClientConn); net/http's HTTP2Config replacement is not ported yet (noted at stop 19)
-
 package gateway
 
 import (
@@ -12,14 +10,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/http2"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/ipguard"
@@ -46,10 +43,9 @@ type Gateway struct {
 	pool      *upstreamPool
 	leaves    *leafCache // nil without a CA
 	rootsUp   *upstreamRoots
-	h2srv     *http2.Server    // sandbox-facing HTTP/2 (h2.go)
-	h2tr      *http2.Transport // HTTP/2 upstreams
-	h2bufs    sync.Pool        // *[]byte relay buffers of HTTP/2 streams (copyBody)
-	relayBufs *sync.Pool       // *relayBufs of HTTP/1.1 response relays (relay.go)
+	h2tr      *http.Transport // HTTP/2 upstreams (h2.go)
+	h2bufs    sync.Pool       // *[]byte relay buffers of HTTP/2 streams (copyBody)
+	relayBufs *sync.Pool      // *relayBufs of HTTP/1.1 response relays (relay.go)
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -62,7 +58,8 @@ type Gateway struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
-	draining  bool
+	draining  bool           // under mu: ServeSandbox refuses from here on
+	drain     atomic.Bool    // draining, read on every request without mu
 	wg        sync.WaitGroup // accept loops and connection handlers
 }
 
@@ -124,7 +121,7 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 		}
 		g.dialer.parent, g.dialer.parentTLS = p, g.parentTLS
 	}
-	g.h2srv, g.h2tr = g.h2Server(), g.h2Transport()
+	g.h2tr = g.h2Transport()
 	g.h2bufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	g.relayBufs = newRelayPool()
 	g.pool = newUpstreamPool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)
@@ -284,6 +281,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.quitOnce.Do(func() { close(g.quit) })
 	g.mu.Lock()
 	g.draining = true
+	g.drain.Store(true)
 	sbs := make([]*sandbox, 0, len(g.sandboxes))
 	for _, s := range g.sandboxes {
 		sbs = append(sbs, s)
@@ -326,11 +324,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 }
 
-func (g *Gateway) isDraining() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.draining
-}
+func (g *Gateway) isDraining() bool { return g.drain.Load() }
 
 // upstreamRoots is the pool upstream TLS is verified against: the system roots
 // plus upstream.ca_file. Parsing the system roots costs more than the rest of a
@@ -374,7 +368,7 @@ func (r *upstreamRoots) get() *x509.CertPool {
 func (g *Gateway) upstreamTLS(host string, offerH2 bool) *tls.Config {
 	protos := []string{"http/1.1"}
 	if offerH2 {
-		protos = []string{http2.NextProtoTLS, "http/1.1"}
+		protos = []string{h2ALPN, "http/1.1"}
 	}
 	return &tls.Config{
 		ServerName: host,

@@ -1,10 +1,9 @@
-//lint:file-ignore SA1019 x/net/http2 serves one already-intercepted connection (Server.ServeConn) and drives one upstream connection (ClientConn); net/http's HTTP2Config replacement is not ported yet (noted at stop 19)
-
 package gateway
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http2"
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-dev/airlock/hostname"
@@ -27,15 +25,19 @@ import (
 // HTTP/2 on a sandbox's connection: an intercepted TLS connection whose client
 // picked h2 by ALPN, or plaintext that starts with the HTTP/2 client preface
 // (h2c with prior knowledge) on the explicit listener, the transparent
-// listener or inside a CONNECT. golang.org/x/net/http2's server reads the
-// frames under the limits of Config (H2*); every stream is one request run
+// listener or inside a CONNECT. net/http's HTTP/2 server (one http.Server per
+// connection, serving just it) reads the frames under the limits of Config
+// (H2*); every stream is one request run
 // through the one pipeline (serve) on a per-stream httpSession whose h2 field
 // is set: normalize, screen, decide, reserve, inject and dial as for HTTP/1.1,
 // then relay (forwardH2) and, on error, refuse answer on the stream only.
 // One audit record per stream (finish).
 
 // h2Preface is the HTTP/2 client connection preface (RFC 9113 section 3.4).
-const h2Preface = http2.ClientPreface
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// h2ALPN is HTTP/2's ALPN protocol id over TLS (RFC 9113 section 3.2).
+const h2ALPN = "h2"
 
 // h2Target is what an HTTP/2 connection's streams may name.
 type h2Target struct {
@@ -89,38 +91,108 @@ type h2Body struct {
 	io.Closer
 }
 
-// h2Server is the x/net server with the gateway's limits.
-func (g *Gateway) h2Server() *http2.Server {
-	c := &g.cfg
-	return &http2.Server{
-		MaxConcurrentStreams:         uint32(c.H2MaxConcurrentStreams),
-		MaxReadFrameSize:             uint32(c.H2MaxReadFrameSize),
-		MaxUploadBufferPerConnection: int32(c.H2ConnWindow),
-		MaxUploadBufferPerStream:     int32(c.H2StreamWindow),
-		MaxDecoderHeaderTableSize:    4096,
-		MaxEncoderHeaderTableSize:    4096,
-		IdleTimeout:                  c.IdleTimeout,
-		WriteByteTimeout:             c.IdleTimeout,
-		ReadIdleTimeout:              c.IdleTimeout,
-		PingTimeout:                  c.HandshakeTimeout,
+// h2Server is the net/http server of one sandbox HTTP/2 connection, with the
+// gateway's limits: HTTP/2 only (over TLS, or h2c with prior knowledge; never
+// HTTP/1), c's streams as its handler. ConnState reports the connection's end
+// to l, so Serve returns once the connection is done.
+func (g *Gateway) h2Server(c *h2Conn, l *connListener) *http.Server {
+	cfg := &g.cfg
+	var p http.Protocols
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:        c,
+		Protocols:      &p,
+		MaxHeaderBytes: cfg.MaxHeaderBytes, // the stream's header list limit
+		IdleTimeout:    cfg.IdleTimeout,
+		ErrorLog:       log.New(io.Discard, "", 0),
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          cfg.H2MaxConcurrentStreams,
+			MaxReadFrameSize:              cfg.H2MaxReadFrameSize,
+			MaxReceiveBufferPerConnection: cfg.H2ConnWindow,
+			MaxReceiveBufferPerStream:     cfg.H2StreamWindow,
+			MaxDecoderHeaderTableSize:     4096,
+			MaxEncoderHeaderTableSize:     4096,
+			WriteByteTimeout:              cfg.IdleTimeout,
+			SendPingTimeout:               cfg.IdleTimeout,
+			PingTimeout:                   cfg.HandshakeTimeout,
+		},
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				l.Close()
+			}
+		},
 	}
 }
 
-// h2Transport is the client side for HTTP/2 upstreams; it never dials (each
-// connection is made by dialUpstream and handed to NewClientConn).
-func (g *Gateway) h2Transport() *http2.Transport {
-	return &http2.Transport{
-		MaxHeaderListSize:  uint32(g.cfg.MaxHeaderBytes),
-		DisableCompression: true, // Accept-Encoding goes upstream as the sandbox sent it
-		MaxReadFrameSize:   uint32(g.cfg.H2MaxReadFrameSize),
-		ReadIdleTimeout:    g.cfg.IdleTimeout,
-		PingTimeout:        g.cfg.HandshakeTimeout,
-		WriteByteTimeout:   g.cfg.IdleTimeout,
+// connListener hands http.Server one connection, then waits until Close (the
+// connection ended) and reports itself closed, so Serve returns.
+type connListener struct {
+	c    net.Conn // nil once accepted; read by Serve's goroutine only
+	addr net.Addr
+	done chan struct{}
+	once sync.Once
+}
+
+func newConnListener(c net.Conn) *connListener {
+	return &connListener{c: c, addr: c.LocalAddr(), done: make(chan struct{})}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	if c := l.c; c != nil {
+		l.c = nil
+		return c, nil
+	}
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }
+
+// errNoH2Dial: the HTTP/2 transport only ever takes a connection dialUpstream
+// made (through the guarded dialer and the parent proxy); it dials nothing.
+var errNoH2Dial = errors.New("gateway: the HTTP/2 upstream transport never dials")
+
+// h2ConnKey carries the connection dialUpstream made to the transport's
+// DialTLSContext (NewClientConn).
+type h2ConnKey struct{}
+
+// h2Transport is the client side for HTTP/2 upstreams: net/http's HTTP/2
+// only, handed each connection dialUpstream made (NewClientConn, through the
+// context); it never dials, honours no proxy variables and never compresses
+// (Accept-Encoding goes upstream as the sandbox sent it).
+func (g *Gateway) h2Transport() *http.Transport {
+	var p http.Protocols
+	p.SetHTTP2(true)
+	refuse := func(context.Context, string, string) (net.Conn, error) { return nil, errNoH2Dial }
+	return &http.Transport{
+		Protocols:   &p,
+		Proxy:       nil,
+		DialContext: refuse,
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if c, ok := ctx.Value(h2ConnKey{}).(*tls.Conn); ok {
+				return c, nil
+			}
+			return nil, errNoH2Dial
+		},
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: int64(g.cfg.MaxHeaderBytes),
+		HTTP2: &http.HTTP2Config{
+			MaxReadFrameSize: g.cfg.H2MaxReadFrameSize,
+			SendPingTimeout:  g.cfg.IdleTimeout,
+			PingTimeout:      g.cfg.HandshakeTimeout,
+			WriteByteTimeout: g.cfg.IdleTimeout,
+		},
 	}
 }
 
 // serveH2 serves one HTTP/2 connection until it ends. conn must deliver the
-// client preface first.
+// client preface first (h2c), or be the *tls.Conn whose client picked h2.
 func (g *Gateway) serveH2(cc *clientConn, conn net.Conn, t h2Target) {
 	c := &h2Conn{
 		g: g, cc: cc, conn: conn, t: t,
@@ -130,13 +202,8 @@ func (g *Gateway) serveH2(cc *clientConn, conn net.Conn, t h2Target) {
 	}
 	cc.idle.Store(true)
 	defer cc.idle.Store(false)
-	g.h2srv.ServeConn(conn, &http2.ServeConnOpts{
-		Handler: c,
-		BaseConfig: &http.Server{
-			MaxHeaderBytes: g.cfg.MaxHeaderBytes, // the stream's header list limit
-			ErrorLog:       log.New(io.Discard, "", 0),
-		},
-	})
+	l := newConnListener(conn)
+	g.h2Server(c, l).Serve(l) // returns once the connection is closed
 	c.close()
 }
 
@@ -226,7 +293,7 @@ func (c *h2Conn) upstream(rc *reqCtx, key upstreamKey, fresh bool) (*upstreamCon
 	c.mu.Lock()
 	defer c.mu.Unlock() // one destination per intercepted connection: dials do not wait on each other
 	if u := c.ups[key]; u != nil {
-		if !fresh && u.h2.CanTakeNewRequest() {
+		if !fresh && u.h2.Err() == nil && u.h2.Available() > 0 {
 			return u, true, nil
 		}
 		delete(c.ups, key)
@@ -240,11 +307,12 @@ func (c *h2Conn) upstream(rc *reqCtx, key upstreamKey, fresh bool) (*upstreamCon
 	if err != nil {
 		return nil, false, err
 	}
-	if u.proto != http2.NextProtoTLS {
+	if u.proto != h2ALPN {
 		c.h1only[key] = true
 		return u, false, nil
 	}
-	cc, err := c.g.h2tr.NewClientConn(u.nc)
+	ctx := context.WithValue(context.Background(), h2ConnKey{}, u.nc)
+	cc, err := c.g.h2tr.NewClientConn(ctx, "https", hostname.JoinHostPort(key.host, key.port))
 	if err != nil {
 		u.nc.Close()
 		return nil, false, fail(ReasonUpstream, http.StatusBadGateway, err)

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -39,14 +37,11 @@ type httpSession struct {
 	sni         string
 
 	// rawHost is the Host header as sent (net/http drops it for absolute-form
-	// requests), read by the explicit proxy's explicitConn; rawHostErr is set
-	// when it could not be read.
-	rawHost    string
-	rawHostErr error
+	// requests), peeked by the explicit proxy (explicitConn.readHead).
+	rawHost string
 
-	up         *upstreamConn // upstream kept for the next request
-	untrack    func()
-	closeAfter bool // explicit proxy: the connection ends after this response
+	up      *upstreamConn // upstream kept for the next request
+	untrack func()
 
 	sufHost string
 	suf     []string
@@ -212,9 +207,6 @@ func (s *httpSession) normalizeRequest(rc *reqCtx) error {
 	var hostPort int
 	rawHost := req.Host
 	if !s.pinned {
-		if s.rawHostErr != nil {
-			return deny(ReasonBadRequest, "request header: %v", s.rawHostErr)
-		}
 		if s.rawHost == "" {
 			return deny(ReasonBadRequest, "missing Host header")
 		}
@@ -284,9 +276,6 @@ func (s *httpSession) normalizeConnect(rc *reqCtx) error {
 	rc.host, rc.port = h, p
 	// net/http sets req.Host to the CONNECT target and drops the Host header;
 	// the explicit front kept the header as sent (rawHost).
-	if s.rawHostErr != nil {
-		return deny(ReasonBadRequest, "request header: %v", s.rawHostErr)
-	}
 	if host := s.rawHost; host != "" && host != target {
 		hh, hp, err := hostname.SplitHostPort(host, p)
 		if err != nil || hh != h || hp != p {
@@ -365,7 +354,7 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey, offerH2 bool) (*upst
 			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s: %w", key.host, err))
 		}
 		proto = tc.ConnectionState().NegotiatedProtocol
-		if proto != "" && proto != "http/1.1" && !(offerH2 && proto == http2.NextProtoTLS) {
+		if proto != "" && proto != "http/1.1" && !(offerH2 && proto == h2ALPN) {
 			tc.Close()
 			return nil, fail(ReasonUpstreamTLS, http.StatusBadGateway, fmt.Errorf("tls to %s negotiated %q", key.host, proto))
 		}
@@ -408,8 +397,8 @@ func hasToken(vals []string, tok string) bool {
 	return false
 }
 
-// exchange is one request/response with the upstream: what forward (our own
-// loop) and proxyExchange (the goproxy front) share.
+// exchange is one request/response with the upstream: what forward and
+// forwardH2 share.
 type exchange struct {
 	resp        *http.Response
 	upgrade     string // "websocket" when the client asked for one
@@ -445,7 +434,7 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 	}
 	if hasToken(req.Header["Expect"], "100-continue") {
 		req.Header.Del("Expect")
-		if !rc.viaProxy && s.h2 == nil { // http.Server and the HTTP/2 server answer 100 Continue themselves when the body is read
+		if s.h2 == nil { // the HTTP/2 server answers 100 Continue itself when the body is read
 			s.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
 			if err := s.bw.Flush(); err != nil {
 				return x, fail(ReasonUpstream, http.StatusBadGateway, err)
@@ -466,14 +455,10 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 	bodyErrs := &bodyErrBox{}
 	if !replayable {
 		var body io.Reader = bodyErrReader{req.Body, bodyErrs}
-		switch {
-		case rc.viaProxy:
-			body = progressReader{r: body, c: s.conn, timeout: g.cfg.IdleTimeout}
-		case s.h2 != nil:
+		if s.h2 != nil {
 			s.h2.bodyErr = bodyErrs
 			req.Body = h2Body{atomicCountReader{body, &s.h2.sent}, req.Body}
-		}
-		if s.h2 == nil {
+		} else {
 			req.Body = countReadCloser{countReader{body, &rc.bytesUp}, req.Body}
 		}
 	}

@@ -52,8 +52,7 @@ func (g *Gateway) stages(rc *reqCtx) error {
 	return g.relay(rc)
 }
 
-// admit runs every stage before relay. The goproxy front calls it from its
-// request handler and relays from its RoundTripper (proxyExchange).
+// admit runs every stage before relay.
 func (g *Gateway) admit(rc *reqCtx) error {
 	for _, stage := range admitStages {
 		if err := stage(g, rc); err != nil {

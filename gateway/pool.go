@@ -1,5 +1,3 @@
-//lint:file-ignore SA1019 x/net/http2 serves one already-intercepted connection (Server.ServeConn) and drives one upstream connection (ClientConn); net/http's HTTP2Config replacement is not ported yet (noted at stop 19)
-
 package gateway
 
 import (
@@ -11,8 +9,6 @@ import (
 	"net/netip"
 	"sync"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // upstreamKey names what an upstream connection may be reused for: one
@@ -38,9 +34,9 @@ type upstreamConn struct {
 	parent string // the parent proxy's host:port, when the connection goes through it
 	used   bool
 	idleAt time.Time
-	proto  string            // the protocol TLS negotiated ("h2", "http/1.1" or "")
-	h2     *http2.ClientConn // an HTTP/2 upstream: shared by one client connection's streams, never pooled
-	body   io.ReadCloser     // the last response's body as read (splice.go: untouched by a scrubber or inspection)
+	proto  string           // the protocol TLS negotiated ("h2", "http/1.1" or "")
+	h2     *http.ClientConn // an HTTP/2 upstream: shared by one client connection's streams, never pooled
+	body   io.ReadCloser    // the last response's body as read (splice.go: untouched by a scrubber or inspection)
 }
 
 // upstreamReader enforces the response header limit like connReader does for
@@ -83,17 +79,23 @@ func newUpstreamConn(key upstreamKey, c net.Conn, ip netip.Addr) *upstreamConn {
 
 // roundTrip writes req and reads the response header, skipping interim 1xx
 // responses other than 101.
+// Writing the request and reading the response header each get
+// headerTimeout; without a body one deadline covers both (nothing is written
+// once the header is awaited): two deadline updates per exchange, not four.
 func (u *upstreamConn) roundTrip(req *http.Request, headerTimeout time.Duration, maxHeader int) (*http.Response, error) {
-	u.nc.SetWriteDeadline(time.Now().Add(headerTimeout))
-	if err := req.Write(u.bw); err != nil {
-		return nil, err
+	u.nc.SetDeadline(time.Now().Add(headerTimeout))
+	defer u.nc.SetDeadline(time.Time{})
+	if !writeRequestHead(u.bw, req) {
+		if err := req.Write(u.bw); err != nil {
+			return nil, err
+		}
 	}
 	if err := u.bw.Flush(); err != nil {
 		return nil, err
 	}
-	u.nc.SetWriteDeadline(time.Time{})
-	u.nc.SetReadDeadline(time.Now().Add(headerTimeout))
-	defer u.nc.SetReadDeadline(time.Time{})
+	if req.Body != nil && req.Body != http.NoBody {
+		u.nc.SetReadDeadline(time.Now().Add(headerTimeout)) // the header's own time after the body
+	}
 	for {
 		u.rd.limited, u.rd.limit = true, maxHeader-u.br.Buffered()
 		resp, err := http.ReadResponse(u.br, req)

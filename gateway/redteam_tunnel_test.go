@@ -409,11 +409,10 @@ func TestConnectHTTPKeepsHostPinned(t *testing.T) {
 	}
 }
 
-// TestStatusReasonPhraseRelay (gateway side; a guard): the
-// explicit proxy never relays the upstream's reason phrase (net/http writes
-// its own from the code), and the transparent and intercepted relays write
-// resp.Status, the field secrets.ScrubResponse rewrites. Neither path builds
-// the status line from anything else.
+// TestStatusReasonPhraseRelay (gateway side; a guard): every relay (the
+// explicit proxy, transparent and intercepted connections) writes resp.Status,
+// the field secrets.ScrubResponse rewrites, and builds the status line from
+// nothing else.
 func TestStatusReasonPhraseRelay(t *testing.T) {
 	l := tcptest.Listen(t, func(c net.Conn) {
 		http.ReadRequest(bufio.NewReader(c))
@@ -435,8 +434,8 @@ func TestStatusReasonPhraseRelay(t *testing.T) {
 		line, _ := bufio.NewReader(c).ReadString('\n')
 		return strings.TrimSpace(line)
 	}
-	if got := statusLine(h.explicit, fmt.Sprintf("http://pypi.org:%d", port)); got != "HTTP/1.1 200 OK" {
-		t.Fatalf("explicit proxy status line: got %q, want %q", got, "HTTP/1.1 200 OK")
+	if got := statusLine(h.explicit, fmt.Sprintf("http://pypi.org:%d", port)); got != "HTTP/1.1 200 Reflected-alk-token" {
+		t.Fatalf("explicit proxy status line: got %q, want resp.Status as read", got)
 	}
 	if got := statusLine(h.transp, ""); got != "HTTP/1.1 200 Reflected-alk-token" {
 		t.Fatalf("transparent status line: got %q, want resp.Status as read", got)

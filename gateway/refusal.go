@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -157,22 +156,6 @@ func (g *Gateway) refuse(rc *reqCtx) {
 	}
 	rc.status = status
 	phrase, body := refusalText(rc, status, reason)
-	if rc.viaProxy {
-		// goproxy writes it through the connection's http.Server.
-		h := http.Header{}
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("X-Airlock-Decision", rc.id)
-		h.Set("X-Airlock-Reason", reason)
-		h.Set("Content-Length", strconv.Itoa(len(body)))
-		h.Set("Connection", "close")
-		rc.refusal = &http.Response{
-			StatusCode: status, Status: strconv.Itoa(status) + " " + phrase,
-			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Close: true,
-			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body)), Request: rc.req,
-		}
-		rc.responded = true
-		return
-	}
 	bw := rc.sess.bw
 	bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + phrase + "\r\n")
 	bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Airlock-Decision: " + rc.id + "\r\n")

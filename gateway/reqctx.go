@@ -53,13 +53,6 @@ type reqCtx struct {
 	// Raw inputs of the transparent listener (tls, tcp).
 	br *bufio.Reader // holds the peeked bytes
 
-	// The explicit proxy's goproxy front: responses go back to goproxy as an
-	// *http.Response (refusal or upstream) instead of onto the connection.
-	viaProxy bool
-	refusal  *http.Response
-	upOK     bool    // the upstream response was read to its end: the connection may be reused
-	ws       *wsBody // a websocket goproxy relays
-
 	// approval is a person's answer to what the policy asked (approval.go).
 	approval *Answer
 

@@ -143,13 +143,12 @@ func (g *Gateway) checkRequest(rc *reqCtx, inj Injector) error {
 // that waits for it before sending its body (Expect: 100-continue), since the
 // scan reads the body before policy: a client that waits without a timeout
 // (the aws CLI) would otherwise wait until body_scan_timeout refused it. The
-// Expect header is then removed, so relay does not answer it again. Through
-// the explicit proxy's plain HTTP, http.Server answers it when the body is read.
+// Expect header is then removed, so relay does not answer it again.
 //
 // Regression (e2e TestRootAWSCLIPlaceholders): every `aws s3 cp` upload from a
 // sandbox holding placeholders was refused 408 body_scan_timeout.
 func continueForScan(rc *reqCtx) error {
-	if rc.viaProxy || !hasToken(rc.req.Header["Expect"], "100-continue") {
+	if !hasToken(rc.req.Header["Expect"], "100-continue") {
 		return nil
 	}
 	rc.req.Header.Del("Expect")

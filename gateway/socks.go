@@ -59,9 +59,9 @@ func (c *explicitConn) serveSOCKS() {
 	s, g := c.sess, c.sess.g
 	rc := g.newReqCtx(c.cc, s)
 	rc.kind, rc.socks = policy.KindConnect, true
-	c.Conn.SetDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
+	c.cc.nc.SetDeadline(time.Now().Add(g.cfg.ReadHeaderTimeout))
 	target, err := socksHandshake(rc, s.br, s.bw)
-	c.Conn.SetDeadline(time.Time{})
+	c.cc.nc.SetDeadline(time.Time{})
 	if err != nil {
 		if isTimeout(err) {
 			err = deny(ReasonBadRequest, "socks5: handshake not complete within read_header_timeout (%v)", g.cfg.ReadHeaderTimeout)

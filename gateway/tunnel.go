@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/airlock-dev/airlock/hostname"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/secrets"
@@ -213,7 +211,7 @@ func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
 	var sniErr error
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{http2.NextProtoTLS, "http/1.1"}, // h2: every stream through the pipeline (h2.go)
+		NextProtos: []string{h2ALPN, "http/1.1"}, // h2: every stream through the pipeline (h2.go)
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if hello.ServerName != "" {
 				n, err := hostname.Normalize(hello.ServerName)
@@ -245,7 +243,7 @@ func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
 		return err
 	}
 	st := tc.ConnectionState()
-	if st.NegotiatedProtocol == http2.NextProtoTLS {
+	if st.NegotiatedProtocol == h2ALPN {
 		g.serveH2(rc.cc, tc, h2Target{scheme: "https", intercepted: true, sni: st.ServerName, host: rc.host, port: rc.port, defaultPort: rc.port})
 		tc.Close()
 		return nil

@@ -62,8 +62,20 @@ func (c *decisionCache) cacheable(key string) bool { return len(key) <= c.maxKey
 func (c *decisionCache) get(key string) (Decision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.items[key]
-	if !ok {
+	return c.hit(c.items[key])
+}
+
+// getBytes is get with the key in bytes (appendCacheKey): the lookup makes no
+// string of it.
+func (c *decisionCache) getBytes(key []byte) (Decision, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hit(c.items[string(key)])
+}
+
+// hit makes e the most recently used entry; called with c.mu held.
+func (c *decisionCache) hit(e *cacheEntry) (Decision, bool) {
+	if e == nil {
 		return Decision{}, false
 	}
 	c.unlink(e)

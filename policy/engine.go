@@ -64,7 +64,13 @@ type Engine struct {
 	// reloadErr is the last Reload's failure, nil once one succeeds
 	// (ReloadErr).
 	reloadErr atomic.Pointer[error]
+	// keyBufs holds *[]byte buffers Decide builds cache keys in (at most
+	// maxPooledKey bytes are kept).
+	keyBufs sync.Pool
 }
+
+// maxPooledKey bounds a cache-key buffer kept for reuse.
+const maxPooledKey = 4 << 10
 
 // New builds the engine from cfg: the embedded library, default policy and
 // presets, overlaid by cfg.Dir. It fails when the policy does not compile, fails
@@ -251,10 +257,18 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 		return e.fail(s, err)
 	}
 	x := prepare(in)
-	var key string
+	var key []byte
 	if s.cache != nil {
-		key = cacheKey(&x)
-		if d, ok := s.cache.get(key); ok {
+		kb, _ := e.keyBufs.Get().(*[]byte)
+		if kb == nil {
+			kb = new([]byte)
+		}
+		defer e.keyBufs.Put(kb)
+		key = appendCacheKey((*kb)[:0], &x)
+		if cap(key) <= maxPooledKey {
+			*kb = key
+		}
+		if d, ok := s.cache.getBytes(key); ok {
 			return d.clone()
 		}
 	}
@@ -297,7 +311,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	}
 	d.Rev = s.rev
 	if s.cache != nil {
-		s.cache.add(key, d.clone())
+		s.cache.add(string(key), d.clone())
 	}
 	return d
 }

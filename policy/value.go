@@ -257,7 +257,15 @@ func stringMap(m map[string]string) ast.Value {
 // A sandbox's allow list stands in the key as the SHA-256 of its normalized
 // entries, so the key is as long with 10,000 entries as with one.
 func cacheKey(in *Input) string {
-	var b keyBuilder
+	return string(appendCacheKey(nil, in))
+}
+
+// appendCacheKey appends in's cache key to dst: the exact serialization
+// cacheKey returns, built without allocating when dst has room, so a cached
+// decision is found by the map's own hash of these bytes and its full key
+// compared (Engine.Decide, decisionCache.getBytes).
+func appendCacheKey(dst []byte, in *Input) []byte {
+	b := keyBuilder{buf: dst}
 	b.str(string(in.Kind))
 	b.str(in.Sandbox.ID)
 	b.strMap(in.Sandbox.Labels)
@@ -325,22 +333,23 @@ func cacheKey(in *Input) string {
 		b.tag('-')
 	}
 	contentKey(&b, in)
-	return b.buf.String()
+	return b.buf
 }
 
-type keyBuilder struct{ buf strings.Builder }
+// keyBuilder appends a cache key: every value length-prefixed, every optional
+// part tagged, so two different inputs never make the same bytes.
+type keyBuilder struct{ buf []byte }
 
-func (b *keyBuilder) tag(c byte) { b.buf.WriteByte(c) }
+func (b *keyBuilder) tag(c byte) { b.buf = append(b.buf, c) }
 
 func (b *keyBuilder) int(n int) {
-	var a [20]byte
-	b.buf.Write(strconv.AppendInt(a[:0], int64(n), 10))
-	b.buf.WriteByte(';')
+	b.buf = strconv.AppendInt(b.buf, int64(n), 10)
+	b.buf = append(b.buf, ';')
 }
 
 func (b *keyBuilder) str(s string) {
 	b.int(len(s))
-	b.buf.WriteString(s)
+	b.buf = append(b.buf, s...)
 }
 
 func (b *keyBuilder) strs(ss []string) {
@@ -361,7 +370,12 @@ func (b *keyBuilder) strMap(m map[string]string) {
 		return
 	}
 	b.tag('m')
-	keys := sortedKeys(m)
+	var small [16]string // most header maps: sorted without allocating
+	keys := small[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
 	b.int(len(keys))
 	for _, k := range keys {
 		b.str(k)
