@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -78,27 +79,32 @@ func (d *Daemon) makeRunDir() error {
 
 // engineBuild is the policy compile New runs beside the other steps.
 type engineBuild struct {
-	d   *Daemon
 	dec *engineRef
-	c   chan engineResult
-}
-
-type engineResult struct {
-	e   *policy.Engine
-	err error
+	// wait waits for the compile and publishes its engine to dec (and
+	// d.engine), or the fail-closed nil when it failed. Every call after
+	// the first returns the first's answer, from any goroutine.
+	wait func() error
 }
 
 // compileEngine starts compiling the policy. Compiling is the slowest part of
 // a start; nothing else New builds needs the compiled engine, so it compiles
 // meanwhile. The DNS filter and the gateway get dec, which wait points at the
-// engine before anything serves (Recover, the first thing that can, runs
-// after).
-func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
-	b := &engineBuild{d: d, dec: newEngineRef(), c: make(chan engineResult, 1)}
+// engine before anything decides: a decision asked sooner waits for it, and
+// one asked of a failed compile is the fail-closed deny.
+// A test holds the compile until gate closes (nil: no gate).
+func (d *Daemon) compileEngine(cfg config.Config, gate <-chan struct{}) *engineBuild {
+	type result struct {
+		e   *policy.Engine
+		err error
+	}
+	c := make(chan result, 1)
 	go func() {
+		if gate != nil {
+			<-gate
+		}
 		bundle, err := d.policyBundle(cfg)
 		if err != nil {
-			b.c <- engineResult{nil, err}
+			c <- result{nil, err}
 			return
 		}
 		e, err := policy.New(policy.Config{
@@ -110,34 +116,29 @@ func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
 			Watch:       cfg.Policy.Dir != "",
 			Bundle:      bundle,
 		}, d.log)
-		b.c <- engineResult{e, err}
+		c <- result{e, err}
 	}()
-	// The engine stops after everything that asks it (closers run last first),
-	// and on an early return of New too: New's deferred wait sets d.engine first.
+	b := &engineBuild{dec: newEngineRef()}
+	b.wait = sync.OnceValue(func() error {
+		r := <-c
+		if r.err != nil {
+			b.dec.set(nil)
+			return r.err
+		}
+		d.engine = r.e
+		b.dec.set(r.e)
+		return nil
+	})
+	// The engine stops after everything that asks it (closers run last
+	// first), once its compile is over (New may return before it is:
+	// Options.PolicyLate).
 	d.closers = append(d.closers, func() error {
-		if d.engine == nil {
+		if b.wait() != nil {
 			return nil
 		}
 		return d.engine.Close()
 	})
 	return b
-}
-
-// wait waits for the compile (once; later calls return nil) and publishes
-// its engine to dec, or the fail-closed nil when it failed.
-func (b *engineBuild) wait() error {
-	if b.c == nil {
-		return nil
-	}
-	r := <-b.c
-	b.c = nil
-	if r.err != nil {
-		b.dec.set(nil)
-		return r.err
-	}
-	b.d.engine = r.e
-	b.dec.set(r.e)
-	return nil
 }
 
 // buildAudit opens the audit writer (every record stamped with AuditNode),

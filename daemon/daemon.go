@@ -83,6 +83,15 @@ type Options struct {
 	// --user): only that uid may call the API, whatever the socket's mode
 	// lets connect (root included), and it administers it (userapi.go).
 	Owner int
+	// PolicyLate lets New return while the policy still compiles (airlock
+	// run): the sandbox's network and init are built meanwhile. Every
+	// decision waits for the compile (engineRef), so nothing leaves before
+	// it ends; Run reports a compile that failed as its error and ends the
+	// command, whose connections were all refused. Without it New returns
+	// the compile's error.
+	PolicyLate bool
+	// policyGate holds the policy's compile until it closes (tests).
+	policyGate <-chan struct{}
 	// Rootless runs without root (rootless.go): sandboxes are made by an
 	// executor in rootless mode, their islands built from inside and
 	// adopted, the run directory is the user's. Run and the API's sandboxes
@@ -121,6 +130,9 @@ type Daemon struct {
 	bundleAudit *bundleAudit
 	// rootless is the executor's rootless mode, nil as root (rootless.go).
 	rootless *sandboxd.Rootless
+	// policyWait waits for the policy's compile when New returned before
+	// it ended (Options.PolicyLate); nil otherwise.
+	policyWait func() error
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -184,11 +196,15 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildSecrets(cfg); err != nil {
 		return nil, err
 	}
+	eng := d.compileEngine(cfg, o.policyGate)
+	defer func() {
+		if err != nil || !o.PolicyLate {
+			_ = eng.wait() // never leave the compile running on an early return
+		}
+	}()
 	if err := d.buildInspect(cfg); err != nil {
 		return nil, err
 	}
-	eng := d.compileEngine(cfg)
-	defer func() { _ = eng.wait() }() // never leave the compile running on an early return
 	if err := d.buildAudit(cfg); err != nil {
 		return nil, err
 	}
@@ -232,10 +248,13 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
-	if err := eng.wait(); err != nil {
+	if o.PolicyLate {
+		d.policyWait = eng.wait
+	} else if err := eng.wait(); err != nil {
 		return nil, err
 	}
-	// Recover may serve re-attached namespaces: only now that dec has the engine.
+	// Recover may serve re-attached namespaces: only now that dec has the
+	// engine (PolicyLate: a run's own new directory has none to serve).
 	// A rootless island dies with its init, and a per-user daemon's
 	// namespaces are its own user namespaces', pinned nowhere: nothing is
 	// left to recover.
@@ -251,6 +270,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	d.initSandboxes(o)
 	d.conns = newAPIConns(caps, d.log, d.metrics.reg)
 	d.startBundleReports()
+	if d.scanner != nil {
+		// Off the start's path: the first scan would compile the rules itself.
+		go func() { _ = d.scanner.Warm() }()
+	}
 	return d, nil
 }
 
@@ -624,7 +647,24 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	spec.ID, spec.DefaultEnv, spec.HomeFiles, spec.Argv, spec.Env = sb.ID, cenv, cfiles, t.Argv, env
 	spec.Workspace, spec.CABundle, spec.TrustDir, spec.Proxy, spec.Hidden = t.Workspace, d.caBundle, d.trustDir, d.proxyURL, d.hidden
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.Limits = t.Stdin, t.Stdout, t.Stderr, t.Limits
-	return d.exec.Run(ctx, spec)
+	if d.policyWait == nil {
+		return d.exec.Run(ctx, spec)
+	}
+	// The policy may still be compiling (Options.PolicyLate): the command
+	// starts meanwhile, its decisions wait for the engine, and a compile
+	// that fails ends it.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		if err := d.policyWait(); err != nil {
+			cancel(err)
+		}
+	}()
+	res, err := d.exec.Run(rctx, spec)
+	if perr := d.policyWait(); perr != nil {
+		return nil, fmt.Errorf("policy: %w (the sandbox was ended; every connection it made was refused)", perr)
+	}
+	return res, err
 }
 
 // runRecord is the creation record of Run's sandbox, shaped as a daemon
