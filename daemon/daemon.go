@@ -270,8 +270,9 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	d.initSandboxes(o)
 	d.conns = newAPIConns(caps, d.log, d.metrics.reg)
 	d.startBundleReports()
-	if d.scanner != nil {
-		// Off the start's path: the first scan would compile the rules itself.
+	if d.scanner != nil && !o.PolicyLate {
+		// Off the start's path: the first scan would compile the rules
+		// itself. A run warms them once its command has run a while (Run).
 		go func() { _ = d.scanner.Warm() }()
 	}
 	return d, nil
@@ -287,7 +288,7 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 	case cerr == nil && kerr == nil:
 		return cfg.CA.Cert, cfg.CA.Key, nil
 	case ephemeral:
-		cert, key, err = gateway.InitCA(filepath.Join(d.runDir, "ca"), true, time.Now())
+		cert, key, err = gateway.InitEphemeralCA(filepath.Join(d.runDir, "ca"), time.Now())
 		if err != nil {
 			return "", "", fmt.Errorf("ephemeral CA: %w", err)
 		}
@@ -647,6 +648,12 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	spec.ID, spec.DefaultEnv, spec.HomeFiles, spec.Argv, spec.Env = sb.ID, cenv, cfiles, t.Argv, env
 	spec.Workspace, spec.CABundle, spec.TrustDir, spec.Proxy, spec.Hidden = t.Workspace, d.caBundle, d.trustDir, d.proxyURL, d.hidden
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.Limits = t.Stdin, t.Stdout, t.Stderr, t.Limits
+	if d.scanner != nil {
+		// A short command never scans: the scanner's rules are compiled
+		// for one that runs past scanWarmDelay, or by its first scan.
+		warm := time.AfterFunc(scanWarmDelay, func() { _ = d.scanner.Warm() })
+		defer warm.Stop()
+	}
 	if d.policyWait == nil {
 		return d.exec.Run(ctx, spec)
 	}
