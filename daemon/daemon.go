@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,6 +134,9 @@ type Daemon struct {
 	// policyWait waits for the policy's compile when New returned before
 	// it ended (Options.PolicyLate); nil otherwise.
 	policyWait func() error
+	// bundleWait waits for caBundle and trustDir when New returned before
+	// they were written (Options.PolicyLate); nil otherwise.
+	bundleWait func() error
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -212,6 +216,8 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The trust bundle and directory are written beside the next steps.
+	bundle := d.bundleAsync(caCert, cfg.Upstream.CAFile)
 	// The gateway's own addresses are refused as destinations and as DNS
 	// answers even inside upstream.allow_cidrs: an allowed name resolving to
 	// this host must not reach its services (metrics, an internal registry's
@@ -234,7 +240,9 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildGateway(o.Gateway, cfg, allow, own, caCert, caKey, eng.dec); err != nil {
 		return nil, err
 	}
-	if d.caBundle, d.trustDir, err = d.writeBundle(caCert, cfg.Upstream.CAFile); err != nil {
+	if o.PolicyLate {
+		d.bundleWait = bundle // Run waits for it
+	} else if err := bundle(); err != nil {
 		return nil, err
 	}
 	if err := d.buildNetns(); err != nil {
@@ -308,7 +316,11 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // directory (sandboxd.OverlayTrustDir: the entry's files linked, the CA and
 // the Java store written), so a run's start no longer writes, hashes and
 // evicts a cache entry of its own.
-func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, err error) {
+//
+// It returns the hold on the cache entry to release at Close (nil when it
+// holds none). It runs beside New's other steps (bundleAsync): it touches
+// no other field of d.
+func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, release func(), err error) {
 	read := func(p string) ([]byte, error) {
 		if p == "" {
 			return nil, nil
@@ -327,23 +339,23 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	}
 	sys, err := read(systemBundle)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	own, err := read(caCert)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	upstream, err := read(upstreamCA)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	b := append(append(append([]byte(nil), sys...), own...), upstream...)
 	path := filepath.Join(d.runDir, "ca-bundle.pem")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", "", fmt.Errorf("ca bundle: %w", err)
+		return "", "", nil, fmt.Errorf("ca bundle: %w", err)
 	}
 	if len(b) == 0 {
-		return path, "", nil
+		return path, "", nil, nil
 	}
 	// The trust directory is kept between processes (sandboxd.OpenTrustDir):
 	// in DefaultRunDir's cache for the default run dirs, else in this one.
@@ -355,26 +367,56 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	if len(base) == 0 || len(own) == 0 {
 		trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
 		if err != nil {
-			return "", "", err
+			return "", "", nil, err
 		}
-		d.closers = append(d.closers, func() error { release(); return nil })
-		return path, trust, nil
+		return path, trust, release, nil
 	}
 	baseDir, _, release, err := sandboxd.OpenTrustDir(cache, base)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	// Held to Close: another process's eviction would remove it (and the
 	// next start build it again) the moment nobody holds it.
-	d.closers = append(d.closers, func() error { release(); return nil })
 	trust := filepath.Join(d.runDir, "trust")
 	if err := os.RemoveAll(trust); err != nil { // a kept run directory's
-		return "", "", fmt.Errorf("trust dir: %w", err)
+		release()
+		return "", "", nil, fmt.Errorf("trust dir: %w", err)
 	}
 	if _, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own); err != nil {
-		return "", "", err
+		release()
+		return "", "", nil, err
 	}
-	return path, trust, nil
+	return path, trust, release, nil
+}
+
+// bundleAsync starts writeBundle and returns what waits for it: the first
+// call sets caBundle and trustDir and returns its error, later calls the
+// same error. Close waits for it (the run directory is removed after) and
+// releases the trust cache entry it holds.
+func (d *Daemon) bundleAsync(caCert, upstreamCA string) func() error {
+	type result struct {
+		bundle, trust string
+		release       func()
+		err           error
+	}
+	c := make(chan result, 1)
+	go func() {
+		b, t, release, err := d.writeBundle(caCert, upstreamCA)
+		c <- result{b, t, release, err}
+	}()
+	var release func()
+	wait := sync.OnceValue(func() error {
+		r := <-c
+		d.caBundle, d.trustDir, release = r.bundle, r.trust, r.release
+		return r.err
+	})
+	d.closers = append(d.closers, func() error {
+		if wait(); release != nil {
+			release()
+		}
+		return nil
+	})
+	return wait
 }
 
 func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
@@ -641,6 +683,11 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		defer d.secrets.Forget(sb.ID)
 		for k, v := range ph {
 			env = append(env, k+"="+v)
+		}
+	}
+	if d.bundleWait != nil {
+		if err := d.bundleWait(); err != nil {
+			return nil, err
 		}
 	}
 	cenv, cfiles := d.canaryPlant(sb.ID)
