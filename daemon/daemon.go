@@ -88,8 +88,9 @@ type Options struct {
 	// run): the sandbox's network and init are built meanwhile. Every
 	// decision waits for the compile (engineRef), so nothing leaves before
 	// it ends; Run reports a compile that failed as its error and ends the
-	// command, whose connections were all refused. Without it New returns
-	// the compile's error.
+	// command, whose connections were all refused. The built-in policy
+	// compiles only when asked (lazyPolicy). Without it New returns the
+	// compile's error.
 	PolicyLate bool
 	// policyGate holds the policy's compile until it closes (tests).
 	policyGate <-chan struct{}
@@ -134,6 +135,8 @@ type Daemon struct {
 	// policyWait waits for the policy's compile when New returned before
 	// it ended (Options.PolicyLate); nil otherwise.
 	policyWait func() error
+	// policyStart starts a lazy compile (compileEngine): Run's warm-up.
+	policyStart func()
 	// bundleWait waits for caBundle and trustDir when New returned before
 	// they were written (Options.PolicyLate); nil otherwise.
 	bundleWait func() error
@@ -200,7 +203,11 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildSecrets(cfg); err != nil {
 		return nil, err
 	}
-	eng := d.compileEngine(cfg, o.policyGate)
+	lazy, err := lazyPolicy(o)
+	if err != nil {
+		return nil, err
+	}
+	eng := d.compileEngine(cfg, o.policyGate, lazy)
 	defer func() {
 		if err != nil || !o.PolicyLate {
 			_ = eng.wait() // never leave the compile running on an early return
@@ -257,7 +264,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		}
 	}
 	if o.PolicyLate {
-		d.policyWait = eng.wait
+		d.policyWait, d.policyStart = eng.waitStarted, eng.start
 	} else if err := eng.wait(); err != nil {
 		return nil, err
 	}
@@ -695,18 +702,25 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	spec.ID, spec.DefaultEnv, spec.HomeFiles, spec.Argv, spec.Env = sb.ID, cenv, cfiles, t.Argv, env
 	spec.Workspace, spec.CABundle, spec.TrustDir, spec.Proxy, spec.Hidden = t.Workspace, d.caBundle, d.trustDir, d.proxyURL, d.hidden
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.Limits = t.Stdin, t.Stdout, t.Stderr, t.Limits
-	if d.scanner != nil {
-		// A short command never scans: the scanner's rules are compiled
-		// for one that runs past scanWarmDelay, or by its first scan.
-		warm := time.AfterFunc(scanWarmDelay, func() { _ = d.scanner.Warm() })
-		defer warm.Stop()
-	}
+	// A short command that never connects compiles neither the scanner's
+	// rules nor (lazyPolicy) the policy: one that runs past warmDelay gets
+	// both compiled beside it, and a connection or a scan before that
+	// compiles what it needs itself.
+	warm := time.AfterFunc(warmDelay, func() {
+		if d.policyStart != nil {
+			d.policyStart()
+		}
+		if d.scanner != nil {
+			_ = d.scanner.Warm()
+		}
+	})
+	defer warm.Stop()
 	if d.policyWait == nil {
 		return d.exec.Run(ctx, spec)
 	}
-	// The policy may still be compiling (Options.PolicyLate): the command
-	// starts meanwhile, its decisions wait for the engine, and a compile
-	// that fails ends it.
+	// The policy may still be compiling, or not have started (lazyPolicy):
+	// the command starts meanwhile, its decisions wait for the engine, and
+	// a compile that fails ends it (one started later is reported below).
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {

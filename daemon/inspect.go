@@ -20,10 +20,11 @@ import (
 // restarts, so a canary planted before one is still recognized after it.
 const inspectKeyFile = "inspect.key"
 
-// scanWarmDelay is how long Run's command runs before the scanner's rules
-// are compiled beside it (inspect.Scanner.Warm): tens of milliseconds of
-// CPU a command that ends sooner never pays.
-const scanWarmDelay = 100 * time.Millisecond
+// warmDelay is how long Run's command runs before the scanner's rules
+// (inspect.Scanner.Warm) and a lazy policy are compiled beside it: tens of
+// milliseconds of CPU each, which a command that ends sooner without a
+// connection never pays.
+const warmDelay = 250 * time.Millisecond
 
 // buildInspect builds the content scanner the gateway and the DNS filter
 // share, unless inspect.enable is off.

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit/audittest"
 	"github.com/airlock-dev/airlock/config"
+	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
 	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/roottest"
@@ -137,5 +139,75 @@ func TestRootRunPolicyFailsLate(t *testing.T) {
 	}
 	if got, want := n.pypi.Conns()+n.evil.Conns(), int64(0); got != want {
 		t.Errorf("the hosts saw %d connections, want %d", got, want)
+	}
+}
+
+// TestLazyPolicyCompile: airlock run's built-in policy compiles only when
+// something asks. New's pace starts nothing; the first decision starts the
+// compile, waits for it and gets the engine's answer (not the fail-closed
+// error); a daemon closed before anything asked starts no compile.
+func TestLazyPolicyCompile(t *testing.T) {
+	cfg := config.Default()
+	cfg.Policy.Allow = []string{"pypi.org"}
+	d := &Daemon{log: slog.New(slog.DiscardHandler)}
+	b := d.compileEngine(cfg, nil, true)
+	t.Cleanup(func() { d.Close() })
+	if b.started() {
+		t.Fatal("the lazy compile started before anything asked")
+	}
+	if err := b.waitStarted(); err != nil {
+		t.Fatalf("waitStarted before the start: got %v, want nil", err)
+	}
+	got := b.dec.Decide(context.Background(), &policy.Input{Kind: policy.KindDNS,
+		Destination: policy.Destination{Host: "pypi.org", Port: 53}, DNS: &policy.DNS{QName: "pypi.org", QType: "A"}})
+	if !b.started() || d.engine == nil {
+		t.Fatalf("after a decision: started %v, engine %v; want the compile done", b.started(), d.engine)
+	}
+	if got.Err != nil || !got.Permit() {
+		t.Errorf("decision for an allowed name: got %+v, want an allow from the engine", got)
+	}
+
+	idle := &Daemon{log: slog.New(slog.DiscardHandler)}
+	ib := idle.compileEngine(cfg, nil, true)
+	if err := idle.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ib.started() {
+		t.Error("Close started a lazy compile nothing asked for")
+	}
+}
+
+// TestLazyPolicy: only airlock run's built-in policy without presets is
+// compiled lazily, and its one input, the allowed hosts, is checked at once.
+func TestLazyPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		late    bool
+		edit    func(*config.Policy)
+		want    bool
+		wantErr string
+	}{
+		{name: "run, built-in policy", late: true, edit: func(p *config.Policy) { p.Allow = []string{"pypi.org", "*.github.com"} }, want: true},
+		{name: "serve", late: false},
+		{name: "policy dir", late: true, edit: func(p *config.Policy) { p.Dir = "/etc/airlock/policy" }},
+		{name: "presets", late: true, edit: func(p *config.Policy) { p.Presets = []string{"pypi"} }},
+		{name: "bad host", late: true, edit: func(p *config.Policy) { p.Allow = []string{"exa mple.com"} }, wantErr: "exa mple.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Default()
+			if tc.edit != nil {
+				tc.edit(&cfg.Policy)
+			}
+			got, err := lazyPolicy(Options{Config: cfg, PolicyLate: tc.late})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, %v; want an error naming %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
+			}
+		})
 	}
 }
