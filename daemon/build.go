@@ -87,6 +87,8 @@ type engineBuild struct {
 	start func()
 	// started reports whether start was called.
 	started func() bool
+	// done is closed when the compile has ended (wait then returns at once).
+	done <-chan struct{}
 	// wait starts the compile if it has not started, waits for it (the
 	// compile publishes its engine to dec and d.engine, or the fail-closed
 	// nil) and returns its error; from any goroutine, any number of times.
@@ -101,19 +103,23 @@ type engineBuild struct {
 //
 // A lazy compile (airlock run's built-in policy, lazyPolicy) starts only
 // when something asks: the first decision, or Run's warm-up timer, so a
-// command that never connects never pays for it. A test holds the compile
-// until gate closes (nil: no gate).
-func (d *Daemon) compileEngine(cfg config.Config, gate <-chan struct{}, lazy bool) (b *engineBuild) {
+// command that never connects never pays for it. A test's hook runs before
+// the compile; its error is the compile's (nil: no hook).
+func (d *Daemon) compileEngine(cfg config.Config, hook func() error, lazy bool) (b *engineBuild) {
 	// The compile publishes its engine (or the fail-closed nil) to dec
 	// itself: a lazy one is started by a decision that waits on dec.
 	done := make(chan struct{})
 	var compileErr error
 	compile := func() {
 		defer close(done)
-		if gate != nil {
-			<-gate
+		var err error
+		if hook != nil {
+			err = hook()
 		}
-		bundle, err := d.policyBundle(cfg)
+		var bundle *policy.BundleConfig
+		if err == nil {
+			bundle, err = d.policyBundle(cfg)
+		}
 		var e *policy.Engine
 		if err == nil {
 			e, err = policy.New(policy.Config{
@@ -135,7 +141,7 @@ func (d *Daemon) compileEngine(cfg config.Config, gate <-chan struct{}, lazy boo
 		b.dec.set(e)
 	}
 	var started atomic.Bool
-	b = &engineBuild{dec: newEngineRef(), started: started.Load}
+	b = &engineBuild{dec: newEngineRef(), started: started.Load, done: done}
 	b.start = sync.OnceFunc(func() {
 		started.Store(true)
 		go compile()

@@ -84,16 +84,17 @@ type Options struct {
 	// --user): only that uid may call the API, whatever the socket's mode
 	// lets connect (root included), and it administers it (userapi.go).
 	Owner int
-	// PolicyLate lets New return while the policy still compiles (airlock
-	// run): the sandbox's network and init are built meanwhile. Every
-	// decision waits for the compile (engineRef), so nothing leaves before
-	// it ends; Run reports a compile that failed as its error and ends the
-	// command, whose connections were all refused. The built-in policy
-	// compiles only when asked (lazyPolicy). Without it New returns the
-	// compile's error.
+	// PolicyLate lets New return before the built-in policy compiles
+	// (airlock run; lazyPolicy): it compiles when first asked, or beside
+	// the command. Every decision waits for the compile (engineRef), so
+	// nothing leaves before it ends; Run reports a compile that failed as
+	// its error and ends the command, whose connections were all refused.
+	// A policy directory, a bundle or presets compile before New returns,
+	// which returns their error, as without PolicyLate.
 	PolicyLate bool
-	// policyGate holds the policy's compile until it closes (tests).
-	policyGate <-chan struct{}
+	// policyHook runs before the policy's compile; its error is the
+	// compile's (tests).
+	policyHook func() error
 	// Rootless runs without root (rootless.go): sandboxes are made by an
 	// executor in rootless mode, their islands built from inside and
 	// adopted, the run directory is the user's. Run and the API's sandboxes
@@ -132,11 +133,9 @@ type Daemon struct {
 	bundleAudit *bundleAudit
 	// rootless is the executor's rootless mode, nil as root (rootless.go).
 	rootless *sandboxd.Rootless
-	// policyWait waits for the policy's compile when New returned before
-	// it ended (Options.PolicyLate); nil otherwise.
-	policyWait func() error
-	// policyStart starts a lazy compile (compileEngine): Run's warm-up.
-	policyStart func()
+	// lazy is the built-in policy's compile when New returned before it
+	// (Options.PolicyLate, lazyPolicy); nil otherwise.
+	lazy *engineBuild
 	// bundleWait waits for caBundle and trustDir when New returned before
 	// they were written (Options.PolicyLate); nil otherwise.
 	bundleWait func() error
@@ -207,10 +206,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	eng := d.compileEngine(cfg, o.policyGate, lazy)
+	eng := d.compileEngine(cfg, o.policyHook, lazy)
 	defer func() {
-		if err != nil || !o.PolicyLate {
-			_ = eng.wait() // never leave the compile running on an early return
+		if err != nil || !lazy {
+			_ = eng.waitStarted() // never leave the compile running on an early return
 		}
 	}()
 	if err := d.buildInspect(cfg); err != nil {
@@ -263,13 +262,13 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
-	if o.PolicyLate {
-		d.policyWait, d.policyStart = eng.waitStarted, eng.start
+	if lazy {
+		d.lazy = eng
 	} else if err := eng.wait(); err != nil {
 		return nil, err
 	}
 	// Recover may serve re-attached namespaces: only now that dec has the
-	// engine (PolicyLate: a run's own new directory has none to serve).
+	// engine (lazyPolicy: a run's own new directory has none to serve).
 	// A rootless island dies with its init, and a per-user daemon's
 	// namespaces are its own user namespaces', pinned nowhere: nothing is
 	// left to recover.
@@ -707,29 +706,33 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 	// both compiled beside it, and a connection or a scan before that
 	// compiles what it needs itself.
 	warm := time.AfterFunc(warmDelay, func() {
-		if d.policyStart != nil {
-			d.policyStart()
+		if d.lazy != nil {
+			d.lazy.start()
 		}
 		if d.scanner != nil {
 			_ = d.scanner.Warm()
 		}
 	})
 	defer warm.Stop()
-	if d.policyWait == nil {
+	if d.lazy == nil {
 		return d.exec.Run(ctx, spec)
 	}
-	// The policy may still be compiling, or not have started (lazyPolicy):
-	// the command starts meanwhile, its decisions wait for the engine, and
-	// a compile that fails ends it (one started later is reported below).
+	// The policy may not have compiled, or started to (lazyPolicy): the
+	// command starts meanwhile, its decisions wait for the engine (the
+	// first starts the compile), and a compile that fails ends it.
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
-		if err := d.policyWait(); err != nil {
-			cancel(err)
+		select {
+		case <-d.lazy.done:
+			if err := d.lazy.wait(); err != nil {
+				cancel(err)
+			}
+		case <-rctx.Done():
 		}
 	}()
 	res, err := d.exec.Run(rctx, spec)
-	if perr := d.policyWait(); perr != nil {
+	if perr := d.lazy.waitStarted(); perr != nil {
 		return nil, fmt.Errorf("policy: %w (the sandbox was ended; every connection it made was refused)", perr)
 	}
 	return res, err

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,8 +21,8 @@ import (
 )
 
 // newLateDaemon is newTestDaemon for airlock run's New (Options.PolicyLate)
-// with the policy's compile held until gate closes.
-func newLateDaemon(t *testing.T, gate <-chan struct{}, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config) {
+// with hook run before the policy's compile.
+func newLateDaemon(t *testing.T, hook func() error, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config) {
 	t.Helper()
 	roottest.Require(t)
 	n := fakenet.Start(t)
@@ -40,9 +41,10 @@ func newLateDaemon(t *testing.T, gate <-chan struct{}, edit ...func(*config.Conf
 	for _, e := range edit {
 		e(&cfg)
 	}
-	// New returns with the compile held: it does not wait for the policy.
+	// New returns with the compile held (or not started): it does not wait
+	// for the built-in policy.
 	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: filepath.Join(dir, "run"),
-		Executor: &sandboxd.Config{InitArgs: []string{}}, PolicyLate: true, policyGate: gate})
+		Executor: &sandboxd.Config{InitArgs: []string{}}, PolicyLate: true, policyHook: hook})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func (w *gateWriter) String() string {
 // allowed one gets its one request, and the audit log records both.
 func TestRootRunBeforePolicyCompiled(t *testing.T) {
 	gate := make(chan struct{})
-	d, n, cfg := newLateDaemon(t, gate)
+	d, n, cfg := newLateDaemon(t, func() error { <-gate; return nil })
 	out := &gateWriter{gate: gate}
 	var stderr bytes.Buffer
 	res, err := d.Run(context.Background(), Task{ID: uniqueID("alk-late-run"), Argv: []string{"sh", "-c",
@@ -115,23 +117,19 @@ func TestRootRunBeforePolicyCompiled(t *testing.T) {
 	}
 }
 
-// TestRootRunPolicyFailsLate: a policy that does not compile, found after
-// the command started, ends the run with the compile's error; the command's
-// connections were refused (neither host saw one) and it was ended before
-// it could finish.
+// TestRootRunPolicyFailsLate: a policy compile that fails after the
+// command started (the hook fails it once the command said so) ends the
+// run with the compile's error; the command's connections were refused
+// (neither host saw one) and it was ended before it could finish.
 func TestRootRunPolicyFailsLate(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte("package airlock.egress\n\nallow if {\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	gate := make(chan struct{})
-	d, n, _ := newLateDaemon(t, gate, func(c *config.Config) { c.Policy.Dir = dir })
+	d, n, _ := newLateDaemon(t, func() error { <-gate; return errors.New("alk-test: the policy broke") })
 	out := &gateWriter{gate: gate}
 	_, err := d.Run(context.Background(), Task{ID: uniqueID("alk-late-bad"), Argv: []string{"sh", "-c",
 		"echo started; curl -sS --max-time 20 https://pypi.org/simple/; curl -sS --max-time 20 https://evil.example/; " +
 			"sleep 60; echo finished"},
 		Stdout: out})
-	if err == nil || !strings.Contains(err.Error(), "p.rego") {
+	if err == nil || !strings.Contains(err.Error(), "alk-test: the policy broke") {
 		t.Fatalf("Run: got %v, want the policy's compile error", err)
 	}
 	if strings.Contains(out.String(), "finished") {
@@ -139,6 +137,30 @@ func TestRootRunPolicyFailsLate(t *testing.T) {
 	}
 	if got, want := n.pypi.Conns()+n.evil.Conns(), int64(0); got != want {
 		t.Errorf("the hosts saw %d connections, want %d", got, want)
+	}
+}
+
+// TestRootRunPolicyDirFailsBeforeCommand: with PolicyLate, a policy
+// directory that does not compile is still New's error: the command never
+// starts (airlock run exits 2, as TestRunBrokenInputsAsRoot pins).
+func TestRootRunPolicyDirFailsBeforeCommand(t *testing.T) {
+	roottest.Require(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte("package airlock.egress\n\nallow if {\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Policy.Dir = dir
+	cfg.DNS.Upstreams = []string{"127.0.0.1:53"} // never asked: New fails first
+	cfg.Audit.File = filepath.Join(t.TempDir(), "audit.jsonl")
+	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: filepath.Join(t.TempDir(), "run"),
+		Executor: &sandboxd.Config{InitArgs: []string{}}, PolicyLate: true})
+	if err == nil {
+		d.Close()
+		t.Fatal("New: got nil, want the policy directory's compile error")
+	}
+	if !strings.Contains(err.Error(), "p.rego") {
+		t.Fatalf("New: got %v, want an error naming p.rego", err)
 	}
 }
 
