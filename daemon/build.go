@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -78,44 +80,86 @@ func (d *Daemon) makeRunDir() error {
 
 // engineBuild is the policy compile New runs beside the other steps.
 type engineBuild struct {
-	d   *Daemon
 	dec *engineRef
-	c   chan engineResult
-}
-
-type engineResult struct {
-	e   *policy.Engine
-	err error
+	// start starts the compile (once; later calls do nothing). compileEngine
+	// calls it, unless the compile is lazy: then the first decision (dec),
+	// Run's warm-up timer or wait does.
+	start func()
+	// started reports whether start was called.
+	started func() bool
+	// done is closed when the compile has ended (wait then returns at once).
+	done <-chan struct{}
+	// wait starts the compile if it has not started, waits for it (the
+	// compile publishes its engine to dec and d.engine, or the fail-closed
+	// nil) and returns its error; from any goroutine, any number of times.
+	wait func() error
 }
 
 // compileEngine starts compiling the policy. Compiling is the slowest part of
 // a start; nothing else New builds needs the compiled engine, so it compiles
 // meanwhile. The DNS filter and the gateway get dec, which wait points at the
-// engine before anything serves (Recover, the first thing that can, runs
-// after).
-func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
-	b := &engineBuild{d: d, dec: newEngineRef(), c: make(chan engineResult, 1)}
-	go func() {
-		bundle, err := d.policyBundle(cfg)
-		if err != nil {
-			b.c <- engineResult{nil, err}
-			return
+// engine before anything decides: a decision asked sooner waits for it, and
+// one asked of a failed compile is the fail-closed deny.
+//
+// A lazy compile (airlock run's built-in policy, lazyPolicy) starts only
+// when something asks: the first decision, or Run's warm-up timer, so a
+// command that never connects never pays for it. A test's hook runs before
+// the compile; its error is the compile's (nil: no hook).
+func (d *Daemon) compileEngine(cfg config.Config, hook func() error, lazy bool) (b *engineBuild) {
+	// The compile publishes its engine (or the fail-closed nil) to dec
+	// itself: a lazy one is started by a decision that waits on dec.
+	done := make(chan struct{})
+	var compileErr error
+	compile := func() {
+		defer close(done)
+		var err error
+		if hook != nil {
+			err = hook()
 		}
-		e, err := policy.New(policy.Config{
-			Dir:         cfg.Policy.Dir,
-			Mode:        policy.Mode(cfg.Policy.Mode),
-			Presets:     cfg.Policy.Presets,
-			AllowHosts:  cfg.Policy.Allow,
-			EvalTimeout: time.Duration(cfg.Policy.EvalTimeout),
-			Watch:       cfg.Policy.Dir != "",
-			Bundle:      bundle,
-		}, d.log)
-		b.c <- engineResult{e, err}
-	}()
-	// The engine stops after everything that asks it (closers run last first),
-	// and on an early return of New too: New's deferred wait sets d.engine first.
+		var bundle *policy.BundleConfig
+		if err == nil {
+			bundle, err = d.policyBundle(cfg)
+		}
+		var e *policy.Engine
+		if err == nil {
+			e, err = policy.New(policy.Config{
+				Dir:         cfg.Policy.Dir,
+				Mode:        policy.Mode(cfg.Policy.Mode),
+				Presets:     cfg.Policy.Presets,
+				AllowHosts:  cfg.Policy.Allow,
+				EvalTimeout: time.Duration(cfg.Policy.EvalTimeout),
+				Watch:       cfg.Policy.Dir != "",
+				Bundle:      bundle,
+			}, d.log)
+		}
+		if err != nil {
+			compileErr = err
+			e = nil
+		} else {
+			d.engine = e
+		}
+		b.dec.set(e)
+	}
+	var started atomic.Bool
+	b = &engineBuild{dec: newEngineRef(), started: started.Load, done: done}
+	b.start = sync.OnceFunc(func() {
+		started.Store(true)
+		go compile()
+	})
+	b.dec.kick = b.start
+	b.wait = func() error {
+		b.start()
+		<-done
+		return compileErr
+	}
+	if !lazy {
+		b.start()
+	}
+	// The engine stops after everything that asks it (closers run last
+	// first), once its compile is over (New may return before it is:
+	// Options.PolicyLate); a lazy compile nothing started is not started.
 	d.closers = append(d.closers, func() error {
-		if d.engine == nil {
+		if !started.Load() || b.wait() != nil {
 			return nil
 		}
 		return d.engine.Close()
@@ -123,21 +167,30 @@ func (d *Daemon) compileEngine(cfg config.Config) *engineBuild {
 	return b
 }
 
-// wait waits for the compile (once; later calls return nil) and publishes
-// its engine to dec, or the fail-closed nil when it failed.
-func (b *engineBuild) wait() error {
-	if b.c == nil {
+// waitStarted is wait for a compile that started, nil for one that never
+// did (lazy, and nothing asked).
+func (b *engineBuild) waitStarted() error {
+	if !b.started() {
 		return nil
 	}
-	r := <-b.c
-	b.c = nil
-	if r.err != nil {
-		b.dec.set(nil)
-		return r.err
+	return b.wait()
+}
+
+// lazyPolicy reports whether airlock run's policy may compile on first use:
+// the built-in policy with no presets, whose only input, the allowed hosts,
+// is checked here (a policy directory, a bundle or presets compile at once,
+// so their errors are the run's before its command starts).
+func lazyPolicy(o Options) (bool, error) {
+	p := o.Config.Policy
+	if !o.PolicyLate || p.Dir != "" || p.Bundle != nil || len(p.Presets) > 0 {
+		return false, nil
 	}
-	b.d.engine = r.e
-	b.dec.set(r.e)
-	return nil
+	for _, h := range p.Allow {
+		if _, err := policy.NormalizeAllow(h); err != nil {
+			return false, fmt.Errorf("policy: allow_hosts: %q: %w", h, err)
+		}
+	}
+	return true, nil
 }
 
 // buildAudit opens the audit writer (every record stamped with AuditNode),

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,17 @@ type Options struct {
 	// --user): only that uid may call the API, whatever the socket's mode
 	// lets connect (root included), and it administers it (userapi.go).
 	Owner int
+	// PolicyLate lets New return before the built-in policy compiles
+	// (airlock run; lazyPolicy): it compiles when first asked, or beside
+	// the command. Every decision waits for the compile (engineRef), so
+	// nothing leaves before it ends; Run reports a compile that failed as
+	// its error and ends the command, whose connections were all refused.
+	// A policy directory, a bundle or presets compile before New returns,
+	// which returns their error, as without PolicyLate.
+	PolicyLate bool
+	// policyHook runs before the policy's compile; its error is the
+	// compile's (tests).
+	policyHook func() error
 	// Rootless runs without root (rootless.go): sandboxes are made by an
 	// executor in rootless mode, their islands built from inside and
 	// adopted, the run directory is the user's. Run and the API's sandboxes
@@ -121,6 +133,12 @@ type Daemon struct {
 	bundleAudit *bundleAudit
 	// rootless is the executor's rootless mode, nil as root (rootless.go).
 	rootless *sandboxd.Rootless
+	// lazy is the built-in policy's compile when New returned before it
+	// (Options.PolicyLate, lazyPolicy); nil otherwise.
+	lazy *engineBuild
+	// bundleWait waits for caBundle and trustDir when New returned before
+	// they were written (Options.PolicyLate); nil otherwise.
+	bundleWait func() error
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -184,11 +202,19 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildSecrets(cfg); err != nil {
 		return nil, err
 	}
+	lazy, err := lazyPolicy(o)
+	if err != nil {
+		return nil, err
+	}
+	eng := d.compileEngine(cfg, o.policyHook, lazy)
+	defer func() {
+		if err != nil || !lazy {
+			_ = eng.waitStarted() // never leave the compile running on an early return
+		}
+	}()
 	if err := d.buildInspect(cfg); err != nil {
 		return nil, err
 	}
-	eng := d.compileEngine(cfg)
-	defer func() { _ = eng.wait() }() // never leave the compile running on an early return
 	if err := d.buildAudit(cfg); err != nil {
 		return nil, err
 	}
@@ -196,6 +222,8 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The trust bundle and directory are written beside the next steps.
+	bundle := d.bundleAsync(caCert, cfg.Upstream.CAFile)
 	// The gateway's own addresses are refused as destinations and as DNS
 	// answers even inside upstream.allow_cidrs: an allowed name resolving to
 	// this host must not reach its services (metrics, an internal registry's
@@ -218,7 +246,9 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildGateway(o.Gateway, cfg, allow, own, caCert, caKey, eng.dec); err != nil {
 		return nil, err
 	}
-	if d.caBundle, d.trustDir, err = d.writeBundle(caCert, cfg.Upstream.CAFile); err != nil {
+	if o.PolicyLate {
+		d.bundleWait = bundle // Run waits for it
+	} else if err := bundle(); err != nil {
 		return nil, err
 	}
 	if err := d.buildNetns(); err != nil {
@@ -232,10 +262,13 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
-	if err := eng.wait(); err != nil {
+	if lazy {
+		d.lazy = eng
+	} else if err := eng.wait(); err != nil {
 		return nil, err
 	}
-	// Recover may serve re-attached namespaces: only now that dec has the engine.
+	// Recover may serve re-attached namespaces: only now that dec has the
+	// engine (lazyPolicy: a run's own new directory has none to serve).
 	// A rootless island dies with its init, and a per-user daemon's
 	// namespaces are its own user namespaces', pinned nowhere: nothing is
 	// left to recover.
@@ -251,6 +284,11 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	d.initSandboxes(o)
 	d.conns = newAPIConns(caps, d.log, d.metrics.reg)
 	d.startBundleReports()
+	if d.scanner != nil && !o.PolicyLate {
+		// Off the start's path: the first scan would compile the rules
+		// itself. A run warms them once its command has run a while (Run).
+		go func() { _ = d.scanner.Warm() }()
+	}
 	return d, nil
 }
 
@@ -264,7 +302,7 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 	case cerr == nil && kerr == nil:
 		return cfg.CA.Cert, cfg.CA.Key, nil
 	case ephemeral:
-		cert, key, err = gateway.InitCA(filepath.Join(d.runDir, "ca"), true, time.Now())
+		cert, key, err = gateway.InitEphemeralCA(filepath.Join(d.runDir, "ca"), time.Now())
 		if err != nil {
 			return "", "", fmt.Errorf("ephemeral CA: %w", err)
 		}
@@ -284,7 +322,11 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // directory (sandboxd.OverlayTrustDir: the entry's files linked, the CA and
 // the Java store written), so a run's start no longer writes, hashes and
 // evicts a cache entry of its own.
-func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, err error) {
+//
+// It returns the hold on the cache entry to release at Close (nil when it
+// holds none). It runs beside New's other steps (bundleAsync): it touches
+// no other field of d.
+func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, release func(), err error) {
 	read := func(p string) ([]byte, error) {
 		if p == "" {
 			return nil, nil
@@ -303,23 +345,23 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	}
 	sys, err := read(systemBundle)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	own, err := read(caCert)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	upstream, err := read(upstreamCA)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	b := append(append(append([]byte(nil), sys...), own...), upstream...)
 	path := filepath.Join(d.runDir, "ca-bundle.pem")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", "", fmt.Errorf("ca bundle: %w", err)
+		return "", "", nil, fmt.Errorf("ca bundle: %w", err)
 	}
 	if len(b) == 0 {
-		return path, "", nil
+		return path, "", nil, nil
 	}
 	// The trust directory is kept between processes (sandboxd.OpenTrustDir):
 	// in DefaultRunDir's cache for the default run dirs, else in this one.
@@ -331,26 +373,56 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	if len(base) == 0 || len(own) == 0 {
 		trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
 		if err != nil {
-			return "", "", err
+			return "", "", nil, err
 		}
-		d.closers = append(d.closers, func() error { release(); return nil })
-		return path, trust, nil
+		return path, trust, release, nil
 	}
 	baseDir, _, release, err := sandboxd.OpenTrustDir(cache, base)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	// Held to Close: another process's eviction would remove it (and the
 	// next start build it again) the moment nobody holds it.
-	d.closers = append(d.closers, func() error { release(); return nil })
 	trust := filepath.Join(d.runDir, "trust")
 	if err := os.RemoveAll(trust); err != nil { // a kept run directory's
-		return "", "", fmt.Errorf("trust dir: %w", err)
+		release()
+		return "", "", nil, fmt.Errorf("trust dir: %w", err)
 	}
 	if _, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own); err != nil {
-		return "", "", err
+		release()
+		return "", "", nil, err
 	}
-	return path, trust, nil
+	return path, trust, release, nil
+}
+
+// bundleAsync starts writeBundle and returns what waits for it: the first
+// call sets caBundle and trustDir and returns its error, later calls the
+// same error. Close waits for it (the run directory is removed after) and
+// releases the trust cache entry it holds.
+func (d *Daemon) bundleAsync(caCert, upstreamCA string) func() error {
+	type result struct {
+		bundle, trust string
+		release       func()
+		err           error
+	}
+	c := make(chan result, 1)
+	go func() {
+		b, t, release, err := d.writeBundle(caCert, upstreamCA)
+		c <- result{b, t, release, err}
+	}()
+	var release func()
+	wait := sync.OnceValue(func() error {
+		r := <-c
+		d.caBundle, d.trustDir, release = r.bundle, r.trust, r.release
+		return r.err
+	})
+	d.closers = append(d.closers, func() error {
+		if wait(); release != nil {
+			release()
+		}
+		return nil
+	})
+	return wait
 }
 
 func hiddenPaths(o Options, cfg config.Config, caKey string) []string {
@@ -619,12 +691,51 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 			env = append(env, k+"="+v)
 		}
 	}
+	if d.bundleWait != nil {
+		if err := d.bundleWait(); err != nil {
+			return nil, err
+		}
+	}
 	cenv, cfiles := d.canaryPlant(sb.ID)
 	cfiles = withAWSFile(cfiles, ph)
 	spec.ID, spec.DefaultEnv, spec.HomeFiles, spec.Argv, spec.Env = sb.ID, cenv, cfiles, t.Argv, env
 	spec.Workspace, spec.CABundle, spec.TrustDir, spec.Proxy, spec.Hidden = t.Workspace, d.caBundle, d.trustDir, d.proxyURL, d.hidden
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.Limits = t.Stdin, t.Stdout, t.Stderr, t.Limits
-	return d.exec.Run(ctx, spec)
+	// A short command that never connects compiles neither the scanner's
+	// rules nor (lazyPolicy) the policy: one that runs past warmDelay gets
+	// both compiled beside it, and a connection or a scan before that
+	// compiles what it needs itself.
+	warm := time.AfterFunc(warmDelay, func() {
+		if d.lazy != nil {
+			d.lazy.start()
+		}
+		if d.scanner != nil {
+			_ = d.scanner.Warm()
+		}
+	})
+	defer warm.Stop()
+	if d.lazy == nil {
+		return d.exec.Run(ctx, spec)
+	}
+	// The policy may not have compiled, or started to (lazyPolicy): the
+	// command starts meanwhile, its decisions wait for the engine (the
+	// first starts the compile), and a compile that fails ends it.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-d.lazy.done:
+			if err := d.lazy.wait(); err != nil {
+				cancel(err)
+			}
+		case <-rctx.Done():
+		}
+	}()
+	res, err := d.exec.Run(rctx, spec)
+	if perr := d.lazy.waitStarted(); perr != nil {
+		return nil, fmt.Errorf("policy: %w (the sandbox was ended; every connection it made was refused)", perr)
+	}
+	return res, err
 }
 
 // runRecord is the creation record of Run's sandbox, shaped as a daemon

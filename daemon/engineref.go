@@ -16,6 +16,9 @@ import (
 type engineRef struct {
 	ready chan struct{}
 	e     *policy.Engine
+	// kick starts a lazy compile (compileEngine) before a decision waits
+	// for it; nil or a no-op once started.
+	kick func()
 }
 
 var (
@@ -39,6 +42,9 @@ func (r *engineRef) Decide(ctx context.Context, in *policy.Input) policy.Decisio
 	select {
 	case <-r.ready:
 	default:
+		if r.kick != nil {
+			r.kick()
+		}
 		select {
 		case <-r.ready:
 		case <-ctx.Done():

@@ -20,6 +20,12 @@ import (
 // restarts, so a canary planted before one is still recognized after it.
 const inspectKeyFile = "inspect.key"
 
+// warmDelay is how long Run's command runs before the scanner's rules
+// (inspect.Scanner.Warm) and a lazy policy are compiled beside it: tens of
+// milliseconds of CPU each, which a command that ends sooner without a
+// connection never pays.
+const warmDelay = 250 * time.Millisecond
+
 // buildInspect builds the content scanner the gateway and the DNS filter
 // share, unless inspect.enable is off.
 func (d *Daemon) buildInspect(cfg config.Config) error {

@@ -8,9 +8,10 @@ import "strings"
 // check for the cased "name = value" rules. It is the reference the
 // differential tests hold the fast path to.
 func PlainWalk(s *Scanner) {
-	s.rules.plainWalk = true
-	s.rules.ac = newAutomaton(s.rules.pats, nil)
-	for _, r := range s.rules.rules {
+	rs := s.compiled().rules // this scanner's own rule set (parsed per scanner)
+	rs.plainWalk = true
+	rs.ac = newAutomaton(rs.pats, nil)
+	for _, r := range rs.rules {
 		if !r.wordStart {
 			r.anchored = nil
 		}

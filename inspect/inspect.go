@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -108,8 +109,10 @@ type Config struct {
 type Scanner struct {
 	cfg      Config
 	disabled map[string]bool
-	enabled  []bool // by rule index
-	rules    *ruleSet
+	// compiled holds the rule set and which of its rules are enabled,
+	// compiled on first use (compileRules): a start that never scans (a
+	// short `airlock run`) does not compile ~220 regexps.
+	compiled func() compiledRules
 	canaries *Canaries
 	windows  *windows
 	clean    *cleanCache // small inputs known to give no finding
@@ -156,23 +159,22 @@ func New(cfg Config) (*Scanner, error) {
 	case cfg.Overlap < 0:
 		return nil, fmt.Errorf("inspect: overlap: %d, want a positive number of bytes", cfg.Overlap)
 	}
-	rules, err := defaultRules()
-	if err != nil {
-		return nil, err
-	}
-	s := &Scanner{cfg: cfg, rules: rules, disabled: map[string]bool{}}
+	s := &Scanner{cfg: cfg, disabled: map[string]bool{}}
 	for _, d := range cfg.Disabled {
-		if !rules.known(d) && !builtinDetector(d) {
-			return nil, fmt.Errorf("inspect: disabled: unknown detector %q (a gitleaks rule id or one of %v)", d, builtinDetectors)
-		}
 		s.disabled[d] = true
 	}
-	for _, r := range rules.rules {
-		name := r.id
-		if r.class == ClassCanary {
-			name = DetectorCanary
+	s.compiled = sync.OnceValue(s.compileRules)
+	if len(cfg.Disabled) > 0 {
+		// Naming a detector that does not exist is New's error: compile now.
+		c := s.compiled()
+		if c.err != nil {
+			return nil, c.err
 		}
-		s.enabled = append(s.enabled, !s.disabled[name])
+		for _, d := range cfg.Disabled {
+			if !c.rules.known(d) && !builtinDetector(d) {
+				return nil, fmt.Errorf("inspect: disabled: unknown detector %q (a gitleaks rule id or one of %v)", d, builtinDetectors)
+			}
+		}
 	}
 	s.canaries = cfg.Canaries
 	if s.canaries == nil {
@@ -182,6 +184,38 @@ func New(cfg Config) (*Scanner, error) {
 	s.clean = newCleanCache()
 	return s, nil
 }
+
+// compiledRules is the compiled rule set, which of its rules are enabled
+// (by index), or why it did not compile.
+type compiledRules struct {
+	rules   *ruleSet
+	enabled []bool
+	err     error
+}
+
+// compileRules compiles the built-in rule set. It runs once, on the first
+// scan or Warm; the rules are embedded, so an error is a broken build
+// (TestRules), and every scan then reports a malformed finding (fail closed).
+func (s *Scanner) compileRules() compiledRules {
+	rules, err := defaultRules()
+	if err != nil {
+		return compiledRules{err: err}
+	}
+	c := compiledRules{rules: rules}
+	for _, r := range rules.rules {
+		name := r.id
+		if r.class == ClassCanary {
+			name = DetectorCanary
+		}
+		c.enabled = append(c.enabled, !s.disabled[name])
+	}
+	return c
+}
+
+// Warm compiles the rule set now, so the first scan does not wait for it.
+// Scans compile it themselves when it is not; a daemon calls Warm once it
+// serves, off the path of a sandbox's start.
+func (s *Scanner) Warm() error { return s.compiled().err }
 
 // builtinDetectors are the detector names besides the gitleaks rule ids.
 var builtinDetectors = []string{DetectorCanary, DetectorDNSEntropy, DetectorPathEntropy, DetectorInjection, DetectorHiddenText, DetectorToolPoison, DetectorMalformed, DetectorOversize}
@@ -198,7 +232,11 @@ func builtinDetector(name string) bool {
 // Detectors lists every detector name the scanner knows, for a config
 // validator and for documentation.
 func (s *Scanner) Detectors() []string {
-	return append(append([]string{}, builtinDetectors...), s.rules.ids()...)
+	c := s.compiled()
+	if c.err != nil {
+		return append([]string{}, builtinDetectors...)
+	}
+	return append(append([]string{}, builtinDetectors...), c.rules.ids()...)
 }
 
 // fingerprint is the keyed hash of a matched value.

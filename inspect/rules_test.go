@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -112,11 +113,11 @@ func BenchmarkRuleCount(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s.rules = rs
-			s.enabled = make([]bool, n)
-			for i := range s.enabled {
-				s.enabled[i] = true
+			c := compiledRules{rules: rs, enabled: make([]bool, n)}
+			for i := range c.enabled {
+				c.enabled[i] = true
 			}
+			s.compiled = func() compiledRules { return c }
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
 				s.Scan("body", data)
@@ -282,5 +283,37 @@ func TestAssignFollowsSuperset(t *testing.T) {
 	t.Logf("%d assign rules, %d matched by generated lines", ruleCount, matched)
 	if matched < ruleCount/2 {
 		t.Errorf("only %d of %d assign rules matched a generated line: the generator misses their shape", matched, ruleCount)
+	}
+}
+
+// TestRulesCompiledOnFirstUse: New leaves the rule set to the first scan,
+// which finds a credential without Warm; a scanner whose rules did not
+// compile refuses every scan with a malformed finding instead of passing
+// the data unscanned (fail closed).
+func TestRulesCompiledOnFirstUse(t *testing.T) {
+	const key = "AKIAIOSFODNN7EXAMPL3" // aws-access-token's shape
+	s, err := New(Config{Key: []byte("0123456789abcdef0123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := s.Scan("body", []byte("id="+key)); len(fs) == 0 || fs[0].Detector != "aws-access-token" {
+		t.Errorf("first scan: got %v, want aws-access-token", fs)
+	}
+	if err := s.Warm(); err != nil {
+		t.Errorf("Warm: got %v, want nil", err)
+	}
+	broken, err := New(Config{Key: []byte("0123456789abcdef0123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken.compiled = func() compiledRules { return compiledRules{err: errors.New("rules: broken")} }
+	if err := broken.Warm(); err == nil {
+		t.Error("Warm of broken rules: got nil, want the error")
+	}
+	for _, data := range []string{"id=" + key, "hello"} {
+		fs := broken.Scan("body", []byte(data))
+		if len(fs) != 1 || fs[0].Detector != DetectorMalformed || fs[0].Confidence != High {
+			t.Errorf("broken rules, scan %q: got %v, want one high malformed finding", data, fs)
+		}
 	}
 }

@@ -193,7 +193,12 @@ type span struct{ lo, hi int }
 //
 // It returns the token runs of data the same pass found.
 func (st *scanState) rules(data []byte, enc string) []span {
-	rs := st.s.rules
+	c := st.s.compiled()
+	if c.err != nil {
+		st.add(hit{Finding: MalformedFinding(st.where, c.err), pos: -1})
+		return nil
+	}
+	rs := c.rules
 	var fwd, rev map[int][]span
 	var te tokenEnds
 	walk := rs.ac.scan
@@ -203,7 +208,7 @@ func (st *scanState) rules(data []byte, enc string) []span {
 	runs := walk(data, func(p, end int) {
 		start := end - rs.ac.lens[p]
 		for _, ri := range rs.kwRules[p] {
-			if !st.s.enabled[ri] {
+			if !c.enabled[ri] {
 				continue
 			}
 			r := rs.rules[ri]
@@ -248,14 +253,14 @@ func (st *scanState) rules(data []byte, enc string) []span {
 	})
 	for _, ri := range sortedKeys(fwd) {
 		for _, sp := range merge(data, fwd[ri]) {
-			st.match(rs.rules[ri], data, sp, enc, false)
+			st.match(rs, rs.rules[ri], data, sp, enc, false)
 		}
 	}
 	for _, ri := range sortedKeys(rev) {
 		for _, sp := range merge(data, rev[ri]) {
 			w := append([]byte(nil), data[sp.lo:sp.hi]...)
 			reverseBytes(w)
-			st.match(rs.rules[ri], w, span{0, len(w)}, chain(enc, "reversed"), true)
+			st.match(rs, rs.rules[ri], w, span{0, len(w)}, chain(enc, "reversed"), true)
 		}
 	}
 	return runs
@@ -380,7 +385,7 @@ func (t *tokenEnds) end(data []byte, hi int) int {
 const maxSpan = 2048
 
 // match runs r over data[sp] and records what passes its checks.
-func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed bool) {
+func (st *scanState) match(rs *ruleSet, r *rule, data []byte, sp span, enc string, reversed bool) {
 	w := data[sp.lo:sp.hi]
 	for _, m := range r.re.FindAllSubmatchIndex(w, -1) {
 		whole := w[m[0]:m[1]]
@@ -401,7 +406,7 @@ func (st *scanState) match(r *rule, data []byte, sp span, enc string, reversed b
 			continue
 		}
 		line := lineAround(w, m[0], m[1])
-		if st.s.rules.global.allows(secret, whole, line) {
+		if rs.global.allows(secret, whole, line) {
 			continue
 		}
 		allowed := false

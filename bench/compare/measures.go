@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-dev/airlock/client"
 )
 
 // sizes are the durations and sizes of one run (full or quick).
@@ -279,39 +282,93 @@ func (e *env) startMeasure(z sizes) measure {
 	un.Peer = true
 	subjects := []subject{
 		hf("direct", "/bin/true"),
-		hf("airlock", shellJoin([]string{e.bin, "run", "-q", "--config", e.config, "--", "/bin/true"})),
+		hf("airlock", shellJoin([]string{e.bin, "run", "-q", "--no-daemon", "--config", e.config, "--", "/bin/true"})),
+		e.throughDaemon(hf),
 		un, bw,
 	}
 	// Rootless: airlock run and bubblewrap as an ordinary user (both make
 	// a user namespace of their own).
-	if asUser, air, err := e.rootlessRun(); err == nil {
+	asUser, air, err := e.rootlessRun()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench-compare: no rootless start rows: %v\n", err)
+	} else {
 		bwu := hf("bubblewrap (uid 65534)", shellJoin(append(asUser, "bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "/bin/true")))
 		bwu.Peer = true
 		subjects = append(subjects, hf("airlock rootless (uid 65534)", shellJoin(append(asUser, air...))), bwu)
 	}
 	return measure{Name: "sandbox start, whole process", Primary: "median ms", Higher: false,
-		Target: "airlock run ≤ 3x bubblewrap (rootless: ≤ 3x bubblewrap as the same user)", Subjects: subjects}
+		Target: "airlock run ≤ 3x bubblewrap, through a daemon ≤ 2x (rootless: ≤ 3x bubblewrap as the same user)", Subjects: subjects}
+}
+
+// throughDaemon is the start row of `airlock run` through a running daemon
+// (the front alone asks it for a sandbox): each round starts `airlock serve`
+// (default warm pool) with a socket, run directory, audit log and metrics
+// port of its own, times the runs once its pool is full, and stops it.
+func (e *env) throughDaemon(hf func(name, cmd string) subject) subject {
+	dir := filepath.Join(e.dir, "start-serve")
+	sock := filepath.Join(dir, "api.sock")
+	s := hf("airlock through a daemon", shellJoin([]string{e.bin, "--socket", sock, "run", "-q", "--", "/bin/true"}))
+	timed := s.run
+	s.run = func() ([]metric, string, error) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, "", err
+		}
+		base, err := os.ReadFile(e.config)
+		if err != nil {
+			return nil, "", err
+		}
+		// Its own audit log (one writer per file: the in-process row writes
+		// the config's) and metrics port (the daemon measures' serve has the
+		// default one).
+		audit := filepath.Join(dir, "audit", "audit.jsonl")
+		cfg := strings.Replace(string(base), filepath.Join(e.dir, "state", "audit", "audit.jsonl"), audit, 1)
+		if cfg == string(base) {
+			return nil, "", fmt.Errorf("start-serve config: the audit file of %s not found", e.config)
+		}
+		cfg += "api: {group: \"\"}\nmetrics: {listen: \"127.0.0.1:0\"}\n"
+		conf := filepath.Join(dir, "serve.yaml")
+		if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+			return nil, "", err
+		}
+		argv := []string{e.bin, "serve", "--config", conf, "--socket", sock, "--run-dir", filepath.Join(dir, "run")}
+		cmd, err := e.procs.start(filepath.Join(e.dir, "start-serve.out"), argv...)
+		if err != nil {
+			return nil, "", err
+		}
+		defer stop(cmd)
+		c := client.New(sock)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
+		defer cancel()
+		if err := waitPool(ctx, c); err != nil {
+			return nil, "", fmt.Errorf("start-serve: %w", err)
+		}
+		return timed()
+	}
+	return s
 }
 
 // rootlessUID is the ordinary user the rootless rows run as.
 const rootlessUID = "65534"
 
-// rootlessRun prepares the rootless rows: a copy of airlock, an audit
-// directory and a runtime directory the user owns, under the bench's
-// directory (removed with it). It returns the command prefix that runs as
-// the user and airlock's arguments.
+// rootlessRun prepares the rootless rows: a copy of airlock with the core
+// and the sandbox init beside it (the front executes the core for an
+// in-process run, the core starts airlock-init), an audit directory and a
+// runtime directory the user owns, under the bench's directory (removed
+// with it). It returns the command prefix that runs as the user and
+// airlock's arguments.
 func (e *env) rootlessRun() (asUser, air []string, err error) {
 	dir := filepath.Join(e.dir, "rootless")
 	bin := filepath.Join(dir, "airlock")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
-	src, err := os.ReadFile(e.bin)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := os.WriteFile(bin, src, 0o755); err != nil {
-		return nil, nil, err
+	// Copied in build order with their times kept: the front and the core
+	// refuse a sibling older than themselves from a modified tree.
+	for _, name := range []string{"airlock", "airlock-core", "airlock-init"} {
+		if err := copyExecutable(filepath.Join(filepath.Dir(e.bin), name), filepath.Join(dir, name)); err != nil {
+			return nil, nil, err
+		}
 	}
 	for _, d := range []string{"audit", "run"} {
 		p := filepath.Join(dir, d)
@@ -327,6 +384,22 @@ func (e *env) rootlessRun() (asUser, air []string, err error) {
 	air = []string{bin, "--socket", filepath.Join(dir, "none.sock"), "run", "-q", "--rootless", "--workspace", "none",
 		"--audit", filepath.Join(dir, "audit", "audit.jsonl"), "--", "/bin/true"}
 	return asUser, air, nil
+}
+
+// copyExecutable copies src to dst (mode 0755) with src's modification time.
+func copyExecutable(src, dst string) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		return err
+	}
+	return os.Chtimes(dst, fi.ModTime(), fi.ModTime())
 }
 
 func pct(v []float64, p float64) float64 {

@@ -155,7 +155,7 @@ func runInProcess(cmd *cobra.Command, o runOptions, argv []string, inProcess err
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger, Rootless: rootless}
+	opts := daemon.Options{Config: cfg, ConfigPath: o.config, EphemeralCA: true, Logger: logger, Rootless: rootless, PolicyLate: true}
 	if rootless != nil {
 		opts.Executor = &sandboxd.Config{AllowMissingControllers: missing}
 		rootlessNotice(cmd.ErrOrStderr(), rootless, missing)

@@ -56,12 +56,13 @@ func newRootlessEnv(t *testing.T) *rootlessEnv {
 	}
 	must(os.Chmod(dir, 0o755))
 	must(copyFile(w.bin, e.bin, 0o755))
-	// The sandbox init and the core beside it, as installed (the executor
-	// runs the init when it is from the same build; the front executes the
-	// core for an in-process run).
-	for _, sib := range []string{"airlock-init", "airlock-core"} {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(w.bin), sib)); err == nil {
-			must(copyFile(filepath.Join(filepath.Dir(w.bin), sib), filepath.Join(dir, sib), 0o755))
+	// The core (the front executes it for an in-process run) and the
+	// sandbox init beside it, as installed, copied after it as make build
+	// writes them (each refuses a sibling older than itself from a modified
+	// tree).
+	for _, name := range []string{"airlock-core", "airlock-init"} {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(w.bin), name)); err == nil {
+			must(copyFile(filepath.Join(filepath.Dir(w.bin), name), filepath.Join(dir, name), 0o755))
 		}
 	}
 	ca := filepath.Join(dir, "fakenet-ca.pem")
