@@ -2,8 +2,8 @@ package inspect
 
 import (
 	"bytes"
-	"strings"
 	"container/list"
+	"strings"
 	"sync"
 	"time"
 )
