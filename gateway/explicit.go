@@ -228,6 +228,9 @@ func (s *httpSession) proxyExchange(rc *reqCtx) (*http.Response, error) {
 		rc.up = up
 		untrack := s.cc.track(up.nc)
 		rc.ws = &wsBody{r: up.br, c: up.nc, untrack: untrack, guard: s.g.streamGuard(rc, true), scan: s.g.newWSScan(rc)}
+		if d := s.g.newWSDown(rc, up.br); d != nil {
+			rc.ws.r, rc.ws.down = d, d
+		}
 		s.g.holdOpen(rc) // re-decided on a policy change, as a tunnel is
 		resp.Body = rc.ws
 		return resp, nil
@@ -277,8 +280,10 @@ type wsBody struct {
 	r        io.Reader
 	c        net.Conn
 	untrack  func()
-	up, down atomic.Int64
+	up, dn   atomic.Int64
 	once     sync.Once
+	// down decides what the server sends (wsdown.go); nil when off.
+	down *wsDown
 	// guard checks the client's frames of a sandbox that holds placeholders
 	// (nil otherwise); goproxy writes from one goroutine.
 	guard *secrets.StreamGuard
@@ -290,7 +295,10 @@ type wsBody struct {
 
 func (w *wsBody) Read(p []byte) (int, error) {
 	n, err := w.r.Read(p)
-	w.down.Add(int64(n))
+	w.dn.Add(int64(n))
+	if err != nil && w.down != nil && w.down.blocked != nil {
+		w.c.Close() // the close frame went: the client's writes end too
+	}
 	return n, err
 }
 
@@ -334,13 +342,20 @@ func (g *Gateway) finishExplicit(ec *explicitConn, rc *reqCtx) {
 	}
 	if ws := rc.ws; ws != nil {
 		ws.Close()
-		rc.bytesUp, rc.bytesDown = ws.up.Load(), ws.down.Load()
+		rc.bytesUp, rc.bytesDown = ws.up.Load(), ws.dn.Load()
 		ws.mu.Lock()
 		if ws.guardErr != nil {
 			rc.err = secretsErr(ws.guardErr)
 		}
 		ws.mu.Unlock()
-		wsDenied(rc, ws.scan)
+		if !wsDenied(rc, ws.scan) {
+			if err, dec := ws.down.blockedErr(); err != nil && rc.err == nil {
+				rc.err = err
+				if dec != nil {
+					rc.dec, rc.decided = *dec, true
+				}
+			}
+		}
 	}
 	g.finish(rc)
 	if ec.isHijacked() {
