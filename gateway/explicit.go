@@ -277,11 +277,11 @@ func (b *proxyBody) Close() error { return b.r.Close() }
 // wsBody is the upstream side of a websocket goproxy relays: reads come from
 // the upstream (buffered bytes first), writes go to it; both are counted.
 type wsBody struct {
-	r        io.Reader
-	c        net.Conn
-	untrack  func()
-	up, dn   atomic.Int64
-	once     sync.Once
+	r       io.Reader
+	c       net.Conn
+	untrack func()
+	up, dn  atomic.Int64
+	once    sync.Once
 	// down decides what the server sends (wsdown.go); nil when off.
 	down *wsDown
 	// guard checks the client's frames of a sandbox that holds placeholders

@@ -50,12 +50,12 @@ type wsDown struct {
 	opcode  byte
 	mask    [4]byte
 	masked  bool
-	left    uint64 // payload bytes of the current frame still to read
-	payload []byte // the current frame's payload read, not yet decided
-	sent    bool   // part of the current frame went on (a long one)
-	offset  int64  // message text bytes decided so far (stripped spans)
-	text    bool   // the message being received is text
-	tail    []byte // end of the message's last piece
+	left    uint64           // payload bytes of the current frame still to read
+	payload []byte           // the current frame's payload read, not yet decided
+	sent    bool             // part of the current frame went on (a long one)
+	offset  int64            // message text bytes decided so far (stripped spans)
+	text    bool             // the message being received is text
+	tail    []byte           // end of the message's last piece
 	verdict *policy.Decision // the last decision about the findings so far
 	denied  *policy.Decision // the decision that ended the websocket (nil: the gateway's own refusal)
 
