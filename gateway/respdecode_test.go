@@ -1,16 +1,24 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/inspect"
+	"github.com/airlock-dev/airlock/inspect/inspecttest"
 )
 
 var testEncodings = []string{"gzip", "deflate", "br", "zstd"}
@@ -370,4 +378,122 @@ func hasFinding(r audit.Record, class string, score float64) bool {
 		}
 	}
 	return false
+}
+
+// gatewayDocs are real documents available offline (READMEs and Markdown
+// of the Go tree, the npm metadata of inspecttest), at most max, each under
+// 256 KiB, with the benign responses of the corpus.
+func gatewayDocs(t *testing.T, max int) [][]byte {
+	t.Helper()
+	var docs [][]byte
+	for _, c := range inspecttest.Cases(inspect.NewCanaries(realKey).For("sb-test")) {
+		if c.Transport == inspecttest.Response && !c.Attack() {
+			docs = append(docs, c.Response)
+		}
+	}
+	for _, root := range []string{"../inspect/inspecttest/testdata", runtime.GOROOT()} {
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || len(docs) >= max {
+				return filepath.SkipDir
+			}
+			n := strings.ToLower(d.Name())
+			if d.IsDir() || !(strings.HasPrefix(n, "readme") || strings.HasSuffix(n, ".md") || strings.HasSuffix(n, ".json")) {
+				return nil
+			}
+			if b, err := os.ReadFile(p); err == nil && len(b) > 0 && len(b) < 256<<10 {
+				docs = append(docs, b)
+			}
+			return nil
+		})
+	}
+	return docs
+}
+
+// TestInspectResponseStreamRates measures what the new response paths do
+// to real traffic under a policy that blocks injected instructions: real
+// documents and the corpus's benign responses, each served compressed and
+// chunked (the encodings in turn) and as a websocket server message, must
+// all arrive (false-positive rate printed, want 0); the corpus's response
+// attacks served the same ways must be refused (detection rate printed).
+func TestInspectResponseStreamRates(t *testing.T) {
+	docs := gatewayDocs(t, 400)
+	var attacks [][]byte
+	for _, c := range inspecttest.Cases(inspect.NewCanaries(realKey).For("sb-test")) {
+		if c.Transport == inspecttest.Response && c.Attack() && c.ContentType != "text/event-stream" {
+			attacks = append(attacks, c.Response)
+		}
+	}
+	bodies := append(append([][]byte(nil), docs...), attacks...)
+	eng := allowAllEngine(t, map[string]string{"resp.rego": respPolicy})
+	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var i int
+		var enc string
+		fmt.Sscanf(r.URL.Path, "/doc/%d/%s", &i, &enc)
+		if enc == "ws" {
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n")
+			brw.Write(serverFrame(true, false, 1, string(bodies[i])))
+			brw.Write(serverFrame(true, false, 8, "\x03\xe8"))
+			brw.Flush()
+			return
+		}
+		raw, ends := encodeParts(t, enc, string(bodies[i][:len(bodies[i])/2]), string(bodies[i][len(bodies[i])/2:]))
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Encoding", enc)
+		last := 0
+		for _, e := range ends {
+			w.Write(raw[last:e])
+			w.(http.Flusher).Flush()
+			last = e
+		}
+	}), nil)
+	h := newHarness(t, eng, names("block.example"), nil, withInspector(realInspector(t), 0))
+	h.allowUpstreams(up)
+	c := h.proxyClient(nil)
+	// refused reports whether body i, served as enc ("ws": a websocket
+	// message), was refused: the client did not get it whole.
+	refused := func(i int, enc string) bool {
+		url := fmt.Sprintf("http://block.example:%d/doc/%d/%s", up.port, i, enc)
+		if enc != "ws" {
+			resp, got, rerr := fetchRaw(t, c, url, enc)
+			return resp.StatusCode != 200 || rerr != nil || !bytes.Equal(decodeLenient(enc, got), bodies[i])
+		}
+		conn, err := net.DialTimeout("tcp", h.explicit, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: block.example:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", url, up.port)
+		br := bufio.NewReader(conn)
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v %v", resp, err)
+		}
+		got, _ := io.ReadAll(br)
+		fs := readFrames(t, got)
+		return len(fs) == 0 || fs[0].op != 1 || fs[0].payload != string(bodies[i])
+	}
+	fp, det := 0, 0
+	for i := range bodies {
+		enc := testEncodings[i%len(testEncodings)]
+		for _, how := range []string{enc, "ws"} {
+			r := refused(i, how)
+			switch {
+			case i < len(docs) && r:
+				fp++
+				t.Errorf("benign document %d (%s, %d bytes) refused", i, how, len(bodies[i]))
+			case i >= len(docs) && r:
+				det++
+			case i >= len(docs):
+				t.Logf("attack %d (%s) passed: %.80q", i-len(docs), how, bodies[i])
+			}
+		}
+	}
+	nb, na := 2*len(docs), 2*len(attacks)
+	t.Logf("compressed streams and websocket server messages: %d/%d benign refused (%.1f%%), %d/%d response attacks refused (%.0f%%)",
+		fp, nb, pct(fp, nb), det, na, pct(det, na))
 }
