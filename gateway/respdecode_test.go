@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,12 +125,21 @@ func TestRespDecoderStops(t *testing.T) {
 // unsized (chunked on HTTP/1.1), flushed after each part. Paths are
 // /ENC/NAME[/CLIENT]; the parts are streamParts(NAME).
 func streamHandler(t testing.TB) http.Handler {
+	type encoded struct {
+		raw  []byte
+		ends []int
+	}
+	var cache sync.Map // enc/name: encoded, made once (brotli is slow under -race)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, rest, _ := strings.Cut(r.URL.Path, "/")
 		enc, name, _ := strings.Cut(rest, "/")
 		name, _, _ = strings.Cut(name, "/") // a client's suffix
-		parts := streamParts(name)
-		raw, ends := encodeParts(t, enc, parts...)
+		v, ok := cache.Load(enc + "/" + name)
+		if !ok {
+			raw, ends := encodeParts(t, enc, streamParts(name)...)
+			v, _ = cache.LoadOrStore(enc+"/"+name, encoded{raw, ends})
+		}
+		raw, ends := v.(encoded).raw, v.(encoded).ends
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if strings.HasPrefix(name, "sse") {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -152,8 +162,8 @@ func streamHandler(t testing.TB) http.Handler {
 
 // streamParts are the texts of the compressed stream cases.
 func streamParts(name string) []string {
-	var lb strings.Builder // ~1.9 MB of log lines, as compressible as real ones
-	for i := 0; lb.Len() < 1900<<10; i++ {
+	var lb strings.Builder // 1.2 MB of log lines (past respDecideMax), as compressible as real ones
+	for i := 0; lb.Len() < 1200<<10; i++ {
 		fmt.Fprintf(&lb, "2026-11-29T09:%02d:%02d.%06dZ INFO request id=%08x path=/v1/items/%d took %dms\n", i/3600%60, i/60%60, i*7919%1000000, i*2654435761, i%977, i*31%503)
 	}
 	long := lb.String()
@@ -169,7 +179,7 @@ func streamParts(name string) []string {
 	case "sse":
 		return []string{evBefore, evInjected, evAfter}
 	case "bomb":
-		return []string{strings.Repeat("\x00", 40<<20)}
+		return []string{strings.Repeat("\x00", 4<<20)}
 	}
 	return []string{"hello"}
 }
@@ -219,7 +229,7 @@ func fetchRaw(t *testing.T, c *http.Client, url, enc string) (*http.Response, []
 //   - an SSE stream, compressed, blocked at the injected event: cut before
 //     it; stripped: re-encoded without it when no event had left yet, else
 //     cut there;
-//   - a decompression bomb (40 MiB of zeros): an oversize finding with the
+//   - a decompression bomb (4 MiB of zeros): an oversize finding with the
 //     ratio bound as its score, the bytes relayed (flagged by default);
 //   - a body that is not what its Content-Encoding says: a malformed
 //     finding.
