@@ -178,6 +178,10 @@ func streamParts(name string) []string {
 		return []string{"Install with pip.\n", "<!-- " + injVisible + " -->\n", "Done. AFTER-MARK\n"}
 	case "sse":
 		return []string{evBefore, evInjected, evAfter}
+	case "empty-blocks":
+		// Raw bytes that decode to nothing (an empty block per flush), past
+		// respHoldMax: held back for no text, then cut.
+		return append(make([]string, 260000), "AFTER-MARK")
 	case "bomb":
 		return []string{strings.Repeat("\x00", 4<<20)}
 	}
@@ -232,7 +236,10 @@ func fetchRaw(t *testing.T, c *http.Client, url, enc string) (*http.Response, []
 //   - a decompression bomb (4 MiB of zeros): an oversize finding with the
 //     ratio bound as its score, the bytes relayed (flagged by default);
 //   - a body that is not what its Content-Encoding says: a malformed
-//     finding.
+//     finding;
+//   - raw bytes that decode to nothing (empty deflate blocks) past
+//     respHoldMax: cut (content_response_undecodable), never held without
+//     bound.
 func TestInspectResponseCompressedStream(t *testing.T) {
 	h, clients := streamHarness(t)
 	for ci, c := range clients {
@@ -328,6 +335,19 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 					t.Errorf("record findings: got %+v, want an oversize finding scored %d", r.Findings, respBombRatio)
 				}
 			})
+			if enc == "gzip" || enc == "deflate" {
+				t.Run(name+"/empty blocks", func(t *testing.T) {
+					resp, got, rerr := fetchRaw(t, c.client, url("flag.example", "empty-blocks"), enc)
+					// Cut before its first byte (status 0: the header goes with
+					// it on HTTP/2) or after.
+					if resp.StatusCode != 200 && resp.StatusCode != 0 || rerr == nil || bytes.Contains(decodeLenient(enc, got), []byte("AFTER-MARK")) || len(got) > respHoldMax {
+						t.Fatalf("got %d %v, %d bytes; want the response cut short before its end", resp.StatusCode, rerr, len(got))
+					}
+					if r := record(t, "flag.example", "empty-blocks"); !hasReason(r, ReasonResponseUndecodable) {
+						t.Errorf("record: got %s %v, want a deny %s", r.Decision, r.Reasons, ReasonResponseUndecodable)
+					}
+				})
+			}
 			t.Run(name+"/corrupt", func(t *testing.T) {
 				fetchRaw(t, c.client, url("flag.example", "corrupt"), enc)
 				r := record(t, "flag.example", "corrupt")

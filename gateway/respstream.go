@@ -210,6 +210,11 @@ func (b *respStream) fillEncoded(raw []byte, end bool) {
 	// read whole), so a strip can still re-encode it. Then every raw byte
 	// whose text was decided goes on; once decoding ended (whole, stopped
 	// at a bound, or not decodable: reported), all do.
+	if len(b.hold) > respHoldMax && !b.noPlain {
+		// Raw bytes that decode to little (empty deflate blocks): stop
+		// holding them for a strip that may never come.
+		b.plain, b.noPlain = nil, true
+	}
 	if !b.sse && !b.noPlain && !end {
 		return
 	}
