@@ -55,6 +55,7 @@ type wsDown struct {
 	sent    bool             // part of the current frame went on (a long one)
 	offset  int64            // message text bytes decided so far (stripped spans)
 	text    bool             // the message being received is text
+	ct      string           // its content type for ScanResponse: JSON or plain text
 	tail    []byte           // end of the message's last piece
 	verdict *policy.Decision // the last decision about the findings so far
 	denied  *policy.Decision // the decision that ended the websocket (nil: the gateway's own refusal)
@@ -192,6 +193,10 @@ func (d *wsDown) frame(whole bool) {
 	case control:
 	case d.opcode == 1:
 		d.text, d.tail, d.offset = true, d.tail[:0], 0
+		d.ct = "text/plain"
+		if len(d.payload) > 0 && (d.payload[0] == '{' || d.payload[0] == '[') {
+			d.ct = "application/json" // MCP and agent messages over websocket
+		}
 	case d.opcode == 2:
 		d.text = false
 	}
@@ -223,10 +228,7 @@ func (d *wsDown) decide(piece []byte, whole bool) ([]byte, bool) {
 	if len(d.tail) > 0 {
 		data = append(d.tail, piece...)
 	}
-	ct := "text/plain"
-	if len(piece) > 0 && (piece[0] == '{' || piece[0] == '[') {
-		ct = "application/json"
-	}
+	ct := d.ct
 	fs := d.g.cfg.Inspector.ScanResponse(ct, data)
 	d.tail = append(d.tail[:0], data[max(0, len(data)-respScanTail):]...)
 	if d.fin && whole {
