@@ -527,3 +527,31 @@ func TestInspectResponseStreamRates(t *testing.T) {
 	t.Logf("compressed streams and websocket server messages: %d/%d benign refused (%.1f%%), %d/%d response attacks refused (%.0f%%)",
 		fp, nb, pct(fp, nb), det, na, pct(det, na))
 }
+
+// TestDecodeBodyBounds: a body of declared length is decoded whole unless
+// it passes respBombRatio times its size (past respBombMin: a bomb, cut
+// there) or respScanMax; one that does not decode is not ok.
+func TestDecodeBodyBounds(t *testing.T) {
+	var text strings.Builder
+	for i := 0; text.Len() < 3<<20; i++ {
+		fmt.Fprintf(&text, "line %d %x of an ordinary document\n", i, i*2654435761)
+	}
+	for _, enc := range testEncodings {
+		bomb, _ := encodeParts(t, enc, strings.Repeat("\x00", 4<<20))
+		plain, _ := encodeParts(t, enc, text.String())
+		for _, tc := range []struct {
+			name              string
+			raw               []byte
+			whole, ok, isBomb bool
+		}{
+			{"bomb", bomb, false, true, true},
+			{"ordinary text", plain, true, true, false},
+			{"not compressed", []byte("plain text, not " + enc), false, false, false},
+		} {
+			out, whole, ok, isBomb := decodeBody(enc, tc.raw)
+			if whole != tc.whole || ok != tc.ok || isBomb != tc.isBomb || tc.isBomb && len(out) > respBombMin {
+				t.Errorf("%s/%s: got whole %v ok %v bomb %v (%d bytes), want %v %v %v", enc, tc.name, whole, ok, isBomb, len(out), tc.whole, tc.ok, tc.isBomb)
+			}
+		}
+	}
+}
