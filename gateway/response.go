@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"compress/gzip"
-	"compress/zlib"
 	"fmt"
 	"io"
 	"mime"
@@ -38,8 +36,9 @@ const (
 const respDecideMax = 1 << 20
 
 // inspectResponse scans resp's body when inspection is on and the body is
-// text the agent reads (not compressed). cut abandons the upstream the body
-// comes from (a stream cut short must not be reused).
+// text the agent reads, compressed (gzip, deflate, br, zstd) or not. cut
+// abandons the upstream the body comes from (a stream cut short must not be
+// reused).
 func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response, cut func()) error {
 	sc := g.cfg.Inspector
 	if sc == nil || resp.Body == nil || resp.Body == http.NoBody {
@@ -57,8 +56,8 @@ func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response, cut func()) e
 	if enc == "identity" {
 		enc = ""
 	}
-	if enc != "" && (!sized || decoderOf(enc) == nil) {
-		return nil // a compressed stream, or an encoding not read: passed unread
+	if enc != "" && decoderOf(enc) == nil {
+		return nil // an encoding not read (compress, a list of several): passed unread
 	}
 	if rc.late == nil {
 		rc.late = &lateFindings{}
@@ -66,12 +65,17 @@ func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response, cut func()) e
 	if sized {
 		return g.decideResponse(rc, resp, sc, ct, enc)
 	}
-	resp.Body = &respStream{g: g, rc: rc, r: resp.Body, sc: sc, ct: ct, sse: sse, sized: resp.ContentLength >= 0, cut: cut}
+	b := &respStream{g: g, rc: rc, r: resp.Body, sc: sc, ct: ct, sse: sse, sized: resp.ContentLength >= 0, cut: cut, enc: enc}
+	if enc != "" {
+		b.dec = newRespDecoder(enc)
+	}
+	resp.Body = b
 	return nil
 }
 
-// decideResponse reads a sized response body, scans it (a gzip or deflate
-// body decoded, up to respScanMax bytes), and asks policy about its
+// decideResponse reads a sized response body, scans it (a gzip, deflate, br
+// or zstd body decoded, up to respScanMax bytes and respBombRatio times its
+// size), and asks policy about its
 // findings: a deny refuses the response, a strip rewrites it (sent
 // uncompressed, Content-Length fixed; ETag, Content-MD5 and digests dropped,
 // as they described the original); the body is put back for relay.
@@ -81,16 +85,21 @@ func (g *Gateway) decideResponse(rc *reqCtx, resp *http.Response, sc Inspector, 
 		return fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("reading response: %w", err))
 	}
 	resp.Body = replayBody{bytes.NewReader(raw), resp.Body}
-	body, whole := raw, true
+	body, whole, bomb := raw, true, false
+	var fs []inspect.Finding
 	if enc != "" {
 		var ok bool
-		if body, whole, ok = decodeBody(enc, raw); !ok {
-			return nil // not what it says it is: the client's to reject
+		if body, whole, ok, bomb = decodeBody(enc, raw); !ok {
+			// Not what it says it is: the client's decoder rejects it too,
+			// but policy hears of it.
+			body, fs = nil, []inspect.Finding{malformedEncoding(enc)}
 		}
 	}
-	fs := sc.ScanResponse(ct, body)
+	if len(body) > 0 {
+		fs = append(fs, sc.ScanResponse(ct, body)...)
+	}
 	if !whole {
-		fs = append(fs, inspect.Finding{Detector: inspect.DetectorOversize, Class: inspect.ClassOversize, Where: inspect.WhereResponse, Confidence: inspect.High})
+		fs = append(fs, oversizeResponse(enc, bomb))
 	}
 	if len(fs) == 0 || !rc.late.add(fs) {
 		return nil
@@ -105,7 +114,7 @@ func (g *Gateway) decideResponse(rc *reqCtx, resp *http.Response, sc Inspector, 
 	}
 	if !whole {
 		return &denial{reason: ReasonStripFixedLength, status: http.StatusForbidden,
-			msg: fmt.Sprintf("the policy strips this response, but it decodes to more than the %d bytes read: refused instead", respScanMax)}
+			msg: "the policy strips this response, but it decodes to more than was read: refused instead"}
 	}
 	rc.late.strip(spans, 0)
 	resp.Header.Del("Content-Encoding")
@@ -130,35 +139,6 @@ func dropValidators(h http.Header) {
 	}
 }
 
-// decoderOf returns the reader of a Content-Encoding the gateway reads
-// (gzip; deflate, zlib-wrapped as RFC 9110 says), or nil.
-func decoderOf(enc string) func(io.Reader) (io.Reader, error) {
-	switch enc {
-	case "gzip", "x-gzip":
-		return func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }
-	case "deflate":
-		return func(r io.Reader) (io.Reader, error) { return zlib.NewReader(r) }
-	}
-	return nil
-}
-
-// decodeBody decodes a compressed body, at most respScanMax bytes of it
-// (whole: all of it); ok is false when it does not decode.
-func decodeBody(enc string, raw []byte) (out []byte, whole, ok bool) {
-	r, err := decoderOf(enc)(bytes.NewReader(raw))
-	if err != nil {
-		return nil, false, false
-	}
-	out, err = io.ReadAll(io.LimitReader(r, respScanMax+1))
-	if err != nil {
-		return nil, false, false
-	}
-	if len(out) > respScanMax {
-		return out[:respScanMax], false, true
-	}
-	return out, true, true
-}
-
 // readableResponse reports whether a content type is text an agent reads.
 func readableResponse(ct string) bool {
 	mt, _, err := mime.ParseMediaType(ct)
@@ -167,4 +147,23 @@ func readableResponse(ct string) bool {
 	}
 	return strings.HasPrefix(mt, "text/") || mt == "application/json" || strings.HasSuffix(mt, "+json") ||
 		mt == "application/xhtml+xml" || mt == "application/xml"
+}
+
+// oversizeResponse is the finding of a response read only in part: past
+// respScanMax decoded bytes, or (bomb) past respBombRatio times its
+// compressed size.
+func oversizeResponse(enc string, bomb bool) inspect.Finding {
+	f := inspect.Finding{Detector: inspect.DetectorOversize, Class: inspect.ClassOversize, Where: inspect.WhereResponse,
+		Encoding: enc, Confidence: inspect.High}
+	if bomb {
+		f.Score = respBombRatio // decoded past this many times its size
+	}
+	return f
+}
+
+// malformedEncoding is the finding of a response body that does not decode
+// as its Content-Encoding says.
+func malformedEncoding(enc string) inspect.Finding {
+	return inspect.Finding{Detector: inspect.DetectorMalformed, Class: inspect.ClassMalformed, Where: inspect.WhereResponse,
+		Encoding: enc, Confidence: inspect.High}
 }

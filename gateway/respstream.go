@@ -20,6 +20,11 @@ const (
 	// rewrite cannot keep, or it decodes to more than respScanMax bytes: it
 	// is cut or refused instead (fail closed).
 	ReasonStripFixedLength = "content_strip_fixed_length"
+	// ReasonResponseUndecodable: a compressed response streamed could not
+	// be read as it streams (its decoder held back more than respHoldMax
+	// bytes), or one being re-encoded for a strip stopped decoding: it is
+	// cut (fail closed).
+	ReasonResponseUndecodable = "content_response_undecodable"
 )
 
 // Where values of streamed response findings, and the record's Extra key of
@@ -51,11 +56,29 @@ type respStream struct {
 	sized bool   // framed by Content-Length: its length cannot change
 	cut   func() // abandons the upstream the body comes from
 
+	// A compressed body (enc): its raw bytes are relayed as they came,
+	// each once the text it decodes to was decided (dec.safe), an event
+	// stream's as its events are, any other's once it ended or its text
+	// outgrew respDecideMax; the rest is held. A strip before any raw
+	// byte left re-encodes the text, the stripped pieces included, into
+	// reenc, from the start; after, it cuts the body.
+	enc      string
+	dec      *respDecoder
+	hold     []byte // raw bytes not yet handed on, from raw offset holdOff
+	holdOff  int64
+	released bool         // a raw byte went on: the stream can no longer be re-encoded
+	plain    []byte       // the text decided so far, while nothing was released
+	noPlain  bool         // plain outgrew respDecideMax and was dropped
+	reenc    flushWriter  // the gateway's own encoder, once a strip asked for one
+	reencBuf bytes.Buffer // what reenc wrote, not yet handed on
+	decoded  int64        // text bytes the decoder returned
+	trailing bool         // raw bytes came after the compressed stream ended
+
 	buf     []byte
 	in      []byte // read, not yet decided (SSE: the event being received)
 	out     []byte // decided, not yet handed on
 	tail    []byte
-	dec     *policy.Decision // the last decision about the findings so far
+	verdict *policy.Decision // the last decision about the findings so far
 	offset  int64            // body bytes decided so far
 	scanned int
 	over    bool
@@ -74,7 +97,12 @@ func (b *respStream) Read(p []byte) (int, error) {
 	return 0, b.err
 }
 
-func (b *respStream) Close() error { return b.r.Close() }
+func (b *respStream) Close() error {
+	if b.dec != nil {
+		b.dec.stop()
+	}
+	return b.r.Close()
+}
 
 // fill reads the upstream once and decides what that completed.
 func (b *respStream) fill() {
@@ -82,22 +110,161 @@ func (b *respStream) fill() {
 		b.buf = make([]byte, respReadBuffer)
 	}
 	n, err := b.r.Read(b.buf)
-	b.in = append(b.in, b.buf[:n]...)
 	end := err != nil
+	if b.enc != "" {
+		b.fillEncoded(b.buf[:n], end)
+	} else {
+		b.in = append(b.in, b.buf[:n]...)
+		b.pieces(end)
+	}
+	if end && b.err == nil {
+		b.err = err
+	}
+}
+
+// pieces decides the pieces of b.in that are complete (end: all of it) and
+// hands on what of them goes to the agent (emit).
+func (b *respStream) pieces(end bool) {
 	for len(b.in) > 0 && b.err == nil {
 		cut := b.piece(end)
 		if cut == 0 {
 			break
 		}
 		if out, ok := b.decide(b.in[:cut], end && cut == len(b.in)); ok {
-			b.out = append(b.out, out...)
+			b.emit(out)
 		}
 		b.offset += int64(cut)
 		b.in = b.in[cut:]
 	}
-	if end && b.err == nil {
-		b.err = err
+}
+
+// emit hands on decided text: to the agent as it is, or for a compressed
+// body to the gateway's encoder once it re-encodes, else kept (plain) while
+// a re-encoding may still be asked for.
+func (b *respStream) emit(out []byte) {
+	switch {
+	case b.enc == "":
+		b.out = append(b.out, out...)
+	case b.reenc != nil:
+		b.reenc.Write(out) // into reencBuf: cannot fail
+	case !b.released && !b.noPlain:
+		if len(b.plain)+len(out) > respDecideMax {
+			b.plain, b.noPlain = nil, true
+			return
+		}
+		b.plain = append(b.plain, out...)
 	}
+}
+
+// fillEncoded takes one read of a compressed body: the decoder decodes it,
+// the text is decided piece by piece, and the raw bytes whose text was
+// decided go on as they came (or, re-encoding, the encoder's output does).
+func (b *respStream) fillEncoded(raw []byte, end bool) {
+	if b.reenc == nil {
+		b.hold = append(b.hold, raw...)
+	}
+	d := b.dec
+	if d.finished && d.err == io.EOF && len(raw) > 0 && !b.trailing {
+		// Bytes after the end of the compressed stream: no decoder reads
+		// them as text, but policy hears of it.
+		b.trailing = true
+		b.judge([]inspect.Finding{malformedEncoding(b.enc)}, nil, end)
+	}
+	if !d.finished {
+		if len(raw) > 0 {
+			d.push(raw, b.decodedPiece)
+		}
+		if end && !d.finished && b.err == nil {
+			d.push(nil, b.decodedPiece)
+		}
+		if d.finished && b.err == nil {
+			switch {
+			case d.err == io.EOF:
+				b.pieces(true)
+			case d.err != errDecodeStopped:
+				b.plain, b.noPlain = nil, true
+				b.judge([]inspect.Finding{malformedEncoding(b.enc)}, nil, end)
+			}
+		}
+	}
+	if b.err != nil {
+		return
+	}
+	if b.reenc != nil {
+		if d.finished && d.err != io.EOF {
+			b.block(&denial{reason: ReasonResponseUndecodable, status: http.StatusBadGateway,
+				msg: "the policy strips this compressed response, and the rest of it cannot be decoded to be stripped: cut instead"}, nil)
+			return
+		}
+		if end {
+			b.reenc.Close()
+		} else {
+			b.reenc.Flush()
+		}
+		b.out = append(b.out, b.reencBuf.Bytes()...)
+		b.reencBuf.Reset()
+		return
+	}
+	// A body that is not an event stream is held until it ends or its
+	// text outgrows respDecideMax (as one of declared length up to that is
+	// read whole), so a strip can still re-encode it. Then every raw byte
+	// whose text was decided goes on; once decoding ended (whole, stopped
+	// at a bound, or not decodable: reported), all do.
+	if len(b.hold) > respHoldMax && !b.noPlain {
+		// Raw bytes that decode to little (empty deflate blocks): stop
+		// holding them for a strip that may never come.
+		b.plain, b.noPlain = nil, true
+	}
+	if !b.sse && !b.noPlain && !end {
+		return
+	}
+	rel := int64(len(b.hold))
+	if !d.finished {
+		rel = d.safe - b.holdOff
+	}
+	if rel > 0 {
+		b.out = append(b.out, b.hold[:rel]...)
+		b.hold = append(b.hold[:0], b.hold[rel:]...)
+		b.holdOff += rel
+		b.released, b.plain = true, nil
+	}
+	if len(b.hold) > respHoldMax {
+		b.block(&denial{reason: ReasonResponseUndecodable, status: http.StatusBadGateway,
+			msg: fmt.Sprintf("the compressed response held back more than %d bytes not yet decoded: cut", respHoldMax)}, nil)
+	}
+}
+
+// decodedPiece takes a piece of a compressed body's text from its decoder;
+// false stops decoding: the body was blocked, or is past respScanMax or
+// past respBombRatio times its compressed size (reported once; the rest is
+// relayed unread, as a plain body's is past respScanMax).
+func (b *respStream) decodedPiece(out []byte) bool {
+	b.decoded += int64(len(out))
+	if b.decoded > respBombMin && b.decoded > respBombRatio*b.dec.fed {
+		b.judge([]inspect.Finding{oversizeResponse(b.enc, true)}, nil, false)
+		return b.stopDecoding()
+	}
+	b.in = append(b.in, out...)
+	b.pieces(false)
+	if b.err != nil {
+		return false
+	}
+	if b.scanned >= respScanMax && !b.sse {
+		b.judge(b.scan(nil), nil, false)
+		return b.stopDecoding()
+	}
+	return true
+}
+
+// stopDecoding ends the decoding of a body read past a bound: one that is
+// re-encoded cannot go on (cut), any other is relayed unread from here.
+func (b *respStream) stopDecoding() bool {
+	b.plain, b.noPlain = nil, true
+	if b.err == nil && b.reenc != nil {
+		b.block(&denial{reason: ReasonResponseUndecodable, status: http.StatusBadGateway,
+			msg: "the policy strips this compressed response, and it decodes past what is read: cut instead"}, nil)
+	}
+	return false
 }
 
 // piece returns the length of the next piece of b.in ready to decide, or 0
@@ -135,24 +302,30 @@ func eventEnd(data []byte) int {
 // decide scans a piece and returns what of it goes on to the agent (ok),
 // or ends the body (b.err) when policy denies it.
 func (b *respStream) decide(piece []byte, last bool) ([]byte, bool) {
-	fs := b.scan(piece)
+	return b.judge(b.scan(piece), piece, last)
+}
+
+// judge asks policy about a piece's findings fs (when they are new) and
+// returns what of the piece goes on to the agent (ok), or ends the body
+// (b.err) when policy denies it.
+func (b *respStream) judge(fs []inspect.Finding, piece []byte, last bool) ([]byte, bool) {
 	if len(fs) == 0 {
 		return piece, true
 	}
 	late := b.rc.late
-	if late.add(fs) || b.dec == nil {
+	if late.add(fs) || b.verdict == nil {
 		where := "in the response"
 		if b.sse {
 			where = "in an event of the response stream"
 		}
 		d, err := b.g.askLate(b.rc, late, !last, where)
-		b.dec = &d
+		b.verdict = &d
 		if err != nil {
 			b.block(err, &d)
 			return nil, false
 		}
 	}
-	if !strips(*b.dec) {
+	if !strips(*b.verdict) || len(piece) == 0 {
 		return piece, true
 	}
 	ct := b.ct
@@ -166,6 +339,11 @@ func (b *respStream) decide(piece []byte, last bool) ([]byte, bool) {
 	if b.sized {
 		b.block(&denial{reason: ReasonStripFixedLength, status: http.StatusForbidden,
 			msg: fmt.Sprintf("the policy strips this response, but it is longer than %d bytes with a fixed Content-Length: cut instead", respDecideMax)}, nil)
+		return nil, false
+	}
+	if b.enc != "" && b.reenc == nil && !b.reencode() {
+		b.block(&denial{reason: ReasonStripFixedLength, status: http.StatusForbidden,
+			msg: "the policy strips this compressed response, but part of it was already relayed as it came: cut instead"}, nil)
 		return nil, false
 	}
 	late.strip(spans, b.offset)
@@ -202,6 +380,25 @@ func (b *respStream) scan(piece []byte) []inspect.Finding {
 	return fs
 }
 
+// reencode switches a compressed body to the gateway's own encoder (same
+// Content-Encoding), when none of its raw bytes left yet: the text decided
+// so far is encoded first, then every piece as it is decided, flushed after
+// each read. False when raw bytes already left (the agent's decoder is
+// part way through the origin's stream: a rewrite cannot join it).
+func (b *respStream) reencode() bool {
+	if b.released || b.noPlain {
+		return false
+	}
+	w, err := respEncodings[b.enc].encode(&b.reencBuf)
+	if err != nil {
+		return false
+	}
+	b.reenc = w
+	w.Write(b.plain)
+	b.plain, b.hold = nil, nil
+	return true
+}
+
 // block ends the body with err: the decision d (nil: the gateway's own
 // denial) becomes the request's, the upstream is abandoned, and an SSE
 // stream gets its final error event.
@@ -214,8 +411,20 @@ func (b *respStream) block(err error, d *policy.Decision) {
 	rc.late.cutBy(err)
 	b.cut()
 	b.r.Close()
-	if b.sse && !b.sized {
+	if b.dec != nil {
+		b.dec.stop()
+	}
+	if b.sse && !b.sized && b.enc == "" {
 		b.out = append(b.out, sseErrorEvent(rc, err)...)
+		b.err = io.EOF
+		return
+	}
+	if b.sse && !b.sized && b.reenc != nil {
+		// A re-encoded stream ends cleanly too, the error event encoded.
+		b.reenc.Write(sseErrorEvent(rc, err))
+		b.reenc.Close()
+		b.out = append(b.out, b.reencBuf.Bytes()...)
+		b.reencBuf.Reset()
 		b.err = io.EOF
 		return
 	}

@@ -172,8 +172,22 @@ func copyUp(up net.Conn, head []byte, client net.Conn, guard *secrets.StreamGuar
 // after 101, intercepted TLS passthrough).
 func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard *secrets.StreamGuard) error {
 	down := make(chan int64, 1)
+	var wsd *wsDown // what a websocket's server sends, decided (wsdown.go)
+	if rc.wsScan != nil {
+		wsd = rc.wsScan.g.newWSDown(rc, io.MultiReader(bytes.NewReader(bHead), b))
+	}
 	go func() {
 		var total int64
+		if wsd != nil {
+			total, _ = io.Copy(a, wsd)
+			if err, _ := wsd.blockedErr(); err != nil {
+				a.Close() // the close frame went: nothing more either way
+				b.Close()
+			}
+			closeWrite(a)
+			down <- total
+			return
+		}
 		if len(bHead) > 0 {
 			n, _ := a.Write(bHead)
 			total += int64(n)
@@ -197,6 +211,12 @@ func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard 
 	}
 	rc.bytesUp += n
 	rc.bytesDown += <-down
+	if err, dec := wsd.blockedErr(); err != nil && rc.err == nil {
+		rc.err = err
+		if dec != nil {
+			rc.dec, rc.decided = *dec, true
+		}
+	}
 	return nil
 }
 

@@ -141,3 +141,20 @@ func BenchmarkCleanRequest(b *testing.B) {
 		s.ScanResponse("text/plain; charset=utf-8", []byte("ok"))
 	}
 }
+
+// BenchmarkWindowJSON is the window's cost for an agent's JSON calls: each
+// request brings six new values (a chat call's model, role, a fresh prompt,
+// a tool call's arguments), so every Add scans its joins.
+func BenchmarkWindowJSON(b *testing.B) {
+	s := benchScanner(b)
+	w := s.Window("sb-bench")
+	fields := make([]inspect.Field, 6)
+	i := 0
+	for b.Loop() {
+		i++
+		for k := range fields {
+			fields[k] = inspect.Field{Where: "body", Value: fmt.Appendf(nil, "value %d of request %d: refactor the handler", k, i)}
+		}
+		w.Add(fields)
+	}
+}

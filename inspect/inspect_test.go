@@ -437,6 +437,42 @@ func TestWindow(t *testing.T) {
 			w.Add(piece(awsKey[10:]))
 			return w.Add(piece("unrelated value"))
 		}, false},
+		{"halves sent together among other values, then one per request (issue 25 defect A: a blocked request's halves were kept as known-clean, so their retry cost no scan)", func() []inspect.Finding {
+			w := s.Window("l")
+			w.Add([]inspect.Field{{Where: "body", Value: []byte("tools/call")}, {Where: "body", Value: []byte("note")},
+				{Where: "body", Value: []byte(awsKey[:10])}, {Where: "body", Value: []byte(awsKey[10:])}})
+			w.Add(piece(awsKey[:10]))
+			return w.Add(piece(awsKey[10:]))
+		}, true},
+		{"a kept escaped key is not blamed on the next benign request (issue 25 defect B)", func() []inspect.Finding {
+			w := s.Window("m")
+			w.Add(piece("aws+" + awsKey + "+")) // the previous request's (refused) value
+			w.Add(piece(escaped(awsKey)))
+			return w.Add([]inspect.Field{{Where: "body", Value: []byte("gpt-4o")}, {Where: "body", Value: []byte("user")},
+				{Where: "body", Value: []byte("Refactor this function to take a context.")}})
+		}, false},
+		{"a kept base32 key is not blamed on a new escaped value beside it", func() []inspect.Finding {
+			w := s.Window("n")
+			w.Add(piece(base32.StdEncoding.EncodeToString([]byte("aws " + awsKey))))
+			return w.Add(piece(`path\tto\nfile`))
+		}, false},
+		{"a hex key split across requests while a base32 one is kept", func() []inspect.Finding {
+			w := s.Window("o")
+			w.Add(piece(base32.StdEncoding.EncodeToString([]byte("aws " + awsKey))))
+			h := hex.EncodeToString([]byte(awsKey))
+			w.Add(piece(h[:20]))
+			return w.Add(piece(h[20:]))
+		}, true},
+		{"a hex key split, refused, then sent again one half per request", func() []inspect.Finding {
+			w := s.Window("p")
+			h := hex.EncodeToString([]byte(awsKey))
+			w.Add(piece(h[:20]))
+			if len(w.Add(piece(h[20:]))) == 0 {
+				return nil
+			}
+			w.Add(piece(h[:20]))
+			return w.Add(piece(h[20:]))
+		}, true},
 		{"whole key in one request is not a window finding", func() []inspect.Finding {
 			w := s.Window("g")
 			w.Add(piece("k=" + awsKey))
@@ -751,4 +787,14 @@ func TestCleanCacheConcurrent(t *testing.T) {
 			t.Errorf("a goroutine missed %d credentials", m)
 		}
 	}
+}
+
+// escaped is s as \u escapes, as a JSON value carries it once decoded when
+// the sender escaped the backslashes.
+func escaped(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		fmt.Fprintf(&b, `\u%04x`, r)
+	}
+	return b.String()
 }

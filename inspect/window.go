@@ -8,10 +8,12 @@ package inspect
 // ones, so a format that must start or end at a word boundary is found
 // next to word characters. A value shorter than 4 bytes, or one the window
 // already keeps (the query every request repeats), is no new piece and
-// costs no scan; a kept value that was part of a finding, sent again, is
-// (a retry of a blocked split is found). A join's finding is the window's
-// when its match takes bytes from kept and new values, so a secret is
-// reported once. Memory is bounded per sandbox and in the number of
+// costs no scan; a kept value that was part of a finding (one within its
+// own request included), sent again, is (a retry of a blocked split is
+// found). A join's finding is the window's when its match takes bytes from
+// kept and new values, or, revealed by a decoding, when neither the kept
+// nor the new values alone reveal it, so a secret is reported once and a
+// kept one is never blamed on a later request (DESIGN.md). Memory is bounded per sandbox and in the number of
 // sandboxes (least recently used evicted). Safe for concurrent use.
 type Window struct {
 	s  *Scanner

