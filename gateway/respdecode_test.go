@@ -219,7 +219,7 @@ func fetchRaw(t *testing.T, c *http.Client, url, enc string) (*http.Response, []
 	return resp, b, rerr
 }
 
-// Compressed responses read as they stream (issue 25): gzip, deflate, br and
+// Compressed responses read as they stream: gzip, deflate, br and
 // zstd bodies, unsized and flushed part by part, longer than the whole-body
 // limit, are decoded as they arrive. What the client reads is checked:
 //   - benign: the origin's compressed bytes, byte for byte, no finding;

@@ -18,11 +18,11 @@ import (
 // gateway and the real scanner (every destination allowed and
 // intercepted), as a sandbox really sends them, so what the window keeps of
 // the attacks is there when the benign requests come. Pinned:
-//   - issue 25 window defect A: a key's halves sent together in one request
+//   - a missed split: a key's halves sent together in one request
 //     (refused), then one half per request, passed: the window had kept the
 //     halves as known-clean values, so their retry cost no scan. The origin
 //     must see nothing of the second half's request.
-//   - issue 25 window defect B: after the attack rows, a benign LLM chat call
+//   - a false split: after the attack rows, a benign LLM chat call
 //     was refused as a split escaped key (the kept \u-escaped key, a decoded
 //     finding with no position, was blamed on the next request's values).
 //

@@ -100,7 +100,7 @@ func readFrames(t *testing.T, b []byte) []wsMessage {
 	return out
 }
 
-// What a websocket's server sends is read as a response is (issue 25):
+// What a websocket's server sends is read as a response is:
 // through the transparent listener and the explicit proxy, what the client
 // receives is checked frame by frame:
 //   - benign traffic (an MCP result, a ping, a binary message, a text

@@ -11,7 +11,7 @@ var testKey = []byte("airlock-inspect-test-key-0123456789")
 
 // TestCorpus runs the whole corpus at the library level and prints the
 // block rate on attacks and the false-positive rate on benign traffic.
-// Goal (issue 25): at least 95% blocked, no benign case blocked.
+// Goal: at least 95% blocked, no benign case blocked.
 func TestCorpus(t *testing.T) {
 	s, err := inspect.New(inspect.Config{Key: testKey})
 	if err != nil {

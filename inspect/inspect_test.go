@@ -146,7 +146,7 @@ func TestCanaries(t *testing.T) {
 			}
 		}
 	}
-	// Issue 25 follow-up: an AWS key id canary that reached a DNS name
+	// An AWS key id canary that reached a DNS name
 	// lowercased (the DNS filter folds names) is still a canary, with the
 	// fingerprint of the key as issued; a lowercased non-canary is not.
 	id := strings.ToLower(a.Values[0])
@@ -410,7 +410,7 @@ func TestWindow(t *testing.T) {
 			s.Window("f").Add(piece("y")) // two sandboxes kept: d goes
 			return s.Window("d").Add(piece(awsKey[10:]))
 		}, false},
-		{"split after a word-character piece (issue 25: joins glued a token's boundary away)", func() []inspect.Finding {
+		{"split after a word-character piece (joins glued a token's boundary away)", func() []inspect.Finding {
 			w := s.Window("h")
 			w.Add(piece("level=info msg=step1"))
 			w.Add(piece(awsKey[:10]))
@@ -437,14 +437,14 @@ func TestWindow(t *testing.T) {
 			w.Add(piece(awsKey[10:]))
 			return w.Add(piece("unrelated value"))
 		}, false},
-		{"halves sent together among other values, then one per request (issue 25 defect A: a blocked request's halves were kept as known-clean, so their retry cost no scan)", func() []inspect.Finding {
+		{"halves sent together among other values, then one per request (a blocked request's halves were kept as known-clean, so their retry cost no scan)", func() []inspect.Finding {
 			w := s.Window("l")
 			w.Add([]inspect.Field{{Where: "body", Value: []byte("tools/call")}, {Where: "body", Value: []byte("note")},
 				{Where: "body", Value: []byte(awsKey[:10])}, {Where: "body", Value: []byte(awsKey[10:])}})
 			w.Add(piece(awsKey[:10]))
 			return w.Add(piece(awsKey[10:]))
 		}, true},
-		{"a kept escaped key is not blamed on the next benign request (issue 25 defect B)", func() []inspect.Finding {
+		{"a kept escaped key is not blamed on the next benign request", func() []inspect.Finding {
 			w := s.Window("m")
 			w.Add(piece("aws+" + awsKey + "+")) // the previous request's (refused) value
 			w.Add(piece(escaped(awsKey)))

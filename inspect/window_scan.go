@@ -108,7 +108,7 @@ func (e *windowEntry) keep(p []byte, hot bool, max int) {
 // bytes. One revealed by a decoding (no position) is the window's when
 // neither the new pieces alone nor the kept pieces alone hold it: a kept
 // encoded secret (a request refused for it) is not blamed on every request
-// after it (issue 25: a benign LLM call refused as a split escaped key).
+// after it (a benign LLM call was refused as a split escaped key).
 //
 // Every piece a finding took bytes from is marked (hot), the pieces of a
 // secret found within one request included, so the same pieces sent again

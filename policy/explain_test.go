@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Explain tells the truth about the policy: what each host may do,
+// Explain tells the truth about a security team's policy: what each host may do,
 // nothing about hosts the policy does not name.
 func TestExplain(t *testing.T) {
 	x, err := Explain(context.Background(), ExplainConfig{

@@ -82,7 +82,7 @@ func TestManifestPresets(t *testing.T) {
 }
 
 // A failing test says which expression failed, with its values and the input,
-// not a bare "fail" (the correct-looking test that failed because the
+// not a bare "fail" (a correct-looking test that failed because the
 // default presets were loaded under it).
 func TestFailingTestExplained(t *testing.T) {
 	dir := t.TempDir()

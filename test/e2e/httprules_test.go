@@ -11,7 +11,7 @@ import (
 	"github.com/airlock-dev/airlock/test/fakenet"
 )
 
-// TestRootSecurityEngineerPolicy is issue 24's task done from the docs inside
+// TestRootSecurityEngineerPolicy is a security engineer's task done from the docs inside
 // `airlock run`: GET a GitHub-like API's /repos/acme/*, POST an AI API's
 // /v1/chat/completions, nothing else. The policy is the first version that
 // used to be silently wrong (a CONNECT allow and method/path rules, no mitm:

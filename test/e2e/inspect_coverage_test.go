@@ -339,7 +339,7 @@ func TestRootInspectCoverage(t *testing.T) {
 		{name: "split/mcp-tool-arguments", want: "block", path: "/mcp", class: "credential", secret: covHalf,
 			script: c("split_mcp_tool_arguments", "--http2 -H 'Content-Type: application/json' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"note\",\"arguments\":{\"a\":\""+covKey[:10]+"\",\"b\":\""+covHalf+"\"}}}' "+u+"/mcp")},
 		// The halves the two rows above sent together (refused), now one per
-		// request (issue 25 window defect A: the second passed).
+		// request (a missed split: the second used to pass).
 		{name: "split/retry-after-block", want: "block", path: "/seqB", class: "credential", secret: covHalf,
 			script: c("split_retry_first", "--http1.1 -H 'Content-Type: text/plain' -d '"+covKey[:10]+"' "+u+"/seqA") +
 				c("split_retry_after_block", "--http1.1 -H 'Content-Type: text/plain' -d '"+covHalf+"' "+u+"/seqB")},
@@ -398,7 +398,7 @@ func TestRootInspectCoverage(t *testing.T) {
 	}
 	// Every row runs in ONE sandbox, the benign rows last, as an agent
 	// sends them: what the sandbox's window keeps of the attacks is there
-	// when the benign requests come (issue 25 window defect B: after the
+	// when the benign requests come (a false split: after the
 	// attack rows, the benign LLM call was refused as a split escaped key).
 	var script strings.Builder
 	for _, want := range []bool{false, true} {

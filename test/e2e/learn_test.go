@@ -43,7 +43,7 @@ EOF
 // under the suggested policy gets exactly the same answers, while what it
 // never did (another host, another method and path, another port) is
 // refused with the targets seeing nothing. Report mode intercepts the HTTPS
-// it lets through only because it is reported (issue 24), so HTTPS is learned
+// it lets through only because it is reported, so HTTPS is learned
 // with its methods and paths, as plain HTTP is, and written as an http_allow
 // table: under it a DELETE the agent never sent is refused at HTTP level and
 // never reaches the API. `policy replay` of the suggestion against the

@@ -27,7 +27,7 @@ func recAt(recs []audit.Record, kind, decision, host string, port int) []audit.R
 // fake server by the name the sandbox resolved, while the same name on
 // another port and a registry name on a port no rule opens are refused with
 // the target seeing zero connections. (ssh and git over ssh are not run
-// here: that is the other item.)
+// here: TestRootGitCloneOverSSH runs them.)
 func TestRootTCPByNameAndSOCKS5(t *testing.T) {
 	e := newEnv(t, "")
 	const dbPort, otherPort = 5432, 2222
