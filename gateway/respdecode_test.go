@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"go/build"
 	"io"
 	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -421,7 +421,7 @@ func gatewayDocs(t *testing.T, max int) [][]byte {
 			docs = append(docs, c.Response)
 		}
 	}
-	for _, root := range []string{"../inspect/inspecttest/testdata", runtime.GOROOT()} {
+	for _, root := range []string{"../inspect/inspecttest/testdata", build.Default.GOROOT} {
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || len(docs) >= max {
 				return filepath.SkipDir

@@ -180,7 +180,7 @@ func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard 
 		var total int64
 		if wsd != nil {
 			total, _ = io.Copy(a, wsd)
-			if err, _ := wsd.blockedErr(); err != nil {
+			if _, err := wsd.denial(); err != nil {
 				a.Close() // the close frame went: nothing more either way
 				b.Close()
 			}
@@ -211,7 +211,7 @@ func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard 
 	}
 	rc.bytesUp += n
 	rc.bytesDown += <-down
-	if err, dec := wsd.blockedErr(); err != nil && rc.err == nil {
+	if dec, err := wsd.denial(); err != nil && rc.err == nil {
 		rc.err = err
 		if dec != nil {
 			rc.dec, rc.decided = *dec, true

@@ -270,7 +270,7 @@ func (d *wsDown) decide(piece []byte, whole bool) ([]byte, bool) {
 
 // block ends the websocket: a close frame naming the reason and the
 // decision id goes to the client (unless a frame is part way out), then
-// nothing. The caller closes both connections (blockedErr).
+// nothing. The caller closes both connections (denial).
 func (d *wsDown) block(err error, v *policy.Decision) {
 	d.blocked, d.denied = err, v
 	if !d.sent {
@@ -287,13 +287,13 @@ func (d *wsDown) block(err error, v *policy.Decision) {
 	d.err = io.EOF
 }
 
-// blockedErr is the denial that ended the websocket, and the decision that
-// denied (nil: the gateway's own refusal).
-func (d *wsDown) blockedErr() (error, *policy.Decision) {
+// denial is the decision that denied (nil: the gateway's own refusal) and
+// the denial that ended the websocket (nil: none did).
+func (d *wsDown) denial() (*policy.Decision, error) {
 	if d == nil || d.blocked == nil {
 		return nil, nil
 	}
-	return d.blocked, d.denied
+	return d.denied, d.blocked
 }
 
 // wsFrameHeader is an unmasked frame header (a server's).
