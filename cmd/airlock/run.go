@@ -152,8 +152,13 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	c, inProcess := chooseDaemon(cmd, o)
 	if c != nil {
-		defer c.Close()
-		return runViaDaemon(cmd, c, o, argv)
+		err := runViaDaemon(cmd, c, o, argv)
+		c.Close()
+		var nd *noDaemon
+		if !errors.As(err, &nd) {
+			return err
+		}
+		inProcess = nd.Err
 	}
 	return runInProcess(cmd, o, argv, inProcess)
 }
