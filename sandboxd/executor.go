@@ -82,7 +82,11 @@ func New(cfg Config, log audit.Logger, logger *slog.Logger) (_ *Executor, err er
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns(), idmaps: newIdmapCache(), initFile: initFile}, nil
+	idmaps := newIdmapCache()
+	p.mu.Lock()
+	p.idmaps = idmaps
+	p.mu.Unlock()
+	return &Executor{cfg: cfg, cgm: cgm, pool: p, log: log, lg: lg, rootNS: startRootUserns(), idmaps: idmaps, initFile: initFile}, nil
 }
 
 // findInit points cfg at the init binary beside this executable when cfg

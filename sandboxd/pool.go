@@ -32,10 +32,13 @@ type pool struct {
 	cgm  *cgroupManager
 	mu   sync.Mutex
 	next int // next uid offset to try
-	fill chan struct{}
-	idle chan *slot
-	done chan struct{}
-	wg   sync.WaitGroup
+	// idmaps, when set (root executors), has the refill make each new
+	// slot's workspace idmapping ahead (idmapCache.warm).
+	idmaps *idmapCache
+	fill   chan struct{}
+	idle   chan *slot
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 func newPool(cfg *Config, cgm *cgroupManager) (*pool, error) {
@@ -84,6 +87,12 @@ func (p *pool) refill() {
 			s, err := p.make()
 			if err != nil {
 				break // the next get makes one synchronously and reports the error
+			}
+			p.mu.Lock()
+			idmaps := p.idmaps
+			p.mu.Unlock()
+			if idmaps != nil {
+				idmaps.warm(s.uid)
 			}
 			select {
 			case p.idle <- s:

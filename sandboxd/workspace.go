@@ -111,11 +111,19 @@ func idmapWorkspace(treeFD int, path string, ownerUID, ownerGID, uid, gid int, i
 // namespace without processes is only a mapping, the same for every sandbox
 // that gets the same uid. At most idmapCacheSize are kept (least recently
 // used goes first).
+//
+// A sandbox uid is new to the cache nearly every time (the pool hands the
+// uids out in turn), so the pool's refill makes each new slot's entry ahead
+// (warm), for the owner whose workspace was bound last: the next create of
+// that owner finds it, off the create's path.
 type idmapCache struct {
-	mu    sync.Mutex
-	max   int
-	byKey map[[4]int]*idmapEntry
-	tick  uint64
+	mu     sync.Mutex
+	max    int
+	byKey  map[[4]int]*idmapEntry
+	tick   uint64
+	owner  [2]int // the owner uid, gid of the last workspace bound
+	seen   bool   // owner is set
+	closed bool
 }
 
 type idmapEntry struct {
@@ -135,34 +143,70 @@ func (c *idmapCache) with(key [4]int, fn func(nsFD int)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tick++
+	c.owner, c.seen = [2]int{key[0], key[1]}, true
 	e, ok := c.byKey[key]
 	if !ok {
 		fd, err := idmapUserns(key[0], key[1], key[2], key[3])
 		if err != nil {
 			return err
 		}
-		if len(c.byKey) >= c.max {
-			var oldest [4]int
-			least := ^uint64(0)
-			for k, e := range c.byKey {
-				if e.used < least {
-					oldest, least = k, e.used
-				}
-			}
-			c.byKey[oldest].f.Close()
-			delete(c.byKey, oldest)
-		}
-		e = &idmapEntry{f: os.NewFile(uintptr(fd), "airlock-idmap-userns")}
-		c.byKey[key] = e
+		e = c.addLocked(key, fd)
 	}
 	e.used = c.tick
 	fn(int(e.f.Fd()))
 	return nil
 }
 
+// warm makes the entry of sandbox uid (gid = uid) for the owner of the last
+// workspace bound, when there is one and the entry is missing. The helper
+// process runs outside the lock: a create's lookup does not wait for it.
+// A failure is left for the create, which reports it.
+func (c *idmapCache) warm(uid int) {
+	c.mu.Lock()
+	key := [4]int{c.owner[0], c.owner[1], uid, uid}
+	_, have := c.byKey[key]
+	skip := !c.seen || have || c.closed
+	c.mu.Unlock()
+	if skip {
+		return
+	}
+	fd, err := idmapUserns(key[0], key[1], key[2], key[3])
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, have := c.byKey[key]; have || c.closed {
+		unix.Close(fd)
+		return
+	}
+	c.tick++
+	c.addLocked(key, fd).used = c.tick
+}
+
+// addLocked adds the namespace fd under key, evicting the least recently
+// used entry when the cache is full.
+func (c *idmapCache) addLocked(key [4]int, fd int) *idmapEntry {
+	if len(c.byKey) >= c.max {
+		var oldest [4]int
+		least := ^uint64(0)
+		for k, e := range c.byKey {
+			if e.used < least {
+				oldest, least = k, e.used
+			}
+		}
+		c.byKey[oldest].f.Close()
+		delete(c.byKey, oldest)
+	}
+	e := &idmapEntry{f: os.NewFile(uintptr(fd), "airlock-idmap-userns")}
+	c.byKey[key] = e
+	return e
+}
+
 func (c *idmapCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for k, e := range c.byKey {
 		e.f.Close()
 		delete(c.byKey, k)

@@ -233,3 +233,41 @@ func TestIdmapCacheReusesAndEvicts(t *testing.T) {
 		t.Errorf("a evicted instead of b")
 	}
 }
+
+// TestIdmapCacheWarm: warm makes nothing before a workspace has been bound,
+// then makes a new sandbox uid's entry for the owner bound last, which that
+// owner's next bind uses without a helper of its own; a closed cache takes
+// nothing more.
+func TestIdmapCacheWarm(t *testing.T) {
+	roottest.Require(t)
+	c := newIdmapCache()
+	defer c.close()
+	const owner, uid1, uid2, uid3 = 4242, 2000100, 2000101, 2000102
+	c.warm(uid1)
+	if n := len(c.byKey); n != 0 {
+		t.Fatalf("warm before any bind made %d entries, want 0", n)
+	}
+	used := func(uid int) int {
+		t.Helper()
+		fd := -1
+		if err := c.with([4]int{owner, owner, uid, uid}, func(nsFD int) { fd = nsFD }); err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	used(uid1)
+	c.warm(uid2)
+	e, ok := c.byKey[[4]int{owner, owner, uid2, uid2}]
+	if !ok || len(c.byKey) != 2 {
+		t.Fatalf("after warm(%d): entries %v, want the owner's entry for it", uid2, c.byKey)
+	}
+	if fd := used(uid2); fd != int(e.f.Fd()) || len(c.byKey) != 2 {
+		t.Errorf("the bind after warm used fd %d (entries %d), want the warmed %d", fd, len(c.byKey), e.f.Fd())
+	}
+	c.warm(uid2) // present: nothing new
+	c.close()
+	c.warm(uid3)
+	if n := len(c.byKey); n != 0 {
+		t.Errorf("a closed cache holds %d entries, want 0", n)
+	}
+}

@@ -58,7 +58,10 @@ member of the daemon's group can use it without root: the daemon's policy,
 secrets and audit log apply, and the limits, --allow, --mode, --label, --env
 and --workspace flags go with the request. Flags that configure a gateway of
 its own (--config, --policy, --preset, --secrets, --audit, --id) and
---no-daemon make run work in-process.
+--no-daemon make run work in-process. So does a socket that is missing,
+refuses the connection or may not be used by the caller; a daemon that takes
+the connection but does not answer the create within 30s fails the run (exit
+125) instead of running it under another policy.
 
 In-process, run needs no root: a user who is not root (or --rootless) gets
 the same island in a user namespace of their own (the gateway's listeners are
@@ -152,8 +155,13 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	c, inProcess := chooseDaemon(cmd, o)
 	if c != nil {
-		defer c.Close()
-		return runViaDaemon(cmd, c, o, argv)
+		err := runViaDaemon(cmd, c, o, argv)
+		c.Close()
+		var nd *noDaemon
+		if !errors.As(err, &nd) {
+			return err
+		}
+		inProcess = nd.Err
 	}
 	return runInProcess(cmd, o, argv, inProcess)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/audit"
@@ -25,10 +26,15 @@ var inProcessFlags = []string{"config", "policy", "preset", "secrets", "audit", 
 
 // Bounds of run's talk with a daemon.
 const (
-	probeTimeout  = 2 * time.Second  // does a daemon answer?
+	dialTimeout   = 2 * time.Second  // connecting to the socket
 	deleteTimeout = 30 * time.Second // removing the sandbox at the end
 	eventsDrain   = 5 * time.Second  // -v: the last decisions after the delete
 )
+
+// createTimeout bounds the daemon's answer to run's create (a cold sandbox
+// on a loaded host included); a variable for the test of a daemon that never
+// answers.
+var createTimeout = 30 * time.Second
 
 // inProcessFlag names the first in-process-only flag given, or "".
 func inProcessFlag(cmd *cobra.Command) string {
@@ -40,8 +46,9 @@ func inProcessFlag(cmd *cobra.Command) string {
 	return ""
 }
 
-// chooseDaemon returns a client of the daemon run should use, or nil and why
-// run works in-process instead (a flag asks for it, or no daemon answers).
+// chooseDaemon returns a client of the daemon run should try, or nil and why
+// run works in-process instead (a flag asks for it). Whether a daemon
+// answers is learnt from the create itself (runViaDaemon): no probe first.
 func chooseDaemon(cmd *cobra.Command, o runOptions) (*client.Client, error) {
 	if o.noDaemon {
 		return nil, &inProcessRequest{"--no-daemon asks for it"}
@@ -52,22 +59,23 @@ func chooseDaemon(cmd *cobra.Command, o runOptions) (*client.Client, error) {
 	if flag := inProcessFlag(cmd); flag != "" {
 		return nil, &inProcessRequest{"--" + flag + " configures a gateway of run's own"}
 	}
-	c := newClient(cmd)
-	if err := probeDaemon(cmd.Context(), c); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
+	return client.New(socketOf(cmd), client.WithDialTimeout(dialTimeout)), nil
 }
 
-// probeDaemon returns nil when a daemon answers on the client's socket (even
-// with an error: it is there), else why not.
-func probeDaemon(ctx context.Context, c *client.Client) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	_, err := c.Health(ctx)
-	if err == nil || client.Code(err) != "" {
-		return nil
+// noDaemon is a create that reached no daemon (no socket, nothing
+// listening, no permission to connect): nothing was sent, so run may work
+// in-process instead. Err says why, naming the socket.
+type noDaemon struct{ Err error }
+
+func (e *noDaemon) Error() string { return e.Err.Error() }
+func (e *noDaemon) Unwrap() error { return e.Err }
+
+// daemonAbsent wraps a create's error in *noDaemon when it failed before
+// any byte reached a daemon, else returns it as it is.
+func daemonAbsent(err error) error {
+	var ce *client.ConnError
+	if errors.As(err, &ce) {
+		return &noDaemon{Err: ce}
 	}
 	return err
 }
@@ -121,7 +129,10 @@ func daemonCreateRequest(cmd *cobra.Command, o runOptions) (api.CreateSandboxReq
 
 // runViaDaemon is run through a daemon: create, exec with the output
 // streamed and stdin sent, delete, then the summary from the sandbox's final
-// counters.
+// counters. It returns a *noDaemon when the create reached no daemon, and
+// an error after createTimeout when a daemon took the connection but never
+// answered (a hung daemon does not hang run, nor is it taken for none: its
+// policy might apply).
 func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []string) error {
 	req, err := daemonCreateRequest(cmd, o)
 	if err != nil {
@@ -129,10 +140,20 @@ func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []str
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sb, err := c.CreateSandbox(ctx, req)
+	cctx, ccancel := context.WithTimeout(ctx, createTimeout)
+	sb, err := c.CreateSandbox(cctx, req)
+	timedOut := cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+	ccancel()
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Field == "workspace" {
 		return &exitError{Code: exitUsage, Msg: fmt.Sprintf("run: %s: run from a directory of yours, or give --workspace DIR, or --workspace none", ae.Message)}
+	}
+	if nd := daemonAbsent(err); nd != err {
+		return nd
+	}
+	if timedOut {
+		return &exitError{Code: exitSetupFailed, Msg: fmt.Sprintf("run: the daemon at %s took the connection but did not answer the create within %s: %v",
+			c.Socket(), createTimeout, err)}
 	}
 	if err != nil {
 		return apiFailure(err, exitSetupFailed)
@@ -142,7 +163,7 @@ func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []str
 		decisions = printDecisions(ctx, c, sb.ID, cmd.ErrOrStderr())
 	}
 	res, execErr := c.Exec(ctx, sb.ID, api.ExecRequest{Argv: argv}, client.ExecIO{
-		Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+		Stdin: streamedStdin(cmd.InOrStdin()), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
 	defer cancel()
 	final, delErr := c.DeleteSandbox(dctx, sb.ID)
@@ -173,6 +194,22 @@ func runViaDaemon(cmd *cobra.Command, c *client.Client, o runOptions, argv []str
 		return &exitError{Code: res.ExitStatus}
 	}
 	return execExit(res)
+}
+
+// streamedStdin is the stdin run streams to the command: r, or nil when r
+// is /dev/null, which the command's own empty stdin already is (it saves
+// the daemon a stdin call per run).
+func streamedStdin(r io.Reader) io.Reader {
+	f, ok := r.(*os.File)
+	if !ok {
+		return r
+	}
+	var st, null unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR ||
+		unix.Stat(os.DevNull, &null) != nil || st.Rdev != null.Rdev {
+		return r
+	}
+	return nil
 }
 
 // printDecisions prints the sandbox's decisions to w as the daemon audits

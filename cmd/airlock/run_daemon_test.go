@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/client/clienttest"
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/netns"
 	"github.com/airlock-dev/airlock/sandboxd"
@@ -57,7 +61,7 @@ func TestRunViaDaemon(t *testing.T) {
 		strings.Join(got.Env, ",") != "GREETING=hi" {
 		t.Errorf("create request: got %+v", got)
 	}
-	wantReqs := []string{"GET /v1/health", "POST /v1/sandboxes", "POST /v1/sandboxes/sb-1/exec",
+	wantReqs := []string{"POST /v1/sandboxes", "POST /v1/sandboxes/sb-1/exec",
 		"PUT /v1/sandboxes/sb-1/execs/x1/stdin", "DELETE /v1/sandboxes/sb-1"}
 	reqs := strings.Join(srv.Requests(), "\n")
 	for _, w := range wantReqs {
@@ -65,8 +69,83 @@ func TestRunViaDaemon(t *testing.T) {
 			t.Errorf("requests: want %q in\n%s", w, reqs)
 		}
 	}
+	if strings.Contains(reqs, "/v1/health") {
+		t.Errorf("requests: run probed the daemon before its create:\n%s", reqs)
+	}
 	if n := len(srv.Created()); n != 1 || srv.Dir("sb-1") != "" {
 		t.Errorf("after run: sandbox sb-1 still exists (dir %q)", srv.Dir("sb-1"))
+	}
+}
+
+// TestRunViaDaemonNullStdin: a run whose stdin is /dev/null makes no stdin
+// call (the command's stdin is empty either way); any other stdin file is
+// streamed.
+func TestRunViaDaemonNullStdin(t *testing.T) {
+	srv := clienttest.New(t)
+	file := filepath.Join(t.TempDir(), "in")
+	if err := os.WriteFile(file, []byte("a\nb\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		in     string
+		stdin  bool
+		stdout string
+	}{{os.DevNull, false, "0\n"}, {file, true, "2\n"}} {
+		f, err := os.Open(tt.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(srv.Requests())
+		root := newRootCmd()
+		root.SetContext(t.Context())
+		var out, errb bytes.Buffer
+		root.SetIn(f)
+		root.SetOut(&out)
+		root.SetErr(&errb)
+		code := execute(root, []string{"--socket", srv.Socket, "run", "-q", "--workspace", "none", "--", "wc", "-l"})
+		f.Close()
+		if code != 0 || strings.TrimSpace(out.String()) != strings.TrimSpace(tt.stdout) {
+			t.Errorf("%s: got exit %d, %q, %q; want 0, %q", tt.in, code, out.String(), errb.String(), tt.stdout)
+		}
+		reqs := strings.Join(srv.Requests()[before:], "\n")
+		if got := strings.Contains(reqs, "/stdin"); got != tt.stdin {
+			t.Errorf("%s: stdin call made %v, want %v:\n%s", tt.in, got, tt.stdin, reqs)
+		}
+	}
+}
+
+// TestRunHungDaemon: a daemon that takes the connection and never answers
+// does not hang run past its bound, nor is it taken for no daemon (run does
+// not go in-process under another policy): run fails naming the socket.
+func TestRunHungDaemon(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "hung.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	defer func() {
+		select {
+		case c := <-accepted:
+			c.Close()
+		default:
+		}
+	}()
+	old := createTimeout
+	createTimeout = 100 * time.Millisecond
+	defer func() { createTimeout = old }()
+	_, errs, code := cli(t, "", "--socket", sock, "run", "--workspace", "none", "--", "true")
+	if code != exitSetupFailed || !strings.Contains(errs, "did not answer") || !strings.Contains(errs, sock) {
+		t.Errorf("got exit %d, %q; want %d naming the socket and the silence", code, errs, exitSetupFailed)
+	}
+	if len(accepted) != 1 {
+		t.Error("the hung daemon saw no connection")
 	}
 }
 
@@ -130,9 +209,10 @@ func TestRunNotRootMessage(t *testing.T) {
 	dead := filepath.Join(t.TempDir(), "none.sock")
 	c := client.New(dead)
 	defer c.Close()
-	why := probeDaemon(t.Context(), c)
-	if why == nil {
-		t.Fatal("probe of a missing socket: got nil, want an error")
+	_, err := c.CreateSandbox(t.Context(), api.CreateSandboxRequest{})
+	var why *noDaemon
+	if !errors.As(daemonAbsent(err), &why) {
+		t.Fatalf("create on a missing socket: got %v, want a *noDaemon", err)
 	}
 	msg := notRootMessage(why)
 	for _, want := range []string{"user namespaces", "no daemon answers", dead, "airlock serve", "usermod -aG airlock"} {
