@@ -398,44 +398,6 @@ func (d *parkedDir) wait() (int64, error) {
 	return d.total, d.err
 }
 
-// moved is the bytes the direction moved (final once done is closed).
-func (d *parkedDir) moved() int64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.total
-}
-
-// abort takes a parked direction back and runs it to its end on a goroutine
-// of its own (its socket is closed: the end comes at once); a running one is
-// told not to park again. It waits for nothing.
-func (d *parkedDir) abort() {
-	d.mu.Lock()
-	if d.state != dirParked {
-		d.noPark = true
-		d.mu.Unlock()
-		return
-	}
-	d.state = dirRunning
-	d.mu.Unlock()
-	d.p.disarm(d)
-	go func() {
-		n, err := spliceIdle(d.dst, d.src)
-		d.mu.Lock()
-		d.total += n
-		d.mu.Unlock()
-		d.end(err)
-	}()
-}
-
-// abortCloser is a parked direction as the io.Closer clientConn.track
-// takes: forceClose aborts it.
-type abortCloser struct{ d *parkedDir }
-
-func (a abortCloser) Close() error {
-	a.d.abort()
-	return nil
-}
-
 // spliceBusy is spliceIdle until src has been quiet for grace: idle reports
 // that (nothing was lost: src simply had no byte); otherwise src reached EOF
 // (err nil) or failed.

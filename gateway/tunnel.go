@@ -286,52 +286,11 @@ func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) 
 	}
 	wait := g.relayDown(client, up)
 	guard := g.streamGuard(rc, false)
-	n := g.relayUp(rc, up, head, client, guard)()
+	n, _ := copyUp(up, head, client, guard)
 	guardFailed(rc, guard, up, client)
 	rc.bytesUp = n
 	rc.bytesDown = wait()
 	return nil
-}
-
-// relayUp is copyUp (head, then client to up until the client's EOF, then
-// up half-closed), the client parked on the Gateway's idlePoller while it
-// sends nothing: this goroutine (the pipeline's) then waits on a channel, a
-// shallow wait whose stack the runtime shrinks, instead of in a read. A
-// guard checks every chunk on this goroutine (no parking). forceClose of
-// the client connection takes a parked direction back (parkedDir.abort):
-// the closed socket leaves the epoll set without an event.
-func (g *Gateway) relayUp(rc *reqCtx, up net.Conn, head []byte, client net.Conn, guard *secrets.StreamGuard) (wait func() int64) {
-	tc, cok := client.(*net.TCPConn)
-	tu, uok := up.(*net.TCPConn)
-	p := g.idle()
-	if guard != nil || !cok || !uok || p == nil {
-		return func() int64 {
-			n, _ := copyUp(up, head, client, guard)
-			return n
-		}
-	}
-	var total int64
-	if len(head) > 0 {
-		n, err := up.Write(head)
-		total += int64(n)
-		if err != nil {
-			closeWrite(up)
-			return func() int64 { return total }
-		}
-	}
-	d := p.parkDirection(tu, tc, func() { closeWrite(up) })
-	if d == nil {
-		return func() int64 {
-			n, _ := copyUp(up, nil, client, nil)
-			return total + n
-		}
-	}
-	untrack := rc.cc.track(abortCloser{d})
-	return func() int64 {
-		<-d.done
-		untrack()
-		return total + d.moved()
-	}
 }
 
 // relayDown copies up to client until up's EOF, then half-closes client;
