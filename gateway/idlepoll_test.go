@@ -2,11 +2,8 @@ package gateway
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -192,56 +189,4 @@ func TestParkedDirectionBlockedClient(t *testing.T) {
 	if n, err := d.wait(); n != 4 || err != nil {
 		t.Fatalf("wait: got %d (%v), want 4", n, err)
 	}
-}
-
-// TestIdleWebsocketParksDownstream: a websocket on the transparent listener,
-// once upgraded and quiet, waits for its origin on the poller too, and what
-// the origin sends afterwards still arrives.
-func TestIdleWebsocketParksDownstream(t *testing.T) {
-	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n")
-		brw.Flush()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		io.Copy(c, brw) // echo
-	}), nil)
-	h := newHarness(t, allowAllEngine(t, nil), names("api.example"), nil)
-	h.allowUpstreams(up)
-	p := h.g.idle()
-	if p == nil {
-		t.Skip("no epoll")
-	}
-	p.grace = 10 * time.Millisecond
-	h.origDst.Store(netip.MustParseAddrPort(up.addr))
-	c, err := net.DialTimeout("tcp", h.transp, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: api.example:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", up.port)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: got %v %v, want 101", resp, err)
-	}
-	waitFor(t, "the websocket's down direction parked", func() bool { return p.parkedNow() == 1 })
-	for _, msg := range []string{"first", "second after parking again"} {
-		io.WriteString(c, msg)
-		got := make([]byte, len(msg))
-		if _, err := io.ReadFull(br, got); err != nil || string(got) != msg {
-			t.Fatalf("echo: got %q (%v), want %q", got, err, msg)
-		}
-		waitFor(t, "parked again", func() bool { return p.parkedNow() == 1 })
-	}
-	c.Close()
-	r := h.log.Wait(t, "websocket record", func(r audit.Record) bool { return r.Path == "/ws" })
-	if r.Decision != audit.DecisionAllow {
-		t.Fatalf("record: got %s %+v, want allow", r.Decision, r.Reasons)
-	}
-	waitFor(t, "nothing parked once closed", func() bool { return p.parkedNow() == 0 })
 }

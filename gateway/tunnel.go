@@ -173,22 +173,17 @@ func copyUp(up net.Conn, head []byte, client net.Conn, guard *secrets.StreamGuar
 // pipe relays between two connections with already-read heads (websocket
 // after 101, intercepted TLS passthrough).
 func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard *secrets.StreamGuard) error {
-	// b to a: parked while idle (relayDown) unless b's head must go first
-	// (written on the goroutine, so a client slow to read it holds up
-	// nothing else).
-	waitDown := func() int64 { return 0 }
-	if len(bHead) == 0 {
-		waitDown = rc.cc.g.relayDown(a, b)
-	} else {
-		down := make(chan int64, 1)
-		go func() {
+	down := make(chan int64, 1)
+	go func() {
+		var total int64
+		if len(bHead) > 0 {
 			n, _ := a.Write(bHead)
-			m, _ := spliceIdle(a, b)
-			closeWrite(a)
-			down <- int64(n) + m
-		}()
-		waitDown = func() int64 { return <-down }
-	}
+			total += int64(n)
+		}
+		n, _ := spliceIdle(a, b)
+		closeWrite(a)
+		down <- total + n
+	}()
 	var src net.Conn = a
 	ws := rc.wsScan
 	if ws != nil {
@@ -203,7 +198,7 @@ func pipe(rc *reqCtx, a net.Conn, aHead []byte, b net.Conn, bHead []byte, guard 
 		guardFailed(rc, guard, a, b)
 	}
 	rc.bytesUp += n
-	rc.bytesDown += waitDown()
+	rc.bytesDown += <-down
 	return nil
 }
 
