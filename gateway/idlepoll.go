@@ -17,10 +17,9 @@ import (
 // on a goroutine of its own. A goroutine blocked in a read holds its stack
 // (2-8 KiB, more after a deep call) for as long as the tunnel is open; a
 // socket registered with the poller holds an entry in an epoll set and a
-// small struct. When the upstream has bytes, the poller moves a few itself
-// (fire) or starts a goroutine that moves them (splice, as spliceIdle does)
-// for as long as they keep coming and parks the direction again after
-// parkGrace without a byte.
+// small struct. When the upstream has bytes, the poller starts a goroutine
+// that moves them (splice, as spliceIdle does) for as long as they keep
+// coming and parks the direction again after parkGrace without a byte.
 //
 // The poller is one epoll instance per Gateway (made on the first tunnel)
 // read by one goroutine that itself waits in the runtime's netpoller (the
@@ -28,8 +27,8 @@ import (
 // Registrations are one-shot: an event disarms its socket until it is armed
 // again, so a socket is never handled twice at once. A socket closed while
 // armed leaves the epoll set with its last descriptor, silently: the owner
-// of a parked direction (tunnel) takes it back (parkedDir.wait) once its
-// other direction ended, and runs it itself when the poller had not fired.
+// of a parked direction (tunnel) takes it back with take before it waits for
+// it, and runs it itself when the poller had not fired.
 
 // parkGrace is how long a busy direction keeps its goroutine after its last
 // byte before it parks: long enough that a transfer in bursts does not park
@@ -97,7 +96,7 @@ func (g *Gateway) closeIdle() {
 }
 
 // run reads events until the poller is closed. Each event's direction is
-// taken out of the set and handed to its fire.
+// taken out of the set and resumed on a goroutine of its own.
 func (p *idlePoller) run(raw interface {
 	Read(func(fd uintptr) bool) error
 }) {
