@@ -50,8 +50,6 @@ type Gateway struct {
 	h2tr      *http2.Transport // HTTP/2 upstreams
 	h2bufs    sync.Pool        // *[]byte relay buffers of HTTP/2 streams (copyBody)
 	relayBufs *sync.Pool       // *relayBufs of HTTP/1.1 response relays (relay.go)
-	idleOnce  sync.Once
-	idlePoll  *idlePoller // parked tunnel directions (idlepoll.go), made on the first tunnel
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -313,7 +311,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		if open == 0 {
 			g.pool.closeAll()
 			g.wg.Wait()
-			g.closeIdle()
 			return nil
 		}
 		select {
@@ -323,7 +320,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			}
 			g.pool.closeAll()
 			g.wg.Wait()
-			g.closeIdle()
 			return ctx.Err()
 		case <-t.C:
 		}

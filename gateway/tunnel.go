@@ -279,37 +279,16 @@ func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) 
 	if rc.sess != nil {
 		rc.sess.dropBuffers()
 	}
-	wait := g.relayDown(client, up)
-	guard := g.streamGuard(rc, false)
-	n, _ := copyUp(up, head, client, guard)
-	guardFailed(rc, guard, up, client)
-	rc.bytesUp = n
-	rc.bytesDown = wait()
-	return nil
-}
-
-// relayDown copies up to client until up's EOF, then half-closes client;
-// the returned func waits for that and returns the bytes moved. Between two
-// *net.TCPConn the direction is parked on the Gateway's idlePoller while no
-// byte comes (no goroutine held); otherwise it runs on a goroutine.
-func (g *Gateway) relayDown(client, up net.Conn) (wait func() int64) {
-	tc, cok := client.(*net.TCPConn)
-	tu, uok := up.(*net.TCPConn)
-	if cok && uok {
-		if p := g.idle(); p != nil {
-			if d := p.parkDirection(tc, tu, func() { closeWrite(client) }); d != nil {
-				return func() int64 {
-					n, _ := d.wait()
-					return n
-				}
-			}
-		}
-	}
 	down := make(chan int64, 1)
 	go func() {
 		n, _ := spliceIdle(client, up)
 		closeWrite(client)
 		down <- n
 	}()
-	return func() int64 { return <-down }
+	guard := g.streamGuard(rc, false)
+	n, _ := copyUp(up, head, client, guard)
+	guardFailed(rc, guard, up, client)
+	rc.bytesUp = n
+	rc.bytesDown = <-down
+	return nil
 }
