@@ -232,6 +232,11 @@ func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{h2ALPN, "http/1.1"}, // h2: every stream through the pipeline (h2.go)
+		// Full 16 KiB records from the first byte: crypto/tls otherwise
+		// writes the first 128 KiB of every connection in records of one
+		// TCP segment (about 1.2 KiB), each its own seal and write(2), a
+		// browser's latency trade that only costs a relay.
+		DynamicRecordSizingDisabled: true,
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if hello.ServerName != "" {
 				n, err := hostname.Normalize(hello.ServerName)

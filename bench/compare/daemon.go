@@ -35,7 +35,9 @@ func (e *env) daemonMeasures(z sizes) ([]measure, error) {
 	}
 	cfg := filepath.Join(dir, "serve.yaml")
 	most := z.sandboxes + tunnelSandboxes + z.manySandboxes + 16
-	extra := fmt.Sprintf("api: {group: \"\"}\nsandbox: {pool_size: 2, max_sandboxes: %d, max_sandboxes_per_owner: %d}\n", most, most)
+	// The metrics listener on a free port: another daemon on this machine
+	// (a developer's, a test's) may hold the default one.
+	extra := fmt.Sprintf("api: {group: \"\"}\nmetrics: {listen: \"127.0.0.1:0\"}\nsandbox: {pool_size: 2, max_sandboxes: %d, max_sandboxes_per_owner: %d}\n", most, most)
 	if err := os.WriteFile(cfg, append(base, extra...), 0o600); err != nil {
 		return nil, err
 	}
