@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +20,10 @@ import (
 // explicit proxy with the real engine and audit writer, in the same run. Besides
 // req/s and p99 it reports the process CPU per request the proxy adds
 // (gateway-cpu-µs/req: proxied minus direct, user + system), the number that
-// decides throughput on a loaded machine.
+// decides throughput on a loaded machine, and the read and write system calls
+// per request it adds (gateway-syscalls/req, from /proc/self/io: a count that
+// does not depend on the machine's load; 6 is the floor of a Go relay, see
+// DESIGN.md).
 func BenchmarkHTTPKeepAliveConns(b *testing.B) {
 	up := newUpstream(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }), nil)
 	h := benchHarness(b, nil)
@@ -38,12 +43,12 @@ func BenchmarkHTTPKeepAliveConns(b *testing.B) {
 				}
 				return cs
 			}
-			run := func(cs []*http.Client, u string, n int) (rate float64, cpu time.Duration, lat []time.Duration) {
+			run := func(cs []*http.Client, u string, n int) (rate float64, cpu time.Duration, sys int64, lat []time.Duration) {
 				var next atomic.Int64
 				lats := make([][]time.Duration, len(cs))
 				var wg sync.WaitGroup
 				var failed atomic.Value
-				cpu0 := processCPU()
+				cpu0, sys0 := processCPU(), processSyscalls()
 				start := time.Now()
 				for i, c := range cs {
 					wg.Add(1)
@@ -64,28 +69,53 @@ func BenchmarkHTTPKeepAliveConns(b *testing.B) {
 				}
 				wg.Wait()
 				el := time.Since(start)
-				cpu = processCPU() - cpu0
+				cpu, sys = processCPU()-cpu0, processSyscalls()-sys0
 				if err, _ := failed.Load().(error); err != nil {
 					b.Fatal(err)
 				}
 				for _, l := range lats {
 					lat = append(lat, l...)
 				}
-				return float64(n) / el.Seconds(), cpu, lat
+				return float64(n) / el.Seconds(), cpu, sys, lat
 			}
 			direct, proxied := clients(false), clients(true)
 			run(direct, directURL, 20*conns)
 			run(proxied, url, 20*conns)
 			b.ResetTimer()
-			dRate, dCPU, _ := run(direct, directURL, b.N)
-			pRate, pCPU, pLat := run(proxied, url, b.N)
+			dRate, dCPU, dSys, _ := run(direct, directURL, b.N)
+			pRate, pCPU, pSys, pLat := run(proxied, url, b.N)
 			b.ReportMetric(dRate, "direct-req/s")
 			b.ReportMetric(pRate, "proxy-req/s")
 			b.ReportMetric(pRate/dRate, "ratio")
 			b.ReportMetric(float64(percentile(pLat, 0.99).Microseconds())/1000, "proxy-p99-ms")
 			b.ReportMetric(float64((pCPU-dCPU).Microseconds())/float64(b.N), "gateway-cpu-µs/req")
+			if dSys >= 0 && pSys >= 0 {
+				b.ReportMetric(float64(pSys-dSys)/float64(b.N), "gateway-syscalls/req")
+			}
 		})
 	}
+}
+
+// processSyscalls is the number of read and write system calls the process
+// made so far (syscr + syscw of /proc/self/io, would-block reads included),
+// or -1 where that file cannot be read.
+func processSyscalls() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		if k == "syscr" || k == "syscw" {
+			x, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return -1
+			}
+			n += x
+		}
+	}
+	return n
 }
 
 // BenchmarkWireHead: the gateway's own request and response heads
