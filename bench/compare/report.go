@@ -66,6 +66,8 @@ type machine struct {
 	Took      string            `json:"took"`
 	Rounds    int               `json:"rounds"`
 	Quick     bool              `json:"quick"`
+	// Before is the revision of the before build (BENCH_BEFORE), "" for none.
+	Before string `json:"before,omitempty"`
 }
 
 func loadavg() string {
@@ -130,11 +132,36 @@ func fmtNum(v float64) string {
 	}
 }
 
+// cell is text fit for a table cell: a pipe escaped, a line break a space.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+// hasBefore says whether a subject of ms was measured against a before build.
+func hasBefore(ms []measure) bool {
+	for _, m := range ms {
+		for _, s := range m.Subjects {
+			if s.Before != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // renderTable: one row per measure and subject, medians of the rounds, the
-// primary metric's ratio to direct and (for airlock) to the best peer.
+// primary metric's ratio to direct and (for airlock) to the best peer, the
+// subject's targets and whether they are met. When the run had a before
+// build, two more columns: its median and the ratio after/before ("n/a"
+// where that build lacks the row's feature).
 func renderTable(ms []measure) string {
 	var b strings.Builder
-	b.WriteString("| measure | subject | median | other medians | vs direct | vs best peer | target |\n|---|---|---|---|---|---|---|\n")
+	before := hasBefore(ms)
+	if before {
+		b.WriteString("| measure | subject | median | other medians | before | vs before | vs direct | vs best peer | target | status |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	} else {
+		b.WriteString("| measure | subject | median | other medians | vs direct | vs best peer | target | status |\n|---|---|---|---|---|---|---|---|\n")
+	}
 	for i := range ms {
 		m := &ms[i]
 		var direct *subject
@@ -144,11 +171,38 @@ func renderTable(ms []measure) string {
 			}
 		}
 		best := m.bestPeer()
+		mname := cell(m.Name)
 		for j := range m.Subjects {
 			s := &m.Subjects[j]
+			sname := cell(s.Name)
+			isAirlock := s.Name == "airlock" || strings.HasPrefix(s.Name, "airlock ")
+			target, status := targetCells(ms, m, s)
+			if target == "" && isAirlock {
+				target = m.Target
+			}
+			target = cell(target)
 			v, ok := s.median(m.Primary)
+			var beforeCells string
+			if before {
+				beforeCells = " | |"
+				if s.Before != nil {
+					bv, bok := s.Before.median(m.Primary)
+					switch {
+					case !bok:
+						beforeCells = " n/a | |"
+					case ok && bv != 0:
+						beforeCells = fmt.Sprintf(" %s | %.2fx |", fmtNum(bv), v/bv)
+					default:
+						beforeCells = fmt.Sprintf(" %s | |", fmtNum(bv))
+					}
+				}
+			}
 			if !ok {
-				fmt.Fprintf(&b, "| %s | %s | — | %s | | | |\n", m.Name, s.Name, s.Note)
+				note := s.Note
+				if note == "" {
+					note = "not measured"
+				}
+				fmt.Fprintf(&b, "| %s | %s | — | %s |%s | | %s | %s |\n", mname, sname, cell(note), beforeCells, target, status)
 				continue
 			}
 			var others []string
@@ -167,16 +221,15 @@ func renderTable(ms []measure) string {
 				}
 				return fmt.Sprintf("%.2fx", v/r)
 			}
-			vsBest, target := "", ""
-			if s.Name == "airlock" || strings.HasPrefix(s.Name, "airlock ") {
+			vsBest := ""
+			if isAirlock {
 				vsBest = ratio(best)
 				if best != nil && vsBest != "" {
 					vsBest += " (" + best.Name + ")"
 				}
-				target = m.Target
 			}
-			fmt.Fprintf(&b, "| %s | %s | **%s** %s | %s | %s | %s | %s |\n", m.Name, s.Name, fmtNum(v), m.Primary,
-				strings.Join(others, ", "), ratio(direct), vsBest, target)
+			fmt.Fprintf(&b, "| %s | %s | **%s** %s | %s |%s %s | %s | %s | %s |\n", mname, sname, fmtNum(v), cell(m.Primary),
+				cell(strings.Join(others, ", ")), beforeCells, ratio(direct), cell(vsBest), target, status)
 		}
 	}
 	return b.String()
@@ -196,8 +249,14 @@ func renderSection(mach machine, ms []measure, rawPath string) string {
 		"Medians of the rounds; ratios are of the first column's metric (for latencies and memory lower is better). "+
 		"airlock is measured as a user sees it: the real binary with its policy and audit, the client inside `airlock run`; "+
 		"the other clients run on the host. The origin is in a fake-internet namespace behind a veth "+
-		"(`test/fakenet`). Targets are in the last column, reported, not asserted.\n\n",
+		"(`test/fakenet`). Targets are in the last two columns, reported, not asserted: each with what was measured "+
+		"against it, and **met** only when all of a row's are.\n\n",
 		mach.Date, mode, mach.Took, mach.CPUs, mach.CPU, mach.Kernel, mach.LoadStart, mach.LoadEnd)
+	if mach.Before != "" {
+		fmt.Fprintf(&b, "\"before\" is airlock built from `%s`, measured in the same rounds as this build, the two alternating "+
+			"(daemon rows: a daemon of each build in turn); \"vs before\" is this build's median over the before build's, "+
+			"of the first column's metric. n/a: the before build lacks the row's feature.\n\n", mach.Before)
+	}
 	b.WriteString(renderTable(ms))
 	b.WriteString(setupNotes)
 	b.WriteString("\nVersions: ")
@@ -210,13 +269,9 @@ func renderSection(mach machine, ms []measure, rawPath string) string {
 	for _, m := range ms {
 		fmt.Fprintf(&b, "**%s**\n\n", m.Name)
 		for _, s := range m.Subjects {
-			fmt.Fprintf(&b, "- %s: `%s`\n", s.Name, s.Command)
-			for i, r := range s.Rounds {
-				var parts []string
-				for _, x := range r {
-					parts = append(parts, x.Name+" "+fmtNum(x.Value))
-				}
-				fmt.Fprintf(&b, "  - round %d: %s\n", i+1, strings.Join(parts, ", "))
+			writeRounds(&b, s.Name, &s)
+			if s.Before != nil {
+				writeRounds(&b, s.Name+", before", s.Before)
 			}
 		}
 		b.WriteString("\n")
@@ -224,6 +279,25 @@ func renderSection(mach machine, ms []measure, rawPath string) string {
 	fmt.Fprintf(&b, "</details>\n\nThe same numbers as JSON: `%s`.\n", rawPath)
 	b.WriteString(endMark + "\n")
 	return b.String()
+}
+
+// writeRounds lists a subject's command and every round's numbers.
+func writeRounds(b *strings.Builder, name string, s *subject) {
+	if s.Command != "" {
+		fmt.Fprintf(b, "- %s: `%s`\n", name, s.Command)
+	} else {
+		fmt.Fprintf(b, "- %s\n", name)
+	}
+	if s.Note != "" {
+		fmt.Fprintf(b, "  - %s\n", s.Note)
+	}
+	for i, r := range s.Rounds {
+		var parts []string
+		for _, x := range r {
+			parts = append(parts, x.Name+" "+fmtNum(x.Value))
+		}
+		fmt.Fprintf(b, "  - round %d: %s\n", i+1, strings.Join(parts, ", "))
+	}
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
