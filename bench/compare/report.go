@@ -43,15 +43,24 @@ How the subjects are set up:
   airlock's filter is reached through the sandbox's veth, the peers over loopback.
 - Sandbox start: hyperfine -N, 2 warm-up runs. unshare makes the same namespaces as airlock's sandbox (mount,
   uts, ipc, net, pid, cgroup) and nothing else: no root filesystem, cgroup limits, network plumbing or policy.
+  ` + "`airlock run`" + ` in-process (--no-daemon, as root), through the daemon below (the front alone; the sandbox
+  from its pool), and rootless as an unprivileged user with no capabilities (alk-ci, scripts/ci-user.sh), beside
+  bubblewrap as root and as that user.
 - Memory: the daemon's (gateway in process) VmRSS. Tunnels: to the fake host's TCP echo port, held 10 s then
   echoed once each; airlock's are spread over 4 sandboxes of the daemon (the gateway caps one sandbox at 512
   tunnels), squid's come from one client on the host; the peak VmRSS of the daemon and of squid's one process,
-  sampled every 100 ms ("RSS before" is at the start of the round), and the daemon's peak open descriptors.
+  sampled every 100 ms ("RSS before" is at the start of the hold), and the daemon's peak open descriptors.
   Then 10,000 (quick: 1,000) tunnels at once over 20 more sandboxes, 500 each, held 12 s and echoed: airlock
   alone (every tunnel is two of the daemon's descriptors; where its limit cannot hold them all, the row says
   so and holds what it can).
-- Pooled create + exec: the daemon API as bench's BenchmarkSandboxLifecycle does it (create from a full warm
-  pool of 2, exec /bin/true, delete; the pool refilled untimed).
+- Daemon rows: ` + "`airlock serve`" + ` with a warm pool of 2 (growing to pool.max, 8, while creates outpace it), one
+  daemon at a time, a session of each build in turn (the rounds of these rows are the sessions). Pooled
+  create + exec is the daemon API as bench's BenchmarkSandboxLifecycle does it (create from a full pool, exec
+  /bin/true, delete; the pool refilled untimed). The sustained loop is create, exec /bin/true, delete back to
+  back from 1 and from 8 clients at once, the pool never waited for (BenchmarkSandboxLoop's loop).
+- Content inspection: the keep-alive load at 16 connections with inspection on (the default) and off
+  (inspect.enable false), and 4 MiB text/plain uploads (ordinary code and prose, nothing to find; a body is
+  scanned up to inspect.max_body_bytes, 8 MiB) through the gateway with it on and off, against direct.
 `
 
 // machine is what the numbers were measured on.
