@@ -366,7 +366,7 @@ func (e *env) startMeasure(z sizes) measure {
 	un := hf("unshare", "unshare --mount --uts --ipc --net --pid --cgroup --fork /bin/true")
 	un.Peer = true
 	air := e.twin(func(bin string) subject {
-		s := hf("airlock", shellJoin([]string{bin, "run", "-q", "--no-daemon", "--config", e.config, "--", "/bin/true"}))
+		s := hf("airlock run in-process (root)", shellJoin([]string{bin, "run", "-q", "--no-daemon", "--config", e.config, "--", "/bin/true"}))
 		s.Goals = []goal{atMost("median ms", 3, "bubblewrap")}
 		return s
 	}, "--no-daemon")
@@ -379,7 +379,7 @@ func (e *env) startMeasure(z sizes) measure {
 			d := e.rootless[bin]
 			argv := append(e.user.asUser(d.run), d.bin, "--socket", d.sock, "run", "-q", "--rootless", "--workspace", "none",
 				"--audit", filepath.Join(d.audit, "audit.jsonl"), "--", "/bin/true")
-			s := hf("airlock rootless ("+e.user.name+")", shellJoin(argv))
+			s := hf("airlock run rootless ("+e.user.name+")", shellJoin(argv))
 			s.Goals = []goal{atMost("median ms", 3, uname)}
 			return s
 		}, "--rootless")
@@ -387,7 +387,7 @@ func (e *env) startMeasure(z sizes) measure {
 		bwu.Peer = true
 		subjects = append(subjects, rl, bwu)
 	} else {
-		subjects = append(subjects, subject{Name: "airlock rootless", Note: "not measured: no -rootless-user (make bench-compare passes alk-ci)"})
+		subjects = append(subjects, subject{Name: "airlock run rootless", Note: "not measured: no -rootless-user (make bench-compare passes alk-ci)"})
 	}
 	return measure{Name: startName, Primary: "median ms", Higher: false, Subjects: subjects}
 }
