@@ -18,6 +18,11 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
+if [ -n "${BENCH_BEFORE:-}" ]; then
+	rev=$(git rev-parse --verify --quiet "${BENCH_BEFORE}^{commit}") ||
+		{ echo "bench-compare: BENCH_BEFORE=$BENCH_BEFORE is not a commit of this repository" >&2; exit 1; }
+fi
+
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 # squid-openssl is Debian's squid built with OpenSSL: plain forward proxy and ssl-bump.
@@ -68,8 +73,6 @@ CGO_ENABLED=0 $go build -trimpath -o bin/bench-compare ./bench/compare
 
 args=(-airlock "$PWD/bin/airlock" -loadclient "$PWD/bin/loadclient")
 if [ -n "${BENCH_BEFORE:-}" ]; then
-	rev=$(git rev-parse --verify --quiet "${BENCH_BEFORE}^{commit}") ||
-		{ echo "bench-compare: BENCH_BEFORE=$BENCH_BEFORE is not a commit of this repository" >&2; exit 1; }
 	short=$(git rev-parse --short "$rev")
 	before=$(mktemp -d /tmp/alk-bench-before-XXXXXX)
 	trap 'rm -rf "$before"' EXIT
