@@ -300,3 +300,30 @@ func TestTableWidths(t *testing.T) {
 		})
 	}
 }
+
+func TestBesideStart(t *testing.T) {
+	names := func(ms []measure) string {
+		var n []string
+		for _, m := range ms {
+			n = append(n, m.Name)
+		}
+		return strings.Join(n, ";")
+	}
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{name: "moved", in: "http;" + startName + ";tunnels;" + daemonStartName + ";rss", want: "http;" + startName + ";" + daemonStartName + ";tunnels;rss"},
+		{name: "no start row", in: "http;tunnels;" + daemonStartName, want: "http;tunnels;" + daemonStartName},
+		{name: "already beside", in: startName + ";" + daemonStartName, want: startName + ";" + daemonStartName},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ms []measure
+			for _, n := range strings.Split(tc.in, ";") {
+				ms = append(ms, measure{Name: n})
+			}
+			if got := names(besideStart(ms)); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

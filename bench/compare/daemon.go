@@ -219,7 +219,7 @@ func (e *env) daemonMeasures(z sizes, bin string) ([]measure, error) {
 		return nil, err
 	}
 	return []measure{
-		{Name: "sandbox start through a daemon", Primary: "median ms", Subjects: []subject{viaDaemon}},
+		{Name: daemonStartName, Primary: "median ms", Subjects: []subject{viaDaemon}},
 		tunnels, many,
 		{Name: "pooled create + exec (daemon API)", Primary: "create+exec p50 ms", Subjects: []subject{pooled}},
 		loop,
@@ -278,6 +278,9 @@ func sustainedLoop(ctx context.Context, c *client.Client, clients, n int) ([]met
 	return []metric{{"p50 ms", pct(lat, 0.5)}, {"p90 ms", pct(lat, 0.9)}, {"p99 ms", pct(lat, 0.99)},
 		{"sandboxes/s", float64(len(lat)) / took.Seconds()}}, nil
 }
+
+// daemonStartName is the measure of `airlock run` through the daemon.
+const daemonStartName = "sandbox start through a daemon"
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
