@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -325,5 +328,87 @@ func TestBesideStart(t *testing.T) {
 				t.Errorf("got %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMeasureRoundsAlternates: after and before run beside each other in
+// every round, the before build first in every other round; a before build
+// that lacks the feature is n/a from its first try, and the table says so.
+func TestMeasureRoundsAlternates(t *testing.T) {
+	var order []string
+	fake := func(name string, v float64, err error) func() ([]metric, string, error) {
+		return func() ([]metric, string, error) {
+			order = append(order, name)
+			if err != nil {
+				return nil, "", err
+			}
+			return []metric{{"req/s", v}}, "", nil
+		}
+	}
+	ms := []measure{{Name: "HTTP", Primary: "req/s", Higher: true, Subjects: []subject{
+		{Name: "airlock", run: fake("after", 300, nil), Before: &subject{Name: "before", run: fake("before", 200, nil)}},
+		{Name: "airlock rootless", run: fake("rootless", 100, nil),
+			Before: &subject{Name: "before", run: lacking(fake("rootless before", 0, errors.New("exit status 2: Error: unknown flag: --rootless")))}},
+	}}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := measureRounds(context.Background(), log, ms, 3); err != nil {
+		t.Fatal(err)
+	}
+	want := "after,before,rootless,rootless before," + // round 1
+		"rootless,before,after," + // round 2: starts with the next subject, before first
+		"after,before,rootless" // round 3
+	if got := strings.Join(order, ","); got != want {
+		t.Errorf("order: got %s, want %s", got, want)
+	}
+	rl := ms[0].subject("airlock rootless")
+	if len(rl.Before.Rounds) != 0 || !strings.HasPrefix(rl.Before.Note, "n/a: ") || !strings.Contains(rl.Before.Note, "--rootless") {
+		t.Errorf("before build without the feature: got %d rounds, note %q, want none and n/a naming --rootless", len(rl.Before.Rounds), rl.Before.Note)
+	}
+	if a := ms[0].subject("airlock"); len(a.Rounds) != 3 || len(a.Before.Rounds) != 3 {
+		t.Errorf("got %d after and %d before rounds, want 3 each", len(a.Rounds), len(a.Before.Rounds))
+	}
+	table := renderTable(ms)
+	for _, row := range []string{"| HTTP | airlock | **300.0** req/s |  | 200.0 | 1.50x |", "| HTTP | airlock rootless | **100.0** req/s |  | n/a | |"} {
+		if !strings.Contains(table, row) {
+			t.Errorf("got table\n%s\nwant a row starting %q", table, row)
+		}
+	}
+	// Any other failure of the before build fails the run.
+	ms[0].Subjects[0].Before.run = lacking(fake("broken", 0, errors.New("exit status 1: sandbox: permission denied")))
+	if err := measureRounds(context.Background(), log, ms, 1); err == nil || !strings.Contains(err.Error(), "airlock (before)") {
+		t.Errorf("a broken before build: got %v, want an error naming airlock (before)", err)
+	}
+}
+
+// TestTwinBeforeLacksFlag: a before build whose `airlock run --help` lacks a
+// flag the row needs gets n/a without being run; one that has it is run.
+func TestTwinBeforeLacksFlag(t *testing.T) {
+	dir := t.TempDir()
+	before := filepath.Join(dir, "airlock")
+	if err := os.WriteFile(before, []byte("#!/bin/sh\necho 'Flags:\n      --no-daemon   run in-process'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{ctx: context.Background(), bin: "/after/airlock", before: before}
+	mk := func(bin string) subject {
+		return subject{Name: "airlock", Command: bin + " run", Goals: []goal{under("x", 1)},
+			run: func() ([]metric, string, error) { return []metric{{"x", 1}}, "", nil }}
+	}
+	for _, tc := range []struct {
+		flag   string
+		wantNA bool
+	}{{"--rootless", true}, {"--no-daemon", false}} {
+		s := e.twin(mk, tc.flag)
+		if s.Command != "/after/airlock run" || s.Before == nil || s.Before.Command != before+" run" {
+			t.Fatalf("%s: got %q and before %+v, want each build's command", tc.flag, s.Command, s.Before)
+		}
+		if na := s.Before.run == nil && strings.Contains(s.Before.Note, "n/a") && strings.Contains(s.Before.Note, tc.flag); na != tc.wantNA {
+			t.Errorf("%s: got n/a %v (note %q), want %v", tc.flag, na, s.Before.Note, tc.wantNA)
+		}
+		if s.Before.Goals != nil || s.Before.Name != "before" {
+			t.Errorf("%s: the before twin carries goals %v, name %q; want none, before", tc.flag, s.Before.Goals, s.Before.Name)
+		}
+	}
+	if s := (&env{bin: "/after/airlock"}).twin(mk); s.Before != nil {
+		t.Errorf("no before build: got a twin %+v", s.Before)
 	}
 }

@@ -137,6 +137,32 @@ func run(log *slog.Logger, o options) error {
 		rounded = append(rounded, e.startMeasure(z))
 	}
 	rounds := z.rounds
+	if err := measureRounds(ctx, log, rounded, rounds); err != nil {
+		return err
+	}
+	all := rounded
+	if want("daemon") {
+		ms, err := e.daemonRounds(log, z)
+		if err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
+		all = besideStart(append(all, ms...))
+	}
+	mach.LoadEnd = loadavg()
+	mach.Took = time.Since(started).Round(time.Second).String()
+	mach.Rounds, mach.Quick = rounds, quick
+	if only != "" {
+		fmt.Println(renderTable(all))
+		return nil
+	}
+	return writeReport(doc, raw, mach, all)
+}
+
+// measureRounds runs every subject of ms once a round: each round starts
+// with a different subject, and a subject's before build runs right beside
+// it, first in every other round. A before build that lacks the feature
+// (errLacks) is n/a from then on; any other failure fails the run.
+func measureRounds(ctx context.Context, log *slog.Logger, rounded []measure, rounds int) error {
 	for r := range rounds {
 		for i := range rounded {
 			m := &rounded[i]
@@ -178,23 +204,7 @@ func run(log *slog.Logger, o options) error {
 			}
 		}
 	}
-	all := rounded
-	if want("daemon") {
-		ms, err := e.daemonRounds(log, z)
-		if err != nil {
-			return fmt.Errorf("daemon: %w", err)
-		}
-		all = besideStart(append(all, ms...))
-		log.Info("measured", "daemon", ms)
-	}
-	mach.LoadEnd = loadavg()
-	mach.Took = time.Since(started).Round(time.Second).String()
-	mach.Rounds, mach.Quick = rounds, quick
-	if only != "" {
-		fmt.Println(renderTable(all))
-		return nil
-	}
-	return writeReport(doc, raw, mach, all)
+	return nil
 }
 
 // besideStart moves the daemon's start row (measured with the daemon, last)
