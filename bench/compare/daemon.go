@@ -107,10 +107,9 @@ func (e *env) daemonMeasures(z sizes, bin string) ([]measure, error) {
 	if bin == e.before {
 		name = "serve-before"
 	}
+	// A build's sessions share its directory: its run directory is what a
+	// daemon recovers from should the one before it not have cleaned up.
 	dir := filepath.Join(e.dir, name)
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
