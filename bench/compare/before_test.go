@@ -412,3 +412,29 @@ func TestTwinBeforeLacksFlag(t *testing.T) {
 		t.Errorf("no before build: got a twin %+v", s.Before)
 	}
 }
+
+// TestRenderRoundTrip: -render from the raw numbers writes the same section
+// (before rounds, n/a notes and goals survive the JSON).
+func TestRenderRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw.json")
+	m := withBefore(&subject{Name: "before", Rounds: [][]metric{{{"req/s", 200}}}})
+	m.subject("airlock").Goals = []goal{atLeast("req/s", 1.5, "squid"), {Metric: "req/s", Op: "<=", Factor: 2, Ref: "bubblewrap", RefMeasure: startName}}
+	m.Subjects = append(m.Subjects, subject{Name: "airlock rootless", Rounds: [][]metric{{{"req/s", 1}}}, Before: &subject{Name: "before", Note: "n/a: no --rootless"}})
+	mach := machine{Rounds: 3, Before: "082ed75", Versions: map[string]string{"airlock": "x"}}
+	first, again := filepath.Join(dir, "first.md"), filepath.Join(dir, "again.md")
+	if err := writeReport(first, raw, mach, []measure{m}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rerender(again, raw); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(first)
+	b, _ := os.ReadFile(again)
+	if string(a) != string(b) {
+		t.Errorf("-render wrote\n%s\nthe run wrote\n%s", b, a)
+	}
+	if !strings.Contains(string(b), "n/a: no --rootless") || !strings.Contains(string(b), "req/s ≤ 2x bubblewrap: bubblewrap not measured") {
+		t.Errorf("the re-rendered section lost the note or a goal:\n%s", b)
+	}
+}
