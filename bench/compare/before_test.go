@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // withBefore is sampleMeasure with the airlock row measured against a
@@ -436,5 +437,30 @@ func TestRenderRoundTrip(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "n/a: no --rootless") || !strings.Contains(string(b), "req/s ≤ 2x bubblewrap: bubblewrap not measured") {
 		t.Errorf("the re-rendered section lost the note or a goal:\n%s", b)
+	}
+}
+
+func TestDenials(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	lines := []string{
+		`{"seq":1,"ts":"2026-11-29T09:00:00Z","kind":"http","decision":"deny","port":7,"status":403,"reasons":[{"id":"tunnel_limit","msg":"x"}]}`,
+		`{"seq":2,"ts":"2026-11-29T10:00:00Z","kind":"http","decision":"deny","port":7,"status":403,"reasons":[{"id":"tunnel_limit","msg":"x"}]}`,
+		`{"seq":3,"ts":"2026-11-29T10:00:01Z","kind":"http","decision":"deny","port":7,"status":403,"reasons":[{"id":"tunnel_limit","msg":"x"}]}`,
+		`{"seq":4,"ts":"2026-11-29T10:00:02Z","kind":"http","decision":"error","port":7,"status":502}`,
+		`{"seq":5,"ts":"2026-11-29T10:00:03Z","kind":"http","decision":"deny","port":443,"status":403,"reasons":[{"id":"policy","msg":"x"}]}`,
+		`{"seq":6,"ts":"2026-11-29T10:00:04Z","kind":"http","decision":"allow","port":7}`,
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Date(2026, 11, 29, 9, 30, 0, 0, time.UTC)
+	if got, want := denials(file, 7, since), "deny tunnel_limit (403) ×2, error (502) ×1"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := denials(file, 8, since); got != "none" {
+		t.Errorf("another port: got %q, want none", got)
+	}
+	if got := denials(filepath.Join(t.TempDir(), "missing"), 7, since); !strings.HasPrefix(got, "unread: ") {
+		t.Errorf("a missing log: got %q, want unread", got)
 	}
 }

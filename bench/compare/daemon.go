@@ -2,11 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,7 +91,11 @@ func mergeRounds(into, ms []measure) []measure {
 	for i := range into {
 		for j := range into[i].Subjects {
 			if i < len(ms) && j < len(ms[i].Subjects) {
-				into[i].Subjects[j].Rounds = append(into[i].Subjects[j].Rounds, ms[i].Subjects[j].Rounds...)
+				s, next := &into[i].Subjects[j], ms[i].Subjects[j]
+				s.Rounds = append(s.Rounds, next.Rounds...)
+				if next.Note != "" {
+					s.Note = strings.TrimPrefix(s.Note+"; "+next.Note, "; ")
+				}
 			}
 		}
 	}
@@ -363,11 +370,13 @@ func (e *env) tunnelMeasure(ctx context.Context, z sizes, c *client.Client, daem
 		}}
 	// One hold through the daemon per session (the sessions are its
 	// rounds), then squid's (with this build's daemon only).
+	t0 := time.Now()
 	got, err := daemonHold(ctx, c, ids, air, daemonPID)
 	if err != nil {
 		return m, fmt.Errorf("tunnels: %w", err)
 	}
 	m.Subjects[0].Rounds = append(m.Subjects[0].Rounds, got)
+	m.Subjects[0].Note = e.whyFailed(got, t0)
 	if withSquid {
 		got, _, err := holdRun(ctx, sq, e.squidPID)
 		if err != nil {
@@ -410,6 +419,7 @@ func (e *env) manyTunnelsMeasure(ctx context.Context, z sizes, c *client.Client,
 		}
 		ids[i] = sb.ID
 	}
+	t0 := time.Now()
 	got, err := daemonHold(ctx, c, ids, argv, daemonPID)
 	if err != nil {
 		return measure{}, fmt.Errorf("%d tunnels: %w", z.manyTunnels, err)
@@ -417,7 +427,64 @@ func (e *env) manyTunnelsMeasure(ctx context.Context, z sizes, c *client.Client,
 	return measure{Name: name, Primary: "answered",
 		Higher: true,
 		Subjects: []subject{{Name: "airlock serve", Rounds: [][]metric{got}, Goals: []goal{over("answered", float64(n)), equal("errors", 0)},
+			Note:    e.whyFailed(got, t0),
 			Command: fmt.Sprintf("in each of %d sandboxes of the daemon above, at once: %s", z.manySandboxes, shellJoin(argv))}}}, nil
+}
+
+// whyFailed says, when a hold counted errors, which refusals the audit log
+// recorded for the echo port since t0 ("" when there were no errors).
+func (e *env) whyFailed(got []metric, t0 time.Time) string {
+	for _, m := range got {
+		if m.Name == "errors" && m.Value > 0 {
+			return fmt.Sprintf("%.0f errors; the audit log's refusals of port 7 since the hold began: %s", m.Value,
+				denials(filepath.Join(e.dir, "state", "audit", "audit.jsonl"), 7, t0))
+		}
+	}
+	return ""
+}
+
+// denials counts the deny and error records for port in the audit file at
+// or after since, by their first reason ("none" when there are none).
+func denials(file string, port int, since time.Time) string {
+	f, err := os.Open(file)
+	if err != nil {
+		return "unread: " + err.Error()
+	}
+	defer f.Close()
+	count := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.Contains(line, []byte(`"decision":"deny"`)) && !bytes.Contains(line, []byte(`"decision":"error"`)) {
+			continue
+		}
+		var r struct {
+			TS       time.Time `json:"ts"`
+			Decision string    `json:"decision"`
+			Port     int       `json:"port"`
+			Status   int       `json:"status"`
+			Reasons  []struct {
+				ID string `json:"id"`
+			} `json:"reasons"`
+		}
+		if json.Unmarshal(line, &r) != nil || r.Port != port || r.TS.Before(since) {
+			continue
+		}
+		why := r.Decision
+		if len(r.Reasons) > 0 {
+			why += " " + r.Reasons[0].ID
+		}
+		count[fmt.Sprintf("%s (%d)", why, r.Status)]++
+	}
+	if len(count) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(count)) {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, count[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // daemonHold execs argv (a loadclient -hold) in every sandbox of ids at once
