@@ -87,6 +87,9 @@ func run(log *slog.Logger, o options) error {
 	started := time.Now()
 	mach := describeMachine(bin)
 	if o.before != "" {
+		if _, err := os.Stat(o.before); err != nil {
+			return fmt.Errorf("-before: %w", err)
+		}
 		mach.Before = o.beforeRev
 		mach.Versions["airlock before"] = o.beforeRev + ": " + firstLine(o.before, "version")
 	}
