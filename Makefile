@@ -81,7 +81,7 @@ bench: deps ## Run the benchmarks (ratios against direct connections in the same
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: bench-compare
-bench-compare: ## airlock vs direct, squid, dnsmasq, unbound, bubblewrap (root, <15 min; BENCH_QUICK=1: ~2 min) into docs/BENCHMARKS.md
+bench-compare: ## airlock vs direct, squid, dnsmasq, unbound, bubblewrap, unshare (root) into docs/BENCHMARKS.md; BENCH_QUICK=1: a smoke run under bin/; BENCH_BEFORE=<git rev>: that revision built too, a "before" column, alternated
 	@./scripts/bench-compare.sh
 
 .PHONY: fuzz

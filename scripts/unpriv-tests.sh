@@ -20,28 +20,12 @@ die() {
 [ "$(id -u)" = 0 ] || die "must start as root: it creates the unprivileged user $user and switches to it (sudo make test-unpriv)"
 command -v setpriv >/dev/null || die "setpriv is missing (apt-get install util-linux)"
 
-# A system user: no subordinate id ranges of its own, so the rootless e2e tests
-# choose them (withSubIDs) and run both ways.
-if ! id -u "$user" >/dev/null 2>&1; then
-	if ! out=$(useradd --system --create-home --home-dir "/var/lib/$user" --shell /usr/sbin/nologin --user-group \
-		--comment "airlock CI unprivileged test user" "$user" 2>&1); then
-		die "CANNOT CREATE the unprivileged user $user: $out
-The attack tests must run as a user without root. Create it (useradd --user-group $user)
-or name an existing unprivileged user in AIRLOCK_CI_USER."
-	fi
-	echo "test-unpriv: created the unprivileged user $user (uid $(id -u "$user"))"
-fi
+# shellcheck source=scripts/ci-user.sh
+. scripts/ci-user.sh
+out=$(ensure_ci_user "$user" 2>&1) || die "$out (the attack tests must run as a user with no way to root)"
+[ -z "$out" ] || echo "test-unpriv: $out"
 uid=$(id -u "$user")
 gid=$(id -g "$user")
-[ "$uid" != 0 ] && [ "$gid" != 0 ] || die "$user is uid $uid gid $gid: it must not be root"
-for g in $(id -Gn "$user"); do
-	case "$g" in
-	root | sudo | wheel | admin | adm | disk | docker | lxd) die "$user is in group $g: the attack tests must run with no way to root (gpasswd -d $user $g)" ;;
-	esac
-done
-if command -v sudo >/dev/null && sudo -n -l -U "$user" 2>/dev/null | grep -q "may run the following"; then
-	die "$user has sudo rights: the attack tests must run with no way to root"
-fi
 
 dir=$(mktemp -d /tmp/alk-unpriv-XXXXXX)
 trap 'rm -rf "$dir"' EXIT

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"os"
@@ -51,6 +52,16 @@ type env struct {
 	closeOnce sync.Once
 	perfDir   string // set: every airlock run is recorded by perf here
 	perfN     int
+	hfN       int // hyperfine result files made
+	// noInspect is config with content inspection off (inspect.enable).
+	noInspect string
+	// before is airlock built from the before revision ("" for none).
+	before     string
+	beforeHelp string // its `run --help`, read once
+	// user runs the rootless rows (nil: none); rootless holds each build's
+	// copy, made by rootlessDirs.
+	user     *ciUser
+	rootless map[string]rootlessDir
 }
 
 // close stops the peers and daemons (waiting for each), removes the fake
@@ -75,7 +86,7 @@ func newEnv(ctx context.Context, bin, client string) (*env, error) {
 		return &env{ctx: ctx}, err
 	}
 	e := &env{ctx: ctx, dir: dir, bin: bin, client: filepath.Join(dir, "loadclient"), caFile: filepath.Join(dir, "fakenet-ca.pem"),
-		config: filepath.Join(dir, "airlock.yaml")}
+		config: filepath.Join(dir, "airlock.yaml"), noInspect: filepath.Join(dir, "airlock-no-inspect.yaml")}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return e, err
 	}
@@ -99,9 +110,16 @@ func newEnv(ctx context.Context, bin, client string) (*env, error) {
 	return e, e.writeAirlockConfig()
 }
 
-// origin serves /small (3 bytes) and /blob?size=N (N bytes of
-// application/octet-stream, at most 1 GiB).
+// origin serves /small (3 bytes), /blob?size=N (N bytes of
+// application/octet-stream, at most 1 GiB) and /sink (reads the request
+// body, answers 3 bytes).
 func origin(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/sink" {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			http.Error(w, "body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
 	if r.URL.Path != "/blob" {
 		w.Header().Set("Content-Length", strconv.Itoa(len(smallBody)))
 		_, _ = w.Write([]byte(smallBody))
@@ -145,7 +163,10 @@ ca: {cert: %q, key: %q}
 limits: {memory: 1G, cpus: 2, pids: 512, timeout: 5m, new_flows: 100000, new_flow_burst: 100000}
 `, benchHost, benchHost+":7", e.net.DNSAddr.String(), e.net.Subnet.String(), e.caFile, filepath.Join(state, "audit", "audit.jsonl"),
 		filepath.Join(state, "ca", "ca.pem"), filepath.Join(state, "ca", "ca.key"))
-	return os.WriteFile(e.config, []byte(cfg), 0o600)
+	if err := os.WriteFile(e.config, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(e.noInspect, []byte(cfg+"inspect: {enable: false}\n"), 0o600)
 }
 
 // startSquid runs squid -N with two loopback ports: a plain forward proxy and

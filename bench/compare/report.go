@@ -43,15 +43,24 @@ How the subjects are set up:
   airlock's filter is reached through the sandbox's veth, the peers over loopback.
 - Sandbox start: hyperfine -N, 2 warm-up runs. unshare makes the same namespaces as airlock's sandbox (mount,
   uts, ipc, net, pid, cgroup) and nothing else: no root filesystem, cgroup limits, network plumbing or policy.
+  ` + "`airlock run`" + ` in-process (--no-daemon, as root), through the daemon below (the front alone; the sandbox
+  from its pool), and rootless as an unprivileged user with no capabilities (alk-ci, scripts/ci-user.sh), beside
+  bubblewrap as root and as that user.
 - Memory: the daemon's (gateway in process) VmRSS. Tunnels: to the fake host's TCP echo port, held 10 s then
   echoed once each; airlock's are spread over 4 sandboxes of the daemon (the gateway caps one sandbox at 512
   tunnels), squid's come from one client on the host; the peak VmRSS of the daemon and of squid's one process,
-  sampled every 100 ms ("RSS before" is at the start of the round), and the daemon's peak open descriptors.
+  sampled every 100 ms ("RSS before" is at the start of the hold), and the daemon's peak open descriptors.
   Then 10,000 (quick: 1,000) tunnels at once over 20 more sandboxes, 500 each, held 12 s and echoed: airlock
   alone (every tunnel is two of the daemon's descriptors; where its limit cannot hold them all, the row says
   so and holds what it can).
-- Pooled create + exec: the daemon API as bench's BenchmarkSandboxLifecycle does it (create from a full warm
-  pool of 2, exec /bin/true, delete; the pool refilled untimed).
+- Daemon rows: ` + "`airlock serve`" + ` with a warm pool of 2 (growing to pool.max, 8, while creates outpace it), one
+  daemon at a time, a session of each build in turn (the rounds of these rows are the sessions). Pooled
+  create + exec is the daemon API as bench's BenchmarkSandboxLifecycle does it (create from a full pool, exec
+  /bin/true, delete; the pool refilled untimed). The sustained loop is create, exec /bin/true, delete back to
+  back from 1 and from 8 clients at once, the pool never waited for (BenchmarkSandboxLoop's loop).
+- Content inspection: the keep-alive load at 16 connections with inspection on (the default) and off
+  (inspect.enable false), and 4 MiB text/plain uploads (ordinary code and prose, nothing to find; a body is
+  scanned up to inspect.max_body_bytes, 8 MiB) through the gateway with it on and off, against direct.
 `
 
 // machine is what the numbers were measured on.
@@ -66,6 +75,8 @@ type machine struct {
 	Took      string            `json:"took"`
 	Rounds    int               `json:"rounds"`
 	Quick     bool              `json:"quick"`
+	// Before is the revision of the before build (BENCH_BEFORE), "" for none.
+	Before string `json:"before,omitempty"`
 }
 
 func loadavg() string {
@@ -130,11 +141,36 @@ func fmtNum(v float64) string {
 	}
 }
 
+// cell is text fit for a table cell: a pipe escaped, a line break a space.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+// hasBefore says whether a subject of ms was measured against a before build.
+func hasBefore(ms []measure) bool {
+	for _, m := range ms {
+		for _, s := range m.Subjects {
+			if s.Before != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // renderTable: one row per measure and subject, medians of the rounds, the
-// primary metric's ratio to direct and (for airlock) to the best peer.
+// primary metric's ratio to direct and (for airlock) to the best peer, the
+// subject's targets and whether they are met. When the run had a before
+// build, two more columns: its median and the ratio after/before ("n/a"
+// where that build lacks the row's feature).
 func renderTable(ms []measure) string {
 	var b strings.Builder
-	b.WriteString("| measure | subject | median | other medians | vs direct | vs best peer | target |\n|---|---|---|---|---|---|---|\n")
+	before := hasBefore(ms)
+	if before {
+		b.WriteString("| measure | subject | median | other medians | before | vs before | vs direct | vs best peer | target | status |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	} else {
+		b.WriteString("| measure | subject | median | other medians | vs direct | vs best peer | target | status |\n|---|---|---|---|---|---|---|---|\n")
+	}
 	for i := range ms {
 		m := &ms[i]
 		var direct *subject
@@ -144,11 +180,38 @@ func renderTable(ms []measure) string {
 			}
 		}
 		best := m.bestPeer()
+		mname := cell(m.Name)
 		for j := range m.Subjects {
 			s := &m.Subjects[j]
+			sname := cell(s.Name)
+			isAirlock := s.Name == "airlock" || strings.HasPrefix(s.Name, "airlock ")
+			target, status := targetCells(ms, m, s)
+			if target == "" && isAirlock {
+				target = m.Target
+			}
+			target = cell(target)
 			v, ok := s.median(m.Primary)
+			var beforeCells string
+			if before {
+				beforeCells = " | |"
+				if s.Before != nil {
+					bv, bok := s.Before.median(m.Primary)
+					switch {
+					case !bok:
+						beforeCells = " n/a | |"
+					case ok && bv != 0:
+						beforeCells = fmt.Sprintf(" %s | %.2fx |", fmtNum(bv), v/bv)
+					default:
+						beforeCells = fmt.Sprintf(" %s | |", fmtNum(bv))
+					}
+				}
+			}
 			if !ok {
-				fmt.Fprintf(&b, "| %s | %s | — | %s | | | |\n", m.Name, s.Name, s.Note)
+				note := s.Note
+				if note == "" {
+					note = "not measured"
+				}
+				fmt.Fprintf(&b, "| %s | %s | — | %s |%s | | %s | %s |\n", mname, sname, cell(note), beforeCells, target, status)
 				continue
 			}
 			var others []string
@@ -167,16 +230,15 @@ func renderTable(ms []measure) string {
 				}
 				return fmt.Sprintf("%.2fx", v/r)
 			}
-			vsBest, target := "", ""
-			if s.Name == "airlock" || strings.HasPrefix(s.Name, "airlock ") {
+			vsBest := ""
+			if isAirlock {
 				vsBest = ratio(best)
 				if best != nil && vsBest != "" {
 					vsBest += " (" + best.Name + ")"
 				}
-				target = m.Target
 			}
-			fmt.Fprintf(&b, "| %s | %s | **%s** %s | %s | %s | %s | %s |\n", m.Name, s.Name, fmtNum(v), m.Primary,
-				strings.Join(others, ", "), ratio(direct), vsBest, target)
+			fmt.Fprintf(&b, "| %s | %s | **%s** %s | %s |%s %s | %s | %s | %s |\n", mname, sname, fmtNum(v), cell(m.Primary),
+				cell(strings.Join(others, ", ")), beforeCells, ratio(direct), cell(vsBest), target, status)
 		}
 	}
 	return b.String()
@@ -196,8 +258,14 @@ func renderSection(mach machine, ms []measure, rawPath string) string {
 		"Medians of the rounds; ratios are of the first column's metric (for latencies and memory lower is better). "+
 		"airlock is measured as a user sees it: the real binary with its policy and audit, the client inside `airlock run`; "+
 		"the other clients run on the host. The origin is in a fake-internet namespace behind a veth "+
-		"(`test/fakenet`). Targets are in the last column, reported, not asserted.\n\n",
+		"(`test/fakenet`). Targets are in the last two columns, reported, not asserted: each with what was measured "+
+		"against it, and **met** only when all of a row's are.\n\n",
 		mach.Date, mode, mach.Took, mach.CPUs, mach.CPU, mach.Kernel, mach.LoadStart, mach.LoadEnd)
+	if mach.Before != "" {
+		fmt.Fprintf(&b, "\"before\" is airlock built from `%s`, measured in the same rounds as this build, the two alternating "+
+			"(daemon rows: a daemon of each build in turn); \"vs before\" is this build's median over the before build's, "+
+			"of the first column's metric. n/a: the before build lacks the row's feature.\n\n", mach.Before)
+	}
 	b.WriteString(renderTable(ms))
 	b.WriteString(setupNotes)
 	b.WriteString("\nVersions: ")
@@ -210,13 +278,9 @@ func renderSection(mach machine, ms []measure, rawPath string) string {
 	for _, m := range ms {
 		fmt.Fprintf(&b, "**%s**\n\n", m.Name)
 		for _, s := range m.Subjects {
-			fmt.Fprintf(&b, "- %s: `%s`\n", s.Name, s.Command)
-			for i, r := range s.Rounds {
-				var parts []string
-				for _, x := range r {
-					parts = append(parts, x.Name+" "+fmtNum(x.Value))
-				}
-				fmt.Fprintf(&b, "  - round %d: %s\n", i+1, strings.Join(parts, ", "))
+			writeRounds(&b, s.Name, &s)
+			if s.Before != nil {
+				writeRounds(&b, s.Name+", before", s.Before)
 			}
 		}
 		b.WriteString("\n")
@@ -224,6 +288,25 @@ func renderSection(mach machine, ms []measure, rawPath string) string {
 	fmt.Fprintf(&b, "</details>\n\nThe same numbers as JSON: `%s`.\n", rawPath)
 	b.WriteString(endMark + "\n")
 	return b.String()
+}
+
+// writeRounds lists a subject's command and every round's numbers.
+func writeRounds(b *strings.Builder, name string, s *subject) {
+	if s.Command != "" {
+		fmt.Fprintf(b, "- %s: `%s`\n", name, s.Command)
+	} else {
+		fmt.Fprintf(b, "- %s\n", name)
+	}
+	if s.Note != "" {
+		fmt.Fprintf(b, "  - %s\n", s.Note)
+	}
+	for i, r := range s.Rounds {
+		var parts []string
+		for _, x := range r {
+			parts = append(parts, x.Name+" "+fmtNum(x.Value))
+		}
+		fmt.Fprintf(b, "  - round %d: %s\n", i+1, strings.Join(parts, ", "))
+	}
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

@@ -17,7 +17,8 @@ type measure struct {
 	// Primary names the metric ratios are taken on; Higher says bigger is better.
 	Primary string `json:"primary"`
 	Higher  bool   `json:"higher_is_better"`
-	// Target is the measure's target, as text (reported, never asserted).
+	// Target is free text shown beside airlock rows without goals (older
+	// raw files); the targets are the subjects' Goals.
 	Target   string    `json:"target,omitempty"`
 	Subjects []subject `json:"subjects"`
 }
@@ -31,7 +32,13 @@ type subject struct {
 	Command string     `json:"command"`
 	Rounds  [][]metric `json:"rounds"`
 	Note    string     `json:"note,omitempty"`
-	run     func() ([]metric, string, error)
+	// Goals are the subject's targets (reported, never asserted).
+	Goals []goal `json:"goals,omitempty"`
+	// Before is the same command with the before build (BENCH_BEFORE),
+	// measured in the same rounds, alternating with this one; its Note says
+	// "n/a: ..." when that build lacks the feature.
+	Before *subject `json:"before,omitempty"`
+	run    func() ([]metric, string, error)
 }
 
 // median of name over the rounds; ok is false when no round has it.

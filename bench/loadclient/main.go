@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -36,13 +37,14 @@ func main() {
 	connect := flag.String("connect", "", "dial this IP:PORT instead of the URL's host (direct runs)")
 	caFile := flag.String("ca", "", "PEM file of roots to trust; empty means the system roots")
 	tunnel := flag.Bool("tunnel", false, "reach -proxy with CONNECT for http:// URLs too (a tunnel, not a forwarded request)")
+	upload := flag.Int("upload", 0, "POST a text/plain body of this many bytes (at most 64 MiB) with each request; bytes then counts what was sent")
 	hold := flag.Int("hold", 0, "instead of a load: open this many connections (CONNECT tunnels with -proxy), hold them -max/2, then send one request on each (at most 5,000)")
 	flag.Parse()
 	var err error
 	if *hold > 0 {
 		err = holdConns(*target, *hold, *maxDur, *proxy, *connect)
 	} else {
-		err = run(*target, *n, *c, *maxDur, *proxy, *connect, *caFile, *tunnel)
+		err = run(*target, *n, *c, *maxDur, *proxy, *connect, *caFile, *tunnel, *upload)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadclient:", err)
@@ -50,10 +52,12 @@ func main() {
 	}
 }
 
-func run(target string, n, c int, maxDur time.Duration, proxy, connect, caFile string, tunnel bool) error {
+func run(target string, n, c int, maxDur time.Duration, proxy, connect, caFile string, tunnel bool, upload int) error {
 	switch {
 	case target == "":
 		return errors.New("-url is required")
+	case upload < 0 || upload > 64<<20:
+		return fmt.Errorf("-upload %d: want 0..%d", upload, 64<<20)
 	case n < 1 || n > 1_000_000:
 		return fmt.Errorf("-n %d: want 1..1000000", n)
 	case c < 1 || c > 64:
@@ -102,6 +106,7 @@ func run(target string, n, c int, maxDur time.Duration, proxy, connect, caFile s
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	buf := make([][]byte, c)
+	body := textBody(upload)
 	start := time.Now()
 	for i := 0; i < c; i++ {
 		buf[i] = make([]byte, 256<<10)
@@ -109,7 +114,7 @@ func run(target string, n, c int, maxDur time.Duration, proxy, connect, caFile s
 		go func(b []byte) {
 			defer wg.Done()
 			for next.Add(1) <= int64(n) && ctx.Err() == nil {
-				got, err := get(ctx, client, target, b)
+				got, err := get(ctx, client, target, b, body)
 				mu.Lock()
 				res.Bytes += got
 				if err != nil {
@@ -129,10 +134,19 @@ func run(target string, n, c int, maxDur time.Duration, proxy, connect, caFile s
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
-func get(ctx context.Context, client *http.Client, target string, buf []byte) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+// get GETs target, or POSTs body when there is one; it returns the bytes
+// received, or for a POST the bytes sent once the answer is 200.
+func get(ctx context.Context, client *http.Client, target string, buf, body []byte) (int64, error) {
+	method, rd := http.MethodGet, io.Reader(nil)
+	if body != nil {
+		method, rd = http.MethodPost, bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -146,5 +160,18 @@ func get(ctx context.Context, client *http.Client, target string, buf []byte) (i
 	if resp.StatusCode != http.StatusOK {
 		return got, fmt.Errorf("status %d", resp.StatusCode)
 	}
+	if body != nil {
+		return int64(len(body)), nil
+	}
 	return got, nil
+}
+
+// textBody is n bytes of ordinary prose and code, the kind of upload a
+// content scanner reads in full and finds nothing in (nil for 0).
+func textBody(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	line := []byte("func handle(w http.ResponseWriter, r *http.Request) { // the quick brown fox jumps over the lazy dog 0123456789\n")
+	return bytes.Repeat(line, n/len(line)+1)[:n]
 }
