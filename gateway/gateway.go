@@ -34,6 +34,9 @@ var _ Resolver = (*net.Resolver)(nil)
 
 // Gateway serves the explicit and transparent listeners of every sandbox.
 type Gateway struct {
+	// splicedBodies counts response bodies sent by splice (splice.go).
+	splicedBodies atomic.Int64
+
 	cfg       Config
 	dec       policy.Decider
 	log       audit.Logger

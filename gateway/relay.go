@@ -160,7 +160,13 @@ func (s *httpSession) writeResponse(resp *http.Response, u *upstreamConn) error 
 	}
 	if writeResponseHead(r.b.bw, resp) {
 		if n := resp.ContentLength; n > 0 {
-			if _, err := io.CopyN(r, resp.Body, n); err != nil {
+			var body io.Reader = resp.Body
+			// A long body goes by splice here too (ReadFrom): the head
+			// waits in the relay and is flushed first.
+			if r.sp = s.spliceFor(resp, u); r.sp != nil {
+				body = relayBody{ReadCloser: resp.Body, r: r}
+			}
+			if _, err := io.CopyN(r, body, n); err != nil {
 				return err
 			}
 		}

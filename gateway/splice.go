@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,7 +33,8 @@ type bodySplice struct {
 	clientN *countConn   // the session's connection when it counts bytes (connectHTTP)
 	count   *int64       // the record's bytes down
 	timeout time.Duration
-	done    bool // splicing began: the body's reader never saw those bytes
+	done    bool          // splicing began: the body's reader never saw those bytes
+	spliced *atomic.Int64 // the gateway's count of spliced bodies
 }
 
 // spliceFor returns a bodySplice for resp when its body may be spliced, nil
@@ -49,7 +51,7 @@ func (s *httpSession) spliceFor(resp *http.Response, u *upstreamConn) *bodySplic
 	if !ok {
 		return nil
 	}
-	sp := &bodySplice{u: u, up: up, count: cr.n, timeout: s.g.cfg.IdleTimeout}
+	sp := &bodySplice{u: u, up: up, count: cr.n, timeout: s.g.cfg.IdleTimeout, spliced: &s.g.splicedBodies}
 	switch c := s.conn.(type) {
 	case *net.TCPConn:
 		sp.client = c
@@ -87,6 +89,7 @@ func (sp *bodySplice) relay(r *bodyRelay, lr *io.LimitedReader) (int64, error) {
 	// From here the body's reader is out of step with its connection: it
 	// is never read or drained again (a failed splice drops the upstream).
 	sp.done = true
+	sp.spliced.Add(1)
 	for lr.N > 0 {
 		sp.client.SetWriteDeadline(time.Now().Add(sp.timeout))
 		n, err := sp.client.ReadFrom(&io.LimitedReader{R: sp.up, N: min(lr.N, spliceChunk)})

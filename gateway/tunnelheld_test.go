@@ -160,7 +160,8 @@ func TestConnectFirstBytesLate(t *testing.T) {
 // TestConnectHTTPSplicedBody: plaintext HTTP inside a CONNECT with sized
 // bodies large enough to be spliced: each byte arrives as sent, the
 // upstream connection is reused for the next request (the splice took the
-// body and not a byte more), and each request's record counts its body.
+// body and not a byte more), each request's record counts its body, and each
+// body went by splice.
 func TestConnectHTTPSplicedBody(t *testing.T) {
 	const size = 3<<20 + 7
 	body := make([]byte, size)
@@ -175,7 +176,7 @@ func TestConnectHTTPSplicedBody(t *testing.T) {
 	h := newHarness(t, tunnelPolicy(), names("pypi.org"), nil)
 	h.allowUpstreams(up)
 	c, br := connectRaw(t, h, "pypi.org", up.port)
-	before := up.conns.Load()
+	before, spliced := up.conns.Load(), h.g.splicedBodies.Load()
 	for i := range 3 {
 		c.SetDeadline(time.Now().Add(20 * time.Second))
 		fmt.Fprintf(c, "GET /big/%d HTTP/1.1\r\nHost: pypi.org:%d\r\n\r\n", i, up.port)
@@ -195,6 +196,9 @@ func TestConnectHTTPSplicedBody(t *testing.T) {
 	}
 	if got := up.conns.Load() - before; got != 1 {
 		t.Fatalf("upstream connections for 3 requests: got %d, want 1 (kept alive)", got)
+	}
+	if got := h.g.splicedBodies.Load() - spliced; got != 3 {
+		t.Fatalf("bodies spliced: got %d, want 3 (every sized body this long goes by splice)", got)
 	}
 }
 
