@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-dev/airlock/inspect"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/wsframe"
 )
 
 // Bounds and names of what a websocket's server sends.
@@ -106,7 +107,7 @@ func (d *wsDown) feed(b []byte) {
 			d.hdr = append(d.hdr, b[0])
 			b = b[1:]
 			if d.need == 0 {
-				d.need = wsHeaderLen(d.hdr)
+				d.need, _ = wsframe.HeaderLen(d.hdr)
 			}
 			if d.need > 0 && len(d.hdr) == d.need {
 				d.startFrame()
@@ -145,25 +146,6 @@ func (d *wsDown) frameLen() uint64 {
 	default:
 		return l
 	}
-}
-
-// wsHeaderLen is a frame header's length once its first two bytes are in
-// h, else 0.
-func wsHeaderLen(h []byte) int {
-	if len(h) < 2 {
-		return 0
-	}
-	n := 2
-	switch h[1] & 0x7f {
-	case 126:
-		n += 2
-	case 127:
-		n += 8
-	}
-	if h[1]&0x80 != 0 {
-		n += 4
-	}
-	return n
 }
 
 func (d *wsDown) startFrame() {

@@ -547,14 +547,7 @@ func keywordAtWordStart(expr string, keywords []string) bool {
 		if p == "" || !isWordByte(p[0]) {
 			return false
 		}
-		ok := false
-		for _, k := range keywords {
-			if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
+		if !hasKeywordPrefix(p, keywords) {
 			return false
 		}
 	}
@@ -575,18 +568,22 @@ func keywordAtStart(expr string, keywords []string) bool {
 		return false
 	}
 	for _, p := range prefixes {
-		ok := false
-		for _, k := range keywords {
-			if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
+		if !hasKeywordPrefix(p, keywords) {
 			return false
 		}
 	}
 	return true
+}
+
+// hasKeywordPrefix reports whether one of keywords is a prefix of p, in any
+// case.
+func hasKeywordPrefix(p string, keywords []string) bool {
+	for _, k := range keywords {
+		if k != "" && len(p) >= len(k) && strings.EqualFold(p[:len(k)], k) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxPrefixes bounds the literal prefixes literalPrefixes tracks.

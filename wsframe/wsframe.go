@@ -34,7 +34,7 @@ func (r *Reader) Feed(p []byte, header func(*Header) error, payload func(*Header
 		if r.left == 0 {
 			r.hdr = append(r.hdr, p[0])
 			p = p[1:]
-			need, ok := headerLen(r.hdr)
+			need, ok := HeaderLen(r.hdr)
 			if !ok || len(r.hdr) < need {
 				continue
 			}
@@ -65,9 +65,9 @@ func (r *Reader) Feed(p []byte, header func(*Header) error, payload func(*Header
 	return nil
 }
 
-// headerLen returns the length of the frame header in h once its first two
+// HeaderLen returns the length of the frame header in h once its first two
 // bytes are known.
-func headerLen(h []byte) (int, bool) {
+func HeaderLen(h []byte) (int, bool) {
 	if len(h) < 2 {
 		return 0, false
 	}
