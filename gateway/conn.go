@@ -158,11 +158,22 @@ func (r *connReader) Read(p []byte) (int, error) {
 type deadlineWriter struct {
 	c       net.Conn
 	timeout time.Duration
+	// batch, when c is an intercepted TLS connection: the records of each
+	// write leave in one write(2) (tlsio.go).
+	batch *recordBatch
 }
 
 func (w deadlineWriter) Write(p []byte) (int, error) {
 	w.c.SetWriteDeadline(time.Now().Add(w.timeout))
-	return w.c.Write(p)
+	if w.batch == nil {
+		return w.c.Write(p)
+	}
+	w.batch.begin()
+	n, err := w.c.Write(p)
+	if ferr := w.batch.end(); ferr != nil && err == nil {
+		return 0, ferr // the records did not all reach the client
+	}
+	return n, err
 }
 
 // prefixConn is a net.Conn whose first reads come from a bufio.Reader that

@@ -56,7 +56,7 @@ func (g *Gateway) newSession(cc *clientConn, conn net.Conn, br *bufio.Reader) *h
 		br = bufio.NewReaderSize(&s.rd, maxPeekBytes)
 	}
 	s.br = br
-	s.dw = deadlineWriter{c: conn, timeout: g.cfg.IdleTimeout}
+	s.dw = deadlineWriter{c: conn, timeout: g.cfg.IdleTimeout, batch: batchOf(conn)}
 	s.bw = bufio.NewWriterSize(s.dw, 4096)
 	return s
 }
@@ -344,8 +344,13 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey, offerH2 bool) (*upst
 		return nil, err
 	}
 	proto := ""
+	var ahead *readAhead
 	if key.tls {
-		tc := tls.Client(c, g.upstreamTLS(key.host, offerH2))
+		var under net.Conn = c
+		if ahead = newReadAhead(c, &g.tlsBufs); ahead != nil {
+			under = ahead // one read(2) brings every record the socket holds (tlsio.go)
+		}
+		tc := tls.Client(under, g.upstreamTLS(key.host, offerH2))
 		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.HandshakeTimeout)
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -362,6 +367,7 @@ func (g *Gateway) dialUpstream(rc *reqCtx, key upstreamKey, offerH2 bool) (*upst
 	}
 	u := newUpstreamConn(key, c, at.ip)
 	u.parent, u.proto = at.parent, proto
+	u.rd.ahead = ahead
 	return u, nil
 }
 

@@ -47,7 +47,10 @@ type upstreamReader struct {
 	limit   int
 	// beforeRead, when set, runs before every read from the connection: a
 	// response relay flushes what it holds before the gateway may wait here.
+	// Under a TLS connection with a readAhead it runs only when the socket
+	// has nothing more for now.
 	beforeRead func()
+	ahead      *readAhead // under c's TLS, or nil (tlsio.go)
 }
 
 var errRespHeaderTooLarge = errors.New("response header exceeds max_header_bytes")
@@ -61,7 +64,12 @@ func (r *upstreamReader) Read(p []byte) (int, error) {
 			p = p[:r.limit]
 		}
 	}
-	if r.beforeRead != nil {
+	if r.ahead != nil {
+		// Only for this read: what else reads c (a websocket relay after
+		// a 101) never runs the hook of a relay that ended.
+		r.ahead.beforeWait = r.beforeRead
+		defer func() { r.ahead.beforeWait = nil }()
+	} else if r.beforeRead != nil {
 		r.beforeRead()
 	}
 	n, err := r.c.Read(p)
@@ -149,7 +157,7 @@ func (p *upstreamPool) get(k upstreamKey) *upstreamConn {
 
 // put keeps u for reuse if there is room; otherwise closes it.
 func (p *upstreamPool) put(u *upstreamConn) {
-	if u.br.Buffered() > 0 {
+	if u.br.Buffered() > 0 || u.rd.ahead != nil && u.rd.ahead.Buffered() > 0 {
 		u.nc.Close() // unsolicited bytes: not reusable
 		return
 	}

@@ -249,7 +249,7 @@ func (g *Gateway) intercept(rc *reqCtx, client net.Conn) error {
 		},
 	}
 	cnt := &countConn{Conn: client}
-	tc := tls.Server(cnt, cfg)
+	tc := tls.Server(g.batchWrites(cnt), cfg)
 	untrack := rc.cc.track(tc)
 	defer untrack()
 	tc.SetDeadline(time.Now().Add(g.cfg.HandshakeTimeout))
