@@ -656,6 +656,7 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	spec := sandboxd.Spec{}
+	var pending *netns.Pending
 	var err error
 	if d.rootless != nil {
 		// The namespace is born with the sandbox's init (rootless.go).
@@ -663,15 +664,25 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 			return nil, err
 		}
 	} else {
-		ns, err := d.netns.Create(ctx, sb)
-		if err != nil {
+		// The namespace's rules and listeners are set up while init starts
+		// in it; the command starts once they are in place (spec.Ready).
+		if pending, err = d.netns.Begin(ctx, sb); err != nil {
 			return nil, fmt.Errorf("sandbox network: %w", err)
 		}
-		spec.NetNS = ns.Path
+		spec.NetNS = pending.Path
+		spec.Ready = func() error {
+			if _, err := pending.Wait(); err != nil {
+				return fmt.Errorf("sandbox network: %w", err)
+			}
+			return nil
+		}
 	}
 	defer func() {
+		if pending != nil {
+			_, _ = pending.Wait() // served, or nothing left
+		}
 		if _, served := d.netns.Get(sb.ID); !served {
-			return // a rootless island init failed to build
+			return // not served: an island that failed to build
 		}
 		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
