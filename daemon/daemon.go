@@ -319,12 +319,13 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // CA, the same for every process, are a trust cache entry
 // (sandboxd.OpenTrustDir: built once and reused by later processes); the
 // interception CA, new in every `airlock run`, is laid over it in the run
-// directory (sandboxd.OverlayTrustDir: the entry's files linked, the CA and
-// the Java store written), so a run's start no longer writes, hashes and
-// evicts a cache entry of its own.
+// directory (sandboxd.OverlayTrustDir: the entry's files linked, or the
+// links the last run handed back taken whole, the CA and the Java store
+// written), so a run's start no longer writes, hashes and evicts a cache
+// entry of its own.
 //
-// It returns the hold on the cache entry to release at Close (nil when it
-// holds none). It runs beside New's other steps (bundleAsync): it touches
+// It returns what to call at Close (nil when it holds nothing): the
+// overlay's links handed back to the cache, the hold on the entry dropped. It runs beside New's other steps (bundleAsync): it touches
 // no other field of d.
 func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, release func(), err error) {
 	read := func(p string) ([]byte, error) {
@@ -377,7 +378,7 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 		}
 		return path, trust, release, nil
 	}
-	baseDir, _, release, err := sandboxd.OpenTrustDir(cache, base)
+	baseDir, _, releaseBase, err := sandboxd.OpenTrustDir(cache, base)
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -385,14 +386,17 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	// next start build it again) the moment nobody holds it.
 	trust := filepath.Join(d.runDir, "trust")
 	if err := os.RemoveAll(trust); err != nil { // a kept run directory's
-		release()
+		releaseBase()
 		return "", "", nil, fmt.Errorf("trust dir: %w", err)
 	}
-	if _, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own); err != nil {
-		release()
+	_, done, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own)
+	if err != nil {
+		releaseBase()
 		return "", "", nil, err
 	}
-	return path, trust, release, nil
+	// The overlay's links go back to the cache for the next run before the
+	// hold on their base is dropped (Close, once no sandbox uses them).
+	return path, trust, func() { done(); releaseBase() }, nil
 }
 
 // bundleAsync starts writeBundle and returns what waits for it: the first

@@ -100,9 +100,11 @@ func BenchmarkOpenTrustDir(b *testing.B) {
 				b.Fatal(err)
 			}
 			dir := filepath.Join(runs, "trust")
-			if _, err := OverlayTrustDir(dir, base, sys, cas[i]); err != nil {
+			_, done, err := OverlayTrustDir(dir, base, sys, cas[i])
+			if err != nil {
 				b.Fatal(err)
 			}
+			done()
 			release()
 			if err := os.RemoveAll(dir); err != nil {
 				b.Fatal(err)

@@ -40,10 +40,11 @@ func TestOverlayTrustDir(t *testing.T) {
 			if err := os.Mkdir(filepath.Dir(got), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			n, err := OverlayTrustDir(got, cached, base, tt.extra)
+			n, done, err := OverlayTrustDir(got, cached, base, tt.extra)
 			if err != nil {
 				t.Fatalf("OverlayTrustDir: %v", err)
 			}
+			defer done()
 			want := filepath.Join(tmp, "want")
 			wn, err := WriteTrustDir(want, append(append(append([]byte(nil), base...), '\n'), tt.extra...))
 			if err != nil {
