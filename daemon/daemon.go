@@ -173,6 +173,7 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		removeStale(ctx, parent, logger) // run directories only: a rootless island dies with its init
 	}
 	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir, owner: o.Owner, rootless: o.Rootless}
+	var buildExecutor func() error // executorAsync's join
 	if err := d.guardRootless(o); err != nil {
 		return nil, err
 	}
@@ -184,6 +185,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.makeRunDir(); err != nil {
 		return nil, err
 	}
+	// The CA is minted, and the trust bundle written over it, beside every
+	// step from here on; the gateway waits for the CA, Run for the bundle.
+	ca := d.caAsync(cfg, o.EphemeralCA)
+	bundle := d.bundleAsync(ca, cfg.Upstream.CAFile)
 	caps, err := deriveConnCaps(cfg.API, nofileLimit())
 	if err != nil {
 		return nil, err
@@ -218,12 +223,17 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildAudit(cfg); err != nil {
 		return nil, err
 	}
-	caCert, caKey, err := d.interceptionCA(cfg, o.EphemeralCA)
-	if err != nil {
-		return nil, err
+	// The executor (its cgroup parent, init binary, host-view helper) is
+	// built beside the next steps, and joined after the namespaces.
+	if !o.NoExecutor {
+		joinExecutor := d.executorAsync(*o.Executor, cfg)
+		defer func() {
+			if err != nil { // joined, so that Close closes it
+				_ = joinExecutor()
+			}
+		}()
+		buildExecutor = joinExecutor
 	}
-	// The trust bundle and directory are written beside the next steps.
-	bundle := d.bundleAsync(caCert, cfg.Upstream.CAFile)
 	// The gateway's own addresses are refused as destinations and as DNS
 	// answers even inside upstream.allow_cidrs: an allowed name resolving to
 	// this host must not reach its services (metrics, an internal registry's
@@ -243,6 +253,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
 		return nil, err
 	}
+	caCert, caKey, err := ca()
+	if err != nil {
+		return nil, err
+	}
 	if err := d.buildGateway(o.Gateway, cfg, allow, own, caCert, caKey, eng.dec); err != nil {
 		return nil, err
 	}
@@ -257,8 +271,8 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	d.hiddenNamed = namedHidden(o, cfg, caKey)
 	d.hidden = hiddenPaths(o, cfg, caKey)
 	d.proxyURL = "http://127.0.0.1:" + strconv.Itoa(netns.DefaultExplicitPort)
-	if !o.NoExecutor {
-		if err := d.buildExecutor(*o.Executor, cfg); err != nil {
+	if buildExecutor != nil {
+		if err := buildExecutor(); err != nil {
 			return nil, err
 		}
 	}
@@ -290,6 +304,28 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		go func() { _ = d.scanner.Warm() }()
 	}
 	return d, nil
+}
+
+// caAsync starts interceptionCA and returns what waits for it (any number
+// of times, from any goroutine). Close waits for it (the run directory it
+// writes in is removed after).
+func (d *Daemon) caAsync(cfg config.Config, ephemeral bool) func() (cert, key string, err error) {
+	done := make(chan struct{})
+	var cert, key string
+	var err error
+	go func() {
+		defer close(done)
+		cert, key, err = d.interceptionCA(cfg, ephemeral)
+	}()
+	wait := func() (string, string, error) {
+		<-done
+		return cert, key, err
+	}
+	d.closers = append(d.closers, func() error {
+		<-done
+		return nil
+	})
+	return wait
 }
 
 // interceptionCA returns the CA files the gateway uses: the configured ones when
@@ -325,8 +361,9 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // entry of its own.
 //
 // It returns what to call at Close (nil when it holds nothing): the
-// overlay's links handed back to the cache, the hold on the entry dropped. It runs beside New's other steps (bundleAsync): it touches
-// no other field of d.
+// overlay's links handed back to the cache, the hold on the entry dropped.
+// It runs beside New's other steps (bundleAsync): it touches no other field
+// of d.
 func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, release func(), err error) {
 	read := func(p string) ([]byte, error) {
 		if p == "" {
@@ -403,7 +440,7 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 // call sets caBundle and trustDir and returns its error, later calls the
 // same error. Close waits for it (the run directory is removed after) and
 // releases the trust cache entry it holds.
-func (d *Daemon) bundleAsync(caCert, upstreamCA string) func() error {
+func (d *Daemon) bundleAsync(ca func() (cert, key string, err error), upstreamCA string) func() error {
 	type result struct {
 		bundle, trust string
 		release       func()
@@ -411,6 +448,11 @@ func (d *Daemon) bundleAsync(caCert, upstreamCA string) func() error {
 	}
 	c := make(chan result, 1)
 	go func() {
+		caCert, _, err := ca()
+		if err != nil {
+			c <- result{err: err}
+			return
+		}
 		b, t, release, err := d.writeBundle(caCert, upstreamCA)
 		c <- result{b, t, release, err}
 	}()
