@@ -139,6 +139,9 @@ type Daemon struct {
 	// bundleWait waits for caBundle and trustDir when New returned before
 	// they were written (Options.PolicyLate); nil otherwise.
 	bundleWait func() error
+	// javaWait waits for trustDir's Java truststore, written while Run's
+	// sandbox starts (nil when it is written); set by bundleWait.
+	javaWait func() error
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -264,6 +267,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		d.bundleWait = bundle // Run waits for it
 	} else if err := bundle(); err != nil {
 		return nil, err
+	} else if d.javaWait != nil {
+		if err := d.javaWait(); err != nil {
+			return nil, err
+		}
 	}
 	if err := d.buildNetns(); err != nil {
 		return nil, err
@@ -360,11 +367,14 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // written), so a run's start no longer writes, hashes and evicts a cache
 // entry of its own.
 //
-// It returns what to call at Close (nil when it holds nothing): the
-// overlay's links handed back to the cache, the hold on the entry dropped.
+// It returns, with the bundle and the trust directory, what waits for the
+// directory's Java truststore (nil when it is written: OverlayTrustDir
+// writes it beside the sandbox's start) and what to call at Close (nil when
+// it holds nothing): the overlay's links handed back to the cache, the hold
+// on the entry dropped.
 // It runs beside New's other steps (bundleAsync): it touches no other field
 // of d.
-func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, release func(), err error) {
+func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, java func() error, release func(), err error) {
 	read := func(p string) ([]byte, error) {
 		if p == "" {
 			return nil, nil
@@ -383,23 +393,23 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	}
 	sys, err := read(systemBundle)
 	if err != nil {
-		return "", "", nil, err
+		return "", "", nil, nil, err
 	}
 	own, err := read(caCert)
 	if err != nil {
-		return "", "", nil, err
+		return "", "", nil, nil, err
 	}
 	upstream, err := read(upstreamCA)
 	if err != nil {
-		return "", "", nil, err
+		return "", "", nil, nil, err
 	}
 	b := append(append(append([]byte(nil), sys...), own...), upstream...)
 	path := filepath.Join(d.runDir, "ca-bundle.pem")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", "", nil, fmt.Errorf("ca bundle: %w", err)
+		return "", "", nil, nil, fmt.Errorf("ca bundle: %w", err)
 	}
 	if len(b) == 0 {
-		return path, "", nil, nil
+		return path, "", nil, nil, nil
 	}
 	// The trust directory is kept between processes (sandboxd.OpenTrustDir):
 	// in DefaultRunDir's cache for the default run dirs, else in this one.
@@ -411,29 +421,29 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	if len(base) == 0 || len(own) == 0 {
 		trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
 		if err != nil {
-			return "", "", nil, err
+			return "", "", nil, nil, err
 		}
-		return path, trust, release, nil
+		return path, trust, nil, release, nil
 	}
 	baseDir, _, releaseBase, err := sandboxd.OpenTrustDir(cache, base)
 	if err != nil {
-		return "", "", nil, err
+		return "", "", nil, nil, err
 	}
 	// Held to Close: another process's eviction would remove it (and the
 	// next start build it again) the moment nobody holds it.
 	trust := filepath.Join(d.runDir, "trust")
 	if err := os.RemoveAll(trust); err != nil { // a kept run directory's
 		releaseBase()
-		return "", "", nil, fmt.Errorf("trust dir: %w", err)
+		return "", "", nil, nil, fmt.Errorf("trust dir: %w", err)
 	}
-	_, done, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own)
+	ov, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own)
 	if err != nil {
 		releaseBase()
-		return "", "", nil, err
+		return "", "", nil, nil, err
 	}
 	// The overlay's links go back to the cache for the next run before the
 	// hold on their base is dropped (Close, once no sandbox uses them).
-	return path, trust, func() { done(); releaseBase() }, nil
+	return path, trust, ov.Java, func() { ov.Done(); releaseBase() }, nil
 }
 
 // bundleAsync starts writeBundle and returns what waits for it: the first
@@ -443,6 +453,7 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 func (d *Daemon) bundleAsync(ca func() (cert, key string, err error), upstreamCA string) func() error {
 	type result struct {
 		bundle, trust string
+		java          func() error
 		release       func()
 		err           error
 	}
@@ -453,13 +464,14 @@ func (d *Daemon) bundleAsync(ca func() (cert, key string, err error), upstreamCA
 			c <- result{err: err}
 			return
 		}
-		b, t, release, err := d.writeBundle(caCert, upstreamCA)
-		c <- result{b, t, release, err}
+		b, t, java, release, err := d.writeBundle(caCert, upstreamCA)
+		c <- result{b, t, java, release, err}
 	}()
 	var release func()
 	wait := sync.OnceValue(func() error {
 		r := <-c
 		d.caBundle, d.trustDir, release = r.bundle, r.trust, r.release
+		d.javaWait = r.java
 		return r.err
 	})
 	d.closers = append(d.closers, func() error {
@@ -716,12 +728,6 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 			return nil, fmt.Errorf("sandbox network: %w", err)
 		}
 		spec.NetNS = pending.Path
-		spec.Ready = func() error {
-			if _, err := pending.Wait(); err != nil {
-				return fmt.Errorf("sandbox network: %w", err)
-			}
-			return nil
-		}
 	}
 	defer func() {
 		if pending != nil {
@@ -752,6 +758,20 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		if err := d.bundleWait(); err != nil {
 			return nil, err
 		}
+	}
+	// What is set up while the sandbox's init starts (the namespace's rules
+	// and listeners, the trust directory's Java store) is in place before
+	// its command starts.
+	spec.Ready = func() error {
+		if pending != nil {
+			if _, err := pending.Wait(); err != nil {
+				return fmt.Errorf("sandbox network: %w", err)
+			}
+		}
+		if d.javaWait != nil {
+			return d.javaWait()
+		}
+		return nil
 	}
 	cenv, cfiles := d.canaryPlant(sb.ID)
 	cfiles = withAWSFile(cfiles, ph)

@@ -2,7 +2,6 @@ package sandboxd
 
 import (
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,19 +20,22 @@ import (
 // made. It is what gives a run with a CA of its own (an ephemeral one) its
 // trust directory: the system roots stay one cache entry shared by every
 // run, where a cache entry per CA was written, hashed and evicted on every
-// start. It returns how many distinct certificates dir holds.
+// start. It returns once the hashed directory is complete, with the Java
+// truststore still being written (Overlay.Java waits for it): a sandbox may
+// mount dir meanwhile (a bind mount shows the store once it is renamed into
+// place), but must not run anything before Java returned.
 //
-// The links are kept between runs: done (called once no sandbox uses dir,
+// The links are kept between runs: Done (called once no sandbox uses dir,
 // before it is removed) removes extra's files and hands the hashed directory
 // back to the cache as base's spare (trustSpareSuffix), which the next
 // overlay of base takes with one rename, where it made a link per root (and
 // removing dir unlinked each one). A spare is used only while it checks out:
 // held, owned and not writable by others, and holding exactly base's names,
 // each the same file as base's; else it is removed and the links made.
-func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (n int, done func(), err error) {
+func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (*Overlay, error) {
 	extraCerts, err := parseBundle(extra)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	// The base's certificates are needed for the Java store only: their
 	// DER, not their subjects (the hashed names are in base already).
@@ -58,7 +60,7 @@ func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (n int, done fu
 		}
 	}
 	if err := mkdir0755(dir); err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	certsDir := filepath.Join(dir, TrustCertsDir)
 	baseCerts := filepath.Join(base, TrustCertsDir)
@@ -71,8 +73,12 @@ func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (n int, done fu
 		for i, d := range ders {
 			all[i].raw = d
 		}
-		javaErr = writeJavaStore(filepath.Join(dir, TrustJavaStore), all)
+		javaErr = writeJavaStoreAt(dir, all)
 	}()
+	java := sync.OnceValue(func() error {
+		wg.Wait()
+		return javaErr
+	})
 	spare := filepath.Clean(base) + trustSpareSuffix
 	hold, names, err := takeSpare(spare, certsDir, baseCerts)
 	var written []string
@@ -84,19 +90,46 @@ func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (n int, done fu
 	if err == nil {
 		written, err = writeExtra(certsDir, names, fresh)
 	}
-	wg.Wait()
-	if err = errors.Join(err, javaErr); err == nil {
-		if err = os.Chmod(filepath.Join(dir, TrustJavaStore), 0o644); err != nil {
-			err = fmt.Errorf("trust dir: %w", err)
-		}
-	}
 	if err != nil {
+		_ = java() // nothing writes in dir once this returns
 		if hold != nil {
 			hold.Close()
 		}
-		return 0, nil, err
+		return nil, err
 	}
-	return len(ders), sync.OnceFunc(func() { giveSpare(certsDir, spare, written, hold) }), nil
+	return &Overlay{N: len(ders), Java: java, Done: sync.OnceFunc(func() {
+		_ = java()
+		giveSpare(certsDir, spare, written, hold)
+	})}, nil
+}
+
+// Overlay is a trust directory OverlayTrustDir laid out.
+type Overlay struct {
+	// N is how many distinct certificates it holds.
+	N int
+	// Java waits for the Java truststore and returns its error (any number
+	// of times).
+	Java func() error
+	// Done hands the hashed directory's links back to the cache, once no
+	// sandbox uses the directory (before it is removed).
+	Done func()
+}
+
+// writeJavaStoreAt writes dir's Java truststore under another name and
+// renames it into place: what reads dir meanwhile sees the whole store or
+// none.
+func writeJavaStoreAt(dir string, certs []bundleCert) error {
+	tmp := filepath.Join(dir, "."+TrustJavaStore+".tmp")
+	if err := writeJavaStore(tmp, certs); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil { // past the umask
+		return fmt.Errorf("trust dir: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, TrustJavaStore)); err != nil {
+		return fmt.Errorf("trust dir: %w", err)
+	}
+	return nil
 }
 
 // trustSpareSuffix names, beside a cache entry, its spare hashed directory

@@ -35,9 +35,10 @@ func TestOverlayTrustDirSpare(t *testing.T) {
 		if err := os.MkdirAll(filepath.Dir(got), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if _, done, err := OverlayTrustDir(got, cached, base, ca); err != nil {
+		if ov, err := OverlayTrustDir(got, cached, base, ca); err != nil {
 			t.Fatalf("OverlayTrustDir: %v", err)
 		} else {
+			done := ov.Done
 			want := filepath.Join(tmp, "want-"+itoa(runs))
 			if _, err := WriteTrustDir(want, append(append(append([]byte(nil), base...), '\n'), ca...)); err != nil {
 				t.Fatal(err)
