@@ -100,9 +100,14 @@ func BenchmarkOpenTrustDir(b *testing.B) {
 				b.Fatal(err)
 			}
 			dir := filepath.Join(runs, "trust")
-			if _, err := OverlayTrustDir(dir, base, sys, cas[i]); err != nil {
+			ov, err := OverlayTrustDir(dir, base, sys, cas[i])
+			if err != nil {
 				b.Fatal(err)
 			}
+			if err := ov.Java(); err != nil {
+				b.Fatal(err)
+			}
+			ov.Done()
 			release()
 			if err := os.RemoveAll(dir); err != nil {
 				b.Fatal(err)
