@@ -49,6 +49,7 @@ type Gateway struct {
 	h2tr      *http.Transport // HTTP/2 upstreams (h2.go)
 	h2bufs    sync.Pool       // *[]byte relay buffers of HTTP/2 streams (copyBody)
 	relayBufs *sync.Pool      // *relayBufs of HTTP/1.1 response relays (relay.go)
+	sessBufs  sync.Pool       // *sessionBufs: sessions' reader and writer (tunnel.go)
 
 	idPrefix string
 	idSeq    atomic.Uint64
