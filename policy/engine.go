@@ -289,7 +289,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 		return e.await(ctx, s, &x, key, f)
 	}
 	d := e.eval(ctx, s, &x, key)
-	s.flights.land(key, f, d, d.Err != nil && ctx.Err() != nil)
+	s.flights.land(key, f, d)
 	return d
 }
 
@@ -344,24 +344,25 @@ func (e *Engine) eval(ctx context.Context, s *snapshot, x *Input, key []byte) De
 }
 
 // await waits for f, the evaluation of the same input on the same snapshot
-// that another Decide started, and returns a copy of its decision. The wait
-// is bounded as an evaluation is (EvalTimeout, ctx) and fails closed. When
-// that Decide's own context ended its evaluation, the decision says nothing
-// about the input: x is evaluated here.
+// that another Decide started, and returns a copy of its decision. Only a
+// decision is shared, never a failure: when that evaluation failed (its
+// deadline, its caller's context), or has not landed within EvalTimeout (a
+// starved machine), x is evaluated here, under its own EvalTimeout, as it
+// would have been without the flight. The caller's context ends the wait
+// with the fail-closed deny.
 func (e *Engine) await(ctx context.Context, s *snapshot, x *Input, key []byte, f *flight) Decision {
 	timer := time.NewTimer(e.cfg.EvalTimeout)
 	defer timer.Stop()
 	select {
 	case <-f.done:
-		if f.abandoned {
-			return e.eval(ctx, s, x, key)
+		if f.d.Err == nil {
+			return f.d.clone()
 		}
-		return f.d.clone()
+	case <-timer.C:
 	case <-ctx.Done():
 		return e.fail(s, ctx.Err())
-	case <-timer.C:
-		return e.fail(s, fmt.Errorf("evaluation deadline (%v) waiting for the same input's evaluation", e.cfg.EvalTimeout))
 	}
+	return e.eval(ctx, s, x, key)
 }
 
 // fail is the fail-closed deny.

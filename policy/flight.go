@@ -10,17 +10,15 @@ import "sync"
 // Decides of the same cache key on the same snapshot wait for it (await)
 // instead of evaluating. Same key, same snapshot: the same input under the
 // same policy revision, so the decision a waiter gets is the one it would
-// have computed.
+// have computed. A failure is never shared: a waiter then evaluates for
+// itself, as it does when the evaluation has not landed within EvalTimeout.
 
-// flight is one evaluation others wait for. d and abandoned are written
-// before done is closed.
+// flight is one evaluation others wait for. d is written before done is
+// closed.
 type flight struct {
-	done chan struct{}
-	d    Decision
-	// abandoned: the evaluating Decide's own context ended the evaluation,
-	// so d is its failure, not the input's decision.
-	abandoned bool
-	waiters   int // under flights.mu (tests)
+	done    chan struct{}
+	d       Decision
+	waiters int // under flights.mu (tests)
 }
 
 // flights maps a cache key to the evaluation under way for it.
@@ -47,11 +45,11 @@ func (fs *flights) join(key []byte) (*flight, bool) {
 }
 
 // land publishes the flight's decision to its waiters and removes it.
-func (fs *flights) land(key []byte, f *flight, d Decision, abandoned bool) {
+func (fs *flights) land(key []byte, f *flight, d Decision) {
 	fs.mu.Lock()
 	delete(fs.m, string(key))
 	fs.mu.Unlock()
-	f.d, f.abandoned = d.clone(), abandoned
+	f.d = d.clone()
 	close(f.done)
 }
 
