@@ -50,6 +50,7 @@ type Gateway struct {
 	h2bufs    sync.Pool       // *[]byte relay buffers of HTTP/2 streams (copyBody)
 	relayBufs *sync.Pool      // *relayBufs of HTTP/1.1 response relays (relay.go)
 	tlsBufs   tlsBufs         // buffers under intercepted TLS (tlsio.go)
+	sessBufs  sync.Pool       // *sessionBufs: sessions' reader and writer (tunnel.go)
 
 	idPrefix string
 	idSeq    atomic.Uint64

@@ -47,16 +47,19 @@ type httpSession struct {
 	suf     []string
 
 	h2 *h2Stream // an HTTP/2 stream (h2.go): one request, answered on the stream
+
+	bufs *sessionBufs // br and bw when they came from the gateway's pool (tunnel.go)
 }
 
 func (g *Gateway) newSession(cc *clientConn, conn net.Conn, br *bufio.Reader) *httpSession {
 	s := &httpSession{g: g, cc: cc, conn: conn, scheme: "http", defaultPort: 80}
 	s.rd = connReader{c: conn}
+	s.dw = deadlineWriter{c: conn, timeout: g.cfg.IdleTimeout, batch: batchOf(conn)}
 	if br == nil {
-		br = bufio.NewReaderSize(&s.rd, maxPeekBytes)
+		s.takeBuffers() // pooled (tunnel.go)
+		return s
 	}
 	s.br = br
-	s.dw = deadlineWriter{c: conn, timeout: g.cfg.IdleTimeout, batch: batchOf(conn)}
 	s.bw = bufio.NewWriterSize(s.dw, 4096)
 	return s
 }

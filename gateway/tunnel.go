@@ -81,25 +81,62 @@ func (g *Gateway) relayConnect(rc *reqCtx) error {
 }
 
 // sniffConnect is sniff on what follows a CONNECT. When the client sent
-// nothing yet, the session's buffers (20 KiB) go and the wait for its first
-// byte holds none: a server-first protocol or an idle client costs no buffer
-// for the PeekTimeout it may wait. A new read buffer is made only once there
-// is something to read.
+// nothing yet, the session's buffers (20 KiB, empty: the 200 was flushed)
+// go back to the gateway's pool before the wait for its first byte, which
+// holds none: a server-first protocol or an idle client costs no buffer for
+// the PeekTimeout it may wait, and a burst of CONNECTs reuses a few buffers
+// instead of leaving one pair per tunnel to the GC. Buffers are taken again
+// only once there is something to read.
 func (g *Gateway) sniffConnect(s *httpSession) (sniffed, error) {
 	if s.br.Buffered() == 0 {
+		s.recycleBuffers()
 		_, err := awaitReadable(s.conn, time.Now().Add(g.cfg.PeekTimeout))
-		switch {
-		case errors.Is(err, errNoRawConn):
-			return g.sniff(s.conn, s.br)
-		case err != nil && isTimeout(err):
-			s.dropBuffers()
+		if err != nil && isTimeout(err) {
 			return sniffed{kind: policy.KindTCP}, nil
 		}
-		// Readable, at EOF, or failed: the buffered peek below says which.
-		s.br = bufio.NewReaderSize(&s.rd, maxPeekBytes)
-		s.bw = nil
+		// Readable, at EOF, or failed (or no socket to wait on): the
+		// buffered peek below says which.
+		s.takeBuffers()
+		if !errors.Is(err, errNoRawConn) {
+			s.bw = nil // nothing is written through it again (s.bufs keeps it)
+		}
 	}
 	return g.sniff(s.conn, s.br)
+}
+
+// sessionBufs are a session's reader (maxPeekBytes) and writer (4 KiB),
+// from the gateway's pool.
+type sessionBufs struct {
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+// takeBuffers gives s a reader and a writer over its connection from the
+// gateway's pool.
+func (s *httpSession) takeBuffers() {
+	b, _ := s.g.sessBufs.Get().(*sessionBufs)
+	if b == nil {
+		b = &sessionBufs{br: bufio.NewReaderSize(nil, maxPeekBytes), bw: bufio.NewWriterSize(nil, 4096)}
+	}
+	b.br.Reset(&s.rd)
+	b.bw.Reset(s.dw)
+	s.br, s.bw, s.bufs = b.br, b.bw, b
+}
+
+// recycleBuffers is dropBuffers, and gives pooled buffers back. Only where
+// nothing refers to them any more: the connection belongs to a tunnel, and
+// what they held was copied (or there was nothing). A reader handed to
+// anything else (prefixConn: interception, h2c) is never recycled.
+func (s *httpSession) recycleBuffers() {
+	b := s.bufs
+	s.dropBuffers()
+	s.bufs = nil
+	if b == nil {
+		return
+	}
+	b.br.Reset(nil)
+	b.bw.Reset(nil)
+	s.g.sessBufs.Put(b)
 }
 
 // connectHTTP serves plaintext HTTP inside an allowed CONNECT: a session
@@ -115,7 +152,7 @@ func (g *Gateway) connectHTTP(rc *reqCtx) error {
 	head, _ := outer.br.Peek(outer.br.Buffered())
 	cnt := &countConn{Conn: outer.conn}
 	s := g.newPinnedSession(rc.cc, cnt, head, rc.host, rc.port)
-	outer.dropBuffers() // the pinned session copied head and reads the connection itself
+	outer.recycleBuffers() // the pinned session copied head and reads the connection itself
 	s.loop(policy.KindHTTP)
 	rc.bytesUp, rc.bytesDown = int64(len(head))+cnt.in.Load(), cnt.out.Load()
 	return nil
@@ -295,7 +332,7 @@ func (g *Gateway) tunnel(rc *reqCtx, client net.Conn, head []byte, up net.Conn) 
 	head = bytes.Clone(head)
 	rc.br = nil
 	if rc.sess != nil {
-		rc.sess.dropBuffers()
+		rc.sess.recycleBuffers()
 	}
 	down := make(chan int64, 1)
 	go func() {

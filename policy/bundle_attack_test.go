@@ -150,7 +150,7 @@ func TestBundleURLQueryRedacted(t *testing.T) {
 	srv.Publish(signedBundle(t, nil, "v1", "one.example"))
 	var logs bytes.Buffer
 	bc := &policy.BundleConfig{URL: srv.URL + "?X-Sig=alk-presigned-s3cret&b=1", Manual: true}
-	e, err := policy.New(policy.Config{Bundle: bc}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	e, err := policy.New(policy.Config{Bundle: bc, EvalTimeout: 10 * time.Second}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}

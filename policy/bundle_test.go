@@ -58,7 +58,8 @@ func bundleEngine(t *testing.T, srv *bundletest.Server, key *bundletest.Key, dir
 	for _, e := range edit {
 		e(bc)
 	}
-	e, err := policy.New(policy.Config{Bundle: bc}, slog.New(slog.DiscardHandler))
+	// A decision's deadline long enough for a loaded machine under -race.
+	e, err := policy.New(policy.Config{Bundle: bc, EvalTimeout: 10 * time.Second}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,10 @@ type snapshot struct {
 	txn         storage.Transaction // one read transaction for the snapshot's life (nothing writes)
 	used        inputFields
 	cache       *decisionCache // nil when off or the policy is nondeterministic
+	// flights are the evaluations under way on this snapshot, by cache key
+	// (flight.go): a snapshot's, so a Decide after a swap never waits for
+	// the old revision's answer.
+	flights flights
 }
 
 // Engine is the Rego policy engine behind the Decider seam. It is safe for
@@ -67,6 +71,8 @@ type Engine struct {
 	// keyBufs holds *[]byte buffers Decide builds cache keys in (at most
 	// maxPooledKey bytes are kept).
 	keyBufs sync.Pool
+	// evalHook, when set (tests), runs at the start of every evaluation.
+	evalHook func()
 }
 
 // maxPooledKey bounds a cache-key buffer kept for reuse.
@@ -257,20 +263,41 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 		return e.fail(s, err)
 	}
 	x := prepare(in)
-	var key []byte
-	if s.cache != nil {
-		kb, _ := e.keyBufs.Get().(*[]byte)
-		if kb == nil {
-			kb = new([]byte)
-		}
-		defer e.keyBufs.Put(kb)
-		key = appendCacheKey((*kb)[:0], &x)
-		if cap(key) <= maxPooledKey {
-			*kb = key
-		}
-		if d, ok := s.cache.getBytes(key); ok {
-			return d.clone()
-		}
+	if s.cache == nil {
+		return e.eval(ctx, s, &x, nil)
+	}
+	kb, _ := e.keyBufs.Get().(*[]byte)
+	if kb == nil {
+		kb = new([]byte)
+	}
+	defer e.keyBufs.Put(kb)
+	key := appendCacheKey((*kb)[:0], &x)
+	if cap(key) <= maxPooledKey {
+		*kb = key
+	}
+	if d, ok := s.cache.getBytes(key); ok {
+		return d.clone()
+	}
+	if len(key) > s.cache.maxKey {
+		return e.eval(ctx, s, &x, key) // never cached: nothing to share
+	}
+	// A miss: the first Decide of this input evaluates it, the ones that
+	// come while it does wait for its decision (a burst of connections to
+	// one host from one sandbox runs the policy once).
+	f, first := s.flights.join(key)
+	if !first {
+		return e.await(ctx, s, &x, key, f)
+	}
+	d := e.eval(ctx, s, &x, key)
+	s.flights.land(key, f, d)
+	return d
+}
+
+// eval evaluates x against s, bounded by EvalTimeout and ctx, and caches a
+// decision (key non-nil: s has a cache).
+func (e *Engine) eval(ctx context.Context, s *snapshot, x *Input, key []byte) Decision {
+	if e.evalHook != nil {
+		e.evalHook()
 	}
 	if err := ctx.Err(); err != nil {
 		return e.fail(s, err)
@@ -285,7 +312,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	})
 	stop := context.AfterFunc(ctx, cancel.Cancel)
 	rs, err := s.pq.Eval(ctx,
-		rego.EvalParsedInput(inputValue(&x, &s.used)),
+		rego.EvalParsedInput(inputValue(x, &s.used)),
 		rego.EvalTransaction(s.txn),
 		rego.EvalExternalCancel(cancel))
 	timer.Stop()
@@ -310,10 +337,32 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 		d.Mode = e.cfg.Mode
 	}
 	d.Rev = s.rev
-	if s.cache != nil {
+	if key != nil {
 		s.cache.add(string(key), d.clone())
 	}
 	return d
+}
+
+// await waits for f, the evaluation of the same input on the same snapshot
+// that another Decide started, and returns a copy of its decision. Only a
+// decision is shared, never a failure: when that evaluation failed (its
+// deadline, its caller's context), or has not landed within EvalTimeout (a
+// starved machine), x is evaluated here, under its own EvalTimeout, as it
+// would have been without the flight. The caller's context ends the wait
+// with the fail-closed deny.
+func (e *Engine) await(ctx context.Context, s *snapshot, x *Input, key []byte, f *flight) Decision {
+	timer := time.NewTimer(e.cfg.EvalTimeout)
+	defer timer.Stop()
+	select {
+	case <-f.done:
+		if f.d.Err == nil {
+			return f.d.clone()
+		}
+	case <-timer.C:
+	case <-ctx.Done():
+		return e.fail(s, ctx.Err())
+	}
+	return e.eval(ctx, s, x, key)
 }
 
 // fail is the fail-closed deny.
