@@ -84,8 +84,8 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 			r.Reasons = append(r.Reasons, audit.Reason{ID: x.ID, Msg: x.Msg})
 		}
 	}
-	var d *denial
-	if errors.As(rc.err, &d) && (!rc.decided || rc.dec.Permit()) {
+	d := asDenial(rc.err)
+	if d != nil && (!rc.decided || rc.dec.Permit()) {
 		// The gateway's own denial (fronting, guard, caps): its reason is the record's.
 		r.Reasons = append(r.Reasons, audit.Reason{ID: d.reason, Msg: d.msg})
 	}

@@ -45,10 +45,10 @@ func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response, cut func()) e
 		return nil
 	}
 	ct := resp.Header.Get("Content-Type")
-	if !readableResponse(ct) {
+	mt, _, err := mime.ParseMediaType(ct) // once: it allocates
+	if err != nil || !readableMediaType(mt) {
 		return nil
 	}
-	mt, _, _ := mime.ParseMediaType(ct)
 	sse := mt == "text/event-stream"
 	n := resp.ContentLength
 	sized := n > 0 && n <= respDecideMax && !sse
@@ -139,12 +139,9 @@ func dropValidators(h http.Header) {
 	}
 }
 
-// readableResponse reports whether a content type is text an agent reads.
-func readableResponse(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return false
-	}
+// readableMediaType reports whether a parsed media type is text an agent
+// reads.
+func readableMediaType(mt string) bool {
 	return strings.HasPrefix(mt, "text/") || mt == "application/json" || strings.HasSuffix(mt, "+json") ||
 		mt == "application/xhtml+xml" || mt == "application/xml"
 }
