@@ -20,7 +20,10 @@ func recordOf(rc *reqCtx) *audit.Record {
 		Host:    rc.host,
 		Port:    rc.port,
 	}
-	if rc.ip.IsValid() {
+	switch {
+	case rc.up != nil && rc.up.ip == rc.ip && rc.up.ipText != "":
+		r.IP = rc.up.ipText // a kept-alive upstream's, formatted once
+	case rc.ip.IsValid():
 		r.IP = rc.ip.String()
 	}
 	return r
