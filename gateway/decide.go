@@ -30,7 +30,7 @@ func (g *Gateway) decide(rc *reqCtx) error {
 	if err := denialOf(d); err != nil {
 		return err
 	}
-	defer func() { rc.adm = &admitted{opening: rc.in, mitm: rc.mitm} }()
+	defer func() { rc.adm = rc.admit(admitted{opening: rc.in, mitm: rc.mitm}) }()
 	if rc.kind == policy.KindConnect || rc.kind == policy.KindTLS {
 		rc.mitm = g.intercepts(rc, &rc.in, d)
 		if rc.mitm && g.leaves == nil {
@@ -72,7 +72,7 @@ func (g *Gateway) reportIntercepts(in *policy.Input, d policy.Decision) bool {
 // ask runs one policy decision on rc.in, bounded by PolicyTimeout.
 func (g *Gateway) ask(rc *reqCtx) policy.Decision {
 	t0 := time.Now()
-	ctx := newDecisionCtx(g.cfg.PolicyTimeout) // no timer unless the decider waits on it
+	ctx := rc.decisionCtx(g.cfg.PolicyTimeout) // no timer unless the decider waits on it
 	d := g.dec.Decide(ctx, &rc.in)
 	ctx.stop()
 	dur := time.Since(t0)
@@ -156,7 +156,8 @@ func (g *Gateway) buildInput(rc *reqCtx) {
 	}
 	if rc.kind == policy.KindHTTP {
 		r := rc.req
-		h := &policy.HTTP{Method: r.Method, Scheme: rc.scheme, Path: r.URL.Path}
+		h := &rc.inHTTP // held by rc: no allocation of its own
+		*h = policy.HTTP{Method: r.Method, Scheme: rc.scheme, Path: r.URL.Path}
 		if h.Path == "" {
 			h.Path = "/"
 		}

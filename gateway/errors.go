@@ -61,6 +61,33 @@ func fail(reason string, status int, err error) error {
 	return &failure{reason: reason, status: status, err: err}
 }
 
+// asDenial is errors.As for a *denial, without errors.As's allocation of
+// its target on the common paths: no error at all, or a *denial itself.
+func asDenial(err error) *denial {
+	if err == nil {
+		return nil
+	}
+	if d, ok := err.(*denial); ok {
+		return d
+	}
+	var d *denial
+	errors.As(err, &d)
+	return d
+}
+
+// asFailure is asDenial for a *failure.
+func asFailure(err error) *failure {
+	if err == nil {
+		return nil
+	}
+	if f, ok := err.(*failure); ok {
+		return f
+	}
+	var f *failure
+	errors.As(err, &f)
+	return f
+}
+
 // refusalOf maps an error to the status and reason id the client sees.
 func refusalOf(err error) (status int, reason string) {
 	var d *denial

@@ -55,6 +55,8 @@ type Gateway struct {
 	idPrefix string
 	idSeq    atomic.Uint64
 
+	lastMediaType atomic.Pointer[mediaType] // the last response Content-Type parsed (response.go)
+
 	auditBlockedUntil atomic.Int64 // unix nanos; requests refused while in the future
 
 	live     liveSet       // long-lived connections, re-decided on a policy change (redecide.go)
@@ -148,7 +150,8 @@ func New(cfg Config, dec policy.Decider, log audit.Logger, res Resolver, logger 
 // newID returns a decision id unique within this process and unlikely to repeat
 // across restarts.
 func (g *Gateway) newID() string {
-	return g.idPrefix + strconv.FormatUint(g.idSeq.Add(1), 36)
+	var b [64]byte // one allocation, the string
+	return string(strconv.AppendUint(append(b[:0], g.idPrefix...), g.idSeq.Add(1), 36))
 }
 
 // ServeSandbox starts serving a sandbox's explicit and transparent listeners

@@ -517,7 +517,7 @@ func (s *httpSession) sendUpstream(rc *reqCtx) (exchange, error) {
 		s.dropUpstream()
 		return x, err
 	}
-	if err := s.g.inspectResponse(rc, resp, s.cutUpstream(rc)); err != nil {
+	if err := s.g.inspectResponse(rc, resp, s); err != nil {
 		s.dropUpstream()
 		return x, err
 	}

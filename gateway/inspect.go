@@ -346,14 +346,21 @@ func (g *Gateway) readBodyBounded(rc *reqCtx, n int64) ([]byte, error) {
 		}
 		return nil, deny(ReasonBadRequest, "reading request body: %v", err)
 	}
-	req.Body = replayBody{bytes.NewReader(buf), req.Body}
+	req.Body = newReplayBody(buf, req.Body)
 	return buf, nil
 }
 
 // replayBody is a body read ahead and replayed, closing the original.
 type replayBody struct {
-	*bytes.Reader
+	bytes.Reader
 	io.Closer
+}
+
+// newReplayBody replays b and closes orig: one allocation.
+func newReplayBody(b []byte, orig io.Closer) *replayBody {
+	r := &replayBody{Closer: orig}
+	r.Reset(b)
+	return r
 }
 
 // jsonrpcInput is policy's view of a parsed JSON-RPC body.

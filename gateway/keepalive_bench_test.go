@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,15 +24,25 @@ import (
 // decides throughput on a loaded machine, and the read and write system calls
 // per request it adds (gateway-syscalls/req, from /proc/self/io: a count that
 // does not depend on the machine's load; 6 is the floor of a Go relay, see
-// DESIGN.md).
+// DESIGN.md), and the heap allocations per request it adds
+// (gateway-allocs/req and gateway-B/req, runtime.MemStats: proxied minus
+// direct, so the client's and the origin's own are left out). The
+// inspect-c16 case has content inspection on (the daemon's default).
 func BenchmarkHTTPKeepAliveConns(b *testing.B) {
 	up := newUpstream(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }), nil)
-	h := benchHarness(b, nil)
-	h.allowUpstreams(up)
+	plain := benchHarness(b, nil)
+	plain.allowUpstreams(up)
+	inspected := benchHarnessWith(b, nil, []harnessOpt{withInspector(benchInspector(b), 0)})
+	inspected.allowUpstreams(up)
 	url := fmt.Sprintf("http://pypi.org:%d/simple/x/", up.port)
 	directURL := fmt.Sprintf("http://%s/simple/x/", up.addr)
-	for _, conns := range []int{16, 64} {
-		b.Run(fmt.Sprintf("c%d", conns), func(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		conns int
+		h     *harness
+	}{{"c16", 16, plain}, {"c64", 64, plain}, {"inspect-c16", 16, inspected}} {
+		conns, h := tc.conns, tc.h
+		b.Run(tc.name, func(b *testing.B) {
 			clients := func(proxied bool) []*http.Client {
 				cs := make([]*http.Client, conns)
 				for i := range cs {
@@ -43,12 +54,12 @@ func BenchmarkHTTPKeepAliveConns(b *testing.B) {
 				}
 				return cs
 			}
-			run := func(cs []*http.Client, u string, n int) (rate float64, cpu time.Duration, sys int64, lat []time.Duration) {
+			run := func(cs []*http.Client, u string, n int) (rate float64, cpu time.Duration, sys int64, heap heapUse, lat []time.Duration) {
 				var next atomic.Int64
 				lats := make([][]time.Duration, len(cs))
 				var wg sync.WaitGroup
 				var failed atomic.Value
-				cpu0, sys0 := processCPU(), processSyscalls()
+				cpu0, sys0, heap0 := processCPU(), processSyscalls(), readHeapUse()
 				start := time.Now()
 				for i, c := range cs {
 					wg.Add(1)
@@ -69,32 +80,46 @@ func BenchmarkHTTPKeepAliveConns(b *testing.B) {
 				}
 				wg.Wait()
 				el := time.Since(start)
-				cpu, sys = processCPU()-cpu0, processSyscalls()-sys0
+				cpu, sys, heap = processCPU()-cpu0, processSyscalls()-sys0, readHeapUse().minus(heap0)
 				if err, _ := failed.Load().(error); err != nil {
 					b.Fatal(err)
 				}
 				for _, l := range lats {
 					lat = append(lat, l...)
 				}
-				return float64(n) / el.Seconds(), cpu, sys, lat
+				return float64(n) / el.Seconds(), cpu, sys, heap, lat
 			}
 			direct, proxied := clients(false), clients(true)
 			run(direct, directURL, 20*conns)
 			run(proxied, url, 20*conns)
 			b.ResetTimer()
-			dRate, dCPU, dSys, _ := run(direct, directURL, b.N)
-			pRate, pCPU, pSys, pLat := run(proxied, url, b.N)
+			dRate, dCPU, dSys, dHeap, _ := run(direct, directURL, b.N)
+			pRate, pCPU, pSys, pHeap, pLat := run(proxied, url, b.N)
 			b.ReportMetric(dRate, "direct-req/s")
 			b.ReportMetric(pRate, "proxy-req/s")
 			b.ReportMetric(pRate/dRate, "ratio")
 			b.ReportMetric(float64(percentile(pLat, 0.99).Microseconds())/1000, "proxy-p99-ms")
 			b.ReportMetric(float64((pCPU-dCPU).Microseconds())/float64(b.N), "gateway-cpu-µs/req")
+			gw := pHeap.minus(dHeap)
+			b.ReportMetric(float64(gw.mallocs)/float64(b.N), "gateway-allocs/req")
+			b.ReportMetric(float64(gw.bytes)/float64(b.N), "gateway-B/req")
 			if dSys >= 0 && pSys >= 0 {
 				b.ReportMetric(float64(pSys-dSys)/float64(b.N), "gateway-syscalls/req")
 			}
 		})
 	}
 }
+
+// heapUse is the process's heap allocations so far: objects and bytes.
+type heapUse struct{ mallocs, bytes int64 }
+
+func readHeapUse() heapUse {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return heapUse{int64(m.Mallocs), int64(m.TotalAlloc)}
+}
+
+func (h heapUse) minus(o heapUse) heapUse { return heapUse{h.mallocs - o.mallocs, h.bytes - o.bytes} }
 
 // processSyscalls is the number of read and write system calls the process
 // made so far (syscr + syscw of /proc/self/io, would-block reads included),

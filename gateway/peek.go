@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -281,7 +282,7 @@ func peekHTTPRequest(br *bufio.Reader, max int) (peekedRequest, error) {
 	if !ok1 || !ok2 || len(target) == 0 || !(bytes.Equal(proto, []byte("HTTP/1.1")) || bytes.Equal(proto, []byte("HTTP/1.0"))) {
 		return pr, errNotHTTP
 	}
-	pr.Method, pr.Target = string(method), string(target)
+	pr.Method, pr.Target = methodString(method), string(target)
 	hosts := 0
 	for len(rest) > 0 {
 		var h []byte
@@ -369,4 +370,30 @@ func (g *Gateway) sniff(c net.Conn, br *bufio.Reader) (sniffed, error) {
 		return sniffed{kind: policy.KindTCP}, nil
 	}
 	return sniffed{kind: policy.KindTCP}, deny(ReasonBadRequest, "http request: %v", err)
+}
+
+// methodString is method as a string, without an allocation for the
+// methods of RFC 9110.
+func methodString(method []byte) string {
+	switch string(method) { // no allocation: the compiler compares the bytes
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodHead:
+		return http.MethodHead
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodDelete:
+		return http.MethodDelete
+	case http.MethodConnect:
+		return http.MethodConnect
+	case http.MethodOptions:
+		return http.MethodOptions
+	case http.MethodPatch:
+		return http.MethodPatch
+	case http.MethodTrace:
+		return http.MethodTrace
+	}
+	return string(method)
 }

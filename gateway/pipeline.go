@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -108,19 +107,17 @@ func (g *Gateway) finish(rc *reqCtx) {
 		g.metrics.bytesUp.Add(float64(rc.bytesUp))
 		g.metrics.bytesDown.Add(float64(rc.bytesDown))
 	}
-	var f *failure
-	if errors.As(rc.err, &f) {
+	if f := asFailure(rc.err); f != nil {
 		g.metrics.upstreamErrors.WithLabelValues(f.reason).Inc()
 	}
 	g.logDecision(rc, result)
 }
 
 func resultOf(rc *reqCtx) string {
-	var d *denial
 	switch {
 	case rc.decided && rc.dec.Err != nil:
 		return audit.DecisionError
-	case errors.As(rc.err, &d):
+	case asDenial(rc.err) != nil:
 		return audit.DecisionDeny
 	case rc.decided && !rc.dec.Allowed:
 		return audit.DecisionDeny // report mode: what enforce would have done

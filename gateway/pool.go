@@ -31,6 +31,7 @@ type upstreamConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	ip     netip.Addr
+	ipText string // ip.String(), made once for the records of every request on it
 	parent string // the parent proxy's host:port, when the connection goes through it
 	used   bool
 	idleAt time.Time
@@ -79,6 +80,9 @@ func (r *upstreamReader) Read(p []byte) (int, error) {
 
 func newUpstreamConn(key upstreamKey, c net.Conn, ip netip.Addr) *upstreamConn {
 	u := &upstreamConn{key: key, nc: c, ip: ip}
+	if ip.IsValid() {
+		u.ipText = ip.String()
+	}
 	u.rd.c = c
 	u.br = bufio.NewReaderSize(&u.rd, 32<<10)
 	u.bw = bufio.NewWriterSize(c, 4096)

@@ -20,7 +20,10 @@ func recordOf(rc *reqCtx) *audit.Record {
 		Host:    rc.host,
 		Port:    rc.port,
 	}
-	if rc.ip.IsValid() {
+	switch {
+	case rc.up != nil && rc.up.ip == rc.ip && rc.up.ipText != "":
+		r.IP = rc.up.ipText // a kept-alive upstream's, formatted once
+	case rc.ip.IsValid():
 		r.IP = rc.ip.String()
 	}
 	return r
@@ -84,8 +87,8 @@ func decisionRecord(rc *reqCtx) *audit.Record {
 			r.Reasons = append(r.Reasons, audit.Reason{ID: x.ID, Msg: x.Msg})
 		}
 	}
-	var d *denial
-	if errors.As(rc.err, &d) && (!rc.decided || rc.dec.Permit()) {
+	d := asDenial(rc.err)
+	if d != nil && (!rc.decided || rc.dec.Permit()) {
 		// The gateway's own denial (fronting, guard, caps): its reason is the record's.
 		r.Reasons = append(r.Reasons, audit.Reason{ID: d.reason, Msg: d.msg})
 	}

@@ -67,7 +67,11 @@ type reqCtx struct {
 	llm      *policy.LLM
 
 	in      policy.Input
+	inHTTP  policy.HTTP            // what in.HTTP points to for kind http (buildInput)
+	dctx    decisionCtx            // the context of rc's first decision (decisionCtx)
+	dctxSet bool                   // dctx was handed out
 	adm     *admitted              // what a long-lived connection was admitted with (redecide.go)
+	admHeld admitted               // what adm points to: held here, not allocated per request
 	revoked atomic.Pointer[denial] // set by Redecide when it closed the connection
 	dec     policy.Decision
 	decided bool
@@ -88,6 +92,24 @@ type reqCtx struct {
 
 func (g *Gateway) newReqCtx(cc *clientConn, sess *httpSession) *reqCtx {
 	return &reqCtx{g: g, cc: cc, sess: sess, id: g.newID(), start: time.Now()}
+}
+
+// admit keeps a as rc's admission and returns where it is held.
+func (rc *reqCtx) admit(a admitted) *admitted {
+	rc.admHeld = a
+	return &rc.admHeld
+}
+
+// decisionCtx returns the context of one policy decision for rc: the one
+// rc holds for its first, a new one for any later (a decider may still hold
+// an earlier one, so none is reset).
+func (rc *reqCtx) decisionCtx(timeout time.Duration) *decisionCtx {
+	if rc.dctxSet {
+		return newDecisionCtx(timeout)
+	}
+	rc.dctxSet = true
+	rc.dctx.deadline = time.Now().Add(timeout)
+	return &rc.dctx
 }
 
 func kindOfMode(m listenerMode) policy.Kind {

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"mime"
@@ -38,17 +37,17 @@ const respDecideMax = 1 << 20
 // inspectResponse scans resp's body when inspection is on and the body is
 // text the agent reads, compressed (gzip, deflate, br, zstd) or not. cut
 // abandons the upstream the body comes from (a stream cut short must not be
-// reused).
-func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response, cut func()) error {
+// reused), made only for a body scanned as it streams.
+func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response, s *httpSession) error {
 	sc := g.cfg.Inspector
 	if sc == nil || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
 	ct := resp.Header.Get("Content-Type")
-	if !readableResponse(ct) {
+	mt, ok := g.parseMediaType(ct)
+	if !ok || !readableMediaType(mt) {
 		return nil
 	}
-	mt, _, _ := mime.ParseMediaType(ct)
 	sse := mt == "text/event-stream"
 	n := resp.ContentLength
 	sized := n > 0 && n <= respDecideMax && !sse
@@ -65,7 +64,7 @@ func (g *Gateway) inspectResponse(rc *reqCtx, resp *http.Response, cut func()) e
 	if sized {
 		return g.decideResponse(rc, resp, sc, ct, enc)
 	}
-	b := &respStream{g: g, rc: rc, r: resp.Body, sc: sc, ct: ct, sse: sse, sized: resp.ContentLength >= 0, cut: cut, enc: enc}
+	b := &respStream{g: g, rc: rc, r: resp.Body, sc: sc, ct: ct, sse: sse, sized: resp.ContentLength >= 0, cut: s.cutUpstream(rc), enc: enc}
 	if enc != "" {
 		b.dec = newRespDecoder(enc)
 	}
@@ -84,7 +83,7 @@ func (g *Gateway) decideResponse(rc *reqCtx, resp *http.Response, sc Inspector, 
 	if _, err := io.ReadFull(resp.Body, raw); err != nil {
 		return fail(ReasonUpstream, http.StatusBadGateway, fmt.Errorf("reading response: %w", err))
 	}
-	resp.Body = replayBody{bytes.NewReader(raw), resp.Body}
+	resp.Body = newReplayBody(raw, resp.Body)
 	body, whole, bomb := raw, true, false
 	var fs []inspect.Finding
 	if enc != "" {
@@ -118,7 +117,7 @@ func (g *Gateway) decideResponse(rc *reqCtx, resp *http.Response, sc Inspector, 
 	}
 	rc.late.strip(spans, 0)
 	resp.Header.Del("Content-Encoding")
-	resp.Body = replayBody{bytes.NewReader(out), resp.Body}
+	resp.Body = newReplayBody(out, resp.Body)
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	dropValidators(resp.Header)
@@ -139,12 +138,27 @@ func dropValidators(h http.Header) {
 	}
 }
 
-// readableResponse reports whether a content type is text an agent reads.
-func readableResponse(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return false
+// mediaType is a Content-Type and what mime.ParseMediaType made of it.
+type mediaType struct {
+	ct, mt string
+	ok     bool
+}
+
+// parseMediaType is mime.ParseMediaType's media type of ct (ok false when it
+// fails), remembering the last one: the responses of a kept-alive origin
+// repeat one Content-Type, and the parse allocates.
+func (g *Gateway) parseMediaType(ct string) (mt string, ok bool) {
+	if last := g.lastMediaType.Load(); last != nil && last.ct == ct {
+		return last.mt, last.ok
 	}
+	mt, _, err := mime.ParseMediaType(ct)
+	g.lastMediaType.Store(&mediaType{ct: ct, mt: mt, ok: err == nil})
+	return mt, err == nil
+}
+
+// readableMediaType reports whether a parsed media type is text an agent
+// reads.
+func readableMediaType(mt string) bool {
 	return strings.HasPrefix(mt, "text/") || mt == "application/json" || strings.HasSuffix(mt, "+json") ||
 		mt == "application/xhtml+xml" || mt == "application/xml"
 }

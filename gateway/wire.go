@@ -50,8 +50,14 @@ func writeResponseHead(w *bufio.Writer, resp *http.Response) (ok bool) {
 		!headerClean(resp.Header, "Content-Length", "Transfer-Encoding", "Trailer", "Connection") {
 		return false
 	}
-	code := strconv.Itoa(resp.StatusCode)
-	text := strings.TrimPrefix(resp.Status, code+" ")
+	// The status line without a string made for it (a code and a length
+	// are formatted into stack and buffer bytes).
+	var digits [20]byte
+	code := strconv.AppendInt(digits[:0], int64(resp.StatusCode), 10)
+	text := resp.Status
+	if len(text) > len(code) && text[len(code)] == ' ' && text[:len(code)] == string(code) {
+		text = text[len(code)+1:]
+	}
 	if resp.Status == "" {
 		text = http.StatusText(resp.StatusCode)
 	}
@@ -59,13 +65,15 @@ func writeResponseHead(w *bufio.Writer, resp *http.Response) (ok bool) {
 		return false
 	}
 	w.WriteString("HTTP/1.1 ")
-	w.WriteString(code)
+	for _, c := range code {
+		w.WriteByte(c)
+	}
 	w.WriteByte(' ')
 	w.WriteString(text)
 	w.WriteString("\r\n")
 	writeHeader(w, resp.Header, "Content-Length", "Transfer-Encoding", "Trailer", "Connection")
 	w.WriteString("Content-Length: ")
-	w.WriteString(strconv.FormatInt(resp.ContentLength, 10))
+	w.Write(strconv.AppendInt(w.AvailableBuffer(), resp.ContentLength, 10))
 	w.WriteString("\r\n")
 	if resp.Close {
 		w.WriteString("Connection: close\r\n")
