@@ -23,7 +23,8 @@ import (
 // (udpbatch.go; the batch buffers are pooled, so an idle worker holds none),
 // else each has its own 64 KiB read buffer and reply writer. A datagram goes through the same steps miekg/dns
 // takes: header, accept (the header checks), full unpack (FORMERR on failure),
-// then ServeDNS. TCP stays on miekg/dns.
+// then ServeDNS; a plain query (request.go's parseRequest) is read from its
+// wire form instead of unpacked. TCP stays on miekg/dns.
 //
 // The base workers never exit before the socket closes. A worker that takes a
 // datagram while no other worker is reading starts a spare one (up to
@@ -181,8 +182,13 @@ func (u *udpServer) serveNoWait(w dns.ResponseWriter, m []byte, truncated, noWai
 		Nscount: binary.BigEndian.Uint16(m[8:]),
 		Arcount: binary.BigEndian.Uint16(m[10:]),
 	}
-	req := new(dns.Msg)
 	action := s.accept(dh)
+	if action == dns.MsgAccept && !truncated {
+		if r, ok := parseRequest(m, s.names); ok {
+			return s.serveDNS(w, &r, noWait)
+		}
+	}
+	req := new(dns.Msg)
 	switch {
 	case action == dns.MsgAccept && truncated:
 		_ = req.Unpack(m[:12])
@@ -190,7 +196,8 @@ func (u *udpServer) serveNoWait(w dns.ResponseWriter, m []byte, truncated, noWai
 	case action == dns.MsgAccept:
 		err := req.Unpack(m)
 		if err == nil {
-			return s.serveDNS(w, req, noWait)
+			r := requestOf(req)
+			return s.serveDNS(w, &r, noWait)
 		}
 		s.invalid(m, err)
 	case action == dns.MsgReject, action == dns.MsgRejectNotImplemented:
