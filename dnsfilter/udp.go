@@ -26,17 +26,18 @@ import (
 // then ServeDNS; a plain query (request.go's parseRequest) is read from its
 // wire form instead of unpacked. TCP stays on miekg/dns.
 //
-// The base workers never exit before the socket closes. A worker that takes a
-// datagram while no other worker is reading starts a spare one (up to
-// udpMaxWorkers), so a query waiting on a slow upstream never stops the
-// sandbox's other queries; a spare exits after a datagram when another worker
-// is reading.
+// The base workers never exit before the socket closes. A query waiting on a
+// slow upstream never stops the sandbox's other queries: on the batch path it
+// finishes on a goroutine of its own (udpbatch.go); on the other, a worker
+// that takes a datagram while no other worker is reading starts a spare one,
+// which exits after a datagram when another worker is reading. Either way at
+// most udpMaxWorkers per sandbox.
 
 const (
 	udpBufSize       = 64 << 10 // the largest UDP datagram
 	udpMinWorkers    = 4
 	udpMaxBaseWorker = 16
-	udpMaxWorkers    = 256 // base plus spares, per sandbox
+	udpMaxWorkers    = 256 // base workers plus spares and pending queries' goroutines, per sandbox
 )
 
 // udpWorkers is the number of base workers: 2*GOMAXPROCS, within
