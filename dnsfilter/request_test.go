@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,4 +271,46 @@ func TestCachedAnswerDeniedAfterPolicyChange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseRequest: whatever parseRequest takes, miekg/dns unpacks without
+// error, passes accept's header checks, and gives the same request: the query
+// path cannot tell which way a query was read.
+func FuzzParseRequest(f *testing.F) {
+	for _, name := range []string{"pypi.org.", "PyPI.org.", "a-b_c.example.", "1.2.3.4."} {
+		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeTXT} {
+			for _, edns := range []bool{false, true} {
+				m := new(dns.Msg)
+				m.SetQuestion(name, qt)
+				if edns {
+					m.SetEdns0(1232, true)
+				}
+				b, err := m.Pack()
+				if err != nil {
+					f.Fatal(err)
+				}
+				f.Add(b)
+			}
+		}
+	}
+	names := newNameCache(64)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		r, ok := parseRequest(raw, names)
+		if !ok {
+			return
+		}
+		var m dns.Msg
+		if err := m.Unpack(raw); err != nil {
+			t.Fatalf("parseRequest took %x, which does not unpack: %v", raw, err)
+		}
+		if len(m.Question) != 1 || len(m.Answer) != 0 || len(m.Ns) != 0 || len(m.Extra) > 1 || m.Opcode != dns.OpcodeQuery || m.Response {
+			t.Fatalf("parseRequest took %x, which accept refuses: %v", raw, &m)
+		}
+		if want := requestOf(&m); r != want {
+			t.Fatalf("parseRequest(%x) = %+v, want %+v (unpacked)", raw, r, want)
+		}
+		if strings.IndexByte(r.q.Name, '\\') >= 0 {
+			t.Fatalf("parseRequest took an escaped name %q", r.q.Name)
+		}
+	})
 }
