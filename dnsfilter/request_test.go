@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -313,4 +314,26 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("parseRequest took an escaped name %q", r.q.Name)
 		}
 	})
+}
+
+// TestRcodeQtypeStrings: the switches give miekg/dns's names.
+func TestRcodeQtypeStrings(t *testing.T) {
+	for rc := range 24 {
+		want, ok := dns.RcodeToString[rc]
+		if !ok {
+			want = "RCODE" + strconv.Itoa(rc)
+		}
+		if got := rcodeString(rc); got != want {
+			t.Errorf("rcodeString(%d): got %q, want %q", rc, got, want)
+		}
+	}
+	for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeHTTPS, dns.TypeCNAME, dns.TypePTR, dns.TypeTXT, dns.TypeSVCB, 65280} {
+		want, ok := dns.TypeToString[qt]
+		if !ok {
+			want = "TYPE" + strconv.Itoa(int(qt))
+		}
+		if got := qtypeString(qt); got != want {
+			t.Errorf("qtypeString(%d): got %q, want %q", qt, got, want)
+		}
+	}
 }
