@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +34,12 @@ var benchZone = map[string][]string{"pypi.org.": {"pypi.org. 300 IN A 198.18.0.1
 // startDnsmasq runs dnsmasq on 127.0.0.1:<free port> serving benchZone, killed at
 // cleanup. It skips when dnsmasq is not installed.
 func startDnsmasq(b *testing.B) string {
+	addr, _ := startDnsmasqPID(b)
+	return addr
+}
+
+// startDnsmasqPID is startDnsmasq, also returning dnsmasq's pid.
+func startDnsmasqPID(b *testing.B) (string, int) {
 	b.Helper()
 	if _, err := os.Stat(dnsmasqPath); err != nil {
 		b.Skipf("dnsmasq not installed (%s): the comparison needs it (CI installs dnsmasq-base)", dnsmasqPath)
@@ -61,18 +68,24 @@ func startDnsmasq(b *testing.B) string {
 	m.SetQuestion("pypi.org.", dns.TypeA)
 	for range 50 {
 		if r, _, err := c.Exchange(m, addr); err == nil && len(r.Answer) == 1 {
-			return addr
+			return addr, cmd.Process.Pid
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	b.Fatalf("dnsmasq on %s did not answer", addr)
-	return ""
+	return "", 0
 }
 
 // startAirlock runs a Filter with the real policy engine (pypi.org allowed, every
 // preset off) and the real audit writer (to a temp file), serving one sandbox on
 // loopback, over a fake upstream serving benchZone.
 func startAirlock(b *testing.B) (addr string, auditFile string, w *audit.Writer) {
+	return startAirlockBudget(b, 1e9, 1<<30)
+}
+
+// startAirlockBudget is startAirlock with the audit budget given (0, 0: the
+// defaults, as the daemon runs).
+func startAirlockBudget(b *testing.B, auditRate float64, auditBurst int) (addr string, auditFile string, w *audit.Writer) {
 	b.Helper()
 	up := startUpstream(b, records(benchZone))
 	eng, err := policy.New(policy.Config{Presets: []string{policy.PresetNone}, AllowHosts: []string{"pypi.org"}}, nil)
@@ -89,9 +102,7 @@ func startAirlock(b *testing.B) (addr string, auditFile string, w *audit.Writer)
 		Upstreams:  []string{up.addr},
 		AllowCIDRs: []string{"198.18.0.0/15"},
 		RateLimit:  1e9, RateBurst: 1 << 30, // the load is one sandbox at full speed
-		// One audit record per query, the worst case; the budget check still
-		// runs on every query.
-		AuditRate: 1e9, AuditBurst: 1 << 30,
+		AuditRate: auditRate, AuditBurst: auditBurst,
 	}, eng, pickAudit(w), nil)
 	if err != nil {
 		b.Fatal(err)
@@ -322,6 +333,99 @@ func BenchmarkLoad(b *testing.B) {
 	}
 }
 
+// BenchmarkDnsperf is bench-compare's DNS measure on loopback: dnsperf (8
+// sockets, 200 outstanding, 2 threads) asking one name over and over, the
+// filter with the real policy engine, the real audit writer and the default
+// audit budget, beside dnsmasq, alternated for dnsperfRounds rounds:
+//
+//	go test -run '^$' -bench Dnsperf -benchtime 1x ./dnsfilter/
+//
+// It skips without dnsperf or dnsmasq. The log has every round's q/s and
+// CPU per query. DNSFILTER_BENCH_KINDS=allowed (or denied) runs one name only.
+func BenchmarkDnsperf(b *testing.B) {
+	const dnsperfRounds, secs = 5, "3"
+	perf, err := exec.LookPath("dnsperf")
+	if err != nil {
+		b.Skip("dnsperf not installed")
+	}
+	masq, masqPID := startDnsmasqPID(b)
+	air, _, _ := startAirlockBudget(b, 0, 0)
+	// cpu is the server's CPU time so far: this process's for the filter,
+	// dnsmasq's from /proc.
+	cpu := func(pid int) time.Duration {
+		if pid == 0 {
+			var ru syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+			return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+		ut, _ := strconv.Atoi(f[11])
+		st, _ := strconv.Atoi(f[12])
+		return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
+	}
+	dir := b.TempDir()
+	qf := map[string]string{"allowed": filepath.Join(dir, "allowed"), "denied": filepath.Join(dir, "denied")}
+	os.WriteFile(qf["allowed"], []byte("pypi.org A\n"), 0o644)
+	os.WriteFile(qf["denied"], []byte("evil.example.com A\n"), 0o644)
+	type round struct{ qps, server, client float64 } // q/s, server and dnsperf CPU µs per query
+	run := func(addr string, pid int, kind string) round {
+		host, port, _ := net.SplitHostPort(addr)
+		c0 := cpu(pid)
+		cmd := exec.Command(perf, "-s", host, "-p", port, "-d", qf[kind], "-l", secs, "-c", "8", "-T", "2", "-q", "200")
+		out, err := cmd.CombinedOutput()
+		c1 := cpu(pid)
+		if err != nil {
+			b.Fatalf("dnsperf: %v: %s", err, out)
+		}
+		_, rest, ok := strings.Cut(string(out), "Queries per second:")
+		if !ok {
+			b.Fatalf("dnsperf output: %s", out)
+		}
+		var qps float64
+		fmt.Sscan(rest, &qps)
+		_, rest, _ = strings.Cut(string(out), "Queries completed:")
+		var n float64
+		fmt.Sscan(rest, &n)
+		n = max(n, 1)
+		client := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		return round{qps, float64((c1 - c0).Microseconds()) / n, float64(client.Microseconds()) / n}
+	}
+	for _, kind := range []string{"allowed", "denied"} {
+		loadProc(b, air, map[string]string{"allowed": "pypi.org.", "denied": "evil.example.com."}[kind], map[string]int{"allowed": 0, "denied": 3}[kind], 200, 1, 5*time.Second)
+	}
+	kinds := []string{"allowed", "denied"}
+	if k := os.Getenv("DNSFILTER_BENCH_KINDS"); k != "" {
+		kinds = strings.Split(k, ",")
+	}
+	for b.Loop() {
+		for _, kind := range kinds {
+			var a, m, acpu, mcpu []float64
+			var ratios, cpus []string
+			for range dnsperfRounds {
+				ra, rm := run(air, 0, kind), run(masq, masqPID, kind)
+				a, m = append(a, ra.qps), append(m, rm.qps)
+				acpu, mcpu = append(acpu, ra.server), append(mcpu, rm.server)
+				ratios = append(ratios, fmt.Sprintf("%.0f/%.0f=%.2f", ra.qps, rm.qps, ra.qps/rm.qps))
+				cpus = append(cpus, fmt.Sprintf("%.1f+%.1f/%.1f+%.1f", ra.server, ra.client, rm.server, rm.client))
+			}
+			b.Logf("%s: airlock/dnsmasq q/s per round: %s", kind, strings.Join(ratios, " "))
+			b.Logf("%s: CPU µs per query, server+dnsperf, airlock/dnsmasq: %s", kind, strings.Join(cpus, " "))
+			slices.Sort(acpu)
+			slices.Sort(mcpu)
+			b.ReportMetric(acpu[len(acpu)/2], "airlock-"+kind+"-cpu-µs/q")
+			b.ReportMetric(mcpu[len(mcpu)/2], "dnsmasq-"+kind+"-cpu-µs/q")
+			slices.Sort(a)
+			slices.Sort(m)
+			b.ReportMetric(a[len(a)/2], "airlock-"+kind+"-q/s")
+			b.ReportMetric(m[len(m)/2], "dnsmasq-"+kind+"-q/s")
+		}
+	}
+}
+
 // BenchmarkServeDNS measures the handler alone (no sockets) with a fake decider
 // and a discarding audit logger: the per-query cost of the filter's own code.
 func BenchmarkServeDNS(b *testing.B) {
@@ -354,4 +458,60 @@ func pickAudit(w *audit.Writer) audit.Logger {
 		return audittest.Discard{}
 	}
 	return w
+}
+
+// BenchmarkServeUDP measures one datagram on the batch path (header, accept,
+// the query, the reply queued for sendmmsg) without the syscalls: the real
+// policy engine and the default audit budget (past its burst every query is
+// counted into the summary, as under load), for a cached allowed name and a
+// denied one.
+func BenchmarkServeUDP(b *testing.B) {
+	up := startUpstream(b, records(benchZone))
+	eng, err := policy.New(policy.Config{Presets: []string{policy.PresetNone}, AllowHosts: []string{"pypi.org"}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := New(Config{Upstreams: []string{up.addr}, AllowCIDRs: []string{"198.18.0.0/15"}, RateLimit: 1e9, RateBurst: 1 << 30},
+		eng, audittest.Discard{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := newSandboxServer(f, policy.Sandbox{ID: "sb-bench"}, nil)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Close()
+	u := &udpServer{s: s, pc: pc, uc: pc.(*net.UDPConn)}
+	for _, tc := range []struct {
+		name, qname string
+		rcode       int
+	}{{"allowed", "pypi.org.", dns.RcodeSuccess}, {"denied", "evil.example.com.", dns.RcodeNameError}} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := new(dns.Msg)
+			m.SetQuestion(tc.qname, dns.TypeA)
+			pkt, err := m.Pack()
+			if err != nil {
+				b.Fatal(err)
+			}
+			bt := u.takeBatch()
+			defer putBatch(bt)
+			serve := func() {
+				bt.nOut = 0
+				if p := u.serveNoWait(&bt.w[0], pkt, false, false); p != nil {
+					b.Fatal("pending")
+				}
+			}
+			serve()
+			var r dns.Msg
+			if err := r.Unpack(bt.reply[0]); err != nil || r.Rcode != tc.rcode {
+				b.Fatalf("reply %v (%v), want rcode %s", &r, err, dns.RcodeToString[tc.rcode])
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				serve()
+			}
+		})
+	}
 }

@@ -56,28 +56,30 @@ type query struct {
 // ServeDNS is the request path, in the order dnsfilter/DESIGN.md gives. It writes
 // exactly one audit record and then exactly one reply.
 func (s *sandboxServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
-	s.serveDNS(w, req, false)
+	r := requestOf(req)
+	s.serveDNS(w, &r, false)
 }
 
 // pendingQuery is a query serveDNS left waiting for an upstream (noWait):
 // every stage up to the lookup ran; finish looks up, audits and replies.
 type pendingQuery struct {
-	q   *query
-	req *dns.Msg
+	q   query
+	req request
 }
 
 // serveDNS is ServeDNS; with noWait, a query whose lookup would wait for an
-// upstream stops there and is returned, nothing written or audited yet.
-func (s *sandboxServer) serveDNS(w dns.ResponseWriter, req *dns.Msg, noWait bool) *pendingQuery {
-	q := &query{start: time.Now(), proto: "udp", noWait: noWait}
+// upstream stops there and is returned, nothing written or audited yet. The
+// query lives on the stack unless it is returned.
+func (s *sandboxServer) serveDNS(w dns.ResponseWriter, req *request, noWait bool) *pendingQuery {
+	q := query{start: time.Now(), proto: "udp", noWait: noWait}
 	if w.LocalAddr().Network() == "tcp" {
 		q.proto = "tcp"
 	}
-	rcode, rrs := s.resolve(q, req)
+	rcode, rrs := s.resolve(&q, req)
 	if q.pending {
-		return &pendingQuery{q: q, req: req}
+		return &pendingQuery{q: q, req: *req}
 	}
-	s.reply(w, req, q, rcode, rrs)
+	s.reply(w, req, &q, rcode, rrs)
 	return nil
 }
 
@@ -85,21 +87,21 @@ func (s *sandboxServer) serveDNS(w dns.ResponseWriter, req *dns.Msg, noWait bool
 // audit, reply.
 func (s *sandboxServer) finish(w dns.ResponseWriter, p *pendingQuery) {
 	p.q.noWait, p.q.pending = false, false
-	rcode, rrs := s.lookup(p.q)
-	s.reply(w, p.req, p.q, rcode, rrs)
+	rcode, rrs := s.lookup(&p.q)
+	s.reply(w, &p.req, &p.q, rcode, rrs)
 }
 
 // resolve runs every stage and returns the rcode and answer records for the reply.
-func (s *sandboxServer) resolve(q *query, req *dns.Msg) (int, []dns.RR) {
-	if req.Opcode != dns.OpcodeQuery || req.Response {
+func (s *sandboxServer) resolve(q *query, req *request) (int, []dns.RR) {
+	if req.opcode != dns.OpcodeQuery || req.response {
 		q.reasons, q.errMsg = reasonMalformed, "not a query"
 		return dns.RcodeNotImplemented, nil
 	}
-	if len(req.Question) != 1 {
+	if req.questions != 1 {
 		q.reasons, q.errMsg = reasonMalformed, "want exactly one question"
 		return dns.RcodeFormatError, nil
 	}
-	qq := req.Question[0]
+	qq := req.q
 	q.qtype = qq.Qtype
 	switch qq.Qclass {
 	case dns.ClassINET:
@@ -287,11 +289,11 @@ func (s *sandboxServer) lookup(q *query) (int, []dns.RR) {
 // summary when the sandbox is over its audit budget), then the reply. When the
 // audit logger refuses records, a reply that would have let the query through
 // becomes SERVFAIL.
-func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcode int, rrs []dns.RR) {
+func (s *sandboxServer) reply(w dns.ResponseWriter, req *request, q *query, rcode int, rrs []dns.RR) {
 	decision, reasons, errMsg := q.verdict()
 	qt := qtypeNone
-	if len(req.Question) > 0 {
-		qt = qtypeIndex(req.Question[0].Qtype)
+	if req.questions > 0 {
+		qt = qtypeIndex(req.q.Qtype)
 	}
 	s.f.metrics.query(decision, qt)
 	for _, fl := range q.flags {
@@ -305,10 +307,10 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 			name: q.name, decision: decision, rcode: rcodeString(rcode), flags: q.flags,
 			forwarded: q.upstream != "" && q.upstream != "cache",
 		}
-		if len(req.Question) > 0 {
-			e.qtype = qtypeString(req.Question[0].Qtype)
+		if req.questions > 0 {
+			e.qtype = qtypeString(req.q.Qtype)
 			if e.name == "" {
-				e.name = req.Question[0].Name
+				e.name = req.q.Name
 			}
 		}
 		if s.meter.Count(e.count) {
@@ -342,10 +344,10 @@ func (s *sandboxServer) reply(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 		rec.Host = withheldName(q.name)
 		rec.QName = rec.Host
 	}
-	if len(req.Question) > 0 {
-		rec.QType = qtypeString(req.Question[0].Qtype)
+	if req.questions > 0 {
+		rec.QType = qtypeString(req.q.Qtype)
 		if q.name == "" {
-			rec.QName = req.Question[0].Name
+			rec.QName = req.q.Name
 		}
 	}
 	if q.dec != nil {
@@ -387,14 +389,13 @@ func (q *query) verdict() (decision string, reasons []audit.Reason, errMsg strin
 // write sends the reply. The addresses of a successful answer are remembered
 // first (NameFor), so a connection the sandbox makes as soon as it reads the
 // reply finds its name.
-func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcode int, rrs []dns.RR) {
+func (s *sandboxServer) write(w dns.ResponseWriter, req *request, q *query, rcode int, rrs []dns.RR) {
 	if rcode == dns.RcodeSuccess && len(rrs) > 0 && q.name != "" {
 		s.remember(q.name, rrs, q.start)
 	}
 	size := dns.MaxMsgSize
-	opt := req.IsEdns0()
 	var ede *explanation
-	if opt != nil {
+	if req.edns {
 		decision, reasons, _ := q.verdict()
 		if e, ok := q.explain(decision, reasons); ok {
 			ede = &e
@@ -402,13 +403,13 @@ func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	}
 	if q.proto == "udp" {
 		size = dns.MinMsgSize
-		if opt != nil {
-			size = max(dns.MinMsgSize, min(int(opt.UDPSize()), DefaultEDNSSize))
+		if req.edns {
+			size = max(dns.MinMsgSize, min(int(req.udpSize), DefaultEDNSSize))
 		}
 	}
 	bp := replyBufs.Get().(*[]byte)
 	defer replyBufs.Put(bp)
-	if b, ok := appendReply((*bp)[:0], req, rcode, rrs, q.ansWire, opt != nil, ede, size); ok {
+	if b, ok := appendReply((*bp)[:0], req, rcode, rrs, q.ansWire, ede, size); ok {
 		*bp = b
 		if _, err := w.Write(b); err != nil && !errors.Is(err, net.ErrClosed) {
 			s.f.log.Warn("write reply", oplog.SandboxKey, s.sb.ID, oplog.ErrorKey, err)
@@ -417,10 +418,16 @@ func (s *sandboxServer) write(w dns.ResponseWriter, req *dns.Msg, q *query, rcod
 	}
 	// Too big for the client's buffer (or unpackable): miekg/dns truncates.
 	resp := new(dns.Msg)
-	resp.SetRcode(req, rcode)
+	resp.Id, resp.Response, resp.Opcode, resp.Rcode = req.id, true, req.opcode, rcode // as SetRcode
+	if req.opcode == dns.OpcodeQuery {
+		resp.RecursionDesired, resp.CheckingDisabled = req.rd, req.cd
+	}
 	resp.RecursionAvailable = true
+	if req.questions > 0 {
+		resp.Question = []dns.Question{req.q}
+	}
 	resp.Answer = rrs
-	if opt != nil {
+	if req.edns {
 		resp.SetEdns0(DefaultEDNSSize, false)
 		if ede != nil {
 			o := resp.IsEdns0()
@@ -439,8 +446,8 @@ var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 // asked, the answer records (packed, or packed here when ansWire is nil) and an
 // OPT when the query had one, carrying ede when set. It reports false when the reply would exceed size
 // or a record cannot be packed; the caller then builds it with miekg/dns.
-func appendReply(dst []byte, req *dns.Msg, rcode int, rrs []dns.RR, ansWire []byte, edns bool, ede *explanation, size int) ([]byte, bool) {
-	if rcode > 0xf || len(req.Question) != 1 {
+func appendReply(dst []byte, req *request, rcode int, rrs []dns.RR, ansWire []byte, ede *explanation, size int) ([]byte, bool) {
+	if rcode > 0xf || req.questions != 1 {
 		return dst, false
 	}
 	if ansWire == nil && len(rrs) > 0 {
@@ -450,23 +457,23 @@ func appendReply(dst []byte, req *dns.Msg, rcode int, rrs []dns.RR, ansWire []by
 		}
 	}
 	var flags uint16 = 1<<15 | 1<<7 | uint16(rcode) // QR, RA, rcode; opcode QUERY
-	if req.RecursionDesired {
+	if req.rd {
 		flags |= 1 << 8
 	}
-	if req.CheckingDisabled {
+	if req.cd {
 		flags |= 1 << 4
 	}
 	var ar uint16
-	if edns {
+	if req.edns {
 		ar = 1
 	}
-	dst = binary.BigEndian.AppendUint16(dst, req.Id)
+	dst = binary.BigEndian.AppendUint16(dst, req.id)
 	dst = binary.BigEndian.AppendUint16(dst, flags)
 	dst = binary.BigEndian.AppendUint16(dst, 1)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(rrs)))
 	dst = binary.BigEndian.AppendUint16(dst, 0)
 	dst = binary.BigEndian.AppendUint16(dst, ar)
-	q := req.Question[0]
+	q := req.q
 	start := len(dst)
 	dst = append(dst, make([]byte, 256)...)
 	off, err := dns.PackDomainName(q.Name, dst, start, nil, false)
@@ -477,7 +484,7 @@ func appendReply(dst []byte, req *dns.Msg, rcode int, rrs []dns.RR, ansWire []by
 	dst = binary.BigEndian.AppendUint16(dst, q.Qtype)
 	dst = binary.BigEndian.AppendUint16(dst, q.Qclass)
 	dst = append(dst, ansWire...)
-	if edns {
+	if req.edns {
 		dst = appendOPT(dst, ede)
 	}
 	if len(dst) > size {
@@ -527,15 +534,17 @@ func isIPLiteral(name string) bool {
 
 // nameCache memoizes hostname.Normalize (a pure function) for names as they
 // arrive on the wire, so a repeated question costs a map lookup. Failures are
-// not cached. It is emptied when full.
+// not cached. It also interns the presentation form of wire-form names
+// (wireName). Each map is emptied when full.
 type nameCache struct {
-	mu  sync.RWMutex
-	max int
-	m   map[string]string
+	mu   sync.RWMutex
+	max  int
+	m    map[string]string
+	wire map[string]string // wire form -> presentation form
 }
 
 func newNameCache(max int) *nameCache {
-	return &nameCache{max: max, m: make(map[string]string)}
+	return &nameCache{max: max, m: make(map[string]string), wire: make(map[string]string)}
 }
 
 func (c *nameCache) normalize(raw string) (string, error) {

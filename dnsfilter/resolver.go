@@ -509,14 +509,44 @@ func (r *Resolver) addrs(ctx context.Context, host, name string, types []uint16,
 	return out, nil
 }
 
+// rcodeString is dns.RcodeToString's name for rc; the rcodes the filter
+// sends are a switch, not a map lookup (it runs for every query).
 func rcodeString(rc int) string {
+	switch rc {
+	case dns.RcodeSuccess:
+		return "NOERROR"
+	case dns.RcodeFormatError:
+		return "FORMERR"
+	case dns.RcodeServerFailure:
+		return "SERVFAIL"
+	case dns.RcodeNameError:
+		return "NXDOMAIN"
+	case dns.RcodeNotImplemented:
+		return "NOTIMP"
+	case dns.RcodeRefused:
+		return "REFUSED"
+	}
 	if s, ok := dns.RcodeToString[rc]; ok {
 		return s
 	}
 	return fmt.Sprintf("RCODE%d", rc)
 }
 
+// qtypeString is dns.TypeToString's name for t; the common types are a
+// switch, not a map lookup.
 func qtypeString(t uint16) string {
+	switch t {
+	case dns.TypeA:
+		return "A"
+	case dns.TypeAAAA:
+		return "AAAA"
+	case dns.TypeHTTPS:
+		return "HTTPS"
+	case dns.TypeCNAME:
+		return "CNAME"
+	case dns.TypePTR:
+		return "PTR"
+	}
 	if s, ok := dns.TypeToString[t]; ok {
 		return s
 	}

@@ -23,19 +23,21 @@ import (
 // (udpbatch.go; the batch buffers are pooled, so an idle worker holds none),
 // else each has its own 64 KiB read buffer and reply writer. A datagram goes through the same steps miekg/dns
 // takes: header, accept (the header checks), full unpack (FORMERR on failure),
-// then ServeDNS. TCP stays on miekg/dns.
+// then ServeDNS; a plain query (request.go's parseRequest) is read from its
+// wire form instead of unpacked. TCP stays on miekg/dns.
 //
-// The base workers never exit before the socket closes. A worker that takes a
-// datagram while no other worker is reading starts a spare one (up to
-// udpMaxWorkers), so a query waiting on a slow upstream never stops the
-// sandbox's other queries; a spare exits after a datagram when another worker
-// is reading.
+// The base workers never exit before the socket closes. A query waiting on a
+// slow upstream never stops the sandbox's other queries: on the batch path it
+// finishes on a goroutine of its own (udpbatch.go); on the other, a worker
+// that takes a datagram while no other worker is reading starts a spare one,
+// which exits after a datagram when another worker is reading. Either way at
+// most udpMaxWorkers per sandbox.
 
 const (
 	udpBufSize       = 64 << 10 // the largest UDP datagram
 	udpMinWorkers    = 4
 	udpMaxBaseWorker = 16
-	udpMaxWorkers    = 256 // base plus spares, per sandbox
+	udpMaxWorkers    = 256 // base workers plus spares and pending queries' goroutines, per sandbox
 )
 
 // udpWorkers is the number of base workers: 2*GOMAXPROCS, within
@@ -181,8 +183,13 @@ func (u *udpServer) serveNoWait(w dns.ResponseWriter, m []byte, truncated, noWai
 		Nscount: binary.BigEndian.Uint16(m[8:]),
 		Arcount: binary.BigEndian.Uint16(m[10:]),
 	}
-	req := new(dns.Msg)
 	action := s.accept(dh)
+	if action == dns.MsgAccept && !truncated {
+		if r, ok := parseRequest(m, s.names); ok {
+			return s.serveDNS(w, &r, noWait)
+		}
+	}
+	req := new(dns.Msg)
 	switch {
 	case action == dns.MsgAccept && truncated:
 		_ = req.Unpack(m[:12])
@@ -190,7 +197,8 @@ func (u *udpServer) serveNoWait(w dns.ResponseWriter, m []byte, truncated, noWai
 	case action == dns.MsgAccept:
 		err := req.Unpack(m)
 		if err == nil {
-			return s.serveDNS(w, req, noWait)
+			r := requestOf(req)
+			return s.serveDNS(w, &r, noWait)
 		}
 		s.invalid(m, err)
 	case action == dns.MsgReject, action == dns.MsgRejectNotImplemented:
