@@ -91,6 +91,10 @@ type Manager struct {
 	// error makes the step fail.
 	hook func(step string) error
 
+	// island holds the island's tables as the first island got them from
+	// iptables-restore and Verify (islandRules; legacy backend only).
+	island atomic.Pointer[islandTables]
+
 	prepOnce sync.Once
 	prepErr  error
 
@@ -309,12 +313,45 @@ func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
 	if err := m.step("rules"); err != nil {
 		return err
 	}
-	if err := m.ipt.Restore(ctx, h, m.backend, m.ruleSpec(false, Inbound{}).render(), false); err != nil {
-		return fmt.Errorf("install rules: %w", err)
+	if err := m.islandRules(ctx, h); err != nil {
+		return err
 	}
 	if err := writeSysctls(h, islandConntrackSysctls); err != nil {
 		return err
 	}
+	return nil
+}
+
+// islandRules installs the island's rules in the new namespace h. With
+// iptables-legacy and the real runner, the first island's rules are
+// installed by iptables-restore, proved by Verify and kept as the template
+// (readIslandTables); every later island gets the template's tables loaded
+// and compared back (loadIslandTables, xtables.go). Otherwise
+// iptables-restore runs for each.
+func (m *Manager) islandRules(ctx context.Context, h vnetns.NsHandle) error {
+	_, real := m.ipt.(execRunner)
+	replay := real && m.backend == IPTablesLegacy
+	if t := m.island.Load(); replay && t != nil {
+		return loadIslandTables(h, t)
+	}
+	spec := m.ruleSpec(false, Inbound{})
+	if err := m.ipt.Restore(ctx, h, m.backend, spec.render(), false); err != nil {
+		return fmt.Errorf("install rules: %w", err)
+	}
+	if !replay {
+		return nil
+	}
+	if err := m.ipt.Verify(ctx, h, m.backend, spec); err != nil {
+		return err
+	}
+	t, err := readIslandTables(h)
+	if err != nil {
+		// This island has its verified rules; the next one runs
+		// iptables-restore again.
+		m.log.Warn("island rules: no template", oplog.ErrorKey, err)
+		return nil
+	}
+	m.island.CompareAndSwap(nil, t)
 	return nil
 }
 
