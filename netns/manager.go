@@ -271,14 +271,7 @@ func (m *Manager) create(ctx context.Context, sb identity.Sandbox, path string, 
 		if err := m.step("namespace"); err != nil {
 			return nil, err
 		}
-		h, err := newNamespace(path)
-		if err != nil {
-			return nil, err
-		}
-		err = m.setupIsland(ctx, h)
-		h.Close()
-		if err != nil {
-			unmountRemove(path)
+		if err := m.newIsland(ctx, path); err != nil {
 			return nil, err
 		}
 	}
@@ -294,6 +287,62 @@ func (m *Manager) create(ctx context.Context, sb identity.Sandbox, path string, 
 		return nil, err
 	}
 	return s, nil
+}
+
+// newIsland makes the island namespace at path (lo, sysctls, rules); on
+// error nothing is left. With the template of the island's tables
+// (islandRules), every step runs on the thread that made the namespace.
+func (m *Manager) newIsland(ctx context.Context, path string) error {
+	if t := m.template(); t != nil {
+		h, err := newNamespaceWith(path, func() error { return m.setupIslandHere(t) })
+		if err == nil {
+			h.Close()
+		}
+		return err
+	}
+	h, err := newNamespace(path)
+	if err != nil {
+		return err
+	}
+	err = m.setupIsland(ctx, h)
+	h.Close()
+	if err != nil {
+		unmountRemove(path)
+	}
+	return err
+}
+
+// setupIslandHere is setupIsland in the calling thread's namespace, with the
+// rules loaded from the template t.
+func (m *Manager) setupIslandHere(t *islandTables) error {
+	if err := m.step("island"); err != nil {
+		return err
+	}
+	if err := configureIslandHere(m.cfg.islandAddr()); err != nil {
+		return err
+	}
+	if err := m.step("sysctl"); err != nil {
+		return err
+	}
+	if err := applySysctls(islandSysctls); err != nil {
+		return err
+	}
+	if err := m.step("rules"); err != nil {
+		return err
+	}
+	if err := loadTablesHere(t); err != nil {
+		return fmt.Errorf("load the island's tables: %w", err)
+	}
+	return applySysctls(islandConntrackSysctls)
+}
+
+// template is the island's tables to load, or nil where every island runs
+// iptables-restore (not legacy, a test's runner, no island made yet).
+func (m *Manager) template() *islandTables {
+	if _, real := m.ipt.(execRunner); !real || m.backend != IPTablesLegacy {
+		return nil
+	}
+	return m.island.Load()
 }
 
 // setupIsland configures a new namespace: lo, sysctls, rules.
@@ -329,16 +378,14 @@ func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
 // and compared back (loadIslandTables, xtables.go). Otherwise
 // iptables-restore runs for each.
 func (m *Manager) islandRules(ctx context.Context, h vnetns.NsHandle) error {
-	_, real := m.ipt.(execRunner)
-	replay := real && m.backend == IPTablesLegacy
-	if t := m.island.Load(); replay && t != nil {
+	if t := m.template(); t != nil {
 		return loadIslandTables(h, t)
 	}
 	spec := m.ruleSpec(false, Inbound{})
 	if err := m.ipt.Restore(ctx, h, m.backend, spec.render(), false); err != nil {
 		return fmt.Errorf("install rules: %w", err)
 	}
-	if !replay {
+	if _, real := m.ipt.(execRunner); !real || m.backend != IPTablesLegacy {
 		return nil
 	}
 	if err := m.ipt.Verify(ctx, h, m.backend, spec); err != nil {

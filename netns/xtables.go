@@ -112,30 +112,32 @@ func readIslandTables(ns vnetns.NsHandle) (*islandTables, error) {
 // loadIslandTables replaces nat and filter in the fresh namespace ns with
 // t's, then reads both back and fails unless they are t's exactly.
 func loadIslandTables(ns vnetns.NsHandle, t *islandTables) error {
-	err := inNS(ns, func() error {
-		fd, err := rawSocket()
+	if err := inNS(ns, func() error { return loadTablesHere(t) }); err != nil {
+		return fmt.Errorf("load the island's tables: %w", err)
+	}
+	return nil
+}
+
+// loadTablesHere is loadIslandTables in the calling thread's namespace.
+func loadTablesHere(t *islandTables) error {
+	fd, err := rawSocket()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for _, want := range []xtTable{t.nat, t.filter} {
+		if err := replaceTable(fd, want); err != nil {
+			return err
+		}
+	}
+	for _, want := range []xtTable{t.nat, t.filter} {
+		got, err := readTable(fd, want.name)
 		if err != nil {
 			return err
 		}
-		defer unix.Close(fd)
-		for _, want := range []xtTable{t.nat, t.filter} {
-			if err := replaceTable(fd, want); err != nil {
-				return err
-			}
+		if d := got.differs(want); d != "" {
+			return fmt.Errorf("rules not in force: table %s read back with %s", want.name, d)
 		}
-		for _, want := range []xtTable{t.nat, t.filter} {
-			got, err := readTable(fd, want.name)
-			if err != nil {
-				return err
-			}
-			if d := got.differs(want); d != "" {
-				return fmt.Errorf("rules not in force: table %s read back with %s", want.name, d)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("load the island's tables: %w", err)
 	}
 	return nil
 }

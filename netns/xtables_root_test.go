@@ -76,6 +76,25 @@ func TestIslandTablesReplayed(t *testing.T) {
 	if err := (execRunner{timeout: 10 * time.Second}).Verify(context.Background(), h, IPTablesLegacy, w.m.ruleSpec(false, Inbound{})); err != nil {
 		t.Fatalf("Verify of the replayed island: %v", err)
 	}
+	// Made on one thread (setupIslandHere): lo with the island address and
+	// route, and every sysctl written.
+	for _, set := range [][]sysctl{islandSysctls, islandConntrackSysctls} {
+		got, err := readSysctls(h, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(set) {
+			t.Fatalf("sysctls: got %v, want %v", got, set)
+		}
+		for i := range set {
+			if got[i] != set[i] {
+				t.Errorf("sysctl %s: got %s, want %s", set[i].Key, got[i].Value, set[i].Value)
+			}
+		}
+	}
+	if out, err := nsExec(t, s.Path, 10*time.Second, "ip", "-4", "route", "show"); err != nil || !strings.Contains(out, "default dev lo") || !strings.Contains(out, w.m.cfg.islandAddr().String()) {
+		t.Fatalf("island route: %v: %q", err, out)
+	}
 	// The read-back comparison notices a change: the final drop deleted.
 	if out, err := nsExec(t, s.Path, 10*time.Second, "iptables-legacy", "-w", "5", "-D", chainOut, "-j", "DROP"); err != nil {
 		t.Fatalf("delete the drop: %v: %s", err, out)
