@@ -331,6 +331,7 @@ func (m *Manager) setupIslandHere(t *islandTables) error {
 		return err
 	}
 	if err := loadTablesHere(t); err != nil {
+		m.dropTemplate(t, err)
 		return fmt.Errorf("load the island's tables: %w", err)
 	}
 	return applySysctls(islandConntrackSysctls)
@@ -379,7 +380,11 @@ func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
 // iptables-restore runs for each.
 func (m *Manager) islandRules(ctx context.Context, h vnetns.NsHandle) error {
 	if t := m.template(); t != nil {
-		return loadIslandTables(h, t)
+		err := loadIslandTables(h, t)
+		if err != nil {
+			m.dropTemplate(t, err)
+		}
+		return err
 	}
 	spec := m.ruleSpec(false, Inbound{})
 	if err := m.ipt.Restore(ctx, h, m.backend, spec.render(), false); err != nil {
@@ -400,6 +405,15 @@ func (m *Manager) islandRules(ctx context.Context, h vnetns.NsHandle) error {
 	}
 	m.island.CompareAndSwap(nil, t)
 	return nil
+}
+
+// dropTemplate forgets the template t after a load failed with err: that
+// island fails (closed), and the next one runs iptables-restore, Verify and
+// makes a new template.
+func (m *Manager) dropTemplate(t *islandTables, err error) {
+	if m.island.CompareAndSwap(t, nil) {
+		m.log.Warn("island rules: template dropped", oplog.ErrorKey, err)
+	}
 }
 
 // ruleSpec is the island's ruleset, or with attach an attached namespace's

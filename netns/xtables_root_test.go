@@ -2,12 +2,16 @@ package netns
 
 import (
 	"context"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	vnetns "github.com/vishvananda/netns"
+
+	"github.com/airlock-dev/airlock/identity"
+	"github.com/airlock-dev/airlock/netns/netnstest"
 )
 
 // createReplayed creates a sandbox whose island got its rules from the
@@ -109,5 +113,42 @@ func TestIslandTablesReplayed(t *testing.T) {
 	}
 	if d := got.nat.differs(want.nat); d != "" {
 		t.Fatalf("nat, untouched, differs: %s", d)
+	}
+}
+
+// TestIslandTemplateLoadFailureFailsClosed: a template the kernel refuses
+// (an entry's size broken) fails that island closed, leaving nothing, and
+// the next island runs iptables-restore and Verify again and makes a new
+// template.
+func TestIslandTemplateLoadFailureFailsClosed(t *testing.T) {
+	w := newWorld(t, Config{})
+	if w.m.Backend() != IPTablesLegacy {
+		t.Skipf("backend %s", w.m.Backend())
+	}
+	w.create(t, "xt-first")
+	good := w.m.island.Load()
+	if good == nil {
+		t.Fatal("the first island left no template")
+	}
+	bad := *good
+	bad.filter.entries = append([]byte(nil), good.filter.entries...)
+	bad.filter.entries[entryNextOffset] ^= 0x04 // the first entry's size
+	w.m.island.Store(&bad)
+	id := netnstest.SandboxID("xt-bad")
+	if _, err := w.m.Create(context.Background(), identity.Sandbox{ID: id}); err == nil {
+		t.Fatal("Create with a template the kernel refuses succeeded")
+	}
+	if _, err := os.Lstat(w.m.nsPath(id)); !os.IsNotExist(err) {
+		t.Errorf("namespace left: %v", err)
+	}
+	if w.m.island.Load() != nil {
+		t.Fatal("the refused template was kept")
+	}
+	s := w.create(t, "xt-after")
+	if w.m.island.Load() == nil {
+		t.Fatal("no new template after the refused one")
+	}
+	if !strings.Contains(saved(t, s.Path), "-A AIRLOCK-OUT -j DROP") {
+		t.Fatalf("island after the refused template:\n%s", saved(t, s.Path))
 	}
 }
