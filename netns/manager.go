@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -94,6 +95,8 @@ type Manager struct {
 	// island holds the island's tables as the first island got them from
 	// iptables-restore and Verify (islandRules; legacy backend only).
 	island atomic.Pointer[islandTables]
+	// noTemplate is set once loading the template failed (dropTemplate).
+	noTemplate atomic.Bool
 
 	prepOnce sync.Once
 	prepErr  error
@@ -340,7 +343,7 @@ func (m *Manager) setupIslandHere(t *islandTables) error {
 // template is the island's tables to load, or nil where every island runs
 // iptables-restore (not legacy, a test's runner, no island made yet).
 func (m *Manager) template() *islandTables {
-	if _, real := m.ipt.(execRunner); !real || m.backend != IPTablesLegacy {
+	if !m.templates() {
 		return nil
 	}
 	return m.island.Load()
@@ -390,7 +393,7 @@ func (m *Manager) islandRules(ctx context.Context, h vnetns.NsHandle) error {
 	if err := m.ipt.Restore(ctx, h, m.backend, spec.render(), false); err != nil {
 		return fmt.Errorf("install rules: %w", err)
 	}
-	if _, real := m.ipt.(execRunner); !real || m.backend != IPTablesLegacy {
+	if !m.templates() {
 		return nil
 	}
 	if err := m.ipt.Verify(ctx, h, m.backend, spec); err != nil {
@@ -407,13 +410,22 @@ func (m *Manager) islandRules(ctx context.Context, h vnetns.NsHandle) error {
 	return nil
 }
 
-// dropTemplate forgets the template t after a load failed with err: that
-// island fails (closed), and the next one runs iptables-restore, Verify and
-// makes a new template.
+// dropTemplate gives up templates for the manager's life after loading t
+// failed with err: that island fails (closed), and every later one runs
+// iptables-restore, as with iptables-nft.
 func (m *Manager) dropTemplate(t *islandTables, err error) {
+	m.noTemplate.Store(true)
 	if m.island.CompareAndSwap(t, nil) {
-		m.log.Warn("island rules: template dropped", oplog.ErrorKey, err)
+		m.log.Warn("island rules: loading the template failed; iptables-restore from now on", oplog.ErrorKey, err)
 	}
+}
+
+// templates reports whether islands may be loaded from a template: the
+// legacy backend, the real runner, 64-bit tables (the layout xtables.go
+// writes), and no load has failed.
+func (m *Manager) templates() bool {
+	_, real := m.ipt.(execRunner)
+	return real && m.backend == IPTablesLegacy && strconv.IntSize == 64 && !m.noTemplate.Load()
 }
 
 // ruleSpec is the island's ruleset, or with attach an attached namespace's
