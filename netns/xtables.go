@@ -73,7 +73,7 @@ type xtTable struct {
 // iptables-restore installed and Verify proved.
 type islandTables struct{ nat, filter xtTable }
 
-// equal reports how t differs from want ("" when it does not).
+// differs says how t differs from want ("" when it does not).
 func (t xtTable) differs(want xtTable) string {
 	switch {
 	case t.validHooks != want.validHooks:
