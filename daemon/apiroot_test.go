@@ -391,6 +391,7 @@ func TestRootSandboxAPI(t *testing.T) {
 	t.Run("file escapes refused", func(t *testing.T) { testRootFileEscapes(t, a) })
 	t.Run("inspect, egress and events", func(t *testing.T) { testRootEgressEvents(t, a) })
 	t.Run("delete leaves nothing", func(t *testing.T) { testRootDelete(t, a) })
+	t.Run("nothing sends once delete answered", func(t *testing.T) { testRootDeleteSilences(t, a) })
 	t.Run("client gone mid-exec", func(t *testing.T) { testRootDisconnect(t, a) })
 }
 

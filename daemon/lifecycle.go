@@ -240,7 +240,9 @@ func (d *Daemon) endSandbox(sb *sandbox, reason string) api.Sandbox {
 		<-sb.ended
 		return sb.view(api.Usage{})
 	}
-	sb.notify(sb.view(d.usageNow(sb)))
+	if sb.watched() { // the usage read costs a few cgroup files
+		sb.notify(sb.view(d.usageNow(sb)))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
 	u, err := sb.box.Kill(ctx)

@@ -274,6 +274,14 @@ func (s *sandbox) watch() (chan api.Sandbox, func()) {
 	}
 }
 
+// watched reports whether an events stream follows s (notify would reach
+// someone).
+func (s *sandbox) watched() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watchers) > 0
+}
+
 func (s *sandbox) notify(v api.Sandbox) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

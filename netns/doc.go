@@ -1,10 +1,10 @@
 // Package netns builds and tears down the island network namespaces that give
 // each sandbox exactly one way out: the airlock gateway. An island has only lo,
 // an island address and a route through lo; the gateway's listeners are born
-// inside it from a locked thread and served from the host; one
-// iptables-restore run redirects TCP to the transparent listener and DNS to the
-// filter, and logs and drops everything else (written as "drop" audit
-// records). Attach gives a namespace made by someone else (a container's, a
+// inside it from a locked thread and served from the host; its rules (one
+// iptables-restore run, or the first island's verified tables loaded again)
+// redirect TCP to the transparent listener and DNS to the filter, and log and
+// drop everything else (written as "drop" audit records). Attach gives a namespace made by someone else (a container's, a
 // VM's) the same listeners and rules, with what arrives on its interfaces
 // captured as egress (a VM's tap) or accepted as inbound connections on listed
 // ports (a pod's veth; Inbound), plus a link-layer guard (an nftables netdev

@@ -37,7 +37,12 @@ func inNS(ns vnetns.NsHandle, fn func() error) error {
 
 // newNamespace makes a new network namespace and bind-mounts it at path, the way
 // `ip netns add` does. It returns an open handle; on error nothing is left.
-func newNamespace(path string) (vnetns.NsHandle, error) {
+func newNamespace(path string) (vnetns.NsHandle, error) { return newNamespaceWith(path, nil) }
+
+// newNamespaceWith is newNamespace that also runs here, when not nil, on the
+// thread that made the namespace (inside it) before it returns: one thread
+// instead of one per step. An error from here removes the namespace.
+func newNamespaceWith(path string, here func() error) (vnetns.NsHandle, error) {
 	type result struct {
 		h   vnetns.NsHandle
 		err error
@@ -60,6 +65,14 @@ func newNamespace(path string) (vnetns.NsHandle, error) {
 			unmountRemove(path)
 			rc <- result{vnetns.None(), fmt.Errorf("open %s: %w", path, err)}
 			return
+		}
+		if here != nil {
+			if err := here(); err != nil {
+				h.Close()
+				unmountRemove(path)
+				rc <- result{vnetns.None(), err}
+				return
+			}
 		}
 		rc <- result{h, nil}
 	}()
@@ -159,6 +172,21 @@ func configureIsland(ns vnetns.NsHandle, island netip.Addr, loUp bool) error {
 		return fmt.Errorf("netlink handle: %w", err)
 	}
 	defer h.Close()
+	return configureLo(h, island, loUp)
+}
+
+// configureIslandHere is configureIsland in the calling thread's namespace.
+func configureIslandHere(island netip.Addr) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink handle: %w", err)
+	}
+	defer h.Close()
+	return configureLo(h, island, true)
+}
+
+// configureLo is configureIsland through the netlink handle h.
+func configureLo(h *netlink.Handle, island netip.Addr, loUp bool) error {
 	lo, err := h.LinkByName("lo")
 	if err != nil {
 		return fmt.Errorf("find lo: %w", err)

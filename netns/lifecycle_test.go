@@ -140,7 +140,7 @@ func TestRecoverRemove(t *testing.T) {
 
 func TestUnprivilegedCannotChangeRulesOrRoutes(t *testing.T) {
 	w := newWorld(t, Config{})
-	s := w.create(t, "unpriv")
+	s := w.createReplayed(t, "unpriv")
 	_, save := backendBinaries(w.m.Backend())
 	rulesBefore, err := nsExec(t, s.Path, 10*time.Second, save)
 	if err != nil {

@@ -91,6 +91,12 @@ type Manager struct {
 	// error makes the step fail.
 	hook func(step string) error
 
+	// island holds the island's tables as the first island got them from
+	// iptables-restore and Verify (islandRules; legacy backend only).
+	island atomic.Pointer[islandTables]
+	// noTemplate is set once loading the template failed (dropTemplate).
+	noTemplate atomic.Bool
+
 	prepOnce sync.Once
 	prepErr  error
 
@@ -365,32 +371,6 @@ func (m *Manager) begin(ctx context.Context, sb identity.Sandbox, path string, p
 		}
 		return s, nil
 	}, nil
-}
-
-// setupIsland configures a new namespace: lo, sysctls, rules.
-func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
-	if err := m.step("island"); err != nil {
-		return err
-	}
-	if err := configureIsland(h, m.cfg.islandAddr(), true); err != nil {
-		return err
-	}
-	if err := m.step("sysctl"); err != nil {
-		return err
-	}
-	if err := writeSysctls(h, islandSysctls); err != nil {
-		return err
-	}
-	if err := m.step("rules"); err != nil {
-		return err
-	}
-	if err := m.ipt.Restore(ctx, h, m.backend, m.ruleSpec(false, Inbound{}).render(), false); err != nil {
-		return fmt.Errorf("install rules: %w", err)
-	}
-	if err := writeSysctls(h, islandConntrackSysctls); err != nil {
-		return err
-	}
-	return nil
 }
 
 // ruleSpec is the island's ruleset, or with attach an attached namespace's

@@ -59,16 +59,7 @@ func (m *Manager) poolPath() string {
 var poolSeq atomic.Uint64
 
 func (m *Manager) makePooled(path string) error {
-	h, err := newNamespace(path)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	if err := m.setupIsland(context.Background(), h); err != nil {
-		unmountRemove(path)
-		return err
-	}
-	return nil
+	return m.newIsland(context.Background(), path)
 }
 
 // claimPooled moves a ready pool namespace to path, if one is ready.

@@ -114,7 +114,7 @@ func TestAttackIslandFromInside(t *testing.T) {
 	w.net.SetRecord("loop.test", netip.MustParseAddr("127.0.0.1"))
 	w.net.SetRecord("meta.test", netip.MustParseAddr("169.254.169.254"))
 	w.net.SetRecord("island.test", w.m.cfg.islandAddr())
-	s := w.create(t, "redteam")
+	s := w.createReplayed(t, "redteam") // its rules loaded from the template (xtables.go)
 	leaks := leakCounter(t, w.net)
 	denied := w.denied.IP
 	island := w.m.cfg.islandAddr()
@@ -620,7 +620,7 @@ func TestAttackConntrackFlood(t *testing.T) {
 	// becomes a conntrack entry; without a limit a sandbox fills the table
 	// (kernel memory no cgroup charges) in seconds.
 	w := newWorld(t, Config{})
-	s := w.create(t, "ctflood")
+	s := w.createReplayed(t, "ctflood")
 	const sends = 20000
 	refused := 0
 	start := time.Now()

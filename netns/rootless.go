@@ -135,20 +135,54 @@ func BuildIsland(spec []byte) ([]*os.File, error) {
 
 // applySysctls writes set in the calling thread's namespace (an island's
 // init, or writeSysctls inside a namespace); a missing net/ipv6 tree is skipped.
+// Each directory is opened once and each file relative to it, with plain
+// system calls: every name looked up under /proc/sys/net is matched against
+// the namespace's tables, and an island writes fifteen of them.
 func applySysctls(set []sysctl) error {
+	dirs := map[string]int{}
+	defer func() {
+		for _, fd := range dirs {
+			unix.Close(fd)
+		}
+	}()
 	for _, s := range set {
 		p, err := sysctlPath(s.Key)
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, []byte(s.Value), 0o644); err != nil {
-			if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(s.Key, "net/ipv6/") {
+		dir, base := filepath.Split(p)
+		dfd, ok := dirs[dir]
+		if !ok {
+			dfd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err == nil {
+				dirs[dir] = dfd
+			}
+		}
+		if err == nil {
+			err = writeAt(dfd, base, s.Value)
+		}
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) && strings.HasPrefix(s.Key, "net/ipv6/") {
 				continue
 			}
 			return fmt.Errorf("write sysctl %s=%s: %w", s.Key, s.Value, err)
 		}
 	}
 	return nil
+}
+
+// writeAt writes value to the file name in the directory dfd.
+func writeAt(dfd int, name, value string) error {
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	n, err := unix.Write(fd, []byte(value))
+	if err == nil && n != len(value) {
+		err = fmt.Errorf("short write: %d of %d bytes", n, len(value))
+	}
+	return err
 }
 
 // restoreHere runs iptables-restore in the calling process's namespace.

@@ -139,7 +139,8 @@ func checkChain(c ownChain, want, listing []string) error {
 // airlock chain holds exactly the rules s renders (so the output chain ends in
 // a drop, and an attached namespace's inbound rules are those of its mode and
 // ports). Attach and Recover call it before serving: those namespaces are
-// shared with, or were left by, someone else.
+// shared with, or were left by, someone else. islandRules calls it on the
+// island whose tables become the template of the later ones.
 func (r execRunner) Verify(ctx context.Context, ns vnetns.NsHandle, backend string, s ruleSpec) error {
 	bin := "iptables-nft"
 	if backend == IPTablesLegacy {

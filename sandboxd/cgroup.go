@@ -1,9 +1,9 @@
 package sandboxd
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -275,7 +275,7 @@ func (cg *cgroup) openFD() (*os.File, error) {
 
 // procs lists every task group in one cgroup directory.
 func procs(dir string) ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	b, err := readSmall(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
 	}
@@ -374,20 +374,58 @@ func (cg *cgroup) openJobsTasks() (*os.File, error) {
 	return f, nil
 }
 
+// Control files are read and written with plain system calls: through an
+// *os.File each one is also added to and removed from the runtime's poller
+// (cgroup files can be polled), two more system calls for a few bytes, and
+// a sandbox's life reads and writes dozens.
+
+// writeFile writes v to the control file path in one write.
 func writeFile(path, v string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.WriteString(v)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	n, err := unix.Write(fd, []byte(v))
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
+		return &os.PathError{Op: "close", Path: path, Err: cerr}
 	}
-	return err
+	if err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	if n != len(v) {
+		return &os.PathError{Op: "write", Path: path, Err: io.ErrShortWrite}
+	}
+	return nil
+}
+
+// readSmall reads the whole control file path.
+func readSmall(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
 func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path)
 	if err != nil {
 		return 0, err
 	}
@@ -396,17 +434,15 @@ func readInt(path string) (int64, error) {
 
 // readKeyed reads "key value" lines; a missing key is 0.
 func readKeyed(path, key string) (int64, error) {
-	f, err := os.Open(path)
+	b, err := readSmall(path)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimRight(line, "\n"), " ")
 		if ok && k == key {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, sc.Err()
+	return 0, nil
 }
