@@ -121,25 +121,52 @@ func TestRespDecoderStops(t *testing.T) {
 	}
 }
 
+// streamBodies are the encoded bodies of the stream cases, shared by the
+// upstreams and the tests' expectations, each made once (brotli is slow
+// under -race) and, through body, before the request that fetches it: a
+// response waits on the network and the gateway, never on its own encoding.
+type streamBodies struct {
+	t     testing.TB
+	cache sync.Map // enc/name: *streamBody
+}
+
+// streamBody is one case's raw bytes and where each upstream write ends.
+type streamBody struct {
+	once sync.Once
+	raw  []byte
+	ends []int
+}
+
+func (s *streamBodies) body(enc, name string) *streamBody {
+	v, _ := s.cache.LoadOrStore(enc+"/"+name, &streamBody{})
+	b := v.(*streamBody)
+	b.once.Do(func() {
+		b.raw, b.ends = encodeParts(s.t, enc, streamParts(name)...)
+		if name == "empty-blocks" {
+			// One write per empty block would be 260001 writes of a few
+			// bytes (as many HTTP/2 frames: seconds under -race); the
+			// gateway reads the same raw bytes in writes of 16 KiB, each
+			// far short of respHoldMax, the stream far past it.
+			var ends []int
+			for e := 16 << 10; e < len(b.raw); e += 16 << 10 {
+				ends = append(ends, e)
+			}
+			b.ends = append(ends, len(b.raw))
+		}
+	})
+	return b
+}
+
 // streamHandler serves compressed responses the way streaming servers do:
 // unsized (chunked on HTTP/1.1), flushed after each part. Paths are
 // /ENC/NAME[/CLIENT]; the parts are streamParts(NAME).
-func streamHandler(t testing.TB) http.Handler {
-	type encoded struct {
-		raw  []byte
-		ends []int
-	}
-	var cache sync.Map // enc/name: encoded, made once (brotli is slow under -race)
+func streamHandler(bodies *streamBodies) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, rest, _ := strings.Cut(r.URL.Path, "/")
 		enc, name, _ := strings.Cut(rest, "/")
 		name, _, _ = strings.Cut(name, "/") // a client's suffix
-		v, ok := cache.Load(enc + "/" + name)
-		if !ok {
-			raw, ends := encodeParts(t, enc, streamParts(name)...)
-			v, _ = cache.LoadOrStore(enc+"/"+name, encoded{raw, ends})
-		}
-		raw, ends := v.(encoded).raw, v.(encoded).ends
+		b := bodies.body(enc, name)
+		raw, ends := b.raw, b.ends
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if strings.HasPrefix(name, "sse") {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -188,19 +215,30 @@ func streamParts(name string) []string {
 	return []string{"hello"}
 }
 
-func streamHarness(t *testing.T) (*harness, []respClient) {
+// streamHarness is a gateway with the response policy in front of a plain
+// HTTP/1.1 and an HTTP/2 TLS upstream serving the stream cases, and a
+// client of each. The clients have no deadline: a stream case takes what
+// the gateway needs to read it past its bounds (seconds under -race on a
+// loaded machine), and a client that gave up would cut the stream itself,
+// its record then saying client_closed rather than what the gateway
+// decided (the empty blocks case under -race ran 9-10 s of the 10 s the
+// harness clients allow). A hang is go test's -timeout.
+func streamHarness(t *testing.T) (*harness, []respClient, *streamBodies) {
 	t.Helper()
 	eng := allowAllEngine(t, map[string]string{"resp.rego": respPolicy})
 	pki := newTestPKI(t)
 	cert := pki.leaf(t, "block.example", "strip.example", "flag.example")
-	plain := newUpstream(t, streamHandler(t), nil)
-	tls2 := newUpstreamProto(t, streamHandler(t), &cert, true)
+	bodies := &streamBodies{t: t}
+	plain := newUpstream(t, streamHandler(bodies), nil)
+	tls2 := newUpstreamProto(t, streamHandler(bodies), &cert, true)
 	h := newHarness(t, eng, names("block.example", "strip.example", "flag.example"), pki, withInspector(realInspector(t), 0))
 	h.allowUpstreams(plain, tls2)
+	h1c, h2c := h.proxyClient(nil), h.h2Client()
+	h1c.Timeout, h2c.Timeout = 0, 0
 	return h, []respClient{
-		{"http1 plain", h.proxyClient(nil), func(host string) string { return fmt.Sprintf("http://%s:%d", host, plain.port) }},
-		{"http2 intercepted", h.h2Client(), func(host string) string { return fmt.Sprintf("https://%s:%d", host, tls2.port) }},
-	}
+		{"http1 plain", h1c, func(host string) string { return fmt.Sprintf("http://%s:%d", host, plain.port) }},
+		{"http2 intercepted", h2c, func(host string) string { return fmt.Sprintf("https://%s:%d", host, tls2.port) }},
+	}, bodies
 }
 
 // fetchRaw GETs url asking for enc and returns the response and the raw
@@ -241,19 +279,22 @@ func fetchRaw(t *testing.T, c *http.Client, url, enc string) (*http.Response, []
 //     respHoldMax: cut (content_response_undecodable), never held without
 //     bound.
 func TestInspectResponseCompressedStream(t *testing.T) {
-	h, clients := streamHarness(t)
+	h, clients, bodies := streamHarness(t)
 	for ci, c := range clients {
 		for _, enc := range testEncodings {
 			name := c.name + "/" + enc
-			url := func(host, path string) string { return fmt.Sprintf("%s/%s/%s/%d", c.base(host), enc, path, ci) }
+			fetch := func(t *testing.T, host, path string) (*http.Response, []byte, error) {
+				bodies.body(enc, path) // encoded before the request
+				return fetchRaw(t, c.client, fmt.Sprintf("%s/%s/%s/%d", c.base(host), enc, path, ci), enc)
+			}
 			record := func(t *testing.T, host, path string) audit.Record {
 				return h.log.Wait(t, name+path, func(r audit.Record) bool {
 					return r.Host == host && r.Path == fmt.Sprintf("/%s/%s/%d", enc, path, ci)
 				})
 			}
 			t.Run(name+"/benign", func(t *testing.T) {
-				want, _ := encodeParts(t, enc, streamParts("benign")...)
-				resp, got, rerr := fetchRaw(t, c.client, url("block.example", "benign"), enc)
+				want := bodies.body(enc, "benign").raw
+				resp, got, rerr := fetch(t, "block.example", "benign")
 				if resp.StatusCode != 200 || rerr != nil || !bytes.Equal(got, want) || resp.Header.Get("Content-Encoding") != enc {
 					t.Fatalf("got %d %v %s, %d bytes (equal %v); want the origin's %d bytes", resp.StatusCode, rerr, resp.Header.Get("Content-Encoding"), len(got), bytes.Equal(got, want), len(want))
 				}
@@ -263,7 +304,7 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 			})
 			for _, host := range []string{"block.example", "strip.example"} {
 				t.Run(name+"/late/"+host, func(t *testing.T) {
-					resp, got, rerr := fetchRaw(t, c.client, url(host, "late"), enc)
+					resp, got, rerr := fetch(t, host, "late")
 					text := decodeLenient(enc, got)
 					if resp.StatusCode != 200 || rerr == nil {
 						t.Fatalf("got %d, read error %v; want 200 cut short", resp.StatusCode, rerr)
@@ -282,7 +323,7 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 				})
 			}
 			t.Run(name+"/early/stripped", func(t *testing.T) {
-				resp, got, rerr := fetchRaw(t, c.client, url("strip.example", "early"), enc)
+				resp, got, rerr := fetch(t, "strip.example", "early")
 				if resp.StatusCode != 200 || rerr != nil || resp.Header.Get("Content-Encoding") != enc {
 					t.Fatalf("got %d %v %q, want 200 %s", resp.StatusCode, rerr, resp.Header.Get("Content-Encoding"), enc)
 				}
@@ -299,7 +340,7 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 				}
 			})
 			t.Run(name+"/sse/blocked", func(t *testing.T) {
-				_, got, _ := fetchRaw(t, c.client, url("block.example", "sse"), enc)
+				_, got, _ := fetch(t, "block.example", "sse")
 				text := decodeLenient(enc, got)
 				if bytes.Contains(text, []byte("previous instructions")) || bytes.Contains(text, []byte("AFTER-MARK")) {
 					t.Fatalf("the client decoded %q", text)
@@ -310,7 +351,7 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 				// one was read, the stream cannot be rewritten: the strip
 				// cuts it there. When both came in one read, nothing had
 				// left: the stream is re-encoded without the injection.
-				_, got, _ := fetchRaw(t, c.client, url("strip.example", "sse"), enc)
+				_, got, _ := fetch(t, "strip.example", "sse")
 				text := decodeLenient(enc, got)
 				if bytes.Contains(text, []byte("previous instructions")) || !bytes.Contains(text, []byte("first benign chunk")) {
 					t.Fatalf("got %q, want the first event and not the injection", text)
@@ -325,8 +366,8 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 				}
 			})
 			t.Run(name+"/bomb", func(t *testing.T) {
-				want, _ := encodeParts(t, enc, streamParts("bomb")...)
-				resp, got, rerr := fetchRaw(t, c.client, url("flag.example", "bomb"), enc)
+				want := bodies.body(enc, "bomb").raw
+				resp, got, rerr := fetch(t, "flag.example", "bomb")
 				if resp.StatusCode != 200 || rerr != nil || !bytes.Equal(got, want) {
 					t.Fatalf("got %d %v, %d bytes; want the origin's %d bytes (flagged, not blocked)", resp.StatusCode, rerr, len(got), len(want))
 				}
@@ -337,7 +378,7 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 			})
 			if enc == "gzip" || enc == "deflate" {
 				t.Run(name+"/empty blocks", func(t *testing.T) {
-					resp, got, rerr := fetchRaw(t, c.client, url("flag.example", "empty-blocks"), enc)
+					resp, got, rerr := fetch(t, "flag.example", "empty-blocks")
 					// Cut before its first byte (status 0: the header goes with
 					// it on HTTP/2) or after.
 					if resp.StatusCode != 200 && resp.StatusCode != 0 || rerr == nil || bytes.Contains(decodeLenient(enc, got), []byte("AFTER-MARK")) || len(got) > respHoldMax {
@@ -349,7 +390,7 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 				})
 			}
 			t.Run(name+"/corrupt", func(t *testing.T) {
-				fetchRaw(t, c.client, url("flag.example", "corrupt"), enc)
+				fetch(t, "flag.example", "corrupt")
 				r := record(t, "flag.example", "corrupt")
 				if !hasFinding(r, inspect.ClassMalformed, 0) {
 					t.Errorf("record findings: got %+v, want a malformed finding", r.Findings)
@@ -364,7 +405,7 @@ func TestInspectResponseCompressedStream(t *testing.T) {
 // the body) or stripped (sent decoded, Content-Encoding dropped, length
 // fixed), a benign one passed compressed byte for byte.
 func TestInspectResponseCompressedWhole(t *testing.T) {
-	_, clients := streamHarness(t)
+	_, clients, bodies := streamHarness(t)
 	c := clients[1]
 	for _, enc := range []string{"br", "zstd", "deflate"} {
 		t.Run(enc+"/blocked", func(t *testing.T) {
@@ -383,7 +424,7 @@ func TestInspectResponseCompressedWhole(t *testing.T) {
 			}
 		})
 		t.Run(enc+"/benign", func(t *testing.T) {
-			want, _ := encodeParts(t, enc, streamParts("sized-benign")...)
+			want := bodies.body(enc, "sized-benign").raw
 			resp, got, rerr := fetchRaw(t, c.client, c.base("block.example")+"/"+enc+"/sized-benign", enc)
 			if resp.StatusCode != 200 || rerr != nil || !bytes.Equal(got, want) {
 				t.Fatalf("got %d %v %d bytes, want the origin's %d", resp.StatusCode, rerr, len(got), len(want))
