@@ -305,10 +305,10 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	d.initSandboxes(o)
 	d.conns = newAPIConns(caps, d.log, d.metrics.reg)
 	d.startBundleReports()
-	if !o.PolicyLate {
-		// The scanner's rules, then the start's memory back (memory.go).
-		// A run warms them once its command has run a while (Run).
-		d.settleInBackground()
+	if d.scanner != nil && !o.PolicyLate {
+		// Off the start's path: the first scan would compile the rules
+		// itself. A run warms them once its command has run a while (Run).
+		go func() { _ = d.scanner.Warm() }()
 	}
 	return d, nil
 }
