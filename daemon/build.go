@@ -367,23 +367,8 @@ func execLimits(c config.Limits) sandboxd.Limits {
 	return sandboxd.Limits{Memory: int64(c.Memory), CPUs: c.CPUs, Pids: int64(c.Pids), Timeout: time.Duration(c.Timeout), TmpSize: int64(c.TmpSize)}
 }
 
-// executorAsync starts buildExecutor and returns what joins it: it waits
-// for it, registers its closer there (in New's order of parts: before the
-// namespaces close, the sandboxes end) and returns its error.
-func (d *Daemon) executorAsync(ec sandboxd.Config, cfg config.Config) func() error {
-	c := make(chan error, 1)
-	go func() { c <- d.buildExecutor(ec, cfg) }()
-	return sync.OnceValue(func() error {
-		if err := <-c; err != nil {
-			return err
-		}
-		d.closers = append(d.closers, d.exec.Close)
-		return nil
-	})
-}
-
 // buildExecutor builds the executor from ec (tests set Exe and InitArgs) with
-// the configured limits; executorAsync registers its closer.
+// the configured limits.
 func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
 	ec.Limits = execLimits(cfg.Limits)
 	if d.rootless != nil {
@@ -397,6 +382,7 @@ func (d *Daemon) buildExecutor(ec sandboxd.Config, cfg config.Config) error {
 		return err
 	}
 	d.exec = e
+	d.closers = append(d.closers, d.exec.Close)
 	return nil
 }
 

@@ -139,9 +139,6 @@ type Daemon struct {
 	// bundleWait waits for caBundle and trustDir when New returned before
 	// they were written (Options.PolicyLate); nil otherwise.
 	bundleWait func() error
-	// javaWait waits for trustDir's Java truststore, written while Run's
-	// sandbox starts (nil when it is written); set by bundleWait.
-	javaWait func() error
 
 	// The API's sandboxes (sandboxes.go): the audit chain's owner stamping
 	// and egress counters, the events tap, the registry, the warm pool and
@@ -176,7 +173,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		removeStale(ctx, parent, logger) // run directories only: a rootless island dies with its init
 	}
 	d := &Daemon{log: logger, cfg: cfg, runDir: o.RunDir, owner: o.Owner, rootless: o.Rootless}
-	var buildExecutor func() error // executorAsync's join
 	if err := d.guardRootless(o); err != nil {
 		return nil, err
 	}
@@ -188,10 +184,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.makeRunDir(); err != nil {
 		return nil, err
 	}
-	// The CA is minted, and the trust bundle written over it, beside every
-	// step from here on; the gateway waits for the CA, Run for the bundle.
-	ca := d.caAsync(cfg, o.EphemeralCA)
-	bundle := d.bundleAsync(ca, cfg.Upstream.CAFile)
 	caps, err := deriveConnCaps(cfg.API, nofileLimit())
 	if err != nil {
 		return nil, err
@@ -226,17 +218,12 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildAudit(cfg); err != nil {
 		return nil, err
 	}
-	// The executor (its cgroup parent, init binary, host-view helper) is
-	// built beside the next steps, and joined after the namespaces.
-	if !o.NoExecutor {
-		joinExecutor := d.executorAsync(*o.Executor, cfg)
-		defer func() {
-			if err != nil { // joined, so that Close closes it
-				_ = joinExecutor()
-			}
-		}()
-		buildExecutor = joinExecutor
+	caCert, caKey, err := d.interceptionCA(cfg, o.EphemeralCA)
+	if err != nil {
+		return nil, err
 	}
+	// The trust bundle and directory are written beside the next steps.
+	bundle := d.bundleAsync(caCert, cfg.Upstream.CAFile)
 	// The gateway's own addresses are refused as destinations and as DNS
 	// answers even inside upstream.allow_cidrs: an allowed name resolving to
 	// this host must not reach its services (metrics, an internal registry's
@@ -256,10 +243,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	if err := d.buildDNS(cfg, upstreams, own, eng.dec); err != nil {
 		return nil, err
 	}
-	caCert, caKey, err := ca()
-	if err != nil {
-		return nil, err
-	}
 	if err := d.buildGateway(o.Gateway, cfg, allow, own, caCert, caKey, eng.dec); err != nil {
 		return nil, err
 	}
@@ -267,10 +250,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 		d.bundleWait = bundle // Run waits for it
 	} else if err := bundle(); err != nil {
 		return nil, err
-	} else if d.javaWait != nil {
-		if err := d.javaWait(); err != nil {
-			return nil, err
-		}
 	}
 	if err := d.buildNetns(); err != nil {
 		return nil, err
@@ -278,8 +257,8 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	d.hiddenNamed = namedHidden(o, cfg, caKey)
 	d.hidden = hiddenPaths(o, cfg, caKey)
 	d.proxyURL = "http://127.0.0.1:" + strconv.Itoa(netns.DefaultExplicitPort)
-	if buildExecutor != nil {
-		if err := buildExecutor(); err != nil {
+	if !o.NoExecutor {
+		if err := d.buildExecutor(*o.Executor, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -313,28 +292,6 @@ func New(ctx context.Context, o Options) (_ *Daemon, err error) {
 	return d, nil
 }
 
-// caAsync starts interceptionCA and returns what waits for it (any number
-// of times, from any goroutine). Close waits for it (the run directory it
-// writes in is removed after).
-func (d *Daemon) caAsync(cfg config.Config, ephemeral bool) func() (cert, key string, err error) {
-	done := make(chan struct{})
-	var cert, key string
-	var err error
-	go func() {
-		defer close(done)
-		cert, key, err = d.interceptionCA(cfg, ephemeral)
-	}()
-	wait := func() (string, string, error) {
-		<-done
-		return cert, key, err
-	}
-	d.closers = append(d.closers, func() error {
-		<-done
-		return nil
-	})
-	return wait
-}
-
 // interceptionCA returns the CA files the gateway uses: the configured ones when
 // they exist, else (EphemeralCA) a CA minted for this process in RunDir, else
 // none.
@@ -362,19 +319,14 @@ func (d *Daemon) interceptionCA(cfg config.Config, ephemeral bool) (cert, key st
 // CA, the same for every process, are a trust cache entry
 // (sandboxd.OpenTrustDir: built once and reused by later processes); the
 // interception CA, new in every `airlock run`, is laid over it in the run
-// directory (sandboxd.OverlayTrustDir: the entry's files linked, or the
-// links the last run handed back taken whole, the CA and the Java store
-// written), so a run's start no longer writes, hashes and evicts a cache
-// entry of its own.
+// directory (sandboxd.OverlayTrustDir: the entry's files linked, the CA and
+// the Java store written), so a run's start no longer writes, hashes and
+// evicts a cache entry of its own.
 //
-// It returns, with the bundle and the trust directory, what waits for the
-// directory's Java truststore (nil when it is written: OverlayTrustDir
-// writes it beside the sandbox's start) and what to call at Close (nil when
-// it holds nothing): the overlay's links handed back to the cache, the hold
-// on the entry dropped.
-// It runs beside New's other steps (bundleAsync): it touches no other field
-// of d.
-func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, java func() error, release func(), err error) {
+// It returns the hold on the cache entry to release at Close (nil when it
+// holds none). It runs beside New's other steps (bundleAsync): it touches
+// no other field of d.
+func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string, release func(), err error) {
 	read := func(p string) ([]byte, error) {
 		if p == "" {
 			return nil, nil
@@ -393,23 +345,23 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	}
 	sys, err := read(systemBundle)
 	if err != nil {
-		return "", "", nil, nil, err
+		return "", "", nil, err
 	}
 	own, err := read(caCert)
 	if err != nil {
-		return "", "", nil, nil, err
+		return "", "", nil, err
 	}
 	upstream, err := read(upstreamCA)
 	if err != nil {
-		return "", "", nil, nil, err
+		return "", "", nil, err
 	}
 	b := append(append(append([]byte(nil), sys...), own...), upstream...)
 	path := filepath.Join(d.runDir, "ca-bundle.pem")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", "", nil, nil, fmt.Errorf("ca bundle: %w", err)
+		return "", "", nil, fmt.Errorf("ca bundle: %w", err)
 	}
 	if len(b) == 0 {
-		return path, "", nil, nil, nil
+		return path, "", nil, nil
 	}
 	// The trust directory is kept between processes (sandboxd.OpenTrustDir):
 	// in DefaultRunDir's cache for the default run dirs, else in this one.
@@ -421,57 +373,47 @@ func (d *Daemon) writeBundle(caCert, upstreamCA string) (bundle, trustDir string
 	if len(base) == 0 || len(own) == 0 {
 		trust, _, release, err := sandboxd.OpenTrustDir(cache, b)
 		if err != nil {
-			return "", "", nil, nil, err
+			return "", "", nil, err
 		}
-		return path, trust, nil, release, nil
+		return path, trust, release, nil
 	}
-	baseDir, _, releaseBase, err := sandboxd.OpenTrustDir(cache, base)
+	baseDir, _, release, err := sandboxd.OpenTrustDir(cache, base)
 	if err != nil {
-		return "", "", nil, nil, err
+		return "", "", nil, err
 	}
 	// Held to Close: another process's eviction would remove it (and the
 	// next start build it again) the moment nobody holds it.
 	trust := filepath.Join(d.runDir, "trust")
 	if err := os.RemoveAll(trust); err != nil { // a kept run directory's
-		releaseBase()
-		return "", "", nil, nil, fmt.Errorf("trust dir: %w", err)
+		release()
+		return "", "", nil, fmt.Errorf("trust dir: %w", err)
 	}
-	ov, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own)
-	if err != nil {
-		releaseBase()
-		return "", "", nil, nil, err
+	if _, err := sandboxd.OverlayTrustDir(trust, baseDir, base, own); err != nil {
+		release()
+		return "", "", nil, err
 	}
-	// The overlay's links go back to the cache for the next run before the
-	// hold on their base is dropped (Close, once no sandbox uses them).
-	return path, trust, ov.Java, func() { ov.Done(); releaseBase() }, nil
+	return path, trust, release, nil
 }
 
 // bundleAsync starts writeBundle and returns what waits for it: the first
 // call sets caBundle and trustDir and returns its error, later calls the
 // same error. Close waits for it (the run directory is removed after) and
 // releases the trust cache entry it holds.
-func (d *Daemon) bundleAsync(ca func() (cert, key string, err error), upstreamCA string) func() error {
+func (d *Daemon) bundleAsync(caCert, upstreamCA string) func() error {
 	type result struct {
 		bundle, trust string
-		java          func() error
 		release       func()
 		err           error
 	}
 	c := make(chan result, 1)
 	go func() {
-		caCert, _, err := ca()
-		if err != nil {
-			c <- result{err: err}
-			return
-		}
-		b, t, java, release, err := d.writeBundle(caCert, upstreamCA)
-		c <- result{b, t, java, release, err}
+		b, t, release, err := d.writeBundle(caCert, upstreamCA)
+		c <- result{b, t, release, err}
 	}()
 	var release func()
 	wait := sync.OnceValue(func() error {
 		r := <-c
 		d.caBundle, d.trustDir, release = r.bundle, r.trust, r.release
-		d.javaWait = r.java
 		return r.err
 	})
 	d.closers = append(d.closers, func() error {
@@ -714,7 +656,6 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	spec := sandboxd.Spec{}
-	var pending *netns.Pending
 	var err error
 	if d.rootless != nil {
 		// The namespace is born with the sandbox's init (rootless.go).
@@ -722,19 +663,15 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 			return nil, err
 		}
 	} else {
-		// The namespace's rules and listeners are set up while init starts
-		// in it; the command starts once they are in place (spec.Ready).
-		if pending, err = d.netns.Begin(ctx, sb); err != nil {
+		ns, err := d.netns.Create(ctx, sb)
+		if err != nil {
 			return nil, fmt.Errorf("sandbox network: %w", err)
 		}
-		spec.NetNS = pending.Path
+		spec.NetNS = ns.Path
 	}
 	defer func() {
-		if pending != nil {
-			_, _ = pending.Wait() // served, or nothing left
-		}
 		if _, served := d.netns.Get(sb.ID); !served {
-			return // not served: an island that failed to build
+			return // a rootless island init failed to build
 		}
 		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -758,20 +695,6 @@ func (d *Daemon) Run(ctx context.Context, t Task) (*sandboxd.Result, error) {
 		if err := d.bundleWait(); err != nil {
 			return nil, err
 		}
-	}
-	// What is set up while the sandbox's init starts (the namespace's rules
-	// and listeners, the trust directory's Java store) is in place before
-	// its command starts.
-	spec.Ready = func() error {
-		if pending != nil {
-			if _, err := pending.Wait(); err != nil {
-				return fmt.Errorf("sandbox network: %w", err)
-			}
-		}
-		if d.javaWait != nil {
-			return d.javaWait()
-		}
-		return nil
 	}
 	cenv, cfiles := d.canaryPlant(sb.ID)
 	cfiles = withAWSFile(cfiles, ph)

@@ -17,8 +17,8 @@
 // A rootless island is built from inside by the process born in it
 // (BuildIsland, in the sandbox's init) and served with Adopt.
 //
-// Entry points: New, (*Manager).Create (Begin: in two halves), TakePooled,
-// CreateFrom, Attach, Detach, Teardown, Recover, Close, IslandSpec, BuildIsland, Adopt. The listeners go to a caller-owned Server (package daemon glues in
+// Entry points: New, (*Manager).Create, TakePooled, CreateFrom, Attach,
+// Detach, Teardown, Recover, Close, IslandSpec, BuildIsland, Adopt. The listeners go to a caller-owned Server (package daemon glues in
 // the gateway and the DNS filter). Rules, attach, recovery, the pool and the
 // capabilities a sandbox must never hold: netns/DESIGN.md.
 //

@@ -37,13 +37,8 @@ func (m *Manager) newIsland(ctx context.Context, path string) error {
 	return err
 }
 
-// setupIsland configures a new namespace: lo, sysctls, rules. With the
-// template of the island's tables every step runs on one thread inside h
-// (setupIslandHere).
+// setupIsland configures a new namespace: lo, sysctls, rules.
 func (m *Manager) setupIsland(ctx context.Context, h vnetns.NsHandle) error {
-	if t := m.template(); t != nil {
-		return inNS(h, func() error { return m.setupIslandHere(t) })
-	}
 	if err := m.step("island"); err != nil {
 		return err
 	}

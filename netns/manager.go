@@ -221,72 +221,19 @@ func (m *Manager) release(id string) {
 // Create makes the island namespace for sb, opens its listeners, installs its
 // rules and hands the listeners to the Server. On error nothing is left behind.
 func (m *Manager) Create(ctx context.Context, sb identity.Sandbox) (*Sandbox, error) {
-	path, finish, err := m.startCreate(ctx, sb)
-	if err != nil {
-		return nil, err
-	}
-	return m.finishCreate(sb, path, finish)
-}
-
-// Pending is a namespace Begin made whose island is still being set up.
-type Pending struct {
-	// Path is the namespace's file, there from the start: a process may
-	// join it at once.
-	Path string
-	done chan struct{}
-	s    *Sandbox
-	err  error
-}
-
-// Wait returns the served sandbox once the island's rules are installed and
-// its listeners served, or Create's error (nothing is then left behind).
-func (p *Pending) Wait() (*Sandbox, error) {
-	<-p.done
-	return p.s, p.err
-}
-
-// Begin is Create for a caller that starts its sandbox's processes while the
-// island is set up: it returns once the namespace exists at its path (a
-// new one has lo alone, down: nothing in it reaches anything), and the
-// island's address, sysctls, rules and listeners follow in the background.
-// Nothing untrusted may run in the namespace before Pending.Wait returns
-// without error. Wait must be called: the sandbox is registered (Get,
-// Teardown) only then.
-func (m *Manager) Begin(ctx context.Context, sb identity.Sandbox) (*Pending, error) {
-	path, finish, err := m.startCreate(ctx, sb)
-	if err != nil {
-		return nil, err
-	}
-	p := &Pending{Path: path, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		p.s, p.err = m.finishCreate(sb, path, finish)
-	}()
-	return p, nil
-}
-
-// startCreate reserves sb's id and makes its namespace (create's first
-// half); finish sets it up and serves it.
-func (m *Manager) startCreate(ctx context.Context, sb identity.Sandbox) (path string, finish func() (*Sandbox, error), err error) {
 	if err := m.reserve(sb.ID); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	if err := m.prepare(); err != nil {
 		m.release(sb.ID)
-		return "", nil, err
+		return nil, err
 	}
-	path = m.nsPath(sb.ID)
-	if finish, err = m.begin(ctx, sb, path, nil); err != nil {
-		return "", nil, m.createFailed(sb.ID, err)
-	}
-	return path, finish, nil
-}
-
-// finishCreate runs finish and registers the sandbox it serves.
-func (m *Manager) finishCreate(sb identity.Sandbox, path string, finish func() (*Sandbox, error)) (*Sandbox, error) {
-	s, err := finish()
+	path := m.nsPath(sb.ID)
+	s, err := m.create(ctx, sb, path, nil)
 	if err != nil {
-		return nil, m.createFailed(sb.ID, err)
+		m.release(sb.ID)
+		m.log.Error("create sandbox namespace", oplog.SandboxKey, sb.ID, oplog.ErrorKey, err)
+		return nil, fmt.Errorf("netns: create %s: %w", sb.ID, err)
 	}
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = s
@@ -295,34 +242,17 @@ func (m *Manager) finishCreate(sb identity.Sandbox, path string, finish func() (
 	return s, nil
 }
 
-// createFailed releases a create's id and names it in err.
-func (m *Manager) createFailed(id string, err error) error {
-	m.release(id)
-	m.log.Error("create sandbox namespace", oplog.SandboxKey, id, oplog.ErrorKey, err)
-	return fmt.Errorf("netns: create %s: %w", id, err)
-}
-
 // create makes sb's namespace at path (from the pooled namespace p when
 // given, else from the pool when one is ready, else a new one) and serves it.
-func (m *Manager) create(ctx context.Context, sb identity.Sandbox, path string, p *Pooled) (*Sandbox, error) {
-	finish, err := m.begin(ctx, sb, path, p)
-	if err != nil {
-		return nil, err
-	}
-	return finish()
-}
-
-// begin is create up to the namespace at path: it returns once the path
-// can be joined, with what finishes it (a new namespace's island set up,
-// then served). Whichever half fails undoes both: nothing is left.
-func (m *Manager) begin(ctx context.Context, sb identity.Sandbox, path string, p *Pooled) (finish func() (*Sandbox, error), err error) {
+func (m *Manager) create(ctx context.Context, sb identity.Sandbox, path string, p *Pooled) (s *Sandbox, err error) {
 	var undo []func()
-	fail := func(err error) error {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
 		}
-		return err
-	}
+	}()
 	// The state file comes first, so that whatever a crash leaves from here on
 	// is found by Recover.
 	if err := m.step("state"); err != nil {
@@ -332,45 +262,33 @@ func (m *Manager) begin(ctx context.Context, sb identity.Sandbox, path string, p
 		return nil, err
 	}
 	undo = append(undo, func() { m.removeState(sb.ID) })
-	fresh := false
-	var h vnetns.NsHandle
 	if p != nil {
 		if err := m.step("namespace"); err != nil {
-			return nil, fail(err)
+			return nil, err
 		}
 		if err := m.movePooled(p.path, path); err != nil {
-			return nil, fail(err)
+			return nil, err
 		}
 	} else if !m.claimPooled(path) {
 		if err := m.step("namespace"); err != nil {
-			return nil, fail(err)
+			return nil, err
 		}
-		if h, err = newNamespace(path); err != nil {
-			return nil, fail(err)
+		if err := m.newIsland(ctx, path); err != nil {
+			return nil, err
 		}
-		fresh = true
 	}
 	undo = append(undo, func() { unmountRemove(path) })
-	return func() (*Sandbox, error) {
-		if fresh {
-			err := m.setupIsland(ctx, h)
-			h.Close()
-			if err != nil {
-				return nil, fail(err)
-			}
-		}
-		s := &Sandbox{
-			ID:     sb.ID,
-			Labels: maps.Clone(sb.Labels),
-			Path:   path,
-			Own:    []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()},
-			info:   sb,
-		}
-		if err := m.serve(s); err != nil {
-			return nil, fail(err)
-		}
-		return s, nil
-	}, nil
+	s = &Sandbox{
+		ID:     sb.ID,
+		Labels: maps.Clone(sb.Labels),
+		Path:   path,
+		Own:    []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), m.cfg.islandAddr()},
+		info:   sb,
+	}
+	if err := m.serve(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // ruleSpec is the island's ruleset, or with attach an attached namespace's

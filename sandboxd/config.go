@@ -209,11 +209,6 @@ type Spec struct {
 	// (rootless: init is born in it, PrepareSpec.Island).
 	Island   []byte
 	OnIsland func(files []*os.File) error
-	// Ready, when set, is waited for once the sandbox is made and before
-	// the command starts (its start record is written): what it guards
-	// (NetNS's rules and listeners, set up while init starts) is then in
-	// place. Its error ends the sandbox, nothing ran, and is Run's error.
-	Ready func() error
 	// Labels are copied nowhere but the audit record's sandbox id; reserved.
 }
 

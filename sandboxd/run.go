@@ -17,11 +17,10 @@ const emptyWait = 5 * time.Second
 
 // Run runs spec to completion in a sandbox of its own: Create, one exec (when
 // the command exits, every process it left behind is killed), Destroy. The
-// returned error is non-nil when the sandbox could not be built, Spec.Ready
-// failed or the audit start record could not be written (nothing ran), when
-// ctx ended (the tree was killed; the Result is still returned), or with an
-// *ExecError when the command could not be executed (the Result says 127 or
-// 126).
+// returned error is non-nil when the sandbox could not be built or the audit
+// start record could not be written (nothing ran), when ctx ended (the tree
+// was killed; the Result is still returned), or with an *ExecError when the
+// command could not be executed (the Result says 127 or 126).
 func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 	t0 := time.Now()
 	if err := spec.validate(); err != nil {
@@ -42,12 +41,6 @@ func (e *Executor) Run(ctx context.Context, spec Spec) (*Result, error) {
 	id := sb.ID()
 	res := &Result{ExecResult: ExecResult{ID: id}, UID: sb.UID()}
 	lg := e.lg.With(oplog.SandboxKey, id, uidKey, res.UID)
-	if spec.Ready != nil {
-		if err := spec.Ready(); err != nil {
-			e.destroyRun(sb, lg)
-			return nil, err
-		}
-	}
 	if err := e.log.Log(&audit.Record{ID: id + "/start", Sandbox: id, Kind: audit.KindExec, Decision: audit.DecisionAllow,
 		Exec: &audit.Exec{Phase: "start", Argv: spec.Argv}}); err != nil {
 		e.destroyRun(sb, lg)

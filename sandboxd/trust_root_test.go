@@ -9,7 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,46 +115,5 @@ func TestTrustDirAbsentWithoutSpec(t *testing.T) {
 	res := mustRun(t, e, Spec{Argv: sh(`env | grep -cE '^(SSL_CERT_DIR|JAVA_TOOL_OPTIONS)='; ls -d /run/airlock-trust 2>&1 | grep -c 'No such'`)})
 	if got := string(res.Stdout); got != "0\n1\n" {
 		t.Errorf("got %q, want no trust variables and no %s", got, SandboxTrustDir)
-	}
-}
-
-// TestTrustDirStoreWrittenLate: a Java truststore renamed into the trust
-// directory after the sandbox mounted it, before Spec.Ready returned (as
-// OverlayTrustDir's Java does), is there, whole, when the command starts.
-func TestTrustDirStoreWrittenLate(t *testing.T) {
-	e, _ := newTestExecutor(t, nil)
-	ca, _ := caAndLeaf(t, "late.airlock.test")
-	d := hostDir(t, 0o755)
-	trust := filepath.Join(d, "trust")
-	if _, err := WriteTrustDir(trust, bundleOf(ca)); err != nil {
-		t.Fatal(err)
-	}
-	store := filepath.Join(trust, TrustJavaStore)
-	want, err := os.ReadFile(store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(store); err != nil {
-		t.Fatal(err)
-	}
-	ready := func() error {
-		return writeJavaStoreAt(trust, []bundleCert{{raw: ca}})
-	}
-	res := mustRun(t, e, Spec{Argv: sh("cksum < " + SandboxTrustDir + "/" + TrustJavaStore), TrustDir: trust, Ready: ready})
-	got, err := os.ReadFile(store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) == 0 || len(want) == 0 {
-		t.Fatalf("stores: %d and %d bytes", len(got), len(want))
-	}
-	host := exec.Command("cksum")
-	host.Stdin = bytes.NewReader(got)
-	sum, err := host.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(res.Stdout) != string(sum) {
-		t.Errorf("the sandbox read %q (stderr %q), the host wrote %q", res.Stdout, res.Stderr, sum)
 	}
 }

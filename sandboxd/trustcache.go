@@ -383,7 +383,7 @@ func startEviction(cacheDir, keep string, lock *os.File) func() {
 		defer close(done)
 		entries, _ := os.ReadDir(cacheDir)
 		for _, e := range entries {
-			if e.Name() == keep || e.Name() == keep+trustSpareSuffix {
+			if e.Name() == keep {
 				continue
 			}
 			p := filepath.Join(cacheDir, e.Name())

@@ -2,40 +2,28 @@ package sandboxd
 
 import (
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // OverlayTrustDir writes at dir (which must not exist) the trust directory of
 // baseBundle followed by extra (WriteTrustDir's layout) without rewriting
 // what base already holds: base is OpenTrustDir's directory for baseBundle,
-// held by the caller until done is called, and its hashed files are
+// held by the caller until this returns, and its hashed files are
 // hard-linked; only extra's certificates are written, and the Java
 // truststore (one file for every certificate) is encoded while the links are
 // made. It is what gives a run with a CA of its own (an ephemeral one) its
 // trust directory: the system roots stay one cache entry shared by every
 // run, where a cache entry per CA was written, hashed and evicted on every
-// start. It returns once the hashed directory is complete, with the Java
-// truststore still being written (Overlay.Java waits for it): a sandbox may
-// mount dir meanwhile (a bind mount shows the store once it is renamed into
-// place), but must not run anything before Java returned.
-//
-// The links are kept between runs: Done (called once no sandbox uses dir,
-// before it is removed) removes extra's files and hands the hashed directory
-// back to the cache as base's spare (trustSpareSuffix), which the next
-// overlay of base takes with one rename, where it made a link per root (and
-// removing dir unlinked each one). A spare is used only while it checks out:
-// held, owned and not writable by others, and holding exactly base's names,
-// each the same file as base's; else it is removed and the links made.
-func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (*Overlay, error) {
+// start. It returns how many distinct certificates dir holds.
+func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (int, error) {
 	extraCerts, err := parseBundle(extra)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	// The base's certificates are needed for the Java store only: their
 	// DER, not their subjects (the hashed names are in base already).
@@ -59,11 +47,15 @@ func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (*Overlay, erro
 			ders = append(ders, c.raw)
 		}
 	}
-	if err := mkdir0755(dir); err != nil {
-		return nil, err
-	}
 	certsDir := filepath.Join(dir, TrustCertsDir)
-	baseCerts := filepath.Join(base, TrustCertsDir)
+	for _, d := range []string{dir, certsDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return 0, fmt.Errorf("trust dir: %w", err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil { // past the umask
+			return 0, fmt.Errorf("trust dir: %w", err)
+		}
+	}
 	var wg sync.WaitGroup
 	var javaErr error
 	wg.Add(1)
@@ -73,155 +65,31 @@ func OverlayTrustDir(dir, base string, baseBundle, extra []byte) (*Overlay, erro
 		for i, d := range ders {
 			all[i].raw = d
 		}
-		javaErr = writeJavaStoreAt(dir, all)
+		javaErr = writeJavaStore(filepath.Join(dir, TrustJavaStore), all)
 	}()
-	java := sync.OnceValue(func() error {
-		wg.Wait()
-		return javaErr
-	})
-	spare := filepath.Clean(base) + trustSpareSuffix
-	hold, names, err := takeSpare(spare, certsDir, baseCerts)
-	var written []string
-	if err == nil && hold == nil {
-		if err = mkdir0755(certsDir); err == nil {
-			err = linkBase(certsDir, baseCerts, names)
-		}
+	err = overlayHashedDir(certsDir, filepath.Join(base, TrustCertsDir), fresh)
+	wg.Wait()
+	if err = errors.Join(err, javaErr); err != nil {
+		return 0, err
 	}
-	if err == nil {
-		written, err = writeExtra(certsDir, names, fresh)
+	if err := os.Chmod(filepath.Join(dir, TrustJavaStore), 0o644); err != nil {
+		return 0, fmt.Errorf("trust dir: %w", err)
 	}
-	if err != nil {
-		_ = java() // nothing writes in dir once this returns
-		if hold != nil {
-			hold.Close()
-		}
-		return nil, err
-	}
-	return &Overlay{N: len(ders), Java: java, Done: sync.OnceFunc(func() {
-		_ = java()
-		giveSpare(certsDir, spare, written, hold)
-	})}, nil
+	return len(ders), nil
 }
 
-// Overlay is a trust directory OverlayTrustDir laid out.
-type Overlay struct {
-	// N is how many distinct certificates it holds.
-	N int
-	// Java waits for the Java truststore and returns its error (any number
-	// of times).
-	Java func() error
-	// Done hands the hashed directory's links back to the cache, once no
-	// sandbox uses the directory (before it is removed).
-	Done func()
-}
-
-// writeJavaStoreAt writes dir's Java truststore under another name and
-// renames it into place: what reads dir meanwhile sees the whole store or
-// none.
-func writeJavaStoreAt(dir string, certs []bundleCert) error {
-	tmp := filepath.Join(dir, "."+TrustJavaStore+".tmp")
-	if err := writeJavaStore(tmp, certs); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil { // past the umask
-		return fmt.Errorf("trust dir: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, TrustJavaStore)); err != nil {
-		return fmt.Errorf("trust dir: %w", err)
-	}
-	return nil
-}
-
-// trustSpareSuffix names, beside a cache entry, its spare hashed directory
-// (OverlayTrustDir): the entry's hashed files linked, left by the last run
-// that overlaid it for the next.
-const trustSpareSuffix = ".links"
-
-// mkdir0755 makes dir readable by every sandbox user, whatever the umask.
-func mkdir0755(dir string) error {
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return fmt.Errorf("trust dir: %w", err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fmt.Errorf("trust dir: %w", err)
-	}
-	return nil
-}
-
-// takeSpare moves spare, base's spare hashed directory, to certsDir when it
-// checks out, and returns the hold on it (a shared flock, which keeps an
-// evictor from removing it; nil when there was none to take, or it did not
-// check out and was removed) and the names of base's hashed files.
-func takeSpare(spare, certsDir, base string) (hold *os.File, names []string, err error) {
+// overlayHashedDir fills dir with base's hashed files (linked, or copied
+// when a link is refused: another file system) and then extra's, each
+// numbered after the names its subject hash already has.
+func overlayHashedDir(dir, base string, extra []bundleCert) error {
 	ents, err := os.ReadDir(base)
 	if err != nil {
-		return nil, nil, fmt.Errorf("trust dir: %w", err)
+		return fmt.Errorf("trust dir: %w", err)
 	}
-	names = make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name()
-	}
-	f, err := os.OpenFile(spare, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, names, nil
-	}
-	if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) != nil || os.Rename(spare, certsDir) != nil {
-		f.Close() // an evictor's, or another run took it first
-		return nil, names, nil
-	}
-	if !spareChecks(f, certsDir, base, names) {
-		f.Close()
-		os.RemoveAll(certsDir)
-		return nil, names, nil
-	}
-	return f, names, nil
-}
-
-// spareChecks reports whether the directory at certsDir is f (what was
-// locked and moved), is owned and writable by no one else with mode 0755,
-// and holds exactly names, each the same file as base's.
-func spareChecks(f *os.File, certsDir, base string, names []string) bool {
-	fi, err := os.Lstat(certsDir)
-	held, herr := f.Stat()
-	if err != nil || herr != nil || !os.SameFile(fi, held) || ownedFile(certsDir, fi, true) != nil || fi.Mode().Perm() != 0o755 {
-		return false
-	}
-	ents, err := f.ReadDir(-1)
-	if err != nil || len(ents) != len(names) {
-		return false
-	}
-	for _, name := range names {
-		a, aerr := os.Lstat(filepath.Join(certsDir, name))
-		b, berr := os.Lstat(filepath.Join(base, name))
-		if aerr != nil || berr != nil || !os.SameFile(a, b) {
-			return false
-		}
-	}
-	return true
-}
-
-// giveSpare removes the files written over the base's links and moves
-// certsDir back to spare (unless another run's is there already: then it is
-// removed), then drops the hold.
-func giveSpare(certsDir, spare string, written []string, hold *os.File) {
-	if hold != nil {
-		defer hold.Close()
-	}
-	for _, name := range written {
-		if err := os.Remove(filepath.Join(certsDir, name)); err != nil {
-			os.RemoveAll(certsDir)
-			return
-		}
-	}
-	if unix.Renameat2(unix.AT_FDCWD, certsDir, unix.AT_FDCWD, spare, unix.RENAME_NOREPLACE) != nil {
-		os.RemoveAll(certsDir)
-	}
-}
-
-// linkBase links base's hashed files (names) into dir, copying one that
-// cannot be linked.
-func linkBase(dir, base string, names []string) error {
-	for _, name := range names {
+	taken := make(map[string]bool, len(ents)+len(extra))
+	for _, e := range ents {
+		name := e.Name()
+		taken[name] = true
 		src, dst := filepath.Join(base, name), filepath.Join(dir, name)
 		if os.Link(src, dst) == nil {
 			continue
@@ -234,22 +102,10 @@ func linkBase(dir, base string, names []string) error {
 			return err
 		}
 	}
-	return nil
-}
-
-// writeExtra writes extra's certificates into dir, which holds names,
-// each under the next free hashed name of its subject, and returns the
-// names it wrote.
-func writeExtra(dir string, names []string, extra []bundleCert) ([]string, error) {
-	taken := make(map[string]bool, len(names)+len(extra))
-	for _, name := range names {
-		taken[name] = true
-	}
-	var written []string
 	for _, c := range extra {
 		h, err := SubjectHash(c.rawSubject)
 		if err != nil {
-			return written, fmt.Errorf("trust dir: %w", err)
+			return fmt.Errorf("trust dir: %w", err)
 		}
 		n := 0
 		for taken[hashName(h, n)] {
@@ -258,11 +114,10 @@ func writeExtra(dir string, names []string, extra []bundleCert) ([]string, error
 		name := hashName(h, n)
 		taken[name] = true
 		if err := writeFile0644(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.raw})); err != nil {
-			return written, err
+			return err
 		}
-		written = append(written, name)
 	}
-	return written, nil
+	return nil
 }
 
 // hashName is c_rehash's file name for the nth certificate whose subject

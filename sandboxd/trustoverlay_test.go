@@ -40,15 +40,10 @@ func TestOverlayTrustDir(t *testing.T) {
 			if err := os.Mkdir(filepath.Dir(got), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			ov, err := OverlayTrustDir(got, cached, base, tt.extra)
+			n, err := OverlayTrustDir(got, cached, base, tt.extra)
 			if err != nil {
 				t.Fatalf("OverlayTrustDir: %v", err)
 			}
-			defer ov.Done()
-			if err := ov.Java(); err != nil {
-				t.Fatalf("Java store: %v", err)
-			}
-			n := ov.N
 			want := filepath.Join(tmp, "want")
 			wn, err := WriteTrustDir(want, append(append(append([]byte(nil), base...), '\n'), tt.extra...))
 			if err != nil {
