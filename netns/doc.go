@@ -2,7 +2,7 @@
 // each sandbox exactly one way out: the airlock gateway. An island has only lo,
 // an island address and a route through lo; the gateway's listeners are born
 // inside it from a locked thread and served from the host; its rules (one
-// iptables-restore run, or the first island's verified tables loaded again)
+// iptables-restore run, or a verified island's tables loaded again)
 // redirect TCP to the transparent listener and DNS to the filter, and log and
 // drop everything else (written as "drop" audit records). Attach gives a namespace made by someone else (a container's, a
 // VM's) the same listeners and rules, with what arrives on its interfaces

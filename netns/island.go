@@ -89,7 +89,7 @@ func (m *Manager) setupIslandHere(t *islandTables) error {
 }
 
 // islandRules installs the island's rules in the new namespace h. With
-// iptables-legacy and the real runner, the first island's rules are
+// iptables-legacy and the real runner, the second island's rules are
 // installed by iptables-restore, proved by Verify and kept as the template
 // (readIslandTables); every later island gets the template's tables loaded
 // and compared back (loadIslandTables, xtables.go). Otherwise
@@ -106,7 +106,10 @@ func (m *Manager) islandRules(ctx context.Context, h vnetns.NsHandle) error {
 	if err := m.ipt.Restore(ctx, h, m.backend, spec.render(), false); err != nil {
 		return fmt.Errorf("install rules: %w", err)
 	}
-	if !m.templates() {
+	// The template is taken from a manager's second island: one that makes
+	// a single island (an in-process airlock run) never pays for Verify and
+	// the read-back.
+	if !m.templates() || m.restored.Add(1) < 2 {
 		return nil
 	}
 	if err := m.ipt.Verify(ctx, h, m.backend, spec); err != nil {

@@ -91,9 +91,10 @@ type Manager struct {
 	// error makes the step fail.
 	hook func(step string) error
 
-	// island holds the island's tables as the first island got them from
+	// island holds the island's tables as the second island got them from
 	// iptables-restore and Verify (islandRules; legacy backend only).
-	island atomic.Pointer[islandTables]
+	island   atomic.Pointer[islandTables]
+	restored atomic.Int32 // islands whose rules iptables-restore installed (island.go)
 	// noTemplate is set once loading the template failed (dropTemplate).
 	noTemplate atomic.Bool
 

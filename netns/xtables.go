@@ -19,8 +19,9 @@ import (
 // IPT_SO_SET_REPLACE of a blob of entries. Running it costs a process start
 // with its extension libraries (2-5 ms of CPU) and takes the host-wide
 // xtables lock, which serialises every island behind any iptables run on the
-// host. So the first island of a Manager installs its rules with
-// iptables-restore and proves them with Verify (the listing compared with
+// host. So the second island of a Manager (not the first: a Manager that
+// makes one island, an in-process airlock run, never pays for this) installs
+// its rules with iptables-restore and proves them with Verify (the listing compared with
 // render, rule by rule); its two tables are then read back from the kernel
 // (IPT_SO_GET_INFO, IPT_SO_GET_ENTRIES) and kept as the template. Every later
 // island gets the template's tables with one IPT_SO_SET_REPLACE each, and
