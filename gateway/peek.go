@@ -372,28 +372,17 @@ func (g *Gateway) sniff(c net.Conn, br *bufio.Reader) (sniffed, error) {
 	return sniffed{kind: policy.KindTCP}, deny(ReasonBadRequest, "http request: %v", err)
 }
 
+// rfcMethods are the methods of RFC 9110 and PATCH.
+var rfcMethods = [...]string{http.MethodGet, http.MethodPost, http.MethodHead, http.MethodPut,
+	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodPatch, http.MethodTrace}
+
 // methodString is method as a string, without an allocation for the
 // methods of RFC 9110.
 func methodString(method []byte) string {
-	switch string(method) { // no allocation: the compiler compares the bytes
-	case http.MethodGet:
-		return http.MethodGet
-	case http.MethodPost:
-		return http.MethodPost
-	case http.MethodHead:
-		return http.MethodHead
-	case http.MethodPut:
-		return http.MethodPut
-	case http.MethodDelete:
-		return http.MethodDelete
-	case http.MethodConnect:
-		return http.MethodConnect
-	case http.MethodOptions:
-		return http.MethodOptions
-	case http.MethodPatch:
-		return http.MethodPatch
-	case http.MethodTrace:
-		return http.MethodTrace
+	for _, m := range rfcMethods {
+		if string(method) == m { // no allocation: the compiler compares the bytes
+			return m
+		}
 	}
 	return string(method)
 }

@@ -124,3 +124,23 @@ func FuzzPeekHTTPRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestMethodStringNoAllocation: a standard method's string costs no
+// allocation; any other is copied out of the buffer it was read into.
+func TestMethodStringNoAllocation(t *testing.T) {
+	for _, m := range rfcMethods {
+		b := []byte(m)
+		if got := methodString(b); got != m {
+			t.Fatalf("methodString(%q) = %q", m, got)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = methodString(b) }); n != 0 {
+			t.Errorf("methodString(%q): %v allocations", m, n)
+		}
+	}
+	b := []byte("PROPFIND")
+	got := methodString(b)
+	b[0] = 'X'
+	if got != "PROPFIND" {
+		t.Fatalf("an unknown method aliases its buffer: %q", got)
+	}
+}
