@@ -93,6 +93,21 @@ func newTestDaemon(t *testing.T, edit ...func(*config.Config)) (*Daemon, *testNe
 // newTestDaemonPool is newTestDaemon, with the warm pool when pool is set.
 func newTestDaemonPool(t *testing.T, pool bool, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config, string) {
 	t.Helper()
+	tn, cfg, dir := newTestConfig(t, edit...)
+	runDir := filepath.Join(dir, "run")
+	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: runDir, Pool: pool,
+		Executor: &sandboxd.Config{InitArgs: []string{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, tn, cfg, runDir
+}
+
+// newTestConfig starts a fake internet with pypi.org and evil.example on it
+// and returns a daemon config for it (edit applied) and the directory its
+// files are in.
+func newTestConfig(t *testing.T, edit ...func(*config.Config)) (*testNet, config.Config, string) {
+	t.Helper()
 	roottest.Require(t)
 	n := fakenet.Start(t)
 	pypi, evil := n.Host(t, "pypi.org"), n.Host(t, "evil.example")
@@ -113,13 +128,7 @@ func newTestDaemonPool(t *testing.T, pool bool, edit ...func(*config.Config)) (*
 	for _, e := range edit {
 		e(&cfg)
 	}
-	runDir := filepath.Join(dir, "run")
-	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: runDir, Pool: pool,
-		Executor: &sandboxd.Config{InitArgs: []string{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d, &testNet{Net: n, pypi: pypi, evil: evil}, cfg, runDir
+	return &testNet{Net: n, pypi: pypi, evil: evil}, cfg, dir
 }
 
 // TestRootRun runs a real task against a fake internet: an allowed registry is

@@ -16,7 +16,6 @@ import (
 	"github.com/airlock-dev/airlock/config"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/sandboxd"
-	"github.com/airlock-dev/airlock/test/fakenet"
 	"github.com/airlock-dev/airlock/test/roottest"
 )
 
@@ -24,23 +23,7 @@ import (
 // with hook run before the policy's compile.
 func newLateDaemon(t *testing.T, hook func() error, edit ...func(*config.Config)) (*Daemon, *testNet, config.Config) {
 	t.Helper()
-	roottest.Require(t)
-	n := fakenet.Start(t)
-	pypi, evil := n.Host(t, "pypi.org"), n.Host(t, "evil.example")
-	dir := t.TempDir()
-	if err := n.WriteCA(filepath.Join(dir, "upstream-ca.pem")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.DNS.Upstreams = []string{n.DNSAddr.String()}
-	cfg.Upstream.AllowCIDRs = []string{n.Subnet.String()}
-	cfg.Upstream.CAFile = filepath.Join(dir, "upstream-ca.pem")
-	cfg.Audit.File = filepath.Join(dir, "audit.jsonl")
-	cfg.CA.Cert, cfg.CA.Key = filepath.Join(dir, "none.pem"), filepath.Join(dir, "none.key")
-	cfg.Policy.EvalTimeout = config.Duration(config.MaxEvalTimeout)
-	for _, e := range edit {
-		e(&cfg)
-	}
+	tn, cfg, dir := newTestConfig(t, edit...)
 	// New returns with the compile held (or not started): it does not wait
 	// for the built-in policy.
 	d, err := New(context.Background(), Options{Config: cfg, EphemeralCA: true, RunDir: filepath.Join(dir, "run"),
@@ -49,7 +32,7 @@ func newLateDaemon(t *testing.T, hook func() error, edit ...func(*config.Config)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return d, &testNet{Net: n, pypi: pypi, evil: evil}, cfg
+	return d, tn, cfg
 }
 
 // gateWriter collects a command's output and closes gate once the output
