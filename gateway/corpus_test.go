@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -202,19 +200,9 @@ func waitRecords(h *harness, before int) []audit.Record {
 func corpusWS(t *testing.T, h *harness, up *rawWSUpstream, k inspecttest.Case, i int) corpusResult {
 	res := corpusResult{ids: map[string]bool{}}
 	h.origDst.Store(netip.MustParseAddrPort(up.addr))
-	conn, err := net.DialTimeout("tcp", h.transp, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	path := fmt.Sprintf("/ws-corpus-%d", i)
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", path, k.Host, up.port)
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("%s: upgrade: %v %v", k.Name, resp, err)
-	}
+	conn, _ := wsUpgrade(t, h.transp, path, fmt.Sprintf("%s:%d", k.Host, up.port), "")
+	defer conn.Close()
 	for j, p := range k.Pieces {
 		op := byte(1)
 		if j > 0 {

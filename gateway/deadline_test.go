@@ -5,14 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlock-dev/airlock/audit/audittest"
-	"github.com/airlock-dev/airlock/policy/policytest"
 	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/audit/audittest"
+	"github.com/airlock-dev/airlock/policy/policytest"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"

@@ -333,3 +333,24 @@ func rawRequest(t testing.TB, addr, raw string) (*http.Response, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
 }
+
+// wsUpgrade dials addr and sends a websocket upgrade of target with Host
+// host (extra: more header lines, each ending in "\r\n"), and fails t
+// unless the answer is 101. The connection has a 10 s deadline; the caller
+// closes it.
+func wsUpgrade(t *testing.T, addr, target, host, extra string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n%s\r\n", target, host, extra)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		c.Close()
+		t.Fatalf("upgrade of %s: got %v %v, want 101", target, resp, err)
+	}
+	return c, br
+}

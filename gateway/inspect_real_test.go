@@ -1,13 +1,11 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -169,18 +167,8 @@ func TestInspectRealScannerWebSocket(t *testing.T) {
 	h := newHarness(t, eng, names("api.example"), nil, withInspector(realInspector(t), 0))
 	h.allowUpstreams(up.upstream)
 	h.origDst.Store(netip.MustParseAddrPort(up.addr))
-	c, err := net.DialTimeout("tcp", h.transp, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, br := wsUpgrade(t, h.transp, "/ws", fmt.Sprintf("api.example:%d", up.port), "")
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: api.example:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", up.port)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: got %v %v", resp, err)
-	}
 	c.Write(wsFrame(false, false, 1, `{"note":"AKIAQWERTY`))
 	time.Sleep(100 * time.Millisecond)
 	c.Write(wsFrame(true, false, 0, `UIOPASDFGH"}`))

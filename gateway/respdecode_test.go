@@ -1,13 +1,11 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"go/build"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/inspect"
@@ -533,17 +530,8 @@ func TestInspectResponseStreamRates(t *testing.T) {
 			resp, got, rerr := fetchRaw(t, c, url, enc)
 			return resp.StatusCode != 200 || rerr != nil || !bytes.Equal(decodeLenient(enc, got), bodies[i])
 		}
-		conn, err := net.DialTimeout("tcp", h.explicit, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn, br := wsUpgrade(t, h.explicit, url, fmt.Sprintf("block.example:%d", up.port), "")
 		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: block.example:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", url, up.port)
-		br := bufio.NewReader(conn)
-		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-			t.Fatalf("upgrade: %v %v", resp, err)
-		}
 		got, _ := io.ReadAll(br)
 		fs := readFrames(t, got)
 		return len(fs) == 0 || fs[0].op != 1 || fs[0].payload != string(bodies[i])

@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -130,18 +128,8 @@ func TestInspectWebSocketServerMessages(t *testing.T) {
 		if via == "transparent" {
 			addr, target = h.transp, path
 		}
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, br := wsUpgrade(t, addr, target, hp, "")
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", target, hp)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-			t.Fatalf("upgrade: got %v %v, want 101", resp, err)
-		}
 		var got bytes.Buffer
 		// Read until the gateway or origin ends it; a benign script ends
 		// with the client's own close after the last message.

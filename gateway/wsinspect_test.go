@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -91,18 +89,8 @@ func TestInspectWebSocketFrames(t *testing.T) {
 					h.origDst.Store(netip.MustParseAddrPort(up.addr))
 					addr, target = h.transp, "/ws"
 				}
-				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
+				c, br := wsUpgrade(t, addr, target, host, "Sec-WebSocket-Extensions: permessage-deflate\r\n")
 				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n", target, host)
-				br := bufio.NewReader(c)
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-					t.Fatalf("upgrade: got %v %v, want 101", resp, err)
-				}
 				c.Write(fs[0])
 				time.Sleep(100 * time.Millisecond) // the first frame goes on its own
 				c.Write(fs[1])
